@@ -1,0 +1,14 @@
+"""dp_pipeline: exact, differentially private tables from pandas and PySpark."""
+
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
+
+__all__ = [
+    "DiscreteGaussian",
+    "DiscreteLaplace",
+    "MasterKey",
+    "SecureStream",
+    "derive_stream",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,315 @@
+"""Keyed cryptographic bit streams: the only source of noise randomness.
+
+A secret 32-byte `MasterKey` is expanded with HKDF-SHA256 (RFC 5869) over an
+unambiguous encoding of labels such as (release id, table, noise partition)
+into the key of a ChaCha20 keystream (RFC 8439, via ``cryptography``, which
+wraps OpenSSL). Each label tuple gets its own independent stream, so a retried
+Spark task redraws exactly the same noise, while distinct labels never share a
+stream (HKDF is a PRF in its info argument; the encoding is injective).
+
+The key bytes never appear in a repr, str, log line or exception message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import os
+import secrets
+import struct
+from pathlib import Path
+
+import numpy as np
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+
+__all__ = ["MasterKey", "SecureStream", "derive_stream", "encode_labels"]
+
+KEY_BYTES = 32
+_HKDF_SALT = b"dp_pipeline/stream-key/v1"
+_TAG_STR = b"s"
+_TAG_INT = b"i"
+_TAG_BYTES = b"b"
+# Keystream is produced in blocks of this many bytes (a multiple of the 64-byte
+# ChaCha20 block) so that small draws do not each pay a call into OpenSSL.
+_BUFFER_BYTES = 1 << 16
+
+
+class MasterKey:
+    """A secret 32-byte key. Its bytes never reach a repr, str, log or exception.
+
+    ``MasterKey()`` draws a fresh key from the OS CSPRNG (``secrets``). The
+    other constructors exist for deliberate reproducibility (audits, tests).
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes | None = None) -> None:
+        if key is None:
+            key = secrets.token_bytes(KEY_BYTES)
+        if not isinstance(key, bytes | bytearray):
+            raise TypeError(f"master key must be bytes, got {type(key).__name__}")
+        if len(key) != KEY_BYTES:
+            # The length is not secret; the bytes are, so they are not quoted.
+            raise ValueError(f"master key must be exactly {KEY_BYTES} bytes, got {len(key)} bytes")
+        self._key = bytes(key)
+
+    @classmethod
+    def generate(cls) -> MasterKey:
+        """A fresh key from the operating system's CSPRNG."""
+        return cls()
+
+    @classmethod
+    def from_hex(cls, text: str) -> MasterKey:
+        """Read a key written as 64 hexadecimal digits (whitespace ignored)."""
+        if not isinstance(text, str):
+            raise TypeError(f"master key hex must be a str, got {type(text).__name__}")
+        cleaned = "".join(text.split())
+        if len(cleaned) != 2 * KEY_BYTES:
+            raise ValueError(
+                f"master key hex must be {2 * KEY_BYTES} hexadecimal digits, "
+                f"got {len(cleaned)} characters"
+            )
+        try:
+            raw = bytes.fromhex(cleaned)
+        except ValueError:
+            raise ValueError("master key hex contains a non-hexadecimal character") from None
+        return cls(raw)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike[str]) -> MasterKey:
+        """Read a key file: 64 hex digits, or exactly 32 raw bytes."""
+        data = Path(path).read_bytes()
+        if len(data) == KEY_BYTES:
+            return cls(data)
+        try:
+            text = data.decode("ascii")
+        except UnicodeDecodeError:
+            raise ValueError(
+                f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
+                f"nor {2 * KEY_BYTES} hex digits"
+            ) from None
+        try:
+            return cls.from_hex(text)
+        except ValueError:
+            raise ValueError(
+                f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
+                f"nor {2 * KEY_BYTES} hex digits"
+            ) from None
+
+    @classmethod
+    def from_env(cls, name: str) -> MasterKey:
+        """Read a key from the environment variable ``name`` (64 hex digits)."""
+        text = os.environ.get(name)
+        if text is None:
+            raise KeyError(f"environment variable {name!r} with the master key is not set")
+        try:
+            return cls.from_hex(text)
+        except ValueError:
+            raise ValueError(
+                f"environment variable {name!r} must hold {2 * KEY_BYTES} hex digits"
+            ) from None
+
+    @property
+    def fingerprint(self) -> str:
+        """A public 16-hex-digit identifier of the key (HMAC-SHA256 of a fixed label).
+
+        Lets an audit say which key was used without revealing it.
+        """
+        return hmac.new(self._key, b"dp_pipeline/key-fingerprint/v1", hashlib.sha256).hexdigest()[
+            :16
+        ]
+
+    def hmac_sha256(self, label: bytes, message: bytes) -> bytes:
+        """Keyed HMAC-SHA256 under a key derived for ``label`` (e.g. input fingerprints)."""
+        subkey = _hkdf(self._key, b"dp_pipeline/hmac/" + label)
+        return hmac.new(subkey, message, hashlib.sha256).digest()
+
+    def _derive(self, info: bytes) -> bytes:
+        return _hkdf(self._key, info)
+
+    def __repr__(self) -> str:
+        return f"MasterKey(<secret>, fingerprint={self.fingerprint})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, MasterKey):
+            return NotImplemented
+        return hmac.compare_digest(self._key, other._key)
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __reduce__(self):  # pickling is how Spark ships the key to executors
+        return (MasterKey, (self._key,))
+
+
+def _hkdf(key: bytes, info: bytes) -> bytes:
+    return HKDF(algorithm=hashes.SHA256(), length=KEY_BYTES, salt=_HKDF_SALT, info=info).derive(key)
+
+
+def encode_labels(labels: tuple[str | int | bytes, ...]) -> bytes:
+    """Injective encoding of a label tuple: type tag, 8-byte length, payload for each label.
+
+    The length prefix makes ("a", "bc") and ("ab", "c") distinct; the type tag
+    makes the string "1" and the integer 1 distinct.
+    """
+    parts = [struct.pack(">Q", len(labels))]
+    for label in labels:
+        if isinstance(label, bool):
+            raise TypeError(f"stream label must be str, int or bytes, got bool {label!r}")
+        if isinstance(label, str):
+            tag, payload = _TAG_STR, label.encode("utf-8")
+        elif isinstance(label, int | np.integer):
+            tag, payload = _TAG_INT, str(int(label)).encode("ascii")
+        elif isinstance(label, bytes | bytearray):
+            tag, payload = _TAG_BYTES, bytes(label)
+        else:
+            raise TypeError(f"stream label must be str, int or bytes, got {type(label).__name__}")
+        parts.append(tag + struct.pack(">Q", len(payload)) + payload)
+    return b"".join(parts)
+
+
+def derive_stream(master: MasterKey, *labels: str | int | bytes) -> SecureStream:
+    """The ChaCha20 stream for ``labels`` under ``master`` (HKDF-SHA256 key derivation)."""
+    if not isinstance(master, MasterKey):
+        raise TypeError(f"master must be a MasterKey, got {type(master).__name__}")
+    if not labels:
+        raise ValueError("derive_stream needs at least one label (e.g. release, table, partition)")
+    return SecureStream(master._derive(b"dp_pipeline/stream/v1" + encode_labels(labels)))
+
+
+def _smear_mask(values: np.ndarray) -> np.ndarray:
+    """Smallest all-ones bit mask >= each value (uint64, exact integer ops)."""
+    mask = values.copy()
+    for shift in (1, 2, 4, 8, 16, 32):
+        mask |= mask >> np.uint64(shift)
+    return mask
+
+
+class SecureStream:
+    """A ChaCha20 keystream read as bytes, unsigned integers and exact uniform draws.
+
+    Every method consumes the keystream in order, so the same key and the same
+    sequence of calls always give the same values.
+    """
+
+    __slots__ = ("_buffer", "_encryptor", "_position", "_zeros")
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+            raise ValueError(f"stream key must be {KEY_BYTES} bytes")
+        # A fresh key per stream makes a fixed nonce safe (the nonce argument of
+        # cryptography's ChaCha20 is the 32-bit counter plus the 96-bit nonce).
+        cipher = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None)
+        self._encryptor = cipher.encryptor()
+        self._zeros = bytes(_BUFFER_BYTES)
+        self._buffer = b""
+        self._position = 0
+
+    def __repr__(self) -> str:
+        return "SecureStream(<keyed ChaCha20>)"
+
+    def random_bytes(self, n: int) -> bytes:
+        """The next ``n`` bytes of keystream."""
+        if n < 0:
+            raise ValueError(f"n must be >= 0, got {n}")
+        available = len(self._buffer) - self._position
+        if n <= available:
+            start = self._position
+            self._position += n
+            return self._buffer[start : start + n]
+        head = self._buffer[self._position :]
+        need = n - len(head)
+        if need >= _BUFFER_BYTES:
+            self._buffer, self._position = b"", 0
+            return head + self._encryptor.update(bytes(need))
+        self._buffer = self._encryptor.update(self._zeros)
+        self._position = need
+        return head + self._buffer[:need]
+
+    def random_uint64(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 64-bit integers (little-endian keystream words)."""
+        return np.frombuffer(self.random_bytes(8 * n), dtype="<u8").astype(np.uint64, copy=False)
+
+    def random_uint32(self, n: int) -> np.ndarray:
+        """``n`` independent uniform 32-bit integers."""
+        return np.frombuffer(self.random_bytes(4 * n), dtype="<u4").astype(np.uint32, copy=False)
+
+    def random_below_int(self, bound: int) -> int:
+        """One exact uniform integer in [0, bound) for an arbitrary-precision ``bound`` >= 1."""
+        if bound < 1:
+            raise ValueError(f"bound must be >= 1, got {bound}")
+        bits = (bound - 1).bit_length()
+        if bits == 0:
+            return 0
+        nbytes = (bits + 7) // 8
+        excess = 8 * nbytes - bits
+        while True:
+            candidate = int.from_bytes(self.random_bytes(nbytes), "little") >> excess
+            if candidate < bound:
+                return candidate
+
+    def uniform_below(self, bounds, size: int | None = None) -> np.ndarray | int:
+        """Exact uniform integers in [0, b): rejection sampling on masked keystream words.
+
+        ``bounds`` is a positive int (with ``size`` for an array of draws) or an
+        integer array of per-element bounds. Bounds up to 2**63 take the
+        vectorized uint64 path and return int64; larger Python ints return an
+        object array of exact ints. Never uses ``%`` or floats, so each value
+        has probability exactly 1/b.
+        """
+        if isinstance(bounds, bool):
+            raise TypeError("bounds must be an integer or an integer array, got bool")
+        if isinstance(bounds, int | np.integer):
+            bound = int(bounds)
+            if bound < 1:
+                raise ValueError(f"bounds must be >= 1, got {bound}")
+            if size is None:
+                return self.random_below_int(bound)
+            if bound > 2**63:
+                return np.array([self.random_below_int(bound) for _ in range(size)], dtype=object)
+            return self._uniform_below_array(np.full(size, bound, dtype=np.uint64))
+        array = np.asarray(bounds)
+        if array.dtype == object:
+            flat = [int(b) for b in array.ravel()]
+            if any(b < 1 for b in flat):
+                raise ValueError("bounds must all be >= 1")
+            if all(b <= 2**63 for b in flat):
+                return self._uniform_below_array(
+                    np.array(flat, dtype=np.uint64).reshape(array.shape)
+                )
+            out = np.array([self.random_below_int(b) for b in flat], dtype=object)
+            return out.reshape(array.shape)
+        if not np.issubdtype(array.dtype, np.integer):
+            raise TypeError(f"bounds must be integers, got dtype {array.dtype}")
+        if array.size and array.min() < 1:
+            raise ValueError(f"bounds must all be >= 1, got minimum {array.min()}")
+        return self._uniform_below_array(array.astype(np.uint64))
+
+    def _uniform_below_array(self, bounds: np.ndarray) -> np.ndarray:
+        shape = bounds.shape
+        bounds = bounds.ravel()
+        masks = _smear_mask(bounds - np.uint64(1))
+        out = np.empty(bounds.size, dtype=np.uint64)
+        pending = np.arange(bounds.size)
+        while pending.size:
+            draws = self.random_uint64(pending.size) & masks[pending]
+            accepted = draws < bounds[pending]
+            out[pending[accepted]] = draws[accepted]
+            pending = pending[~accepted]
+        return out.astype(np.int64).reshape(shape)
+
+    def bernoulli(self, num, den, size: int | None = None):
+        """Exact Bernoulli(num/den) as ``uniform_below(den) < num`` (0 <= num <= den)."""
+        if isinstance(num, int | np.integer) and isinstance(den, int | np.integer):
+            num, den = int(num), int(den)
+            if den < 1 or not 0 <= num <= den:
+                raise ValueError(f"bernoulli needs 0 <= num <= den and den >= 1, got {num}/{den}")
+            draws = self.uniform_below(den, size)
+            return draws < num
+        num_array, den_array = np.asarray(num), np.asarray(den)
+        draws = self.uniform_below(den_array)
+        return np.asarray(draws < num_array, dtype=bool)

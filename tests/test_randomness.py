@@ -1,0 +1,195 @@
+"""Keyed streams: determinism, domain separation, exact uniform draws, secrecy of the key."""
+
+from __future__ import annotations
+
+import logging
+import pickle
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from scipy import stats
+
+from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream, encode_labels
+
+KEY_HEX = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
+
+
+@pytest.fixture
+def key() -> MasterKey:
+    return MasterKey.from_hex(KEY_HEX)
+
+
+def test_same_key_and_labels_give_identical_streams(key):
+    a = derive_stream(key, "release-1", "table", 3).random_uint64(1000)
+    b = derive_stream(MasterKey.from_hex(KEY_HEX), "release-1", "table", 3).random_uint64(1000)
+    assert np.array_equal(a, b)
+
+
+def test_chunking_does_not_change_the_stream(key):
+    whole = derive_stream(key, "x").random_bytes(200_000)
+    stream = derive_stream(key, "x")
+    parts = b"".join(stream.random_bytes(n) for n in (1, 7, 64, 65_535, 70_000, 64_333))
+    assert parts == whole[: len(parts)]
+
+
+@pytest.mark.parametrize(
+    "labels",
+    [("release-1", "table", 4), ("release-2", "table", 3), ("release-1", "other", 3), ("r",)],
+)
+def test_different_labels_give_different_streams(key, labels):
+    base = derive_stream(key, "release-1", "table", 3).random_bytes(64)
+    assert derive_stream(key, *labels).random_bytes(64) != base
+
+
+def test_different_keys_give_different_streams(key):
+    other = MasterKey.from_hex("ff" * 32)
+    assert derive_stream(key, "a").random_bytes(64) != derive_stream(other, "a").random_bytes(64)
+
+
+def test_label_types_are_separated(key):
+    assert encode_labels(("1",)) != encode_labels((1,))
+    assert encode_labels(("a", "bc")) != encode_labels(("ab", "c"))
+    assert derive_stream(key, "1").random_bytes(32) != derive_stream(key, 1).random_bytes(32)
+
+
+label = st.one_of(st.text(max_size=6), st.integers(-1000, 1000), st.binary(max_size=6))
+
+
+@given(st.lists(label, min_size=1, max_size=4), st.lists(label, min_size=1, max_size=4))
+def test_label_encoding_is_injective(a, b):
+    def canonical(labels):
+        return [(type(x).__name__, x) for x in labels]
+
+    if canonical(a) != canonical(b):
+        assert encode_labels(tuple(a)) != encode_labels(tuple(b))
+    else:
+        assert encode_labels(tuple(a)) == encode_labels(tuple(b))
+
+
+def test_bool_label_is_refused(key):
+    with pytest.raises(TypeError, match="bool"):
+        derive_stream(key, True)
+
+
+def test_no_labels_is_refused(key):
+    with pytest.raises(ValueError, match="at least one label"):
+        derive_stream(key)
+
+
+def test_key_never_shown(key, caplog, tmp_path):
+    secret_fragments = [KEY_HEX, KEY_HEX[:16], KEY_HEX.upper()[:16]]
+    raw = bytes.fromhex(KEY_HEX)
+    shown = [repr(key), str(key), f"{key}", repr(derive_stream(key, "a"))]
+    with caplog.at_level(logging.DEBUG):
+        logging.getLogger("test").info("key is %s", key)
+    shown.append(caplog.text)
+    for text in shown:
+        for fragment in secret_fragments:
+            assert fragment.lower() not in text.lower()
+        assert repr(raw) not in text
+    assert key.fingerprint in repr(key)
+
+
+@pytest.mark.parametrize(
+    "bad, exc, message",
+    [
+        ("zz" * 32, ValueError, "non-hexadecimal"),
+        ("00" * 31, ValueError, "64 hexadecimal digits"),
+        (b"\x00" * 32, TypeError, "must be a str"),
+    ],
+)
+def test_bad_hex_key_errors_do_not_echo_input(bad, exc, message):
+    with pytest.raises(exc, match=message) as info:
+        MasterKey.from_hex(bad)
+    assert "zz" * 4 not in str(info.value)
+
+
+def test_wrong_length_bytes_key():
+    with pytest.raises(ValueError, match="exactly 32 bytes, got 31"):
+        MasterKey(b"\x01" * 31)
+
+
+def test_key_from_file_and_env(tmp_path, monkeypatch, key):
+    hex_file = tmp_path / "key.hex"
+    hex_file.write_text(KEY_HEX + "\n")
+    raw_file = tmp_path / "key.bin"
+    raw_file.write_bytes(bytes.fromhex(KEY_HEX))
+    assert MasterKey.from_file(hex_file) == key
+    assert MasterKey.from_file(raw_file) == key
+    monkeypatch.setenv("DP_TEST_KEY", KEY_HEX)
+    assert MasterKey.from_env("DP_TEST_KEY") == key
+    with pytest.raises(KeyError, match="DP_MISSING_KEY"):
+        MasterKey.from_env("DP_MISSING_KEY")
+    bad = tmp_path / "bad.key"
+    bad.write_text("not a key")
+    with pytest.raises(ValueError, match="neither 32 raw bytes") as info:
+        MasterKey.from_file(bad)
+    assert "not a key" not in str(info.value)
+
+
+def test_fresh_keys_differ():
+    assert MasterKey() != MasterKey()
+
+
+def test_key_pickles_for_spark(key):
+    assert pickle.loads(pickle.dumps(key)) == key
+
+
+@pytest.mark.parametrize("bound", [1, 2, 3, 7, 10, 1000, 2**32 + 15, 2**63])
+def test_uniform_below_range(key, bound):
+    draws = derive_stream(key, "u", bound).uniform_below(bound, size=20_000)
+    assert draws.dtype == np.int64 or bound == 2**63
+    assert int(np.min(draws)) >= 0 and int(np.max(draws)) <= bound - 1
+
+
+def test_uniform_below_is_uniform_chi_square(key):
+    # 7 cells, 700k draws: a 1% relative distortion of one cell shifts chi-square
+    # by ~7 on 6 dof; the test threshold is p < 1e-4 (false-positive rate 1e-4).
+    draws = derive_stream(key, "chi").uniform_below(7, size=700_000)
+    counts = np.bincount(draws, minlength=7)
+    assert stats.chisquare(counts).pvalue > 1e-4
+
+
+def test_uniform_below_per_element_bounds(key):
+    bounds = np.array([1, 2, 3, 5, 1000] * 20_000)
+    draws = derive_stream(key, "pe").uniform_below(bounds)
+    assert np.all(draws < bounds) and np.all(draws >= 0)
+    fives = draws[bounds == 5]
+    assert stats.chisquare(np.bincount(fives, minlength=5)).pvalue > 1e-4
+
+
+def test_uniform_below_big_bounds_are_exact_ints(key):
+    bound = 10**40 + 7
+    draws = derive_stream(key, "big").uniform_below(np.array([bound] * 2000, dtype=object))
+    assert draws.dtype == object
+    assert all(0 <= int(x) < bound for x in draws)
+    # The top decile is hit with probability ~1/10 per draw.
+    top = sum(int(x) >= bound * 9 // 10 for x in draws)
+    assert 130 < top < 270
+
+
+def test_bernoulli_rational(key):
+    n = 400_000
+    hits = int(derive_stream(key, "b").bernoulli(3, 7, size=n).sum())
+    assert stats.binomtest(hits, n, 3 / 7).pvalue > 1e-4
+
+
+@pytest.mark.parametrize(
+    "call, exc, message",
+    [
+        (lambda s: s.uniform_below(0, size=3), ValueError, "bounds must be >= 1, got 0"),
+        (lambda s: s.uniform_below(np.array([1.5])), TypeError, "bounds must be integers"),
+        (lambda s: s.uniform_below(True), TypeError, "got bool"),
+        (lambda s: s.bernoulli(5, 3), ValueError, "0 <= num <= den"),
+    ],
+)
+def test_bad_uniform_arguments(key, call, exc, message):
+    with pytest.raises(exc, match=message):
+        call(derive_stream(key, "bad"))
+
+
+def test_stream_rejects_bad_key():
+    with pytest.raises(ValueError, match="32 bytes"):
+        SecureStream(b"short")
