@@ -19,7 +19,9 @@ rigorous rational bounds on the logarithm; ``ln 2`` never has to be rounded.
 How the parameters are chosen (see `choose_base`): ``z`` is the smallest
 integer with ``ε/(c·Δu·z) <= ln 2`` (so ``x/2**y >= 1/2``), ``y`` is
 ``base_bits`` (default 8; more bits bring η closer to its target at the cost
-of ``y·z`` bits of precision per unit of utility), and ``x`` is the smallest
+of ``y·z`` bits of precision per unit of utility) plus ``log2(1/τ) - 1`` more
+when ``τ = ε/(c·Δu·z) < 1/2``, so η lands within about ``2**-(base_bits-1)``
+of its target in relative terms (within 2% for the default), and ``x`` is the smallest
 integer with ``z·ln(2**y/x) <= ε/(c·Δu)``: the largest η of that form not
 above the target (η is rounded DOWN, which keeps the guarantee). The
 reported `pure_epsilon` is ``c·Δu·z·ln(2**y/x)`` rounded UP to a multiple of
@@ -142,14 +144,16 @@ def choose_base(target: Fraction, base_bits: int) -> tuple[int, int, int]:
     """``(x, y, z)`` with ``η·ln2 = z·ln(2**y/x) <= target``, the largest for that ``y`` and ``z``.
 
     ``target`` is ``ε/(c·Δu)``. ``z`` is the smallest integer making
-    ``target/z <= ln 2``; ``y`` starts at ``base_bits`` and grows only if
-    ``target`` is too small to be resolved with ``y`` bits. The fraction
+    ``target/z <= ln 2``; ``y`` is ``base_bits`` plus ``ceil(log2(z/target)) - 1``
+    when that is positive (and grows further only if ``x`` would reach ``2**y``). The fraction
     ``x/2**y`` is returned in lowest terms.
     """
     ln2_low, _ = ln_bounds(Fraction(2), 64)
     z = max(1, math.ceil(target / ln2_low))
     per_factor = target / z
-    y = base_bits
+    # Small targets need more bits: x ≈ 2**y·(1 - per_factor) must resolve
+    # per_factor to about 2**-base_bits relative precision.
+    y = base_bits + max(0, math.ceil(math.log2(1 / float(per_factor))) - 1)
     while y <= _MAX_BASE_BITS:
         denominator = 1 << y
         # Float start, then exact correction: x is the smallest integer with
@@ -197,6 +201,7 @@ class BaseTwoExponential:
     min_passes: int = 20
     optimized: bool = False
     base_bits: int = 8
+    exact_base: tuple[int, int, int] | None = None
     base_numerator: int = field(init=False)
     base_denominator_bits: int = field(init=False)
     base_power: int = field(init=False)
@@ -223,7 +228,15 @@ class BaseTwoExponential:
             set_(self, "utility_bounds", _check_bounds(self.utility_bounds))
         factor = 1 if self.monotone else 2
         target = self.epsilon / (factor * self.utility_sensitivity)
-        x, y, z = choose_base(target, self.base_bits)
+        if self.exact_base is None:
+            x, y, z = choose_base(target, self.base_bits)
+        else:
+            x, y, z = _check_exact_base(self.exact_base)
+            if not _log_not_above(Fraction(1 << y, x), z, target):
+                raise ValueError(
+                    f"exact_base {self.exact_base!r} has η·ln2·c·Δu above epsilon={self.epsilon}; "
+                    f"raise epsilon (see BaseTwoExponential.for_base) or use a base closer to 1"
+                )
         set_(self, "base_numerator", x)
         set_(self, "base_denominator_bits", y)
         set_(self, "base_power", z)
@@ -233,6 +246,25 @@ class BaseTwoExponential:
         # The true ε is <= epsilon (proved exactly in choose_base), so the
         # rounded-up bound may be capped there.
         set_(self, "pure_epsilon", min(rounded_up, self.epsilon))
+
+    @classmethod
+    def for_base(
+        cls, x: int, y: int, z: int = 1, *, utility_sensitivity=1, monotone: bool = False, **options
+    ) -> BaseTwoExponential:
+        """The mechanism with ``base = (x/2**y)**z`` exactly and ε its rounded-up pure ε."""
+        x, y, z = _check_exact_base((x, y, z))
+        sensitivity = positive_rational(utility_sensitivity, "utility_sensitivity")
+        _, high = ln_bounds(Fraction(1 << y, x), 80)
+        factor = 1 if monotone else 2
+        exact_up = factor * sensitivity * z * high
+        epsilon = Fraction(math.ceil(exact_up * _EPSILON_GRID), _EPSILON_GRID)
+        return cls(
+            epsilon,
+            utility_sensitivity=sensitivity,
+            monotone=monotone,
+            exact_base=(x, y, z),
+            **options,
+        )
 
     @property
     def name(self) -> str:
@@ -296,7 +328,7 @@ class BaseTwoExponential:
         levels, tree = self._tree(numerators, denominator, stream)
         members_by_level: dict[int, np.ndarray] = {}
         for i in range(size):
-            level, offset, _ = self._select(tree, stream)
+            level, offset, _ = self._select(tree, stream, levels.size)
             members = members_by_level.get(level)
             if members is None:
                 members = members_by_level[level] = np.flatnonzero(levels == level)
@@ -310,7 +342,7 @@ class BaseTwoExponential:
 
     def _sample_exact(self, numerators: np.ndarray, denominator: int, stream) -> tuple[int, int]:
         levels, tree = self._tree(numerators, denominator, stream)
-        level, offset, passes = self._select(tree, stream)
+        level, offset, passes = self._select(tree, stream, levels.size)
         members = np.flatnonzero(levels == level)
         if offset >= members.size:
             raise InternalError(f"offset {offset} outside level {level} of {members.size}")
@@ -327,6 +359,8 @@ class BaseTwoExponential:
 
     def _levels(self, numerators: np.ndarray, denominator: int, stream) -> tuple[np.ndarray, int]:
         """Clamp, randomly round and shift the utilities to integer levels in ``[0, L)``."""
+        if numerators.dtype != object and self._clamp_limit(numerators, denominator) >= 2**62:
+            numerators = numerators.astype(object)  # exact Python ints instead of overflowing
         if self.utility_bounds is not None:
             low, high = self.utility_bounds
             clamped = np.minimum(np.maximum(numerators, low * denominator), high * denominator)
@@ -351,7 +385,10 @@ class BaseTwoExponential:
             remainders = clamped - floors * denominator
             fractional = np.flatnonzero(remainders != 0)
             ups = np.zeros(clamped.size, dtype=np.int64)
-            if fractional.size:
+            if fractional.size and clamped.dtype != object:
+                draws = stream.uniform_below(np.full(fractional.size, denominator, dtype=np.int64))
+                ups[fractional] = draws < remainders[fractional]
+            elif fractional.size:
                 den = np.full(fractional.size, denominator, dtype=object)
                 draws = stream.uniform_below(den if denominator > 2**63 else den.astype(np.int64))
                 ups[fractional] = np.asarray(
@@ -367,22 +404,36 @@ class BaseTwoExponential:
             raise InternalError(f"levels outside [0, {level_count}) after clamping")
         return levels, level_count
 
-    def _select(self, tree: _WeightTree, stream) -> tuple[int, int, int]:
+    def _clamp_limit(self, numerators: np.ndarray, denominator: int) -> int:
+        if self.utility_bounds is not None:
+            return max(abs(b) for b in self.utility_bounds) * denominator
+        smallest = abs(int(numerators.min()))
+        return smallest + (self.relative_gap(numerators.size) + 1) * denominator
+
+    def _select(self, tree: _WeightTree, stream, outcomes: int) -> tuple[int, int, int]:
         total = tree.total
         bits = (total - 1).bit_length()
-        nbytes = (bits + 7) // 8
+        # Every pass reads the same number of keystream bytes, fixed by public
+        # quantities (outcomes, level range): enough for the largest possible
+        # total, outcomes·2**(shift·(L-1)). Only the top `bits` are used.
+        public_bits = self._shift * (tree.level_count - 1) + int(outcomes).bit_length()
+        nbytes = (public_bits + 7) // 8
         excess = 8 * nbytes - bits
         chosen: tuple[int, int] | None = None
         passes = 0
         while True:
-            passes += 1
-            draw = int.from_bytes(stream.random_bytes(nbytes), "little") >> excess
-            accepted = draw < total
-            if chosen is None and accepted:
-                chosen = tree.locate(draw)
-            elif not self.optimized:
-                # Same work as an accepted pass: 2**bits - total <= total - 1.
-                tree.locate(draw if accepted else draw - total)
+            # The k mandatory passes read their keystream in one call.
+            batch = 1 if self.optimized or passes >= self.min_passes else self.min_passes
+            block = stream.random_bytes(batch * nbytes)
+            for start in range(0, batch * nbytes, nbytes) if nbytes else [0] * batch:
+                passes += 1
+                draw = int.from_bytes(block[start : start + nbytes], "little") >> excess
+                accepted = draw < total
+                if chosen is None and accepted:
+                    chosen = tree.locate(draw)
+                elif not self.optimized:
+                    # Same work as an accepted pass: 2**bits - total <= total - 1.
+                    tree.locate(draw if accepted else draw - total)
             if chosen is not None and (self.optimized or passes >= self.min_passes):
                 return chosen[0], chosen[1], passes
 
@@ -427,6 +478,10 @@ class _WeightTree:
     @property
     def total(self) -> int:
         return self._layers[-1][0][0]
+
+    @property
+    def level_count(self) -> int:
+        return len(self._layers[0])
 
     def locate(self, draw: int) -> tuple[int, int]:
         """``(level, offset)`` with ``draw`` in the level's cumulative interval (0 <= draw < total).
@@ -476,6 +531,23 @@ def _check_int(value, name: str, minimum: int) -> None:
         raise TypeError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
         raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_exact_base(base) -> tuple[int, int, int]:
+    try:
+        x, y, z = base
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"exact_base must be a triple (x, y, z) of integers, got {base!r}"
+        ) from None
+    for name, value in (("x", x), ("y", y), ("z", z)):
+        _check_int(value, f"exact_base {name}", 1)
+    x, y, z = int(x), int(y), int(z)
+    if y > _MAX_BASE_BITS:
+        raise ValueError(f"exact_base y must be <= {_MAX_BASE_BITS}, got {y}")
+    if x >= 1 << y:
+        raise ValueError(f"exact_base needs x < 2**y so that the base is below 1, got x={x}, y={y}")
+    return x, y, z
 
 
 def _check_bounds(bounds) -> tuple[int, int]:
@@ -542,4 +614,6 @@ def _from_fractions(values: list[Fraction]) -> tuple[np.ndarray, int]:
     for value in values:
         denominator = math.lcm(denominator, value.denominator)
     numerators = [v.numerator * (denominator // v.denominator) for v in values]
+    if denominator < 2**62 and max(abs(n) for n in numerators) < 2**62:
+        return np.array(numerators, dtype=np.int64), denominator
     return np.array(numerators, dtype=object), denominator
