@@ -1,0 +1,1 @@
+"""Driver-side privacy accounting: pure math on mechanisms, and the budget ledger."""
