@@ -104,6 +104,7 @@ CASES = [
     ("budget.epsilon", "one", "budget.epsilon = 'one': budget.epsilon: cannot read 'one'"),
     ("population.cap", {"rho": -2}, "population.cap.rho = -2: must be > 0"),
     ("population.cap", {"epsilon": 1, "x": 1}, "population.cap.x: unknown field"),
+    ("population.cap", DELETE, "population.cap: required field is missing"),
     ("population.name", DELETE, "population.name: required field is missing"),
     ("privacy_unit.max_per_cell", 0, "privacy_unit.max_per_cell = 0: must be >= 1"),
     ("privacy_unit.column", "", "privacy_unit.column = '': must not be empty"),

@@ -99,3 +99,45 @@ class InterimZcdpAccountant:
             mechanism = kind[item["mechanism"]](Fraction(item["parameter"]))
             accountant.add(mechanism, item["sensitivity"], item["count"])
         return accountant
+
+
+def interim_calibrate_discrete_gaussian(*, epsilon=None, delta=None, rho=None, queries):
+    """TEMPORARY: σ² per query from a ρ budget split by shares (ρ_j = share_j · ρ).
+
+    σ_j² = ||Δ_j||² / (2 ρ_j) exactly; an (ε, δ) budget is first turned into the
+    largest ρ with ρ + 2√(ρ log(1/δ)) <= ε, rounded DOWN (so σ² only grows).
+    """
+    if rho is None:
+        log_term = math.log(1 / float(delta))
+        root = math.sqrt(log_term + float(epsilon)) - math.sqrt(log_term)
+        rho = Fraction(root * root * (1 - 1e-9)).limit_denominator(10**12)
+        while rho + 2 * math.sqrt(float(rho) * log_term) > float(epsilon):
+            rho = rho * Fraction(999999, 1000000)
+    rho = Fraction(rho)
+    result = []
+    for share, vector in queries:
+        norm2 = sum(int(s) * int(s) for s in vector)
+        result.append(Fraction(norm2) / (2 * Fraction(share) * rho))
+    return result
+
+
+def interim_margin_of_error(mechanism, confidence) -> int:
+    """TEMPORARY: m with P[|Y| > m] <= 1 - confidence from the sub-Gaussian tail (CKS Prop. 23).
+
+    P[|Y| >= t] <= 2 exp(-t²/(2σ²)) for Y ~ N_Z(0, σ²), so m = ceil(σ √(2 ln(2/(1-c)))).
+    Conservative (rounded up), never smaller than the exact quantile.
+    """
+    alpha = 1 - float(confidence)
+    if isinstance(mechanism, DiscreteGaussian):
+        sigma = math.sqrt(float(mechanism.sigma2))
+        return math.ceil(_up(sigma * math.sqrt(2 * math.log(2 / alpha))))
+    if isinstance(mechanism, DiscreteLaplace):
+        # P[|Y| >= t] <= 2 exp(-t/b) / (1 + exp(-1/b)) <= 2 exp(-t/b)
+        return math.ceil(_up(float(mechanism.scale) * math.log(2 / alpha)))
+    raise TypeError(f"no margin of error for {mechanism!r}")
+
+
+def interim_zcdp_to_epsilon(rho, delta) -> float:
+    """TEMPORARY: ε = ρ + 2√(ρ log(1/δ)) (CKS Cor. 13's loose form; an upper bound)."""
+    rho = float(rho)
+    return _up(_up(rho) + _up(2 * math.sqrt(_up(rho * math.log(1 / float(delta))))))

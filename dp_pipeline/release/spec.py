@@ -257,6 +257,11 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
     if population is not None:
         _check_token(population, "population.name", problems)
     cap = None
+    if population_section and "cap" not in population_section:
+        problems.append(
+            "population.cap: required field is missing (the ledger refuses releases that "
+            "would exceed it), e.g. cap = { epsilon = 4, delta = 1e-8 } or cap = { rho = 1 }"
+        )
     if "cap" in population_section:
         raw_cap = population_section["cap"]
         if not isinstance(raw_cap, dict):
