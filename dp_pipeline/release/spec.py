@@ -116,7 +116,7 @@ class ReleaseSpec:
     privacy_unit: str
     budget: Budget | None
     cap: Budget | None
-    domains: dict[str, tuple[Any, ...]] = field(hash=False)
+    domains: dict[str, range | tuple[Any, ...]] = field(hash=False)
     tables: tuple[TableSpec, ...]
     input_path: str
     input_format: str
@@ -482,8 +482,8 @@ def _check_column(value: str, path: str, problems: list[str]) -> None:
         problems.append(f"{path} = {value!r}: must be a column name (letters, digits, '_')")
 
 
-def _domains(section: dict, problems: list[str]) -> dict[str, tuple[Any, ...]]:
-    domains: dict[str, tuple[Any, ...]] = {}
+def _domains(section: dict, problems: list[str]) -> dict[str, range | tuple[Any, ...]]:
+    domains: dict[str, range | tuple[Any, ...]] = {}
     for column, raw in section.items():
         path = f"domains.{column}"
         _check_column(column, path, problems)
@@ -503,7 +503,7 @@ def _domains(section: dict, problems: list[str]) -> dict[str, tuple[Any, ...]]:
             if stop < start:
                 problems.append(f"{path} = {raw!r}: empty domain (stop {stop} < start {start})")
                 continue
-            domains[column] = tuple(range(start, stop + 1))
+            domains[column] = range(start, stop + 1)  # a Sequence; stays compact
         elif isinstance(raw, list):
             if not raw:
                 problems.append(f"{path} = []: empty domain; list every value the column can take")
