@@ -184,7 +184,8 @@ def _write_outputs(final, plan, reservation, master, fingerprint, results, progr
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
-            frame = results[name]
+            frame = results[name].copy()
+            frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
             columns = [*table.table.keys, "value"]
             arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
             write_table(arrow, folder / f"{name}.parquet")
