@@ -72,7 +72,10 @@ def _png(figure) -> str:
 
 
 def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the 'report' extra is optional: tables without plots
+        return {}
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -211,7 +214,10 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
                 f"<td>{row['within_margin']:.2%}</td></tr>"
             )
         parts.append("</table>")
-        parts.append("<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>")
+        if "accuracy" in figures:
+            parts.append(
+                "<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>"
+            )
     parts.append(
         "<h2>Files</h2><ul>"
         + "".join(f"<li><code>{esc(name)}</code></li>" for name in sorted(report["files"]))
