@@ -182,9 +182,9 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
                 "release.noise = 'discrete_laplace': needs the accountant's Laplace calibration, "
                 "which is not available in this build"
             )
+        # Pure-ε calibration: meets any (ε, δ) budget with the same ε.
         parameters = calibrate_laplace(
             epsilon=budget.epsilon,
-            delta=budget.delta,
             queries=[(t.share, v) for t, v in zip(spec.tables, vectors, strict=True)],
         )
         mechanisms = [DiscreteLaplace(p) for p in parameters]
