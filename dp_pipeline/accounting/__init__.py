@@ -13,6 +13,11 @@ from dp_pipeline.accounting.calibration import (
     calibrate_discrete_gaussian,
     calibrate_discrete_laplace,
 )
+from dp_pipeline.accounting.gaussian import (
+    gaussian_sigma_analytic,
+    gaussian_sigma_classic,
+    gaussian_sigma_vinterbo,
+)
 from dp_pipeline.accounting.multivariate import multivariate_delta, multivariate_epsilon
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
 from dp_pipeline.accounting.zcdp import standard_zcdp_epsilon, zcdp_to_delta, zcdp_to_epsilon
@@ -25,6 +30,9 @@ __all__ = [
     "PrivacyLossDistribution",
     "calibrate_discrete_gaussian",
     "calibrate_discrete_laplace",
+    "gaussian_sigma_analytic",
+    "gaussian_sigma_classic",
+    "gaussian_sigma_vinterbo",
     "margin_of_error",
     "multivariate_delta",
     "multivariate_epsilon",
