@@ -1,9 +1,10 @@
 """dp_pipeline: exact, differentially private tables from pandas and PySpark."""
 
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
 
 __all__ = [
+    "BaseTwoExponential",
     "DiscreteGaussian",
     "DiscreteLaplace",
     "MasterKey",
