@@ -1,0 +1,130 @@
+"""Engines benchmark: DP counts vs plain group-by counts on census-like person data.
+
+Usage (from the repo root):
+    PYTHONPATH=. python bench/bench_engines.py --rows 10000000 --engines pandas,spark
+
+Prints one row per (engine, query): plain time, DP time, ratio, peak memory.
+Timings are wall-clock seconds measured in this run; the plain baseline is
+pandas ``groupby().size()`` + reindex to the full domain, or Spark
+``groupBy().count()`` written to the ``noop`` sink.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+import tracemalloc
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline import DiscreteGaussian, MasterKey
+from dp_pipeline.aggregate import QuerySpec
+from dp_pipeline.pandas_accessor import run_pandas
+
+SIZES = {"state": 51, "county": 3143, "age": 116, "sex": 2, "race": 7, "hispanic": 2}
+QUERIES = {
+    "state x age x sex": ["state", "age", "sex"],
+    "county x race x hispanic": ["county", "race", "hispanic"],
+    "county x age x sex x hispanic": ["county", "age", "sex", "hispanic"],
+}
+
+
+def persons(rows: int, seed: int) -> pd.DataFrame:
+    rng = np.random.default_rng(seed)  # test data only; noise never uses numpy generators
+    return pd.DataFrame({name: rng.integers(0, size, rows) for name, size in SIZES.items()})
+
+
+def spec_for(columns: list[str]) -> QuerySpec:
+    return QuerySpec.build(
+        "count",
+        by=columns,
+        domains={c: range(SIZES[c]) for c in columns},
+        noise=DiscreteGaussian(100),
+        key=MasterKey.from_hex("77" * 32),
+        release_id="bench",
+        table="_".join(columns),
+    )
+
+
+def timed(function):
+    tracemalloc.start()
+    start = time.perf_counter()
+    function()
+    elapsed = time.perf_counter() - start
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    return elapsed, peak / 2**20
+
+
+def bench_pandas(df: pd.DataFrame, queries):
+    rows = []
+    for name, columns in queries.items():
+        full = pd.MultiIndex.from_product([range(SIZES[c]) for c in columns], names=columns)
+
+        def plain(columns=columns, full=full):
+            df.groupby(columns).size().reindex(full, fill_value=0)
+
+        spec = spec_for(columns)
+        plain_s, plain_mb = timed(plain)
+        dp_s, dp_mb = timed(lambda spec=spec: run_pandas(df, spec))
+        rows.append(("pandas", name, plain_s, dp_s, plain_mb, dp_mb))
+    return rows
+
+
+def bench_spark(df: pd.DataFrame, queries, cores: int):
+    from dp_pipeline.spark import local_session, run_spark
+
+    spark = local_session(cores, driver_memory="6g")
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "persons.parquet")
+        df.to_parquet(path)
+        source = spark.read.parquet(path)
+        source.groupBy("state").count().collect()  # warm up the JVM and the file cache
+        for name, columns in queries.items():
+            spec = spec_for(columns)
+
+            def plain(columns=columns):
+                source.groupBy(*columns).count().write.format("noop").mode("overwrite").save()
+
+            def private(spec=spec):
+                noisy, _ = run_spark(source, spec)
+                noisy.write.format("noop").mode("overwrite").save()
+
+            plain_s, _ = timed(plain)
+            dp_s, _ = timed(private)
+            rows.append((f"spark local[{cores}]", name, plain_s, dp_s, float("nan"), float("nan")))
+    spark.stop()
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--rows", type=int, default=10_000_000)
+    parser.add_argument("--engines", default="pandas,spark")
+    parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=2026)
+    args = parser.parse_args()
+    df = persons(args.rows, args.seed)
+    results = []
+    engines = args.engines.split(",")
+    if "pandas" in engines:
+        results += bench_pandas(df, QUERIES)
+    if "spark" in engines:
+        results += bench_spark(df, QUERIES, args.cores)
+    print(f"rows={args.rows:,}")
+    print("| engine | query | cells | plain s | DP s | DP/plain | plain peak MiB | DP peak MiB |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for engine, name, plain_s, dp_s, plain_mb, dp_mb in results:
+        cells = int(np.prod([SIZES[c] for c in QUERIES[name]]))
+        print(
+            f"| {engine} | {name} | {cells:,} | {plain_s:.2f} | {dp_s:.2f} | "
+            f"{dp_s / plain_s:.2f} | {plain_mb:.0f} | {dp_mb:.0f} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
