@@ -71,6 +71,7 @@ Randomness comes only from a `dp_pipeline.randomness.SecureStream`.
 from __future__ import annotations
 
 import functools
+import gc
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -363,7 +364,16 @@ class BaseTwoExponential:
     def _tree(self, numerators, denominator, stream) -> tuple[np.ndarray, _WeightTree]:
         levels, level_count = self._levels(numerators, denominator, stream)
         counts = [int(c) for c in np.bincount(levels, minlength=level_count)]
-        return levels, _WeightTree(counts, self.base_numerator**self.base_power, self._shift)
+        # The tree is ~2L small tuples; generational GC passes over them cost
+        # more than the arithmetic, and they hold no reference cycles.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            tree = _WeightTree(counts, self.base_numerator**self.base_power, self._shift)
+        finally:
+            if collecting:
+                gc.enable()
+        return levels, tree
 
     @property
     def _shift(self) -> int:
