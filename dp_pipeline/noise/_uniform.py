@@ -1,0 +1,131 @@
+"""Exact uniform integers and rational Bernoulli draws as numpy array programs.
+
+Two representations, chosen by the caller from bounds proven in advance:
+
+* int64 arrays for bounds up to 2^63 (bounds up to 2^32 use Lemire's
+  multiply-and-reject method on 32-bit words, bounds above use masked
+  rejection on 64-bit words);
+* object arrays of exact Python ints for any bound.
+
+Every method is exact: each value in [0, bound) has probability exactly
+1/bound (rejection, never ``%`` alone, never floats), so a Bernoulli(num/den)
+draw ``uniform_below(den) < num`` has probability exactly num/den.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from dp_pipeline.errors import InternalError
+
+__all__ = ["INT64_MAX", "bernoulli_ratio", "uniform_below", "uniform_below_big"]
+
+INT64_MAX = (1 << 63) - 1
+_TWO32 = 1 << 32
+_LOW32 = np.uint64(0xFFFFFFFF)
+_SHIFT32 = np.uint64(32)
+
+
+def _smear(value: int) -> int:
+    return (1 << value.bit_length()) - 1
+
+
+def uniform_below(stream, bound: int, size: int) -> np.ndarray:
+    """``size`` exact uniform integers in [0, bound), 1 <= bound <= 2^63, as int64."""
+    if not 1 <= bound <= 1 << 63:
+        raise InternalError(f"uniform_below needs 1 <= bound <= 2^63, got {bound}")
+    if bound == 1 or size == 0:
+        return np.zeros(size, dtype=np.int64)
+    if bound <= _TWO32:
+        return _lemire32(stream, bound, size)
+    return _masked64(stream, bound, size)
+
+
+def _lemire32(stream, bound: int, size: int) -> np.ndarray:
+    # Lemire (2019): for a 32-bit word x, x*bound = hi*2^32 + lo; rejecting
+    # lo < 2^32 mod bound leaves each hi in [0, bound) with exactly
+    # floor(2^32/bound) words, so the accepted hi is exactly uniform.
+    reject_below = _TWO32 % bound
+    product = stream.random_uint32(size).astype(np.uint64) * np.uint64(bound)
+    values = (product >> _SHIFT32).astype(np.int64)
+    if reject_below:
+        rejected = np.flatnonzero((product & _LOW32) < np.uint64(reject_below))
+        if rejected.size:
+            values[rejected] = _lemire32(stream, bound, rejected.size)
+    return values
+
+
+def _masked64(stream, bound: int, size: int) -> np.ndarray:
+    mask = np.uint64(_smear(bound - 1))
+    limit = np.uint64(bound)
+    values = stream.random_uint64(size) & mask
+    rejected = np.flatnonzero(values >= limit)
+    if rejected.size:
+        values[rejected] = _masked64(stream, bound, rejected.size).astype(np.uint64)
+    return values.astype(np.int64)
+
+
+def uniform_below_big(stream, bound: int, size: int) -> np.ndarray:
+    """``size`` exact uniform integers in [0, bound) for any bound >= 1, as an object array."""
+    if bound < 1:
+        raise InternalError(f"uniform_below_big needs bound >= 1, got {bound}")
+    out = np.empty(size, dtype=object)
+    if size == 0:
+        return out
+    bits = (bound - 1).bit_length()
+    if bits == 0:
+        out[:] = 0
+        return out
+    words_per_value = (bits + 63) // 64
+    excess = 64 * words_per_value - bits
+    pending = np.arange(size)
+    while pending.size:
+        raw = stream.random_bytes(8 * words_per_value * pending.size)
+        step = 8 * words_per_value
+        candidates = [
+            int.from_bytes(raw[i : i + step], "little") >> excess for i in range(0, len(raw), step)
+        ]
+        accepted = [c < bound for c in candidates]
+        keep = np.fromiter(accepted, dtype=bool, count=len(accepted))
+        chosen = np.empty(len(candidates), dtype=object)
+        chosen[:] = candidates
+        out[pending[keep]] = chosen[keep]
+        pending = pending[~keep]
+    return out
+
+
+def bernoulli_ratio(stream, numerators: np.ndarray, denominator: int) -> np.ndarray:
+    """Exact Bernoulli(num_i / denominator) for each element.
+
+    For a word x uniform on [0, 2^w) and L = floor(2^w / den), the words
+    x < den*L are accepted (the rest redrawn), so h = floor(x / L) is exactly
+    uniform on [0, den) and h < num  <=>  x < num*L: one multiply and two
+    comparisons per element, 32-bit words when den <= 2^32, 64-bit up to 2^63.
+    ``numerators`` is int64 or an object array of Python ints (any den);
+    0 <= num_i <= den is the caller's invariant.
+    """
+    size = len(numerators)
+    if numerators.dtype == object or denominator > 1 << 63:
+        draws = uniform_below_big(stream, denominator, size)
+        return np.asarray(draws < numerators.astype(object), dtype=bool)
+    if size == 0:
+        return np.zeros(0, dtype=bool)
+    if denominator <= _TWO32:
+        per_value = _TWO32 // denominator
+        words = stream.random_uint32(size)
+        limits = numerators * per_value  # <= den * L <= 2^32: fits int64
+    elif denominator & (denominator - 1) == 0:
+        # den = 2^b: h is the top b bits of the word, no rejection (and num*L may be 2^64).
+        shift = np.uint64(64 - denominator.bit_length() + 1)
+        return (stream.random_uint64(size) >> shift) < numerators.astype(np.uint64)
+    else:
+        per_value = (1 << 64) // denominator
+        words = stream.random_uint64(size)
+        limits = numerators.astype(np.uint64) * np.uint64(per_value)  # < den * L < 2^64
+    result = words < limits
+    accept_limit = denominator * per_value
+    if accept_limit < (_TWO32 if denominator <= _TWO32 else 1 << 64):
+        rejected = np.flatnonzero(words >= accept_limit)
+        if rejected.size:
+            result[rejected] = bernoulli_ratio(stream, numerators[rejected], denominator)
+    return result

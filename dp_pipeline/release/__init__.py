@@ -1,0 +1,18 @@
+"""Census-style releases: spec (TOML) -> plan (accountant) -> run (engines) -> outputs + ledger.
+
+See docs/quickstart.md; the command-line entry point is ``dp-release``
+(`dp_pipeline.release.cli`).
+"""
+
+from dp_pipeline.release.plan import PlanError, ReleasePlan, plan_release
+from dp_pipeline.release.spec import ReleaseSpec, SpecError, load_spec, parse_spec
+
+__all__ = [
+    "PlanError",
+    "ReleasePlan",
+    "ReleaseSpec",
+    "SpecError",
+    "load_spec",
+    "parse_spec",
+    "plan_release",
+]

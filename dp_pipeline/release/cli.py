@@ -1,0 +1,156 @@
+"""``dp-release``: plan, run and audit census-style releases from a TOML spec.
+
+    dp-release plan SPEC [--release-id ID]
+    dp-release run SPEC [--input PATH] [--output DIR] [--engine spark|pandas] [--master URL]
+                        [--release-id ID] [--persons N] [--ledger PATH] [--key-file PATH]
+    dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
+
+User errors (bad spec, refused budget, reused release id) print one clear
+message to stderr and exit with status 2; nothing is read, spent or written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from fractions import Fraction
+
+from dp_pipeline.accounting.ledger import Ledger, LedgerError
+from dp_pipeline.release.plan import PlanError, format_plan, plan_release
+from dp_pipeline.release.spec import ENGINES, SpecError, load_spec
+
+__all__ = ["main"]
+
+DEFAULT_LEDGER = ".dp_pipeline/ledger.sqlite"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="dp-release",
+        description="Differentially private census-style releases with a budget ledger.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    plan = commands.add_parser("plan", help="per-table sigma2, rho share, margins; (eps, delta)")
+    plan.add_argument("spec", help="release spec (TOML), e.g. conf/census_demo.toml")
+    plan.add_argument("--release-id", help="override release.id (scheduled releases)")
+    plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+
+    run = commands.add_parser("run", help="run a release and write out/<release id>/")
+    run.add_argument("spec", help="release spec (TOML)")
+    run.add_argument("--input", dest="input_path", help="input Parquet/CSV (default: synthetic)")
+    run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
+    run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
+    run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
+    run.add_argument("--release-id", help="override release.id (scheduled releases)")
+    run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
+    run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
+    run.add_argument("--key-file", help="master key file (created if absent)")
+    run.add_argument("--quiet", action="store_true", help="no progress lines")
+
+    ledger = commands.add_parser("ledger", help="history and remaining budget per population")
+    ledger.add_argument("--ledger", dest="ledger_path", default=DEFAULT_LEDGER)
+    ledger.add_argument("--population", help="only this population")
+    ledger.add_argument(
+        "--abort",
+        metavar="RELEASE_ID",
+        help="mark a stale reservation aborted (only if nothing of it was published)",
+    )
+    return parser
+
+
+def _plan(arguments) -> int:
+    spec = load_spec(arguments.spec)
+    if arguments.release_id:
+        spec = spec.with_release_id(arguments.release_id)
+    plan = plan_release(spec)
+    if arguments.json:
+        print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
+    else:
+        print(format_plan(plan))
+    return 0
+
+
+def _run(arguments) -> int:
+    from dp_pipeline.release.run import Progress, apply_overrides, run_release
+
+    spec = apply_overrides(
+        load_spec(arguments.spec),
+        release_id=arguments.release_id,
+        input_path=arguments.input_path,
+        output_dir=arguments.output_dir,
+        engine=arguments.engine,
+        master=arguments.master,
+        ledger_path=arguments.ledger_path,
+        key_file=arguments.key_file,
+        synthetic_persons=arguments.synthetic_persons,
+    )
+    result = run_release(spec, progress=Progress(quiet=arguments.quiet))
+    cumulative = result.reservation.cumulative
+    print(f"release {spec.release_id}: {result.outcome}; output in {result.output}")
+    print(
+        "cumulative for population "
+        f"{spec.population}: {_spend(cumulative)} (cap {_cap(result.reservation.cap)})"
+    )
+    return 0
+
+
+def _spend(spend: dict) -> str:
+    parts = []
+    if spend.get("rho") is not None:
+        parts.append(f"rho={float(Fraction(spend['rho'])):.6g}")
+    if spend.get("epsilon") is not None:
+        parts.append(f"epsilon={spend['epsilon']:.6g}")
+    if spend.get("delta") is not None:
+        parts.append(f"delta={spend['delta']:.3g}")
+    return ", ".join(parts) or "nothing"
+
+
+def _cap(cap: dict) -> str:
+    if cap.get("rho") is not None:
+        return f"rho={cap['rho']}"
+    return f"epsilon={cap['epsilon']}, delta={cap['delta']}"
+
+
+def _ledger(arguments) -> int:
+    ledger = Ledger(arguments.ledger_path)
+    if arguments.abort:
+        ledger.abort(arguments.abort)
+        print(f"release {arguments.abort}: aborted; its reservation no longer counts")
+        return 0
+    populations = ledger.populations()
+    if arguments.population:
+        if arguments.population not in populations:
+            raise LedgerError(
+                f"--population {arguments.population!r}: not in the ledger "
+                f"{arguments.ledger_path} (known: {', '.join(populations) or 'none'})"
+            )
+        populations = {arguments.population: populations[arguments.population]}
+    if not populations:
+        print(f"ledger {arguments.ledger_path}: no releases yet")
+    for name, cap in populations.items():
+        _, left = ledger.spent(name)
+        print(f"population {name} (cap {_cap(cap)}): {left}")
+        print(f"  {'release id':<28}{'status':<11}{'reserved at':<27}{'cumulative after'}")
+        for entry in ledger.history(name):
+            print(
+                f"  {entry.release_id:<28}{entry.status:<11}{entry.reserved_at:<27}"
+                f"{_spend(entry.cumulative)}"
+            )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``dp-release`` console script."""
+    arguments = _parser().parse_args(argv)
+    handlers = {"plan": _plan, "run": _run, "ledger": _ledger}
+    try:
+        return handlers[arguments.command](arguments)
+    except (SpecError, PlanError, LedgerError) as error:
+        print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

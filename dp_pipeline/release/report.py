@@ -1,0 +1,233 @@
+"""Release reports: ``privacy_report.json`` (machine-readable) and ``report.html`` (for people).
+
+Both are post-processing of the plan, the ledger's reservation and the
+released tables, so they cost no privacy. The accuracy section compares the
+noisy cells with the true ones; it exists only when the input is synthetic
+(``truth`` given), because true counts of real data must never be published.
+Outputs are deterministic (no timestamps besides the ledger's reservation
+time, PNGs without metadata) so a re-emitted release is byte-identical.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import io
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline.release.plan import ReleasePlan
+
+__all__ = ["accuracy_summary", "html_report", "privacy_report"]
+
+
+def privacy_report(plan: ReleasePlan, reservation, key_fingerprint: str, files: dict) -> dict:
+    """The machine-readable report: mechanisms, σ², ρ, (ε, δ) of the release and cumulative."""
+    report = plan.to_dict()
+    report.pop("planning_seconds", None)
+    report["ledger"] = {
+        "population": reservation.population,
+        "reserved_at": reservation.reserved_at,
+        "cap": reservation.cap,
+        "release": reservation.guarantee,
+        "cumulative": reservation.cumulative,
+    }
+    report["master_key_fingerprint"] = key_fingerprint
+    report["files"] = files
+    return report
+
+
+def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> list[dict]:
+    """Per table: mean/max absolute error and share of cells within the margin of error."""
+    rows = []
+    for table in plan.tables:
+        frame = results[table.table.name]
+        if "true_value" not in frame:
+            continue
+        error = frame["value"].to_numpy(np.int64) - frame["true_value"].to_numpy(np.int64)
+        rows.append(
+            {
+                "table": table.table.name,
+                "cells": int(error.size),
+                "mean_abs_error": float(np.abs(error).mean()),
+                "rmse": float(np.sqrt((error.astype(float) ** 2).mean())),
+                "max_abs_error": int(np.abs(error).max()),
+                "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
+                "margin_of_error": table.margin_of_error,
+                "sigma": float(table.parameter) ** 0.5,
+            }
+        )
+    return rows
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
+    try:
+        import matplotlib
+    except ImportError:  # the 'report' extra is optional: tables without plots
+        return {}
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [t.table.name for t in plan.tables]
+    figures = {}
+    if plan.rho:
+        shares = [float(t.rho / plan.rho) for t in plan.tables]
+        figure, axis = plt.subplots(figsize=(7, 0.45 * len(names) + 1))
+        axis.barh(names, shares, color="#4477aa")
+        axis.set_xlabel("share of the release's zCDP ρ")
+        axis.invert_yaxis()
+        figures["budget"] = _png(figure)
+    figure, axis = plt.subplots(figsize=(7, 0.45 * len(names) + 1))
+    axis.barh(names, [t.margin_of_error for t in plan.tables], color="#ee7733")
+    axis.set_xscale("log")
+    axis.set_xlabel("95% margin of error per cell (log scale)")
+    axis.invert_yaxis()
+    figures["margins"] = _png(figure)
+    if accuracy:
+        columns = min(3, len(accuracy))
+        rows = (len(accuracy) + columns - 1) // columns
+        figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+        for axis, summary in zip(axes.ravel(), accuracy, strict=False):
+            frame = results[summary["table"]]
+            error = frame["value"].to_numpy(np.int64) - frame["true_value"].to_numpy(np.int64)
+            axis.hist(error, bins=60, color="#228833")
+            margin = summary["margin_of_error"]
+            axis.axvline(-margin, color="k", linestyle="--", linewidth=1)
+            axis.axvline(margin, color="k", linestyle="--", linewidth=1)
+            axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
+        for axis in axes.ravel()[len(accuracy) :]:
+            axis.axis("off")
+        figure.tight_layout()
+        figures["accuracy"] = _png(figure)
+    return figures
+
+
+def _number(value) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, Fraction):
+        value = float(value)
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return html.escape(str(value))
+
+
+def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) -> str:
+    """A self-contained HTML page (plots embedded as PNG) a person can read and publish."""
+    spec = plan.spec
+    figures = _figures(plan, results, accuracy)
+    guarantee = report["guarantee"]
+    ledger = report["ledger"]
+    esc = html.escape
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>Release {esc(spec.release_id)}</title>",
+        "<style>body{font-family:sans-serif;max-width:60em;margin:2em auto;line-height:1.4}"
+        "table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:.2em .6em;"
+        "text-align:right}th{background:#eee}td:first-child{text-align:left}</style>",
+        "</head><body>",
+        f"<h1>Release {esc(spec.release_id)}</h1>",
+        f"<p>{esc(spec.description)}</p>" if spec.description else "",
+        f"<p>Population <b>{esc(spec.population)}</b>; privacy unit: one "
+        f"<code>{esc(spec.privacy_unit)}</code>; neighbouring relation "
+        f"<b>{esc(spec.neighbouring)}</b>; noise <b>{esc(spec.noise)}</b> "
+        "(exact sampler, keyed ChaCha20 streams).</p>",
+        "<h2>Privacy guarantee</h2>",
+        "<table><tr><th>quantity</th><th>this release</th></tr>",
+        f"<tr><td>zCDP ρ</td><td>{_number(guarantee['rho'] and Fraction(guarantee['rho']))}"
+        "</td></tr>",
+        f"<tr><td>ε at δ = {_number(float(Fraction(guarantee['delta_reference'])))} "
+        f"(tight bound, {esc(guarantee['epsilon_tight']['method'])})</td>"
+        f"<td>{_number(guarantee['epsilon_tight']['upper'])}</td></tr>",
+        f"<tr><td>ε at the same δ by the zCDP conversion alone</td>"
+        f"<td>{_number(guarantee['epsilon_zcdp'])}</td></tr>",
+    ]
+    if guarantee["delta_tight"] is not None:
+        parts.append(
+            f"<tr><td>δ at the budget's ε = {_number(float(spec.budget.epsilon))}</td>"
+            f"<td>{_number(guarantee['delta_tight']['upper'])}</td></tr>"
+        )
+    parts.append("</table>")
+    cumulative = ledger["cumulative"]
+    cumulative_rho = cumulative.get("rho") and float(Fraction(cumulative["rho"]))
+    parts.append(
+        "<p>Cumulative for the population after this release (every committed and reserved "
+        f"release, composed by the accountant; upper bounds): ρ = {_number(cumulative_rho)}"
+        + (
+            f", ε = {_number(cumulative['epsilon'])}"
+            if cumulative.get("epsilon") is not None
+            else ""
+        )
+        + (f", δ = {_number(cumulative['delta'])}" if cumulative.get("delta") is not None else "")
+        + f". Cap: {esc(_cap_text(ledger['cap']))}.</p>"
+    )
+    parts.append("<h2>Tables, noise and margins of error</h2>")
+    parts.append(
+        "<p>The margin of error is the half-width m such that each cell's noise lies in "
+        "[−m, m] with probability at least 95% (exact, rounded up). Every declared cell is "
+        "released, zero counts included.</p>"
+    )
+    parts.append(
+        "<table><tr><th>table</th><th>keys</th><th>statistic</th><th>cells</th>"
+        "<th>σ²</th><th>σ</th><th>ρ share</th><th>margin (95%)</th></tr>"
+    )
+    for table in plan.tables:
+        share = "–" if not plan.rho or table.rho is None else f"{float(table.rho / plan.rho):.1%}"
+        statistic = table.table.statistic
+        if statistic == "sum":
+            statistic += f" of {table.table.value} in [{table.table.lower}, {table.table.upper}]"
+        parts.append(
+            f"<tr><td>{esc(table.table.name)}</td><td>{esc(' × '.join(table.table.keys))}</td>"
+            f"<td>{esc(statistic)}</td><td>{table.table.cells:,}</td>"
+            f"<td>{_number(float(table.parameter))}</td>"
+            f"<td>{_number(float(table.parameter) ** 0.5)}</td><td>{share}</td>"
+            f"<td>±{table.margin_of_error:,}</td></tr>"
+        )
+    parts.append("</table>")
+    for key, title in (("budget", "Budget split"), ("margins", "Margins of error")):
+        if key in figures:
+            parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,")
+            parts.append(figures[key] + "'>")
+    if accuracy:
+        parts.append("<h2>Accuracy against the truth (synthetic input only)</h2>")
+        parts.append(
+            "<table><tr><th>table</th><th>cells</th><th>mean |error|</th><th>RMSE</th>"
+            "<th>σ</th><th>max |error|</th><th>within margin</th></tr>"
+        )
+        for row in accuracy:
+            parts.append(
+                f"<tr><td>{esc(row['table'])}</td><td>{row['cells']:,}</td>"
+                f"<td>{row['mean_abs_error']:.3g}</td><td>{row['rmse']:.3g}</td>"
+                f"<td>{row['sigma']:.3g}</td><td>{row['max_abs_error']:,}</td>"
+                f"<td>{row['within_margin']:.2%}</td></tr>"
+            )
+        parts.append("</table>")
+        if "accuracy" in figures:
+            parts.append(
+                "<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>"
+            )
+    parts.append(
+        "<h2>Files</h2><ul>"
+        + "".join(f"<li><code>{esc(name)}</code></li>" for name in sorted(report["files"]))
+        + "</ul>"
+    )
+    parts.append("</body></html>")
+    return "\n".join(part for part in parts if part)
+
+
+def _cap_text(cap: dict) -> str:
+    if cap.get("rho") is not None:
+        return f"ρ ≤ {cap['rho']}"
+    return f"(ε = {cap['epsilon']}, δ = {cap['delta']})"

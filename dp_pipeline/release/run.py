@@ -1,0 +1,214 @@
+"""Running a release: plan -> reserve -> read -> aggregate + noise -> write atomically -> commit.
+
+Order matters for privacy and for crashes:
+
+1. The spec is validated and the plan proven (`plan_release`) before anything
+   else; a bad spec or budget never reaches the ledger or the data.
+2. The input's keyed fingerprint is computed (bytes only, no parsing) and the
+   ledger reserves the spend in one transaction, refusing it above the cap.
+3. Only then is the data read, bounded, aggregated over the full declared
+   domain and noised by the engine (deterministic in master key, release id,
+   table and noise partition).
+4. Outputs go to a hidden temporary folder that is renamed into place, and
+   only then is the ledger entry committed. A job killed anywhere leaves
+   either no release or a complete one, and a reservation that the next run
+   of the same release id resumes (same noise, no new spend).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+
+from dp_pipeline.accounting.ledger import Ledger, Reservation
+from dp_pipeline.release.fingerprint import input_fingerprint
+from dp_pipeline.release.keys import load_or_create_master_key
+from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
+from dp_pipeline.release.plan import ReleasePlan, plan_release
+from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
+from dp_pipeline.release.synthetic import cached_census_sample
+
+__all__ = ["Progress", "RunResult", "run_release"]
+
+# Fault injection for the crash tests: the process kills itself (SIGKILL, no
+# cleanup, exactly like an OOM kill or a lost node) at the named checkpoint.
+KILL_AT_VARIABLE = "DP_PIPELINE_KILL_AT"
+
+
+def _checkpoint(name: str) -> None:
+    if os.environ.get(KILL_AT_VARIABLE) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Progress:
+    """Timestamped progress lines on stderr (visible on long runs)."""
+
+    def __init__(self, stream=None, quiet: bool = False) -> None:
+        self.started = time.perf_counter()
+        self.stream = stream or sys.stderr
+        self.quiet = quiet
+
+    def __call__(self, message: str) -> None:
+        if not self.quiet:
+            elapsed = time.perf_counter() - self.started
+            print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    """What a run did: where the release is, the ledger outcome, and phase timings (s)."""
+
+    output: Path
+    outcome: str  # "reserved" (new spend), "resumed" or "already_committed"
+    plan: ReleasePlan
+    reservation: Reservation
+    report: dict
+    timings: dict[str, float]
+
+
+def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
+    """The spec with command-line overrides (None means keep the spec's value)."""
+    if overrides.get("release_id"):
+        spec = spec.with_release_id(overrides["release_id"])
+    mapping = {
+        "input_path": "input_path",
+        "output_dir": "output_dir",
+        "engine": "engine",
+        "master": "master",
+        "ledger_path": "ledger_path",
+        "key_file": "key_file",
+        "synthetic_persons": "synthetic_persons",
+    }
+    changes = {field: overrides[name] for name, field in mapping.items() if overrides.get(name)}
+    if "engine" in changes and changes["engine"] not in ENGINES:
+        raise SpecError([f"--engine {changes['engine']!r}: must be one of {', '.join(ENGINES)}"])
+    if "synthetic_persons" in changes and changes["synthetic_persons"] < 1:
+        raise SpecError([f"--persons {changes['synthetic_persons']}: must be >= 1"])
+    return replace(spec, **changes) if changes else spec
+
+
+def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
+    """Run ``spec`` end to end (see the module docstring for the order of steps).
+
+    ``spark`` is an existing SparkSession to use (engine "spark"); by default
+    one is started in local mode (or on ``spec.master``) and stopped afterwards.
+    """
+    progress = progress or Progress()
+    timings: dict[str, float] = {}
+    clock = time.perf_counter()
+
+    plan = plan_release(spec)
+    timings["plan"] = plan.seconds
+    progress(
+        f"planned {len(plan.tables)} table(s), "
+        f"{sum(t.table.cells for t in plan.tables):,} cells, in {plan.seconds:.3f} s "
+        f"(epsilon {float(plan.epsilon_tight.upper):.4g} at delta {float(plan.report_delta):.3g})"
+    )
+    master = load_or_create_master_key(spec.key_file, progress)
+
+    synthetic = not spec.input_path
+    if synthetic:
+        cache = Path(spec.ledger_path).parent / "samples"
+        progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
+        input_path = cached_census_sample(
+            cache, spec.synthetic_persons, spec.synthetic_seed, progress
+        )
+        input_format = "parquet"
+    else:
+        input_path, input_format = Path(spec.input_path), spec.input_format
+    fingerprint = input_fingerprint(master, input_path)
+
+    ledger = Ledger(spec.ledger_path)
+    final = Path(spec.output_dir) / spec.release_id
+    for leftover in clean_stale(final):
+        progress(f"removed {leftover}, left by an interrupted run")
+    reservation = ledger.reserve(
+        population=spec.population,
+        release_id=spec.release_id,
+        accountant=plan.accountant,
+        fingerprint=fingerprint,
+        cap=spec.cap,
+    )
+    progress(
+        {
+            "reserved": f"ledger: reserved; {reservation.remaining}",
+            "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
+            "already_committed": "ledger: release id already committed on this input; "
+            "re-emitting identical output (no new spend)",
+        }[reservation.outcome]
+    )
+    timings["setup"] = time.perf_counter() - clock - plan.seconds
+
+    try:
+        from dp_pipeline.release.engines import compute_tables
+
+        results, engine_timings = compute_tables(
+            spec,
+            plan,
+            master,
+            input_path,
+            input_format,
+            with_truth=synthetic,
+            progress=progress,
+            spark=spark,
+        )
+        timings.update(engine_timings)
+        _checkpoint("after_noise")
+        started = time.perf_counter()
+        report = _write_outputs(final, plan, reservation, master, fingerprint, results, progress)
+        timings["write"] = time.perf_counter() - started
+        _checkpoint("after_publish")
+        if reservation.outcome != "already_committed":
+            ledger.commit(spec.release_id, output=str(final))
+    except BaseException:
+        if reservation.outcome == "reserved" and not final.exists():
+            ledger.abort(spec.release_id)
+            progress("ledger: aborted (nothing was published; the budget is returned)")
+        raise
+    timings["total"] = time.perf_counter() - clock
+    progress(f"release written to {final} in {timings['total']:.1f} s")
+    return RunResult(final, reservation.outcome, plan, reservation, report, timings)
+
+
+def _write_outputs(final, plan, reservation, master, fingerprint, results, progress) -> dict:
+    files = {}
+    directory = AtomicReleaseDirectory(final)
+    with directory as folder:
+        for table in plan.tables:
+            name = table.table.name
+            frame = results[name].copy()
+            frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
+            columns = [*table.table.keys, "value"]
+            arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
+            write_table(arrow, folder / f"{name}.parquet")
+            files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
+            progress(f"wrote {name}.parquet ({arrow.num_rows:,} cells)")
+        report = privacy_report(plan, reservation, master.fingerprint, files)
+        report["input_fingerprint"] = fingerprint
+        write_json(report, folder / "privacy_report.json")
+        accuracy = accuracy_summary(plan, results)
+        if accuracy:
+            report_accuracy = {"accuracy_vs_truth": accuracy}
+            write_json(report_accuracy, folder / "accuracy.json")
+        (folder / "report.html").write_text(html_report(plan, report, results, accuracy))
+        _checkpoint("before_publish")
+        directory.publish()
+    return report
+
+
+def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
+    """The released tables of an output folder, by table name."""
+    import pyarrow.parquet as pq
+
+    return {
+        path.stem: pq.read_table(path).to_pandas()
+        for path in sorted(Path(folder).glob("*.parquet"))
+    }

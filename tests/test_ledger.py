@@ -1,0 +1,221 @@
+"""Budget ledger: caps, refusals that say what is left, release-id reuse, two-process races."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from fractions import Fraction
+from pathlib import Path
+
+import pytest
+
+from dp_pipeline.accounting.ledger import (
+    BudgetExceededError,
+    Ledger,
+    LedgerError,
+    ReleaseIdReuseError,
+    accountant_type,
+)
+from dp_pipeline.mechanisms import DiscreteGaussian
+from dp_pipeline.release.spec import Budget
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def accountant(sigma2, sensitivity=1):
+    """One discrete Gaussian query: rho = sensitivity² / (2 sigma2) (CKS Prop. 5)."""
+    result = accountant_type()()
+    result.add(DiscreteGaussian(sigma2), sensitivity=sensitivity, count=1)
+    return result
+
+
+RHO_CAP = Budget(rho=Fraction(1))
+
+
+def test_reserve_commit_and_history(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    reservation = ledger.reserve(
+        population="people",
+        release_id="r1",
+        accountant=accountant(Fraction(5, 4)),  # rho = 2/5
+        fingerprint="aa",
+        cap=RHO_CAP,
+    )
+    assert reservation.outcome == "reserved"
+    assert Fraction(reservation.cumulative["rho"]) == Fraction(2, 5)
+    assert ledger.entry("r1").status == "reserved"
+    ledger.commit("r1", output="out/r1")
+    entry = ledger.entry("r1")
+    assert (entry.status, entry.output, entry.fingerprint) == ("committed", "out/r1", "aa")
+    spend, left = ledger.spent("people")
+    assert spend.rho == Fraction(2, 5)
+    assert "3/5" in left or "0.6 left" in left
+    assert [e.release_id for e in ledger.history("people")] == ["r1"]
+    assert ledger.populations() == {"people": {"rho": "1", "epsilon": None, "delta": None}}
+
+
+def test_refusal_above_cap_says_how_much_is_left(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    for release_id in ("r1", "r2"):
+        ledger.reserve(
+            population="people",
+            release_id=release_id,
+            accountant=accountant(Fraction(5, 4)),
+            fingerprint=release_id,
+            cap=RHO_CAP,
+        )
+    # 2/5 + 2/5 spent (r2 only reserved: reservations count); 2/5 more would reach 6/5 > 1.
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.reserve(
+            population="people",
+            release_id="r3",
+            accountant=accountant(Fraction(5, 4)),
+            fingerprint="r3",
+            cap=RHO_CAP,
+        )
+    message = str(info.value)
+    assert "release 'r3' refused" in message
+    assert "rho 0.8 of 1 spent, 0.2 left" in message
+    assert "Nothing was read or written" in message
+    assert ledger.entry("r3") is None
+    # The just-fitting twin: rho 1/5 exactly reaches the cap and is accepted.
+    ledger.reserve(
+        population="people",
+        release_id="r3",
+        accountant=accountant(Fraction(5, 2)),
+        fingerprint="r3",
+        cap=RHO_CAP,
+    )
+
+
+def test_abort_returns_the_budget(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    args = dict(population="people", accountant=accountant(Fraction(5, 4)), cap=RHO_CAP)
+    ledger.reserve(release_id="r1", fingerprint="a", **args)
+    ledger.reserve(release_id="r2", fingerprint="b", **args)
+    ledger.abort("r2")
+    ledger.reserve(release_id="r3", fingerprint="c", **args)  # fits again
+    with pytest.raises(LedgerError, match="release id 'r2' is aborted; only a reserved"):
+        ledger.commit("r2")
+    with pytest.raises(LedgerError, match="release id 'nope' is not in the ledger"):
+        ledger.abort("nope")
+    # An aborted id published nothing, so it may be reserved again (even on other data).
+    ledger.abort("r3")
+    assert ledger.reserve(release_id="r2", fingerprint="z", **args).outcome == "reserved"
+
+
+def test_release_id_reuse(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    args = dict(population="people", release_id="r1", cap=RHO_CAP)
+    ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
+    # A stale reservation (crashed job) on the same data and plan is resumed, no new spend.
+    resumed = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
+    assert resumed.outcome == "resumed"
+    ledger.commit("r1")
+    again = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
+    assert again.outcome == "already_committed"
+    assert ledger.spent("people")[0].rho == Fraction(2, 5)  # no new spend
+    with pytest.raises(ReleaseIdReuseError, match="committed on different input data"):
+        ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-2", **args)
+    with pytest.raises(ReleaseIdReuseError, match="committed with a different plan"):
+        ledger.reserve(accountant=accountant(Fraction(5, 3)), fingerprint="data-1", **args)
+    with pytest.raises(ReleaseIdReuseError, match="already used for population 'people'"):
+        ledger.reserve(
+            population="others",
+            release_id="r1",
+            accountant=accountant(Fraction(5, 4)),
+            fingerprint="data-1",
+            cap=RHO_CAP,
+        )
+
+
+def test_cap_cannot_change(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    ledger.reserve(
+        population="people",
+        release_id="r1",
+        accountant=accountant(4),
+        fingerprint="a",
+        cap=RHO_CAP,
+    )
+    with pytest.raises(LedgerError, match="cap rho <= 2 differs from the ledger's cap rho <= 1"):
+        ledger.reserve(
+            population="people",
+            release_id="r2",
+            accountant=accountant(4),
+            fingerprint="b",
+            cap=Budget(rho=Fraction(2)),
+        )
+
+
+def test_epsilon_delta_cap(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    cap = Budget(epsilon=Fraction(1), delta=Fraction(1, 10**6))
+    # sigma = 20: one release is far inside (epsilon, delta) = (1, 1e-6) ...
+    ledger.reserve(
+        population="p", release_id="a", accountant=accountant(400), fingerprint="a", cap=cap
+    )
+    # ... a release with sigma = 1 alone is far outside it.
+    with pytest.raises(BudgetExceededError) as info:
+        ledger.reserve(
+            population="p", release_id="b", accountant=accountant(1), fingerprint="b", cap=cap
+        )
+    assert "(epsilon=1, delta=1/1000000)" in str(info.value)
+    assert "left" in str(info.value)
+
+
+RACER = textwrap.dedent(
+    """
+    import json, sys, time
+    from fractions import Fraction
+    from pathlib import Path
+    from dp_pipeline.accounting.ledger import BudgetExceededError, Ledger, accountant_type
+    from dp_pipeline.mechanisms import DiscreteGaussian
+    from dp_pipeline.release.spec import Budget
+
+    ledger_path, go_file, release_id = sys.argv[1:4]
+    accountant = accountant_type()()
+    accountant.add(DiscreteGaussian(Fraction(5, 4)), sensitivity=1, count=1)  # rho = 2/5
+    ledger = Ledger(ledger_path)
+    while not Path(go_file).exists():
+        time.sleep(0.001)
+    try:
+        ledger.reserve(population="people", release_id=release_id, accountant=accountant,
+                       fingerprint=release_id, cap=Budget(rho=Fraction(1)))
+        print(json.dumps("reserved"))
+    except BudgetExceededError:
+        print(json.dumps("refused"))
+    """
+)
+
+
+def test_concurrent_processes_cannot_double_spend(tmp_path):
+    """Four real processes race for a cap that holds two releases: exactly two win."""
+    ledger_path = tmp_path / "ledger.sqlite"
+    Ledger(ledger_path)  # create the schema before the race
+    go_file = tmp_path / "go"
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", RACER, str(ledger_path), str(go_file), f"r{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=environment,
+            text=True,
+        )
+        for i in range(4)
+    ]
+    time.sleep(3)  # let every process import and start polling for the go file
+    go_file.touch()
+    results = []
+    for process in processes:
+        out, err = process.communicate(timeout=300)
+        assert process.returncode == 0, err
+        results.append(json.loads(out))
+    assert sorted(results) == ["refused", "refused", "reserved", "reserved"]
+    spend, _ = Ledger(ledger_path).spent("people")
+    assert spend.rho == Fraction(4, 5)

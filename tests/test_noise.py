@@ -1,0 +1,439 @@
+"""Exact samplers: pmf fit, power, agreement with the scalar reference and between paths.
+
+Statistical tests use fixed keys (every run draws the same samples) and pin
+their threshold at p < 1e-4, i.e. a false-positive rate of 1e-4 per test for a
+correct sampler over the choice of key.
+
+Power (sample sizes). A cell of mass p0 distorted by a relative δ shifts its
+count by δ·n·p0 against a standard deviation sqrt(n·p0); at the p < 1e-4
+threshold (z ≈ 3.9) plus 80% power (z ≈ 0.84) a chi-square test on
+O(100) cells detects it when δ·sqrt(n·p0) >~ 4.7 (noncentrality n·p0·δ² ≈ 22
+on top of the dof). With N_PMF samples per parameter the smallest detectable
+relative distortion of a cell of mass p0 is therefore 4.7/sqrt(N_PMF·p0):
+see `detectable_distortion` and the table in the module's power test.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from fractions import Fraction
+from math import isqrt, sqrt
+
+import numpy as np
+import pytest
+from exact_pmf import GaussianMass, LaplaceMass
+from reference_samplers import bernoulli_exp as ref_bernoulli_exp
+from reference_samplers import discrete_gaussian as ref_discrete_gaussian
+from reference_samplers import discrete_laplace as ref_discrete_laplace
+from scipy import stats
+
+from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey, derive_stream
+from dp_pipeline.noise import bernoulli_exp, discrete_gaussian, discrete_laplace
+from dp_pipeline.noise._exp_digits import floor_scaled_exp_neg, geometric_exp_neg_one
+from dp_pipeline.noise._uniform import uniform_below, uniform_below_big
+
+KEY_HEX = "5a" * 16 + "c3" * 16
+KEY = MasterKey.from_hex(KEY_HEX)
+ALPHA = 1e-4
+# Samples per pmf test; DP_SAMPLER_TEST_SCALE multiplies them (default 1) for
+# deeper one-off runs. The default keeps this file inside its CI time budget.
+SCALE = int(os.environ.get("DP_SAMPLER_TEST_SCALE", "1"))
+N_PMF = 2_000_000 * SCALE
+MIN_EXPECTED = 20
+
+
+def stream(*labels):
+    return derive_stream(KEY, "test_noise", *labels)
+
+
+def detectable_distortion(n: int, cell_mass: float) -> float:
+    return 4.7 / sqrt(n * cell_mass)
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def cells_for(mass, width: int, n: int):
+    """Symmetric integer cells of ``width`` with expected count >= MIN_EXPECTED; tails pooled.
+
+    Returns (edges, probabilities): cell i is [edges[i-1], edges[i] - 1], with the
+    two tails (-inf, edges[0] - 1] and [edges[-1], inf) first and last.
+    """
+    half = width // 2
+    # Central cell [-half, width - half - 1], then outwards in steps of width.
+    upper = [width - half]
+    while n * mass.mass(upper[-1], upper[-1] + width - 1) >= MIN_EXPECTED:
+        upper.append(upper[-1] + width)
+    if n * mass.mass(upper[-1], None) < MIN_EXPECTED and len(upper) > 1:
+        upper.pop()
+    lower = [-half - (upper[i] - upper[0]) for i in range(len(upper))]
+    edges = sorted(set(lower + upper))
+    probabilities = [mass.mass(None, edges[0] - 1)]
+    for left, right in itertools.pairwise(edges):
+        probabilities.append(mass.mass(left, right - 1))
+    probabilities.append(mass.mass(edges[-1], None))
+    return np.array(edges, dtype=np.int64), np.array(probabilities)
+
+
+def chi_square_pvalue(samples: np.ndarray, edges: np.ndarray, probabilities: np.ndarray) -> float:
+    counts = np.bincount(
+        np.searchsorted(edges, samples.astype(np.int64), side="right"),
+        minlength=probabilities.size,
+    )
+    expected = probabilities / probabilities.sum() * counts.sum()
+    return float(stats.chisquare(counts, expected).pvalue)
+
+
+def pmf_pvalue(samples, mass, width):
+    edges, probabilities = cells_for(mass, width, samples.size)
+    return chi_square_pvalue(samples, edges, probabilities)
+
+
+def two_sample_pvalue(a: np.ndarray, b: np.ndarray) -> float:
+    """Chi-square homogeneity test on the pooled support (tails merged to >= 20 expected)."""
+    a = np.asarray(a.astype(np.int64))
+    b = np.asarray(b.astype(np.int64))
+    both = np.concatenate([a, b])
+    values, counts = np.unique(both, return_counts=True)
+    # Merge rare values outwards from the centre so every pooled cell has >= 40 draws.
+    edges, run = [], 0
+    for value, count in zip(values, counts, strict=True):
+        run += count
+        if run >= 40:
+            edges.append(value + 1)
+            run = 0
+    edges = np.array(edges[:-1], dtype=np.int64)  # a short last run joins its neighbour
+    table = np.array(
+        [
+            np.bincount(np.searchsorted(edges, x, side="right"), minlength=edges.size + 1)
+            for x in (a, b)
+        ]
+    )
+    table = table[:, table.sum(axis=0) > 0]
+    if table.shape[1] < 2:
+        return 1.0
+    return float(stats.chi2_contingency(table).pvalue)
+
+
+# ---------------------------------------------------------------- pmf tests
+
+GAUSSIAN_CASES = [
+    (Fraction(1, 4), 1),
+    (Fraction(1), 1),
+    (Fraction(7, 3), 1),
+    (Fraction(100), 1),
+    (Fraction(10**6), 50),  # σ = 1000: cells of width σ/20
+    (Fraction(10**12), 50_000),  # σ = 10^6: cells of width σ/20
+]
+
+
+@pytest.mark.parametrize("sigma2, width", GAUSSIAN_CASES, ids=lambda v: str(v))
+def test_discrete_gaussian_pmf(sigma2, width):
+    samples = discrete_gaussian(sigma2, N_PMF, stream("dg-pmf", str(sigma2)))
+    assert samples.dtype == np.int64 and samples.size == N_PMF
+    assert pmf_pvalue(samples, GaussianMass(sigma2), width) > ALPHA
+
+
+LAPLACE_CASES = [(Fraction(1, 2), 1), (Fraction(1), 1), (Fraction(7, 2), 1), (Fraction(1000), 50)]
+
+
+@pytest.mark.parametrize("scale, width", LAPLACE_CASES, ids=lambda v: str(v))
+def test_discrete_laplace_pmf(scale, width):
+    samples = discrete_laplace(scale, N_PMF, stream("dl-pmf", str(scale)))
+    assert samples.dtype == np.int64 and samples.size == N_PMF
+    assert pmf_pvalue(samples, LaplaceMass(scale), width) > ALPHA
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 4), Fraction(7, 3), Fraction(100), Fraction(10**6)])
+def test_gaussian_tail_beyond_four_sigma(sigma2):
+    n = N_PMF
+    samples = discrete_gaussian(sigma2, n, stream("dg-tail", str(sigma2)))
+    # |x| > 4σ  <=>  x² > 16σ² (exact integer comparison on x² q > 16 p)
+    p, q = sigma2.numerator, sigma2.denominator
+    cutoff = isqrt(16 * p // q)  # largest integer c with c² <= 16σ² (floor), tail is |x| > c
+    while (cutoff + 1) ** 2 * q <= 16 * p:
+        cutoff += 1
+    while cutoff**2 * q > 16 * p:
+        cutoff -= 1
+    mass = GaussianMass(sigma2)
+    tail = 2 * mass.mass(cutoff + 1, None)
+    hits = int(np.count_nonzero(np.abs(samples) > cutoff))
+    assert stats.binomtest(hits, n, tail).pvalue > ALPHA
+
+
+@pytest.mark.parametrize(
+    "gamma", [Fraction(0), Fraction(1, 3), Fraction(1), Fraction(5, 2), Fraction(20)]
+)
+def test_bernoulli_exp_binomial(gamma):
+    n = 4_000_000
+    draws = bernoulli_exp(gamma, n, stream("bexp", str(gamma)))
+    assert draws.dtype == bool and draws.size == n
+    p = float(np.exp(-float(gamma)))
+    hits = int(draws.sum())
+    if gamma == 0:
+        assert hits == n
+    else:
+        assert stats.binomtest(hits, n, p).pvalue > ALPHA
+
+
+# ---------------------------------------------------------------- power
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(7, 3), Fraction(100), Fraction(10**6)])
+def test_gaussian_pmf_test_has_power(sigma2):
+    """The true σ² passes; samples drawn with σ² 3% too large or too small fail."""
+    width = GAUSSIAN_CASES[[c[0] for c in GAUSSIAN_CASES].index(sigma2)][1]
+    mass = GaussianMass(sigma2)
+    n = N_PMF
+    for factor, should_pass in [
+        (Fraction(1), True),
+        (Fraction(103, 100), False),
+        (Fraction(97, 100), False),
+    ]:
+        samples = discrete_gaussian(
+            sigma2 * factor, n, stream("dg-power", str(sigma2), str(factor))
+        )
+        assert (pmf_pvalue(samples, mass, width) > ALPHA) == should_pass, factor
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 2), Fraction(7, 2), Fraction(1000)])
+def test_laplace_pmf_test_has_power(scale):
+    width = dict(LAPLACE_CASES)[scale]
+    mass = LaplaceMass(scale)
+    for factor, should_pass in [
+        (Fraction(1), True),
+        (Fraction(103, 100), False),
+        (Fraction(97, 100), False),
+    ]:
+        samples = discrete_laplace(
+            scale * factor, N_PMF, stream("dl-power", str(scale), str(factor))
+        )
+        assert (pmf_pvalue(samples, mass, width) > ALPHA) == should_pass, factor
+
+
+def test_power_statement():
+    # Documents what N_PMF buys: the relative distortion detectable (80% power) per cell mass.
+    assert detectable_distortion(N_PMF, 0.1) < 0.011
+    assert detectable_distortion(N_PMF, 1e-2) < 0.034
+
+
+# ---------------------------------------------------------------- reference and paths
+
+
+N_REF = 20_000
+
+
+@pytest.mark.parametrize(
+    "kind, parameter",
+    [
+        ("gaussian", Fraction(7, 3)),
+        ("gaussian", Fraction(1, 4)),
+        ("laplace", Fraction(7, 2)),
+        ("laplace", Fraction(2, 3)),
+    ],
+)
+def test_vectorized_matches_scalar_reference(kind, parameter):
+    reference_stream = stream("ref-scalar", kind, str(parameter))
+    vector_stream = stream("ref-vector", kind, str(parameter))
+    if kind == "gaussian":
+        reference = [ref_discrete_gaussian(reference_stream, parameter) for _ in range(N_REF)]
+        vectorized = discrete_gaussian(parameter, 10 * N_REF, vector_stream)
+    else:
+        reference = [ref_discrete_laplace(reference_stream, parameter) for _ in range(N_REF)]
+        vectorized = discrete_laplace(parameter, 10 * N_REF, vector_stream)
+    assert two_sample_pvalue(np.array(reference), vectorized) > ALPHA
+
+
+def test_bernoulli_exp_matches_scalar_reference():
+    gamma = Fraction(5, 2)
+    reference_stream = stream("ref-bexp-scalar")
+    reference = sum(ref_bernoulli_exp(reference_stream, gamma) for _ in range(N_REF))
+    vectorized = int(bernoulli_exp(gamma, 10 * N_REF, stream("ref-bexp-vector")).sum())
+    table = [[reference, N_REF - reference], [vectorized, 10 * N_REF - vectorized]]
+    assert stats.chi2_contingency(table).pvalue > ALPHA
+
+
+@pytest.mark.parametrize(
+    "kind, parameter",
+    [("gaussian", Fraction(7, 3)), ("gaussian", Fraction(100)), ("laplace", Fraction(7, 2))],
+)
+def test_int64_and_big_integer_paths_agree(kind, parameter):
+    n = 100_000
+    sampler = discrete_gaussian if kind == "gaussian" else discrete_laplace
+    fast = sampler(parameter, 4 * n, stream("paths-fast", kind, str(parameter)))
+    big = sampler(parameter, n, stream("paths-big", kind, str(parameter)), force_big=True)
+    assert fast.dtype == np.int64
+    assert two_sample_pvalue(fast, big) > ALPHA
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(10**100), Fraction(10**40, 3)])
+def test_big_gaussian_parameters(sigma2):
+    n = 4000
+    samples = discrete_gaussian(sigma2, n, stream("big-dg", str(sigma2)))
+    assert samples.dtype == object and samples.size == n
+    assert all(type(x) is int for x in samples)
+    # |X|/σ: the fraction inside one σ is ≈ 0.6827 (N_Z(0, σ²) is the continuous
+    # Gaussian up to exp(-2π²σ²) at this size), binomial test.
+    p, q = sigma2.numerator, sigma2.denominator
+    inside = sum(1 for x in samples if x * x * q <= p)
+    assert stats.binomtest(inside, n, 0.682689492137).pvalue > ALPHA
+
+
+def test_big_laplace_scale():
+    scale = Fraction(10**30)
+    n = 4000
+    samples = discrete_laplace(scale, n, stream("big-dl"))
+    assert samples.dtype == object and samples.size == n
+    # P[|Z| >= b] = 2 C r^b / (1 - r) ≈ e^{-1} for large b (C = (1-r)/(1+r), r = e^{-1/b}).
+    beyond = sum(1 for x in samples if abs(x) >= 10**30)
+    assert stats.binomtest(beyond, n, float(np.exp(-1))).pvalue > ALPHA
+
+
+# ---------------------------------------------------------------- building blocks
+
+
+def test_exp_digits_match_mpmath():
+    import mpmath
+
+    mpmath.mp.dps = 120
+    for k in (1, 2, 3, 17, 44, 45, 60):
+        for bits in (1, 6, 64, 130, 256):
+            expected = int(mpmath.floor(mpmath.exp(-k) * mpmath.mpf(2) ** bits))
+            assert floor_scaled_exp_neg(k, bits) == expected, (k, bits)
+
+
+@pytest.mark.parametrize("bits", [3, 6, 64])
+def test_geometric_is_exact_including_tie_path(bits):
+    # With 3 or 6 bits per comparison, ties with floor(2^b e^{-k}) happen for ~10-40%
+    # of draws, so the scalar tie resolution is exercised heavily.
+    n = 400_000
+    values = geometric_exp_neg_one(stream("geo", bits), n, bits=bits)
+    top = 12
+    counts = np.bincount(np.minimum(values, top), minlength=top + 1)
+    probabilities = [np.exp(-k) * (1 - np.exp(-1)) for k in range(top)] + [np.exp(-top)]
+    assert stats.chisquare(counts, np.array(probabilities) * n).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("bound", [2, 3, 7, 1000, 2**31 + 11, 2**32, 2**40 + 3, 2**63])
+def test_uniform_below_fast_path(bound):
+    n = 300_000
+    values = uniform_below(stream("uniform", bound), bound, n)
+    assert values.dtype == np.int64
+    assert int(values.min()) >= 0 and int(values.max()) <= bound - 1
+    cells = min(bound, 16)
+    # Equal-mass cells: floor(v * cells / bound) (exact in Python ints for big bounds).
+    index = (values.astype(object) * cells // bound).astype(np.int64)
+    counts = np.bincount(index, minlength=cells)
+    expected = np.array(
+        [(-(-(i + 1) * bound // cells)) - (-(-i * bound // cells)) for i in range(cells)]
+    )
+    assert stats.chisquare(counts, expected / bound * n).pvalue > ALPHA
+
+
+def test_uniform_below_big_path():
+    bound = 3 * 10**40 + 7
+    n = 50_000
+    values = uniform_below_big(stream("uniform-big"), bound, n)
+    assert values.dtype == object and all(0 <= v < bound for v in values)
+    counts = np.bincount([v * 10 // bound for v in values], minlength=10)
+    assert stats.chisquare(counts).pvalue > ALPHA
+
+
+# ---------------------------------------------------------------- determinism
+
+
+def test_same_key_and_labels_give_identical_samples():
+    a = discrete_gaussian(Fraction(7, 3), 50_000, derive_stream(KEY, "rel", "t", 1))
+    b = discrete_gaussian(
+        Fraction(7, 3), 50_000, derive_stream(MasterKey.from_hex(KEY_HEX), "rel", "t", 1)
+    )
+    c = discrete_gaussian(Fraction(7, 3), 50_000, derive_stream(KEY, "rel", "t", 2))
+    assert np.array_equal(a, b)
+    assert not np.array_equal(a, c)
+    la = discrete_laplace(3, 1000, derive_stream(KEY, "lap"))
+    lb = discrete_laplace(3, 1000, derive_stream(KEY, "lap"))
+    assert np.array_equal(la, lb)
+
+
+def test_mechanism_objects_sample():
+    a = DiscreteGaussian("7/3").sample(1000, derive_stream(KEY, "m"))
+    b = discrete_gaussian(Fraction(7, 3), 1000, derive_stream(KEY, "m"))
+    assert np.array_equal(a, b)
+    c = DiscreteLaplace(Fraction(1, 2)).sample(1000, derive_stream(KEY, "m2"))
+    assert np.array_equal(c, discrete_laplace("1/2", 1000, derive_stream(KEY, "m2")))
+
+
+def test_size_zero_and_one():
+    for sampler, parameter in ((discrete_gaussian, 3), (discrete_laplace, 3), (bernoulli_exp, 1)):
+        assert sampler(parameter, 0, stream("zero")).size == 0
+        assert sampler(parameter, 1, stream("one")).size == 1
+
+
+# ---------------------------------------------------------------- bad input
+
+
+BAD_PARAMETERS = [
+    (0, ValueError, "must be > 0"),
+    (-1, ValueError, "must be > 0"),
+    (Fraction(-1, 2), ValueError, "must be > 0"),
+    (float("nan"), ValueError, "must be finite"),
+    (float("inf"), ValueError, "must be finite"),
+    (True, TypeError, "must be an int, a Fraction or a 'p/q' string"),
+    (None, TypeError, "must be an int, a Fraction or a 'p/q' string"),
+    ("1/0", ValueError, "zero denominator"),
+    ("abc", ValueError, "cannot read 'abc' as an exact rational"),
+    ("-1/2", ValueError, "must be > 0"),
+    ([1], TypeError, "must be an int, a Fraction or a 'p/q' string"),
+]
+
+
+@pytest.mark.parametrize("bad, exc, message", BAD_PARAMETERS, ids=lambda v: repr(v))
+@pytest.mark.parametrize(
+    "sampler, name", [(discrete_gaussian, "sigma2"), (discrete_laplace, "scale")]
+)
+def test_bad_parameters_are_refused_with_a_message(sampler, name, bad, exc, message):
+    with pytest.raises(exc) as info:
+        sampler(bad, 10, stream("bad"))
+    text = str(info.value)
+    assert name in text and message in text
+    assert KEY_HEX[:16] not in text.lower()
+
+
+@pytest.mark.parametrize(
+    "bad, exc, message",
+    [
+        (-1, ValueError, "gamma must be >= 0"),
+        (Fraction(-1, 3), ValueError, "gamma must be >= 0"),
+        (float("nan"), ValueError, "gamma must be finite"),
+        (True, TypeError, "gamma must be an int"),
+        (None, TypeError, "gamma must be an int"),
+        ("x/3", ValueError, "gamma: cannot read"),
+    ],
+)
+def test_bad_gamma(bad, exc, message):
+    with pytest.raises(exc, match=message):
+        bernoulli_exp(bad, 10, stream("bad"))
+
+
+@pytest.mark.parametrize(
+    "size, exc, message",
+    [
+        (-1, ValueError, "size must be a non-negative int, got -1"),
+        (True, TypeError, "size must"),
+        (2.0, TypeError, "size must"),
+    ],
+)
+def test_bad_size(size, exc, message):
+    with pytest.raises(exc, match=message):
+        discrete_gaussian(1, size, stream("bad"))
+
+
+def test_bad_stream_and_no_key_in_errors():
+    with pytest.raises(
+        TypeError, match=r"stream must be a dp_pipeline\.randomness\.SecureStream"
+    ) as info:
+        discrete_laplace(1, 10, KEY)
+    assert KEY_HEX[:16] not in str(info.value).lower()
+    assert KEY_HEX[:16] not in repr(stream("x")).lower()
+    assert KEY_HEX[:16] not in repr(DiscreteGaussian(2)).lower()
