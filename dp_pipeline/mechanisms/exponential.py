@@ -70,6 +70,8 @@ Randomness comes only from a `dp_pipeline.randomness.SecureStream`.
 
 from __future__ import annotations
 
+import functools
+import gc
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -89,6 +91,7 @@ _MAX_WEIGHT_BITS = 1 << 25
 _MAX_BASE_BITS = 62
 
 
+@functools.lru_cache(maxsize=4096)
 def ln_bounds(r: Fraction, bits: int) -> tuple[Fraction, Fraction]:
     """Rational ``(lower, upper)`` with ``lower <= ln(r) <= upper`` and width ``<= 2**-bits``.
 
@@ -112,21 +115,31 @@ def ln_bounds(r: Fraction, bits: int) -> tuple[Fraction, Fraction]:
 
 
 def _atanh_series(r: Fraction, bits: int) -> tuple[Fraction, Fraction]:
-    t = (r - 1) / (r + 1)
-    if t == 0:
+    # Fixed point with directed rounding: every term is floored into `lower`
+    # and ceiled into `upper`, so the bounds stay bounds; integers only.
+    num, den = r.numerator - r.denominator, r.numerator + r.denominator  # t = num/den
+    if num == 0:
         return Fraction(0), Fraction(0)
-    t2 = t * t
-    tolerance = Fraction(1, 1 << bits)
-    term = t  # t**(2k+1)
-    total = Fraction(0)
+    precision = bits + 8
+    scale = 1 << precision
+    lower = upper = 0
+    power_num, power_den = num, den  # t**(2k+1)
+    num2, den2 = num * num, den * den
     k = 0
     while True:
-        total += 2 * term / (2 * k + 1)
-        term *= t2
+        numerator = 2 * power_num * scale
+        denominator = power_den * (2 * k + 1)
+        lower += numerator // denominator
+        upper += -(-numerator // denominator)
+        power_num *= num2
+        power_den *= den2
         k += 1
-        tail = 2 * term / ((2 * k + 1) * (1 - t2))
-        if tail <= tolerance:
-            return total, total + tail
+        # tail <= 2·t**(2k+1) / ((2k+1)(1 - t²)), rounded up
+        tail_num = 2 * power_num * den2 * scale
+        tail_den = power_den * (2 * k + 1) * (den2 - num2)
+        tail = -(-tail_num // tail_den)
+        if tail * (1 << bits) <= scale:
+            return Fraction(lower, scale), Fraction(upper + tail, scale)
 
 
 def _log_not_above(r: Fraction, z: int, target: Fraction) -> bool:
@@ -351,7 +364,16 @@ class BaseTwoExponential:
     def _tree(self, numerators, denominator, stream) -> tuple[np.ndarray, _WeightTree]:
         levels, level_count = self._levels(numerators, denominator, stream)
         counts = [int(c) for c in np.bincount(levels, minlength=level_count)]
-        return levels, _WeightTree(counts, self.base_numerator**self.base_power, self._shift)
+        # The tree is ~2L small tuples; generational GC passes over them cost
+        # more than the arithmetic, and they hold no reference cycles.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            tree = _WeightTree(counts, self.base_numerator**self.base_power, self._shift)
+        finally:
+            if collecting:
+                gc.enable()
+        return levels, tree
 
     @property
     def _shift(self) -> int:
