@@ -1,9 +1,10 @@
 """dp_pipeline: exact, differentially private tables from pandas and PySpark."""
 
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
 
 __all__ = [
+    "BaseTwoExponential",
     "DiscreteGaussian",
     "DiscreteLaplace",
     "MasterKey",
@@ -12,3 +13,6 @@ __all__ = [
 ]
 
 __version__ = "0.1.0"
+
+# Registers the ``df.dp`` accessor on pandas DataFrames.
+from dp_pipeline import pandas_accessor as _pandas_accessor  # noqa: F401

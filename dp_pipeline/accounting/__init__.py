@@ -1,1 +1,34 @@
-"""Driver-side privacy accounting: pure math on mechanisms, and the budget ledger."""
+"""Driver-side privacy accounting: pure math on mechanism values, knows nothing of data.
+
+Methods: zCDP (CKS 2020 Cor. 13), exact 1-D discrete Gaussian (CKS Thm. 7), multivariate
+lattice FFT (CKS §4), grid privacy-loss distributions by FFT (Koskela et al. 2021),
+calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–Wang, Vinterbo),
+and exact margins of error. The persistent budget ledger is `dp_pipeline.accounting.ledger`.
+"""
+
+from dp_pipeline.accounting.accountant import PrivacyAccountant, PrivacyEvent
+from dp_pipeline.accounting.accuracy import margin_of_error
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.calibration import (
+    calibrate_discrete_gaussian,
+    calibrate_discrete_laplace,
+)
+from dp_pipeline.accounting.multivariate import multivariate_delta, multivariate_epsilon
+from dp_pipeline.accounting.pld import PrivacyLossDistribution
+from dp_pipeline.accounting.zcdp import standard_zcdp_epsilon, zcdp_to_delta, zcdp_to_epsilon
+
+__all__ = [
+    "DeltaBound",
+    "EpsilonBound",
+    "PrivacyAccountant",
+    "PrivacyEvent",
+    "PrivacyLossDistribution",
+    "calibrate_discrete_gaussian",
+    "calibrate_discrete_laplace",
+    "margin_of_error",
+    "multivariate_delta",
+    "multivariate_epsilon",
+    "standard_zcdp_epsilon",
+    "zcdp_to_delta",
+    "zcdp_to_epsilon",
+]

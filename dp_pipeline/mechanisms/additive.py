@@ -39,6 +39,27 @@ class DiscreteGaussian:
 
         return discrete_gaussian(self.sigma2, size, stream)
 
+    # Accounting (exact math lives in dp_pipeline.accounting; imported lazily so the
+    # mechanism layer does not depend on the accountant at import time).
+
+    def rho(self, sensitivity: int = 1) -> Fraction:
+        """Exact zCDP ρ = Δ²/(2σ²) (CKS Theorem 4)."""
+        from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_rho
+
+        return discrete_gaussian_rho(self.sigma2, sensitivity)
+
+    def delta(self, epsilon: float, sensitivity: int = 1) -> float:
+        """Exact δ(ε) (CKS Theorem 7, maximum over the shifts 1..Δ), rounded up."""
+        from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta
+
+        return discrete_gaussian_delta(self.sigma2, epsilon, sensitivity)
+
+    def epsilon(self, delta: float, sensitivity: int = 1) -> float:
+        """Smallest ε with exact δ(ε) <= δ (CKS Theorem 7), rounded up."""
+        from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_epsilon
+
+        return discrete_gaussian_epsilon(self.sigma2, delta, sensitivity)
+
 
 @dataclass(frozen=True)
 class DiscreteLaplace:
@@ -62,3 +83,27 @@ class DiscreteLaplace:
         from dp_pipeline.noise import discrete_laplace
 
         return discrete_laplace(self.scale, size, stream)
+
+    # Accounting (lazy imports: see DiscreteGaussian).
+
+    def pure_epsilon(self, sensitivity: int = 1) -> Fraction:
+        """Exact pure ε = Δ/b."""
+        from dp_pipeline.accounting.discrete_laplace import discrete_laplace_pure_epsilon
+
+        return discrete_laplace_pure_epsilon(self.scale, sensitivity)
+
+    def rho(self, sensitivity: int = 1) -> Fraction:
+        """ρ = ε²/2 with ε = Δ/b (pure ε-DP implies ε²/2-zCDP, Bun & Steinke 2016)."""
+        return self.pure_epsilon(sensitivity) ** 2 / 2
+
+    def delta(self, epsilon: float, sensitivity: int = 1) -> float:
+        """Tight δ(ε) from the discrete Laplace privacy-loss distribution, rounded up."""
+        from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta
+
+        return discrete_laplace_delta(self.scale, epsilon, sensitivity)
+
+    def epsilon(self, delta: float, sensitivity: int = 1) -> float:
+        """Smallest ε with tight δ(ε) <= δ (at most Δ/b), rounded up."""
+        from dp_pipeline.accounting.discrete_laplace import discrete_laplace_epsilon
+
+        return discrete_laplace_epsilon(self.scale, delta, sensitivity)

@@ -1,0 +1,491 @@
+"""PrivacyAccountant: the driver-side ledger of one release's mechanisms and its (ε, δ).
+
+It records events (mechanism, per-coordinate sensitivity vector, count) and answers δ(ε),
+ε(δ) and ρ with the tightest method that applies:
+
+1. one discrete Gaussian (or Laplace) coordinate: the exact 1-D formula (CKS Theorem 7,
+   maximised over the shifts 1..Δ);
+2. everything on a common rational lattice (discrete Gaussians, discrete Laplace, randomized
+   response with a rational ε) with a practical FFT size: the multivariate FFT of CKS §4;
+3. otherwise: the grid privacy-loss-distribution accountant (dominating-pair discretisation);
+
+and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
+conversion (CKS Corollary 13), which is always valid. Each answer names its method and
+carries a lower bound (the gap says how tight the upper bound is).
+
+Sensitivity vectors are taken as the worst-case neighbour difference (the engines compute
+it from the contribution bounds); a scalar sensitivity Δ of a single one-coordinate event is
+maximised over the shifts 1..Δ.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import numbers
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dp_pipeline.accounting._checks import check_delta, check_epsilon
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+from dp_pipeline.accounting.multivariate import (
+    LatticeComponent,
+    epsilon_from_delta_function,
+    lattice_loss,
+)
+from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.rational import exact_rational
+
+__all__ = ["PrivacyAccountant", "PrivacyEvent"]
+
+_LATTICE_TOLERANCE = 1e-14
+_MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
+_PLD_RESOLUTION = 4000  # grid points per standard deviation of the composed loss
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One recorded use: ``count`` independent runs of ``mechanism`` with shifts ``sensitivity``."""
+
+    mechanism: Any
+    sensitivity: tuple[int, ...]
+    count: int
+
+
+def _sensitivity_tuple(sensitivity: object) -> tuple[int, ...]:
+    if isinstance(sensitivity, (str, bytes)):
+        raise TypeError(
+            f"sensitivity must be an integer or a sequence of integers, got {sensitivity!r}"
+        )
+    values = list(sensitivity) if isinstance(sensitivity, (Sequence, np.ndarray)) else [sensitivity]
+    if not values:
+        raise ValueError("sensitivity must not be an empty sequence")
+    result = []
+    for index, value in enumerate(values):
+        name = "sensitivity" if len(values) == 1 else f"sensitivity[{index}]"
+        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, Fraction)):
+            raise TypeError(
+                f"{name} must be an integer (a discrete mechanism's queries move by whole "
+                f"units), got {value!r}"
+            )
+        if isinstance(value, Fraction) and value.denominator != 1:
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if int(value) < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+        result.append(int(value))
+    if not any(result):
+        raise ValueError(f"sensitivity must have at least one non-zero shift, got {tuple(result)}")
+    return tuple(result)
+
+
+def _pure_epsilon_of(mechanism) -> Fraction | float | None:
+    pure = getattr(mechanism, "pure_epsilon", None)
+    if pure is None:
+        return None
+    value = pure() if callable(pure) else pure
+    if isinstance(value, Fraction):
+        return value
+    return float(value)
+
+
+class PrivacyAccountant:
+    """Composes the mechanisms of a release; see the module docstring for the methods."""
+
+    def __init__(self) -> None:
+        self._events: list[PrivacyEvent] = []
+        self._cache: dict = {}
+
+    # ----------------------------------------------------------------- recording
+    def add(self, mechanism, sensitivity=1, count: int = 1) -> PrivacyAccountant:
+        """Record ``count`` independent runs of ``mechanism`` (returns self for chaining).
+
+        ``sensitivity``: an integer Δ, or the per-coordinate integer shifts μ of the worst
+        neighbour (e.g. L0 cells each shifted by L∞). Mechanisms described by
+        ``privacy_loss_pmfs()`` or ``pure_epsilon`` take no sensitivity (must be 1).
+        """
+        if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
+            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+        shifts = _sensitivity_tuple(sensitivity)
+        if not isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+            if not hasattr(mechanism, "privacy_loss_pmfs") and _pure_epsilon_of(mechanism) is None:
+                raise TypeError(
+                    f"mechanism must be a DiscreteGaussian, a DiscreteLaplace, or have "
+                    f"privacy_loss_pmfs() or pure_epsilon; got {type(mechanism).__name__}"
+                )
+            if shifts != (1,):
+                raise ValueError(
+                    f"sensitivity must be 1 for {type(mechanism).__name__}: its "
+                    f"privacy_loss_pmfs()/pure_epsilon already describe one run, "
+                    f"got {sensitivity!r}"
+                )
+        self._events.append(PrivacyEvent(mechanism, shifts, int(count)))
+        self._cache.clear()
+        return self
+
+    @property
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        return tuple(self._events)
+
+    # ----------------------------------------------------------------- zCDP / pure
+    def rho(self) -> Fraction:
+        """Exact zCDP ρ of the composition (sum over events and coordinates)."""
+        self._require_events()
+        total = Fraction(0)
+        for event in self._events:
+            total += event.count * self._event_rho(event)
+        return total
+
+    @staticmethod
+    def _event_rho(event: PrivacyEvent) -> Fraction:
+        mechanism = event.mechanism
+        if isinstance(mechanism, DiscreteGaussian):
+            return sum((Fraction(m * m) for m in event.sensitivity), Fraction(0)) / (
+                2 * mechanism.sigma2
+            )
+        if isinstance(mechanism, DiscreteLaplace):
+            return sum((Fraction(m, 1) / mechanism.scale) ** 2 / 2 for m in event.sensitivity)
+        pure = _pure_epsilon_of(mechanism)
+        if pure is not None and not hasattr(mechanism, "privacy_loss_pmfs"):
+            pure_exact = pure if isinstance(pure, Fraction) else Fraction(pure)
+            return pure_exact**2 / 2
+        raise ValueError(
+            f"{type(mechanism).__name__} has no finite zCDP ρ known to the accountant "
+            f"(it is described only by privacy_loss_pmfs()); use delta()/epsilon()"
+        )
+
+    def _rho_or_none(self) -> float | None:
+        try:
+            return float(self.rho())
+        except ValueError:
+            return None
+
+    def pure_epsilon(self) -> Fraction:
+        """Exact total pure ε (basic composition); errors if any event is not pure DP."""
+        self._require_events()
+        total = Fraction(0)
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteLaplace):
+                total += event.count * sum(Fraction(m) for m in event.sensitivity) / mechanism.scale
+                continue
+            pure = None if isinstance(mechanism, DiscreteGaussian) else _pure_epsilon_of(mechanism)
+            if pure is None:
+                raise ValueError(
+                    f"{type(mechanism).__name__} is not pure ε-DP; pure_epsilon() needs every "
+                    f"mechanism to be pure DP"
+                )
+            total += event.count * (pure if isinstance(pure, Fraction) else Fraction(pure))
+        return total
+
+    # ----------------------------------------------------------------- (ε, δ)
+    def delta(self, epsilon: float, method: str | None = None) -> DeltaBound:
+        """Bound on δ(ε) of the whole composition (``.upper`` is the guarantee).
+
+        ``method="pure_dp"`` asks for plain pure-DP addition (δ = 0 once ε >= Σ ε_i).
+        """
+        epsilon = check_epsilon(epsilon)
+        self._require_events()
+        if method == "pure_dp":
+            total = float(self.pure_epsilon())
+            if epsilon >= total:
+                return DeltaBound(0.0, 0.0, "pure_dp")
+        elif method is not None:
+            raise ValueError(f"method must be None or 'pure_dp', got {method!r}")
+        delta_of, _name = self._composition()
+        return delta_of(epsilon)
+
+    def epsilon(self, delta: float) -> EpsilonBound:
+        """Bound on the smallest ε with δ(ε) <= δ (``.upper`` is the guarantee)."""
+        delta = check_delta(delta)
+        self._require_events()
+        delta_of, name = self._composition()
+        rho = self._rho_or_none()
+        high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
+        return epsilon_from_delta_function(delta_of, delta, high, name)
+
+    @property
+    def method(self) -> str:
+        """The method the accountant uses for this composition."""
+        self._require_events()
+        return self._composition()[1]
+
+    def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
+        """A JSON-safe summary: method, ρ (if finite) and the requested bounds with their gap."""
+        result: dict = {"method": self.method, "events": len(self._events)}
+        rho = self._rho_or_none()
+        result["rho"] = None if rho is None else str(self.rho())
+        if epsilon is not None:
+            bound = self.delta(epsilon)
+            result["delta"] = {
+                "epsilon": epsilon,
+                "upper": bound.upper,
+                "lower": bound.lower,
+                "gap": bound.gap,
+                "method": bound.method,
+            }
+        if delta is not None:
+            bound = self.epsilon(delta)
+            result["epsilon"] = {
+                "delta": delta,
+                "upper": bound.upper,
+                "lower": bound.lower,
+                "gap": bound.gap,
+                "method": bound.method,
+            }
+        return result
+
+    # ----------------------------------------------------------------- internals
+    def _require_events(self) -> None:
+        if not self._events:
+            raise ValueError("the accountant is empty: add() at least one mechanism first")
+
+    def _composition(self):
+        if "composition" not in self._cache:
+            self._cache["composition"] = self._build_composition()
+        return self._cache["composition"]
+
+    def _build_composition(self):
+        rho = self._rho_or_none()
+        single = self._single_coordinate()
+        if single is not None:
+            delta_of, name = single
+        else:
+            components = self._lattice_components()
+            loss = None
+            if components is not None:
+                loss = lattice_loss(
+                    components,
+                    _LATTICE_TOLERANCE,
+                    max_size=max(16, _MAX_LATTICE_WORK // max(1, len(components))),
+                )
+            if loss is not None:
+                name = "multivariate_fft"
+
+                def delta_of(eps, loss=loss):
+                    return loss.delta_bound(eps, "multivariate_fft")
+            else:
+                pld = self._pld()
+                name = "pld_fft"
+                delta_of = pld.delta_bound
+
+        if rho is None:
+            return delta_of, name
+
+        def capped(eps):
+            bound = delta_of(eps)
+            zcdp = zcdp_to_delta(rho, eps)
+            if zcdp < bound.upper:
+                return DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+            return bound
+
+        return capped, name
+
+    def _single_coordinate(self):
+        if len(self._events) != 1:
+            return None
+        event = self._events[0]
+        if event.count != 1 or len(event.sensitivity) != 1:
+            return None
+        mechanism, shift = event.mechanism, event.sensitivity[0]
+        if isinstance(mechanism, DiscreteGaussian):
+
+            def delta_of(eps):
+                value = mechanism.delta(eps, shift)
+                # Theorem 7 is exact; the float evaluation is good to ~1e-12 relative.
+                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "theorem7")
+
+            return delta_of, "theorem7"
+        if isinstance(mechanism, DiscreteLaplace):
+
+            def delta_of(eps):
+                value = mechanism.delta(eps, shift)
+                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "discrete_laplace_exact")
+
+            return delta_of, "discrete_laplace_exact"
+        return None
+
+    def _lattice_components(self) -> list[LatticeComponent] | None:
+        counts: Counter = Counter()
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteGaussian):
+                for shift in event.sensitivity:
+                    if shift:
+                        counts[("dg", mechanism.sigma2, shift)] += event.count
+            elif isinstance(mechanism, DiscreteLaplace):
+                for shift in event.sensitivity:
+                    if shift:
+                        counts[("dl", mechanism.scale, shift)] += event.count
+            elif hasattr(mechanism, "privacy_loss_pmfs"):
+                return None
+            else:
+                pure = _pure_epsilon_of(mechanism)
+                if not isinstance(pure, Fraction):
+                    return None
+                if pure > 0:
+                    counts[("rr", pure, 1)] += event.count
+        components = []
+        for (kind, value, shift), count in counts.items():
+            if kind == "dg":
+                components.append(
+                    LatticeComponent(
+                        offset=Fraction(shift * shift) / (2 * value),
+                        step=Fraction(shift) / value,
+                        count=count,
+                        sigma2=value,
+                    )
+                )
+            elif kind == "dl":
+                _, probabilities = discrete_laplace_loss_pmf(value, shift)
+                components.append(
+                    LatticeComponent(
+                        offset=-Fraction(shift) / value,
+                        step=2 / value,
+                        count=count,
+                        probabilities=tuple(float(p) for p in probabilities),
+                    )
+                )
+            else:
+                p = 1 / (1 + math.exp(-float(value)))
+                components.append(
+                    LatticeComponent(
+                        offset=-value,
+                        step=2 * value,
+                        count=count,
+                        probabilities=(1 - p, p),
+                    )
+                )
+        return components or None
+
+    def _pld(self):
+        from dp_pipeline.accounting.pld import PrivacyLossDistribution
+
+        parts_spec = []
+        variance = 0.0
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+                for shift, multiplicity in Counter(s for s in event.sensitivity if s).items():
+                    parts_spec.append((mechanism, shift, multiplicity * event.count))
+                    if isinstance(mechanism, DiscreteGaussian):
+                        variance += (
+                            multiplicity * event.count * shift * shift / float(mechanism.sigma2)
+                        )
+                    else:
+                        variance += (
+                            multiplicity * event.count * (shift / float(mechanism.scale)) ** 2
+                        )
+            else:
+                parts_spec.append((mechanism, 1, event.count))
+                pure = _pure_epsilon_of(mechanism)
+                variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
+        step = max(math.sqrt(variance) / _PLD_RESOLUTION, 1e-7)
+        parts = []
+        for mechanism, shift, count in parts_spec:
+            part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
+            parts.append(part.self_compose(count) if count > 1 else part)
+        while len(parts) > 1:
+            parts = [
+                parts[i].compose(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                for i in range(0, len(parts), 2)
+            ]
+        return parts[0]
+
+    # ----------------------------------------------------------------- persistence
+    def to_dict(self) -> dict:
+        """JSON-safe description of the events (Fractions as "p/q" strings)."""
+        return {
+            "version": 1,
+            "events": [
+                {
+                    "mechanism": _mechanism_to_dict(event.mechanism),
+                    "sensitivity": list(event.sensitivity),
+                    "count": event.count,
+                }
+                for event in self._events
+            ],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> PrivacyAccountant:
+        """Rebuild an accountant from `to_dict` output."""
+        if not isinstance(data, dict) or data.get("version") != 1 or "events" not in data:
+            raise ValueError(
+                "data must be a dict from PrivacyAccountant.to_dict() with version 1 and events"
+            )
+        accountant = cls()
+        for index, event in enumerate(data["events"]):
+            try:
+                mechanism = _mechanism_from_dict(event["mechanism"])
+                accountant.add(mechanism, event["sensitivity"], event["count"])
+            except (KeyError, TypeError) as error:
+                raise ValueError(f"events[{index}] is malformed: {error}") from error
+        return accountant
+
+
+def _fraction_string(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def _mechanism_to_dict(mechanism) -> dict:
+    if isinstance(mechanism, DiscreteGaussian):
+        return {"type": "discrete_gaussian", "sigma2": _fraction_string(mechanism.sigma2)}
+    if isinstance(mechanism, DiscreteLaplace):
+        return {"type": "discrete_laplace", "scale": _fraction_string(mechanism.scale)}
+    if hasattr(mechanism, "to_dict") and hasattr(type(mechanism), "from_dict"):
+        cls = type(mechanism)
+        return {
+            "type": "object",
+            "class": f"{cls.__module__}:{cls.__qualname__}",
+            "data": mechanism.to_dict(),
+        }
+    if hasattr(mechanism, "privacy_loss_pmfs"):
+        p, q = mechanism.privacy_loss_pmfs()
+        return {"type": "pmf_pair", "p": [float(x) for x in p], "q": [float(x) for x in q]}
+    pure = _pure_epsilon_of(mechanism)
+    exact = pure if isinstance(pure, Fraction) else Fraction(pure)
+    return {"type": "pure_dp", "epsilon": _fraction_string(exact)}
+
+
+@dataclass(frozen=True)
+class PmfPair:
+    """A mechanism given only by its dominating pair of pmfs (as restored from a ledger)."""
+
+    p: tuple[float, ...]
+    q: tuple[float, ...]
+
+    def privacy_loss_pmfs(self):
+        return np.asarray(self.p), np.asarray(self.q)
+
+
+@dataclass(frozen=True)
+class PureDP:
+    """A pure ε-DP mechanism (dominating pair: randomized response)."""
+
+    pure_epsilon: Fraction
+
+
+def _mechanism_from_dict(data: dict):
+    kind = data["type"]
+    if kind == "discrete_gaussian":
+        return DiscreteGaussian(exact_rational(data["sigma2"], "sigma2"))
+    if kind == "discrete_laplace":
+        return DiscreteLaplace(exact_rational(data["scale"], "scale"))
+    if kind == "pmf_pair":
+        return PmfPair(tuple(data["p"]), tuple(data["q"]))
+    if kind == "pure_dp":
+        return PureDP(exact_rational(data["epsilon"], "epsilon"))
+    if kind == "object":
+        module_name, _, qualname = data["class"].partition(":")
+        target: Any = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            target = getattr(target, part)
+        return target.from_dict(data["data"])
+    raise ValueError(f"unknown mechanism type {kind!r}")

@@ -1,0 +1,67 @@
+"""Exact margins of error of the additive noise (never a normal approximation)."""
+
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_log_normalizer
+
+__all__ = ["margin_of_error"]
+
+
+def _check_confidence(confidence: object) -> float:
+    if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
+        raise TypeError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+    value = float(confidence)
+    if not 0 < value < 1:
+        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+    return value
+
+
+def _gaussian_margin(sigma2: float, confidence: float) -> int:
+    allowed = 1 - confidence  # P(|Y| > m) must be <= allowed
+    sigma = math.sqrt(sigma2)
+    log_normalizer = discrete_gaussian_log_normalizer(sigma2)
+    top = math.ceil(sigma * math.sqrt(2 * 745)) + 2  # beyond: pmf underflows to 0
+    ys = np.arange(0, top + 1, dtype=np.float64)
+    pmf = np.exp(-(ys * ys) / (2 * sigma2) - log_normalizer)
+    # tail[m] = P(|Y| > m) = 2·Σ_{y > m} P[Y = y], summed from the smallest terms up.
+    upper_tail = np.cumsum(pmf[::-1])[::-1]  # Σ_{y >= m}
+    tail = 2 * np.append(upper_tail[1:], 0.0)
+    return int(np.argmax(tail <= allowed))
+
+
+def _laplace_margin(scale: float, confidence: float) -> int:
+    allowed = 1 - confidence
+    q = math.exp(-1 / scale)
+
+    def tail(m: int) -> float:  # P(|Y| > m) = 2 q^{m+1} / (1 + q)
+        return 2 * math.exp(-(m + 1) / scale) / (1 + q)
+
+    m = max(0, math.ceil(math.log(allowed * (1 + q) / 2) * -scale) - 1)
+    while tail(m) > allowed:
+        m += 1
+    while m > 0 and tail(m - 1) <= allowed:
+        m -= 1
+    return m
+
+
+def margin_of_error(mechanism, confidence: float = 0.95) -> int:
+    """Smallest integer m with P(|Y| <= m) >= ``confidence`` for the mechanism's noise Y.
+
+    Discrete Gaussian: tail sums of the exact pmf (normaliser by Poisson summation);
+    discrete Laplace: the closed form P(|Y| > m) = 2q^{m+1}/(1+q), q = e^{-1/b}.
+    """
+    from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+    confidence = _check_confidence(confidence)
+    if isinstance(mechanism, DiscreteGaussian):
+        return _gaussian_margin(float(mechanism.sigma2), confidence)
+    if isinstance(mechanism, DiscreteLaplace):
+        return _laplace_margin(float(mechanism.scale), confidence)
+    raise TypeError(
+        f"mechanism must be a DiscreteGaussian or DiscreteLaplace, got {type(mechanism).__name__}"
+    )

@@ -1,0 +1,187 @@
+"""Keyed, deterministic contribution bounding (the rule both engines implement).
+
+Which rows a privacy unit keeps must (a) depend only on that unit's own rows,
+as differential privacy requires, (b) not be "the first ones" (an adversary or
+a file order must not steer it), and (c) be identical in pandas and Spark. The
+rule:
+
+1. ``unit_key = int(sha256(salt_hex + "|" + str(unit))[:15 hex digits])`` — a
+   60-bit key per unit (Spark: ``sha2`` + ``conv``; pandas: ``hashlib``).
+2. Rows of one (unit, cell) are ranked by
+   ``row_rank = xxhash64(seed_rows, unit_key, cell, value_units)`` then by the
+   value; the first ``max_per_cell`` are kept (counts keep ``min(n, max_per_cell)``
+   rows, which are interchangeable).
+3. A unit's (unit, cell) pairs are ranked by
+   ``cell_rank = xxhash64(seed_cells, unit_key, cell)`` then by cell index; the
+   first ``max_cells`` are kept.
+
+``xxhash64`` is Spark's ``xxhash64`` expression on LongType inputs (XXH64's
+8-byte "hashLong" step chained from Spark's fixed seed 42); `spark_xxhash64`
+below is a numpy transcription, checked against Spark in the tests. The salt
+and seeds come from ``key.hmac_sha256(b"bounding", labels(release_id, table))``;
+they appear in Spark plans, so they are derived values, never the master key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline.randomness import MasterKey, encode_labels
+
+__all__ = ["BoundingResult", "BoundingSalt", "bound_contributions", "spark_xxhash64", "unit_keys"]
+
+_P1 = np.uint64(0x9E3779B185EBCA87)
+_P2 = np.uint64(0xC2B2AE3D27D4EB4F)
+_P3 = np.uint64(0x165667B19E3779F9)
+_P4 = np.uint64(0x85EBCA77C2B2AE63)
+_P5 = np.uint64(0x27D4EB2F165667C5)
+SPARK_XXHASH_SEED = 42
+
+
+@dataclass(frozen=True)
+class BoundingSalt:
+    """Public-in-plans values derived from the master key for one (release, table)."""
+
+    unit_salt: str  # 32 hex digits, prefixed to each unit before sha256
+    seed_cells: int  # signed 64-bit
+    seed_rows: int
+
+    @classmethod
+    def derive(cls, key: MasterKey, release_id: str, table: str) -> BoundingSalt:
+        digest = key.hmac_sha256(b"bounding", encode_labels((release_id, table)))
+        return cls(
+            unit_salt=digest[:16].hex(),
+            seed_cells=int.from_bytes(digest[16:24], "little", signed=True),
+            seed_rows=int.from_bytes(digest[24:32], "little", signed=True),
+        )
+
+    def __repr__(self) -> str:
+        return "BoundingSalt(<derived>)"
+
+
+def _rotl(x: np.ndarray, r: int) -> np.ndarray:
+    return (x << np.uint64(r)) | (x >> np.uint64(64 - r))
+
+
+def _hash_long(value: np.ndarray, seed: np.ndarray) -> np.ndarray:
+    """Spark's XXH64.hashLong(input, seed) on uint64 arrays (wrapping arithmetic)."""
+    h = seed + _P5 + np.uint64(8)
+    k = _rotl(value * _P2, 31) * _P1
+    h ^= k
+    h = _rotl(h, 27) * _P1 + _P4
+    h ^= h >> np.uint64(33)
+    h *= _P2
+    h ^= h >> np.uint64(29)
+    h *= _P3
+    h ^= h >> np.uint64(32)
+    return h
+
+
+def spark_xxhash64(*columns: np.ndarray | int) -> np.ndarray:
+    """numpy equal of Spark SQL ``xxhash64(c1, c2, ...)`` on non-null LongType columns (int64)."""
+    arrays = [np.asarray(c, dtype=np.int64) for c in columns]
+    length = max((a.size for a in arrays if a.ndim), default=1)
+    with np.errstate(over="ignore"):
+        h = np.full(length, SPARK_XXHASH_SEED, dtype=np.uint64)
+        for array in arrays:
+            values = np.broadcast_to(array, (length,)).view(np.uint64)
+            h = _hash_long(values, h)
+    return h.view(np.int64)
+
+
+def unit_keys(units: pd.Series | np.ndarray, salt: BoundingSalt) -> tuple[np.ndarray, np.ndarray]:
+    """(unit codes for grouping, 60-bit unit keys) for a column of non-null units.
+
+    The key is the first 15 hex digits of sha256(salt + "|" + str(unit)), which
+    Spark computes as ``conv(substring(sha2(...), 1, 15), 16, 10)``. Hashing runs
+    once per distinct unit.
+    """
+    codes, uniques = pd.factorize(np.asarray(units), sort=False)
+    prefix = salt.unit_salt + "|"
+    keys = np.fromiter(
+        (
+            int(hashlib.sha256((prefix + str(u)).encode("utf-8")).hexdigest()[:15], 16)
+            for u in uniques
+        ),
+        dtype=np.int64,
+        count=len(uniques),
+    )
+    return codes.astype(np.int64), keys[codes]
+
+
+@dataclass(frozen=True)
+class BoundingResult:
+    """Kept (unit, cell) pairs aggregated, and what bounding removed."""
+
+    cells: np.ndarray  # cell index of each kept (unit, cell) pair
+    counts: np.ndarray  # rows kept in that pair
+    sums: np.ndarray | None  # sum of kept value units in that pair
+    rows_removed_max_per_cell: int
+    rows_removed_max_cells: int
+    pairs_removed_max_cells: int
+
+
+def _group_starts(*sorted_keys: np.ndarray) -> np.ndarray:
+    """Boolean mask of the rows that start a new group in lexicographically sorted keys."""
+    n = sorted_keys[0].size
+    starts = np.zeros(n, dtype=bool)
+    if n:
+        starts[0] = True
+        for key in sorted_keys:
+            starts[1:] |= key[1:] != key[:-1]
+    return starts
+
+
+def _rank_within_groups(starts: np.ndarray) -> np.ndarray:
+    index = np.arange(starts.size)
+    group_first = np.maximum.accumulate(np.where(starts, index, 0))
+    return index - group_first
+
+
+def bound_contributions(
+    unit_codes: np.ndarray,
+    unit_key: np.ndarray,
+    cells: np.ndarray,
+    value_units: np.ndarray | None,
+    max_cells: int,
+    max_per_cell: int,
+    salt: BoundingSalt,
+) -> BoundingResult:
+    """Apply the keyed bounding rule of this module to valid rows (numpy, vectorized)."""
+    if value_units is None:
+        order = np.lexsort((cells, unit_codes))
+    else:
+        row_rank = spark_xxhash64(salt.seed_rows, unit_key, cells, value_units)
+        order = np.lexsort((value_units, row_rank, cells, unit_codes))
+    s_units, s_cells = unit_codes[order], cells[order]
+    starts = _group_starts(s_units, s_cells)
+    keep_row = _rank_within_groups(starts) < max_per_cell
+    group_id = np.cumsum(starts) - 1
+    n_groups = int(starts.sum())
+    n_all = np.bincount(group_id, minlength=n_groups).astype(np.int64)
+    n_kept = np.bincount(group_id, weights=keep_row, minlength=n_groups).astype(np.int64)
+    sums = None
+    if value_units is not None:
+        kept_values = np.where(keep_row, value_units[order], 0)
+        first = np.flatnonzero(starts)
+        sums = np.add.reduceat(kept_values, first) if first.size else np.zeros(0, np.int64)
+    pair_unit = s_units[starts]
+    pair_cell = s_cells[starts]
+    pair_key = unit_key[order][starts]
+    cell_rank = spark_xxhash64(salt.seed_cells, pair_key, pair_cell)
+    pair_order = np.lexsort((pair_cell, cell_rank, pair_unit))
+    pair_starts = _group_starts(pair_unit[pair_order])
+    keep_pair = np.zeros(n_groups, dtype=bool)
+    keep_pair[pair_order] = _rank_within_groups(pair_starts) < max_cells
+    return BoundingResult(
+        cells=pair_cell[keep_pair],
+        counts=n_kept[keep_pair],
+        sums=None if sums is None else sums[keep_pair],
+        rows_removed_max_per_cell=int((n_all - n_kept)[keep_pair].sum()),
+        rows_removed_max_cells=int(n_all[~keep_pair].sum()),
+        pairs_removed_max_cells=int((~keep_pair).sum()),
+    )

@@ -1,0 +1,142 @@
+"""What a DP aggregation costs and how precise it is: the accountant's view of a `QuerySpec`.
+
+Both engines attach the same `ReleaseInfo` to their results (pandas:
+``result.attrs["dp"]``; Spark: ``query.info``). The privacy numbers come from
+`dp_pipeline.accounting` (upper bounds); the margins of error from
+`dp_pipeline.accounting.margin_of_error`, computed from the exact discrete
+Gaussian / Laplace CDF, never a normal approximation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dp_pipeline.aggregate import Diagnostics, QuerySpec
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+__all__ = ["MeasureInfo", "ReleaseInfo", "release_info"]
+
+
+@dataclass(frozen=True)
+class MeasureInfo:
+    """One noised vector of a release.
+
+    ``sensitivity`` is per coordinate in the noised integer units (granularity
+    units for sums); ``margin_of_error`` is in the released column's units: the
+    half-width m with P[|noise| <= m] >= confidence.
+    """
+
+    value: str
+    mechanism: DiscreteGaussian | DiscreteLaplace
+    sensitivity: tuple[int, ...]
+    margin_of_error: int | Fraction
+    rho: object
+
+
+@dataclass(frozen=True)
+class ReleaseInfo:
+    """Mechanisms, privacy cost (upper bounds) and margins of one DP aggregation.
+
+    ``budget_split`` gives each noised vector's share of the total ρ (mean
+    spends on a sum and a count). ``diagnostics`` describe the input rows and
+    are NOT differentially private: never publish them.
+    """
+
+    statistic: str
+    measures: tuple[MeasureInfo, ...]
+    rho: object
+    epsilon: object
+    delta: Fraction
+    confidence: Fraction
+    budget_split: dict[str, object]
+    diagnostics: Diagnostics | None = None
+
+    @property
+    def mechanism(self) -> str:
+        return ", ".join(f"{m.value}: {m.mechanism.name}" for m in self.measures)
+
+    def with_diagnostics(self, diagnostics: Diagnostics) -> ReleaseInfo:
+        return ReleaseInfo(
+            statistic=self.statistic,
+            measures=self.measures,
+            rho=self.rho,
+            epsilon=self.epsilon,
+            delta=self.delta,
+            confidence=self.confidence,
+            budget_split=self.budget_split,
+            diagnostics=diagnostics,
+        )
+
+    def public_summary(self) -> dict[str, object]:
+        """JSON-friendly public facts (no diagnostics): safe to publish with the table."""
+        return {
+            "statistic": self.statistic,
+            "measures": [
+                {
+                    "value": m.value,
+                    "mechanism": m.mechanism.name,
+                    "sigma2" if isinstance(m.mechanism, DiscreteGaussian) else "scale": str(
+                        m.mechanism.sigma2
+                        if isinstance(m.mechanism, DiscreteGaussian)
+                        else m.mechanism.scale
+                    ),
+                    "sensitivity": list(m.sensitivity),
+                    "margin_of_error": str(m.margin_of_error),
+                }
+                for m in self.measures
+            ],
+            "rho": str(self.rho),
+            "epsilon": str(self.epsilon),
+            "delta": str(self.delta),
+            "confidence": str(self.confidence),
+            "budget_split": {k: str(v) for k, v in self.budget_split.items()},
+        }
+
+
+def _accountant_rho(mechanism, sensitivity):
+    from dp_pipeline.accounting import PrivacyAccountant
+
+    accountant = PrivacyAccountant()
+    accountant.add(mechanism, sensitivity=list(sensitivity), count=1)
+    return accountant.rho()
+
+
+def release_info(spec: QuerySpec) -> ReleaseInfo:
+    """Ask the accountant for the cost of ``spec`` (before any data is touched)."""
+    from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
+
+    measures = []
+    accountant = PrivacyAccountant()
+    for value, mechanism, sensitivity in spec.measures():
+        accountant.add(mechanism, sensitivity=list(sensitivity), count=1)
+        margin = margin_of_error(mechanism, confidence=spec.confidence)
+        if value == "sum":
+            margin = margin * spec.value_bounds.granularity
+            if margin.denominator == 1:
+                margin = int(margin)
+        measures.append(
+            MeasureInfo(
+                value=value,
+                mechanism=mechanism,
+                sensitivity=sensitivity,
+                margin_of_error=margin,
+                rho=_accountant_rho(mechanism, sensitivity),
+            )
+        )
+    total_rho = accountant.rho()
+    split: dict[str, object] = {}
+    for measure in measures:
+        try:
+            split[measure.value] = measure.rho / total_rho
+        except (TypeError, ZeroDivisionError, ArithmeticError):
+            split[measure.value] = measure.rho
+    return ReleaseInfo(
+        statistic=spec.statistic,
+        measures=tuple(measures),
+        rho=total_rho,
+        epsilon=accountant.epsilon(spec.delta).upper,
+        delta=spec.delta,
+        confidence=spec.confidence,
+        budget_split=split,
+    )

@@ -1,0 +1,619 @@
+"""The base-2 exponential mechanism, sampled exactly (Ilvento 2020).
+
+Select outcome ``o`` with probability proportional to ``base ** u(o)``, where
+``u`` is an integer *loss* (lower is better) and ``base = 2**-η = (x / 2**y)**z``
+is an exact binary fraction. Every weight is then an exact integer after
+scaling, so the sampler uses Python integers only: no floating point, no
+``exp``, nothing an attacker can exploit through rounding (Ilvento 2020,
+Sections 2-3; Mironov 2012 for the attack on naive implementations).
+
+Privacy (Ilvento 2020, Theorem 3.1 / McSherry-Talwar 2007): with utility
+sensitivity Δu the mechanism is ε-DP with ``ε = 2·η·ln2·Δu``, or
+``ε = η·ln2·Δu`` when the utility is *monotone* in the data (every utility
+moves in the same direction between neighbours, as counts do under
+add/remove). Since ``η·ln2 = z·ln(2**y / x)``, choosing ``(x, y, z)`` with
+``z·ln(2**y/x) <= ε / (c·Δu)`` (c = 2, or 1 when monotone) is a comparison
+between a rational and the logarithm of a rational, decided here with
+rigorous rational bounds on the logarithm; ``ln 2`` never has to be rounded.
+
+How the parameters are chosen (see `choose_base`): ``z`` is the smallest
+integer with ``ε/(c·Δu·z) <= ln 2`` (so ``x/2**y >= 1/2``), ``y`` is
+``base_bits`` (default 8; more bits bring η closer to its target at the cost
+of ``y·z`` bits of precision per unit of utility) plus ``log2(1/τ) - 1`` more
+when ``τ = ε/(c·Δu·z) < 1/2``, so η lands within about ``2**-(base_bits-1)``
+of its target in relative terms (within 2% for the default), and ``x`` is the smallest
+integer with ``z·ln(2**y/x) <= ε/(c·Δu)``: the largest η of that form not
+above the target (η is rounded DOWN, which keeps the guarantee). The
+reported `pure_epsilon` is ``c·Δu·z·ln(2**y/x)`` rounded UP to a multiple of
+2**-64 (and never above the target ε, which it provably does not exceed).
+
+Utilities are clamped into a range fixed before the data is seen (Ilvento,
+Proposition 3.3: clamping does not raise the sensitivity), either absolute
+``utility_bounds=(lo, hi)``, or relative: ``[m, m + gap]`` where ``m`` is the
+smallest utility and ``gap`` (from the public number of outcomes and
+``tail_bits``) is wide enough that any outcome clamped at the top has weight
+at most ``2**-tail_bits / |O|`` of the best one. The relative clamp is safe:
+``min(u(o), m(d) + gap)`` is the minimum of two Δu-sensitive (and, if ``u``
+is, monotone) functions of the data, hence Δu-sensitive (and monotone), and
+shifting all utilities by the same amount leaves the distribution unchanged.
+Non-integer utilities are rounded up or down at random, with probability
+given by their fractional part (Ilvento, Lemma 3.5: no privacy cost).
+
+Sampling (Ilvento, Algorithm 2 and Section 3.3). Outcomes are grouped by
+their integer utility level ``j`` in ``[0, L)``; level ``j`` has count ``c_j``
+and each of its outcomes has the integer weight ``x**(z·j)·2**(y·z·(L-1-j))``
+(``base**j`` scaled by ``2**(y·z·(L-1))``). The cumulative weights are held
+in a complete binary tree over the ``L`` levels (a node stores the exact sum
+of its levels, in its own scale), built once per utility vector. One *pass*
+draws a uniform integer ``s`` below ``2**p``, the smallest power of two
+``>= W`` (the exact total weight), rejects it when ``s >= W``, and locates it
+by a root-to-leaf descent of the tree; inside the level, ``s`` is already a
+uniform index among that level's outcomes. The descent visits every tree
+level and its shape is fixed by the public level range, so the work of a pass
+does not depend on how concentrated the weights are: this is the point of
+the paper's "full scan of the cumulative weights on every pass", at
+``O(p·log L)`` instead of ``O(p·L)`` cost (`locate_by_linear_scan` is the
+literal scan; the tests check both agree on every draw).
+
+Timing defence (Ilvento, Section 3.3, Proposition 3.8): by default the
+rejection loop runs at least ``min_passes`` (k = 20) passes whatever
+happens, and a rejected pass also does a full descent (with ``s - W``, which
+is below ``W``), so the number of passes is ``max(k, first accepted pass)``
+and differs between data sets only with probability below ``2**-k``.
+``optimized=True`` stops at the first accepted pass and skips the descent of
+rejected passes: faster, but the pass count then leaks the rejection rate;
+use it only in batch jobs where no one can observe timing or the amount of
+randomness consumed.
+
+Randomness comes only from a `dp_pipeline.randomness.SecureStream`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from fractions import Fraction
+
+import numpy as np
+
+from dp_pipeline.errors import InternalError
+from dp_pipeline.rational import positive_rational
+
+__all__ = ["BaseTwoExponential", "choose_base", "ln_bounds", "locate_by_linear_scan"]
+
+# pure_epsilon is reported rounded up to a multiple of this.
+_EPSILON_GRID = 1 << 64
+# Precision cap for the exact weights: y·z·L bits per number. Past it the
+# tree (about log2(L) numbers of this size per level) no longer fits memory.
+_MAX_WEIGHT_BITS = 1 << 25
+_MAX_BASE_BITS = 62
+
+
+def ln_bounds(r: Fraction, bits: int) -> tuple[Fraction, Fraction]:
+    """Rational ``(lower, upper)`` with ``lower <= ln(r) <= upper`` and width ``<= 2**-bits``.
+
+    For ``1 <= r <= 2``: ``ln r = 2·atanh(t) = 2·Σ t**(2k+1)/(2k+1)`` with
+    ``t = (r-1)/(r+1) <= 1/3``. Partial sums are lower bounds; the tail after
+    ``K`` terms is at most ``2·t**(2K+1) / ((2K+1)(1-t²))``. Larger ``r`` is
+    reduced by powers of two using the same bounds for ``ln 2``.
+    """
+    if r < 1:
+        raise InternalError(f"ln_bounds expects r >= 1, got {r}")
+    halvings = 0
+    while r > 2:
+        r /= 2
+        halvings += 1
+    low, high = _atanh_series(r, bits + 4 + halvings.bit_length())
+    if halvings:
+        ln2_low, ln2_high = _atanh_series(Fraction(2), bits + 4 + halvings.bit_length())
+        low += halvings * ln2_low
+        high += halvings * ln2_high
+    return low, high
+
+
+def _atanh_series(r: Fraction, bits: int) -> tuple[Fraction, Fraction]:
+    t = (r - 1) / (r + 1)
+    if t == 0:
+        return Fraction(0), Fraction(0)
+    t2 = t * t
+    tolerance = Fraction(1, 1 << bits)
+    term = t  # t**(2k+1)
+    total = Fraction(0)
+    k = 0
+    while True:
+        total += 2 * term / (2 * k + 1)
+        term *= t2
+        k += 1
+        tail = 2 * term / ((2 * k + 1) * (1 - t2))
+        if tail <= tolerance:
+            return total, total + tail
+
+
+def _log_not_above(r: Fraction, z: int, target: Fraction) -> bool:
+    """Decide ``z·ln(r) <= target`` exactly (``r > 1`` rational, so ``ln r`` is irrational)."""
+    for bits in (64, 128, 256, 512, 1024, 2048, 4096):
+        low, high = ln_bounds(r, bits)
+        if z * high <= target:
+            return True
+        if z * low > target:
+            return False
+    raise InternalError(f"could not compare {z}·ln({r}) with {target} to 4096 bits")
+
+
+def choose_base(target: Fraction, base_bits: int) -> tuple[int, int, int]:
+    """``(x, y, z)`` with ``η·ln2 = z·ln(2**y/x) <= target``, the largest for that ``y`` and ``z``.
+
+    ``target`` is ``ε/(c·Δu)``. ``z`` is the smallest integer making
+    ``target/z <= ln 2``; ``y`` is ``base_bits`` plus ``ceil(log2(z/target)) - 1``
+    when that is positive (and grows further only if ``x`` would reach ``2**y``). The fraction
+    ``x/2**y`` is returned in lowest terms.
+    """
+    ln2_low, _ = ln_bounds(Fraction(2), 64)
+    z = max(1, math.ceil(target / ln2_low))
+    per_factor = target / z
+    # Small targets need more bits: x ≈ 2**y·(1 - per_factor) must resolve
+    # per_factor to about 2**-base_bits relative precision.
+    y = base_bits + max(0, math.ceil(math.log2(1 / float(per_factor))) - 1)
+    while y <= _MAX_BASE_BITS:
+        denominator = 1 << y
+        # Float start, then exact correction: x is the smallest integer with
+        # ln(2**y / x) <= per_factor.
+        x = max(1, min(denominator, math.ceil(denominator * math.exp(-float(per_factor)))))
+        while x < denominator and not _log_not_above(Fraction(denominator, x), 1, per_factor):
+            x += 1
+        while x > 1 and _log_not_above(Fraction(denominator, x - 1), 1, per_factor):
+            x -= 1
+        if x < denominator:
+            while x % 2 == 0 and y > 1:
+                x //= 2
+                y -= 1
+            return x, y, z
+        y += 1
+    raise ValueError(
+        f"epsilon is too small to be represented: ε/(c·Δu) = {float(target):.3g} needs more than "
+        f"{_MAX_BASE_BITS} bits for the base 2**-η; raise epsilon"
+    )
+
+
+@dataclass(frozen=True)
+class BaseTwoExponential:
+    """The base-2 exponential mechanism over integer losses (lower is better), sampled exactly.
+
+    Parameters: target ``epsilon`` (exact rational, > 0), ``utility_sensitivity``
+    Δu (exact rational, > 0), ``monotone`` (declare only if every utility moves
+    the same way between neighbours), ``utility_bounds`` (absolute clamp
+    ``(lo, hi)`` of integers, fixed before seeing data; ``None`` = relative clamp
+    of width `relative_gap`), ``tail_bits`` (for the relative clamp),
+    ``min_passes`` (the timing defence k), ``optimized`` (early exit: batch use
+    only), ``base_bits`` (y, the binary precision of the base).
+
+    Derived: ``base_numerator`` x, ``base_denominator_bits`` y, ``base_power`` z
+    with ``base = (x/2**y)**z = 2**-η``, and ``pure_epsilon``, the exact ε rounded
+    up (``c·Δu·z·ln(2**y/x)``, c = 2 or 1 if monotone; Ilvento 2020 Thm 3.1),
+    never above ``epsilon``.
+    """
+
+    epsilon: Fraction
+    utility_sensitivity: Fraction = Fraction(1)
+    monotone: bool = False
+    utility_bounds: tuple[int, int] | None = None
+    tail_bits: int = 64
+    min_passes: int = 20
+    optimized: bool = False
+    base_bits: int = 8
+    exact_base: tuple[int, int, int] | None = None
+    base_numerator: int = field(init=False)
+    base_denominator_bits: int = field(init=False)
+    base_power: int = field(init=False)
+    pure_epsilon: Fraction = field(init=False)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        set_(self, "epsilon", positive_rational(self.epsilon, "epsilon"))
+        set_(
+            self,
+            "utility_sensitivity",
+            positive_rational(self.utility_sensitivity, "utility_sensitivity"),
+        )
+        if not isinstance(self.monotone, bool):
+            raise TypeError(f"monotone must be True or False, got {self.monotone!r}")
+        if not isinstance(self.optimized, bool):
+            raise TypeError(f"optimized must be True or False, got {self.optimized!r}")
+        _check_int(self.min_passes, "min_passes", 1)
+        _check_int(self.tail_bits, "tail_bits", 1)
+        _check_int(self.base_bits, "base_bits", 1)
+        if self.base_bits > _MAX_BASE_BITS:
+            raise ValueError(f"base_bits must be <= {_MAX_BASE_BITS}, got {self.base_bits}")
+        if self.utility_bounds is not None:
+            set_(self, "utility_bounds", _check_bounds(self.utility_bounds))
+        factor = 1 if self.monotone else 2
+        target = self.epsilon / (factor * self.utility_sensitivity)
+        if self.exact_base is None:
+            x, y, z = choose_base(target, self.base_bits)
+        else:
+            x, y, z = _check_exact_base(self.exact_base)
+            if not _log_not_above(Fraction(1 << y, x), z, target):
+                raise ValueError(
+                    f"exact_base {self.exact_base!r} has η·ln2·c·Δu above epsilon={self.epsilon}; "
+                    f"raise epsilon (see BaseTwoExponential.for_base) or use a base closer to 1"
+                )
+        set_(self, "base_numerator", x)
+        set_(self, "base_denominator_bits", y)
+        set_(self, "base_power", z)
+        _, high = ln_bounds(Fraction(1 << y, x), 80)
+        exact_up = factor * self.utility_sensitivity * z * high
+        rounded_up = Fraction(math.ceil(exact_up * _EPSILON_GRID), _EPSILON_GRID)
+        # The true ε is <= epsilon (proved exactly in choose_base), so the
+        # rounded-up bound may be capped there.
+        set_(self, "pure_epsilon", min(rounded_up, self.epsilon))
+
+    @classmethod
+    def for_base(
+        cls, x: int, y: int, z: int = 1, *, utility_sensitivity=1, monotone: bool = False, **options
+    ) -> BaseTwoExponential:
+        """The mechanism with ``base = (x/2**y)**z`` exactly and ε its rounded-up pure ε."""
+        x, y, z = _check_exact_base((x, y, z))
+        sensitivity = positive_rational(utility_sensitivity, "utility_sensitivity")
+        _, high = ln_bounds(Fraction(1 << y, x), 80)
+        factor = 1 if monotone else 2
+        exact_up = factor * sensitivity * z * high
+        epsilon = Fraction(math.ceil(exact_up * _EPSILON_GRID), _EPSILON_GRID)
+        return cls(
+            epsilon,
+            utility_sensitivity=sensitivity,
+            monotone=monotone,
+            exact_base=(x, y, z),
+            **options,
+        )
+
+    @property
+    def name(self) -> str:
+        return "base2_exponential"
+
+    @property
+    def base(self) -> Fraction:
+        """The exact rational ``2**-η = (x / 2**y)**z``."""
+        return Fraction(self.base_numerator, 1 << self.base_denominator_bits) ** self.base_power
+
+    @property
+    def eta_bounds(self) -> tuple[Fraction, Fraction]:
+        """Rational bounds ``(lower, upper)`` on η = -log2(base)."""
+        r = Fraction(1 << self.base_denominator_bits, self.base_numerator)
+        low, high = ln_bounds(r, 80)
+        ln2_low, ln2_high = ln_bounds(Fraction(2), 80)
+        return self.base_power * low / ln2_high, self.base_power * high / ln2_low
+
+    def relative_gap(self, outcomes: int) -> int:
+        """Width of the relative clamp for ``outcomes`` candidates.
+
+        The smallest integer ``g`` with ``η·g >= tail_bits + bit_length(outcomes)``,
+        so a clamped outcome weighs at most ``2**-tail_bits / outcomes`` of the best.
+        """
+        eta_low, _ = self.eta_bounds
+        return max(1, math.ceil((self.tail_bits + int(outcomes).bit_length()) / eta_low))
+
+    def privacy_loss_pmfs(self) -> tuple[np.ndarray, np.ndarray]:
+        """A dominating pair ``(p, q)`` for the privacy loss: randomized response at ε.
+
+        Every pure ε-DP mechanism is dominated by randomized response with
+        ``p = [e^ε/(1+e^ε), 1/(1+e^ε)]``, ``q = p[::-1]`` (Kairouz, Oh &
+        Viswanath 2015, Theorem 2.1; Zhu, Dong & Wang 2022, Lemma 10). ε is
+        `pure_epsilon` nudged up by one float ulp before the floats are formed,
+        so ``log(p/q)`` is not below the exact ε by float rounding.
+        """
+        eps = math.nextafter(float(self.pure_epsilon), math.inf)
+        high = 1.0 / (1.0 + math.exp(-eps))
+        low = 1.0 / (1.0 + math.exp(eps))
+        p = np.array([high, low], dtype=float)
+        return p, p[::-1].copy()
+
+    # ------------------------------------------------------------------ sampling
+
+    def sample(self, utilities, stream, size: int | None = None):
+        """Index of the selected outcome (or ``size`` independent indices as an int64 array).
+
+        ``utilities`` is a 1-D array of losses (lower is better): integers,
+        floats or Fractions; non-integers are randomly rounded (Ilvento Lemma 3.5,
+        redrawn for every sample). Randomness from ``stream`` only.
+        """
+        if size is None:
+            return self.sample_with_passes(utilities, stream)[0]
+        _check_int(size, "size", 0)
+        numerators, denominator = _exact_utilities(utilities)
+        out = np.empty(size, dtype=np.int64)
+        if denominator != 1:  # the random rounding is redrawn for every sample
+            for i in range(size):
+                out[i] = self._sample_exact(numerators, denominator, stream)[0]
+            return out
+        levels, tree = self._tree(numerators, denominator, stream)
+        members_by_level: dict[int, np.ndarray] = {}
+        for i in range(size):
+            level, offset, _ = self._select(tree, stream, levels.size)
+            members = members_by_level.get(level)
+            if members is None:
+                members = members_by_level[level] = np.flatnonzero(levels == level)
+            out[i] = members[offset]
+        return out
+
+    def sample_with_passes(self, utilities, stream) -> tuple[int, int]:
+        """``(index, passes)``: the selection and the number of rejection-loop passes run."""
+        numerators, denominator = _exact_utilities(utilities)
+        return self._sample_exact(numerators, denominator, stream)
+
+    def _sample_exact(self, numerators: np.ndarray, denominator: int, stream) -> tuple[int, int]:
+        levels, tree = self._tree(numerators, denominator, stream)
+        level, offset, passes = self._select(tree, stream, levels.size)
+        members = np.flatnonzero(levels == level)
+        if offset >= members.size:
+            raise InternalError(f"offset {offset} outside level {level} of {members.size}")
+        return int(members[offset]), passes
+
+    def _tree(self, numerators, denominator, stream) -> tuple[np.ndarray, _WeightTree]:
+        levels, level_count = self._levels(numerators, denominator, stream)
+        counts = [int(c) for c in np.bincount(levels, minlength=level_count)]
+        return levels, _WeightTree(counts, self.base_numerator**self.base_power, self._shift)
+
+    @property
+    def _shift(self) -> int:
+        return self.base_denominator_bits * self.base_power
+
+    def _levels(self, numerators: np.ndarray, denominator: int, stream) -> tuple[np.ndarray, int]:
+        """Clamp, randomly round and shift the utilities to integer levels in ``[0, L)``."""
+        if numerators.dtype != object and self._clamp_limit(numerators, denominator) >= 2**62:
+            numerators = numerators.astype(object)  # exact Python ints instead of overflowing
+        if self.utility_bounds is not None:
+            low, high = self.utility_bounds
+            clamped = np.minimum(np.maximum(numerators, low * denominator), high * denominator)
+            shift = low
+            level_count = high - low + 1
+        else:
+            smallest = numerators.min()
+            gap = self.relative_gap(numerators.size)
+            clamped = np.minimum(numerators, smallest + gap * denominator)
+            shift = int(smallest) // denominator
+            level_count = gap + 2
+        if level_count * self._shift > _MAX_WEIGHT_BITS:
+            raise ValueError(
+                f"utility range of {level_count} levels needs {level_count * self._shift} bits "
+                f"per weight (more than {_MAX_WEIGHT_BITS}); narrow utility_bounds or lower "
+                f"base_bits"
+            )
+        if denominator == 1:
+            rounded = clamped
+        else:
+            floors = clamped // denominator
+            remainders = clamped - floors * denominator
+            fractional = np.flatnonzero(remainders != 0)
+            ups = np.zeros(clamped.size, dtype=np.int64)
+            if fractional.size and clamped.dtype != object:
+                draws = stream.uniform_below(np.full(fractional.size, denominator, dtype=np.int64))
+                ups[fractional] = draws < remainders[fractional]
+            elif fractional.size:
+                den = np.full(fractional.size, denominator, dtype=object)
+                draws = stream.uniform_below(den if denominator > 2**63 else den.astype(np.int64))
+                ups[fractional] = np.asarray(
+                    [int(d) < int(r) for d, r in zip(draws, remainders[fractional], strict=True)],
+                    dtype=np.int64,
+                )
+            rounded = floors + ups
+        if rounded.dtype == object:
+            levels = np.asarray([int(v) - shift for v in rounded], dtype=np.int64)
+        else:
+            levels = (rounded - shift).astype(np.int64)
+        if levels.size and (levels.min() < 0 or levels.max() >= level_count):
+            raise InternalError(f"levels outside [0, {level_count}) after clamping")
+        return levels, level_count
+
+    def _clamp_limit(self, numerators: np.ndarray, denominator: int) -> int:
+        if self.utility_bounds is not None:
+            return max(abs(b) for b in self.utility_bounds) * denominator
+        smallest = abs(int(numerators.min()))
+        return smallest + (self.relative_gap(numerators.size) + 1) * denominator
+
+    def _select(self, tree: _WeightTree, stream, outcomes: int) -> tuple[int, int, int]:
+        total = tree.total
+        bits = (total - 1).bit_length()
+        # Every pass reads the same number of keystream bytes, fixed by public
+        # quantities (outcomes, level range): enough for the largest possible
+        # total, outcomes·2**(shift·(L-1)). Only the top `bits` are used.
+        public_bits = self._shift * (tree.level_count - 1) + int(outcomes).bit_length()
+        nbytes = (public_bits + 7) // 8
+        excess = 8 * nbytes - bits
+        chosen: tuple[int, int] | None = None
+        passes = 0
+        while True:
+            # The k mandatory passes read their keystream in one call.
+            batch = 1 if self.optimized or passes >= self.min_passes else self.min_passes
+            block = stream.random_bytes(batch * nbytes)
+            for start in range(0, batch * nbytes, nbytes) if nbytes else [0] * batch:
+                passes += 1
+                draw = int.from_bytes(block[start : start + nbytes], "little") >> excess
+                accepted = draw < total
+                if chosen is None and accepted:
+                    chosen = tree.locate(draw)
+                elif not self.optimized:
+                    # Same work as an accepted pass: 2**bits - total <= total - 1.
+                    tree.locate(draw if accepted else draw - total)
+            if chosen is not None and (self.optimized or passes >= self.min_passes):
+                return chosen[0], chosen[1], passes
+
+
+class _WeightTree:
+    """Exact cumulative weights over utility levels as a complete binary tree.
+
+    Level ``j`` of ``L`` has count ``c_j`` and per-outcome weight
+    ``a**j · 2**(shift·(L-1-j))`` with ``a = x**z``, ``shift = y·z``. A node
+    covering levels ``[i, i+w)`` stores ``Σ c_j a**(j-i) 2**(shift·(i+w-1-j))``:
+    its levels' weight divided by the common factor ``a**i·2**(shift·(L-i-w))``.
+    So a parent ``(left of width w1, right of width w2)`` is
+    ``left·2**(shift·w2) + a**w1·right``.
+    """
+
+    __slots__ = ("_layers", "_power", "_shift")
+
+    def __init__(self, counts: list[int], a: int, shift: int) -> None:
+        self._shift = shift
+        powers: dict[int, int] = {}
+
+        def power(width: int) -> int:
+            value = powers.get(width)
+            if value is None:
+                value = powers[width] = a**width
+            return value
+
+        self._power = power
+        layer = [(c, 1) for c in counts]
+        layers = [layer]
+        while len(layer) > 1:
+            merged = []
+            for i in range(0, len(layer) - 1, 2):
+                (left, w1), (right, w2) = layer[i], layer[i + 1]
+                merged.append(((left << (shift * w2)) + power(w1) * right, w1 + w2))
+            if len(layer) % 2:
+                merged.append(layer[-1])
+            layer = merged
+            layers.append(layer)
+        self._layers = layers
+
+    @property
+    def total(self) -> int:
+        return self._layers[-1][0][0]
+
+    @property
+    def level_count(self) -> int:
+        return len(self._layers[0])
+
+    def locate(self, draw: int) -> tuple[int, int]:
+        """``(level, offset)`` with ``draw`` in the level's cumulative interval (0 <= draw < total).
+
+        ``offset`` is the position of ``draw`` inside the level in units of
+        one outcome's weight, i.e. a uniform index among that level's outcomes.
+        """
+        index = 0
+        shift = self._shift
+        for depth in range(len(self._layers) - 1, 0, -1):
+            children = self._layers[depth - 1]
+            left_index = 2 * index
+            if left_index + 1 >= len(children):
+                index = left_index  # an odd node carried up unchanged
+                continue
+            (left, w1), (_, w2) = children[left_index], children[left_index + 1]
+            scaled = draw >> (shift * w2)
+            if scaled < left:
+                draw, index = scaled, left_index
+            else:
+                draw = (draw - (left << (shift * w2))) // self._power(w1)
+                index = left_index + 1
+        return index, draw
+
+
+def locate_by_linear_scan(counts: list[int], a: int, shift: int, draw: int) -> tuple[int, int]:
+    """The literal full scan (Ilvento Algorithm 2): cumulative sums level by level.
+
+    Reference for `_WeightTree.locate` (same ``(level, offset)``); O(p·L), so
+    only for small instances and tests.
+    """
+    count = len(counts)
+    cumulative = 0
+    found = None
+    for j, c in enumerate(counts):
+        weight = a**j << (shift * (count - 1 - j))
+        if found is None and draw < cumulative + c * weight:
+            found = (j, (draw - cumulative) // weight)
+        cumulative += c * weight
+    if found is None:
+        raise ValueError(f"draw {draw} is not below the total weight {cumulative}")
+    return found
+
+
+def _check_int(value, name: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be an integer, got {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+
+
+def _check_exact_base(base) -> tuple[int, int, int]:
+    try:
+        x, y, z = base
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"exact_base must be a triple (x, y, z) of integers, got {base!r}"
+        ) from None
+    for name, value in (("x", x), ("y", y), ("z", z)):
+        _check_int(value, f"exact_base {name}", 1)
+    x, y, z = int(x), int(y), int(z)
+    if y > _MAX_BASE_BITS:
+        raise ValueError(f"exact_base y must be <= {_MAX_BASE_BITS}, got {y}")
+    if x >= 1 << y:
+        raise ValueError(f"exact_base needs x < 2**y so that the base is below 1, got x={x}, y={y}")
+    return x, y, z
+
+
+def _check_bounds(bounds) -> tuple[int, int]:
+    try:
+        low, high = bounds
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"utility_bounds must be a pair (lower, upper) of integers, got {bounds!r}"
+        ) from None
+    for name, value in (("lower", low), ("upper", high)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise TypeError(f"utility_bounds {name} must be an integer, got {value!r}")
+    low, high = int(low), int(high)
+    if low > high:
+        raise ValueError(
+            f"utility_bounds ({low}, {high}) are reversed: the lower bound must be <= the upper"
+        )
+    return low, high
+
+
+def _exact_utilities(utilities) -> tuple[np.ndarray, int]:
+    """Utilities as exact integer numerators over one positive common denominator.
+
+    Integer arrays pass through; floats and Fractions become exact rationals
+    (a float is its exact binary value). Raises for empty input, NaN or
+    infinite values and non-numeric types, naming the first bad position.
+    """
+    array = np.asarray(utilities)
+    if array.ndim != 1:
+        raise ValueError(f"utilities must be a 1-D array, got shape {array.shape}")
+    if array.size == 0:
+        raise ValueError("utilities is empty: the exponential mechanism needs at least one outcome")
+    if array.dtype == bool:
+        raise TypeError("utilities must be numbers, got a boolean array")
+    if np.issubdtype(array.dtype, np.integer):
+        return array.astype(np.int64) if array.dtype != np.uint64 else array.astype(object), 1
+    if np.issubdtype(array.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(array))
+        if bad.size:
+            raise ValueError(
+                f"utilities[{bad[0]}] is {array[bad[0]]}; utilities must be finite numbers "
+                f"(no NaN or infinity)"
+            )
+        if np.all(array == np.floor(array)) and np.all(np.abs(array) < 2**53):
+            return array.astype(np.int64), 1
+        return _from_fractions([Fraction(float(v)) for v in array])
+    if array.dtype == object:
+        fractions = []
+        for i, value in enumerate(array):
+            if isinstance(value, bool) or not isinstance(value, int | float | Fraction | np.number):
+                raise TypeError(f"utilities[{i}] must be a number, got {value!r}")
+            if isinstance(value, float | np.floating) and not math.isfinite(value):
+                raise ValueError(
+                    f"utilities[{i}] is {value}; utilities must be finite numbers "
+                    f"(no NaN or infinity)"
+                )
+            fractions.append(Fraction(value))
+        return _from_fractions(fractions)
+    raise TypeError(f"utilities must be numbers, got dtype {array.dtype}")
+
+
+def _from_fractions(values: list[Fraction]) -> tuple[np.ndarray, int]:
+    denominator = 1
+    for value in values:
+        denominator = math.lcm(denominator, value.denominator)
+    numerators = [v.numerator * (denominator // v.denominator) for v in values]
+    if denominator < 2**62 and max(abs(n) for n in numerators) < 2**62:
+        return np.array(numerators, dtype=np.int64), denominator
+    return np.array(numerators, dtype=object), denominator

@@ -1,0 +1,371 @@
+"""The pandas engine: ``df.dp.count / sum / mean`` (registered by ``import dp_pipeline``).
+
+Same parameters, rules and noise as the Spark engine (`dp_pipeline.spark`), so
+the same data, key, release id and table give a bit-identical release. Rows are
+mapped to cells and bounded with numpy (`dp_pipeline.aggregate`,
+`dp_pipeline.bounding`); noise is added per noise partition by the shared
+`dp_pipeline.udfs` code.
+
+``result.attrs["dp"]`` is a `dp_pipeline.cost.ReleaseInfo`: mechanisms, σ² or
+scale, sensitivity, privacy cost (ρ; ε at δ), margins of error, budget split
+and the `Diagnostics` (not private: never publish them). Because pandas
+serialises ``attrs`` into Parquet metadata as JSON, ``to_parquet`` refuses a
+result that still carries them; publish ``result.attrs["dp"].public_summary()``
+and call ``result.attrs.clear()`` (or write ``pd.DataFrame(result)`` after
+clearing) before writing.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline.aggregate import (
+    DEFAULT_CELL_LIMIT,
+    DEFAULT_NOISE_PARTITIONS,
+    Diagnostics,
+    Domain,
+    QuerySpec,
+)
+from dp_pipeline.bounding import BoundingSalt, bound_contributions, unit_keys
+from dp_pipeline.cost import release_info
+from dp_pipeline.udfs import noisy_partition, partition_cells, release_columns
+
+__all__ = ["DPAccessor", "aggregate_pandas", "run_pandas"]
+
+
+def _column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
+    if name not in df.columns:
+        raise ValueError(
+            f"{role} column {name!r} is not in the DataFrame; its columns are {list(df.columns)}"
+        )
+    return df[name]
+
+
+def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
+    dtype = series.dtype
+    if domain.kind == "int":
+        if not pd.api.types.is_integer_dtype(dtype):
+            hint = (
+                "; cast with .astype('Int64') to keep nulls"
+                if pd.api.types.is_float_dtype(dtype)
+                else ""
+            )
+            raise TypeError(
+                f"key column {domain.column!r} has dtype {dtype} but its domain holds integers; "
+                f"it must have an integer dtype{hint}"
+            )
+    elif not (pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype)):
+        raise TypeError(
+            f"key column {domain.column!r} has dtype {dtype} but its domain holds strings; "
+            f"it must have a string or object dtype"
+        )
+
+
+def _key_values(series: pd.Series, domain: Domain, null: np.ndarray) -> np.ndarray:
+    if domain.kind == "int":
+        return series.to_numpy(dtype=np.int64, na_value=0)
+    values = series.to_numpy(dtype=object)
+    return np.where(null, "", values)
+
+
+def _invalid(column: str, rule: str, example: object, rows: int) -> ValueError:
+    return ValueError(
+        f"column {column!r}: {rows} row(s) {rule}, e.g. {example!r} (on_invalid='error'; "
+        f"use on_invalid='drop' to drop them and count them in the diagnostics)"
+    )
+
+
+def _value_units(values: np.ndarray, spec: QuerySpec) -> tuple[np.ndarray, np.ndarray]:
+    """Granularity units: clip(rint(v * den / num), L, U) — the same IEEE ops as the Spark plan."""
+    bounds = spec.value_bounds
+    raw = np.rint(values * float(bounds.scale_denominator) / float(bounds.scale_numerator))
+    clamped = (raw < bounds.lower_units) | (raw > bounds.upper_units)
+    units = np.clip(raw, bounds.lower_units, bounds.upper_units).astype(np.int64)
+    return units, clamped
+
+
+def _cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray:
+    """Exact int64 per-cell sums (float bincount only where every partial sum is exact)."""
+    if weights.size == 0:
+        return np.zeros(total, dtype=np.int64)
+    bound = int(np.abs(weights).max()) * weights.size
+    if bound < 2**53:
+        return np.bincount(cells, weights=weights, minlength=total).astype(np.int64)
+    out = np.zeros(total, dtype=np.int64)
+    np.add.at(out, cells, weights)
+    return out
+
+
+def aggregate_pandas(
+    df: pd.DataFrame, spec: QuerySpec
+) -> tuple[dict[str, np.ndarray], list[pd.Series], Diagnostics]:
+    """True bounded aggregates of every declared cell (dense int64 arrays by cell index).
+
+    Returns ({"count": ..., "sum": ... or None}, the key columns, diagnostics).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    cells = spec.cells
+    key_series = [_column(df, d.column, "key") for d in cells.domains]
+    for series, domain in zip(key_series, cells.domains, strict=True):
+        _check_key_dtype(series, domain)
+    unit_series = _column(df, spec.privacy_unit, "privacy_unit") if spec.privacy_unit else None
+    if unit_series is not None and not (
+        pd.api.types.is_integer_dtype(unit_series.dtype)
+        or pd.api.types.is_string_dtype(unit_series.dtype)
+    ):
+        raise TypeError(
+            f"privacy_unit column {spec.privacy_unit!r} has dtype {unit_series.dtype}; "
+            f"it must hold integers or strings"
+        )
+    value_series = _column(df, spec.column, "summed") if spec.column else None
+    if value_series is not None and (
+        not pd.api.types.is_numeric_dtype(value_series.dtype)
+        or pd.api.types.is_bool_dtype(value_series.dtype)
+    ):
+        raise TypeError(
+            f"summed column {spec.column!r} has dtype {value_series.dtype}; it must be numeric"
+        )
+
+    n = len(df)
+    valid = np.ones(n, dtype=bool)
+    positions = []
+    null_counts: dict[str, int] = {}
+    ood_counts: dict[str, int] = {}
+    for series, domain in zip(key_series, cells.domains, strict=True):
+        null = series.isna().to_numpy()
+        values = _key_values(series, domain, null)
+        pos = np.full(n, -1, dtype=np.int64)
+        pos[~null] = domain.positions(values[~null])
+        dropped_null = valid & null
+        dropped_ood = valid & ~null & (pos < 0)
+        null_counts[domain.column] = int(dropped_null.sum())
+        ood_counts[domain.column] = int(dropped_ood.sum())
+        if spec.on_invalid == "error":
+            if null_counts[domain.column]:
+                raise _invalid(domain.column, "have a null key", None, null_counts[domain.column])
+            if ood_counts[domain.column]:
+                example = values[np.flatnonzero(dropped_ood)[0]]
+                raise _invalid(
+                    domain.column,
+                    f"have a key outside the declared domain {domain!r}",
+                    example.item() if isinstance(example, np.generic) else example,
+                    ood_counts[domain.column],
+                )
+        valid &= ~null & (pos >= 0)
+        positions.append(pos)
+
+    rows_null_unit = 0
+    if unit_series is not None:
+        null_unit = valid & unit_series.isna().to_numpy()
+        rows_null_unit = int(null_unit.sum())
+        if rows_null_unit and spec.on_invalid == "error":
+            raise _invalid(spec.privacy_unit, "have a null privacy unit", None, rows_null_unit)
+        valid &= ~null_unit
+
+    rows_invalid_value = 0
+    rows_clamped = 0
+    units = None
+    if value_series is not None:
+        values = value_series.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = valid & ~np.isfinite(values)
+        rows_invalid_value = int(bad.sum())
+        if rows_invalid_value and spec.on_invalid == "error":
+            example = values[np.flatnonzero(bad)[0]]
+            raise _invalid(
+                spec.column, "hold null, NaN or infinite values", float(example), rows_invalid_value
+            )
+        valid &= ~bad
+        units, clamped = _value_units(values[valid], spec)
+        rows_clamped = int(clamped.sum())
+
+    row_cells = cells.cell_index([p[valid] for p in positions])
+    total = cells.total
+    removed_per_cell = removed_cells = pairs_removed = 0
+    if unit_series is None:
+        counts = np.bincount(row_cells, minlength=total).astype(np.int64)
+        sums = None if units is None else _cell_sums(row_cells, units, total)
+        rows_used = int(row_cells.size)
+    else:
+        salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
+        codes, ukeys = unit_keys(unit_series.to_numpy()[valid], salt)
+        bounded = bound_contributions(
+            codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
+        )
+        counts = np.bincount(bounded.cells, weights=bounded.counts, minlength=total).astype(
+            np.int64
+        )
+        sums = None if units is None else _cell_sums(bounded.cells, bounded.sums, total)
+        removed_per_cell = bounded.rows_removed_max_per_cell
+        removed_cells = bounded.rows_removed_max_cells
+        pairs_removed = bounded.pairs_removed_max_cells
+        rows_used = int(bounded.counts.sum())
+
+    diagnostics = Diagnostics(
+        rows_in=n,
+        rows_null_key=null_counts,
+        rows_out_of_domain=ood_counts,
+        rows_null_unit=rows_null_unit,
+        rows_invalid_value=rows_invalid_value,
+        rows_clamped=rows_clamped,
+        rows_removed_max_per_cell=removed_per_cell,
+        rows_removed_max_cells=removed_cells,
+        unit_cells_removed_max_cells=pairs_removed,
+        rows_used=rows_used,
+    )
+    return {"count": counts, "sum": sums}, key_series, diagnostics
+
+
+def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnostics]:
+    """Aggregate, bound and noise ``df`` per ``spec``; return (release, diagnostics).
+
+    The release has one row per declared cell, in cell-index order.
+    """
+    true_values, key_series, diagnostics = aggregate_pandas(df, spec)
+    cells = spec.cells
+    total = cells.total
+    noisy = {name: np.empty(total, dtype=np.int64) for name, _, _ in spec.measures()}
+    for partition in range(min(spec.noise_partitions, total)):
+        part_cells = partition_cells(spec, partition)
+        part_noisy = noisy_partition(
+            spec, partition, {name: true_values[name][part_cells] for name in noisy}
+        )
+        for name, values in part_noisy.items():
+            noisy[name][part_cells] = values
+    released = release_columns(spec, noisy)
+
+    keys = cells.decode(np.arange(total, dtype=np.int64))
+    columns = {}
+    for series, domain, values in zip(key_series, cells.domains, keys, strict=True):
+        dtype = series.dtype
+        if domain.kind == "int" and isinstance(dtype, pd.api.extensions.ExtensionDtype):
+            dtype = np.dtype(np.int64)
+        columns[domain.column] = pd.array(values, dtype=dtype)
+    columns.update(released)
+    return pd.DataFrame(columns), diagnostics
+
+
+_COMMON_DOC = """
+        Parameters (shared with `dp_pipeline.spark`): ``by`` key columns;
+        ``domains`` {column: range or list}; ``noise`` a DiscreteGaussian or
+        DiscreteLaplace; ``key`` a MasterKey; ``release_id`` and ``table`` name
+        the noise streams (use each pair once per key); ``privacy_unit``
+        (None: every row is a unit); ``max_cells`` and ``max_per_cell``
+        contribution bounds; ``neighbouring`` "add_remove" or "replace";
+        ``on_invalid`` "drop" (count in diagnostics) or "error";
+        ``noise_partitions``; ``cell_limit``; ``confidence`` of the margins;
+        ``delta`` at which ε is reported.
+"""
+
+
+@pd.api.extensions.register_dataframe_accessor("dp")
+class DPAccessor:
+    """``df.dp``: differentially private counts, sums and means over declared cells."""
+
+    def __init__(self, df: pd.DataFrame) -> None:
+        self._df = df
+
+    def _run(self, statistic: str, **params) -> pd.DataFrame:
+        spec = QuerySpec.build(statistic, **params)
+        info = release_info(spec)  # the cost is known before the data is touched
+        result, diagnostics = run_pandas(self._df, spec)
+        result.attrs["dp"] = info.with_diagnostics(diagnostics)
+        return result
+
+    def count(
+        self,
+        *,
+        by,
+        domains,
+        noise,
+        key,
+        release_id: str,
+        table: str,
+        privacy_unit: str | None = None,
+        max_cells: int = 1,
+        max_per_cell: int = 1,
+        neighbouring: str = "add_remove",
+        on_invalid: str = "drop",
+        noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
+        cell_limit: int = DEFAULT_CELL_LIMIT,
+        confidence=Fraction(95, 100),
+        delta=Fraction(1, 10**6),
+    ) -> pd.DataFrame:
+        """Noisy row count of every declared cell (zero counts included): columns by + count.
+
+        Each unit changes at most ``max_cells`` counts by at most
+        ``max_per_cell``; that sensitivity vector is what the accountant is told.
+        """
+        return self._run("count", **_params(locals()))
+
+    def sum(
+        self,
+        column: str,
+        *,
+        bounds,
+        by,
+        domains,
+        noise,
+        key,
+        release_id: str,
+        table: str,
+        granularity=1,
+        privacy_unit: str | None = None,
+        max_cells: int = 1,
+        max_per_cell: int = 1,
+        neighbouring: str = "add_remove",
+        on_invalid: str = "drop",
+        noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
+        cell_limit: int = DEFAULT_CELL_LIMIT,
+        confidence=Fraction(95, 100),
+        delta=Fraction(1, 10**6),
+    ) -> pd.DataFrame:
+        """Noisy sum of ``column`` per cell: by + sum.
+
+        Values are clamped into ``bounds`` and rounded to multiples of
+        ``granularity``; the noise is added to the integer sum in granularity units.
+        """
+        return self._run("sum", **_params(locals()))
+
+    def mean(
+        self,
+        column: str,
+        *,
+        bounds,
+        by,
+        domains,
+        noise,
+        key,
+        release_id: str,
+        table: str,
+        granularity=1,
+        count_noise=None,
+        privacy_unit: str | None = None,
+        max_cells: int = 1,
+        max_per_cell: int = 1,
+        neighbouring: str = "add_remove",
+        on_invalid: str = "drop",
+        noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
+        cell_limit: int = DEFAULT_CELL_LIMIT,
+        confidence=Fraction(95, 100),
+        delta=Fraction(1, 10**6),
+    ) -> pd.DataFrame:
+        """Noisy sum, noisy count and mean = sum / max(count, 1) clipped into bounds.
+
+        The budget is split between the sum (``noise``) and the count
+        (``count_noise``, default the same mechanism); both are composed by the
+        accountant and ``attrs["dp"].budget_split`` states each share of ρ.
+        """
+        return self._run("mean", **_params(locals()))
+
+    count.__doc__ += _COMMON_DOC
+    sum.__doc__ += _COMMON_DOC
+    mean.__doc__ += _COMMON_DOC
+
+
+def _params(local_vars: dict) -> dict:
+    params = {k: v for k, v in local_vars.items() if k != "self"}
+    return params

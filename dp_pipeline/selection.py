@@ -1,0 +1,242 @@
+"""DP selection with the exact base-2 exponential mechanism: quantiles, median, top-k.
+
+Pure functions: they take values or counts as numpy arrays and a
+`SecureStream`, and return the selected outcome. The engines (pandas, Spark)
+compute the same inputs and call these on the driver.
+
+Quantile (Smith 2011, "Privacy-preserving statistical estimation with optimal
+convergence rates", Section 3; the exponential-mechanism quantile of OpenDP
+and Tumult): the candidates are the grid ``lo, lo + g, lo + 2g, ... <= hi``,
+fixed from the public ``bounds`` and ``granularity`` before the data is
+seen; the values are clamped into ``bounds``; each candidate ``o`` gets the
+rank loss ``u(o) = |#{x < o} - q·n|`` (n = number of values). Changing,
+adding or removing one value moves ``#{x < o}`` by at most 1 and ``q·n`` by
+at most ``q``, and both move in the same direction when a value is added,
+so ``|Δu| <= 1`` under both the add/remove and the replace-one relation:
+Δu = 1, not monotone, so ``ε = 2·η·ln2``. When ``q·n`` is not an integer the
+loss is a half-integer or other fraction and the mechanism rounds it at
+random (Ilvento 2020, Lemma 3.5, no privacy cost).
+
+Accuracy (McSherry-Talwar 2007, Theorem 6, with base ``2**-η``): let
+``OPT = min_o u(o)``. Each candidate with ``u(o) >= OPT + t`` weighs at most
+``2**(-η(t-2))`` times the best candidate (randomized rounding moves each
+loss by less than 1), so ``P[u(output) >= OPT + t] <= m·2**(-η(t-2))`` for
+``m`` candidates, as long as ``t`` is within the relative clamp (always for
+the default tail of 64 bits). See `quantile_rank_error_bound`.
+
+Top-k (peeling; Durfee & Rogers 2019, "Practical differentially private
+top-k selection with pay-what-you-get composition", Section 3): k rounds, each
+selecting one of the not-yet-selected candidates with loss ``-count`` by the
+exponential mechanism at ``ε/k``, so the k selections compose to at most ε
+(basic composition of pure DP). Counts are Δu = (largest contribution of one
+person to one count)-sensitive; they are monotone under add/remove
+(``monotone=True`` halves the cost), not under replace-one (the default).
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import numpy as np
+
+from dp_pipeline.mechanisms.exponential import BaseTwoExponential
+from dp_pipeline.rational import exact_rational, positive_rational
+
+__all__ = [
+    "dp_median",
+    "dp_quantile",
+    "dp_top_k",
+    "quantile_candidates",
+    "quantile_mechanism",
+    "quantile_rank_error_bound",
+    "top_k_mechanism",
+]
+
+# Candidate grids beyond this size would make the per-candidate arrays unwieldy.
+_MAX_CANDIDATES = 10_000_000
+
+
+def quantile_mechanism(epsilon, **options) -> BaseTwoExponential:
+    """The mechanism `dp_quantile` uses at ``epsilon``: Δu = 1, not monotone."""
+    return BaseTwoExponential(epsilon, utility_sensitivity=1, monotone=False, **options)
+
+
+def top_k_mechanism(
+    epsilon, k: int, *, utility_sensitivity=1, monotone: bool = False, **options
+) -> BaseTwoExponential:
+    """The per-round mechanism of `dp_top_k`: ε/k each, composed k times to at most ε."""
+    _check_positive_int(k, "k")
+    epsilon = positive_rational(epsilon, "epsilon")
+    return BaseTwoExponential(
+        epsilon / k, utility_sensitivity=utility_sensitivity, monotone=monotone, **options
+    )
+
+
+def quantile_candidates(bounds, granularity) -> list[Fraction]:
+    """The public candidate grid ``lo + i·granularity <= hi`` (exact rationals)."""
+    low, high = _check_value_bounds(bounds)
+    step = positive_rational(granularity, "granularity")
+    count = math.floor((high - low) / step) + 1
+    if count > _MAX_CANDIDATES:
+        raise ValueError(
+            f"bounds {bounds!r} with granularity {granularity!r} give {count} candidates "
+            f"(more than {_MAX_CANDIDATES}); use a coarser granularity"
+        )
+    return [low + i * step for i in range(count)]
+
+
+def quantile_rank_error_bound(mechanism: BaseTwoExponential, candidates: int, beta) -> int:
+    """Rank error ``t`` with ``P[u(output) >= OPT + t] <= beta`` (see the module docstring).
+
+    ``t = 2 + ceil(log2(candidates / beta) / η)``, using a lower bound on η.
+    """
+    beta = positive_rational(beta, "beta")
+    eta_low, _ = mechanism.eta_bounds
+    # log2(candidates/beta) <= bit_length(ceil(candidates/beta))
+    log2_ratio = math.ceil(Fraction(candidates) / beta).bit_length()
+    return 2 + math.ceil(log2_ratio / eta_low)
+
+
+def dp_quantile(values, q, bounds, granularity, mechanism, stream):
+    """The ``q``-quantile of ``values`` from the grid of `quantile_candidates`, ε-DP.
+
+    ``mechanism`` is a `BaseTwoExponential` (Δu >= 1, not monotone) or an ε,
+    which becomes `quantile_mechanism(ε)`; its `pure_epsilon` is what the
+    release spends. Returns the selected candidate (int on an integer grid,
+    else float). Raises before drawing anything on: NaN in ``values``, ``q``
+    outside [0, 1], reversed or non-finite ``bounds``, non-positive
+    ``granularity``, an unsuitable mechanism.
+    """
+    q_exact = exact_rational(q, "q")
+    if not 0 <= q_exact <= 1:
+        raise ValueError(f"q must be in [0, 1], got {q!r}")
+    candidates = quantile_candidates(bounds, granularity)
+    mechanism = _quantile_mechanism(mechanism)
+    data = _finite_values(values)
+    low, high = float(candidates[0]), float(_check_value_bounds(bounds)[1])
+    clamped = np.sort(np.clip(data, low, high))
+    grid = np.array([float(c) for c in candidates])
+    below = np.searchsorted(clamped, grid, side="left").astype(np.int64)
+    target = q_exact * clamped.size
+    if target.denominator == 1:
+        utilities = np.abs(below - int(target))
+    else:
+        utilities = np.array([abs(int(b) - target) for b in below], dtype=object)
+    index = mechanism.sample(utilities, stream)
+    chosen = candidates[index]
+    return int(chosen) if chosen.denominator == 1 else float(chosen)
+
+
+def dp_median(values, bounds, granularity, mechanism, stream):
+    """`dp_quantile` at ``q = 1/2``."""
+    return dp_quantile(values, Fraction(1, 2), bounds, granularity, mechanism, stream)
+
+
+def dp_top_k(
+    counts_by_candidate,
+    k: int,
+    epsilon,
+    stream,
+    *,
+    candidates=None,
+    utility_sensitivity=1,
+    monotone: bool = False,
+) -> list:
+    """The ``k`` candidates with the largest counts, by peeling (k rounds at ε/k each).
+
+    ``counts_by_candidate`` is a 1-D array of counts over a public candidate
+    list (``candidates``, same length, default the indices). Returns the
+    selected candidates in selection order. Total pure ε: ``k`` times the
+    ``pure_epsilon`` of `top_k_mechanism` (at most ``epsilon``).
+    """
+    _check_positive_int(k, "k")
+    counts = np.asarray(counts_by_candidate)
+    if counts.ndim != 1:
+        raise ValueError(f"counts_by_candidate must be 1-D, got shape {counts.shape}")
+    if counts.size == 0:
+        raise ValueError("counts_by_candidate is empty: top-k needs at least one candidate")
+    if k > counts.size:
+        raise ValueError(f"k = {k} is larger than the number of candidates ({counts.size})")
+    labels = np.arange(counts.size) if candidates is None else np.asarray(candidates)
+    if labels.shape != counts.shape:
+        raise ValueError(
+            f"candidates has {labels.size} entries but counts_by_candidate has {counts.size}"
+        )
+    if np.issubdtype(counts.dtype, np.floating):
+        bad = np.flatnonzero(~np.isfinite(counts))
+        if bad.size:
+            raise ValueError(
+                f"counts_by_candidate[{bad[0]}] is {counts[bad[0]]}; counts must be finite"
+            )
+    elif not np.issubdtype(counts.dtype, np.integer):
+        raise TypeError(f"counts_by_candidate must be numbers, got dtype {counts.dtype}")
+    mechanism = top_k_mechanism(
+        epsilon, k, utility_sensitivity=utility_sensitivity, monotone=monotone
+    )
+    remaining = np.arange(counts.size)
+    selected = []
+    for _ in range(k):
+        pick = mechanism.sample(-counts[remaining], stream)
+        selected.append(labels[remaining[pick]].item())
+        remaining = np.delete(remaining, pick)
+    return selected
+
+
+def _quantile_mechanism(mechanism) -> BaseTwoExponential:
+    if not isinstance(mechanism, BaseTwoExponential):
+        return quantile_mechanism(mechanism)
+    if mechanism.monotone:
+        raise ValueError(
+            "the quantile rank loss is not monotone; pass a BaseTwoExponential with "
+            "monotone=False (or just an epsilon)"
+        )
+    if mechanism.utility_sensitivity < 1:
+        raise ValueError(
+            f"the quantile rank loss has sensitivity 1, but the mechanism declares "
+            f"utility_sensitivity={mechanism.utility_sensitivity}; use >= 1"
+        )
+    return mechanism
+
+
+def _check_value_bounds(bounds) -> tuple[Fraction, Fraction]:
+    try:
+        low, high = bounds
+    except (TypeError, ValueError):
+        raise TypeError(f"bounds must be a pair (lower, upper), got {bounds!r}") from None
+    low = exact_rational(low, "bounds lower")
+    high = exact_rational(high, "bounds upper")
+    if low > high:
+        raise ValueError(
+            f"bounds {tuple(bounds)!r} are reversed: the lower bound must be <= the upper"
+        )
+    return low, high
+
+
+def _finite_values(values) -> np.ndarray:
+    array = np.asarray(values)
+    if array.ndim != 1:
+        raise ValueError(f"values must be 1-D, got shape {array.shape}")
+    if array.dtype == object or not (
+        np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
+    ):
+        try:
+            array = array.astype(float)
+        except (TypeError, ValueError):
+            raise TypeError(f"values must be numbers, got dtype {array.dtype}") from None
+    if array.dtype == bool:
+        raise TypeError("values must be numbers, got booleans")
+    array = array.astype(float)
+    bad = np.flatnonzero(np.isnan(array))
+    if bad.size:
+        raise ValueError(
+            f"values[{bad[0]}] is NaN; drop or impute missing values before a DP quantile"
+        )
+    return array
+
+
+def _check_positive_int(value, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")

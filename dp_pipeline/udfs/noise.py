@@ -1,0 +1,167 @@
+"""Per-noise-partition noise: the one code path that turns true cell aggregates into a release.
+
+Cell ``c`` belongs to noise partition ``c % noise_partitions`` (a fixed number
+declared with the query, never Spark's partitioning). Inside a partition the
+cells are taken in increasing cell index over the *whole declared domain*
+(cells without rows get a true value of 0), and the j-th cell receives the
+j-th draw of ``derive_stream(key, release_id, table, partition)``, one
+``mechanism.sample(n, stream)`` call per partition. The noise of every cell is
+therefore a function of (key, release_id, table, cell) alone: bit-identical
+across engines, executors, core counts, shuffle partitions and task retries.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import numpy as np
+import pyarrow as pa
+
+from dp_pipeline.aggregate import QuerySpec
+from dp_pipeline.errors import InternalError
+from dp_pipeline.randomness import derive_stream
+
+__all__ = [
+    "CELL_COLUMN",
+    "PARTITION_COLUMN",
+    "arrow_noise_function",
+    "noisy_partition",
+    "output_value_types",
+    "partition_cells",
+    "release_columns",
+]
+
+CELL_COLUMN = "_cell"
+PARTITION_COLUMN = "_noise_partition"
+
+
+def partition_cells(spec: QuerySpec, partition: int) -> np.ndarray:
+    """All cell indexes of one noise partition, increasing."""
+    return np.arange(partition, spec.cells.total, spec.noise_partitions, dtype=np.int64)
+
+
+def _as_int64(values: object, what: str) -> np.ndarray:
+    array = np.asarray(values)
+    if array.dtype == object:
+        ints = [int(v) for v in array]
+        if ints and (max(ints) >= 2**63 or min(ints) < -(2**63)):
+            raise OverflowError(f"{what} does not fit in int64")
+        return np.array(ints, dtype=np.int64)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InternalError(f"{what} must be integers, got dtype {array.dtype}")
+    return array.astype(np.int64, copy=False)
+
+
+def _checked_add(values: np.ndarray, noise: np.ndarray, what: str) -> np.ndarray:
+    total = values + noise
+    overflow = ((values ^ total) & (noise ^ total)) < 0
+    if overflow.any():
+        raise OverflowError(f"{what} plus noise overflows int64")
+    return total
+
+
+def noisy_partition(
+    spec: QuerySpec, partition: int, true_values: Mapping[str, np.ndarray]
+) -> dict[str, np.ndarray]:
+    """True aggregates of every cell of ``partition`` (in `partition_cells` order) plus noise.
+
+    Returns int64 noisy values per noised vector ("count", "sum"). The noise is
+    exact (discrete Gaussian / Laplace samplers on a keyed ChaCha20 stream).
+    """
+    size = (spec.cells.total - partition + spec.noise_partitions - 1) // spec.noise_partitions
+    out = {}
+    for name, mechanism, _sensitivity in spec.measures():
+        values = _as_int64(true_values[name], f"true {name}")
+        if values.shape != (size,):
+            raise InternalError(
+                f"noise partition {partition} has {size} cells but {values.shape} {name} values"
+            )
+        stream = derive_stream(spec.key, *spec.stream_labels(name, partition))
+        noise = _as_int64(mechanism.sample(size, stream), f"{name} noise")
+        if noise.shape != (size,):
+            raise InternalError(f"sampler returned {noise.shape} draws, expected {size}")
+        out[name] = _checked_add(values, noise, name)
+    return out
+
+
+def output_value_types(spec: QuerySpec) -> list[tuple[str, pa.DataType]]:
+    """Names and Arrow types of the released value columns, in output order."""
+    if spec.statistic == "count":
+        return [("count", pa.int64())]
+    sum_type = pa.int64() if spec.value_bounds.granularity.denominator == 1 else pa.float64()
+    if spec.statistic == "sum":
+        return [("sum", sum_type)]
+    return [("sum", sum_type), ("count", pa.int64()), ("mean", pa.float64())]
+
+
+def release_columns(spec: QuerySpec, noisy: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Post-process noisy integer vectors into released value columns (no privacy cost).
+
+    - ``sum`` is reported in the column's units: ``units * granularity``, an
+      int64 when the granularity is an integer, else float64 computed as
+      ``units * numerator / denominator`` (the same IEEE operations everywhere).
+    - ``mean`` = sum / max(count, 1), clipped into [lower, upper].
+    """
+    out: dict[str, np.ndarray] = {}
+    if "sum" in noisy:
+        bounds = spec.value_bounds
+        units = noisy["sum"]
+        if bounds.granularity.denominator == 1:
+            numerator = np.int64(bounds.granularity.numerator)
+            scaled = units * numerator
+            if bounds.granularity.numerator != 1 and np.any(scaled // numerator != units):
+                raise OverflowError("sum in granularity units times granularity overflows int64")
+            out["sum"] = scaled
+        else:
+            out["sum"] = (
+                units.astype(np.float64)
+                * float(bounds.granularity.numerator)
+                / float(bounds.granularity.denominator)
+            )
+    if "count" in noisy:
+        out["count"] = noisy["count"]
+    if spec.statistic == "mean":
+        denominator = np.maximum(noisy["count"], 1).astype(np.float64)
+        mean = out["sum"].astype(np.float64) / denominator
+        out["mean"] = np.clip(mean, float(spec.value_bounds.lower), float(spec.value_bounds.upper))
+    return out
+
+
+def arrow_noise_function(
+    spec: QuerySpec, key_types: Mapping[str, pa.DataType]
+) -> Callable[[pa.Table], pa.Table]:
+    """The grouped-Arrow UDF: one noise partition's present cells in, all its cells out.
+
+    Input columns: ``_noise_partition`` (constant), ``_cell`` (cell index, or -1
+    on the one marker row each partition gets so that empty partitions still run)
+    and the true aggregates ("count", and "sum" for sums and means). Output: the
+    key columns (with the Arrow types in ``key_types``) and the released values.
+    """
+    names = [name for name, _, _ in spec.measures()]
+    value_types = output_value_types(spec)
+    schema = pa.schema([(column, key_types[column]) for column in spec.cells.columns] + value_types)
+
+    def noise_one_partition(table: pa.Table) -> pa.Table:
+        partitions = np.unique(table.column(PARTITION_COLUMN).to_numpy())
+        if partitions.size != 1:
+            raise InternalError(f"a noise group holds partitions {partitions.tolist()}")
+        partition = int(partitions[0])
+        cells = table.column(CELL_COLUMN).to_numpy()
+        present = cells >= 0
+        positions = (cells[present] - partition) // spec.noise_partitions
+        all_cells = partition_cells(spec, partition)
+        true_values = {}
+        for name in names:
+            dense = np.zeros(all_cells.size, dtype=np.int64)
+            dense[positions] = table.column(name).to_numpy(zero_copy_only=False)[present]
+            true_values[name] = dense
+        released = release_columns(spec, noisy_partition(spec, partition, true_values))
+        keys = spec.cells.decode(all_cells)
+        arrays = [
+            pa.array(values, type=key_types[column])
+            for column, values in zip(spec.cells.columns, keys, strict=True)
+        ]
+        arrays += [pa.array(released[name], type=kind) for name, kind in value_types]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    return noise_one_partition

@@ -1,0 +1,119 @@
+"""Calibration round trips and exact margins of error (against mpmath brute force)."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath
+import pytest
+
+from dp_pipeline.accounting import (
+    PrivacyAccountant,
+    calibrate_discrete_gaussian,
+    calibrate_discrete_laplace,
+    margin_of_error,
+)
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+
+def _accountant(sigma2s, queries):
+    accountant = PrivacyAccountant()
+    for sigma2, (_, shifts) in zip(sigma2s, queries, strict=True):
+        accountant.add(DiscreteGaussian(sigma2), shifts)
+    return accountant
+
+
+@pytest.mark.parametrize(
+    "queries",
+    [
+        [(1, [1] * 100)],
+        [(Fraction(1, 2), 1), (Fraction(1, 2), [1, 1])],
+    ],
+)
+def test_calibration_round_trip(queries):
+    sigma2s = calibrate_discrete_gaussian(epsilon=1.0, delta=1e-6, queries=queries)
+    assert all(isinstance(s, Fraction) and s.denominator <= 10**7 for s in sigma2s)
+    assert _accountant(sigma2s, queries).delta(1.0).upper <= 1e-6
+    smaller = [s * Fraction(99, 100) for s in sigma2s]
+    assert _accountant(smaller, queries).delta(1.0).upper > 1e-6
+
+
+def test_calibration_for_rho_is_exact():
+    sigma2s = calibrate_discrete_gaussian(rho=Fraction(1, 10), queries=[(0.25, 1), (0.75, [2, 2])])
+    assert sigma2s == [
+        Fraction(20),
+        Fraction(80, 3 * Fraction(1, 2)) / 10 * Fraction(3, 4) * 0
+        + round_up(Fraction(8) / (2 * Fraction(3, 4) * Fraction(1, 10))),
+    ]
+    assert _accountant(sigma2s, [(0, 1), (0, [2, 2])]).rho() <= Fraction(1, 10)
+
+
+def round_up(value: Fraction) -> Fraction:
+    from dp_pipeline.accounting.calibration import round_up_to_small_denominator
+
+    return round_up_to_small_denominator(value)
+
+
+def test_laplace_calibration_meets_pure_epsilon():
+    scales = calibrate_discrete_laplace(1.0, [(0.5, 1), (0.5, [1, 2])])
+    assert scales == [Fraction(2), Fraction(6)]
+    accountant = (
+        PrivacyAccountant().add(DiscreteLaplace(scales[0])).add(DiscreteLaplace(scales[1]), [1, 2])
+    )
+    assert accountant.pure_epsilon() == 1
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"epsilon": 1.0, "delta": 1e-6, "queries": []}, "queries must not be empty"),
+        ({"epsilon": 1.0, "delta": 1e-6, "queries": [(0.5, 1)]}, "shares must sum to 1"),
+        ({"epsilon": 1.0, "delta": 1e-6, "queries": [(0, 1), (1, 1)]}, "share must be > 0"),
+        ({"epsilon": 1.0, "delta": 1e-6, "queries": [(1, 1.5)]}, "must be an integer"),
+        ({"epsilon": 1.0, "queries": [(1, 1)]}, "epsilon and delta together"),
+        ({"epsilon": -1.0, "delta": 1e-6, "queries": [(1, 1)]}, "epsilon must be finite and >= 0"),
+        ({"epsilon": 1.0, "delta": 1.0, "queries": [(1, 1)]}, "delta must lie strictly"),
+        ({"rho": 0, "queries": [(1, 1)]}, "rho must be > 0"),
+    ],
+)
+def test_calibration_bad_input(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        calibrate_discrete_gaussian(**kwargs)
+
+
+def _mp_margin(weight, confidence):
+    mpmath.mp.dps = 40
+    limit = 4000
+    weights = [weight(y) for y in range(-limit, limit + 1)]
+    total = mpmath.fsum(weights)
+    inside = weights[limit] / total
+    m = 0
+    while inside < confidence:
+        m += 1
+        inside += (weights[limit + m] + weights[limit - m]) / total
+    return m
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 3), 1, 7, 2500, Fraction(90001, 7)])
+@pytest.mark.parametrize("confidence", [0.5, 0.95, 0.999])
+def test_gaussian_margin_matches_brute_force(sigma2, confidence):
+    s2 = mpmath.mpf(Fraction(sigma2).numerator) / Fraction(sigma2).denominator
+    expected = _mp_margin(lambda y: mpmath.exp(-(mpmath.mpf(y) ** 2) / (2 * s2)), confidence)
+    assert margin_of_error(DiscreteGaussian(sigma2), confidence) == expected
+
+
+@pytest.mark.parametrize("scale", [Fraction(1, 2), 3, 40])
+@pytest.mark.parametrize("confidence", [0.5, 0.95, 0.999])
+def test_laplace_margin_matches_brute_force(scale, confidence):
+    b = mpmath.mpf(Fraction(scale).numerator) / Fraction(scale).denominator
+    expected = _mp_margin(lambda y: mpmath.exp(-abs(mpmath.mpf(y)) / b), confidence)
+    assert margin_of_error(DiscreteLaplace(scale), confidence) == expected
+
+
+def test_margin_bad_input():
+    with pytest.raises(ValueError, match="confidence must lie strictly between 0 and 1"):
+        margin_of_error(DiscreteGaussian(4), 1.0)
+    with pytest.raises(TypeError, match="mechanism must be a DiscreteGaussian"):
+        margin_of_error(object())
+    assert math.isfinite(margin_of_error(DiscreteGaussian(4)))

@@ -1,0 +1,116 @@
+"""Exact one-dimensional accounting: zCDP conversions and CKS Theorem 7 against mpmath."""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath
+import pytest
+
+from dp_pipeline.accounting import standard_zcdp_epsilon, zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+mpmath.mp.dps = 60
+
+
+def _mp_discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: float) -> mpmath.mpf:
+    """Independent route: δ = P[Y > εσ²/Δ - Δ/2] - e^ε P[Y > εσ²/Δ + Δ/2] at 60 digits."""
+    s2 = mpmath.mpf(sigma2.numerator) / sigma2.denominator
+    limit = int(math.sqrt(float(sigma2)) * 60) + 200 + int(epsilon * float(sigma2))
+    weights = {y: mpmath.exp(-mpmath.mpf(y * y) / (2 * s2)) for y in range(-limit, limit + 1)}
+    total = mpmath.fsum(weights.values())
+    eps = mpmath.mpf(epsilon)
+    first = eps * s2 / shift - mpmath.mpf(shift) / 2
+    second = eps * s2 / shift + mpmath.mpf(shift) / 2
+    tail_first = mpmath.fsum(w for y, w in weights.items() if y > first)
+    tail_second = mpmath.fsum(w for y, w in weights.items() if y > second)
+    return (tail_first - mpmath.exp(eps) * tail_second) / total
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(1, 2), Fraction(3), Fraction(25), Fraction(401, 4)])
+@pytest.mark.parametrize("shift", [1, 2])
+@pytest.mark.parametrize("epsilon", [0.05, 1.0, 3.0])
+def test_theorem7_matches_mpmath(sigma2, shift, epsilon):
+    exact = _mp_discrete_gaussian_delta(sigma2, shift, epsilon)
+    ours = DiscreteGaussian(sigma2).delta(epsilon, sensitivity=shift)
+    # Max over shifts 1..Δ: compute the mpmath value for every shift too.
+    exact = max(_mp_discrete_gaussian_delta(sigma2, s, epsilon) for s in range(1, shift + 1))
+    if exact < 1e-30:
+        assert ours <= 1e-29
+        return
+    assert ours >= float(exact) * (1 - 1e-12)  # an upper bound up to float noise
+    assert abs(ours - float(exact)) <= 1e-10 * float(exact)
+
+
+def test_theorem7_tiny_delta_keeps_relative_accuracy():
+    # δ around 1e-25..1e-30: the difference form would cancel catastrophically.
+    sigma2 = Fraction(4)
+    epsilon = 5.5
+    exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
+    assert 1e-32 < exact < 1e-20
+    ours = DiscreteGaussian(sigma2).delta(epsilon)
+    assert abs(ours - float(exact)) <= 1e-10 * float(exact)
+
+
+def test_theorem7_boundary_has_no_spurious_atom():
+    # εσ²/Δ - Δ/2 is an integer: the loss equals ε exactly there and contributes 0.
+    sigma2, epsilon = Fraction(4), 0.75  # threshold 0.75*4 - 0.5 = 2.5; use ε = 0.625 -> 2
+    epsilon = 0.625
+    exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
+    assert abs(DiscreteGaussian(sigma2).delta(epsilon) - float(exact)) <= 1e-12 * float(exact)
+
+
+def test_epsilon_inverts_delta_and_is_rounded_up():
+    mechanism = DiscreteGaussian(50)
+    epsilon = mechanism.epsilon(1e-6)
+    assert mechanism.delta(epsilon) <= 1e-6
+    assert mechanism.delta(epsilon * (1 - 1e-6)) > 1e-6
+
+
+def test_rho_is_exact():
+    assert DiscreteGaussian(Fraction(7, 3)).rho(2) == Fraction(4 * 3, 2 * 7)
+    assert DiscreteLaplace(4).rho(2) == Fraction(1, 8)
+    assert DiscreteLaplace(4).pure_epsilon(2) == Fraction(1, 2)
+
+
+def test_discrete_laplace_delta_against_binomial_closed_form():
+    # One discrete Laplace: loss ±a with P(+a) = e^a/(1+e^a) (ALGORITHMS §4, k = 1).
+    scale = Fraction(5)
+    a = 1 / 5
+    p = math.exp(a) / (1 + math.exp(a))
+    epsilon = 0.05
+    expected = p * (1 - math.exp(epsilon - a))
+    assert DiscreteLaplace(scale).delta(epsilon) == pytest.approx(expected, rel=1e-12)
+    assert DiscreteLaplace(scale).delta(0.2) == 0.0
+    assert DiscreteLaplace(scale).epsilon(0.01) <= 0.2
+
+
+def test_zcdp_conversion_pinned_and_below_standard():
+    # ALGORITHMS §4: ρ = 0.02 gives δ ≈ 8.8e-8 at ε = 1 (CKS Figure 4's "1e-7").
+    assert zcdp_to_delta(0.02, 1.0) == pytest.approx(8.8e-8, rel=0.01)
+    for rho in [1e-4, 0.02, 0.5, 3.0]:
+        for delta in [1e-12, 1e-6, 0.1]:
+            epsilon = zcdp_to_epsilon(rho, delta)
+            assert epsilon <= standard_zcdp_epsilon(rho, delta)
+            assert zcdp_to_delta(rho, epsilon) <= delta * (1 + 1e-9)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda: DiscreteGaussian(4).delta(-0.1), "epsilon must be finite and >= 0"),
+        (lambda: DiscreteGaussian(4).epsilon(0.0), "delta must lie strictly between 0 and 1"),
+        (lambda: DiscreteGaussian(4).epsilon(1.0), "delta must lie strictly between 0 and 1"),
+        (lambda: DiscreteGaussian(0), "sigma2 must be > 0"),
+        (lambda: DiscreteGaussian(-1), "sigma2 must be > 0"),
+        (lambda: DiscreteGaussian(4).delta(1.0, 1.5), "sensitivity must be an integer"),
+        (lambda: DiscreteGaussian(4).rho(0), "sensitivity must be an integer >= 1"),
+        (lambda: DiscreteLaplace(4).delta(1.0, 0.5), "sensitivity must be an integer"),
+        (lambda: zcdp_to_delta(-1, 1.0), "rho must be finite and >= 0"),
+        (lambda: zcdp_to_epsilon(0.1, 2.0), "delta must lie strictly between 0 and 1"),
+    ],
+)
+def test_bad_input_names_argument_and_rule(call, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        call()

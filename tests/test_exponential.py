@@ -1,0 +1,376 @@
+"""Tests of the exact base-2 exponential mechanism (Ilvento 2020).
+
+Statistical tests use fixed keys (deterministic), pinned false-positive rates
+and a stated power: a base off by 5% (|O| = 10) or 3% (|O| = 1000, by level)
+must fail the same test with the same sample.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from fractions import Fraction
+
+import mpmath
+import numpy as np
+import pytest
+from scipy import stats
+
+from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
+from dp_pipeline.mechanisms.exponential import (
+    _WeightTree,
+    choose_base,
+    ln_bounds,
+    locate_by_linear_scan,
+)
+
+KEY = MasterKey(bytes(range(32)))
+ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below
+mpmath.mp.dps = 60
+
+
+def stream(*labels):
+    return derive_stream(KEY, "test_exponential", *labels)
+
+
+def exact_pmf(base: Fraction, utilities) -> np.ndarray:
+    """P(o) ∝ base**u(o) for integer utilities, exact integer weights, correctly rounded floats."""
+    utilities = [int(u) for u in utilities]
+    top = max(utilities)
+    weights = [base.numerator**u * base.denominator ** (top - u) for u in utilities]
+    total = sum(weights)
+    return np.array([w / total for w in weights])  # int / int is correctly rounded
+
+
+def rounded_pmf(base: Fraction, utilities: list[Fraction]) -> np.ndarray:
+    """Exact pmf under independent randomized rounding: enumerate every rounding."""
+    fractional = [i for i, u in enumerate(utilities) if u.denominator != 1]
+    pmf = np.zeros(len(utilities))
+    for ups in itertools.product((0, 1), repeat=len(fractional)):
+        rounded = [math.floor(u) for u in utilities]
+        probability = Fraction(1)
+        for i, up in zip(fractional, ups, strict=True):
+            frac = utilities[i] - math.floor(utilities[i])
+            rounded[i] += up
+            probability *= frac if up else 1 - frac
+        pmf += float(probability) * exact_pmf(base, rounded)
+    return pmf
+
+
+def chi2_statistic(counts: np.ndarray, pmf) -> float:
+    expected = counts.sum() * np.asarray(pmf, dtype=float)
+    return float(np.sum((counts - expected) ** 2 / expected))
+
+
+def chi2_power(pmf, alternative, n: int) -> float:
+    """Power of the level-ALPHA χ² test of ``pmf`` when samples follow ``alternative``."""
+    p = np.asarray(pmf, dtype=float)
+    q = np.asarray(alternative, dtype=float)
+    df = p.size - 1
+    noncentrality = n * np.sum((q - p) ** 2 / p)
+    return float(stats.ncx2.sf(stats.chi2.isf(ALPHA, df), df, noncentrality))
+
+
+# ----------------------------------------------------------------- parameters
+
+EPSILONS = ["1/1000", "1/10", "1/2", 1, 3, 10, 50]
+
+
+@pytest.mark.parametrize("epsilon", EPSILONS)
+@pytest.mark.parametrize(("monotone", "sensitivity"), [(False, 1), (True, 1), (False, "3/2")])
+def test_eta_is_the_largest_not_above_target(epsilon, monotone, sensitivity):
+    mechanism = BaseTwoExponential(epsilon, utility_sensitivity=sensitivity, monotone=monotone)
+    x, y, z = mechanism.base_numerator, mechanism.base_denominator_bits, mechanism.base_power
+    factor = 1 if monotone else 2
+    target = mpmath.mpf(Fraction(epsilon).numerator) / Fraction(epsilon).denominator
+    target /= factor * mpmath.mpf(Fraction(sensitivity).numerator)
+    target *= Fraction(sensitivity).denominator
+    # Independent check (mpmath, 60 digits): η·ln2 = z·ln(2**y/x) <= ε/(c·Δu) ...
+    eta_ln2 = z * mpmath.log(mpmath.mpf(2**y) / x)
+    assert eta_ln2 <= target
+    # ... and the just-larger base numerator's twin (x - 1) would exceed it.
+    if x > 1:
+        assert z * mpmath.log(mpmath.mpf(2**y) / (x - 1)) > target
+    # pure ε is an upper bound on c·Δu·η·ln2, tight to 2**-60, never above the target ε.
+    reported = mechanism.pure_epsilon
+    exact = factor * eta_ln2 * mpmath.mpf(Fraction(sensitivity).numerator)
+    exact /= Fraction(sensitivity).denominator
+    assert mpmath.mpf(reported.numerator) / reported.denominator >= exact
+    assert mpmath.mpf(reported.numerator) / reported.denominator - exact < mpmath.mpf(2) ** -60
+    assert reported <= mechanism.epsilon
+    assert mechanism.base == Fraction(x, 2**y) ** z
+    # With base_bits = 8 the chosen η is within 2% of the target (1/(x·τ) with x >= 128).
+    assert eta_ln2 >= target * mpmath.mpf("0.98")
+
+
+def test_ln_bounds_match_mpmath():
+    for r in [Fraction(4, 3), Fraction(2), Fraction(256, 155), Fraction(10**6, 7)]:
+        low, high = ln_bounds(r, 100)
+        truth = mpmath.log(mpmath.mpf(r.numerator) / r.denominator)
+        assert mpmath.mpf(low.numerator) / low.denominator <= truth
+        assert truth <= mpmath.mpf(high.numerator) / high.denominator
+        assert high - low <= Fraction(1, 2**100)
+
+
+def test_choose_base_examples():
+    # ε = 1, not monotone: target ln-ratio 1/2; x = ceil(2**8·e**-0.5) = 156 -> 39/64.
+    assert choose_base(Fraction(1, 2), 8) == (39, 6, 1)
+    # Tiny ε needs more than base_bits bits (x = 2**y would mean η = 0).
+    x, y, z = choose_base(Fraction(1, 10**6), 8)
+    assert y > 8 and x < 2**y and z == 1
+    assert choose_base(Fraction(1, 2), 12)[1] >= 10
+
+
+def test_for_base_gives_the_requested_base_and_its_epsilon():
+    mechanism = BaseTwoExponential.for_base(1, 1, 1)
+    assert mechanism.base == Fraction(1, 2)
+    assert mechanism.pure_epsilon >= 2 * Fraction(math.log(2))  # 2·η·ln2 with η = 1
+    assert float(mechanism.pure_epsilon) == pytest.approx(2 * math.log(2), abs=1e-15)
+    monotone = BaseTwoExponential.for_base(3, 2, 1, monotone=True)
+    assert float(monotone.pure_epsilon) == pytest.approx(math.log(4 / 3), abs=1e-15)
+
+
+def test_privacy_loss_pmfs_is_randomized_response_at_epsilon():
+    mechanism = BaseTwoExponential("7/10")
+    p, q = mechanism.privacy_loss_pmfs()
+    assert p.shape == q.shape == (2,)
+    assert p.sum() == pytest.approx(1) and q.sum() == pytest.approx(1)
+    np.testing.assert_array_equal(q, p[::-1])
+    # The loss log(p/q) is not below the (rounded-up) exact ε.
+    assert math.log(p[0] / q[0]) >= float(mechanism.pure_epsilon) - 1e-15
+    assert math.log(p[0] / q[0]) == pytest.approx(float(mechanism.pure_epsilon), rel=1e-12)
+
+
+def test_mechanism_is_a_frozen_value():
+    mechanism = BaseTwoExponential(1)
+    with pytest.raises(AttributeError):
+        mechanism.epsilon = Fraction(2)
+    assert mechanism == BaseTwoExponential("1")
+    assert mechanism.name == "base2_exponential"
+
+
+# ------------------------------------------------------------ exact locating
+
+
+def test_tree_descent_agrees_with_the_literal_linear_scan():
+    rng = np.random.default_rng(7)  # test data only
+    for a, shift, levels in [(3, 2, 1), (39, 6, 13), (1, 1, 8), (25, 5, 31), (131, 8, 64)]:
+        counts = [int(c) for c in rng.integers(0, 4, size=levels)]
+        counts[0] += 1
+        tree = _WeightTree(counts, a, shift)
+        total = tree.total
+        draws = range(total) if total <= 2000 else [int(rng.integers(0, 2**62)) % total]
+        draws = list(draws) + [0, total - 1] + [(total * i) // 97 for i in range(97)]
+        for draw in draws:
+            assert tree.locate(draw) == locate_by_linear_scan(counts, a, shift, draw)
+
+
+# --------------------------------------------------------------- χ² of the sampler
+
+
+def test_chi2_ten_outcomes_integer_utilities():
+    mechanism = BaseTwoExponential("1/4", utility_bounds=(0, 9))
+    utilities = np.arange(10)
+    n = 4000
+    pmf = exact_pmf(mechanism.base, utilities.tolist())
+    draws = mechanism.sample(utilities, stream("chi2-10"), size=n)
+    counts = np.bincount(draws, minlength=10)
+    threshold = stats.chi2.isf(ALPHA, 9)
+    assert chi2_statistic(counts, pmf) < threshold
+    for factor in (Fraction(105, 100), Fraction(95, 100)):  # a base off by 5% must fail
+        wrong = exact_pmf(mechanism.base * factor, utilities.tolist())
+        assert chi2_power(wrong, pmf, n) > 0.99
+        assert chi2_statistic(counts, wrong) > threshold
+
+
+def test_chi2_ten_outcomes_rounded_utilities():
+    texts = ["0", "1/2", "5/4", "2", "11/4", "4", "11/2", "7", "17/2", "9"]
+    utilities = [Fraction(v) for v in texts]
+    mechanism = BaseTwoExponential("1/4", utility_bounds=(0, 9))
+    n = 4000
+    pmf = rounded_pmf(mechanism.base, utilities)
+    draws = mechanism.sample(np.array(utilities, dtype=object), stream("chi2-10r"), size=n)
+    counts = np.bincount(draws, minlength=10)
+    threshold = stats.chi2.isf(ALPHA, 9)
+    assert chi2_statistic(counts, pmf) < threshold
+    wrong = rounded_pmf(mechanism.base * Fraction(105, 100), utilities)
+    assert chi2_power(wrong, pmf, n) > 0.99
+    assert chi2_statistic(counts, wrong) > threshold
+    # The same utilities as floats take the same exact path.
+    floats = np.array([float(u) for u in utilities])
+    float_draws = mechanism.sample(floats, stream("chi2-10r"), size=200)
+    np.testing.assert_array_equal(float_draws, draws[:200])
+
+
+@pytest.mark.parametrize("rounded", [False, True])
+def test_chi2_thousand_outcomes(rounded):
+    mechanism = BaseTwoExponential("1/10", utility_bounds=(0, 16))
+    utilities = [Fraction(o % 16) for o in range(1000)]
+    if rounded:
+        for i in (3, 500, 998):
+            utilities[i] += Fraction(1, 2)
+    n = 4000
+    pmf = rounded_pmf(mechanism.base, utilities)
+    array = np.array(utilities, dtype=object) if rounded else np.arange(1000) % 16
+    draws = mechanism.sample(array, stream("chi2-1000", int(rounded)), size=n)
+    counts = np.bincount(draws, minlength=1000)
+    # Expected counts >= 2.6 per cell: with 999 degrees of freedom the χ²
+    # approximation is accurate well below the textbook 5 (Koehler & Larntz 1980).
+    assert pmf.min() * n > 2.5
+    assert chi2_statistic(counts, pmf) < stats.chi2.isf(ALPHA, 999)
+    # Power, on the 16 utility levels: a base off by 3% must fail.
+    level = np.array([int(u) for u in utilities])
+    by_level = np.bincount(level, weights=counts, minlength=16)
+    level_pmf = np.bincount(level, weights=pmf, minlength=16)
+    wrong = rounded_pmf(mechanism.base * Fraction(103, 100), utilities)
+    wrong_level = np.bincount(level, weights=wrong, minlength=16)
+    threshold = stats.chi2.isf(ALPHA, 15)
+    assert chi2_statistic(by_level, level_pmf) < threshold
+    assert chi2_power(wrong_level, level_pmf, n) > 0.99
+    assert chi2_statistic(by_level, wrong_level) > threshold
+
+
+# ---------------------------------------------- discrete Laplace via u(o) = |f - o|
+
+
+def dkw_threshold(n: int) -> float:
+    """Dvoretzky-Kiefer-Wolfowitz (Massart 1990): P[sup|F_n - F| > t] <= 2·exp(-2nt²)."""
+    return math.sqrt(math.log(2 / ALPHA) / (2 * n))
+
+
+def test_simulated_discrete_laplace_matches_exact_discrete_laplace():
+    # u(o) = |0 - o| on the grid -20..20: P(o) ∝ 2**(-η|o|), the discrete Laplace
+    # Lap_Z(1/(η ln 2)) truncated to the grid.
+    mechanism = BaseTwoExponential(1, utility_bounds=(0, 20), monotone=False)
+    grid = np.arange(-20, 21)
+    n = 6000
+    draws = grid[mechanism.sample(np.abs(grid), stream("laplace"), size=n)]
+    pmf = exact_pmf(mechanism.base, np.abs(grid).tolist())
+    empirical = np.searchsorted(np.sort(draws), grid, side="right") / n
+    ks = np.max(np.abs(empirical - np.cumsum(pmf)))
+    assert ks < dkw_threshold(n)
+    # Power: a discrete Laplace whose scale is 25% larger is rejected.
+    scale = 1 / (-math.log(float(mechanism.base)))
+    wider = np.exp(-np.abs(grid) / (1.25 * scale))
+    wider /= wider.sum()
+    assert np.max(np.abs(empirical - np.cumsum(wider))) > dkw_threshold(n)
+
+
+def test_rounded_laplace_is_close_to_the_naive_float_mechanism():
+    # f(d) = 0.3, u(o) = |f - o|: every utility is fractional and randomly rounded.
+    # The naive float mechanism samples P(o) ∝ 2**(-η|f-o|) in floating point.
+    # Ilvento (2020, Section 4.1) reports KS ≈ 0.02 between the two; we pin
+    # 0.05 and check the distance to a twice-as-wide naive Laplace is larger.
+    mechanism = BaseTwoExponential(1, utility_bounds=(0, 21))
+    grid = np.arange(-20, 21)
+    utilities = np.abs(0.3 - grid)
+    n = 3000
+    draws = grid[mechanism.sample(utilities, stream("rounded-laplace"), size=n)]
+    empirical = np.searchsorted(np.sort(draws), grid, side="right") / n
+    eta = -math.log2(float(mechanism.base))
+    naive = 2.0 ** (-eta * utilities)
+    naive /= naive.sum()
+    ks = np.max(np.abs(empirical - np.cumsum(naive)))
+    assert ks < 0.05
+    wide = 2.0 ** (-eta * utilities / 2)
+    wide /= wide.sum()
+    assert np.max(np.abs(empirical - np.cumsum(wide))) > 0.1
+
+
+# ------------------------------------------------------------------ timing defence
+
+
+def timing_utilities():
+    """Ilvento (2020, Section 4): 256 outcomes, η = 1; total weights 128.5 vs 128."""
+    u0 = np.ones(256, dtype=np.int64)
+    u0[0] = 0
+    return u0, np.ones(256, dtype=np.int64)
+
+
+def test_timing_defence_pass_counts():
+    u0, u1 = timing_utilities()
+    runs = 400
+    # k = 1 (no defence): u1 never rejects; u0 rejects with probability 255/512.
+    bare = BaseTwoExponential.for_base(1, 1, 1, utility_bounds=(0, 1), min_passes=1)
+    stream0, stream1 = stream("k1", "u0"), stream("k1", "u1")
+    passes0 = [bare.sample_with_passes(u0, stream0)[1] for _ in range(runs)]
+    passes1 = [bare.sample_with_passes(u1, stream1)[1] for _ in range(runs)]
+    assert set(passes1) == {1}
+    # Geometric with success 257/512: mean 512/257 ≈ 1.99; pinned far from 1.
+    assert np.mean(passes0) > 1.5
+    # Default k = 20: both run exactly k passes (differs with probability < 2**-20 each run).
+    defended = BaseTwoExponential.for_base(1, 1, 1, utility_bounds=(0, 1))
+    assert defended.min_passes == 20
+    stream0, stream1 = stream("k20", "u0"), stream("k20", "u1")
+    passes0 = [defended.sample_with_passes(u0, stream0)[1] for _ in range(runs)]
+    passes1 = [defended.sample_with_passes(u1, stream1)[1] for _ in range(runs)]
+    assert passes0 == passes1 == [20] * runs
+    # They also consume the same amount of keystream: next bytes of twin streams agree.
+    twin0, twin1 = stream("same"), stream("same")
+    defended.sample(u0, twin0)
+    defended.sample(u1, twin1)
+    assert twin0.random_bytes(16) == twin1.random_bytes(16)
+
+
+def test_optimized_variant_stops_at_first_acceptance():
+    u0, _ = timing_utilities()
+    fast = BaseTwoExponential.for_base(1, 1, 1, utility_bounds=(0, 1), optimized=True)
+    source = stream("opt")
+    passes = [fast.sample_with_passes(u0, source)[1] for _ in range(200)]
+    assert min(passes) == 1 and np.mean(passes) < 3
+
+
+# ---------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"epsilon": 0}, ValueError, "epsilon must be > 0"),
+        ({"epsilon": -1}, ValueError, "epsilon must be > 0"),
+        ({"epsilon": float("nan")}, ValueError, "epsilon must be finite"),
+        ({"epsilon": 1, "utility_sensitivity": 0}, ValueError, "utility_sensitivity must be > 0"),
+        ({"epsilon": 1, "utility_bounds": (5, 2)}, ValueError, r"utility_bounds \(5, 2\) are rev"),
+        ({"epsilon": 1, "utility_bounds": (0.5, 2)}, TypeError, "utility_bounds lower must be an"),
+        ({"epsilon": 1, "utility_bounds": 3}, TypeError, "utility_bounds must be a pair"),
+        ({"epsilon": 1, "min_passes": 0}, ValueError, "min_passes must be >= 1"),
+        ({"epsilon": 1, "monotone": "yes"}, TypeError, "monotone must be True or False"),
+        ({"epsilon": 1, "exact_base": (4, 2, 1)}, ValueError, "exact_base needs x < 2"),
+        ({"epsilon": "1/100", "exact_base": (1, 1, 1)}, ValueError, "above epsilon"),
+    ],
+)
+def test_bad_parameters(kwargs, error, message):
+    with pytest.raises(error, match=message):
+        BaseTwoExponential(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("utilities", "error", "message"),
+    [
+        ([], ValueError, "utilities is empty"),
+        (np.array([1.0, float("nan"), 2.0]), ValueError, r"utilities\[1\] is nan"),
+        (np.array([1.0, float("inf")]), ValueError, r"utilities\[1\] is inf"),
+        (np.array([[1, 2]]), ValueError, "1-D"),
+        (np.array(["a", "b"]), TypeError, "utilities must be numbers"),
+        (np.array([1, None], dtype=object), TypeError, r"utilities\[1\] must be a number"),
+    ],
+)
+def test_bad_utilities(utilities, error, message):
+    with pytest.raises(error, match=message):
+        BaseTwoExponential(1).sample(utilities, stream("bad"))
+
+
+def test_too_wide_utility_range_is_refused_before_sampling():
+    mechanism = BaseTwoExponential(1, utility_bounds=(0, 10**9))
+    with pytest.raises(ValueError, match="narrow utility_bounds"):
+        mechanism.sample(np.arange(3), stream("wide"))
+
+
+def test_relative_clamp_keeps_far_outcomes_negligible():
+    # Relative clamp: utilities are shifted by their minimum, so huge losses work,
+    # and the best outcome wins essentially always against one far worse.
+    mechanism = BaseTwoExponential(1)
+    utilities = np.array([10**12 + 5, 10**12, 10**15])
+    draws = mechanism.sample(utilities, stream("relative"), size=300)
+    assert set(np.unique(draws)) <= {0, 1}
+    assert np.mean(draws == 1) > 0.8
