@@ -78,11 +78,11 @@ def main(argv=None) -> int:
     parser.add_argument("--cache", default=str(ROOT / ".bench_cache"))
     arguments = parser.parse_args(argv)
 
-    from dp_pipeline.spark import local_session
+    from dp_pipeline.release.engines import spark_session
 
     progress = Progress()
     input_path = cached_census_sample(arguments.cache, arguments.persons, 2026, progress)
-    spark = local_session(master=arguments.master)
+    spark = spark_session(arguments.master)
     try:
         with tempfile.TemporaryDirectory() as scratch:
             scratch = Path(scratch)

@@ -81,17 +81,9 @@ class ReleaseIdReuseError(LedgerError):
 
 
 def accountant_type():
-    """The accountant class: `dp_pipeline.accounting.PrivacyAccountant`.
+    """The accountant class, `dp_pipeline.accounting.PrivacyAccountant`."""
+    from dp_pipeline.accounting import PrivacyAccountant
 
-    TEMPORARY: falls back to the clearly-marked zCDP stand-in
-    (`dp_pipeline.accounting._interim_zcdp`) until the real accountant is merged.
-    """
-    try:
-        from dp_pipeline.accounting import PrivacyAccountant
-    except ImportError:
-        from dp_pipeline.accounting._interim_zcdp import InterimZcdpAccountant
-
-        return InterimZcdpAccountant
     return PrivacyAccountant
 
 

@@ -10,6 +10,7 @@ they are never written to a released table.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -117,13 +118,13 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
 
 
 def _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark):
-    from dp_pipeline.spark import dp_count, dp_sum, local_session
+    from dp_pipeline.spark import dp_count, dp_sum
 
     timings = {}
     own_session = spark is None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
-        spark = local_session(master=spec.master)
+        spark = spark_session(spec.master)
     try:
         started = time.perf_counter()
         reader = spark.read
@@ -158,6 +159,19 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         if own_session:
             spark.stop()
     return results, timings
+
+
+def spark_session(master: str):
+    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``."""
+    from dp_pipeline.spark import local_session
+
+    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
+    if match:
+        cores = match.group(1)
+        return local_session(None if cores in (None, "*") else int(cores))
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
 
 
 def _spark_truth(frame, spec, table_plan) -> pd.DataFrame:

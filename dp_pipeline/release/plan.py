@@ -37,27 +37,14 @@ class PlanError(ValueError):
 
 
 def _accounting():
-    """The accountant's calibration and conversion functions.
+    """The accountant's calibration, margin and conversion functions."""
+    from dp_pipeline.accounting import (
+        calibrate_discrete_gaussian,
+        calibrate_discrete_laplace,
+        margin_of_error,
+        zcdp_to_epsilon,
+    )
 
-    TEMPORARY: the clearly-marked zCDP stand-ins are used until
-    ``dp_pipeline.accounting`` provides the real ones.
-    """
-    try:
-        from dp_pipeline.accounting import (
-            calibrate_discrete_gaussian,
-            calibrate_discrete_laplace,
-            margin_of_error,
-            zcdp_to_epsilon,
-        )
-    except ImportError:
-        from dp_pipeline.accounting import _interim_zcdp as interim
-
-        return (
-            interim.interim_calibrate_discrete_gaussian,
-            None,
-            interim.interim_margin_of_error,
-            interim.interim_zcdp_to_epsilon,
-        )
     return calibrate_discrete_gaussian, calibrate_discrete_laplace, margin_of_error, zcdp_to_epsilon
 
 
@@ -177,11 +164,6 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
             )
         mechanisms = [DiscreteGaussian(p) for p in parameters]
     else:
-        if calibrate_laplace is None:
-            raise PlanError(
-                "release.noise = 'discrete_laplace': needs the accountant's Laplace calibration, "
-                "which is not available in this build"
-            )
         # Pure-ε calibration: meets any (ε, δ) budget with the same ε.
         parameters = calibrate_laplace(
             epsilon=budget.epsilon,

@@ -1,0 +1,240 @@
+"""Releases end to end: both engines, crashes and re-runs, id reuse, the monthly scenario."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from dp_pipeline.accounting.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
+from dp_pipeline.release.cli import main
+from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
+from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.synthetic import write_census_sample
+
+# TEMPORARY: these tests need the engines (dp_pipeline.pandas_accessor, dp_pipeline.spark),
+# which were not yet merged when they were written; remove this guard after the merge.
+pytest.importorskip("dp_pipeline.pandas_accessor", reason="engines not merged yet")
+pytest.importorskip("dp_pipeline.spark", reason="engines not merged yet")
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = Progress(quiet=True)
+KEY_HEX = "0f" * 32  # a fixed test key: runs in different ledgers draw the same noise
+
+SMALL_SPEC = """
+[release]
+id = "small-1"
+noise_partitions = 3
+
+[population]
+name = "small-people"
+cap = {{ epsilon = 8, delta = 1e-8 }}
+
+[privacy_unit]
+column = "person_id"
+
+[budget]
+epsilon = 2
+delta = 1e-9
+
+[input]
+synthetic_persons = 3000
+
+[output]
+dir = "{tmp}/out"
+
+[run]
+engine = "pandas"
+master = "local[1]"
+ledger = "{tmp}/ledger.sqlite"
+key_file = "{tmp}/master.key"
+
+[domains]
+state = {{ start = 1, stop = 51 }}
+sex = ["F", "M"]
+age = {{ start = 0, stop = 115 }}
+tenure = ["owned", "rented", "group_quarters"]
+
+[[tables]]
+name = "state_sex_age"
+keys = ["state", "sex", "age"]
+share = "1/2"
+
+[[tables]]
+name = "tenure"
+keys = ["tenure"]
+share = "1/4"
+
+[[tables]]
+name = "state_income"
+keys = ["state"]
+statistic = "sum"
+value = "income"
+lower = 0
+upper = 200000
+share = "1/4"
+"""
+
+
+@pytest.fixture(autouse=True)
+def fixed_key(monkeypatch):
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+
+
+def small_spec(tmp_path: Path, **overrides):
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "small.toml"
+    path.write_text(SMALL_SPEC.format(tmp=tmp_path))
+    return apply_overrides(load_spec(path), **overrides)
+
+
+def check_release(result, spec):
+    folder = result.output
+    assert folder == Path(spec.output_dir) / spec.release_id
+    tables = read_release(folder)
+    assert set(tables) == {t.name for t in spec.tables}
+    for table in spec.tables:
+        frame = tables[table.name]
+        assert list(frame.columns) == [*table.keys, "value"]
+        assert len(frame) == table.cells  # every declared cell, zero counts included
+        assert not frame.duplicated(list(table.keys)).any()
+    report = json.loads((folder / "privacy_report.json").read_text())
+    assert report["release_id"] == spec.release_id
+    assert {t["name"] for t in report["tables"]} == {t.name for t in spec.tables}
+    assert all("sigma2" in t and "margin_of_error" in t for t in report["tables"])
+    assert report["ledger"]["cumulative"]["epsilon"] is not None
+    html = (folder / "report.html").read_text()
+    assert "data:image/png;base64," in html and "margin of error" in html
+    assert "Accuracy against the truth" in html  # synthetic input
+    return tables, report
+
+
+def test_pandas_release_end_to_end(tmp_path):
+    spec = small_spec(tmp_path)
+    result = run_release(spec, progress=QUIET)
+    assert result.outcome == "reserved"
+    check_release(result, spec)
+    accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
+    assert {row["table"] for row in accuracy} == {"state_sex_age", "tenure", "state_income"}
+    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
+    assert not list(Path(spec.output_dir).glob(".*"))  # no temporary folder left
+    # Same id, same data, same plan: identical bytes, no new spend.
+    before = {p.name: p.read_bytes() for p in result.output.iterdir()}
+    again = run_release(spec, progress=QUIET)
+    assert again.outcome == "already_committed"
+    assert {p.name: p.read_bytes() for p in again.output.iterdir()} == before
+    assert len(Ledger(spec.ledger_path).history()) == 1
+
+
+@pytest.mark.spark
+def test_spark_and_pandas_releases_are_identical(tmp_path):
+    pandas_spec = small_spec(tmp_path / "p")
+    spark_spec = small_spec(tmp_path / "s", engine="spark")
+    pandas_tables, _ = check_release(run_release(pandas_spec, progress=QUIET), pandas_spec)
+    spark_tables, _ = check_release(run_release(spark_spec, progress=QUIET), spark_spec)
+    for name, frame in pandas_tables.items():
+        pd.testing.assert_frame_equal(
+            frame.reset_index(drop=True), spark_tables[name].reset_index(drop=True)
+        )
+
+
+def run_cli_process(arguments, kill_at=None, cwd=None):
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
+    if kill_at:
+        environment["DP_PIPELINE_KILL_AT"] = kill_at
+    return subprocess.run(
+        [sys.executable, "-m", "dp_pipeline.release", *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=cwd,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference_tables(tmp_path_factory):
+    """The small release computed once, without interruption, in its own ledger."""
+    folder = tmp_path_factory.mktemp("reference")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        return read_release(run_release(small_spec(folder), progress=QUIET).output)
+
+
+@pytest.mark.parametrize("kill_at", ["after_noise", "before_publish", "after_publish"])
+def test_killed_job_leaves_no_partial_release_and_the_rerun_resolves_it(
+    tmp_path, kill_at, reference_tables
+):
+    spec = small_spec(tmp_path)
+    spec_file = str(tmp_path / "small.toml")
+    killed = run_cli_process(["run", spec_file], kill_at=kill_at)
+    assert killed.returncode == -9, killed.stderr
+    final = Path(spec.output_dir) / spec.release_id
+    ledger = Ledger(spec.ledger_path)
+    assert ledger.entry(spec.release_id).status == "reserved"  # still counts as spent
+    if kill_at == "after_publish":
+        assert (final / "privacy_report.json").exists()  # complete, only the commit is missing
+    else:
+        assert not final.exists()  # nothing half-written is visible
+    # The next run of the same id resumes the reservation: no new spend, same noise.
+    result = run_release(spec, progress=QUIET)
+    assert result.outcome == "resumed"
+    assert ledger.entry(spec.release_id).status == "committed"
+    assert len(ledger.history()) == 1
+    assert not list(Path(spec.output_dir).glob(".*"))  # leftovers removed
+    for name, frame in read_release(result.output).items():
+        pd.testing.assert_frame_equal(frame, reference_tables[name])
+
+
+def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
+    first = write_census_sample(tmp_path / "a.parquet", 2000, seed=1)
+    second = write_census_sample(tmp_path / "b.parquet", 2000, seed=2)
+    spec = small_spec(tmp_path, input_path=str(first))
+    run_release(spec, progress=QUIET)
+    with pytest.raises(ReleaseIdReuseError, match="different input data"):
+        run_release(apply_overrides(spec, input_path=str(second)), progress=QUIET)
+    # The CLI reports the refusal with status 2 and writes nothing new.
+    spec_file = str(tmp_path / "small.toml")
+    status = main(["run", spec_file, "--input", str(second), "--quiet"])
+    assert status == 2
+    assert len(Ledger(spec.ledger_path).history()) == 1
+    # Reading no data happens before the refusal: a changed plan is refused the same way.
+    document = (tmp_path / "small.toml").read_text().replace("epsilon = 2", "epsilon = 1")
+    (tmp_path / "small.toml").write_text(document)
+    assert main(["run", spec_file, "--input", str(first), "--quiet"]) == 2
+
+
+def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):
+    """conf/monthly_example.toml: 12 monthly releases fit the annual cap, the 13th is refused."""
+    spec = apply_overrides(
+        load_spec(ROOT / "conf" / "monthly_example.toml"),
+        output_dir=str(tmp_path / "out"),
+        ledger_path=str(tmp_path / "ledger.sqlite"),
+        key_file=str(tmp_path / "key"),
+    )
+    cumulative = []
+    months = [f"labour-2026-{m:02d}" for m in range(1, 13)] + ["labour-2027-01"]
+    for index, release_id in enumerate(months):
+        data = write_census_sample(tmp_path / f"{release_id}.parquet", 500, seed=index)
+        month = apply_overrides(spec, release_id=release_id, input_path=str(data))
+        if index < 12:
+            result = run_release(month, progress=QUIET)
+            report = json.loads((result.output / "privacy_report.json").read_text())
+            cumulative.append(report["ledger"]["cumulative"]["epsilon"])
+        else:
+            with pytest.raises(BudgetExceededError) as info:
+                run_release(month, progress=QUIET)
+            message = str(info.value)
+            assert "release 'labour-2027-01' refused" in message
+            assert "12 earlier release(s)" in message and "left" in message
+            assert not (tmp_path / "out" / release_id).exists()
+    assert cumulative == sorted(cumulative) and len(set(cumulative)) == 12
+    assert cumulative[-1] <= 3.3
+    assert main(["ledger", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
+    listing = capsys.readouterr().out
+    assert listing.count("committed") == 12 and "labour-2027-01" not in listing
