@@ -40,19 +40,22 @@ def test_calibration_round_trip(queries):
 
 
 def test_calibration_for_rho_is_exact():
+    # σ_j² = ||μ_j||² / (2·share_j·ρ): 1/(2·(1/4)·(1/10)) = 20 and 8/(2·(3/4)·(1/10)) = 160/3.
     sigma2s = calibrate_discrete_gaussian(rho=Fraction(1, 10), queries=[(0.25, 1), (0.75, [2, 2])])
-    assert sigma2s == [
-        Fraction(20),
-        Fraction(80, 3 * Fraction(1, 2)) / 10 * Fraction(3, 4) * 0
-        + round_up(Fraction(8) / (2 * Fraction(3, 4) * Fraction(1, 10))),
-    ]
-    assert _accountant(sigma2s, [(0, 1), (0, [2, 2])]).rho() <= Fraction(1, 10)
+    assert sigma2s == [Fraction(20), Fraction(160, 3)]
+    assert _accountant(sigma2s, [(0, 1), (0, [2, 2])]).rho() == Fraction(1, 10)
 
 
-def round_up(value: Fraction) -> Fraction:
+def test_round_up_keeps_short_values_and_never_rounds_down():
     from dp_pipeline.accounting.calibration import round_up_to_small_denominator
 
-    return round_up_to_small_denominator(value)
+    assert round_up_to_small_denominator(Fraction(16, 3)) == Fraction(16, 3)
+    long = Fraction(10**7 + 1, 3 * 10**7)  # denominator above 10^6: rounded up to 10^-k
+    rounded = round_up_to_small_denominator(long)
+    assert rounded >= long and rounded.denominator <= 10**7
+    assert rounded - long <= long / 10**6
+    with pytest.raises(ValueError, match="value must be > 0, got 0"):
+        round_up_to_small_denominator(Fraction(0))
 
 
 def test_laplace_calibration_meets_pure_epsilon():

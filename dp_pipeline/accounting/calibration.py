@@ -27,9 +27,16 @@ _RELATIVE_ROUNDING = 10**6  # σ² is rounded up by at most one part in 10^6
 
 
 def round_up_to_small_denominator(value: Fraction, precision: int = _RELATIVE_ROUNDING) -> Fraction:
-    """The smallest multiple of 10^-k that is >= ``value`` (> 0), with 10^-k <= value/precision."""
+    """``value`` itself when its denominator is <= ``precision``; otherwise the smallest
+    multiple of 10^-k that is >= ``value`` (> 0), with 10^-k <= value/precision.
+
+    Never below ``value`` (a σ² or scale is never rounded down), and exact whenever the
+    exact value is already short (ρ = 1/8 split 3/4 : 1/4 gives σ² = 16/3, kept as is).
+    """
     if value <= 0:
         raise ValueError(f"value must be > 0, got {value}")
+    if value.denominator <= precision:
+        return value
     denominator = 1
     while value * denominator < precision:
         denominator *= 10
