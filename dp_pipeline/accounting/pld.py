@@ -164,11 +164,11 @@ def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, st
     first = int(index.min())
     size = int(index.max()) - first + 2
     upper_share = np.clip(np.expm1(-offset) / math.expm1(-step), 0.0, 1.0)
-    upper = np.zeros(size)
-    np.add.at(upper, index - first, masses * (1 - upper_share))
-    np.add.at(upper, index - first + 1, masses * upper_share)
-    lower = np.zeros(size)
-    np.add.at(lower, index - first, masses)
+    slots = index - first
+    # bincount sums repeated slots like np.add.at, an order of magnitude faster.
+    upper = np.bincount(slots, masses * (1 - upper_share), minlength=size)
+    upper += np.bincount(slots + 1, masses * upper_share, minlength=size)
+    lower = np.bincount(slots, masses, minlength=size)
     return (
         _GridLoss(step, first, upper, infinite_mass, 0.0, True).truncated(),
         _GridLoss(step, first, lower, infinite_mass, 0.0, False).truncated(),
