@@ -24,19 +24,63 @@ def _accountant(sigma2s, queries):
     return accountant
 
 
+CENSUS_SHARES = [Fraction(1, 2)] + [Fraction(1, 8)] * 3 + [Fraction(1, 16)] * 2
+# Just-invalid twin: σ² (or ε) shrunk by this factor must miss the target, i.e. calibration
+# is tight to better than 0.1% (its search tolerance is rtol = 1e-4 in the noise scale).
+TWIN = Fraction(999, 1000)
+
+
 @pytest.mark.parametrize(
-    "queries",
+    ("queries", "epsilon", "delta"),
     [
-        [(1, [1] * 100)],
-        [(Fraction(1, 2), 1), (Fraction(1, 2), [1, 1])],
+        pytest.param([(1, [1] * 100)], 1.0, 1e-6, id="one-table-100-cells"),
+        pytest.param([(Fraction(1, 2), 1), (Fraction(1, 2), [1, 1])], 1.0, 1e-6, id="two"),
+        pytest.param([(1, 1)], 0.5, 1e-9, id="theorem7"),
+        pytest.param([(0.3, [1, 2]), (0.7, [3])], 1.0, 1e-8, id="float-shares"),
+        pytest.param(list(zip(CENSUS_SHARES, [[1]] * 6, strict=True)), 2.0, 1e-10, id="census"),
     ],
 )
-def test_calibration_round_trip(queries):
-    sigma2s = calibrate_discrete_gaussian(epsilon=1.0, delta=1e-6, queries=queries)
+def test_calibration_meets_target_and_its_twin_does_not(queries, epsilon, delta):
+    sigma2s = calibrate_discrete_gaussian(epsilon=epsilon, delta=delta, queries=queries)
     assert all(isinstance(s, Fraction) and s.denominator <= 10**7 for s in sigma2s)
-    assert _accountant(sigma2s, queries).delta(1.0).upper <= 1e-6
-    smaller = [s * Fraction(99, 100) for s in sigma2s]
-    assert _accountant(smaller, queries).delta(1.0).upper > 1e-6
+    accountant = _accountant(sigma2s, queries)
+    assert accountant.delta(epsilon).upper <= delta
+    assert accountant.method in ("multivariate_fft", "theorem7")  # lattice-aware rounding
+    smaller = _accountant([s * TWIN for s in sigma2s], queries)
+    assert smaller.delta(epsilon).upper > delta
+
+
+def test_calibration_keeps_share_ratios_exact():
+    # σ_j² = c_j·S with c_j = ||μ_j||²/(2·share_j): one rounding of S keeps the ratios
+    # 1 : 4 : 4 : 4 : 8 : 8 exact, so the privacy loss stays on a coarse lattice.
+    queries = list(zip(CENSUS_SHARES, [[1]] * 6, strict=True))
+    sigma2s = calibrate_discrete_gaussian(epsilon=2.0, delta=1e-10, queries=queries)
+    assert [s / sigma2s[0] for s in sigma2s] == [1, 4, 4, 4, 8, 8]
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        pytest.param([(DiscreteGaussian(Fraction(1001, 3)), 1, 1)], id="theorem7"),
+        pytest.param([(DiscreteGaussian(2500), 1, 100)], id="multivariate"),
+        pytest.param(
+            [(DiscreteGaussian(Fraction(51, 10)), [1, 1], 1), (DiscreteGaussian(999983), 1, 1)],
+            id="pld-fallback",
+        ),
+        pytest.param(
+            [(DiscreteLaplace(50), 1, 20), (DiscreteGaussian(400), 1, 20)], id="mixed-lattice"
+        ),
+    ],
+)
+@pytest.mark.parametrize("delta", [1e-10, 1e-5])
+def test_epsilon_is_tight_and_its_twin_is_not(events, delta):
+    accountant = PrivacyAccountant()
+    for mechanism, sensitivity, count in events:
+        accountant.add(mechanism, sensitivity, count)
+    epsilon = accountant.epsilon(delta)
+    assert epsilon.lower <= epsilon.upper
+    assert accountant.delta(epsilon.upper).upper <= delta
+    assert accountant.delta(epsilon.upper * (1 - 1e-3)).upper > delta
 
 
 def test_calibration_for_rho_is_exact():

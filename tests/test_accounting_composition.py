@@ -186,3 +186,18 @@ def test_rho_is_exact_sum_and_dict_round_trip():
 def test_bad_input_names_argument_and_rule(call, message):
     with pytest.raises((ValueError, TypeError), match=message):
         call()
+
+
+def test_many_unrelated_sigma2_fall_back_to_the_pld_without_overflow():
+    # 40 tables with unrelated σ²: the lattice step is ~1e-123 of the largest loss step, so
+    # the FFT multipliers overflow a float; the accountant must fall back to the grid PLD.
+    accountant = PrivacyAccountant()
+    for j in range(40):
+        accountant.add(DiscreteGaussian(Fraction(10000 + 37 * j, 10)))
+    assert accountant.method == "pld_fft"
+    bound = accountant.delta(0.5)
+    assert 0 < bound.lower <= bound.upper <= zcdp_to_delta(float(accountant.rho()), 0.5)
+    sigma2s = [Fraction(10000 + 37 * j, 10) for j in range(40)]
+    direct = multivariate_delta(sigma2s, [1] * 40, 0.5)
+    assert direct.method.startswith("pld_fft (lattice step too small")
+    assert direct.upper == pytest.approx(bound.upper, rel=1e-3)

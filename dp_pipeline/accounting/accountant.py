@@ -47,7 +47,7 @@ __all__ = ["PrivacyAccountant", "PrivacyEvent"]
 
 _LATTICE_TOLERANCE = 1e-14
 _MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
-_PLD_RESOLUTION = 4000  # grid points per standard deviation of the composed loss
+_PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
 
 
 @dataclass(frozen=True)

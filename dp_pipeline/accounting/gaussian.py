@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import math
 
-from scipy.special import log_ndtr, ndtr
-
 from dp_pipeline.accounting._checks import check_delta, check_epsilon, round_up
 
 __all__ = [
@@ -36,6 +34,10 @@ def balle_wang_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> 
     sensitivity = _check_positive(sensitivity, "sensitivity")
     a = sensitivity / (2 * sigma) - epsilon * sigma / sensitivity
     b = -sensitivity / (2 * sigma) - epsilon * sigma / sensitivity
+    # Imported here: scipy.special costs seconds on a cold disk, and release planning
+    # (which imports dp_pipeline.accounting) never needs the continuous Gaussian.
+    from scipy.special import log_ndtr, ndtr
+
     return float(ndtr(a) - math.exp(epsilon + float(log_ndtr(b))))
 
 

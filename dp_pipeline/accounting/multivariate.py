@@ -147,6 +147,19 @@ def lattice_loss(
     components = [c for c in components if c.count > 0]
     gamma = fraction_gcd([c.step for c in components])
     multipliers = [int(c.step / gamma) for c in components]
+    # A fine lattice (e.g. 1,000 unrelated σ²) makes the multipliers astronomically large; a
+    # component whose own variance n²·count·Var(K) exceeds max_size² already needs a window
+    # wider than max_size, so give up before any float conversion can overflow.
+    for component, n in zip(components, multipliers, strict=True):
+        if component.sigma2 is not None:
+            log_variance = math.log(component.sigma2)
+        else:
+            probabilities = np.asarray(component.probabilities)
+            values = np.arange(len(probabilities))
+            spread = float(probabilities @ (values - probabilities @ values) ** 2)
+            log_variance = math.log(max(spread, 1e-300))
+        if math.log(component.count) + 2 * math.log(n) + log_variance > 2 * math.log(max_size):
+            return None
     offset = sum((c.count * c.offset for c in components), Fraction(0))
     mean = 0.0
     proxy_variance = 0.0

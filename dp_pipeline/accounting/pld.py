@@ -32,7 +32,6 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
-from scipy.signal import fftconvolve
 
 from dp_pipeline.accounting._checks import (
     check_delta,
@@ -72,8 +71,8 @@ class _GridLoss:
             result = np.convolve(a, b)
             error = 0.0
         else:
-            result = fftconvolve(a, b)
-            size = len(result)
+            result = _fft_convolve(a, b)
+            size = _fast_length(len(result))  # the transform length sets the round-off
             error = (
                 4
                 * _UNIT_ROUNDOFF
@@ -133,6 +132,26 @@ class _GridLoss:
         return max(0.0, self.infinite_mass + finite - self.roundoff)
 
 
+def _fast_length(size: int) -> int:
+    """Smallest 2^i·3^j >= size (numpy's pocketfft is fast on such lengths)."""
+    best = 1 << max(0, (size - 1).bit_length())
+    power3 = 1
+    while power3 < best:
+        candidate = power3 << max(0, (-(-size // power3) - 1).bit_length())
+        best = min(best, candidate)
+        power3 *= 3
+    return best
+
+
+def _fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Full linear convolution of two real vectors by real FFTs (numpy.fft: no scipy import,
+    which costs tens of seconds on a cold disk)."""
+    size = len(a) + len(b) - 1
+    length = _fast_length(size)
+    spectrum = np.fft.rfft(a, length) * np.fft.rfft(b, length)
+    return np.fft.irfft(spectrum, length)[:size]
+
+
 def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, step: float):
     """Upper (split) and lower (floor) grid pmfs of a finite-support loss distribution."""
     keep = masses > 0
@@ -145,11 +164,11 @@ def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, st
     first = int(index.min())
     size = int(index.max()) - first + 2
     upper_share = np.clip(np.expm1(-offset) / math.expm1(-step), 0.0, 1.0)
-    upper = np.zeros(size)
-    np.add.at(upper, index - first, masses * (1 - upper_share))
-    np.add.at(upper, index - first + 1, masses * upper_share)
-    lower = np.zeros(size)
-    np.add.at(lower, index - first, masses)
+    slots = index - first
+    # bincount sums repeated slots like np.add.at, an order of magnitude faster.
+    upper = np.bincount(slots, masses * (1 - upper_share), minlength=size)
+    upper += np.bincount(slots + 1, masses * upper_share, minlength=size)
+    lower = np.bincount(slots, masses, minlength=size)
     return (
         _GridLoss(step, first, upper, infinite_mass, 0.0, True).truncated(),
         _GridLoss(step, first, lower, infinite_mass, 0.0, False).truncated(),
