@@ -1,4 +1,7 @@
-"""The pandas engine: ``df.dp.count / sum / mean`` (registered by ``import dp_pipeline``).
+"""The pandas engine: ``df.dp.count / sum / mean / quantile / median / top_k``.
+
+Registered by ``import dp_pipeline``. The selections (quantile, median,
+top-k) are described in `dp_pipeline.selection_query`.
 
 Same parameters, rules and noise as the Spark engine (`dp_pipeline.spark`), so
 the same data, key, release id and table give a bit-identical release. Rows are
@@ -31,9 +34,16 @@ from dp_pipeline.aggregate import (
 )
 from dp_pipeline.bounding import BoundingSalt, bound_contributions, unit_keys
 from dp_pipeline.cost import release_info
+from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.udfs import noisy_partition, partition_cells, release_columns
 
-__all__ = ["DPAccessor", "aggregate_pandas", "run_pandas"]
+__all__ = [
+    "DPAccessor",
+    "aggregate_pandas",
+    "run_pandas",
+    "run_quantile_pandas",
+    "run_top_k_pandas",
+]
 
 
 def _column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
@@ -263,7 +273,7 @@ _COMMON_DOC = """
 
 @pd.api.extensions.register_dataframe_accessor("dp")
 class DPAccessor:
-    """``df.dp``: differentially private counts, sums and means over declared cells."""
+    """``df.dp``: DP counts, sums and means over declared cells; DP quantiles and top-k."""
 
     def __init__(self, df: pd.DataFrame) -> None:
         self._df = df
@@ -364,6 +374,159 @@ class DPAccessor:
     count.__doc__ += _COMMON_DOC
     sum.__doc__ += _COMMON_DOC
     mean.__doc__ += _COMMON_DOC
+
+    def quantile(
+        self,
+        column: str,
+        q,
+        *,
+        bounds,
+        granularity,
+        epsilon,
+        key,
+        release_id: str,
+        table: str,
+        on_invalid: str = "drop",
+        confidence=Fraction(95, 100),
+    ) -> pd.DataFrame:
+        """ε-DP ``q``-quantile of ``column`` (base-2 exponential mechanism): quantile, column.
+
+        Candidates are the public grid ``lo, lo + granularity, ... <= hi`` of
+        ``bounds``; values are clamped into ``bounds``; each row is one privacy
+        unit (one value per person). ``epsilon`` is the target (the spent
+        ``attrs["dp"].epsilon`` is the mechanism's pure ε, never above it) or a
+        `BaseTwoExponential`. Null, NaN and ±inf values are dropped (counted in
+        the diagnostics) or, with ``on_invalid="error"``, refused.
+        ``attrs["dp"].margin_of_error`` is the rank error at ``confidence``.
+        Reproducible: the draw comes from ``derive_stream(key, release_id,
+        table, "selection", "quantile")``.
+        """
+        query = QuantileQuery.build(
+            "quantile",
+            column=column,
+            q=q,
+            bounds=bounds,
+            granularity=granularity,
+            epsilon=epsilon,
+            key=key,
+            release_id=release_id,
+            table=table,
+            on_invalid=on_invalid,
+            confidence=confidence,
+        )
+        return run_quantile_pandas(self._df, query)
+
+    def median(
+        self,
+        column: str,
+        *,
+        bounds,
+        granularity,
+        epsilon,
+        key,
+        release_id: str,
+        table: str,
+        on_invalid: str = "drop",
+        confidence=Fraction(95, 100),
+    ) -> pd.DataFrame:
+        """`quantile` at q = 1/2 (its own stream label "median")."""
+        query = QuantileQuery.build(
+            "median",
+            column=column,
+            q=Fraction(1, 2),
+            bounds=bounds,
+            granularity=granularity,
+            epsilon=epsilon,
+            key=key,
+            release_id=release_id,
+            table=table,
+            on_invalid=on_invalid,
+            confidence=confidence,
+        )
+        return run_quantile_pandas(self._df, query)
+
+    def top_k(
+        self,
+        column: str,
+        k: int,
+        *,
+        candidates,
+        epsilon,
+        key,
+        release_id: str,
+        table: str,
+        method: str = "peeling",
+        privacy_unit: str | None = None,
+        max_candidates: int = 1,
+        max_per_candidate: int = 1,
+        neighbouring: str = "add_remove",
+        on_invalid: str = "drop",
+        cell_limit: int = DEFAULT_CELL_LIMIT,
+        confidence=Fraction(95, 100),
+    ) -> pd.DataFrame:
+        """ε-DP ``k`` most frequent ``column`` values among ``candidates``: rank, column[, count].
+
+        ``candidates`` is the public domain (list or range); rows outside it
+        are dropped (or refused). Each unit counts in at most ``max_candidates``
+        candidates, at most ``max_per_candidate`` times each (enforced as in
+        ``df.dp.count``). ``method="peeling"``: k exponential-mechanism rounds
+        at ε/k; ``"one_shot"``: discrete Laplace noisy counts at scale Δ₁/ε
+        and their top k (the winners' noisy counts are returned in ``count``).
+        See `dp_pipeline.selection` for when to prefer which.
+        """
+        query = TopKQuery.build(
+            column=column,
+            k=k,
+            candidates=candidates,
+            epsilon=epsilon,
+            key=key,
+            release_id=release_id,
+            table=table,
+            method=method,
+            privacy_unit=privacy_unit,
+            max_candidates=max_candidates,
+            max_per_candidate=max_per_candidate,
+            neighbouring=neighbouring,
+            on_invalid=on_invalid,
+            cell_limit=cell_limit,
+            confidence=confidence,
+        )
+        return run_top_k_pandas(self._df, query)
+
+
+def run_quantile_pandas(df: pd.DataFrame, query: QuantileQuery) -> pd.DataFrame:
+    """Bin ``query.column`` on the candidate grid with numpy; select on the driver."""
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    series = _column(df, query.column, "quantile")
+    if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        raise TypeError(
+            f"quantile column {query.column!r} has dtype {series.dtype}; it must be numeric"
+        )
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    bad = ~np.isfinite(values)
+    rows_invalid = int(bad.sum())
+    if rows_invalid and query.on_invalid == "error":
+        example = float(values[np.flatnonzero(bad)[0]])
+        raise _invalid(query.column, "hold null, NaN or infinite values", example, rows_invalid)
+    positions, outside = query.positions(values[~bad])
+    bucket_counts = np.bincount(positions, minlength=len(query.candidates)).astype(np.int64)
+    diagnostics = Diagnostics(
+        rows_in=len(df),
+        rows_invalid_value=rows_invalid,
+        rows_clamped=int(outside.sum()),
+        rows_used=int(positions.size),
+    )
+    return query.release(bucket_counts, diagnostics)
+
+
+def run_top_k_pandas(df: pd.DataFrame, query: TopKQuery) -> pd.DataFrame:
+    """Bounded per-candidate counts by the count engine; select on the driver."""
+    if query.method == "one_shot":
+        noisy, diagnostics = run_pandas(df, query.counts)
+        return query.release(noisy["count"].to_numpy(dtype=np.int64), diagnostics)
+    true_values, _, diagnostics = aggregate_pandas(df, query.counts)
+    return query.release(true_values["count"], diagnostics)
 
 
 def _params(local_vars: dict) -> dict:

@@ -24,13 +24,31 @@ loss by less than 1), so ``P[u(output) >= OPT + t] <= m·2**(-η(t-2))`` for
 ``m`` candidates, as long as ``t`` is within the relative clamp (always for
 the default tail of 64 bits). See `quantile_rank_error_bound`.
 
-Top-k (peeling; Durfee & Rogers 2019, "Practical differentially private
-top-k selection with pay-what-you-get composition", Section 3): k rounds, each
-selecting one of the not-yet-selected candidates with loss ``-count`` by the
-exponential mechanism at ``ε/k``, so the k selections compose to at most ε
-(basic composition of pure DP). Counts are Δu = (largest contribution of one
-person to one count)-sensitive; they are monotone under add/remove
-(``monotone=True`` halves the cost), not under replace-one (the default).
+Top-k, two documented methods (``method=``), both pure ε-DP and exact:
+
+- ``"peeling"`` (default; Durfee & Rogers 2019, "Practical differentially
+  private top-k selection with pay-what-you-get composition", Section 3):
+  k rounds, each selecting one of the not-yet-selected candidates with loss
+  ``-count`` by the exponential mechanism at ``ε/k``, so the k selections
+  compose to at most ε (basic composition of pure DP). Counts are Δu =
+  (largest contribution of one unit to one count)-sensitive; they are
+  monotone under add/remove (``monotone=True`` halves the cost per round),
+  not under replace-one. Needs only the per-count bound Δ∞; costs grow with k.
+  (Peeling with the exponential mechanism is the same distribution as the
+  one-shot Gumbel-max top-k of Durfee & Rogers; we sample it exactly
+  instead of adding float Gumbel noise.)
+- ``"one_shot"`` (noisy histogram): add discrete Laplace noise of scale
+  ``Δ₁/ε`` to every candidate's count and report the k largest noisy counts
+  (ties to the earlier candidate). The noisy histogram is ε-DP by the
+  discrete Laplace mechanism (Ghosh, Roughgarden & Sundararajan 2009;
+  Canonne, Kamath & Steinke 2020 Section 2) and the top k are post-processing,
+  so ε does NOT grow with k, and the noisy counts of the winners are free to
+  publish. Δ₁ = (max candidates one unit touches)·Δ∞, doubled under
+  replace-one. Prefer it when one unit touches fewer than about k candidates
+  (e.g. one category per person, the census "most common categories" case);
+  prefer peeling when units touch many candidates. We do not implement the
+  (ε, δ) one-shot Laplace top-k of Qiao, Su & Zhang (2021): its analysis is
+  approximate-DP only and its constants are float-heavy.
 """
 
 from __future__ import annotations
@@ -40,6 +58,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.errors import InternalError
+from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.rational import exact_rational, positive_rational
 
@@ -47,14 +67,20 @@ __all__ = [
     "dp_median",
     "dp_quantile",
     "dp_top_k",
+    "one_shot_scale",
+    "one_shot_top_k",
+    "peel_top_k",
     "quantile_candidates",
     "quantile_mechanism",
+    "quantile_positions",
     "quantile_rank_error_bound",
+    "select_quantile",
     "top_k_mechanism",
 ]
 
 # Candidate grids beyond this size would make the per-candidate arrays unwieldy.
 _MAX_CANDIDATES = 10_000_000
+_TOP_K_METHODS = ("peeling", "one_shot")
 
 
 def quantile_mechanism(epsilon, **options) -> BaseTwoExponential:
@@ -90,12 +116,71 @@ def quantile_rank_error_bound(mechanism: BaseTwoExponential, candidates: int, be
     """Rank error ``t`` with ``P[u(output) >= OPT + t] <= beta`` (see the module docstring).
 
     ``t = 2 + ceil(log2(candidates / beta) / η)``, using a lower bound on η.
+    The argument needs ``t`` inside the relative clamp (a candidate with loss
+    ``>= OPT + t`` keeps a clamped loss ``>= OPT + t`` only while ``t <= gap``);
+    a ``beta`` so small that ``t`` exceeds `BaseTwoExponential.relative_gap`
+    is refused (raise ``tail_bits``).
     """
     beta = positive_rational(beta, "beta")
     eta_low, _ = mechanism.eta_bounds
     # log2(candidates/beta) <= bit_length(ceil(candidates/beta))
     log2_ratio = math.ceil(Fraction(candidates) / beta).bit_length()
-    return 2 + math.ceil(log2_ratio / eta_low)
+    bound = 2 + math.ceil(log2_ratio / eta_low)
+    if mechanism.utility_bounds is None and bound > mechanism.relative_gap(candidates):
+        raise ValueError(
+            f"beta={beta} is below what the relative clamp resolves (tail_bits="
+            f"{mechanism.tail_bits}); use a larger beta or a mechanism with more tail_bits"
+        )
+    return bound
+
+
+def quantile_positions(values, bounds, granularity) -> tuple[np.ndarray, np.ndarray]:
+    """(grid position of each value, mask of values outside ``bounds``).
+
+    The position of ``x`` is the index of the largest candidate ``<= x``,
+    computed as ``clip(floor((clip(x, lo, hi) - lo) / g), 0, m - 1)`` in IEEE double
+    arithmetic (``lo``, ``g`` rounded to the nearest double once). The Spark
+    engine evaluates the same expression, so both engines bin every value
+    identically; it is exact for integer data on an integer grid (|x| < 2**53)
+    and may place a value within one rounding error of a grid point in the
+    neighbouring bin otherwise (any fixed per-value rule keeps Δu = 1).
+    ``values`` must be finite (checked by the caller).
+    """
+    low, high = _check_value_bounds(bounds)
+    count = len(quantile_candidates(bounds, granularity))
+    step = positive_rational(granularity, "granularity")
+    data = np.asarray(values, dtype=float)
+    low_f, high_f = float(low), float(high)
+    clamped = np.clip(data, low_f, high_f)
+    raw = np.floor((clamped - low_f) / float(step))
+    positions = np.clip(raw, 0, count - 1).astype(np.int64)
+    outside = (data < low_f) | (data > high_f)
+    return positions, outside
+
+
+def select_quantile(bucket_counts, q, candidates, mechanism, stream):
+    """The exponential-mechanism ``q``-quantile from the number of values at each grid position.
+
+    ``bucket_counts[j]`` is the number of values whose `quantile_positions`
+    is ``j`` (one entry per candidate); then ``#{x < c_j} = Σ_{i<j} bucket_counts[i]``
+    and ``n = Σ bucket_counts``. Returns the index of the selected candidate.
+    This is the step both engines run on the driver after aggregating.
+    """
+    q_exact = exact_rational(q, "q")
+    if not 0 <= q_exact <= 1:
+        raise ValueError(f"q must be in [0, 1], got {q!r}")
+    counts = np.asarray(bucket_counts, dtype=np.int64)
+    if counts.shape != (len(candidates),):
+        raise InternalError(
+            f"{counts.shape} bucket counts for {len(candidates)} quantile candidates"
+        )
+    below = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
+    target = q_exact * int(counts.sum())
+    if target.denominator == 1:
+        utilities = np.abs(below - int(target))
+    else:
+        utilities = np.array([abs(int(b) - target) for b in below], dtype=object)
+    return int(mechanism.sample(utilities, stream))
 
 
 def dp_quantile(values, q, bounds, granularity, mechanism, stream):
@@ -103,10 +188,11 @@ def dp_quantile(values, q, bounds, granularity, mechanism, stream):
 
     ``mechanism`` is a `BaseTwoExponential` (Δu >= 1, not monotone) or an ε,
     which becomes `quantile_mechanism(ε)`; its `pure_epsilon` is what the
-    release spends. Returns the selected candidate (int on an integer grid,
-    else float). Raises before drawing anything on: NaN in ``values``, ``q``
-    outside [0, 1], reversed or non-finite ``bounds``, non-positive
-    ``granularity``, an unsuitable mechanism.
+    release spends. Values are binned by `quantile_positions` (clamped into
+    ``bounds``) and the candidate is chosen by `select_quantile`. Returns the
+    selected candidate (int on an integer grid, else float). Raises before
+    drawing anything on: NaN in ``values``, ``q`` outside [0, 1], reversed or
+    non-finite ``bounds``, non-positive ``granularity``, an unsuitable mechanism.
     """
     q_exact = exact_rational(q, "q")
     if not 0 <= q_exact <= 1:
@@ -114,23 +200,54 @@ def dp_quantile(values, q, bounds, granularity, mechanism, stream):
     candidates = quantile_candidates(bounds, granularity)
     mechanism = _quantile_mechanism(mechanism)
     data = _finite_values(values)
-    low, high = float(candidates[0]), float(_check_value_bounds(bounds)[1])
-    clamped = np.sort(np.clip(data, low, high))
-    grid = np.array([float(c) for c in candidates])
-    below = np.searchsorted(clamped, grid, side="left").astype(np.int64)
-    target = q_exact * clamped.size
-    if target.denominator == 1:
-        utilities = np.abs(below - int(target))
-    else:
-        utilities = np.array([abs(int(b) - target) for b in below], dtype=object)
-    index = mechanism.sample(utilities, stream)
-    chosen = candidates[index]
+    positions, _ = quantile_positions(data, bounds, granularity)
+    bucket_counts = np.bincount(positions, minlength=len(candidates))
+    chosen = candidates[select_quantile(bucket_counts, q_exact, candidates, mechanism, stream)]
     return int(chosen) if chosen.denominator == 1 else float(chosen)
 
 
 def dp_median(values, bounds, granularity, mechanism, stream):
     """`dp_quantile` at ``q = 1/2``."""
     return dp_quantile(values, Fraction(1, 2), bounds, granularity, mechanism, stream)
+
+
+def peel_top_k(counts, k: int, mechanism: BaseTwoExponential, stream) -> list[int]:
+    """Indices of ``k`` candidates chosen by peeling: ``k`` exponential-mechanism rounds on -count.
+
+    Each round runs ``mechanism`` (its ``epsilon`` is the per-round share) on
+    the losses ``-counts`` of the candidates not yet chosen. Indices in
+    selection order.
+    """
+    counts = np.asarray(counts)
+    remaining = np.arange(counts.size)
+    selected = []
+    for _ in range(k):
+        pick = int(mechanism.sample(-counts[remaining], stream))
+        selected.append(int(remaining[pick]))
+        remaining = np.delete(remaining, pick)
+    return selected
+
+
+def one_shot_top_k(noisy_counts, k: int) -> list[int]:
+    """Indices of the ``k`` largest noisy counts (ties: the earlier candidate first).
+
+    Pure post-processing of a noisy histogram: no privacy cost beyond the
+    noisy counts themselves (see the module docstring).
+    """
+    noisy = np.asarray(noisy_counts)
+    order = np.argsort(-noisy, kind="stable")
+    return [int(i) for i in order[:k]]
+
+
+def one_shot_scale(epsilon, l1_sensitivity) -> Fraction:
+    """Discrete Laplace scale giving pure ``epsilon``-DP to a histogram of L1 sensitivity Δ₁.
+
+    ``scale = Δ₁ / ε`` exactly (Ghosh-Roughgarden-Sundararajan 2009 / CKS 2020
+    Section 2: the discrete Laplace with ``P[x] ∝ exp(-|x|/scale)`` is
+    ``Δ₁/scale``-DP for integer vectors of L1 sensitivity Δ₁).
+    """
+    epsilon = positive_rational(epsilon, "epsilon")
+    return Fraction(l1_sensitivity) / epsilon
 
 
 def dp_top_k(
@@ -142,15 +259,29 @@ def dp_top_k(
     candidates=None,
     utility_sensitivity=1,
     monotone: bool = False,
+    method: str = "peeling",
+    max_candidates: int = 1,
 ) -> list:
-    """The ``k`` candidates with the largest counts, by peeling (k rounds at ε/k each).
+    """The ``k`` candidates with the largest counts, ε-DP, by ``method``.
 
     ``counts_by_candidate`` is a 1-D array of counts over a public candidate
     list (``candidates``, same length, default the indices). Returns the
-    selected candidates in selection order. Total pure ε: ``k`` times the
-    ``pure_epsilon`` of `top_k_mechanism` (at most ``epsilon``).
+    selected candidates in selection order.
+
+    ``method="peeling"``: k exponential-mechanism rounds at ε/k each; one unit
+    changes every count by at most ``utility_sensitivity``. Total pure ε:
+    ``k`` times the ``pure_epsilon`` of `top_k_mechanism` (at most ``epsilon``).
+
+    ``method="one_shot"``: discrete Laplace noise at `one_shot_scale`
+    (Δ₁ = ``max_candidates · utility_sensitivity``, doubled when not
+    ``monotone``, i.e. under replace-one) on every count, then the k largest;
+    pure ε exactly ``epsilon`` whatever ``k``. One unit must touch at most
+    ``max_candidates`` counts (the caller guarantees it; the engines enforce it).
     """
     _check_positive_int(k, "k")
+    if method not in _TOP_K_METHODS:
+        raise ValueError(f"method must be one of {_TOP_K_METHODS}, got {method!r}")
+    _check_positive_int(max_candidates, "max_candidates")
     counts = np.asarray(counts_by_candidate)
     if counts.ndim != 1:
         raise ValueError(f"counts_by_candidate must be 1-D, got shape {counts.shape}")
@@ -171,16 +302,23 @@ def dp_top_k(
             )
     elif not np.issubdtype(counts.dtype, np.integer):
         raise TypeError(f"counts_by_candidate must be numbers, got dtype {counts.dtype}")
-    mechanism = top_k_mechanism(
-        epsilon, k, utility_sensitivity=utility_sensitivity, monotone=monotone
-    )
-    remaining = np.arange(counts.size)
-    selected = []
-    for _ in range(k):
-        pick = mechanism.sample(-counts[remaining], stream)
-        selected.append(labels[remaining[pick]].item())
-        remaining = np.delete(remaining, pick)
-    return selected
+    if method == "peeling":
+        mechanism = top_k_mechanism(
+            epsilon, k, utility_sensitivity=utility_sensitivity, monotone=monotone
+        )
+        chosen = peel_top_k(counts, k, mechanism, stream)
+    else:
+        if not np.issubdtype(counts.dtype, np.integer):
+            raise TypeError("one_shot top-k needs integer counts (exact discrete Laplace noise)")
+        sensitivity = positive_rational(utility_sensitivity, "utility_sensitivity")
+        if sensitivity.denominator != 1:
+            raise ValueError(
+                f"one_shot top-k needs an integer utility_sensitivity, got {utility_sensitivity!r}"
+            )
+        l1 = max_candidates * sensitivity * (1 if monotone else 2)
+        noise = DiscreteLaplace(one_shot_scale(epsilon, l1)).sample(counts.size, stream)
+        chosen = one_shot_top_k(counts.astype(np.int64) + noise, k)
+    return [labels[i].item() for i in chosen]
 
 
 def _quantile_mechanism(mechanism) -> BaseTwoExponential:

@@ -162,7 +162,9 @@ def test_tree_descent_agrees_with_the_literal_linear_scan():
         draws = range(total) if total <= 2000 else [int(rng.integers(0, 2**62)) % total]
         draws = list(draws) + [0, total - 1] + [(total * i) // 97 for i in range(97)]
         for draw in draws:
-            assert tree.locate(draw) == locate_by_linear_scan(counts, a, shift, draw)
+            expected = locate_by_linear_scan(counts, a, shift, draw)
+            assert tree.locate(draw) == expected
+            assert tree.locate(draw, constant_work=False) == expected  # optimized descent
 
 
 # --------------------------------------------------------------- χ² of the sampler

@@ -132,3 +132,34 @@ def test_dp_top_k_first_pick_follows_the_exponential_mechanism():
 def test_bad_input(call, error, message):
     with pytest.raises(error, match=message):
         call(stream("bad"))
+
+
+def _one_shot_first_pick_probability(counts: tuple[int, int], scale: float) -> float:
+    """P[counts[0] + N0 >= counts[1] + N1], N0, N1 iid discrete Laplace (ties go to index 0)."""
+    support = np.arange(-400, 401)
+    q = np.exp(-1 / scale)
+    pmf = (1 - q) / (1 + q) * q ** np.abs(support)
+    difference = np.convolve(pmf, pmf[::-1])  # pmf of N1 - N0 on [-800, 800]
+    values = np.arange(-800, 801)
+    return float(difference[values <= counts[0] - counts[1]].sum())
+
+
+def test_one_shot_top_k_noise_scale_is_delta1_over_epsilon():
+    # k = 1 over counts (5, 4): the pick is index 0 iff 5 + N0 >= 4 + N1. Under
+    # replace-one (monotone=False) Δ₁ = 2, so ε = 1 means scale 2: p0 ≈ 0.680;
+    # a wiring error to scale 1 gives p0 ≈ 0.822, to scale 4 p0 ≈ 0.593. With
+    # n = 3000 the acceptance region for scale 2 lies > 6 standard deviations
+    # from the rejection thresholds of both wrong scales, so the power checks
+    # fail with negligible probability.
+    n = 3000
+    source = stream("one-shot")
+    picks = [dp_top_k([5, 4], 1, 1, source, method="one_shot")[0] for _ in range(n)]
+    first = picks.count(0)
+    p0 = _one_shot_first_pick_probability((5, 4), 2.0)
+    # Two-sided binomial test at false-positive rate 1e-4 (pinned).
+    assert stats.binomtest(first, n, p0).pvalue > 1e-4
+    # Power: the same count would be rejected for the neighbouring scales.
+    for wrong in (1.0, 4.0):
+        assert (
+            stats.binomtest(first, n, _one_shot_first_pick_probability((5, 4), wrong)).pvalue < 1e-4
+        )

@@ -32,12 +32,24 @@ Proposition 3.3: clamping does not raise the sensitivity), either absolute
 ``utility_bounds=(lo, hi)``, or relative: ``[m, m + gap]`` where ``m`` is the
 smallest utility and ``gap`` (from the public number of outcomes and
 ``tail_bits``) is wide enough that any outcome clamped at the top has weight
-at most ``2**-tail_bits / |O|`` of the best one. The relative clamp is safe:
-``min(u(o), m(d) + gap)`` is the minimum of two Δu-sensitive (and, if ``u``
-is, monotone) functions of the data, hence Δu-sensitive (and monotone), and
-shifting all utilities by the same amount leaves the distribution unchanged.
-Non-integer utilities are rounded up or down at random, with probability
-given by their fractional part (Ilvento, Lemma 3.5: no privacy cost).
+at most ``2**-tail_bits / |O|`` of the best one. Why the relative clamp is
+safe (reviewed in session 2): the mechanism is exactly the exponential
+mechanism run on ``u'(d, o) = min(u(d, o), m(d) + gap)`` with
+``m(d) = min_o u(d, o)`` and ``gap`` a function of public quantities only
+(η, ``tail_bits``, ``|O|``). (1) ``m`` is Δu-sensitive, being a minimum of
+Δu-sensitive functions, and ``|min(a, b) - min(a', b')| <= max(|a - a'|, |b - b'|)``,
+so ``u'`` is Δu-sensitive; (2) if ``u`` is monotone (all utilities move the
+same way between neighbours) so is ``m`` and hence ``u'``; (3) the levels are
+``u' - floor(m)``: a common shift, which leaves the distribution unchanged,
+and the level range ``[0, gap + 2)``, the tree shape and the bytes read per
+pass depend only on ``gap`` and ``|O|``, never on ``m``. The clamp is applied
+before randomized rounding, so Lemma 3.5 applies to ``u'``. The price is
+accuracy only: outcomes beyond ``m + gap`` get the weight of ``m + gap``,
+which by the choice of ``gap`` carries total probability at most
+about ``2**-tail_bits`` (`selection.quantile_rank_error_bound` refuses error
+levels finer than that). Non-integer utilities are rounded up or down at
+random, with probability given by their fractional part (Ilvento, Lemma 3.5:
+no privacy cost).
 
 Sampling (Ilvento, Algorithm 2 and Section 3.3). Outcomes are grouped by
 their integer utility level ``j`` in ``[0, L)``; level ``j`` has count ``c_j``
@@ -48,22 +60,37 @@ of its levels, in its own scale), built once per utility vector. One *pass*
 draws a uniform integer ``s`` below ``2**p``, the smallest power of two
 ``>= W`` (the exact total weight), rejects it when ``s >= W``, and locates it
 by a root-to-leaf descent of the tree; inside the level, ``s`` is already a
-uniform index among that level's outcomes. The descent visits every tree
-level and its shape is fixed by the public level range, so the work of a pass
-does not depend on how concentrated the weights are: this is the point of
-the paper's "full scan of the cumulative weights on every pass", at
-``O(p·log L)`` instead of ``O(p·L)`` cost (`locate_by_linear_scan` is the
-literal scan; the tests check both agree on every draw).
+uniform index among that level's outcomes.
+
+Why a descent is as good as the paper's full scan (Ilvento Section 3.3: the
+early-exit scan of Algorithm 2 leaks how concentrated the weights are,
+because it stops sooner when the draw lands in a heavy early level). The
+tree's shape depends only on the public number of levels ``L`` (fixed by
+``utility_bounds``, or by the public outcome count through `relative_gap`),
+every descent visits all ``ceil(log2 L)`` tree levels, and at each one it
+computes BOTH branches (the left child's rescaling and the right child's
+subtraction and division) before keeping one, so the sequence of integer
+operations of a pass is the same for every data set and every draw, as in
+the literal scan, at ``O(p·log L)`` instead of ``O(p·L)`` cost
+(`locate_by_linear_scan` is the literal scan; the tests check both agree on
+every draw). What remains, as in any implementation on Python integers, is
+that an operation's cost varies slightly with its operands' magnitudes,
+which are bounded by public quantities (``p`` bits) but not constant; this
+is not a cycle-exact constant-time implementation.
 
 Timing defence (Ilvento, Section 3.3, Proposition 3.8): by default the
 rejection loop runs at least ``min_passes`` (k = 20) passes whatever
 happens, and a rejected pass also does a full descent (with ``s - W``, which
 is below ``W``), so the number of passes is ``max(k, first accepted pass)``
 and differs between data sets only with probability below ``2**-k``.
-``optimized=True`` stops at the first accepted pass and skips the descent of
-rejected passes: faster, but the pass count then leaks the rejection rate;
-use it only in batch jobs where no one can observe timing or the amount of
-randomness consumed.
+``optimized=True`` stops at the first accepted pass, skips the descent of
+rejected passes and computes only the branch taken at each tree level:
+faster (much faster for wide utility ranges: the division of the right
+branch costs up to O(p²) on big integers, e.g. about 3.5 s CPU per pass at
+|O| = 75,000 with 450,000-bit weights, while a left turn is a shift), but
+the pass count then leaks the rejection rate and the work leaks where the
+weight sits; use it only in batch jobs where no one can observe timing or
+the amount of randomness consumed.
 
 Randomness comes only from a `dp_pipeline.randomness.SecureStream`.
 """
@@ -452,7 +479,7 @@ class BaseTwoExponential:
                 draw = int.from_bytes(block[start : start + nbytes], "little") >> excess
                 accepted = draw < total
                 if chosen is None and accepted:
-                    chosen = tree.locate(draw)
+                    chosen = tree.locate(draw, constant_work=not self.optimized)
                 elif not self.optimized:
                     # Same work as an accepted pass: 2**bits - total <= total - 1.
                     tree.locate(draw if accepted else draw - total)
@@ -505,11 +532,15 @@ class _WeightTree:
     def level_count(self) -> int:
         return len(self._layers[0])
 
-    def locate(self, draw: int) -> tuple[int, int]:
+    def locate(self, draw: int, constant_work: bool = True) -> tuple[int, int]:
         """``(level, offset)`` with ``draw`` in the level's cumulative interval (0 <= draw < total).
 
         ``offset`` is the position of ``draw`` inside the level in units of
         one outcome's weight, i.e. a uniform index among that level's outcomes.
+        ``constant_work=False`` computes only the branch taken (the right
+        branch's division is skipped when going left): much faster when the
+        weight sits in the low levels, but the work then depends on the path,
+        i.e. on the data; only for the ``optimized`` batch variant.
         """
         index = 0
         shift = self._shift
@@ -520,12 +551,15 @@ class _WeightTree:
                 index = left_index  # an odd node carried up unchanged
                 continue
             (left, w1), (_, w2) = children[left_index], children[left_index + 1]
+            # Both branches are computed on every step, so the operations of a
+            # descent (one shift, one subtraction, one division per tree level)
+            # do not depend on which way it turns, i.e. on where the weight is.
             scaled = draw >> (shift * w2)
-            if scaled < left:
-                draw, index = scaled, left_index
-            else:
-                draw = (draw - (left << (shift * w2))) // self._power(w1)
-                index = left_index + 1
+            go_left = scaled < left
+            if constant_work or not go_left:
+                right = (draw - (left << (shift * w2))) // self._power(w1)
+            draw = scaled if go_left else right
+            index = left_index if go_left else left_index + 1
         return index, draw
 
 

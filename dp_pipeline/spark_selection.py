@@ -1,0 +1,231 @@
+"""DP selection on Spark: ``dp_quantile``, ``dp_median``, ``dp_top_k``.
+
+The utilities' inputs are Spark aggregations; the selection runs on the driver
+with the same code as the pandas engine (`dp_pipeline.selection_query`), so a
+fixed key, release id and table give the same result on both engines.
+
+- quantile / median: one ``groupBy`` of the grid position of every value
+  (``clip(floor((clip(x, lo, hi) - lo) / g), 0, m - 1)`` in IEEE double, the
+  expression of `dp_pipeline.selection.quantile_positions`), collected to
+  the driver as at most ``m + 1`` rows (m candidates, one row of invalid values).
+- top-k: the count engine's bounded per-candidate aggregation
+  (`dp_pipeline.spark`): ``peeling`` collects the true bounded counts (one row
+  per non-empty candidate) and peels on the driver; ``one_shot`` collects the
+  count engine's noisy release (discrete Laplace noise added on the executors
+  from the per-partition streams) and keeps its top k.
+
+Each function reads the DataFrame eagerly and returns a small pandas
+DataFrame whose ``attrs["dp"]`` is a `SelectionInfo`, exactly as
+``df.dp.quantile / median / top_k`` do.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+from pyspark import StorageLevel
+from pyspark.sql import functions as sf
+from pyspark.sql.types import NumericType
+
+from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
+from dp_pipeline.selection_query import QuantileQuery, TopKQuery
+from dp_pipeline.spark import _aggregate, _check_schema, _coded_rows, _diagnostics, run_spark
+from dp_pipeline.udfs.noise import CELL_COLUMN
+
+__all__ = ["dp_median", "dp_quantile", "dp_top_k", "run_quantile_spark", "run_top_k_spark"]
+
+_POSITION = "_dp_position"
+_OUTSIDE = "_dp_outside"
+
+
+def dp_quantile(
+    df,
+    column: str,
+    q,
+    *,
+    bounds,
+    granularity,
+    epsilon,
+    key,
+    release_id: str,
+    table: str,
+    on_invalid: str = "drop",
+    confidence=Fraction(95, 100),
+) -> pd.DataFrame:
+    """ε-DP ``q``-quantile of ``column`` of the Spark DataFrame ``df``; see ``df.dp.quantile``."""
+    query = QuantileQuery.build(
+        "quantile",
+        column=column,
+        q=q,
+        bounds=bounds,
+        granularity=granularity,
+        epsilon=epsilon,
+        key=key,
+        release_id=release_id,
+        table=table,
+        on_invalid=on_invalid,
+        confidence=confidence,
+    )
+    return run_quantile_spark(df, query)
+
+
+def dp_median(
+    df,
+    column: str,
+    *,
+    bounds,
+    granularity,
+    epsilon,
+    key,
+    release_id: str,
+    table: str,
+    on_invalid: str = "drop",
+    confidence=Fraction(95, 100),
+) -> pd.DataFrame:
+    """`dp_quantile` at q = 1/2 (stream label "median"); see ``df.dp.median``."""
+    query = QuantileQuery.build(
+        "median",
+        column=column,
+        q=Fraction(1, 2),
+        bounds=bounds,
+        granularity=granularity,
+        epsilon=epsilon,
+        key=key,
+        release_id=release_id,
+        table=table,
+        on_invalid=on_invalid,
+        confidence=confidence,
+    )
+    return run_quantile_spark(df, query)
+
+
+def dp_top_k(
+    df,
+    column: str,
+    k: int,
+    *,
+    candidates,
+    epsilon,
+    key,
+    release_id: str,
+    table: str,
+    method: str = "peeling",
+    privacy_unit: str | None = None,
+    max_candidates: int = 1,
+    max_per_candidate: int = 1,
+    neighbouring: str = "add_remove",
+    on_invalid: str = "drop",
+    cell_limit: int = DEFAULT_CELL_LIMIT,
+    confidence=Fraction(95, 100),
+) -> pd.DataFrame:
+    """ε-DP top ``k`` of ``column`` among ``candidates``; see ``df.dp.top_k``."""
+    query = TopKQuery.build(
+        column=column,
+        k=k,
+        candidates=candidates,
+        epsilon=epsilon,
+        key=key,
+        release_id=release_id,
+        table=table,
+        method=method,
+        privacy_unit=privacy_unit,
+        max_candidates=max_candidates,
+        max_per_candidate=max_per_candidate,
+        neighbouring=neighbouring,
+        on_invalid=on_invalid,
+        cell_limit=cell_limit,
+        confidence=confidence,
+    )
+    return run_top_k_spark(df, query)
+
+
+def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
+    """One Spark job: per-grid-position counts (and invalid/clamped rows); select on the driver."""
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if query.column not in fields:
+        raise ValueError(
+            f"quantile column {query.column!r} is not in the DataFrame; its columns are "
+            f"{df.columns}"
+        )
+    kind = fields[query.column]
+    if not isinstance(kind, NumericType):
+        raise TypeError(
+            f"quantile column {query.column!r} has Spark type {kind.simpleString()}; "
+            f"it must be numeric"
+        )
+    value = sf.col(query.column).cast("double")
+    invalid = (
+        value.isNull()
+        | sf.isnan(value)
+        | (value == sf.lit(float("inf")))
+        | (value == sf.lit(float("-inf")))
+    )
+    low, high = (float(b) for b in query.bounds)
+    last = len(query.candidates) - 1
+    # The same IEEE operations as dp_pipeline.selection.quantile_positions.
+    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
+    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(query.granularity)))
+    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
+    coded = df.select(
+        sf.when(invalid, sf.lit(-1).cast("long")).otherwise(position).alias(_POSITION),
+        sf.when(~invalid & ((value < sf.lit(low)) | (value > sf.lit(high))), 1)
+        .otherwise(0)
+        .alias(_OUTSIDE),
+    )
+    rows = (
+        coded.groupBy(_POSITION)
+        .agg(sf.count(sf.lit(1)).alias("n"), sf.sum(_OUTSIDE).alias("outside"))
+        .collect()
+    )
+    bucket_counts = np.zeros(len(query.candidates), dtype=np.int64)
+    rows_invalid = rows_clamped = 0
+    for row in rows:
+        position_value = int(row[_POSITION])
+        if position_value < 0:
+            rows_invalid = int(row["n"])
+        else:
+            bucket_counts[position_value] = int(row["n"])
+            rows_clamped += int(row["outside"])
+    if rows_invalid and query.on_invalid == "error":
+        example = df.filter(invalid).select(query.column).first()[0]
+        example = float("nan") if example is None else float(example)
+        raise ValueError(
+            f"column {query.column!r}: {rows_invalid} row(s) hold null, NaN or infinite values, "
+            f"e.g. {example!r} (on_invalid='error'; use on_invalid='drop' to drop them and count "
+            f"them in the diagnostics)"
+        )
+    used = int(bucket_counts.sum())
+    diagnostics = Diagnostics(
+        rows_in=used + rows_invalid,
+        rows_invalid_value=rows_invalid,
+        rows_clamped=rows_clamped,
+        rows_used=used,
+    )
+    return query.release(bucket_counts, diagnostics)
+
+
+def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
+    """Per-candidate bounded counts in Spark (true or noisy); select on the driver."""
+    spec = query.counts
+    total = spec.cells.total
+    counts = np.zeros(total, dtype=np.int64)
+    if query.method == "one_shot":
+        noisy, diagnostics = run_spark(df, spec)
+        (domain,) = spec.cells.domains
+        released = noisy.select(query.column, "count").collect()
+        keys = np.array([row[0] for row in released], dtype=object)
+        positions = domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
+        counts[positions] = [int(row[1]) for row in released]
+        return query.release(counts, diagnostics)
+    _check_schema(df, spec)
+    coded = _coded_rows(df, spec)
+    agg = _aggregate(coded, spec).persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        diagnostics = _diagnostics(agg, spec, coded)
+        for row in agg.filter(sf.col(CELL_COLUMN) >= 0).select(CELL_COLUMN, "n").collect():
+            counts[int(row[0])] = int(row[1])
+    finally:
+        agg.unpersist()
+    return query.release(counts, diagnostics)
