@@ -31,7 +31,8 @@ from scipy import stats
 from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey, derive_stream
 from dp_pipeline.noise import bernoulli_exp, discrete_gaussian, discrete_laplace
 from dp_pipeline.noise._exp_digits import floor_scaled_exp_neg, geometric_exp_neg_one
-from dp_pipeline.noise._uniform import uniform_below, uniform_below_big
+from dp_pipeline.noise._uniform import bernoulli_ratio, uniform_below, uniform_below_big
+from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_fraction_prefixed, bernoulli_exp_quotient
 
 KEY_HEX = "5a" * 16 + "c3" * 16
 KEY = MasterKey.from_hex(KEY_HEX)
@@ -344,6 +345,55 @@ def test_uniform_below_big_path():
     assert values.dtype == object and all(0 <= v < bound for v in values)
     counts = np.bincount([v * 10 // bound for v in values], minlength=10)
     assert stats.chisquare(counts).pvalue > ALPHA
+
+
+BIG_DEN = 3 * 10**30 + 1
+N_PREFIX = 60_000  # per group: a 1% relative error of a probability >= 0.3 is >= 4 sd
+
+
+def assert_binomial_groups(draws: np.ndarray, probabilities: list[float], n: int) -> None:
+    for group, probability in enumerate(probabilities):
+        hits = int(draws[group * n : (group + 1) * n].sum())
+        if probability in (0.0, 1.0):
+            assert hits == probability * n, group
+        else:
+            assert stats.binomtest(hits, n, probability).pvalue > ALPHA, group
+
+
+@pytest.mark.parametrize("bits", [3, 64])
+def test_exp_fraction_on_prefixes_is_exact_including_ties(bits):
+    # exp(-r/den) for a den far beyond 64 bits: one exact division per element, then
+    # uint64 passes. With 3-bit prefixes about 1/8 of the trials tie and take the
+    # exact scalar resolution, so that path is tested on ~10^4 draws.
+    fractions = [Fraction(0), Fraction(1, 7), Fraction(1, 2), Fraction(6, 7)]
+    numerators = np.array(
+        [BIG_DEN * f.numerator // f.denominator for f in fractions for _ in range(N_PREFIX)],
+        dtype=object,
+    )
+    draws = bernoulli_exp_fraction_prefixed(stream("prefix", bits), numerators, BIG_DEN, bits=bits)
+    probabilities = [float(np.exp(-int(r) / BIG_DEN)) for r in numerators[::N_PREFIX]]
+    assert_binomial_groups(draws, probabilities, N_PREFIX)
+
+
+@pytest.mark.parametrize("bits", [3, 64])
+def test_exp_quotient_splits_whole_and_fraction_exactly(bits):
+    # exp(-x/den) for x = m·den + r with whole parts m in {0, 1, 2}.
+    gammas = [Fraction(1, 3), Fraction(1), Fraction(3, 2), Fraction(5, 2)]
+    numerators = np.array(
+        [BIG_DEN * g.numerator // g.denominator for g in gammas for _ in range(N_PREFIX)],
+        dtype=object,
+    )
+    draws = bernoulli_exp_quotient(stream("quotient", bits), numerators, BIG_DEN, bits=bits)
+    probabilities = [float(np.exp(-int(x) / BIG_DEN)) for x in numerators[::N_PREFIX]]
+    assert_binomial_groups(draws, probabilities, N_PREFIX)
+
+
+def test_bernoulli_ratio_big_denominator():
+    numerators = np.array([0] * N_PREFIX + [BIG_DEN] * 10 + [BIG_DEN // 3] * N_PREFIX, dtype=object)
+    draws = bernoulli_ratio(stream("ratio-big"), numerators, BIG_DEN)
+    assert not draws[:N_PREFIX].any() and draws[N_PREFIX : N_PREFIX + 10].all()
+    hits = int(draws[N_PREFIX + 10 :].sum())
+    assert stats.binomtest(hits, N_PREFIX, 1 / 3).pvalue > ALPHA
 
 
 # ---------------------------------------------------------------- determinism
