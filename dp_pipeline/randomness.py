@@ -17,6 +17,7 @@ import hmac
 import os
 import secrets
 import struct
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ _TAG_BYTES = b"b"
 # Keystream is produced in blocks of this many bytes (a multiple of the 64-byte
 # ChaCha20 block) so that small draws do not each pay a call into OpenSSL.
 _BUFFER_BYTES = 1 << 16
+_BIG_ENDIAN = sys.byteorder == "big"
 
 
 class MasterKey:
@@ -205,38 +207,63 @@ class SecureStream:
         # cryptography's ChaCha20 is the 32-bit counter plus the 96-bit nonce).
         cipher = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None)
         self._encryptor = cipher.encryptor()
-        self._zeros = bytes(_BUFFER_BYTES)
-        self._buffer = b""
-        self._position = 0
+        self._zeros = memoryview(bytes(_BUFFER_BYTES))
+        # Keystream not yet handed out is self._buffer[self._position:].
+        self._buffer = np.empty(_BUFFER_BYTES, dtype=np.uint8)
+        self._position = _BUFFER_BYTES
 
     def __repr__(self) -> str:
         return "SecureStream(<keyed ChaCha20>)"
+
+    def _fill(self, out: np.ndarray) -> None:
+        """Write the next ``out.size`` keystream bytes into the uint8 array ``out``.
+
+        Large requests are encrypted straight into ``out`` (no intermediate
+        bytes objects); the byte sequence is the keystream in order either way.
+        """
+        size = out.size
+        position = self._position
+        available = _BUFFER_BYTES - position
+        if size <= available:
+            out[:] = self._buffer[position : position + size]
+            self._position = position + size
+            return
+        out[:available] = self._buffer[position:]
+        offset = available
+        while size - offset >= _BUFFER_BYTES:
+            self._encryptor.update_into(self._zeros, out[offset : offset + _BUFFER_BYTES])
+            offset += _BUFFER_BYTES
+        rest = size - offset
+        if rest:
+            self._encryptor.update_into(self._zeros, self._buffer)
+            out[offset:] = self._buffer[:rest]
+            self._position = rest
+        else:
+            self._position = _BUFFER_BYTES
 
     def random_bytes(self, n: int) -> bytes:
         """The next ``n`` bytes of keystream."""
         if n < 0:
             raise ValueError(f"n must be >= 0, got {n}")
-        available = len(self._buffer) - self._position
-        if n <= available:
-            start = self._position
-            self._position += n
-            return self._buffer[start : start + n]
-        head = self._buffer[self._position :]
-        need = n - len(head)
-        if need >= _BUFFER_BYTES:
-            self._buffer, self._position = b"", 0
-            return head + self._encryptor.update(bytes(need))
-        self._buffer = self._encryptor.update(self._zeros)
-        self._position = need
-        return head + self._buffer[:need]
+        out = np.empty(n, dtype=np.uint8)
+        self._fill(out)
+        return out.tobytes()
 
     def random_uint64(self, n: int) -> np.ndarray:
         """``n`` independent uniform 64-bit integers (little-endian keystream words)."""
-        return np.frombuffer(self.random_bytes(8 * n), dtype="<u8").astype(np.uint64, copy=False)
+        out = np.empty(n, dtype=np.uint64)
+        self._fill(out.view(np.uint8))
+        if _BIG_ENDIAN:
+            out.byteswap(inplace=True)
+        return out
 
     def random_uint32(self, n: int) -> np.ndarray:
-        """``n`` independent uniform 32-bit integers."""
-        return np.frombuffer(self.random_bytes(4 * n), dtype="<u4").astype(np.uint32, copy=False)
+        """``n`` independent uniform 32-bit integers (little-endian keystream words)."""
+        out = np.empty(n, dtype=np.uint32)
+        self._fill(out.view(np.uint8))
+        if _BIG_ENDIAN:
+            out.byteswap(inplace=True)
+        return out
 
     def random_below_int(self, bound: int) -> int:
         """One exact uniform integer in [0, bound) for an arbitrary-precision ``bound`` >= 1."""

@@ -18,10 +18,18 @@ import numpy as np
 
 from dp_pipeline.errors import InternalError
 
-__all__ = ["INT64_MAX", "bernoulli_ratio", "uniform_below", "uniform_below_big"]
+__all__ = [
+    "INT64_MAX",
+    "bernoulli_from_prefixes",
+    "bernoulli_ratio",
+    "fraction_prefixes",
+    "uniform_below",
+    "uniform_below_big",
+]
 
 INT64_MAX = (1 << 63) - 1
 _TWO32 = 1 << 32
+_TWO64 = 1 << 64
 _LOW32 = np.uint64(0xFFFFFFFF)
 _SHIFT32 = np.uint64(32)
 
@@ -66,7 +74,12 @@ def _masked64(stream, bound: int, size: int) -> np.ndarray:
 
 
 def uniform_below_big(stream, bound: int, size: int) -> np.ndarray:
-    """``size`` exact uniform integers in [0, bound) for any bound >= 1, as an object array."""
+    """``size`` exact uniform integers in [0, bound) for any bound >= 1, as an object array.
+
+    Masked rejection, vectorized: each candidate is the top ``bits`` bits of
+    ``ceil(bits/64)`` keystream words joined into one Python int by object-array
+    shifts (no per-element Python loop); candidates >= bound are redrawn.
+    """
     if bound < 1:
         raise InternalError(f"uniform_below_big needs bound >= 1, got {bound}")
     out = np.empty(size, dtype=object)
@@ -80,18 +93,50 @@ def uniform_below_big(stream, bound: int, size: int) -> np.ndarray:
     excess = 64 * words_per_value - bits
     pending = np.arange(size)
     while pending.size:
-        raw = stream.random_bytes(8 * words_per_value * pending.size)
-        step = 8 * words_per_value
-        candidates = [
-            int.from_bytes(raw[i : i + step], "little") >> excess for i in range(0, len(raw), step)
-        ]
-        accepted = [c < bound for c in candidates]
-        keep = np.fromiter(accepted, dtype=bool, count=len(accepted))
-        chosen = np.empty(len(candidates), dtype=object)
-        chosen[:] = candidates
-        out[pending[keep]] = chosen[keep]
+        words = stream.random_uint64(words_per_value * pending.size).reshape(-1, words_per_value)
+        candidates = words[:, 0].astype(object)
+        for column in range(1, words_per_value):
+            candidates = (candidates << 64) | words[:, column].astype(object)
+        if excess:
+            candidates = candidates >> excess
+        keep = np.asarray(candidates < bound, dtype=bool)
+        out[pending[keep]] = candidates[keep]
         pending = pending[~keep]
     return out
+
+
+def fraction_prefixes(numerators: np.ndarray, denominator: int, bits: int = 64) -> np.ndarray:
+    """floor(2^bits * r_i / den) as uint64, exactly (Python ints), for 0 <= r_i < den.
+
+    These are the first ``bits`` binary digits of r_i/den; `bernoulli_from_prefixes`
+    compares them with keystream words.
+    """
+    scaled = (numerators.astype(object) << bits) // denominator
+    if scaled.size and (scaled.max() >> bits or scaled.min() < 0):
+        raise InternalError("fraction_prefixes needs 0 <= r_i < den")
+    return scaled.astype(np.uint64)
+
+
+def bernoulli_from_prefixes(
+    stream, prefixes: np.ndarray, numerator_at, denominator: int, bits: int = 64
+) -> np.ndarray:
+    """Exact Bernoulli(r_i / den) given prefixes F_i = floor(2^bits r_i / den) (uint64).
+
+    Reads u in [0, 1) from the keystream as binary digits: its first ``bits``
+    digits W decide u < r/den whenever W != F (W < F proves it, W > F refutes
+    it). On a tie (probability 2^-bits) u < r/den exactly when the remaining
+    digits u' satisfy u' < 2^bits r/den - F = rem/den, an exact scalar draw
+    ``uniform_below(den) < rem``. No rejection: one word per element.
+    ``numerator_at(i)`` returns the exact r_i (a Python int); only ties call it.
+    """
+    words = stream.random_uint64(prefixes.size)
+    if bits < 64:
+        words >>= np.uint64(64 - bits)
+    result = words < prefixes
+    for index in np.flatnonzero(words == prefixes):
+        remainder = (numerator_at(int(index)) << bits) - int(prefixes[index]) * denominator
+        result[index] = stream.random_below_int(denominator) < remainder
+    return result
 
 
 def bernoulli_ratio(stream, numerators: np.ndarray, denominator: int) -> np.ndarray:
@@ -106,8 +151,10 @@ def bernoulli_ratio(stream, numerators: np.ndarray, denominator: int) -> np.ndar
     """
     size = len(numerators)
     if numerators.dtype == object or denominator > 1 << 63:
-        draws = uniform_below_big(stream, denominator, size)
-        return np.asarray(draws < numerators.astype(object), dtype=bool)
+        exact = numerators.astype(object)
+        # num == den (probability 1) has prefix 2^64: clamped, its tie draw returns True.
+        prefixes = np.minimum((exact << 64) // denominator, _TWO64 - 1).astype(np.uint64)
+        return bernoulli_from_prefixes(stream, prefixes, lambda i: exact[i], denominator)
     if size == 0:
         return np.zeros(0, dtype=bool)
     if denominator <= _TWO32:

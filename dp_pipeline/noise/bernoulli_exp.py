@@ -5,10 +5,23 @@ from __future__ import annotations
 import numpy as np
 
 from dp_pipeline.noise._exp_digits import bernoulli_exp_neg_integer, geometric_exp_neg_one
-from dp_pipeline.noise._uniform import bernoulli_ratio
+from dp_pipeline.noise._uniform import (
+    bernoulli_from_prefixes,
+    bernoulli_ratio,
+    fraction_prefixes,
+)
 from dp_pipeline.noise._validate import check_size, check_stream, nonnegative_rational
 
-__all__ = ["bernoulli_exp", "bernoulli_exp_fraction", "bernoulli_exp_split"]
+__all__ = [
+    "bernoulli_exp",
+    "bernoulli_exp_fraction",
+    "bernoulli_exp_fraction_prefixed",
+    "bernoulli_exp_quotient",
+    "bernoulli_exp_split",
+    "exp_fraction_from_prefixes",
+]
+
+_SMALL_WHOLE = 1 << 62
 
 
 def bernoulli_exp(gamma, size: int, stream) -> np.ndarray:
@@ -36,24 +49,31 @@ def bernoulli_exp_split(stream, wholes: np.ndarray, remainders: np.ndarray, den:
     result = np.zeros(size, dtype=bool)
     if size == 0:
         return result
-    if wholes.dtype == object:
-        geometric = geometric_exp_neg_one(stream, size).astype(object)
-        survive = np.asarray(geometric >= wholes, dtype=bool)
-        alive = np.flatnonzero(survive)
-    else:
-        # Only elements with a whole part m >= 1 need the Bernoulli(e^{-m}) factor.
-        positive = np.flatnonzero(wholes)
-        if positive.size == 0:
-            return bernoulli_exp_fraction(stream, remainders, den)
-        survive = np.ones(size, dtype=bool)
-        survive[positive] = bernoulli_exp_neg_integer(stream, wholes[positive])
-        alive = np.flatnonzero(survive)
+    alive = np.flatnonzero(_whole_part_survives(stream, wholes))
+    if alive.size == size:
+        return bernoulli_exp_fraction(stream, remainders, den)
     result[alive] = bernoulli_exp_fraction(stream, remainders[alive], den)
     return result
 
 
+def _whole_part_survives(stream, wholes: np.ndarray) -> np.ndarray:
+    """Bernoulli(e^{-m_i}) per element for integers m_i >= 0 (int64 or object array)."""
+    size = len(wholes)
+    if wholes.dtype == object and (size == 0 or max(wholes) <= _SMALL_WHOLE):
+        wholes = wholes.astype(np.int64)  # exact: every value is proven to fit
+    if wholes.dtype == object:
+        geometric = geometric_exp_neg_one(stream, size).astype(object)
+        return np.asarray(geometric >= wholes, dtype=bool)
+    survive = np.ones(size, dtype=bool)
+    # Only elements with a whole part m >= 1 need the Bernoulli(e^{-m}) factor.
+    positive = np.flatnonzero(wholes)
+    if positive.size:
+        survive[positive] = bernoulli_exp_neg_integer(stream, wholes[positive])
+    return survive
+
+
 def bernoulli_exp_fraction(stream, numerators: np.ndarray, den: int) -> np.ndarray:
-    """Bernoulli(exp(-r_i/den)) per element for 0 <= r_i <= den (CKS Algorithm 1, γ <= 1).
+    """Bernoulli(exp(-r_i/den)) per element for 0 <= r_i < den (CKS Algorithm 1, γ < 1).
 
     K counts trials A_k ~ Bernoulli(γ/k) up to the first failure; P[K > k] =
     γ^k/k!, so P[K odd] = e^{-γ}. All pending elements share the same k in a
@@ -65,6 +85,8 @@ def bernoulli_exp_fraction(stream, numerators: np.ndarray, den: int) -> np.ndarr
     result = np.ones(size, dtype=bool)
     if size == 0:
         return result
+    if numerators.dtype == object or den > 1 << 63:
+        return bernoulli_exp_fraction_prefixed(stream, numerators, den)
     pending = np.flatnonzero(bernoulli_ratio(stream, numerators, den))
     k = 1
     while pending.size:
@@ -79,4 +101,79 @@ def bernoulli_exp_fraction(stream, numerators: np.ndarray, den: int) -> np.ndarr
         stopped = pending[~success]
         result[stopped] = k % 2 == 1
         pending = pending[success]
+    return result
+
+
+def bernoulli_exp_fraction_prefixed(
+    stream, numerators: np.ndarray, den: int, *, bits: int = 64
+) -> np.ndarray:
+    """`bernoulli_exp_fraction` for big integers: one exact division per element, then uint64.
+
+    Computes G_i = floor(2^bits r_i/den) once per element in Python ints and
+    hands over to `exp_fraction_from_prefixes`. ``bits`` < 64 only in tests,
+    to make the tie path frequent. Requires 0 <= r_i < den.
+    """
+    exact = numerators.astype(object)
+    prefixes = fraction_prefixes(exact, den, bits)
+    return exp_fraction_from_prefixes(stream, prefixes, lambda i: exact[i], den, bits)
+
+
+def exp_fraction_from_prefixes(
+    stream, prefixes: np.ndarray, numerator_at, den: int, bits: int = 64
+) -> np.ndarray:
+    """Bernoulli(exp(-r_i/den)) from G_i = floor(2^bits r_i/den) (uint64), r_i < den.
+
+    CKS Algorithm 1 as in `bernoulli_exp_fraction`; the pass-k trial
+    Bernoulli(r/(den·k)) compares keystream words with F_k = floor(G/k) =
+    floor(2^bits r/(den·k)) (floor(floor(x)/k) = floor(x/k) for integers k >= 1),
+    so every pass runs on uint64 arrays; only ties (probability 2^-bits per
+    trial) call ``numerator_at(i)`` for the exact r_i (`bernoulli_from_prefixes`).
+    """
+    size = prefixes.size
+    result = np.ones(size, dtype=bool)
+    if size == 0:
+        return result
+    pending = np.flatnonzero(bernoulli_from_prefixes(stream, prefixes, numerator_at, den, bits))
+    k = 1
+    while pending.size:
+        k += 1
+        current = pending  # bound now: the lambda below runs before `pending` is rebound
+        success = bernoulli_from_prefixes(
+            stream,
+            prefixes[current] // np.uint64(k),
+            lambda i, current=current: numerator_at(int(current[i])),
+            den * k,
+            bits,
+        )
+        stopped = current[~success]
+        result[stopped] = k % 2 == 1
+        pending = current[success]
+    return result
+
+
+def bernoulli_exp_quotient(
+    stream, numerators: np.ndarray, den: int, *, bits: int = 64
+) -> np.ndarray:
+    """Bernoulli(exp(-x_i/den)) for big non-negative integers x_i (object array).
+
+    One exact division per element: Q = floor(2^b x/den) (b = ``bits``) gives
+    the whole part m = Q >> b = floor(x/den) and the b-bit prefix Q mod 2^b =
+    floor(2^b r/den) of the fraction r/den, r = x - m·den; the rest runs on
+    int64/uint64 arrays (`_whole_part_survives` for e^{-m},
+    `exp_fraction_from_prefixes` for e^{-r/den}). ``bits`` < 64 only in tests.
+    """
+    size = len(numerators)
+    result = np.zeros(size, dtype=bool)
+    if size == 0:
+        return result
+    scaled = (numerators << bits) // den
+    wholes = scaled >> bits
+    prefixes = (scaled & ((1 << bits) - 1)).astype(np.uint64)
+    alive = np.flatnonzero(_whole_part_survives(stream, wholes))
+
+    def remainder_at(i: int) -> int:
+        index = int(alive[i])
+        return numerators[index] - wholes[index] * den
+
+    result[alive] = exp_fraction_from_prefixes(stream, prefixes[alive], remainder_at, den, bits)
     return result

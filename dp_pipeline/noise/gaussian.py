@@ -8,7 +8,7 @@ import numpy as np
 
 from dp_pipeline.noise._uniform import INT64_MAX
 from dp_pipeline.noise._validate import check_size, check_stream, positive_rational
-from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_split
+from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_quotient, bernoulli_exp_split
 from dp_pipeline.noise.laplace import FAST_MAX_T, _apply_sign, fill_in_batches, laplace_magnitudes
 
 __all__ = ["discrete_gaussian", "gaussian_accept"]
@@ -87,6 +87,4 @@ def _accept_int64(stream, magnitudes, p, scaled_t, den):
 
 def _accept_exact(stream, magnitudes, p, scaled_t, den):
     offsets = magnitudes.astype(object) * scaled_t - p
-    squares = offsets * offsets
-    wholes = squares // den
-    return bernoulli_exp_split(stream, wholes, squares - wholes * den, den)
+    return bernoulli_exp_quotient(stream, offsets * offsets, den)

@@ -18,7 +18,7 @@ __all__ = ["discrete_laplace", "fill_in_batches", "laplace_magnitudes"]
 FAST_MAX_T = 1 << 62
 INT64_OUTPUT_MAX_SCALE = 1 << 50
 FAST_CHUNK = 1 << 16
-BIG_CHUNK = 1 << 12
+BIG_CHUNK = 1 << 15
 
 
 def discrete_laplace(scale, size: int, stream, *, force_big: bool = False) -> np.ndarray:
