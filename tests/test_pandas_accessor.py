@@ -1,4 +1,3 @@
-# NOT YET RUN (box overloaded at 23:50 UTC): rename to test_*.py once it passes.
 """df.dp: registered by import dp_pipeline; attrs carry mechanism, cost, margins, diagnostics."""
 
 from __future__ import annotations
