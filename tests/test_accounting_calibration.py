@@ -6,6 +6,7 @@ import math
 from fractions import Fraction
 
 import mpmath
+import numpy as np
 import pytest
 
 from dp_pipeline.accounting import (
@@ -164,3 +165,17 @@ def test_margin_bad_input():
     with pytest.raises(TypeError, match="mechanism must be a DiscreteGaussian"):
         margin_of_error(object())
     assert math.isfinite(margin_of_error(DiscreteGaussian(4)))
+
+
+@pytest.mark.parametrize("sigma2", [Fraction(10**9), Fraction(4 * 10**9, 3)])
+@pytest.mark.parametrize("confidence", [0.5, 0.95, 0.999])
+def test_gaussian_margin_for_large_sigma_matches_term_by_term_sums(sigma2, confidence):
+    """σ > 26,000 uses the Euler–Maclaurin tail: check it against summing the pmf."""
+    margin = margin_of_error(DiscreteGaussian(sigma2), confidence)
+    variance = np.longdouble(sigma2.numerator) / sigma2.denominator
+    y = np.arange(1, int(40 * np.sqrt(float(sigma2))), dtype=np.longdouble)
+    weights = np.exp(-(y * y) / (2 * variance))
+    total = 1 + 2 * weights.sum()
+    # P(|Y| > m) = 2·Σ_{y > m} w_y / total, summed from the small end in extended precision.
+    outside = 2 * np.cumsum(weights[::-1])[::-1] / total  # index i: P(|Y| >= i + 1)
+    assert outside[margin] <= 1 - confidence < outside[margin - 1]

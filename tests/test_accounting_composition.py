@@ -16,6 +16,8 @@ from dp_pipeline.accounting import (
     multivariate_epsilon,
     zcdp_to_delta,
 )
+from dp_pipeline.accounting.multivariate import discrete_gaussian_components
+from dp_pipeline.accounting.pld import pld_from_lattice_components
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 # CKS Figure 4 (ALGORITHMS §4): noise variance 50² for 100 sensitivity-1 queries.
@@ -188,16 +190,21 @@ def test_bad_input_names_argument_and_rule(call, message):
         call()
 
 
-def test_many_unrelated_sigma2_fall_back_to_the_pld_without_overflow():
+def test_many_unrelated_sigma2_use_the_coarsened_fft_without_overflow():
     # 40 tables with unrelated σ²: the lattice step is ~1e-123 of the largest loss step, so
-    # the FFT multipliers overflow a float; the accountant must fall back to the grid PLD.
+    # the exact FFT's multipliers would overflow a float; the accountant rounds 39 of them
+    # onto a coarse grid (both ways) and must agree with the independent grid PLD.
     accountant = PrivacyAccountant()
     for j in range(40):
         accountant.add(DiscreteGaussian(Fraction(10000 + 37 * j, 10)))
-    assert accountant.method == "pld_fft"
+    assert accountant.method == "multivariate_fft_coarsened"
     bound = accountant.delta(0.5)
     assert 0 < bound.lower <= bound.upper <= zcdp_to_delta(float(accountant.rho()), 0.5)
     sigma2s = [Fraction(10000 + 37 * j, 10) for j in range(40)]
+    reference = pld_from_lattice_components(
+        discrete_gaussian_components(sigma2s, [1] * 40)
+    ).delta_bound(0.5)
+    assert bound.lower <= reference.upper and reference.lower <= bound.upper
     direct = multivariate_delta(sigma2s, [1] * 40, 0.5)
-    assert direct.method.startswith("pld_fft (lattice step too small")
+    assert direct.method.startswith("multivariate_fft_coarsened")
     assert direct.upper == pytest.approx(bound.upper, rel=1e-3)

@@ -7,6 +7,9 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    maximised over the shifts 1..Δ);
 2. everything on a common rational lattice (discrete Gaussians, discrete Laplace, randomized
    response with a rational ε) with a practical FFT size: the multivariate FFT of CKS §4;
+   when that lattice is too fine (a sum table next to count tables), the same FFT on a
+   coarser grid with only the offending components rounded up (upper bound) and down
+   (lower bound): `coarse_lattice`;
 3. otherwise: the grid privacy-loss-distribution accountant (dominating-pair discretisation);
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
@@ -265,11 +268,21 @@ class PrivacyAccountant:
                     _LATTICE_TOLERANCE,
                     max_size=max(16, _MAX_LATTICE_WORK // max(1, len(components))),
                 )
+            coarse = None
+            if loss is None and components is not None:
+                from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+
+                coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
             if loss is not None:
                 name = "multivariate_fft"
 
                 def delta_of(eps, loss=loss):
                     return loss.delta_bound(eps, "multivariate_fft")
+            elif coarse is not None:
+                name = "multivariate_fft_coarsened"
+
+                def delta_of(eps, coarse=coarse):
+                    return coarse.delta_bound(eps, "multivariate_fft_coarsened")
             else:
                 pld = self._pld()
                 name = "pld_fft"

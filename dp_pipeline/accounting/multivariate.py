@@ -41,6 +41,7 @@ __all__ = [
 ]
 
 MAX_FFT_SIZE = 1 << 22
+_COARSENED = "multivariate_fft_coarsened (lattice step too small for the exact FFT)"
 _UNIT_ROUNDOFF = 2.0**-53
 
 
@@ -257,8 +258,10 @@ def multivariate_delta(
     """δ(ε) for independent N_Z(0, σ_j²) noise and neighbours differing by μ ∈ Z^d (CKS §4).
 
     Returns a ``DeltaBound`` (upper = the guarantee). When the lattice step is too small for
-    an FFT of at most 2^22 points, falls back to the privacy-loss-distribution accountant
-    (``method`` says so). ``tolerance`` bounds the aliasing error on δ.
+    an FFT of at most 2^22 points, the components that break the lattice are rounded up
+    (upper) and down (lower) onto a coarser grid (`coarse_lattice`), and if even that fails
+    it falls back to the privacy-loss-distribution accountant (``method`` says which).
+    ``tolerance`` bounds the aliasing error on δ.
     """
     epsilon = check_epsilon(epsilon)
     components = discrete_gaussian_components(sigma2s, mu)
@@ -266,6 +269,11 @@ def multivariate_delta(
         return DeltaBound(0.0, 0.0, "multivariate_fft")
     loss = lattice_loss(components, tolerance)
     if loss is None:
+        from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+
+        coarse = coarsened_lattice_loss(components, tolerance)
+        if coarse is not None:
+            return coarse.delta_bound(epsilon, _COARSENED)
         from dp_pipeline.accounting.pld import pld_from_lattice_components
 
         pld = pld_from_lattice_components(components)
@@ -303,6 +311,13 @@ def multivariate_epsilon(
     rho = sum(float(c.count * c.offset) for c in components)
     high = zcdp_to_epsilon(rho, delta)
     if loss is None:
+        from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+
+        coarse = coarsened_lattice_loss(components, tolerance)
+        if coarse is not None:
+            return epsilon_from_delta_function(
+                lambda eps: coarse.delta_bound(eps, _COARSENED), delta, high, _COARSENED
+            )
         from dp_pipeline.accounting.pld import pld_from_lattice_components
 
         pld = pld_from_lattice_components(components)
