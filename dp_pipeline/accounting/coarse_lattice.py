@@ -46,6 +46,8 @@ from dp_pipeline.accounting.multivariate import (
 __all__ = ["CoarsenedLatticeLoss", "coarsened_lattice_loss"]
 
 DEFAULT_TARGET_SIZE = 1 << 15
+_MAX_TARGET_SIZE = 1 << 19
+_MAX_ROUNDING_SHIFT = 2e-3  # total loss shift from rounding (ε units) we accept
 _TAIL_SIGMAS = 14  # P[|K| > 14σ] < 2e-43 for N_Z(0, σ²), σ >= 1 (sub-Gaussian tail)
 _CDF_MIN_SIGMA = 26_000.0  # from here the Euler–Maclaurin remainder 0.00184/σ³ is < 1e-16
 _ENUMERATION_LIMIT = 1 << 21  # below this many integers, sum term by term anyway
@@ -177,6 +179,20 @@ def _round_component(
     return rounded, component.count * error
 
 
+def _choose_grid(components: Sequence[LatticeComponent], finest: float) -> Fraction:
+    """The grid: the finest divisor, >= ``finest``, of the common step of the components
+    (coarsest steps first) that can stay exact; a power of 1/2 if none can."""
+    common: Fraction | None = None
+    for component in sorted(components, key=lambda c: c.step, reverse=True):
+        candidate = component.step if common is None else fraction_gcd([common, component.step])
+        if float(candidate) >= finest:
+            common = candidate
+    if common is None:
+        grid = Fraction(1, 2 ** max(0, math.floor(math.log2(1 / finest))))
+        return grid if float(grid) >= finest else grid * 2
+    return common / max(1, math.floor(float(common) / finest))
+
+
 def coarsened_lattice_loss(
     components: Sequence[LatticeComponent],
     tolerance: float = 1e-13,
@@ -192,18 +208,18 @@ def coarsened_lattice_loss(
     half_width = math.sqrt(2 * loss_variance * math.log(4 / tolerance)) + max(
         float(c.step) for c in components
     )
-    finest = 2 * half_width / target_size
-    # Keep exact the components (coarsest steps first) whose common step stays >= finest.
-    common: Fraction | None = None
-    for component in sorted(components, key=lambda c: c.step, reverse=True):
-        candidate = component.step if common is None else fraction_gcd([common, component.step])
-        if float(candidate) >= finest:
-            common = candidate
-    if common is None:
-        grid = Fraction(1, 2 ** max(0, math.floor(math.log2(1 / finest))))
-        grid = grid if float(grid) >= finest else grid * 2
-    else:
-        grid = common / max(1, math.floor(float(common) / finest))
+    # Each rounded copy moves the composed loss by less than one grid step; past a total
+    # of _MAX_ROUNDING_SHIFT the bracket gets loose, so refine the grid, and past
+    # _MAX_TARGET_SIZE leave the composition to the grid PLD (its O(h²) split is better
+    # when hundreds of components are off the lattice).
+    while True:
+        grid = _choose_grid(components, 2 * half_width / target_size)
+        shift = sum(c.count for c in components if (c.step / grid).denominator != 1) * grid
+        if float(shift) <= _MAX_ROUNDING_SHIFT:
+            break
+        target_size *= 2
+        if target_size > _MAX_TARGET_SIZE:
+            return None
     exact, up, down, extra, rounded = [], [], [], 0.0, 0
     for component in components:
         if (component.step / grid).denominator == 1:
