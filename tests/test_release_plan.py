@@ -76,7 +76,7 @@ def test_sensitivity_vectors():
     assert sensitivity_vector(total, "replace") == (110, 110)
 
 
-def test_census_demo_plans_under_a_second_of_accounting():
+def test_census_demo_plans_with_the_tight_accountant():
     plan = plan_release(load_spec(ROOT / "conf" / "census_demo.toml"))
     assert len(plan.tables) == 6
     assert Fraction(plan.delta_tight.upper) <= Fraction(1, 10**10)
