@@ -3,8 +3,8 @@
 It records events (mechanism, per-coordinate sensitivity vector, count) and answers δ(ε),
 ε(δ) and ρ with the tightest method that applies:
 
-1. one discrete Gaussian (or Laplace) coordinate: the exact 1-D formula (CKS Theorem 7,
-   maximised over the shifts 1..Δ);
+1. one discrete Gaussian (or Laplace) coordinate with Δ <= 64: the exact 1-D formula
+   (CKS Theorem 7, maximised over the shifts 1..Δ);
 2. everything on a common rational lattice (discrete Gaussians, discrete Laplace, randomized
    response with a rational ε) with a practical FFT size: the multivariate FFT of CKS §4;
    when that lattice is too fine (a sum table next to count tables), the same FFT on a
@@ -50,7 +50,9 @@ __all__ = ["PrivacyAccountant", "PrivacyEvent"]
 
 _LATTICE_TOLERANCE = 1e-14
 _MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
+_MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is faster and tighter
 _PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
+_EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
 
 
 @dataclass(frozen=True)
@@ -266,7 +268,9 @@ class PrivacyAccountant:
                 loss = lattice_loss(
                     components,
                     _LATTICE_TOLERANCE,
-                    max_size=max(16, _MAX_LATTICE_WORK // max(1, len(components))),
+                    max_size=max(
+                        16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))
+                    ),
                 )
             coarse = None
             if loss is None and components is not None:
@@ -305,6 +309,11 @@ class PrivacyAccountant:
             return None
         event = self._events[0]
         if event.count != 1 or len(event.sensitivity) != 1:
+            return None
+        if event.sensitivity[0] > _EXHAUSTIVE_SHIFTS:
+            # Theorem 7 maximised over every shift 1..Δ costs Δ exact tail sums per δ;
+            # a sum with Δ = 200,000 would take hours. Larger Δ take the lattice path with
+            # the shift Δ, the same worst-case rule as every composition (module docstring).
             return None
         mechanism, shift = event.mechanism, event.sensitivity[0]
         if isinstance(mechanism, DiscreteGaussian):
