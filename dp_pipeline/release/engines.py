@@ -143,7 +143,20 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             function = dp_count if table_plan.table.statistic == "count" else dp_sum
             released = frame.transform(function(**arguments)).toPandas()
             released = released.rename(columns={_statistic_column(table_plan): "value"})
-            released = released[[*table_plan.table.keys, "value"]].reset_index(drop=True)
+            # Spark returns cells in partition order; publish them in the declared domain
+            # order, as the pandas engine does, so both engines write identical files.
+            keys = list(table_plan.table.keys)
+            position = pd.Series(
+                np.arange(len(_full_index(spec, keys))), index=_full_index(spec, keys)
+            )
+            order = position.reindex(pd.MultiIndex.from_frame(released[keys])).to_numpy()
+            if np.isnan(order.astype(np.float64)).any() or len(order) != len(position):
+                raise RuntimeError(
+                    f"table {table_plan.table.name!r}: the Spark engine did not return "
+                    f"exactly the declared cells"
+                )
+            released = released.iloc[np.argsort(order, kind="stable")]
+            released = released[[*keys, "value"]].reset_index(drop=True)
             if with_truth:
                 truth = _spark_truth(frame, spec, table_plan)
                 released = released.merge(truth, on=list(table_plan.table.keys), how="left")
