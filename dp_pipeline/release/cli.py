@@ -88,7 +88,12 @@ def _run(arguments) -> int:
     )
     result = run_release(spec, progress=Progress(quiet=arguments.quiet))
     cumulative = result.reservation.cumulative
-    print(f"release {spec.release_id}: {result.outcome}; output in {result.output}")
+    outcome = {
+        "reserved": "published and committed (new spend)",
+        "resumed": "published and committed (resumed an interrupted run)",
+        "already_committed": "already committed earlier (nothing spent)",
+    }.get(result.outcome, result.outcome)
+    print(f"release {spec.release_id}: {outcome}; output in {result.output}")
     print(
         "cumulative for population "
         f"{spec.population}: {_spend(cumulative)} (cap {_cap(result.reservation.cap)})"
