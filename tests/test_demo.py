@@ -1,4 +1,4 @@
-"""The README's first command runs the sampler demo; it must work and print every category."""
+"""`python -m dp_pipeline.demo` (named in the README) must work and print every category."""
 
 from __future__ import annotations
 
