@@ -52,7 +52,7 @@ def test_shipped_census_demo_has_six_tables_and_a_700k_cell_table():
 def test_shipped_monthly_example_loads():
     spec = load_spec(ROOT / "conf" / "monthly_example.toml")
     assert spec.budget.rho == Fraction(1, 100)
-    assert (spec.cap.epsilon, spec.cap.delta) == (Fraction(33, 10), Fraction(1, 10**9))
+    assert (spec.cap.epsilon, spec.cap.delta) == (Fraction(29, 10), Fraction(1, 10**9))
     assert spec.with_release_id("labour-2026-07").release_id == "labour-2026-07"
 
 
