@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from collections.abc import Callable
 from fractions import Fraction
 
@@ -98,7 +99,8 @@ def local_session(
     Arrow on, the web UI off, ``spark.sql.shuffle.partitions`` = 2 x cores
     (Spark's default of 200 is tuned for clusters), and ``local[cores,failures]``
     so that ``max_task_failures`` > 1 lets a failed task be retried (local mode
-    ignores ``spark.task.maxFailures``). Java: see `ensure_java`.
+    ignores ``spark.task.maxFailures``). Python workers use ``PYSPARK_PYTHON`` if set,
+    else this interpreter (``sys.executable``). Java: see `ensure_java`.
     """
     ensure_java()
 
@@ -112,6 +114,9 @@ def local_session(
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        # Python workers run this interpreter (its pyarrow, its dp_pipeline), not whatever
+        # `python3` is first on PATH: a venv used without activation is the common case.
+        .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON") or sys.executable)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 2 * cores))
         .config("spark.default.parallelism", str(2 * cores))
         .config("spark.ui.enabled", "false")
