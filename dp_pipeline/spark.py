@@ -110,13 +110,14 @@ def local_session(
             f"cores and max_task_failures must be >= 1, got {cores}, {max_task_failures}"
         )
     master = f"local[{cores}]" if max_task_failures == 1 else f"local[{cores},{max_task_failures}]"
+    # Python workers must run this interpreter (its pyarrow, its dp_pipeline), not whatever
+    # `python3` is first on PATH (a venv used without activation). PySpark's SparkContext
+    # reads PYSPARK_PYTHON from the environment, not from the session config.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = (
         SparkSession.builder.master(master)
         .appName(app_name)
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        # Python workers run this interpreter (its pyarrow, its dp_pipeline), not whatever
-        # `python3` is first on PATH: a venv used without activation is the common case.
-        .config("spark.pyspark.python", os.environ.get("PYSPARK_PYTHON") or sys.executable)
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 2 * cores))
         .config("spark.default.parallelism", str(2 * cores))
         .config("spark.ui.enabled", "false")
