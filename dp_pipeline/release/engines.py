@@ -146,9 +146,8 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             # Spark returns cells in partition order; publish them in the declared domain
             # order, as the pandas engine does, so both engines write identical files.
             keys = list(table_plan.table.keys)
-            position = pd.Series(
-                np.arange(len(_full_index(spec, keys))), index=_full_index(spec, keys)
-            )
+            declared = _full_index(spec, keys)
+            position = pd.Series(np.arange(len(declared)), index=declared)
             order = position.reindex(pd.MultiIndex.from_frame(released[keys])).to_numpy()
             if np.isnan(order.astype(np.float64)).any() or len(order) != len(position):
                 raise RuntimeError(
