@@ -109,6 +109,18 @@ def _cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray
     return out
 
 
+def _unit_values(units: pd.Series) -> np.ndarray:
+    """Privacy units as exact values: int64 for any integer dtype, else objects.
+
+    A nullable ``Int64`` column's ``to_numpy()`` is float64 (5 -> 5.0, and inexact
+    above 2**53), which would hash as "5.0" where Spark hashes "5"; null rows are
+    dropped before this is used, so they may take any placeholder.
+    """
+    if pd.api.types.is_integer_dtype(units.dtype):
+        return units.to_numpy(dtype=np.int64, na_value=0)
+    return units.to_numpy(dtype=object)
+
+
 def aggregate_pandas(
     df: pd.DataFrame, spec: QuerySpec
 ) -> tuple[dict[str, np.ndarray], list[pd.Series], Diagnostics]:
@@ -201,7 +213,7 @@ def aggregate_pandas(
         rows_used = int(row_cells.size)
     else:
         salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
-        codes, ukeys = unit_keys(unit_series.to_numpy()[valid], salt)
+        codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
         bounded = bound_contributions(
             codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
         )

@@ -20,20 +20,15 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
-from pyspark import StorageLevel
-from pyspark.sql import SparkSession, Window
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
-    ByteType,
     DoubleType,
     IntegerType,
     LongType,
-    NumericType,
-    ShortType,
-    StringType,
     StructField,
     StructType,
 )
@@ -44,16 +39,30 @@ from dp_pipeline.aggregate import (
     Diagnostics,
     QuerySpec,
 )
-from dp_pipeline.bounding import BoundingSalt
 from dp_pipeline.cost import ReleaseInfo, release_info
+from dp_pipeline.spark_aggregate import aggregate_queries
 from dp_pipeline.udfs.noise import (
     CELL_COLUMN,
+    MEASURES,
     PARTITION_COLUMN,
+    TABLE_COLUMN,
+    arrow_cells_noise_function,
     arrow_noise_function,
     output_value_types,
 )
 
-__all__ = ["SparkDPQuery", "dp_count", "dp_mean", "dp_sum", "ensure_java", "local_session"]
+__all__ = [
+    "SparkDPQuery",
+    "dp_count",
+    "dp_mean",
+    "dp_sum",
+    "ensure_java",
+    "local_session",
+    "noisy_cells",
+    "noisy_table",
+    "run_queries",
+    "run_spark",
+]
 
 _UNIT = "_dp_unit"
 _UNITS = "_dp_value_units"
@@ -134,280 +143,8 @@ def local_session(
     return session
 
 
-def _check_schema(df, spec: QuerySpec) -> None:
-    fields = {f.name: f.dataType for f in df.schema.fields}
-
-    def need(name: str, role: str):
-        if name not in fields:
-            raise ValueError(
-                f"{role} column {name!r} is not in the DataFrame; its columns are {df.columns}"
-            )
-        return fields[name]
-
-    integral = (
-        ByteType,
-        ShortType,
-        IntegerType,
-        LongType,
-    )
-    for domain in spec.cells.domains:
-        kind = need(domain.column, "key")
-        if domain.kind == "int" and not isinstance(kind, integral):
-            raise TypeError(
-                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
-                f"domain holds integers; it must have an integer type"
-            )
-        if domain.kind == "str" and not isinstance(kind, StringType):
-            raise TypeError(
-                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
-                f"domain holds strings; it must have a string type"
-            )
-    if spec.privacy_unit is not None:
-        kind = need(spec.privacy_unit, "privacy_unit")
-        if not isinstance(kind, (*integral, StringType)):
-            raise TypeError(
-                f"privacy_unit column {spec.privacy_unit!r} has Spark type "
-                f"{kind.simpleString()}; it must hold integers or strings"
-            )
-    if spec.column is not None:
-        kind = need(spec.column, "summed")
-        if not isinstance(kind, NumericType):
-            raise TypeError(
-                f"summed column {spec.column!r} has Spark type {kind.simpleString()}; "
-                f"it must be numeric"
-            )
-
-
-def _reason_codes(spec: QuerySpec) -> dict[int, tuple[str, str]]:
-    """Negative cell codes of dropped rows -> (reason, column)."""
-    codes = {}
-    for i, column in enumerate(spec.cells.columns):
-        codes[-(2 * i + 1)] = ("null_key", column)
-        codes[-(2 * i + 2)] = ("out_of_domain", column)
-    k = len(spec.cells.columns)
-    codes[-(2 * k + 1)] = ("null_unit", spec.privacy_unit or "")
-    codes[-(2 * k + 2)] = ("invalid_value", spec.column or "")
-    return codes
-
-
-def _coded_rows(df, spec: QuerySpec):
-    """df plus ``_cell``: the cell index, or a negative reason code for a dropped row."""
-
-    spark = df.sparkSession
-    cell = sf.lit(0).cast("long")
-    code = None
-    k = len(spec.cells.columns)
-    for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
-        column = sf.col(domain.column)
-        if domain.is_range:
-            pos = sf.when(
-                (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
-                column.cast("long") - sf.lit(domain.start).cast("long"),
-            )
-        else:
-            value_name, pos_name = f"_dp_domain_{i}_value", f"_dp_domain_{i}_pos"
-            if domain.kind == "int":
-                rows = [(int(v), j) for j, v in enumerate(domain.values)]
-                lookup = spark.createDataFrame(rows, f"{value_name} long, {pos_name} long")
-                condition = sf.col(domain.column).cast("long") == sf.col(value_name)
-            else:
-                rows = [(str(v), j) for j, v in enumerate(domain.values)]
-                lookup = spark.createDataFrame(rows, f"{value_name} string, {pos_name} long")
-                condition = sf.col(domain.column) == sf.col(value_name)
-            df = df.join(sf.broadcast(lookup), condition, "left").drop(value_name)
-            pos = sf.col(pos_name)
-        cell = cell + pos * sf.lit(stride).cast("long")
-        null_branch = (column.isNull(), sf.lit(-(2 * i + 1)).cast("long"))
-        ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
-        for condition, value in (null_branch, ood_branch):
-            code = sf.when(condition, value) if code is None else code.when(condition, value)
-    if spec.privacy_unit is not None:
-        code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
-    if spec.column is not None:
-        value = sf.col(spec.column).cast("double")
-        invalid = (
-            value.isNull()
-            | sf.isnan(value)
-            | (value == sf.lit(float("inf")))
-            | (value == sf.lit(float("-inf")))
-        )
-        code = code.when(invalid, sf.lit(-(2 * k + 2)).cast("long"))
-        bounds = spec.value_bounds
-        # The same IEEE operations as dp_pipeline.pandas_accessor._value_units.
-        raw = sf.rint(
-            value * sf.lit(float(bounds.scale_denominator)) / sf.lit(float(bounds.scale_numerator))
-        )
-        lower, upper = float(bounds.lower_units), float(bounds.upper_units)
-        df = df.withColumn(
-            _UNITS,
-            sf.when(
-                ~invalid, sf.least(sf.greatest(raw, sf.lit(lower)), sf.lit(upper)).cast("long")
-            ),
-        ).withColumn(
-            _CLAMPED,
-            sf.when(~invalid & ((raw < sf.lit(lower)) | (raw > sf.lit(upper))), 1).otherwise(0),
-        )
-    return df.withColumn(CELL_COLUMN, code.otherwise(cell))
-
-
-def _unit_key(spec: QuerySpec, salt: BoundingSalt):
-
-    digest = sf.sha2(sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(_UNIT).cast("string")), 256)
-    return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
-
-
-def _aggregate(coded, spec: QuerySpec):
-    """Per-cell true aggregates (+ reason-code rows and bounding counters), one groupBy."""
-
-    is_sum = spec.column is not None
-    valid = sf.col(CELL_COLUMN) >= 0
-    zero = sf.lit(0).cast("long")
-    if spec.privacy_unit is None:
-        aggs = [sf.count(sf.lit(1)).alias("n")]
-        if is_sum:
-            aggs += [sf.sum(_UNITS).alias("s"), sf.sum(_CLAMPED).alias("clamped")]
-        agg = coded.groupBy(CELL_COLUMN).agg(*aggs)
-        for name in ("s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed"):
-            if name not in agg.columns:
-                agg = agg.withColumn(name, zero)
-        return agg
-
-    salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
-    rows = coded.withColumn(_UNIT, sf.col(spec.privacy_unit))
-    m = spec.max_per_cell
-    if is_sum:
-        rows = rows.withColumn("_dp_unit_key", _unit_key(spec, salt))
-        row_rank = sf.xxhash64(
-            sf.lit(salt.seed_rows).cast("long"),
-            sf.col("_dp_unit_key"),
-            sf.col(CELL_COLUMN),
-            sf.col(_UNITS),
-        )
-        window = Window.partitionBy(_UNIT, CELL_COLUMN).orderBy(row_rank, sf.col(_UNITS))
-        rows = rows.withColumn("_dp_row_rank", sf.row_number().over(window))
-        kept = sf.col("_dp_row_rank") <= m
-        pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(
-            sf.count(sf.lit(1)).alias("n_all"),
-            sf.sum(sf.when(kept, 1).otherwise(0)).cast("long").alias("n_kept"),
-            sf.sum(sf.when(kept, sf.col(_UNITS)).otherwise(zero)).alias("s_kept"),
-            sf.sum(_CLAMPED).alias("clamped"),
-        )
-    else:
-        pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(sf.count(sf.lit(1)).alias("n_all"))
-        pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
-        pairs = pairs.withColumn("s_kept", zero).withColumn("clamped", zero)
-    cell_rank = sf.xxhash64(
-        sf.lit(salt.seed_cells).cast("long"), _unit_key(spec, salt), sf.col(CELL_COLUMN)
-    )
-    window = Window.partitionBy(sf.col(_UNIT), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
-    pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))
-    keep = valid & (sf.col("_dp_cell_rank") <= spec.max_cells)
-    dropped = valid & ~keep
-    return pairs.groupBy(CELL_COLUMN).agg(
-        sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(
-            "n"
-        ),
-        sf.sum(sf.when(keep, sf.col("s_kept")).otherwise(zero)).alias("s"),
-        sf.sum("clamped").alias("clamped"),
-        sf.sum(sf.when(keep, sf.col("n_all") - sf.col("n_kept")).otherwise(zero)).alias(
-            "removed_per_cell"
-        ),
-        sf.sum(sf.when(dropped, sf.col("n_all")).otherwise(zero)).alias("removed_cells"),
-        sf.sum(sf.when(dropped, 1).otherwise(0)).cast("long").alias("pairs_removed"),
-    )
-
-
-def _diagnostics(agg, spec: QuerySpec, coded) -> Diagnostics:
-
-    group = sf.when(sf.col(CELL_COLUMN) < 0, sf.col(CELL_COLUMN)).otherwise(sf.lit(0).cast("long"))
-    rows = (
-        agg.groupBy(group.alias("code"))
-        .agg(
-            *[
-                sf.sum(sf.coalesce(sf.col(name), sf.lit(0))).alias(name)
-                for name in (
-                    "n",
-                    "clamped",
-                    "removed_per_cell",
-                    "removed_cells",
-                    "pairs_removed",
-                )
-            ]
-        )
-        .collect()
-    )
-    by_code = {int(r["code"]): r for r in rows}
-    codes = _reason_codes(spec)
-    null_key = {c: 0 for c in spec.cells.columns}
-    out_of_domain = {c: 0 for c in spec.cells.columns}
-    other = {"null_unit": 0, "invalid_value": 0}
-    for code, row in by_code.items():
-        if code == 0:
-            continue
-        reason, column = codes[code]
-        if reason == "null_key":
-            null_key[column] = int(row["n"])
-        elif reason == "out_of_domain":
-            out_of_domain[column] = int(row["n"])
-        else:
-            other[reason] = int(row["n"])
-    valid = by_code.get(0)
-    used = int(valid["n"]) if valid else 0
-    removed_per_cell = int(valid["removed_per_cell"]) if valid else 0
-    removed_cells = int(valid["removed_cells"]) if valid else 0
-    diagnostics = Diagnostics(
-        rows_in=sum(int(r["n"]) for r in rows) + removed_per_cell + removed_cells,
-        rows_null_key=null_key,
-        rows_out_of_domain=out_of_domain,
-        rows_null_unit=other["null_unit"],
-        rows_invalid_value=other["invalid_value"],
-        rows_clamped=int(valid["clamped"]) if valid else 0,
-        rows_removed_max_per_cell=removed_per_cell,
-        rows_removed_max_cells=removed_cells,
-        unit_cells_removed_max_cells=int(valid["pairs_removed"]) if valid else 0,
-        rows_used=used,
-    )
-    if spec.on_invalid == "error":
-        _raise_on_invalid(diagnostics, spec, coded)
-    return diagnostics
-
-
-def _raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec, coded) -> None:
-
-    def example(code: int, column: str):
-        row = coded.filter(sf.col(CELL_COLUMN) == code).select(column).first()
-        return None if row is None else row[0]
-
-    tail = (
-        "(on_invalid='error'; use on_invalid='drop' to drop them and count them in the diagnostics)"
-    )
-    for i, domain in enumerate(spec.cells.domains):
-        column = domain.column
-        if diagnostics.rows_null_key[column]:
-            raise ValueError(
-                f"column {column!r}: {diagnostics.rows_null_key[column]} row(s) have a null key, "
-                f"e.g. None {tail}"
-            )
-        if diagnostics.rows_out_of_domain[column]:
-            raise ValueError(
-                f"column {column!r}: {diagnostics.rows_out_of_domain[column]} row(s) have a key "
-                f"outside the declared domain {domain!r}, e.g. {example(-(2 * i + 2), column)!r} "
-                f"{tail}"
-            )
-    if diagnostics.rows_null_unit:
-        raise ValueError(
-            f"column {spec.privacy_unit!r}: {diagnostics.rows_null_unit} row(s) have a null "
-            f"privacy unit, e.g. None {tail}"
-        )
-    if diagnostics.rows_invalid_value:
-        k = len(spec.cells.columns)
-        raise ValueError(
-            f"column {spec.column!r}: {diagnostics.rows_invalid_value} row(s) hold null, NaN or "
-            f"infinite values, e.g. {example(-(2 * k + 2), spec.column)!r} {tail}"
-        )
-
-
-def _output_schema(df, spec: QuerySpec):
+def output_schema(df, spec: QuerySpec):
+    """(Spark schema of ``spec``'s released table over ``df``, Arrow types of its key columns)."""
     from pyspark.sql.pandas.types import to_arrow_type
 
     fields = {f.name: f for f in df.schema.fields}
@@ -424,6 +161,121 @@ def _output_schema(df, spec: QuerySpec):
     return StructType(key_fields + value_fields), key_types
 
 
+def noisy_table(aggregates, index: int, spec: QuerySpec, df, wrap_udf=None):
+    """The lazy noisy DataFrame of query ``index`` of `aggregate_queries`' output.
+
+    One row per declared cell (zero counts included): the key columns with the
+    input's types, then the released values. Noise is added per noise partition
+    by the shared Arrow UDF (`dp_pipeline.udfs.noise`).
+    """
+    partitions = min(spec.noise_partitions, spec.cells.total)
+    value_names = [name for name, _, _ in spec.measures()]
+    source = {"count": "n", "sum": "s"}
+    cells = aggregates.filter(
+        (sf.col(TABLE_COLUMN) == sf.lit(index)) & (sf.col(CELL_COLUMN) >= 0)
+    ).select(
+        sf.col(CELL_COLUMN),
+        (sf.col(CELL_COLUMN) % sf.lit(spec.noise_partitions)).alias(PARTITION_COLUMN),
+        *[
+            sf.coalesce(sf.col(source[name]), sf.lit(0)).cast("long").alias(name)
+            for name in value_names
+        ],
+    )
+    markers = df.sparkSession.range(partitions).select(
+        sf.lit(-1).cast("long").alias(CELL_COLUMN),
+        sf.col("id").alias(PARTITION_COLUMN),
+        *[sf.lit(0).cast("long").alias(name) for name in value_names],
+    )
+    schema, key_types = output_schema(df, spec)
+    function = arrow_noise_function(spec, key_types)
+    if wrap_udf is not None:
+        function = wrap_udf(function)
+    return cells.unionByName(markers).groupBy(PARTITION_COLUMN).applyInArrow(function, schema)
+
+
+def noisy_cells(aggregates, specs: Sequence[QuerySpec], spark):
+    """One lazy DataFrame with the noisy integer vectors of every query's declared cells.
+
+    Columns ``_dp_table`` (index into ``specs``), ``_cell``, ``count``, ``sum``
+    (noisy, before `dp_pipeline.udfs.noise.release_columns`; 0 where a query has
+    no such measure). One grouped Arrow UDF over all (query, noise partition)
+    groups adds the same noise as `noisy_table` would, query by query; this is
+    what a release uses to collect many tables in one Spark job.
+    """
+    partition = None
+    for index, spec in enumerate(specs):
+        condition = sf.col(TABLE_COLUMN) == sf.lit(index)
+        value = sf.col(CELL_COLUMN) % sf.lit(spec.noise_partitions)
+        partition = (
+            sf.when(condition, value) if partition is None else partition.when(condition, value)
+        )
+    cells = aggregates.filter(sf.col(CELL_COLUMN) >= 0).select(
+        sf.col(TABLE_COLUMN).cast("int").alias(TABLE_COLUMN),
+        sf.col(CELL_COLUMN),
+        partition.cast("long").alias(PARTITION_COLUMN),
+        sf.coalesce(sf.col("n"), sf.lit(0)).cast("long").alias("count"),
+        sf.coalesce(sf.col("s"), sf.lit(0)).cast("long").alias("sum"),
+    )
+    marker_rows = [
+        (index, -1, p, 0, 0)
+        for index, spec in enumerate(specs)
+        for p in range(min(spec.noise_partitions, spec.cells.total))
+    ]
+    markers = spark.createDataFrame(
+        marker_rows,
+        f"{TABLE_COLUMN} int, {CELL_COLUMN} long, {PARTITION_COLUMN} long, count long, sum long",
+    )
+    schema = StructType(
+        [
+            StructField(TABLE_COLUMN, IntegerType(), False),
+            StructField(CELL_COLUMN, LongType(), False),
+        ]
+        + [StructField(name, LongType(), False) for name in MEASURES]
+    )
+    return (
+        cells.unionByName(markers)
+        .groupBy(TABLE_COLUMN, PARTITION_COLUMN)
+        .applyInArrow(arrow_cells_noise_function(list(specs)), schema)
+    )
+
+
+def _check_distinct_streams(specs: Sequence[QuerySpec]) -> None:
+    seen = {}
+    for spec in specs:
+        labels = (spec.release_id, spec.table)
+        if labels in seen:
+            raise ValueError(
+                f"two queries use release_id {spec.release_id!r} and table {spec.table!r}: they "
+                f"would draw the same noise; give every query of a release its own table name"
+            )
+        seen[labels] = spec
+
+
+def run_queries(
+    df,
+    specs: Sequence[QuerySpec],
+    *,
+    wrap_udf: Callable[[Callable], Callable] | None = None,
+):
+    """Bound, aggregate and noise several queries over ``df`` in one pass.
+
+    Returns a list of (lazy noisy DataFrame, diagnostics), one per query, in
+    order. The rows are read and bounded once for all queries (see
+    `dp_pipeline.spark_aggregate`); each query's release is identical to
+    running it alone, and to the pandas engine's. Queries must share the
+    privacy unit column and have distinct (release_id, table) stream labels.
+    ``wrap_udf`` wraps the noise function (tests use it to inject a one-time
+    task failure).
+    """
+    specs = list(specs)
+    _check_distinct_streams(specs)
+    aggregates, diagnostics = aggregate_queries(df, specs)
+    return [
+        (noisy_table(aggregates, index, spec, df, wrap_udf), diagnostics[index])
+        for index, spec in enumerate(specs)
+    ]
+
+
 def run_spark(
     df,
     spec: QuerySpec,
@@ -434,39 +286,7 @@ def run_spark(
 
     ``wrap_udf`` wraps the noise function (tests use it to inject a one-time task failure).
     """
-
-    _check_schema(df, spec)
-    coded = _coded_rows(df, spec)
-    agg = _aggregate(coded, spec).persist(StorageLevel.MEMORY_AND_DISK)
-    try:
-        diagnostics = _diagnostics(agg, spec, coded)
-    except BaseException:
-        agg.unpersist()
-        raise
-
-    partitions = min(spec.noise_partitions, spec.cells.total)
-    value_names = [name for name, _, _ in spec.measures()]
-    source = {"count": "n", "sum": "s"}
-    cells = agg.filter(sf.col(CELL_COLUMN) >= 0).select(
-        sf.col(CELL_COLUMN),
-        (sf.col(CELL_COLUMN) % sf.lit(spec.noise_partitions)).alias(PARTITION_COLUMN),
-        *[
-            sf.coalesce(sf.col(source[name]), sf.lit(0)).cast("long").alias(name)
-            for name in value_names
-        ],
-    )
-    spark = df.sparkSession
-    markers = spark.range(partitions).select(
-        sf.lit(-1).cast("long").alias(CELL_COLUMN),
-        sf.col("id").alias(PARTITION_COLUMN),
-        *[sf.lit(0).cast("long").alias(name) for name in value_names],
-    )
-    schema, key_types = _output_schema(df, spec)
-    function = arrow_noise_function(spec, key_types)
-    if wrap_udf is not None:
-        function = wrap_udf(function)
-    noisy = cells.unionByName(markers).groupBy(PARTITION_COLUMN).applyInArrow(function, schema)
-    return noisy, diagnostics
+    return run_queries(df, [spec], wrap_udf=wrap_udf)[0]
 
 
 class SparkDPQuery:

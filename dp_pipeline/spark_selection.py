@@ -25,13 +25,13 @@ from fractions import Fraction
 
 import numpy as np
 import pandas as pd
-from pyspark import StorageLevel
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
 from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
-from dp_pipeline.spark import _aggregate, _check_schema, _coded_rows, _diagnostics, run_spark
+from dp_pipeline.spark import run_spark
+from dp_pipeline.spark_aggregate import aggregate_queries
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = ["dp_median", "dp_quantile", "dp_top_k", "run_quantile_spark", "run_top_k_spark"]
@@ -219,11 +219,8 @@ def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
         positions = domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
         counts[positions] = [int(row[1]) for row in released]
         return query.release(counts, diagnostics)
-    _check_schema(df, spec)
-    coded = _coded_rows(df, spec)
-    agg = _aggregate(coded, spec).persist(StorageLevel.MEMORY_AND_DISK)
+    agg, (diagnostics,) = aggregate_queries(df, [spec])
     try:
-        diagnostics = _diagnostics(agg, spec, coded)
         for row in agg.filter(sf.col(CELL_COLUMN) >= 0).select(CELL_COLUMN, "n").collect():
             counts[int(row[0])] = int(row[1])
     finally:

@@ -17,11 +17,6 @@ from dp_pipeline.release.run import Progress, apply_overrides, read_release, run
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.synthetic import write_census_sample
 
-# TEMPORARY: these tests need the engines (dp_pipeline.pandas_accessor, dp_pipeline.spark),
-# which were not yet merged when they were written; remove this guard after the merge.
-pytest.importorskip("dp_pipeline.pandas_accessor", reason="engines not merged yet")
-pytest.importorskip("dp_pipeline.spark", reason="engines not merged yet")
-
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
 KEY_HEX = "0f" * 32  # a fixed test key: runs in different ledgers draw the same noise
@@ -132,11 +127,13 @@ def test_pandas_release_end_to_end(tmp_path):
 
 
 @pytest.mark.spark
-def test_spark_and_pandas_releases_are_identical(tmp_path):
+def test_spark_and_pandas_releases_are_identical(tmp_path, spark):
     pandas_spec = small_spec(tmp_path / "p")
     spark_spec = small_spec(tmp_path / "s", engine="spark")
     pandas_tables, _ = check_release(run_release(pandas_spec, progress=QUIET), pandas_spec)
     spark_tables, _ = check_release(run_release(spark_spec, progress=QUIET), spark_spec)
+    # The release used the session already running in this process and left it running.
+    assert spark.range(3).count() == 3
     for name, frame in pandas_tables.items():
         pd.testing.assert_frame_equal(
             frame.reset_index(drop=True), spark_tables[name].reset_index(drop=True)

@@ -118,13 +118,26 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
 
 
 def _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark):
-    from dp_pipeline.spark import dp_count, dp_sum
+    from pyspark.sql import SparkSession
+    from pyspark.sql import functions as sf
+
+    from dp_pipeline.aggregate import QuerySpec
+    from dp_pipeline.spark import noisy_cells, output_schema
+    from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
+    from dp_pipeline.udfs.noise import CELL_COLUMN
 
     timings = {}
+    if spark is None:
+        # A session already running in this process (a notebook's, a test's) is used and
+        # left running; only a session this call starts is stopped at the end.
+        spark = SparkSession.getActiveSession()
     own_session = spark is None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
         spark = spark_session(spec.master)
+    else:
+        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    aggregates = None
     try:
         started = time.perf_counter()
         reader = spark.read
@@ -132,45 +145,84 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             frame = reader.option("header", True).option("inferSchema", True).csv(str(input_path))
         else:
             frame = reader.parquet(str(input_path))
-        frame = frame.cache()
-        rows = frame.count()
         timings["read"] = time.perf_counter() - started
-        progress(f"spark: read {rows:,} rows in {timings['read']:.1f} s")
-        results = {}
         started = time.perf_counter()
-        for index, table_plan in enumerate(plan.tables, 1):
-            arguments = engine_arguments(spec, table_plan, master)
-            function = dp_count if table_plan.table.statistic == "count" else dp_sum
-            released = frame.transform(function(**arguments)).toPandas()
+        specs = [
+            QuerySpec.build(plan_.table.statistic, **engine_arguments(spec, plan_, master))
+            for plan_ in plan.tables
+        ]
+        # One pass over the input for all tables: read, code, bound, aggregate.
+        aggregates, diagnostics = aggregate_queries(frame, specs)
+        rows = sum(d.rows_in for d in diagnostics[:1])
+        timings["aggregate"] = time.perf_counter() - started
+        progress(
+            f"spark: read, bounded and aggregated {rows:,} rows for {len(specs)} tables "
+            f"in {timings['aggregate']:.1f} s"
+        )
+        started = time.perf_counter()
+        # One Spark job adds the noise of every table (grouped Arrow UDF per table and
+        # noise partition); the driver decodes the keys and orders the declared cells.
+        noisy = noisy_cells(aggregates, specs, spark).toArrow()
+        truth = None
+        if with_truth:
+            truth = (
+                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
+                .select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s")
+                .toArrow()
+            )
+        results = {}
+        for index, (table_plan, query) in enumerate(zip(plan.tables, specs, strict=True)):
+            released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
             released = released.rename(columns={_statistic_column(table_plan): "value"})
-            # Spark returns cells in partition order; publish them in the declared domain
-            # order, as the pandas engine does, so both engines write identical files.
-            keys = list(table_plan.table.keys)
-            declared = _full_index(spec, keys)
-            position = pd.Series(np.arange(len(declared)), index=declared)
-            order = position.reindex(pd.MultiIndex.from_frame(released[keys])).to_numpy()
-            if np.isnan(order.astype(np.float64)).any() or len(order) != len(position):
-                raise RuntimeError(
-                    f"table {table_plan.table.name!r}: the Spark engine did not return "
-                    f"exactly the declared cells"
-                )
-            released = released.iloc[np.argsort(order, kind="stable")]
-            released = released[[*keys, "value"]].reset_index(drop=True)
-            if with_truth:
-                truth = _spark_truth(frame, spec, table_plan)
-                released = released.merge(truth, on=list(table_plan.table.keys), how="left")
-                released["true_value"] = released["true_value"].fillna(0).astype(np.int64)
+            released = released[[*table_plan.table.keys, "value"]]
+            if truth is not None:
+                released["true_value"] = _dense_truth(truth, index, query, table_plan)
             results[table_plan.table.name] = released
             progress(
-                f"spark: table {index}/{len(plan.tables)} {table_plan.table.name} "
+                f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
                 f"({len(released):,} cells)"
             )
-        timings["aggregate_noise"] = time.perf_counter() - started
-        frame.unpersist()
+        timings["noise"] = time.perf_counter() - started
     finally:
+        if aggregates is not None:
+            aggregates.unpersist()
         if own_session:
             spark.stop()
     return results, timings
+
+
+def _rows_of(table, index: int):
+    import pyarrow.compute as pc
+
+    from dp_pipeline.udfs.noise import TABLE_COLUMN
+
+    return table.filter(pc.equal(table.column(TABLE_COLUMN), index))
+
+
+def _released_frame(noisy, index: int, query, key_types) -> pd.DataFrame:
+    """Query ``index``'s released table from the collected noisy cells, in cell order."""
+    from dp_pipeline.udfs.noise import CELL_COLUMN, released_table
+
+    rows = _rows_of(noisy, index)
+    cells = rows.column(CELL_COLUMN).to_numpy()
+    order = np.argsort(cells, kind="stable")
+    if not np.array_equal(cells[order], np.arange(query.cells.total)):
+        raise RuntimeError(
+            f"table {query.table!r}: the Spark engine did not return exactly the declared cells"
+        )
+    measures = {name: rows.column(name).to_numpy()[order] for name, _, _ in query.measures()}
+    return released_table(query, cells[order], measures, key_types).to_pandas()
+
+
+def _dense_truth(truth, index: int, query, table_plan) -> np.ndarray:
+    """Non-private values of every declared cell before bounding (synthetic data only)."""
+    from dp_pipeline.udfs.noise import CELL_COLUMN
+
+    rows = _rows_of(truth, index)
+    dense = np.zeros(query.cells.total, dtype=np.int64)
+    column = "true_n" if table_plan.table.statistic == "count" else "true_s"
+    dense[rows.column(CELL_COLUMN).to_numpy()] = rows.column(column).to_numpy()
+    return dense
 
 
 def spark_session(master: str):
@@ -184,20 +236,3 @@ def spark_session(master: str):
     from pyspark.sql import SparkSession
 
     return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
-
-
-def _spark_truth(frame, spec, table_plan) -> pd.DataFrame:
-    from pyspark.sql import functions
-
-    table = table_plan.table
-    if table.statistic == "count":
-        aggregated = frame.groupBy(*table.keys).agg(
-            functions.count(functions.lit(1)).alias("true_value")
-        )
-    else:
-        clamped = functions.least(
-            functions.greatest(functions.col(table.value), functions.lit(table.lower)),
-            functions.lit(table.upper),
-        )
-        aggregated = frame.groupBy(*table.keys).agg(functions.sum(clamped).alias("true_value"))
-    return aggregated.toPandas()

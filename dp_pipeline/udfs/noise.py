@@ -12,7 +12,7 @@ across engines, executors, core counts, shuffle partitions and task retries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -23,16 +23,22 @@ from dp_pipeline.randomness import derive_stream
 
 __all__ = [
     "CELL_COLUMN",
+    "MEASURES",
     "PARTITION_COLUMN",
+    "TABLE_COLUMN",
+    "arrow_cells_noise_function",
     "arrow_noise_function",
     "noisy_partition",
     "output_value_types",
     "partition_cells",
     "release_columns",
+    "released_table",
 ]
 
 CELL_COLUMN = "_cell"
 PARTITION_COLUMN = "_noise_partition"
+TABLE_COLUMN = "_dp_table"  # index of a query among those run together
+MEASURES = ("count", "sum")  # the noised integer vectors a query can have
 
 
 def partition_cells(spec: QuerySpec, partition: int) -> np.ndarray:
@@ -127,6 +133,50 @@ def release_columns(spec: QuerySpec, noisy: Mapping[str, np.ndarray]) -> dict[st
     return out
 
 
+def _partition_of(table: pa.Table) -> int:
+    partitions = np.unique(table.column(PARTITION_COLUMN).to_numpy())
+    if partitions.size != 1:
+        raise InternalError(f"a noise group holds partitions {partitions.tolist()}")
+    return int(partitions[0])
+
+
+def _dense_true_values(spec: QuerySpec, partition: int, table: pa.Table) -> dict[str, np.ndarray]:
+    """The true values of every cell of ``partition`` (0 where the group has no row)."""
+    cells = table.column(CELL_COLUMN).to_numpy()
+    present = cells >= 0  # the marker row (-1) only makes an empty partition run
+    positions = (cells[present] - partition) // spec.noise_partitions
+    size = partition_cells(spec, partition).size
+    true_values = {}
+    for name, _, _ in spec.measures():
+        dense = np.zeros(size, dtype=np.int64)
+        dense[positions] = table.column(name).to_numpy(zero_copy_only=False)[present]
+        true_values[name] = dense
+    return true_values
+
+
+def released_table(
+    spec: QuerySpec,
+    cells: np.ndarray,
+    noisy: Mapping[str, np.ndarray],
+    key_types: Mapping[str, pa.DataType],
+) -> pa.Table:
+    """The released Arrow table of ``cells``: decoded key columns, then the value columns.
+
+    ``noisy`` holds the noisy integer vectors (`noisy_partition` output) of those
+    cells; the value columns are their post-processing (`release_columns`).
+    """
+    value_types = output_value_types(spec)
+    schema = pa.schema([(column, key_types[column]) for column in spec.cells.columns] + value_types)
+    released = release_columns(spec, noisy)
+    keys = spec.cells.decode(cells)
+    arrays = [
+        pa.array(values, type=key_types[column])
+        for column, values in zip(spec.cells.columns, keys, strict=True)
+    ]
+    arrays += [pa.array(released[name], type=kind) for name, kind in value_types]
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def arrow_noise_function(
     spec: QuerySpec, key_types: Mapping[str, pa.DataType]
 ) -> Callable[[pa.Table], pa.Table]:
@@ -137,31 +187,40 @@ def arrow_noise_function(
     and the true aggregates ("count", and "sum" for sums and means). Output: the
     key columns (with the Arrow types in ``key_types``) and the released values.
     """
-    names = [name for name, _, _ in spec.measures()]
-    value_types = output_value_types(spec)
-    schema = pa.schema([(column, key_types[column]) for column in spec.cells.columns] + value_types)
 
     def noise_one_partition(table: pa.Table) -> pa.Table:
-        partitions = np.unique(table.column(PARTITION_COLUMN).to_numpy())
-        if partitions.size != 1:
-            raise InternalError(f"a noise group holds partitions {partitions.tolist()}")
-        partition = int(partitions[0])
-        cells = table.column(CELL_COLUMN).to_numpy()
-        present = cells >= 0
-        positions = (cells[present] - partition) // spec.noise_partitions
-        all_cells = partition_cells(spec, partition)
-        true_values = {}
-        for name in names:
-            dense = np.zeros(all_cells.size, dtype=np.int64)
-            dense[positions] = table.column(name).to_numpy(zero_copy_only=False)[present]
-            true_values[name] = dense
-        released = release_columns(spec, noisy_partition(spec, partition, true_values))
-        keys = spec.cells.decode(all_cells)
-        arrays = [
-            pa.array(values, type=key_types[column])
-            for column, values in zip(spec.cells.columns, keys, strict=True)
-        ]
-        arrays += [pa.array(released[name], type=kind) for name, kind in value_types]
-        return pa.Table.from_arrays(arrays, schema=schema)
+        partition = _partition_of(table)
+        noisy = noisy_partition(spec, partition, _dense_true_values(spec, partition, table))
+        return released_table(spec, partition_cells(spec, partition), noisy, key_types)
 
     return noise_one_partition
+
+
+def arrow_cells_noise_function(specs: Sequence[QuerySpec]) -> Callable[[pa.Table], pa.Table]:
+    """The grouped-Arrow UDF of several queries at once: groups are (query, noise partition).
+
+    Input: ``_dp_table`` and ``_noise_partition`` (constant per group), ``_cell``
+    (-1 on the marker row) and the true "count" and "sum". Output: ``_dp_table``,
+    ``_cell`` for every cell of that partition, and the noisy "count" and "sum"
+    integer vectors (0 where the query has no such measure), before post-processing.
+    The noise is the same as `arrow_noise_function`'s for each query.
+    """
+    schema = pa.schema(
+        [(TABLE_COLUMN, pa.int32()), (CELL_COLUMN, pa.int64())]
+        + [(name, pa.int64()) for name in MEASURES]
+    )
+
+    def noise_one_group(table: pa.Table) -> pa.Table:
+        indexes = np.unique(table.column(TABLE_COLUMN).to_numpy())
+        if indexes.size != 1:
+            raise InternalError(f"a noise group holds queries {indexes.tolist()}")
+        spec = specs[int(indexes[0])]
+        partition = _partition_of(table)
+        noisy = noisy_partition(spec, partition, _dense_true_values(spec, partition, table))
+        cells = partition_cells(spec, partition)
+        zeros = np.zeros(cells.size, dtype=np.int64)
+        arrays = [pa.array(np.full(cells.size, indexes[0], np.int32)), pa.array(cells)]
+        arrays += [pa.array(noisy.get(name, zeros)) for name in MEASURES]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+    return noise_one_group

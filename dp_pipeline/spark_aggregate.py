@@ -1,0 +1,538 @@
+"""Contribution bounding and true aggregates in Spark SQL, for one query or many at once.
+
+`aggregate_queries` computes the bounded per-cell aggregates of several
+queries over one DataFrame (the tables of a release) in one pass: every row
+is coded with each query's cell index (integer arithmetic on the key columns,
+a CASE or broadcast lookup for explicit lists), and one window over the
+privacy unit counts each unit's rows. A unit with a single row satisfies every
+``max_cells >= 1`` and ``max_per_cell >= 1``, so its row goes straight into
+every table's aggregate: the keyed bounding rule of `dp_pipeline.bounding`
+would keep it anyway. Only the rows of units with several rows take the
+general rule (`_bounded_pairs`: per-table window functions ranked by keyed
+hashes), in a second job that runs only when there are such units. The
+result equals the general rule applied to every row, so both engines still
+release bit-identical tables. Without a privacy unit every row is its own
+unit and nothing is bounded.
+
+No Python runs per row: the aggregation is Spark SQL end to end.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pyspark import StorageLevel
+from pyspark.sql import Window
+from pyspark.sql import functions as sf
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    NumericType,
+    ShortType,
+    StringType,
+)
+
+from dp_pipeline.aggregate import Diagnostics, QuerySpec
+from dp_pipeline.bounding import BoundingSalt
+from dp_pipeline.errors import InternalError
+from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
+
+__all__ = ["TABLE_COLUMN", "aggregate_queries", "check_schema", "coded_rows"]
+
+_UNIT = "_dp_unit"
+_UNITS = "_dp_value_units"
+_CLAMPED = "_dp_clamped"
+_UNIT_ROWS = "_dp_unit_rows"
+_DEFERRED = "_dp_deferred"
+# Units with several rows marked by a broadcast join (above: a window over all rows).
+_BROADCAST_UNITS = 1_000_000
+# Explicit domains up to this size are looked up with a CASE expression (no join).
+_CASE_LIST_LIMIT = 64
+_AGGREGATES = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
+_TRUE = ("true_n", "true_s")
+
+
+def _tag(index: int) -> str:
+    return f"_{index}"
+
+
+def check_schema(df, spec: QuerySpec) -> None:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+
+    def need(name: str, role: str):
+        if name not in fields:
+            raise ValueError(
+                f"{role} column {name!r} is not in the DataFrame; its columns are {df.columns}"
+            )
+        return fields[name]
+
+    integral = (
+        ByteType,
+        ShortType,
+        IntegerType,
+        LongType,
+    )
+    for domain in spec.cells.domains:
+        kind = need(domain.column, "key")
+        if domain.kind == "int" and not isinstance(kind, integral):
+            raise TypeError(
+                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
+                f"domain holds integers; it must have an integer type"
+            )
+        if domain.kind == "str" and not isinstance(kind, StringType):
+            raise TypeError(
+                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
+                f"domain holds strings; it must have a string type"
+            )
+    if spec.privacy_unit is not None:
+        kind = need(spec.privacy_unit, "privacy_unit")
+        if not isinstance(kind, (*integral, StringType)):
+            raise TypeError(
+                f"privacy_unit column {spec.privacy_unit!r} has Spark type "
+                f"{kind.simpleString()}; it must hold integers or strings"
+            )
+    if spec.column is not None:
+        kind = need(spec.column, "summed")
+        if not isinstance(kind, NumericType):
+            raise TypeError(
+                f"summed column {spec.column!r} has Spark type {kind.simpleString()}; "
+                f"it must be numeric"
+            )
+
+
+def _reason_codes(spec: QuerySpec) -> dict[int, tuple[str, str]]:
+    """Negative cell codes of dropped rows -> (reason, column)."""
+    codes = {}
+    for i, column in enumerate(spec.cells.columns):
+        codes[-(2 * i + 1)] = ("null_key", column)
+        codes[-(2 * i + 2)] = ("out_of_domain", column)
+    k = len(spec.cells.columns)
+    codes[-(2 * k + 1)] = ("null_unit", spec.privacy_unit or "")
+    codes[-(2 * k + 2)] = ("invalid_value", spec.column or "")
+    return codes
+
+
+def _list_position(df, domain, column, tag: str, index: int):
+    """(df, position column) of an explicit-list domain: CASE for short lists, else a join."""
+    cast = (lambda c: c.cast("long")) if domain.kind == "int" else (lambda c: c)
+    values = (
+        [int(v) for v in domain.values] if domain.kind == "int" else [str(v) for v in domain.values]
+    )
+    if len(values) <= _CASE_LIST_LIMIT:
+        position = None
+        for j, value in enumerate(values):
+            condition = cast(column) == sf.lit(value)
+            branch = sf.lit(j).cast("long")
+            position = (
+                sf.when(condition, branch) if position is None else position.when(condition, branch)
+            )
+        return df, position
+    value_name, pos_name = f"_dp_domain{tag}_{index}_value", f"_dp_domain{tag}_{index}_pos"
+    kind = "long" if domain.kind == "int" else "string"
+    lookup = df.sparkSession.createDataFrame(
+        [(v, j) for j, v in enumerate(values)], f"{value_name} {kind}, {pos_name} long"
+    )
+    df = df.join(sf.broadcast(lookup), cast(column) == sf.col(value_name), "left").drop(value_name)
+    return df, sf.col(pos_name)
+
+
+def coded_rows(df, spec: QuerySpec, tag: str = ""):
+    """df plus the cell column ``_cell<tag>``: the cell index, or a negative reason code.
+
+    Sums also get ``_dp_value_units<tag>`` (clamped value in granularity units)
+    and ``_dp_clamped<tag>`` (1 if clamping changed it). ``tag`` keeps the
+    columns of several queries over one DataFrame apart.
+    """
+    cell = sf.lit(0).cast("long")
+    code = None
+    k = len(spec.cells.columns)
+    for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
+        column = sf.col(domain.column)
+        if domain.is_range:
+            pos = sf.when(
+                (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
+                column.cast("long") - sf.lit(domain.start).cast("long"),
+            )
+        else:
+            df, pos = _list_position(df, domain, column, tag, i)
+        cell = cell + pos * sf.lit(stride).cast("long")
+        null_branch = (column.isNull(), sf.lit(-(2 * i + 1)).cast("long"))
+        ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
+        for condition, value in (null_branch, ood_branch):
+            code = sf.when(condition, value) if code is None else code.when(condition, value)
+    if spec.privacy_unit is not None:
+        code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
+    if spec.column is not None:
+        value = sf.col(spec.column).cast("double")
+        invalid = (
+            value.isNull()
+            | sf.isnan(value)
+            | (value == sf.lit(float("inf")))
+            | (value == sf.lit(float("-inf")))
+        )
+        code = code.when(invalid, sf.lit(-(2 * k + 2)).cast("long"))
+        bounds = spec.value_bounds
+        # The same IEEE operations as dp_pipeline.pandas_accessor._value_units.
+        raw = sf.rint(
+            value * sf.lit(float(bounds.scale_denominator)) / sf.lit(float(bounds.scale_numerator))
+        )
+        lower, upper = float(bounds.lower_units), float(bounds.upper_units)
+        df = df.withColumn(
+            _UNITS + tag,
+            sf.when(
+                ~invalid, sf.least(sf.greatest(raw, sf.lit(lower)), sf.lit(upper)).cast("long")
+            ),
+        ).withColumn(
+            _CLAMPED + tag,
+            sf.when(~invalid & ((raw < sf.lit(lower)) | (raw > sf.lit(upper))), 1).otherwise(0),
+        )
+    return df.withColumn(CELL_COLUMN + tag, code.otherwise(cell))
+
+
+def _unit_key(spec: QuerySpec, salt: BoundingSalt):
+
+    digest = sf.sha2(sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(_UNIT).cast("string")), 256)
+    return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
+
+
+def _bounded_pairs(coded, spec: QuerySpec):
+    """The general bounding rule in Spark SQL: per-cell aggregates of ``coded`` (one table).
+
+    ``coded`` has the untagged columns of `coded_rows`. Output: ``_cell``, ``n``,
+    ``s``, ``clamped``, ``removed_per_cell``, ``removed_cells``, ``pairs_removed``;
+    negative ``_cell`` rows count dropped rows by reason.
+    """
+
+    is_sum = spec.column is not None
+    valid = sf.col(CELL_COLUMN) >= 0
+    zero = sf.lit(0).cast("long")
+    if spec.privacy_unit is None:
+        aggs = [sf.count(sf.lit(1)).alias("n")]
+        if is_sum:
+            aggs += [sf.sum(_UNITS).alias("s"), sf.sum(_CLAMPED).alias("clamped")]
+        agg = coded.groupBy(CELL_COLUMN).agg(*aggs)
+        for name in ("s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed"):
+            if name not in agg.columns:
+                agg = agg.withColumn(name, zero)
+        return agg
+
+    salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
+    rows = coded.withColumn(_UNIT, sf.col(spec.privacy_unit))
+    m = spec.max_per_cell
+    if is_sum:
+        rows = rows.withColumn("_dp_unit_key", _unit_key(spec, salt))
+        row_rank = sf.xxhash64(
+            sf.lit(salt.seed_rows).cast("long"),
+            sf.col("_dp_unit_key"),
+            sf.col(CELL_COLUMN),
+            sf.col(_UNITS),
+        )
+        window = Window.partitionBy(_UNIT, CELL_COLUMN).orderBy(row_rank, sf.col(_UNITS))
+        rows = rows.withColumn("_dp_row_rank", sf.row_number().over(window))
+        kept = sf.col("_dp_row_rank") <= m
+        pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(
+            sf.count(sf.lit(1)).alias("n_all"),
+            sf.sum(sf.when(kept, 1).otherwise(0)).cast("long").alias("n_kept"),
+            sf.sum(sf.when(kept, sf.col(_UNITS)).otherwise(zero)).alias("s_kept"),
+            sf.sum(_CLAMPED).alias("clamped"),
+        )
+    else:
+        pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(sf.count(sf.lit(1)).alias("n_all"))
+        pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
+        pairs = pairs.withColumn("s_kept", zero).withColumn("clamped", zero)
+    cell_rank = sf.xxhash64(
+        sf.lit(salt.seed_cells).cast("long"), _unit_key(spec, salt), sf.col(CELL_COLUMN)
+    )
+    window = Window.partitionBy(sf.col(_UNIT), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
+    pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))
+    keep = valid & (sf.col("_dp_cell_rank") <= spec.max_cells)
+    dropped = valid & ~keep
+    return pairs.groupBy(CELL_COLUMN).agg(
+        sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(
+            "n"
+        ),
+        sf.sum(sf.when(keep, sf.col("s_kept")).otherwise(zero)).alias("s"),
+        sf.sum("clamped").alias("clamped"),
+        sf.sum(sf.when(keep, sf.col("n_all") - sf.col("n_kept")).otherwise(zero)).alias(
+            "removed_per_cell"
+        ),
+        sf.sum(sf.when(dropped, sf.col("n_all")).otherwise(zero)).alias("removed_cells"),
+        sf.sum(sf.when(dropped, 1).otherwise(0)).cast("long").alias("pairs_removed"),
+    )
+
+
+_DIAGNOSTIC_SUMS = ("n", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
+
+
+def _code_summary(aggregates) -> list[dict]:
+    """Per (table, reason code or 0 for kept cells, deferred): the diagnostic totals."""
+    group = sf.when(sf.col(CELL_COLUMN) < 0, sf.col(CELL_COLUMN)).otherwise(sf.lit(0).cast("long"))
+    rows = (
+        aggregates.groupBy(TABLE_COLUMN, group.alias("code"), _DEFERRED)
+        .agg(*[sf.sum(sf.col(name)).alias(name) for name in _DIAGNOSTIC_SUMS])
+        .collect()
+    )
+    return [row.asDict() for row in rows]
+
+
+def _diagnostics(summary: list[dict], specs, coded) -> list[Diagnostics]:
+    """Every query's `Diagnostics` from `_code_summary` rows without deferred rows."""
+    by_table: dict[int, dict[int, dict]] = {index: {} for index in range(len(specs))}
+    for row in summary:
+        if row[_DEFERRED]:
+            raise InternalError("diagnostics asked for before every unit was bounded")
+        by_table[int(row[TABLE_COLUMN])][int(row["code"])] = row
+    out = []
+    for index, spec in enumerate(specs):
+        diagnostics = _table_diagnostics(by_table[index], spec)
+        if spec.on_invalid == "error":
+            _raise_on_invalid(diagnostics, spec, coded, CELL_COLUMN + _tag(index))
+        out.append(diagnostics)
+    return out
+
+
+def _table_diagnostics(by_code: dict[int, dict], spec: QuerySpec) -> Diagnostics:
+    codes = _reason_codes(spec)
+    null_key = {c: 0 for c in spec.cells.columns}
+    out_of_domain = {c: 0 for c in spec.cells.columns}
+    other = {"null_unit": 0, "invalid_value": 0}
+    for code, row in by_code.items():
+        if code == 0:
+            continue
+        reason, column = codes[code]
+        if reason == "null_key":
+            null_key[column] = int(row["n"])
+        elif reason == "out_of_domain":
+            out_of_domain[column] = int(row["n"])
+        else:
+            other[reason] = int(row["n"])
+    valid = by_code.get(0)
+    used = int(valid["n"]) if valid else 0
+    removed_per_cell = int(valid["removed_per_cell"]) if valid else 0
+    removed_cells = int(valid["removed_cells"]) if valid else 0
+    return Diagnostics(
+        rows_in=sum(int(r["n"]) for r in by_code.values()) + removed_per_cell + removed_cells,
+        rows_null_key=null_key,
+        rows_out_of_domain=out_of_domain,
+        rows_null_unit=other["null_unit"],
+        rows_invalid_value=other["invalid_value"],
+        rows_clamped=int(valid["clamped"]) if valid else 0,
+        rows_removed_max_per_cell=removed_per_cell,
+        rows_removed_max_cells=removed_cells,
+        unit_cells_removed_max_cells=int(valid["pairs_removed"]) if valid else 0,
+        rows_used=used,
+    )
+
+
+def _raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec, coded, cell_column) -> None:
+
+    def example(code: int, column: str):
+        row = coded.filter(sf.col(cell_column) == code).select(column).first()
+        return None if row is None else row[0]
+
+    tail = (
+        "(on_invalid='error'; use on_invalid='drop' to drop them and count them in the diagnostics)"
+    )
+    for i, domain in enumerate(spec.cells.domains):
+        column = domain.column
+        if diagnostics.rows_null_key[column]:
+            raise ValueError(
+                f"column {column!r}: {diagnostics.rows_null_key[column]} row(s) have a null key, "
+                f"e.g. None {tail}"
+            )
+        if diagnostics.rows_out_of_domain[column]:
+            raise ValueError(
+                f"column {column!r}: {diagnostics.rows_out_of_domain[column]} row(s) have a key "
+                f"outside the declared domain {domain!r}, e.g. {example(-(2 * i + 2), column)!r} "
+                f"{tail}"
+            )
+    if diagnostics.rows_null_unit:
+        raise ValueError(
+            f"column {spec.privacy_unit!r}: {diagnostics.rows_null_unit} row(s) have a null "
+            f"privacy unit, e.g. None {tail}"
+        )
+    if diagnostics.rows_invalid_value:
+        k = len(spec.cells.columns)
+        raise ValueError(
+            f"column {spec.column!r}: {diagnostics.rows_invalid_value} row(s) hold null, NaN or "
+            f"infinite values, e.g. {example(-(2 * k + 2), spec.column)!r} {tail}"
+        )
+
+
+def _mark_deferred(df, coded, unit: str):
+    """(``coded`` plus ``_dp_deferred``, whether that needs a window over all rows).
+
+    ``_dp_deferred``: does this row's (non-null) unit have several rows?
+
+    A first job finds the units with several rows from the unit column alone (a
+    window over the unit: the one shuffle that bounding needs, a few bytes a row).
+    If there are none, no row is deferred and the tables need no shuffle by unit;
+    up to `_BROADCAST_UNITS` of them are marked by a broadcast join; beyond that the
+    rows themselves are windowed by unit (every row shuffled).
+    """
+    rows_of_unit = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(_UNIT)))
+    multi = (
+        df.select(sf.col(unit).alias(_UNIT))
+        .filter(sf.col(_UNIT).isNotNull())
+        .withColumn(_UNIT_ROWS, rows_of_unit)
+        .filter(sf.col(_UNIT_ROWS) > 1)
+        .select(_UNIT)
+        .distinct()
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        found = multi.count()
+        if found == 0:
+            return coded.withColumn(_DEFERRED, sf.lit(False)), False
+        if found > _BROADCAST_UNITS:
+            unit_rows = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(unit)))
+            return coded.withColumn(_DEFERRED, sf.col(unit).isNotNull() & (unit_rows > 1)), True
+        # Materialize the small lookup on the driver so the plan no longer needs `multi`.
+        lookup = df.sparkSession.createDataFrame(multi.toArrow().to_pandas()).withColumn(
+            _DEFERRED, sf.lit(True)
+        )
+    finally:
+        multi.unpersist()
+    joined = coded.join(sf.broadcast(lookup), sf.col(unit) == sf.col(_UNIT), "left").drop(_UNIT)
+    return joined.withColumn(_DEFERRED, sf.coalesce(sf.col(_DEFERRED), sf.lit(False))), False
+
+
+def aggregate_queries(df, specs: Sequence[QuerySpec]):
+    """Bounded true aggregates of every query in ``specs`` over ``df``, in one pass.
+
+    Returns (aggregates, diagnostics): ``aggregates`` is a persisted DataFrame
+    with ``_dp_table`` (index into ``specs``), ``_cell`` (cell index, or a
+    negative reason code), ``n`` (rows kept), ``s`` (sum of kept value units),
+    ``clamped`` and the bounding counters, plus ``true_n`` / ``true_s``: the
+    same cell's aggregates before contribution bounding (for accuracy reports
+    on synthetic data; never released). Only non-empty cells appear. The
+    diagnostics (one per query) are computed eagerly, so bad data raises here
+    with ``on_invalid="error"``, before any noise.
+
+    All queries must share the privacy unit column (or all have none).
+    """
+    if not specs:
+        raise ValueError("aggregate_queries needs at least one query")
+    units = {spec.privacy_unit for spec in specs}
+    if len(units) != 1:
+        raise ValueError(
+            f"queries aggregated in one pass must share the privacy unit column; got "
+            f"{sorted(str(u) for u in units)}"
+        )
+    (unit,) = units
+    for spec in specs:
+        check_schema(df, spec)
+    coded = df
+    for index, spec in enumerate(specs):
+        coded = coded_rows(coded, spec, _tag(index))
+    zero = sf.lit(0).cast("long")
+
+    def per_table(index: int, spec: QuerySpec) -> list:
+        tag = _tag(index)
+        is_sum = spec.column is not None
+        return [
+            sf.lit(index).alias(TABLE_COLUMN),
+            sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN),
+            (sf.col(_UNITS + tag) if is_sum else zero).alias(_UNITS),
+            (sf.col(_CLAMPED + tag) if is_sum else sf.lit(0)).alias(_CLAMPED),
+        ]
+
+    windowed = False
+    if unit is None:
+        coded = coded.withColumn(_DEFERRED, sf.lit(False))
+    else:
+        # Units with one row are within every bound; the rows of the others are
+        # marked "deferred" and bounded by the general rule below.
+        coded, windowed = _mark_deferred(df, coded, unit)
+    if windowed:
+        # One generator row per table, so the window over all rows is evaluated once.
+        tables = sf.array(*[sf.struct(*per_table(i, spec)) for i, spec in enumerate(specs)])
+        rows = coded.select(_DEFERRED, sf.inline(tables))
+    else:
+        # One projection per table: ~15% faster than the generator (bench_release).
+        rows = None
+        for index, spec in enumerate(specs):
+            part = coded.select(_DEFERRED, *per_table(index, spec))
+            rows = part if rows is None else rows.unionByName(part)
+    valid = sf.col(CELL_COLUMN) >= 0
+    counters = ("removed_per_cell", "removed_cells", "pairs_removed")
+    first = (
+        rows.groupBy(TABLE_COLUMN, CELL_COLUMN, _DEFERRED)
+        .agg(
+            sf.count(sf.lit(1)).alias("n"),
+            sf.coalesce(sf.sum(_UNITS).cast("long"), zero).alias("s"),
+            sf.coalesce(sf.sum(_CLAMPED).cast("long"), zero).alias("clamped"),
+        )
+        .select(
+            TABLE_COLUMN,
+            CELL_COLUMN,
+            _DEFERRED,
+            "n",
+            "s",
+            "clamped",
+            *[zero.alias(name) for name in counters],
+            sf.when(valid, sf.col("n")).otherwise(zero).alias("true_n"),
+            sf.when(valid, sf.col("s")).otherwise(zero).alias("true_s"),
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    # One small job: the reason-code totals of every table, and whether any row is deferred.
+    summary = _code_summary(first)
+    if not any(row[_DEFERRED] for row in summary):
+        try:
+            diagnostics = _diagnostics(summary, specs, coded)
+        except BaseException:
+            first.unpersist()
+            raise
+        return first, diagnostics
+
+    # Rows of units with several rows: the general rule, table by table.
+    columns = [sf.col(unit)]
+    for index, spec in enumerate(specs):
+        columns.append(sf.col(CELL_COLUMN + _tag(index)))
+        if spec.column is not None:
+            columns += [sf.col(_UNITS + _tag(index)), sf.col(_CLAMPED + _tag(index))]
+    multi = coded.filter(sf.col(_DEFERRED)).select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
+    direct = first.filter(~sf.col(_DEFERRED)).drop(_DEFERRED)
+    unbounded = first.filter(sf.col(_DEFERRED) & valid).select(
+        TABLE_COLUMN,
+        CELL_COLUMN,
+        *[zero.alias(name) for name in _AGGREGATES],
+        "true_n",
+        "true_s",
+    )
+    combined = direct.unionByName(unbounded)
+    for index, spec in enumerate(specs):
+        tag = _tag(index)
+        sums = (
+            [sf.col(_UNITS + tag).alias(_UNITS), sf.col(_CLAMPED + tag).alias(_CLAMPED)]
+            if spec.column is not None
+            else []
+        )
+        view = multi.select(sf.col(unit), sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN), *sums)
+        bounded = _bounded_pairs(view, spec).select(
+            sf.lit(index).alias(TABLE_COLUMN),
+            CELL_COLUMN,
+            *_AGGREGATES,
+            zero.alias("true_n"),
+            zero.alias("true_s"),
+        )
+        combined = combined.unionByName(bounded)
+    aggregates = (
+        combined.groupBy(TABLE_COLUMN, CELL_COLUMN)
+        .agg(
+            *[sf.sum(name).cast("long").alias(name) for name in (*_AGGREGATES, "true_n", "true_s")]
+        )
+        .withColumn(_DEFERRED, sf.lit(False))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+    try:
+        diagnostics = _diagnostics(_code_summary(aggregates), specs, coded)
+    except BaseException:
+        aggregates.unpersist()
+        raise
+    finally:
+        first.unpersist()
+        multi.unpersist()
+    return aggregates, diagnostics
