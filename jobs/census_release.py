@@ -32,8 +32,17 @@ def job_arguments(argv: list[str]) -> list[str]:
 
 
 def _spark_submit_master() -> str | None:
-    # spark-submit passes its --master to the driver as the spark.master property.
-    return os.environ.get("SPARK_MASTER_URL") or os.environ.get("PYSPARK_SUBMIT_MASTER")
+    """The ``--master`` given to spark-submit, when this script runs under it.
+
+    spark-submit starts the JVM first and hands the Python driver its gateway
+    (``PYSPARK_GATEWAY_PORT``); its ``--master`` is then the JVM's
+    ``spark.master`` property, which a `SparkConf` reads back.
+    """
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:
+        return None
+    from pyspark import SparkConf
+
+    return SparkConf().get("spark.master", None)
 
 
 if __name__ == "__main__":

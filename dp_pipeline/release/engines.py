@@ -10,7 +10,9 @@ they are never written to a released table.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -235,4 +237,11 @@ def spark_session(master: str):
         return local_session(None if cores in (None, "*") else int(cores))
     from pyspark.sql import SparkSession
 
+    from dp_pipeline.spark import ensure_java
+
+    ensure_java()
+    # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
+    # interpreter, which has dp_pipeline (right for workers on this machine or an image
+    # with the same layout; set PYSPARK_PYTHON otherwise).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
