@@ -1,20 +1,21 @@
 """Contribution bounding and true aggregates in Spark SQL, for one query or many at once.
 
 `aggregate_queries` computes the bounded per-cell aggregates of several
-queries over one DataFrame (the tables of a release) in one pass: every row
-is coded with each query's cell index (integer arithmetic on the key columns,
-a CASE or broadcast lookup for explicit lists), and one window over the
-privacy unit counts each unit's rows. A unit with a single row satisfies every
-``max_cells >= 1`` and ``max_per_cell >= 1``, so its row goes straight into
-every table's aggregate: the keyed bounding rule of `dp_pipeline.bounding`
-would keep it anyway. Only the rows of units with several rows take the
-general rule (`_bounded_pairs`: per-table window functions ranked by keyed
-hashes), in a second job that runs only when there are such units. The
-result equals the general rule applied to every row, so both engines still
-release bit-identical tables. Without a privacy unit every row is its own
-unit and nothing is bounded.
+queries over one DataFrame (the tables of a release) together:
 
-No Python runs per row: the aggregation is Spark SQL end to end.
+1. A first job finds the privacy units with more than one row, from the unit
+   column alone (a window over the unit: the one shuffle bounding needs).
+2. One job codes every row with each query's cell index (integer arithmetic
+   on the key columns, a CASE or broadcast lookup for explicit lists) and
+   aggregates all queries at once. A unit with a single row satisfies every
+   ``max_cells >= 1`` and ``max_per_cell >= 1``, so its row goes straight into
+   every table: the keyed rule of `dp_pipeline.bounding` would keep it anyway.
+3. Only if some units have several rows, their rows take the general rule
+   (`_bounded_pairs`: per-table window functions ranked by keyed hashes).
+
+The result equals the general rule applied to every row, so both engines
+still release bit-identical tables. Without a privacy unit every row is its
+own unit and step 1 and 3 do not run. No Python runs per row.
 """
 
 from __future__ import annotations

@@ -13,7 +13,13 @@ import pytest
 
 from dp_pipeline.accounting.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
+from dp_pipeline.release.run import (
+    InputChangedError,
+    Progress,
+    apply_overrides,
+    read_release,
+    run_release,
+)
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.synthetic import write_census_sample
 
@@ -204,6 +210,28 @@ def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
     document = (tmp_path / "small.toml").read_text().replace("epsilon = 2", "epsilon = 1")
     (tmp_path / "small.toml").write_text(document)
     assert main(["run", spec_file, "--input", str(first), "--quiet"]) == 2
+
+
+def test_input_changed_during_the_run_publishes_nothing_and_returns_the_budget(
+    tmp_path, monkeypatch
+):
+    import dp_pipeline.release.engines as engines
+
+    data = write_census_sample(tmp_path / "persons.parquet", 2000, seed=4)
+    other = write_census_sample(tmp_path / "other.parquet", 2000, seed=5)
+    compute_tables = engines.compute_tables
+
+    def compute_then_overwrite(*args, **kwargs):
+        result = compute_tables(*args, **kwargs)
+        data.write_bytes(other.read_bytes())  # another job rewrites the input meanwhile
+        return result
+
+    monkeypatch.setattr(engines, "compute_tables", compute_then_overwrite)
+    spec = small_spec(tmp_path, input_path=str(data))
+    with pytest.raises(InputChangedError, match=r"input '.*persons.parquet' changed while"):
+        run_release(spec, progress=QUIET)
+    assert not (Path(spec.output_dir) / spec.release_id).exists()
+    assert [entry.status for entry in Ledger(spec.ledger_path).history()] == ["aborted"]
 
 
 def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):

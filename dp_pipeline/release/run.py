@@ -36,7 +36,7 @@ from dp_pipeline.release.report import accuracy_summary, html_report, privacy_re
 from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
 from dp_pipeline.release.synthetic import cached_census_sample
 
-__all__ = ["Progress", "RunResult", "run_release"]
+__all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
 # Fault injection for the crash tests: the process kills itself (SIGKILL, no
 # cleanup, exactly like an OOM kill or a lost node) at the named checkpoint.
@@ -46,6 +46,10 @@ KILL_AT_VARIABLE = "DP_PIPELINE_KILL_AT"
 def _checkpoint(name: str) -> None:
     if os.environ.get(KILL_AT_VARIABLE) == name:
         os.kill(os.getpid(), signal.SIGKILL)
+
+
+class InputChangedError(RuntimeError):
+    """The input's bytes changed between the start and the end of a run."""
 
 
 class Progress:
@@ -161,6 +165,15 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
             spark=spark,
         )
         timings.update(engine_timings)
+        # The engines read the input more than once (Spark: the unit check, then the
+        # tables). A file changed in between could let a unit counted as having one row
+        # contribute more, so the input must be the bytes fingerprinted before reading.
+        if input_fingerprint(master, input_path) != fingerprint:
+            raise InputChangedError(
+                f"input {str(input_path)!r} changed while release {spec.release_id!r} was "
+                f"running (its keyed fingerprint differs from the one taken before reading); "
+                f"nothing was published; run again on an input that is not being written to"
+            )
         _checkpoint("after_noise")
         started = time.perf_counter()
         report = _write_outputs(final, plan, reservation, master, fingerprint, results, progress)
