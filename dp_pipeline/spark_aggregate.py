@@ -20,7 +20,9 @@ own unit and step 1 and 3 do not run. No Python runs per row.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark import StorageLevel
 from pyspark.sql import Window
@@ -50,6 +52,7 @@ _DEFERRED = "_dp_deferred"
 _BROADCAST_UNITS = 1_000_000
 # Explicit domains up to this size are looked up with a CASE expression (no join).
 _CASE_LIST_LIMIT = 64
+_INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _AGGREGATES = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
 _TRUE = ("true_n", "true_s")
 
@@ -138,12 +141,14 @@ def _list_position(df, domain, column, tag: str, index: int):
     return df, sf.col(pos_name)
 
 
-def coded_rows(df, spec: QuerySpec, tag: str = ""):
+def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     """df plus the cell column ``_cell<tag>``: the cell index, or a negative reason code.
 
     Sums also get ``_dp_value_units<tag>`` (clamped value in granularity units)
     and ``_dp_clamped<tag>`` (1 if clamping changed it). ``tag`` keeps the
-    columns of several queries over one DataFrame apart.
+    columns of several queries over one DataFrame apart. ``null_units=False``
+    (the caller has checked that the privacy unit is never null) leaves out the
+    null-unit test, so the coding does not read the unit column.
     """
     cell = sf.lit(0).cast("long")
     code = None
@@ -162,7 +167,7 @@ def coded_rows(df, spec: QuerySpec, tag: str = ""):
         ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
         for condition, value in (null_branch, ood_branch):
             code = sf.when(condition, value) if code is None else code.when(condition, value)
-    if spec.privacy_unit is not None:
+    if spec.privacy_unit is not None and null_units:
         code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
     if spec.column is not None:
         value = sf.col(spec.column).cast("double")
@@ -361,42 +366,121 @@ def _raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec, coded, cell_col
         )
 
 
-def _mark_deferred(df, coded, unit: str):
-    """(``coded`` plus ``_dp_deferred``, whether that needs a window over all rows).
+@dataclass(frozen=True)
+class _UnitCheck:
+    """What the first job learned about the privacy unit column."""
 
-    ``_dp_deferred``: does this row's (non-null) unit have several rows?
+    has_nulls: bool  # some rows have a null unit (dropped with a reason code)
+    deferral: str  # "none", "lookup" (broadcast `lookup`) or "window" (all rows)
+    lookup: object = None  # small DataFrame of the units with several rows
 
-    A first job finds the units with several rows from the unit column alone (a
-    window over the unit: the one shuffle that bounding needs, a few bytes a row).
-    If there are none, no row is deferred and the tables need no shuffle by unit;
-    up to `_BROADCAST_UNITS` of them are marked by a broadcast join; beyond that the
-    rows themselves are windowed by unit (every row shuffled).
+
+_RUN_SCHEMA = "first long, last long, increasing boolean, nulls long"
+
+
+def _increasing_run(batches):
+    """mapInArrow: is this partition's unit column strictly increasing (nulls skipped)?
+
+    Yields one row: first and last non-null id (null if none), whether the ids
+    increase strictly in row order, and the number of null ids.
     """
+    import numpy as np
+    import pyarrow as pa
+
+    first = last = None
+    increasing = True
+    nulls = 0
+    for batch in batches:
+        column = batch.column(0)
+        nulls += column.null_count
+        values = column.drop_null().to_numpy() if column.null_count else column.to_numpy()
+        if values.size == 0:
+            continue
+        if last is not None and values[0] <= last:
+            increasing = False
+        if increasing and values.size > 1 and not bool(np.all(values[1:] > values[:-1])):
+            increasing = False
+        if first is None:
+            first = int(values[0])
+        last = int(values[-1])
+    yield pa.RecordBatch.from_pydict(
+        {"first": [first], "last": [last], "increasing": [increasing], "nulls": [nulls]},
+        schema=pa.schema(
+            [
+                ("first", pa.int64()),
+                ("last", pa.int64()),
+                ("increasing", pa.bool_()),
+                ("nulls", pa.int64()),
+            ]
+        ),
+    )
+
+
+def _sorted_and_unique(df, unit: str) -> tuple[bool, bool]:
+    """(every non-null integer unit provably occurs once, some unit is null), no shuffle.
+
+    Proof of uniqueness without a shuffle when the input is sorted by the unit
+    (as person files usually are): the ids increase strictly within every Spark
+    partition and the partitions' [first, last] ranges are disjoint. Returns
+    (False, _) when that does not hold; the caller then checks with a window.
+    """
+    runs = df.select(sf.col(unit).cast("long")).mapInArrow(_increasing_run, _RUN_SCHEMA).collect()
+    has_nulls = any(run["nulls"] for run in runs)
+    if not all(run["increasing"] for run in runs):
+        return False, has_nulls
+    ranges = sorted((run["first"], run["last"]) for run in runs if run["first"] is not None)
+    disjoint = all(previous[1] < current[0] for previous, current in itertools.pairwise(ranges))
+    return disjoint, has_nulls
+
+
+def _check_units(df, unit: str) -> _UnitCheck:
+    """One job over the unit column alone: null units, and units with several rows.
+
+    Integer units sorted in the input are proven unique without a shuffle
+    (`_sorted_and_unique`). Otherwise a window over the unit is the one shuffle
+    that bounding needs (the ids only, a few bytes a row). No unit with several
+    rows: no row is deferred and the tables need no shuffle by unit. Up to
+    `_BROADCAST_UNITS` of them: a broadcast lookup marks their rows. More: the
+    rows themselves are windowed by unit.
+    """
+    if isinstance(df.schema[unit].dataType, _INTEGRAL):
+        unique, has_nulls = _sorted_and_unique(df, unit)
+        if unique:
+            return _UnitCheck(has_nulls, "none")
     rows_of_unit = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(_UNIT)))
-    multi = (
+    found = (
         df.select(sf.col(unit).alias(_UNIT))
-        .filter(sf.col(_UNIT).isNotNull())
         .withColumn(_UNIT_ROWS, rows_of_unit)
-        .filter(sf.col(_UNIT_ROWS) > 1)
+        .filter((sf.col(_UNIT_ROWS) > 1) | sf.col(_UNIT).isNull())
         .select(_UNIT)
         .distinct()
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
     try:
-        found = multi.count()
-        if found == 0:
-            return coded.withColumn(_DEFERRED, sf.lit(False)), False
-        if found > _BROADCAST_UNITS:
-            unit_rows = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(unit)))
-            return coded.withColumn(_DEFERRED, sf.col(unit).isNotNull() & (unit_rows > 1)), True
-        # Materialize the small lookup on the driver so the plan no longer needs `multi`.
-        lookup = df.sparkSession.createDataFrame(multi.toArrow().to_pandas()).withColumn(
-            _DEFERRED, sf.lit(True)
-        )
+        multi = found.filter(sf.col(_UNIT).isNotNull())
+        count = multi.count()
+        has_nulls = found.filter(sf.col(_UNIT).isNull()).limit(1).count() > 0
+        if count == 0:
+            return _UnitCheck(has_nulls, "none")
+        if count > _BROADCAST_UNITS:
+            return _UnitCheck(has_nulls, "window")
+        # Materialize the small lookup on the driver so later plans do not rerun this job.
+        lookup = df.sparkSession.createDataFrame(multi.toArrow().to_pandas())
+        return _UnitCheck(has_nulls, "lookup", lookup.withColumn(_DEFERRED, sf.lit(True)))
     finally:
-        multi.unpersist()
-    joined = coded.join(sf.broadcast(lookup), sf.col(unit) == sf.col(_UNIT), "left").drop(_UNIT)
-    return joined.withColumn(_DEFERRED, sf.coalesce(sf.col(_DEFERRED), sf.lit(False))), False
+        found.unpersist()
+
+
+def _mark_deferred(coded, unit: str, check: _UnitCheck):
+    """``coded`` plus ``_dp_deferred``: does this row's (non-null) unit have several rows?"""
+    if check.deferral == "none":
+        return coded.withColumn(_DEFERRED, sf.lit(False))
+    if check.deferral == "window":
+        unit_rows = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(unit)))
+        return coded.withColumn(_DEFERRED, sf.col(unit).isNotNull() & (unit_rows > 1))
+    lookup = sf.broadcast(check.lookup)
+    joined = coded.join(lookup, sf.col(unit) == sf.col(_UNIT), "left").drop(_UNIT)
+    return joined.withColumn(_DEFERRED, sf.coalesce(sf.col(_DEFERRED), sf.lit(False)))
 
 
 def aggregate_queries(df, specs: Sequence[QuerySpec]):
@@ -424,9 +508,13 @@ def aggregate_queries(df, specs: Sequence[QuerySpec]):
     (unit,) = units
     for spec in specs:
         check_schema(df, spec)
+    check = None if unit is None else _check_units(df, unit)
     coded = df
     for index, spec in enumerate(specs):
-        coded = coded_rows(coded, spec, _tag(index))
+        # Without null units the scans need not read the unit column at all.
+        coded = coded_rows(
+            coded, spec, _tag(index), null_units=check is not None and check.has_nulls
+        )
     zero = sf.lit(0).cast("long")
 
     def per_table(index: int, spec: QuerySpec) -> list:
@@ -439,13 +527,13 @@ def aggregate_queries(df, specs: Sequence[QuerySpec]):
             (sf.col(_CLAMPED + tag) if is_sum else sf.lit(0)).alias(_CLAMPED),
         ]
 
-    windowed = False
-    if unit is None:
+    windowed = check is not None and check.deferral == "window"
+    if check is None:
         coded = coded.withColumn(_DEFERRED, sf.lit(False))
     else:
         # Units with one row are within every bound; the rows of the others are
         # marked "deferred" and bounded by the general rule below.
-        coded, windowed = _mark_deferred(df, coded, unit)
+        coded = _mark_deferred(coded, unit, check)
     if windowed:
         # One generator row per table, so the window over all rows is evaluated once.
         tables = sf.array(*[sf.struct(*per_table(i, spec)) for i, spec in enumerate(specs)])

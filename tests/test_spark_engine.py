@@ -269,3 +269,20 @@ def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
         expected, expected_diagnostics = pandas_release(df, query_spec)
         assert_same(got, expected)
         assert diagnostics == expected_diagnostics
+
+
+def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
+    from dp_pipeline.spark_aggregate import _sorted_and_unique
+
+    def frame(*partitions):
+        # One Spark partition per list, rows in list order.
+        rows = spark.sparkContext.parallelize(partitions, len(partitions))
+        return spark.createDataFrame(rows.flatMap(lambda p: [(v,) for v in p]), "unit long")
+
+    assert _sorted_and_unique(frame([0, 1, 5, None, 9], [10, 11, None]), "unit") == (True, True)
+    assert _sorted_and_unique(frame([20, 21], [0, 3]), "unit") == (True, False)  # any order
+    # Increasing within each partition, but the ranges overlap: 3 may occur twice.
+    assert _sorted_and_unique(frame([0, 3, 6], [1, 3, 4]), "unit")[0] is False
+    assert _sorted_and_unique(frame([0, 1, 1, 2]), "unit")[0] is False  # a repeat in a run
+    assert _sorted_and_unique(frame([0, 2, 1]), "unit")[0] is False  # not sorted: unproven
+    assert _sorted_and_unique(frame([None, None], [4]), "unit") == (True, True)
