@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from release_specs import SMALL_SPEC
 
 from dp_pipeline.release.run import read_release
 
@@ -25,60 +26,6 @@ pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_HEX = "3c" * 32
-
-SPEC = """
-[release]
-id = "cluster-1"
-noise_partitions = 5
-
-[population]
-name = "cluster-people"
-cap = {{ epsilon = 8, delta = 1e-8 }}
-
-[privacy_unit]
-column = "person_id"
-
-[budget]
-epsilon = 2
-delta = 1e-9
-
-[input]
-path = "{input}"
-
-[output]
-dir = "{tmp}/out"
-
-[run]
-engine = "spark"
-master = "local[1]"
-ledger = "{tmp}/ledger.sqlite"
-key_file = "{tmp}/master.key"
-
-[domains]
-state = {{ start = 1, stop = 51 }}
-sex = ["F", "M"]
-age = {{ start = 0, stop = 115 }}
-tenure = ["owned", "rented", "group_quarters"]
-
-[[tables]]
-name = "state_sex_age"
-keys = ["state", "sex", "age"]
-share = "1/2"
-
-[[tables]]
-name = "tenure"
-keys = ["tenure"]
-share = "1/4"
-
-[[tables]]
-name = "state_income"
-keys = ["state"]
-statistic = "sum"
-value = "income"
-lower = 0
-upper = 200000
-share = "1/4"
-"""
 
 
 def _spark_bin(name: str) -> str:
@@ -173,10 +120,10 @@ def standalone_cluster(tmp_path_factory):
         log.close()
 
 
-def _spec_file(tmp: Path, input_path: Path) -> Path:
+def _spec_file(tmp: Path) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "spec.toml"
-    path.write_text(SPEC.format(tmp=tmp, input=input_path))
+    path.write_text(SMALL_SPEC.format(tmp=tmp))
     return path
 
 
@@ -186,12 +133,14 @@ def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_
     url, environment = standalone_cluster
     data = write_census_sample(tmp_path / "persons.parquet", 4000, seed=9)
 
-    cluster_spec = _spec_file(tmp_path / "cluster", data)
+    # Both runs: the shared small spec on the same file, Spark engine; only the master differs.
+    job = ["run", "--input", str(data), "--engine", "spark"]
+    cluster_spec = _spec_file(tmp_path / "cluster")
     submitted = subprocess.run(
         [
             *(_spark_bin("spark-submit"), "--master", url, "--conf", "spark.ui.enabled=false"),
             *("--conf", "spark.sql.shuffle.partitions=3"),
-            *(str(ROOT / "jobs" / "census_release.py"), "run", str(cluster_spec)),
+            *(str(ROOT / "jobs" / "census_release.py"), *job, str(cluster_spec)),
         ],
         env=environment,
         capture_output=True,
@@ -205,9 +154,17 @@ def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_
     progress = [line for line in output if "] spark: " in line]
     assert any(url in line for line in progress), progress
 
-    local_spec = _spec_file(tmp_path / "local", data)
+    local_spec = _spec_file(tmp_path / "local")
     local = subprocess.run(
-        [sys.executable, "-m", "dp_pipeline.release", "run", str(local_spec)],
+        [
+            sys.executable,
+            "-m",
+            "dp_pipeline.release",
+            *job,
+            str(local_spec),
+            "--master",
+            "local[1]",
+        ],
         env=environment,
         capture_output=True,
         text=True,
@@ -215,8 +172,8 @@ def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_
     )
     assert local.returncode == 0, local.stderr[-4000:]
 
-    on_cluster = read_release(tmp_path / "cluster" / "out" / "cluster-1")
-    in_local_mode = read_release(tmp_path / "local" / "out" / "cluster-1")
+    on_cluster = read_release(tmp_path / "cluster" / "out" / "small-1")
+    in_local_mode = read_release(tmp_path / "local" / "out" / "small-1")
     assert set(on_cluster) == {"state_sex_age", "tenure", "state_income"}
     for name, frame in in_local_mode.items():
         assert frame.equals(on_cluster[name]), name
