@@ -81,25 +81,37 @@ def bernoulli_exp_fraction(stream, numerators: np.ndarray, den: int) -> np.ndarr
     denominator; when den*k would not fit in 63 bits it is drawn as
     Bernoulli(r_i/den) AND Bernoulli(1/k), which has the same probability.
     """
-    size = len(numerators)
-    result = np.ones(size, dtype=bool)
-    if size == 0:
-        return result
+    if len(numerators) == 0:
+        return np.ones(0, dtype=bool)
     if numerators.dtype == object or den > 1 << 63:
         return bernoulli_exp_fraction_prefixed(stream, numerators, den)
-    pending = np.flatnonzero(bernoulli_ratio(stream, numerators, den))
+
+    def trial(pending: np.ndarray, k: int) -> np.ndarray:
+        numer = numerators[pending]
+        if den * k <= 1 << 63:
+            return bernoulli_ratio(stream, numer, den * k)
+        success = bernoulli_ratio(stream, numer, den)
+        ones = np.ones(int(success.sum()), dtype=np.int64)
+        success[success] = bernoulli_ratio(stream, ones, k)
+        return success
+
+    return _odd_stopping_trial(bernoulli_ratio(stream, numerators, den), trial)
+
+
+def _odd_stopping_trial(first: np.ndarray, trial) -> np.ndarray:
+    """CKS Algorithm 1's loop, vectorized: True where the first failing trial is odd.
+
+    ``first`` is the outcome of trial 1 per element; ``trial(pending, k)`` draws
+    trial k (A_k ~ Bernoulli(γ/k)) for the elements still running. An element
+    stops at its first failure K and the result is ``K`` odd: P = e^{-γ}.
+    """
+    result = np.ones(first.size, dtype=bool)
+    pending = np.flatnonzero(first)
     k = 1
     while pending.size:
         k += 1
-        numer = numerators[pending]
-        if numer.dtype != object and den * k <= 1 << 63:
-            success = bernoulli_ratio(stream, numer, den * k)
-        else:
-            success = bernoulli_ratio(stream, numer, den)
-            ones = np.ones(int(success.sum()), dtype=np.int64)
-            success[success] = bernoulli_ratio(stream, ones, k)
-        stopped = pending[~success]
-        result[stopped] = k % 2 == 1
+        success = trial(pending, k)
+        result[pending[~success]] = k % 2 == 1
         pending = pending[success]
     return result
 
@@ -129,26 +141,20 @@ def exp_fraction_from_prefixes(
     so every pass runs on uint64 arrays; only ties (probability 2^-bits per
     trial) call ``numerator_at(i)`` for the exact r_i (`bernoulli_from_prefixes`).
     """
-    size = prefixes.size
-    result = np.ones(size, dtype=bool)
-    if size == 0:
-        return result
-    pending = np.flatnonzero(bernoulli_from_prefixes(stream, prefixes, numerator_at, den, bits))
-    k = 1
-    while pending.size:
-        k += 1
-        current = pending  # bound now: the lambda below runs before `pending` is rebound
-        success = bernoulli_from_prefixes(
+    if prefixes.size == 0:
+        return np.ones(0, dtype=bool)
+
+    def trial(pending: np.ndarray, k: int) -> np.ndarray:
+        return bernoulli_from_prefixes(
             stream,
-            prefixes[current] // np.uint64(k),
-            lambda i, current=current: numerator_at(int(current[i])),
+            prefixes[pending] // np.uint64(k),
+            lambda i: numerator_at(int(pending[i])),
             den * k,
             bits,
         )
-        stopped = current[~success]
-        result[stopped] = k % 2 == 1
-        pending = current[success]
-    return result
+
+    first = bernoulli_from_prefixes(stream, prefixes, numerator_at, den, bits)
+    return _odd_stopping_trial(first, trial)
 
 
 def bernoulli_exp_quotient(
