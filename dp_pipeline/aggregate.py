@@ -212,7 +212,11 @@ class Domain:
         if self.is_range:
             values = np.asarray(values)
             inside = (values >= self.start) & (values < self.stop)
-            return np.where(inside, values.astype(np.int64) - np.int64(self.start), -1)
+            shifted = values.astype(np.int64)  # a copy: the caller's array stays intact
+            if self.start:
+                shifted -= np.int64(self.start)
+            shifted[~inside] = -1
+            return shifted
         if self._index is None:
             self._index = pd.Index(self.values)
         return self._index.get_indexer(values).astype(np.int64)
@@ -254,7 +258,10 @@ class CellDomain:
         """Cell index of rows whose key positions are all valid (>= 0)."""
         cells = np.zeros(len(positions[0]), dtype=np.int64)
         for pos, stride in zip(positions, self.strides, strict=True):
-            cells += pos.astype(np.int64) * np.int64(stride)
+            if stride == 1:
+                cells += pos
+            else:
+                cells += pos.astype(np.int64, copy=False) * np.int64(stride)
         return cells
 
     def decode(self, cells: np.ndarray) -> list[np.ndarray]:
