@@ -5,7 +5,8 @@ Usage (from the repo root):
 
 Prints one row per (engine, query): plain time, DP time, ratio, peak memory.
 Timings are the fastest of ``--rounds`` wall-clock runs measured in this run
-(peak memory: tracemalloc over the first run, pandas only); the plain baseline is
+(peak memory: pandas, tracemalloc over the first run; Spark, the JVM's peak
+resident set over the runs, reset before each measurement); the plain baseline is
 pandas ``groupby().size()`` + reindex to the full domain, or Spark
 ``groupBy().count()`` written to the ``noop`` sink.
 """
@@ -88,6 +89,29 @@ def bench_pandas(df: pd.DataFrame, queries):
     return rows
 
 
+def jvm_timed(spark, function):
+    """`timed`, with the peak resident memory (MiB) of Spark's JVM over the runs.
+
+    Local mode runs driver and executors in that one JVM; its peak RSS (VmHWM)
+    is reset before the run by writing 5 to /proc/<pid>/clear_refs (Linux).
+    NaN where that is not possible. Python workers are not included.
+    """
+    pid = getattr(getattr(spark.sparkContext._gateway, "proc", None), "pid", None)
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as reset:
+            reset.write("5")
+    except (OSError, TypeError):
+        pid = None
+    seconds, _ = timed(function)
+    if pid is None:
+        return seconds, float("nan")
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmHWM:"):
+                return seconds, int(line.split()[1]) / 1024
+    return seconds, float("nan")
+
+
 def bench_spark(df: pd.DataFrame, queries, cores: int):
     from dp_pipeline.spark import local_session, run_spark
 
@@ -108,11 +132,41 @@ def bench_spark(df: pd.DataFrame, queries, cores: int):
                 noisy, _ = run_spark(source, spec)
                 noisy.write.format("noop").mode("overwrite").save()
 
-            plain_s, _ = timed(plain)
-            dp_s, _ = timed(private)
-            rows.append((f"spark local[{cores}]", name, plain_s, dp_s, float("nan"), float("nan")))
+            plain_s, plain_mb = jvm_timed(spark, plain)
+            dp_s, dp_mb = jvm_timed(spark, private)
+            rows.append((f"spark local[{cores}]", name, plain_s, dp_s, plain_mb, dp_mb))
     spark.stop()
     return rows
+
+
+def bench_tumult(df: pd.DataFrame, queries, cores: int, python: str) -> dict[str, float]:
+    """Tumult Analytics' seconds per query, run by ``python`` (its own venv) on the same data."""
+    import json
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tumult_counts.py")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "persons.parquet")
+        df.to_parquet(path)
+        arguments = [",".join(f"{c}:{SIZES[c]}" for c in columns) for columns in queries.values()]
+        # Tumult's Spark workers must run Tumult's interpreter, not ours.
+        environment = dict(os.environ, PYSPARK_PYTHON=python, PYSPARK_DRIVER_PYTHON=python)
+        finished = subprocess.run(
+            [python, script, path, str(cores), *arguments],
+            capture_output=True,
+            text=True,
+            check=False,
+            env=environment,
+        )
+    if finished.returncode != 0:
+        print(finished.stderr[-3000:], file=sys.stderr)
+        raise RuntimeError(f"{script} failed with status {finished.returncode}")
+    seconds = {}
+    lines = [line for line in finished.stdout.splitlines() if line.startswith("{")]
+    for name, line in zip(queries, lines, strict=True):
+        seconds[name] = json.loads(line)["seconds"]
+    return seconds
 
 
 def main() -> None:
@@ -122,6 +176,10 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--rounds", type=int, default=2, help="runs per measurement (fastest)")
+    parser.add_argument(
+        "--tumult-python",
+        help="python of a virtualenv with tmlt-analytics 0.21: also time Tumult on the same data",
+    )
     args = parser.parse_args()
     global ROUNDS
     ROUNDS = args.rounds
@@ -132,6 +190,9 @@ def main() -> None:
         results += bench_pandas(df, QUERIES)
     if "spark" in engines:
         results += bench_spark(df, QUERIES, args.cores)
+    tumult = {}
+    if args.tumult_python:
+        tumult = bench_tumult(df, QUERIES, args.cores, args.tumult_python)
     print(f"rows={args.rows:,}")
     print("| engine | query | cells | plain s | DP s | DP/plain | plain peak MiB | DP peak MiB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
@@ -141,6 +202,15 @@ def main() -> None:
             f"| {engine} | {name} | {cells:,} | {plain_s:.2f} | {dp_s:.2f} | "
             f"{dp_s / plain_s:.2f} | {plain_mb:.0f} | {dp_mb:.0f} |"
         )
+    if tumult:
+        ours = {name: dp_s for engine, name, _, dp_s, _, _ in results if engine.startswith("spark")}
+        print()
+        print(f"| query | cells | Tumult local[{args.cores}] s | dp_pipeline Spark s | speed-up |")
+        print("|---|---:|---:|---:|---:|")
+        for name, seconds in tumult.items():
+            cells = int(np.prod([SIZES[c] for c in QUERIES[name]]))
+            mine = ours.get(name, float("nan"))
+            print(f"| {name} | {cells:,} | {seconds:.2f} | {mine:.2f} | {seconds / mine:.1f}x |")
 
 
 if __name__ == "__main__":
