@@ -108,6 +108,13 @@ import numpy as np
 from dp_pipeline.errors import InternalError
 from dp_pipeline.rational import positive_rational
 
+try:
+    # GMP's subquadratic division: the tree descent divides numbers of up to
+    # L·y·z bits (450,000 at n = 75,000), ~30x faster than Python's long division.
+    from gmpy2 import mpz as _exact_int
+except ImportError:  # pragma: no cover - gmpy2 is a dependency; plain ints are exact too
+    _exact_int = int
+
 __all__ = ["BaseTwoExponential", "choose_base", "ln_bounds", "locate_by_linear_scan"]
 
 # pure_epsilon is reported rounded up to a multiple of this.
@@ -504,14 +511,16 @@ class _WeightTree:
         self._shift = shift
         powers: dict[int, int] = {}
 
+        base = _exact_int(a)
+
         def power(width: int) -> int:
             value = powers.get(width)
             if value is None:
-                value = powers[width] = a**width
+                value = powers[width] = base**width
             return value
 
         self._power = power
-        layer = [(c, 1) for c in counts]
+        layer = [(_exact_int(c), 1) for c in counts]
         layers = [layer]
         while len(layer) > 1:
             merged = []
@@ -526,7 +535,7 @@ class _WeightTree:
 
     @property
     def total(self) -> int:
-        return self._layers[-1][0][0]
+        return int(self._layers[-1][0][0])
 
     @property
     def level_count(self) -> int:
@@ -560,7 +569,7 @@ class _WeightTree:
                 right = (draw - (left << (shift * w2))) // self._power(w1)
             draw = scaled if go_left else right
             index = left_index if go_left else left_index + 1
-        return index, draw
+        return index, int(draw)
 
 
 def locate_by_linear_scan(counts: list[int], a: int, shift: int, draw: int) -> tuple[int, int]:
