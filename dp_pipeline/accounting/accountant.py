@@ -156,6 +156,9 @@ class PrivacyAccountant:
             )
         if isinstance(mechanism, DiscreteLaplace):
             return sum((Fraction(m, 1) / mechanism.scale) ** 2 / 2 for m in event.sensitivity)
+        exact_rho = getattr(mechanism, "zcdp_rho", None)
+        if callable(exact_rho):  # the mechanism states its own exact ρ (a Fraction)
+            return Fraction(exact_rho())
         pure = _pure_epsilon_of(mechanism)
         if pure is not None and not hasattr(mechanism, "privacy_loss_pmfs"):
             pure_exact = pure if isinstance(pure, Fraction) else Fraction(pure)
