@@ -41,7 +41,13 @@ from dp_pipeline.bounding import BoundingSalt
 from dp_pipeline.errors import InternalError
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
-__all__ = ["TABLE_COLUMN", "aggregate_queries", "check_schema", "coded_rows"]
+__all__ = [
+    "TABLE_COLUMN",
+    "aggregate_queries",
+    "check_schema",
+    "coded_rows",
+    "invalid_number",
+]
 
 _UNIT = "_dp_unit"
 _UNITS = "_dp_value_units"
@@ -141,6 +147,13 @@ def _list_position(df, domain, column, tag: str, index: int):
     return df, sf.col(pos_name)
 
 
+def invalid_number(column: str):
+    """(``column`` as double, a condition: null, NaN or infinite): rows no aggregate takes."""
+    value = sf.col(column).cast("double")
+    infinite = (value == sf.lit(float("inf"))) | (value == sf.lit(float("-inf")))
+    return value, value.isNull() | sf.isnan(value) | infinite
+
+
 def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     """df plus the cell column ``_cell<tag>``: the cell index, or a negative reason code.
 
@@ -170,13 +183,7 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     if spec.privacy_unit is not None and null_units:
         code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
     if spec.column is not None:
-        value = sf.col(spec.column).cast("double")
-        invalid = (
-            value.isNull()
-            | sf.isnan(value)
-            | (value == sf.lit(float("inf")))
-            | (value == sf.lit(float("-inf")))
-        )
+        value, invalid = invalid_number(spec.column)
         code = code.when(invalid, sf.lit(-(2 * k + 2)).cast("long"))
         bounds = spec.value_bounds
         # The same IEEE operations as dp_pipeline.pandas_accessor._value_units.

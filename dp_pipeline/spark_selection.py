@@ -31,7 +31,7 @@ from pyspark.sql.types import NumericType
 from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
-from dp_pipeline.spark_aggregate import aggregate_queries
+from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = ["dp_median", "dp_quantile", "dp_top_k", "run_quantile_spark", "run_top_k_spark"]
@@ -155,13 +155,7 @@ def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
             f"quantile column {query.column!r} has Spark type {kind.simpleString()}; "
             f"it must be numeric"
         )
-    value = sf.col(query.column).cast("double")
-    invalid = (
-        value.isNull()
-        | sf.isnan(value)
-        | (value == sf.lit(float("inf")))
-        | (value == sf.lit(float("-inf")))
-    )
+    value, invalid = invalid_number(query.column)
     low, high = (float(b) for b in query.bounds)
     last = len(query.candidates) - 1
     # The same IEEE operations as dp_pipeline.selection.quantile_positions.
