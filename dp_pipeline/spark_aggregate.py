@@ -490,6 +490,31 @@ def _mark_deferred(coded, unit: str, check: _UnitCheck):
     return joined.withColumn(_DEFERRED, sf.coalesce(sf.col(_DEFERRED), sf.lit(False)))
 
 
+def _stable_input(df, specs: Sequence[QuerySpec]):
+    """``df``, or its needed columns evaluated once when re-running it may change the rows.
+
+    The unit check and the aggregation read ``df`` in separate jobs, and the
+    aggregation trusts the check (a unit found with one row is not bounded). A
+    plan Spark marks non-deterministic (``rand()``, a non-deterministic UDF)
+    could give other rows the second time, so it is evaluated once into a local
+    checkpoint (lineage cut: a lost block fails the job instead of recomputing
+    different rows). File scans are deterministic; `run_release` also checks
+    that the input's bytes did not change during the run.
+    """
+    try:
+        deterministic = bool(df._jdf.queryExecution().analyzed().deterministic())
+    except Exception:  # an API change must fail safe: evaluate once
+        deterministic = False
+    if deterministic:
+        return df
+    needed = []
+    for spec in specs:
+        for name in (*spec.cells.columns, spec.privacy_unit, spec.column):
+            if name is not None and name not in needed:
+                needed.append(name)
+    return df.select(*needed).localCheckpoint(eager=True)
+
+
 def aggregate_queries(df, specs: Sequence[QuerySpec]):
     """Bounded true aggregates of every query in ``specs`` over ``df``, in one pass.
 
@@ -515,6 +540,8 @@ def aggregate_queries(df, specs: Sequence[QuerySpec]):
     (unit,) = units
     for spec in specs:
         check_schema(df, spec)
+    if unit is not None:
+        df = _stable_input(df, specs)
     check = None if unit is None else _check_units(df, unit)
     coded = df
     for index, spec in enumerate(specs):

@@ -286,3 +286,32 @@ def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
     assert _sorted_and_unique(frame([0, 1, 1, 2]), "unit")[0] is False  # a repeat in a run
     assert _sorted_and_unique(frame([0, 2, 1]), "unit")[0] is False  # not sorted: unproven
     assert _sorted_and_unique(frame([None, None], [4]), "unit") == (True, True)
+
+
+def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
+    from pyspark.sql import functions as sf
+
+    from dp_pipeline.spark_aggregate import _stable_input
+
+    specs = release_queries("unit")
+    stable = spark.createDataFrame(mixed_units_data(n=60))
+    assert _stable_input(stable, specs) is stable  # deterministic: read as is
+    # Units drawn by rand(): a second evaluation would give other units.
+    shaky = stable.withColumn("unit", (sf.rand() * 5).cast("long"))
+    once = _stable_input(shaky, specs)
+    assert once is not shaky
+    assert once._jdf.queryExecution().analyzed().deterministic()
+    first = sorted((tuple(row) for row in once.collect()), key=repr)
+    assert sorted((tuple(row) for row in once.collect()), key=repr) == first
+    assert set(once.columns) == {"state", "sex", "code", "unit", "income"}
+    # Bounding holds on the rows the check saw: at most max_cells cells per unit.
+    results = run_queries_on(once, specs)
+    position = once.columns.index("unit")
+    units = len({row[position] for row in first if row[position] is not None})
+    assert results[0][1].rows_used <= units * specs[0].max_cells
+
+
+def run_queries_on(frame, specs):
+    from dp_pipeline.spark import run_queries
+
+    return run_queries(frame, specs)
