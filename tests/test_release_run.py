@@ -93,6 +93,24 @@ def test_spark_and_pandas_releases_are_identical(tmp_path, spark):
         )
 
 
+@pytest.mark.spark
+def test_each_row_releases_are_identical_on_both_engines(tmp_path, spark):
+    specs = []
+    for folder, engine in (("p", "pandas"), ("s", "spark")):
+        path = tmp_path / folder
+        path.mkdir()
+        text = SMALL_SPEC.format(tmp=path).replace('column = "person_id"', "each_row = true")
+        (path / "small.toml").write_text(text)
+        specs.append(apply_overrides(load_spec(path / "small.toml"), engine=engine))
+    assert specs[0].privacy_unit is None
+    results = [check_release(run_release(spec, progress=QUIET), spec) for spec in specs]
+    (pandas_tables, _), (spark_tables, _) = results
+    for name, frame in pandas_tables.items():
+        pd.testing.assert_frame_equal(frame, spark_tables[name])
+    html = (Path(specs[0].output_dir) / specs[0].release_id / "report.html").read_text()
+    assert "privacy unit: one row (every row is a different unit)" in html
+
+
 def run_cli_process(arguments, kill_at=None, cwd=None):
     environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
     if kill_at:

@@ -108,6 +108,9 @@ CASES = [
     ("population.name", DELETE, "population.name: required field is missing"),
     ("privacy_unit.max_per_cell", 0, "privacy_unit.max_per_cell = 0: must be >= 1"),
     ("privacy_unit.column", "", "privacy_unit.column = '': must not be empty"),
+    ("privacy_unit.column", DELETE, "privacy_unit.column: required (the column identifying"),
+    ("privacy_unit.each_row", True, "give column (rows of one unit share it) or each_row"),
+    ("privacy_unit.each_row", "yes", "privacy_unit.each_row = 'yes': must be true or false"),
     ("domains.age", [], "domains.age = []: empty domain"),
     ("domains.age", {"start": 5, "stop": 4}, "empty domain (stop 4 < start 5)"),
     ("domains.sex", ["F", "M", "F"], "domains.sex: value(s) ['F'] appear more than once"),
@@ -141,6 +144,21 @@ def test_validation_error_names_field_value_and_rule(path, value, message):
     with pytest.raises(SpecError) as info:
         parse_spec(mutate(path, value))
     assert message in str(info.value), str(info.value)
+
+
+def test_each_row_is_a_unit_without_a_column_and_without_bounds():
+    document = base_document()
+    document["privacy_unit"] = {"each_row": True}
+    spec = parse_spec(document)
+    assert spec.privacy_unit is None
+    assert all((t.max_cells, t.max_per_cell) == (1, 1) for t in spec.tables)
+    document["privacy_unit"] = {"each_row": True, "max_per_cell": 2}
+    with pytest.raises(SpecError, match=r"privacy_unit.max_per_cell = 2: with each_row = true"):
+        parse_spec(document)
+    document["privacy_unit"] = {"each_row": True}
+    document["tables"][0]["max_cells"] = 3
+    with pytest.raises(SpecError, match=r"tables\[0\].max_cells = 3: with privacy_unit.each_row"):
+        parse_spec(document)
 
 
 def test_mixing_shares_and_sigma2_is_refused():

@@ -140,8 +140,13 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
         "</head><body>",
         f"<h1>Release {esc(spec.release_id)}</h1>",
         f"<p>{esc(spec.description)}</p>" if spec.description else "",
-        f"<p>Population <b>{esc(spec.population)}</b>; privacy unit: one "
-        f"<code>{esc(spec.privacy_unit)}</code>; neighbouring relation "
+        f"<p>Population <b>{esc(spec.population)}</b>; privacy unit: "
+        + (
+            f"one <code>{esc(spec.privacy_unit)}</code>"
+            if spec.privacy_unit
+            else "one row (every row is a different unit)"
+        )
+        + "; neighbouring relation "
         f"<b>{esc(spec.neighbouring)}</b>; noise <b>{esc(spec.noise)}</b> "
         "(exact sampler, keyed ChaCha20 streams).</p>",
         "<h2>Privacy guarantee</h2>",

@@ -113,7 +113,7 @@ class ReleaseSpec:
     noise: str
     noise_partitions: int
     neighbouring: str
-    privacy_unit: str
+    privacy_unit: str | None  # None: privacy_unit.each_row (every row its own unit)
     budget: Budget | None
     cap: Budget | None
     domains: dict[str, range | tuple[Any, ...]] = field(hash=False)
@@ -181,7 +181,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "max_cells",
     ),
     "population": ("name", "cap"),
-    "privacy_unit": ("column", "max_cells_per_table", "max_per_cell"),
+    "privacy_unit": ("column", "each_row", "max_cells_per_table", "max_per_cell"),
     "budget": ("rho", "epsilon", "delta"),
     "input": ("path", "format", "synthetic_persons", "synthetic_seed"),
     "output": ("dir",),
@@ -273,9 +273,33 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
             cap = _budget(raw_cap, "population.cap", problems)
 
     unit = sections["privacy_unit"]
-    unit_column = _string(unit, "column", "privacy_unit", problems, required=True)
-    if unit_column is not None:
-        _check_column(unit_column, "privacy_unit.column", problems)
+    each_row = unit.get("each_row", False)
+    if not isinstance(each_row, bool):
+        problems.append(f"privacy_unit.each_row = {_show(each_row)}: must be true or false")
+        each_row = False
+    unit_column = None
+    if each_row:
+        # Every row is a different unit (one row per person): nothing to bound.
+        if "column" in unit:
+            problems.append(
+                "privacy_unit: give column (rows of one unit share it) or each_row = true "
+                "(every row is a different unit), not both"
+            )
+        for name in ("max_cells_per_table", "max_per_cell"):
+            if name in unit and unit[name] != 1:
+                problems.append(
+                    f"privacy_unit.{name} = {_show(unit[name])}: with each_row = true a unit "
+                    f"is one row, which lies in one cell of each table; remove the field"
+                )
+    elif "column" not in unit:
+        problems.append(
+            "privacy_unit.column: required (the column identifying a person or household), "
+            "or each_row = true when every row is a different unit"
+        )
+    else:
+        unit_column = _string(unit, "column", "privacy_unit", problems, required=True)
+        if unit_column is not None:
+            _check_column(unit_column, "privacy_unit.column", problems)
     default_l0 = _integer(unit, "max_cells_per_table", "privacy_unit", problems, default=1)
     default_linf = _integer(unit, "max_per_cell", "privacy_unit", problems, default=1)
     for name, value in (("max_cells_per_table", default_l0), ("max_per_cell", default_linf)):
@@ -290,6 +314,14 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
     tables = _tables(
         sections["tables"], domains, default_l0 or 1, default_linf or 1, max_cells, problems
     )
+    if each_row:
+        for index, table in enumerate(tables):
+            for name in ("max_cells", "max_per_cell"):
+                if getattr(table, name) != 1:
+                    problems.append(
+                        f"tables[{index}].{name} = {getattr(table, name)}: with "
+                        f"privacy_unit.each_row = true a unit is one row; remove the field"
+                    )
 
     # Budget split: every table has a share, or every table has an explicit sigma2.
     with_share = [t for t in tables if t.share is not None]
