@@ -315,3 +315,18 @@ def run_queries_on(frame, specs):
     from dp_pipeline.spark import run_queries
 
     return run_queries(frame, specs)
+
+
+def test_string_units_with_several_rows_take_the_lookup_path(spark):
+    from dp_pipeline.spark import run_queries
+
+    df = mixed_units_data(seed=12)
+    df["unit"] = df["unit"].map(lambda u: None if pd.isna(u) else f"person-{u}").astype(object)
+    specs = release_queries("unit")
+    results = run_queries(spark.createDataFrame(df), specs)
+    for query_spec, (noisy, diagnostics) in zip(specs, results, strict=True):
+        got = noisy.toPandas().sort_values(list(query_spec.cells.columns)).reset_index(drop=True)
+        expected, expected_diagnostics = pandas_release(df, query_spec)
+        assert_same(got, expected)
+        assert diagnostics == expected_diagnostics
+        assert diagnostics.rows_removed_max_cells + diagnostics.rows_removed_max_per_cell > 0
