@@ -51,10 +51,7 @@ def spec_for(columns: list[str]) -> QuerySpec:
     )
 
 
-ROUNDS = 2
-
-
-def timed(function, rounds: int | None = None):
+def timed(function, rounds: int):
     """(fastest wall time of ``rounds`` runs, peak traced MiB of the first run).
 
     The fastest of several runs keeps one-time costs (JIT, Python worker start)
@@ -62,7 +59,7 @@ def timed(function, rounds: int | None = None):
     """
     times = []
     peak = 0.0
-    for round_ in range(rounds or ROUNDS):
+    for round_ in range(rounds):
         if round_ == 0:
             tracemalloc.start()
         start = time.perf_counter()
@@ -74,7 +71,7 @@ def timed(function, rounds: int | None = None):
     return min(times), peak
 
 
-def bench_pandas(df: pd.DataFrame, queries):
+def bench_pandas(df: pd.DataFrame, queries, rounds: int):
     rows = []
     for name, columns in queries.items():
         full = pd.MultiIndex.from_product([range(SIZES[c]) for c in columns], names=columns)
@@ -83,13 +80,13 @@ def bench_pandas(df: pd.DataFrame, queries):
             df.groupby(columns).size().reindex(full, fill_value=0)
 
         spec = spec_for(columns)
-        plain_s, plain_mb = timed(plain)
-        dp_s, dp_mb = timed(lambda spec=spec: run_pandas(df, spec))
+        plain_s, plain_mb = timed(plain, rounds)
+        dp_s, dp_mb = timed(lambda spec=spec: run_pandas(df, spec), rounds)
         rows.append(("pandas", name, plain_s, dp_s, plain_mb, dp_mb))
     return rows
 
 
-def jvm_timed(spark, function):
+def jvm_timed(spark, function, rounds: int):
     """`timed`, with the peak resident memory (MiB) of Spark's JVM over the runs.
 
     Local mode runs driver and executors in that one JVM; its peak RSS (VmHWM)
@@ -102,7 +99,7 @@ def jvm_timed(spark, function):
             reset.write("5")
     except (OSError, TypeError):
         pid = None
-    seconds, _ = timed(function)
+    seconds, _ = timed(function, rounds)
     if pid is None:
         return seconds, float("nan")
     with open(f"/proc/{pid}/status") as status:
@@ -112,7 +109,7 @@ def jvm_timed(spark, function):
     return seconds, float("nan")
 
 
-def bench_spark(df: pd.DataFrame, queries, cores: int):
+def bench_spark(df: pd.DataFrame, queries, cores: int, rounds: int):
     from dp_pipeline.spark import local_session, run_spark
 
     spark = local_session(cores, driver_memory="6g")
@@ -132,8 +129,8 @@ def bench_spark(df: pd.DataFrame, queries, cores: int):
                 noisy, _ = run_spark(source, spec)
                 noisy.write.format("noop").mode("overwrite").save()
 
-            plain_s, plain_mb = jvm_timed(spark, plain)
-            dp_s, dp_mb = jvm_timed(spark, private)
+            plain_s, plain_mb = jvm_timed(spark, plain, rounds)
+            dp_s, dp_mb = jvm_timed(spark, private, rounds)
             rows.append((f"spark local[{cores}]", name, plain_s, dp_s, plain_mb, dp_mb))
     spark.stop()
     return rows
@@ -181,15 +178,13 @@ def main() -> None:
         help="python of a virtualenv with tmlt-analytics 0.21: also time Tumult on the same data",
     )
     args = parser.parse_args()
-    global ROUNDS
-    ROUNDS = args.rounds
     df = persons(args.rows, args.seed)
     results = []
     engines = args.engines.split(",")
     if "pandas" in engines:
-        results += bench_pandas(df, QUERIES)
+        results += bench_pandas(df, QUERIES, args.rounds)
     if "spark" in engines:
-        results += bench_spark(df, QUERIES, args.cores)
+        results += bench_spark(df, QUERIES, args.cores, args.rounds)
     tumult = {}
     if args.tumult_python:
         tumult = bench_tumult(df, QUERIES, args.cores, args.tumult_python)

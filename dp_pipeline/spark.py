@@ -64,10 +64,6 @@ __all__ = [
     "run_spark",
 ]
 
-_UNIT = "_dp_unit"
-_UNITS = "_dp_value_units"
-_CLAMPED = "_dp_clamped"
-
 
 def ensure_java() -> str:
     """Make sure a Java runtime is reachable before the JVM starts; return JAVA_HOME used.

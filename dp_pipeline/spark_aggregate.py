@@ -77,15 +77,9 @@ def check_schema(df, spec: QuerySpec) -> None:
             )
         return fields[name]
 
-    integral = (
-        ByteType,
-        ShortType,
-        IntegerType,
-        LongType,
-    )
     for domain in spec.cells.domains:
         kind = need(domain.column, "key")
-        if domain.kind == "int" and not isinstance(kind, integral):
+        if domain.kind == "int" and not isinstance(kind, _INTEGRAL):
             raise TypeError(
                 f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
                 f"domain holds integers; it must have an integer type"
@@ -97,7 +91,7 @@ def check_schema(df, spec: QuerySpec) -> None:
             )
     if spec.privacy_unit is not None:
         kind = need(spec.privacy_unit, "privacy_unit")
-        if not isinstance(kind, (*integral, StringType)):
+        if not isinstance(kind, (*_INTEGRAL, StringType)):
             raise TypeError(
                 f"privacy_unit column {spec.privacy_unit!r} has Spark type "
                 f"{kind.simpleString()}; it must hold integers or strings"
@@ -203,8 +197,8 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     return df.withColumn(CELL_COLUMN + tag, code.otherwise(cell))
 
 
-def _unit_key(spec: QuerySpec, salt: BoundingSalt):
-
+def _unit_key(salt: BoundingSalt):
+    """The 60-bit keyed unit key of `dp_pipeline.bounding.unit_keys`, in Spark SQL."""
     digest = sf.sha2(sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(_UNIT).cast("string")), 256)
     return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
 
@@ -212,29 +206,22 @@ def _unit_key(spec: QuerySpec, salt: BoundingSalt):
 def _bounded_pairs(coded, spec: QuerySpec):
     """The general bounding rule in Spark SQL: per-cell aggregates of ``coded`` (one table).
 
+    Only the rows of units with several rows come here (there is a privacy unit).
     ``coded`` has the untagged columns of `coded_rows`. Output: ``_cell``, ``n``,
     ``s``, ``clamped``, ``removed_per_cell``, ``removed_cells``, ``pairs_removed``;
     negative ``_cell`` rows count dropped rows by reason.
     """
 
+    if spec.privacy_unit is None:
+        raise InternalError("the general bounding rule needs a privacy unit")
     is_sum = spec.column is not None
     valid = sf.col(CELL_COLUMN) >= 0
     zero = sf.lit(0).cast("long")
-    if spec.privacy_unit is None:
-        aggs = [sf.count(sf.lit(1)).alias("n")]
-        if is_sum:
-            aggs += [sf.sum(_UNITS).alias("s"), sf.sum(_CLAMPED).alias("clamped")]
-        agg = coded.groupBy(CELL_COLUMN).agg(*aggs)
-        for name in ("s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed"):
-            if name not in agg.columns:
-                agg = agg.withColumn(name, zero)
-        return agg
-
     salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
     rows = coded.withColumn(_UNIT, sf.col(spec.privacy_unit))
     m = spec.max_per_cell
     if is_sum:
-        rows = rows.withColumn("_dp_unit_key", _unit_key(spec, salt))
+        rows = rows.withColumn("_dp_unit_key", _unit_key(salt))
         row_rank = sf.xxhash64(
             sf.lit(salt.seed_rows).cast("long"),
             sf.col("_dp_unit_key"),
@@ -255,7 +242,7 @@ def _bounded_pairs(coded, spec: QuerySpec):
         pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
         pairs = pairs.withColumn("s_kept", zero).withColumn("clamped", zero)
     cell_rank = sf.xxhash64(
-        sf.lit(salt.seed_cells).cast("long"), _unit_key(spec, salt), sf.col(CELL_COLUMN)
+        sf.lit(salt.seed_cells).cast("long"), _unit_key(salt), sf.col(CELL_COLUMN)
     )
     window = Window.partitionBy(sf.col(_UNIT), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
     pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))

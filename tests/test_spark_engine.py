@@ -180,20 +180,27 @@ def release_queries(unit):
     ]
 
 
-@pytest.mark.parametrize("unit", ["unit", None])
-def test_queries_run_together_equal_each_query_alone_in_pandas(spark, unit):
+def assert_queries_equal_pandas(spark, df, specs):
+    """run_queries on ``df`` gives, query by query, the pandas engine's release and diagnostics."""
     from dp_pipeline.spark import run_queries
 
-    df = mixed_units_data()
-    specs = release_queries(unit)
     results = run_queries(spark.createDataFrame(df), specs)
     assert len(results) == len(specs)
+    diagnostics_list = []
     for query_spec, (noisy, diagnostics) in zip(specs, results, strict=True):
         got = noisy.toPandas().sort_values(list(query_spec.cells.columns)).reset_index(drop=True)
         expected, expected_diagnostics = pandas_release(df, query_spec)
         assert len(got) == query_spec.cells.total
         assert_same(got, expected)
         assert diagnostics == expected_diagnostics
+        diagnostics_list.append(diagnostics)
+    return diagnostics_list
+
+
+@pytest.mark.parametrize("unit", ["unit", None])
+def test_queries_run_together_equal_each_query_alone_in_pandas(spark, unit):
+    df = mixed_units_data()
+    for diagnostics in assert_queries_equal_pandas(spark, df, release_queries(unit)):
         if unit:
             assert diagnostics.rows_null_unit > 0
 
@@ -253,7 +260,6 @@ def test_queries_run_together_raise_on_the_invalid_table_before_noise(spark):
 @pytest.mark.parametrize("path", ["window over all rows", "one-row units only"])
 def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
     import dp_pipeline.spark_aggregate as spark_aggregate
-    from dp_pipeline.spark import run_queries
 
     df = mixed_units_data(seed=8)
     if path == "window over all rows":
@@ -262,13 +268,7 @@ def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
     else:
         df = df.assign(unit=pd.array(np.arange(len(df)), dtype="Int64"))
         df.loc[::29, "unit"] = None
-    specs = release_queries("unit")
-    results = run_queries(spark.createDataFrame(df), specs)
-    for query_spec, (noisy, diagnostics) in zip(specs, results, strict=True):
-        got = noisy.toPandas().sort_values(list(query_spec.cells.columns)).reset_index(drop=True)
-        expected, expected_diagnostics = pandas_release(df, query_spec)
-        assert_same(got, expected)
-        assert diagnostics == expected_diagnostics
+    assert_queries_equal_pandas(spark, df, release_queries("unit"))
 
 
 def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
@@ -291,6 +291,7 @@ def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
 def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
     from pyspark.sql import functions as sf
 
+    from dp_pipeline.spark import run_queries
     from dp_pipeline.spark_aggregate import _stable_input
 
     specs = release_queries("unit")
@@ -305,28 +306,14 @@ def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
     assert sorted((tuple(row) for row in once.collect()), key=repr) == first
     assert set(once.columns) == {"state", "sex", "code", "unit", "income"}
     # Bounding holds on the rows the check saw: at most max_cells cells per unit.
-    results = run_queries_on(once, specs)
+    results = run_queries(once, specs)
     position = once.columns.index("unit")
     units = len({row[position] for row in first if row[position] is not None})
     assert results[0][1].rows_used <= units * specs[0].max_cells
 
 
-def run_queries_on(frame, specs):
-    from dp_pipeline.spark import run_queries
-
-    return run_queries(frame, specs)
-
-
 def test_string_units_with_several_rows_take_the_lookup_path(spark):
-    from dp_pipeline.spark import run_queries
-
     df = mixed_units_data(seed=12)
     df["unit"] = df["unit"].map(lambda u: None if pd.isna(u) else f"person-{u}").astype(object)
-    specs = release_queries("unit")
-    results = run_queries(spark.createDataFrame(df), specs)
-    for query_spec, (noisy, diagnostics) in zip(specs, results, strict=True):
-        got = noisy.toPandas().sort_values(list(query_spec.cells.columns)).reset_index(drop=True)
-        expected, expected_diagnostics = pandas_release(df, query_spec)
-        assert_same(got, expected)
-        assert diagnostics == expected_diagnostics
+    for diagnostics in assert_queries_equal_pandas(spark, df, release_queries("unit")):
         assert diagnostics.rows_removed_max_cells + diagnostics.rows_removed_max_per_cell > 0

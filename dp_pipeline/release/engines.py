@@ -155,7 +155,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         ]
         # One pass over the input for all tables: read, code, bound, aggregate.
         aggregates, diagnostics = aggregate_queries(frame, specs)
-        rows = sum(d.rows_in for d in diagnostics[:1])
+        rows = diagnostics[0].rows_in  # every table sees every input row
         timings["aggregate"] = time.perf_counter() - started
         progress(
             f"spark: read, bounded and aggregated {rows:,} rows for {len(specs)} tables "
