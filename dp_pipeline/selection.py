@@ -8,14 +8,18 @@ Quantile (Smith 2011, "Privacy-preserving statistical estimation with optimal
 convergence rates", Section 3; the exponential-mechanism quantile of OpenDP
 and Tumult): the candidates are the grid ``lo, lo + g, lo + 2g, ... <= hi``,
 fixed from the public ``bounds`` and ``granularity`` before the data is
-seen; the values are clamped into ``bounds``; each candidate ``o`` gets the
-rank loss ``u(o) = |#{x < o} - q·n|`` (n = number of values). Changing,
-adding or removing one value moves ``#{x < o}`` by at most 1 and ``q·n`` by
-at most ``q``, and both move in the same direction when a value is added,
-so ``|Δu| <= 1`` under both the add/remove and the replace-one relation:
-Δu = 1, not monotone, so ``ε = 2·η·ln2``. When ``q·n`` is not an integer the
-loss is a half-integer or other fraction and the mechanism rounds it at
-random (Ilvento 2020, Lemma 3.5, no privacy cost).
+seen; the values are clamped into ``bounds`` and binned to the largest
+candidate not above them; each candidate ``o`` gets the rank loss
+``u(o) = max(0, #{x < o} - q·n, q·n - #{x <= o})`` (n = number of values):
+0 exactly when ``o`` is a q-quantile of the binned data, else how many ranks
+it is away from being one. (The plain ``|#{x < o} - q·n|`` misranks tied
+values: with 200 values at 30 and one at 100 it prefers 31..100 to 30.)
+Adding a value moves ``#{x < o}`` and ``#{x <= o}`` by 0 or 1 and ``q·n`` by
+``q``, so each term moves by at most ``max(q, 1 - q) <= 1``; replacing one
+(n fixed) moves each count by at most 1. So Δu = 1 under both relations,
+not monotone, and ``ε = 2·η·ln2``. When ``q·n`` is not an integer the loss
+is a fraction and the mechanism rounds it at random (Ilvento 2020, Lemma
+3.5, no privacy cost). OpenDP's quantile score treats ties similarly.
 
 Accuracy (McSherry-Talwar 2007, Theorem 6, with base ``2**-η``): let
 ``OPT = min_o u(o)``. Each candidate with ``u(o) >= OPT + t`` weighs at most
@@ -71,6 +75,7 @@ __all__ = [
     "one_shot_top_k",
     "peel_top_k",
     "quantile_candidates",
+    "quantile_losses",
     "quantile_mechanism",
     "quantile_positions",
     "quantile_rank_error_bound",
@@ -174,13 +179,30 @@ def select_quantile(bucket_counts, q, candidates, mechanism, stream):
         raise InternalError(
             f"{counts.shape} bucket counts for {len(candidates)} quantile candidates"
         )
-    below = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)
-    target = q_exact * int(counts.sum())
+    return int(mechanism.sample(quantile_losses(counts, q_exact), stream))
+
+
+def quantile_losses(bucket_counts, q) -> np.ndarray:
+    """The rank loss of every grid candidate (see the module docstring), exact.
+
+    ``u_j = max(0, below_j - q·n, q·n - through_j)`` with ``below_j = Σ_{i<j} counts_i``
+    and ``through_j = below_j + counts_j``: int64 when ``q·n`` is an integer, else an
+    object array of `Fraction`.
+    """
+    counts = np.asarray(bucket_counts, dtype=np.int64)
+    through = np.cumsum(counts).astype(np.int64)
+    below = through - counts
+    target = exact_rational(q, "q") * int(counts.sum())
     if target.denominator == 1:
-        utilities = np.abs(below - int(target))
-    else:
-        utilities = np.array([abs(int(b) - target) for b in below], dtype=object)
-    return int(mechanism.sample(utilities, stream))
+        whole = int(target)
+        return np.maximum(0, np.maximum(below - whole, whole - through))
+    return np.array(
+        [
+            max(Fraction(0), b - target, target - t)
+            for b, t in zip(below.tolist(), through.tolist(), strict=True)
+        ],
+        dtype=object,
+    )
 
 
 def dp_quantile(values, q, bounds, granularity, mechanism, stream):

@@ -29,12 +29,20 @@ from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
 from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
+from dp_pipeline.selection import quantile_candidates
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
 from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
-__all__ = ["dp_median", "dp_quantile", "dp_top_k", "run_quantile_spark", "run_top_k_spark"]
+__all__ = [
+    "dp_median",
+    "dp_quantile",
+    "dp_top_k",
+    "quantile_position",
+    "run_quantile_spark",
+    "run_top_k_spark",
+]
 
 _POSITION = "_dp_position"
 _OUTSIDE = "_dp_outside"
@@ -141,6 +149,21 @@ def dp_top_k(
     return run_top_k_spark(df, query)
 
 
+def quantile_position(column: str, bounds, granularity):
+    """Spark column: the grid position of ``column`` (null where null, NaN or infinite).
+
+    The same IEEE operations as `dp_pipeline.selection.quantile_positions`, so both
+    engines bin every value identically.
+    """
+    value, invalid = invalid_number(column)
+    low, high = (float(b) for b in bounds)
+    last = len(quantile_candidates(bounds, granularity)) - 1
+    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
+    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(granularity)))
+    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
+    return sf.when(~invalid, position)
+
+
 def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
     """One Spark job: per-grid-position counts (and invalid/clamped rows); select on the driver."""
     fields = {f.name: f.dataType for f in df.schema.fields}
@@ -157,13 +180,11 @@ def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
         )
     value, invalid = invalid_number(query.column)
     low, high = (float(b) for b in query.bounds)
-    last = len(query.candidates) - 1
-    # The same IEEE operations as dp_pipeline.selection.quantile_positions.
-    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
-    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(query.granularity)))
-    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
+    position = sf.coalesce(
+        quantile_position(query.column, query.bounds, query.granularity), sf.lit(-1).cast("long")
+    )
     coded = df.select(
-        sf.when(invalid, sf.lit(-1).cast("long")).otherwise(position).alias(_POSITION),
+        position.alias(_POSITION),
         sf.when(~invalid & ((value < sf.lit(low)) | (value > sf.lit(high))), 1)
         .otherwise(0)
         .alias(_OUTSIDE),

@@ -14,7 +14,9 @@ from dp_pipeline.selection import (
     dp_quantile,
     dp_top_k,
     quantile_candidates,
+    quantile_losses,
     quantile_mechanism,
+    quantile_positions,
     quantile_rank_error_bound,
     top_k_mechanism,
 )
@@ -32,19 +34,24 @@ def test_candidates_are_fixed_by_bounds_and_granularity():
 
 
 def test_dp_median_within_documented_error_bound_over_many_seeds():
-    # Known data: a permutation of 0..199, so #{x < o} = o and the rank loss of
-    # candidate o is |o - 100|, OPT = 0. Bound: P[|o - 100| >= t] <= beta.
+    # Known data: a permutation of 0..199, so #{x < o} = o, #{x <= o} = o + 1 and the
+    # rank loss of candidate o is max(0, o - 100, 99 - o), OPT = 0 (at 99 and 100).
+    # Bound: P[loss >= t] <= beta.
     rng = np.random.default_rng(3)  # test data only
     values = rng.permutation(200)
     epsilon, beta = Fraction(1, 2), Fraction(1, 20)
     mechanism = quantile_mechanism(epsilon)
     t = quantile_rank_error_bound(mechanism, 201, beta)
     runs = 60
-    errors = [
-        abs(dp_median(values, (0, 200), 1, mechanism, stream("median", seed)) - 100)
-        for seed in range(runs)
+    picks = [
+        dp_median(values, (0, 200), 1, mechanism, stream("median", seed)) for seed in range(runs)
     ]
-    violations = sum(e >= t for e in errors)
+    losses = [max(0, o - 100, 99 - o) for o in picks]
+    assert losses == [
+        quantile_losses(np.append(np.ones(200, dtype=int), 0), "1/2")[o] for o in picks
+    ]
+    errors = [abs(o - 100) for o in picks]
+    violations = sum(loss >= t for loss in losses)
     # Violations ~ Binomial(60, <= 1/20); P[>= 10] < 1e-3 (pinned false-positive rate).
     assert stats.binom.sf(9, runs, float(beta)) < 1e-3
     assert violations < 10
@@ -66,8 +73,24 @@ def test_dp_quantile_on_a_fractional_grid_and_fractional_rank():
 
 def test_values_are_clamped_into_bounds():
     values = np.array([-1000.0] * 30 + [1000.0] * 31)
-    pick = dp_median(values, (0, 10), 1, 2, stream("clamp"))
-    assert pick in (9, 10)  # 31 of 61 values clamp to 10; #{x < 10} = 30 ≈ n/2
+    picks = {dp_median(values, (0, 10), 1, 2, stream("clamp", i)) for i in range(40)}
+    # 30 values clamp to 0 and 31 to 10: 10 is the median (loss 0) and every other
+    # candidate is half a rank from one (loss 1/2), so any grid point may come out ...
+    assert picks <= set(range(11)) and len(picks) > 3
+    counts = np.bincount(quantile_positions(values, (0, 10), 1)[0], minlength=11)
+    assert list(counts) == [30] + [0] * 9 + [31]
+    assert list(quantile_losses(counts, Fraction(1, 2))) == [Fraction(1, 2)] * 10 + [0]
+
+
+def test_quantile_loss_ranks_tied_values_correctly():
+    # 200 values at 30 and one at 100: 30 is the median. The plain |#{x < o} - q·n|
+    # would give 30 the loss 100.5 and 31..100 the loss 99.5.
+    counts = np.zeros(121, dtype=np.int64)
+    counts[30], counts[100] = 200, 1
+    losses = quantile_losses(counts, Fraction(1, 2))
+    assert losses[30] == 0 and min(losses[:30]) == Fraction(201, 2)
+    assert all(loss == Fraction(199, 2) for loss in losses[31:101])
+    assert dp_median(np.array([30.0] * 200 + [100.0]), (0, 120), 1, 2, stream("ties")) == 30
 
 
 def test_dp_top_k_peeling_picks_the_clear_winners_in_order():

@@ -12,6 +12,7 @@ from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.calibration import (
     calibrate_discrete_gaussian,
     calibrate_discrete_laplace,
+    calibrate_zcdp_shares,
 )
 from dp_pipeline.accounting.gaussian import (
     gaussian_sigma_analytic,
@@ -30,6 +31,7 @@ __all__ = [
     "PrivacyLossDistribution",
     "calibrate_discrete_gaussian",
     "calibrate_discrete_laplace",
+    "calibrate_zcdp_shares",
     "gaussian_sigma_analytic",
     "gaussian_sigma_classic",
     "gaussian_sigma_vinterbo",

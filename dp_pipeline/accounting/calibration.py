@@ -14,15 +14,17 @@ from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.rational import exact_rational
 
 __all__ = [
+    "ZcdpShare",
     "calibrate_discrete_gaussian",
     "calibrate_discrete_laplace",
+    "calibrate_zcdp_shares",
     "round_up_to_small_denominator",
 ]
 
@@ -123,14 +125,21 @@ def _sigma2_for(scale: Fraction, units: list[Fraction]) -> list[Fraction]:
     return [unit * rounded for unit in units]
 
 
-def _accountant(sigma2s, parsed):
+def _accountant(sigma2s, parsed, events=()):
     from dp_pipeline.accounting.accountant import PrivacyAccountant
     from dp_pipeline.mechanisms import DiscreteGaussian
 
     accountant = PrivacyAccountant()
     for sigma2, (_, shifts) in zip(sigma2s, parsed, strict=True):
         accountant.add(DiscreteGaussian(sigma2), shifts if len(shifts) > 1 else shifts[0])
+    for mechanism, sensitivity, count in events:
+        accountant.add(mechanism, sensitivity, count)
     return accountant
+
+
+#: A non-Gaussian query of a zCDP-budgeted composition: its share of ρ, and a function
+#: from the ρ it may use (exact) to the (mechanism, sensitivity, count) spending at most that.
+ZcdpShare = tuple[object, Callable[[Fraction], tuple[object, object, int]]]
 
 
 def calibrate_discrete_gaussian(
@@ -152,15 +161,51 @@ def calibrate_discrete_gaussian(
     a small denominator, so every σ² is rounded up and the returned σ² meet the target; σ²
     shrunk by more than ``rtol`` (relative) do not.
     """
-    parsed = _parse_queries(queries)
+    sigma2s, _ = calibrate_zcdp_shares(epsilon, delta, rho, queries, rtol=rtol)
+    return sigma2s
+
+
+def calibrate_zcdp_shares(
+    epsilon: object = None,
+    delta: object = None,
+    rho: object = None,
+    queries: Sequence = (),
+    others: Sequence[ZcdpShare] = (),
+    rtol: float = 1e-4,
+) -> tuple[list[Fraction], list[tuple[object, object, int]]]:
+    """`calibrate_discrete_gaussian` with non-Gaussian queries sharing the same budget.
+
+    ``others``: ``[(share, build), ...]``; the shares of ``queries`` and ``others``
+    together sum to 1. With the common scale S (ρ̂ = 1/S) every discrete Gaussian gets
+    ρ_j = share_j/S as in `calibrate_discrete_gaussian`, and each other query gets
+    ``build(share_j/S)``: a (mechanism, sensitivity, count) whose zCDP ρ is at most that
+    (e.g. an exponential mechanism at ε = sqrt(8ρ), ε-bounded range). For ρ the result
+    is ρ-zCDP by additivity; for (ε, δ) the search checks the whole composition, the
+    other mechanisms included, with the tight accountant. Returns (σ² of ``queries``, the
+    built events of ``others``), both meeting the target.
+    """
+    others = list(others)
+    for index, other in enumerate(others):
+        if not (isinstance(other, Sequence) and len(other) == 2 and callable(other[1])):
+            raise TypeError(f"others[{index}] must be a (share, build) pair, got {other!r}")
+    # Shares are validated and normalised together; the others' vectors are placeholders.
+    parsed_all = _parse_queries([*queries, *[(share, 1) for share, _ in others]])
+    parsed = parsed_all[: len(queries)]
+    other_shares = [share for share, _ in parsed_all[len(queries) :]]
+    builds = [build for _, build in others]
     units = _unit_variances(parsed)
+
+    def built(scale: Fraction) -> list[tuple[object, object, int]]:
+        return [build(share / scale) for share, build in zip(other_shares, builds, strict=True)]
+
     if rho is not None:
         if epsilon is not None or delta is not None:
             raise ValueError("give either rho alone or epsilon and delta together, not both")
         target = _target_down(rho, "rho")
         if target <= 0:
             raise ValueError(f"rho must be > 0, got {rho!r}")
-        return _sigma2_for(1 / target, units)
+        return _sigma2_for(1 / target, units), built(1 / target)
+
     if epsilon is None or delta is None:
         raise ValueError("give either rho alone or epsilon and delta together")
     epsilon_value = check_epsilon(epsilon)
@@ -171,11 +216,13 @@ def calibrate_discrete_gaussian(
         raise ValueError(f"rtol must be a float in [1e-12, 0.1], got {rtol!r}")
     log_target = math.log(delta_value)
 
-    def excess(scale: float) -> tuple[float, list[Fraction]]:
-        """log δ_upper(S) - log δ_target (<= 0: the target is met) and the σ² tried."""
-        sigma2s = _sigma2_for(Fraction(scale), units)
-        upper = _accountant(sigma2s, parsed).delta(epsilon_value).upper
-        return math.log(max(upper, 1e-300)) - log_target, sigma2s
+    def excess(scale: float) -> tuple[float, tuple]:
+        """log δ_upper(S) - log δ_target (<= 0: the target is met) and what was tried."""
+        rounded = round_up_to_small_denominator(Fraction(scale))
+        sigma2s = [unit * rounded for unit in units]
+        events = built(rounded)
+        upper = _accountant(sigma2s, parsed, events).delta(epsilon_value).upper
+        return math.log(max(upper, 1e-300)) - log_target, (sigma2s, events)
 
     from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
@@ -214,9 +261,9 @@ def calibrate_discrete_gaussian(
         # Keep the trial strictly inside, at least rtol/2 of S away from either end.
         margin = min(0.5 * rtol * feasible_scale, 0.25 * width)
         trial = min(max(trial, infeasible_scale + margin), feasible_scale - margin)
-        value, sigma2s = excess(trial)
+        value, tried = excess(trial)
         if value <= 0:
-            feasible_scale, feasible_value, best = trial, value, sigma2s
+            feasible_scale, feasible_value, best = trial, value, tried
             if side == 1:
                 infeasible_value /= 2
             side = 1

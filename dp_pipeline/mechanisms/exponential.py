@@ -248,7 +248,8 @@ class BaseTwoExponential:
     min_passes: int = 20
     optimized: bool = False
     base_bits: int = 8
-    exact_base: tuple[int, int, int] | None = None
+    # Only how the base was chosen; equality goes by the base itself (the fields below).
+    exact_base: tuple[int, int, int] | None = field(default=None, compare=False)
     base_numerator: int = field(init=False)
     base_denominator_bits: int = field(init=False)
     base_power: int = field(init=False)
@@ -311,6 +312,37 @@ class BaseTwoExponential:
             monotone=monotone,
             exact_base=(x, y, z),
             **options,
+        )
+
+    def to_dict(self) -> dict:
+        """Exact JSON-safe parameters (the ledger stores them; `from_dict` restores them)."""
+        return {
+            "epsilon": f"{self.epsilon.numerator}/{self.epsilon.denominator}",
+            "utility_sensitivity": f"{self.utility_sensitivity.numerator}/"
+            f"{self.utility_sensitivity.denominator}",
+            "monotone": self.monotone,
+            "utility_bounds": None if self.utility_bounds is None else list(self.utility_bounds),
+            "tail_bits": self.tail_bits,
+            "min_passes": self.min_passes,
+            "optimized": self.optimized,
+            "base_bits": self.base_bits,
+            "exact_base": [self.base_numerator, self.base_denominator_bits, self.base_power],
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BaseTwoExponential:
+        """The mechanism `to_dict` described (same base, same pure ε)."""
+        bounds = data["utility_bounds"]
+        return cls(
+            Fraction(data["epsilon"]),
+            utility_sensitivity=Fraction(data["utility_sensitivity"]),
+            monotone=data["monotone"],
+            utility_bounds=None if bounds is None else tuple(bounds),
+            tail_bits=data["tail_bits"],
+            min_passes=data["min_passes"],
+            optimized=data["optimized"],
+            base_bits=data["base_bits"],
+            exact_base=tuple(data["exact_base"]),
         )
 
     @property

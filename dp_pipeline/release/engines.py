@@ -88,8 +88,38 @@ def _statistic_column(table_plan: TablePlan) -> str:
     return table_plan.table.statistic  # the engines name the released column after it
 
 
+def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArray:
+    """Grid positions of a quantile table's values (nullable: <NA> where not finite)."""
+    from dp_pipeline.selection import quantile_positions
+
+    if table.value not in frame:
+        raise ValueError(
+            f"table {table.name!r}: column {table.value!r} is not in the input; its columns "
+            f"are {list(frame.columns)}"
+        )
+    series = frame[table.value]
+    if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
+        raise TypeError(
+            f"table {table.name!r}: column {table.value!r} has dtype {series.dtype}; a "
+            f"{table.statistic} needs a numeric column"
+        )
+    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
+    finite = np.isfinite(values)
+    positions = np.zeros(values.size, dtype=np.int64)
+    positions[finite], _ = quantile_positions(
+        values[finite], (table.lower, table.upper), table.granularity
+    )
+    return pd.arrays.IntegerArray(positions, ~finite)
+
+
 def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
     import dp_pipeline.pandas_accessor  # noqa: F401  (registers df.dp)
+    from dp_pipeline.pandas_accessor import aggregate_pandas
+    from dp_pipeline.release.selections import (
+        aggregation_spec,
+        position_column,
+        release_selection,
+    )
 
     timings = {}
     started = time.perf_counter()
@@ -100,6 +130,22 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
     results = {}
     started = time.perf_counter()
     for index, table_plan in enumerate(plan.tables, 1):
+        table = table_plan.table
+        if table.is_selection:
+            if table.statistic != "top_k":
+                frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
+            counts_spec = aggregation_spec(spec, table_plan, master, index - 1)
+            true_values, _, _ = aggregate_pandas(frame, counts_spec)
+            results[table.name] = release_selection(
+                spec,
+                table_plan,
+                master,
+                counts_spec,
+                true_values["count"],
+                with_truth=with_truth,
+            )
+            progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
+            continue
         arguments = engine_arguments(spec, table_plan, master)
         if table_plan.table.statistic == "count":
             released = frame.dp.count(**arguments)
@@ -124,6 +170,11 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
     from pyspark.sql import functions as sf
 
     from dp_pipeline.aggregate import QuerySpec
+    from dp_pipeline.release.selections import (
+        aggregation_spec,
+        position_column,
+        release_selection,
+    )
     from dp_pipeline.spark import noisy_cells, output_schema
     from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.udfs.noise import CELL_COLUMN
@@ -149,10 +200,18 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             frame = reader.parquet(str(input_path))
         timings["read"] = time.perf_counter() - started
         started = time.perf_counter()
+        noised = [p for p in plan.tables if not p.table.is_selection]
+        selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
+        for index, table_plan in selections:
+            if table_plan.table.statistic != "top_k":
+                frame = frame.withColumn(
+                    position_column(index), _quantile_position_spark(frame, table_plan.table)
+                )
+        # Noised tables first: their indices into `specs` are the noise job's table indices.
         specs = [
             QuerySpec.build(plan_.table.statistic, **engine_arguments(spec, plan_, master))
-            for plan_ in plan.tables
-        ]
+            for plan_ in noised
+        ] + [aggregation_spec(spec, plan_, master, index) for index, plan_ in selections]
         # One pass over the input for all tables: read, code, bound, aggregate.
         aggregates, diagnostics = aggregate_queries(frame, specs)
         rows = diagnostics[0].rows_in  # every table sees every input row
@@ -162,18 +221,21 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             f"in {timings['aggregate']:.1f} s"
         )
         started = time.perf_counter()
-        # One Spark job adds the noise of every table (grouped Arrow UDF per table and
-        # noise partition); the driver decodes the keys and orders the declared cells.
-        noisy = noisy_cells(aggregates, specs, spark).toArrow()
+        results = {}
+        if noised:
+            # One Spark job adds the noise of every noised table (grouped Arrow UDF per
+            # table and noise partition); the driver decodes the keys and orders the cells.
+            noisy = noisy_cells(
+                aggregates.filter(sf.col(TABLE_COLUMN) < len(noised)), specs[: len(noised)], spark
+            ).toArrow()
         truth = None
-        if with_truth:
+        if with_truth and noised:
             truth = (
-                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
+                aggregates.filter((sf.col(CELL_COLUMN) >= 0) & (sf.col(TABLE_COLUMN) < len(noised)))
                 .select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s")
                 .toArrow()
             )
-        results = {}
-        for index, (table_plan, query) in enumerate(zip(plan.tables, specs, strict=True)):
+        for index, (table_plan, query) in enumerate(zip(noised, specs, strict=False)):
             released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
             released = released.rename(columns={_statistic_column(table_plan): "value"})
             released = released[[*table_plan.table.keys, "value"]]
@@ -184,6 +246,30 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
                 f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
                 f"({len(released):,} cells)"
             )
+        if selections:
+            # The selections' bounded counts are small (groups x grid, or the candidates):
+            # collected once, selected on the driver.
+            counted = (
+                aggregates.filter(
+                    (sf.col(CELL_COLUMN) >= 0) & (sf.col(TABLE_COLUMN) >= len(noised))
+                )
+                .select(TABLE_COLUMN, CELL_COLUMN, "n")
+                .toArrow()
+            )
+            for offset, (_, table_plan) in enumerate(selections):
+                query = specs[len(noised) + offset]
+                rows_of = _rows_of(counted, len(noised) + offset)
+                dense = np.zeros(query.cells.total, dtype=np.int64)
+                dense[rows_of.column(CELL_COLUMN).to_numpy()] = rows_of.column("n").to_numpy()
+                results[table_plan.table.name] = release_selection(
+                    spec,
+                    table_plan,
+                    master,
+                    query,
+                    dense,
+                    with_truth=with_truth,
+                )
+                progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
         timings["noise"] = time.perf_counter() - started
     finally:
         if aggregates is not None:
@@ -191,6 +277,27 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         if own_session:
             spark.stop()
     return results, timings
+
+
+def _quantile_position_spark(frame, table):
+    """The Spark column of a quantile table's grid positions (null where not finite)."""
+    from pyspark.sql.types import BooleanType, NumericType
+
+    from dp_pipeline.spark_selection import quantile_position
+
+    fields = {f.name: f.dataType for f in frame.schema.fields}
+    if table.value not in fields:
+        raise ValueError(
+            f"table {table.name!r}: column {table.value!r} is not in the input; its columns "
+            f"are {frame.columns}"
+        )
+    kind = fields[table.value]
+    if not isinstance(kind, NumericType) or isinstance(kind, BooleanType):
+        raise TypeError(
+            f"table {table.name!r}: column {table.value!r} has Spark type "
+            f"{kind.simpleString()}; a {table.statistic} needs a numeric column"
+        )
+    return quantile_position(table.value, (table.lower, table.upper), table.granularity)
 
 
 def _rows_of(table, index: int):

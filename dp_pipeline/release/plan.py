@@ -17,12 +17,13 @@ The accountant takes the worst pattern these per-coordinate bounds allow.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting.ledger import accountant_type
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec
 
 __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"]
@@ -39,17 +40,20 @@ class PlanError(ValueError):
 def _accounting():
     """The accountant's calibration, margin and conversion functions."""
     from dp_pipeline.accounting import (
-        calibrate_discrete_gaussian,
         calibrate_discrete_laplace,
+        calibrate_zcdp_shares,
         margin_of_error,
         zcdp_to_epsilon,
     )
 
-    return calibrate_discrete_gaussian, calibrate_discrete_laplace, margin_of_error, zcdp_to_epsilon
+    return calibrate_zcdp_shares, calibrate_discrete_laplace, margin_of_error, zcdp_to_epsilon
 
 
 def sensitivity_vector(table: TableSpec, neighbouring: str) -> tuple[int, ...]:
-    """Per-coordinate bound on how much one privacy unit can change the table's cells."""
+    """Per-coordinate bound on how much one privacy unit can change the table's cells.
+
+    For a top_k table these are its candidates' counts (what one-shot noise is added to).
+    """
     if neighbouring == "add_remove":
         return (table.per_cell_bound,) * table.max_cells
     if table.statistic == "sum":
@@ -58,24 +62,118 @@ def sensitivity_vector(table: TableSpec, neighbouring: str) -> tuple[int, ...]:
         )
     else:
         move = table.max_per_cell
-    return (move,) * (2 * table.max_cells)
+    # A unit leaves up to max_cells cells and enters as many; there are only `cells` cells.
+    return (move,) * min(2 * table.max_cells, table.cells)
+
+
+def selection_runs(table: TableSpec, neighbouring: str) -> int:
+    """How many exponential-mechanism runs one privacy unit can influence.
+
+    A quantile per group: after bounding, a unit holds one value in one group, so adding
+    or removing it changes one group's rank losses (by at most 1): parallel composition,
+    one run. Replacing it can move the value to another group: two runs. Peeling top-k:
+    k rounds (Durfee & Rogers 2019). One-shot top-k: one noisy histogram.
+    """
+    if table.statistic == "top_k":
+        return table.k if table.method == "peeling" else 1
+    return 2 if neighbouring == "replace" and table.keys else 1
+
+
+def _sqrt_down(value: Fraction, what: str) -> Fraction:
+    """The largest multiple of 10^-15 (relative to the value's size) not above sqrt(value)."""
+    digits = max(15, 15 - int(math.log10(float(value))) // 2)
+    scale = 10**digits
+    root = Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
+    if root <= 0:
+        raise PlanError(f"{what}: the budget share is too small for any selection ({value})")
+    return root
+
+
+def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
+    """(mechanism, sensitivity, runs) of a selection table spending at most pure ``epsilon``.
+
+    quantile / median: `BaseTwoExponential` (Δu = 1, not monotone) at ε/runs per run.
+    top_k peeling: k rounds at ε/k, Δu = max_per_cell, monotone under add/remove.
+    top_k one-shot: discrete Laplace of scale Δ₁/ε on every candidate's count.
+    """
+    from dp_pipeline.selection import one_shot_scale, quantile_mechanism, top_k_mechanism
+
+    runs = selection_runs(table, neighbouring)
+    if table.statistic in ("quantile", "median"):
+        return quantile_mechanism(epsilon / runs), 1, runs
+    if table.method == "peeling":
+        mechanism = top_k_mechanism(
+            epsilon,
+            table.k,
+            utility_sensitivity=table.max_per_cell,
+            monotone=neighbouring == "add_remove",
+        )
+        return mechanism, 1, runs
+    vector = sensitivity_vector(table, neighbouring)
+    return DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1
+
+
+def selection_epsilon_for_rho(table: TableSpec, neighbouring: str, rho: Fraction) -> Fraction:
+    """The pure ε whose `selection_event` is at most ``rho``-zCDP (rounded down).
+
+    The exponential mechanism is ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021):
+    r runs at ε/r cost ε²/(8r). One-shot discrete Laplace of scale Δ₁/ε on a vector with
+    shifts m_i costs Σ(m_i·ε/Δ₁)²/2.
+    """
+    what = f"table {table.name!r}"
+    if table.statistic == "top_k" and table.method == "one_shot":
+        vector = sensitivity_vector(table, neighbouring)
+        return _sqrt_down(2 * rho * sum(vector) ** 2 / sum(m * m for m in vector), what)
+    return _sqrt_down(8 * selection_runs(table, neighbouring) * rho, what)
 
 
 @dataclass(frozen=True)
 class TablePlan:
-    """One table's noise: mechanism (exact parameter), sensitivity, ρ and margin of error."""
+    """One table's mechanism (exact parameters), sensitivity, ρ and margin of error.
+
+    count / sum: ``margin_of_error`` bounds each cell's noise at CONFIDENCE. quantile /
+    median: it is the rank error t (the released value's rank loss exceeds the best
+    candidate's by less than t at CONFIDENCE, `quantile_rank_error_bound`). top_k: the
+    noisy counts' margin (one-shot) or None (peeling).
+    """
 
     table: TableSpec
-    mechanism: DiscreteGaussian | DiscreteLaplace
+    mechanism: DiscreteGaussian | DiscreteLaplace | BaseTwoExponential
     sensitivity: tuple[int, ...]
-    rho: Fraction | None  # ρ = ||Δ||²/(2σ²) for a discrete Gaussian; None for Laplace
-    margin_of_error: int  # |noise| <= margin with probability >= CONFIDENCE, per cell
+    rho: Fraction | None  # zCDP ρ of this table (None in a pure-ε, discrete Laplace release)
+    margin_of_error: int | None
+    runs: int = 1  # independent runs of the mechanism one unit can influence
+    epsilon: Fraction | None = None  # pure ε of a selection table (all runs)
 
     @property
     def parameter(self) -> Fraction:
+        """σ² (discrete Gaussian), scale (discrete Laplace) or pure ε (selection tables)."""
+        if self.table.is_selection:
+            return self.epsilon
         if isinstance(self.mechanism, DiscreteGaussian):
             return self.mechanism.sigma2
-        return self.mechanism.scale
+        if isinstance(self.mechanism, DiscreteLaplace):
+            return self.mechanism.scale
+        return self.epsilon
+
+    @property
+    def parameter_name(self) -> str:
+        if self.table.is_selection:
+            return "epsilon"
+        if isinstance(self.mechanism, DiscreteGaussian):
+            return "sigma2"
+        if isinstance(self.mechanism, DiscreteLaplace):
+            return "scale"
+        return "epsilon"
+
+    @property
+    def noise_sd(self) -> float | None:
+        """Standard deviation scale of a noised table's cells (σ, or the Laplace scale)."""
+        if isinstance(self.mechanism, DiscreteGaussian):
+            return float(self.mechanism.sigma2) ** 0.5
+        if isinstance(self.mechanism, DiscreteLaplace):
+            return float(self.mechanism.scale)
+        return None
 
 
 @dataclass(frozen=True)
@@ -108,23 +206,7 @@ class ReleasePlan:
             "budget": None if budget is None else budget.to_dict(),
             "cap": None if self.spec.cap is None else self.spec.cap.to_dict(),
             "confidence": str(CONFIDENCE),
-            "tables": [
-                {
-                    "name": t.table.name,
-                    "keys": list(t.table.keys),
-                    "statistic": t.table.statistic,
-                    "cells": t.table.cells,
-                    "mechanism": t.mechanism.name,
-                    "sigma2" if isinstance(t.mechanism, DiscreteGaussian) else "scale": str(
-                        t.parameter
-                    ),
-                    "sensitivity": list(t.sensitivity),
-                    "share": None if t.table.share is None else str(t.table.share),
-                    "rho": None if t.rho is None else str(t.rho),
-                    "margin_of_error": t.margin_of_error,
-                }
-                for t in self.tables
-            ],
+            "tables": [_table_dict(t) for t in self.tables],
             "guarantee": {
                 "rho": None if self.rho is None else str(self.rho),
                 "delta_reference": str(self.report_delta),
@@ -142,52 +224,128 @@ class ReleasePlan:
         }
 
 
+def _table_dict(plan: TablePlan) -> dict:
+    table = plan.table
+    entry = {
+        "name": table.name,
+        "keys": list(table.keys),
+        "statistic": table.statistic,
+        "cells": table.cells,
+        "mechanism": plan.mechanism.name,
+        plan.parameter_name: str(plan.parameter),
+        "sensitivity": list(plan.sensitivity),
+        "share": None if table.share is None else str(table.share),
+        "rho": None if plan.rho is None else str(plan.rho),
+        "margin_of_error": plan.margin_of_error,
+    }
+    if table.is_selection:
+        entry["runs"] = plan.runs
+        if isinstance(plan.mechanism, DiscreteLaplace):
+            entry["scale"] = str(plan.mechanism.scale)
+        if table.statistic == "top_k":
+            entry.update(k=table.k, method=table.method, candidates=table.candidates)
+            if isinstance(plan.mechanism, DiscreteLaplace):
+                entry["margin_of_error_meaning"] = "noisy count of each reported candidate"
+        else:
+            entry.update(
+                value=table.value,
+                q=str(table.q),
+                lower=str(table.lower),
+                upper=str(table.upper),
+                granularity=str(table.granularity),
+                candidates=table.candidates,
+                margin_of_error_meaning="rank error (values between the released one and "
+                "the true quantile)",
+            )
+        if isinstance(plan.mechanism, BaseTwoExponential):
+            entry["base"] = str(plan.mechanism.base)
+            entry["min_passes"] = plan.mechanism.min_passes
+    return entry
+
+
 def _bound(bound) -> dict:
     return {"lower": float(bound.lower), "upper": float(bound.upper), "method": bound.method}
 
 
 def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> ReleasePlan:
-    """Calibrate every table and prove the release's guarantee; raise `PlanError` if unmet."""
+    """Calibrate every table and prove the release's guarantee; raise `PlanError` if unmet.
+
+    Noised tables (count, sum) get their share of the budget as σ² (discrete Gaussian)
+    or a scale (discrete Laplace); selection tables (quantile, median, top_k) get theirs
+    as a pure ε: the share of ε in a discrete Laplace release, and in a discrete Gaussian
+    release the ε whose zCDP ρ (ε²/8 per exponential-mechanism run) is the share of ρ.
+    For an (ε, δ) budget the common noise scale is searched with every mechanism in the
+    composition (`calibrate_zcdp_shares`).
+    """
     started = time.perf_counter()
-    calibrate_gaussian, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
-    vectors = [sensitivity_vector(t, spec.neighbouring) for t in spec.tables]
+    calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
+
+    vectors = {t.name: sensitivity_vector(t, spec.neighbouring) for t in spec.tables}
+    noised = [t for t in spec.tables if not t.is_selection]
+    selections = [t for t in spec.tables if t.is_selection]
     budget = spec.budget
-    if spec.noise == "discrete_gaussian":
-        if spec.tables[0].sigma2 is not None:
-            parameters = [t.sigma2 for t in spec.tables]
-        else:
-            parameters = calibrate_gaussian(
-                epsilon=budget.epsilon,
-                delta=budget.delta,
-                rho=budget.rho,
-                queries=[(t.share, v) for t, v in zip(spec.tables, vectors, strict=True)],
-            )
-        mechanisms = [DiscreteGaussian(p) for p in parameters]
-    else:
-        # Pure-ε calibration: meets any (ε, δ) budget with the same ε.
-        parameters = calibrate_laplace(
+    events: dict[str, tuple] = {}
+    if spec.noise == "discrete_gaussian" and noised and noised[0].sigma2 is not None:
+        for table in noised:
+            events[table.name] = (DiscreteGaussian(table.sigma2), vectors[table.name], 1)
+    elif spec.noise == "discrete_gaussian":
+
+        def builder(table):
+            def build(rho):
+                epsilon = selection_epsilon_for_rho(table, spec.neighbouring, rho)
+                return selection_event(table, spec.neighbouring, epsilon)
+
+            return build
+
+        sigma2s, built = calibrate_zcdp_shares(
             epsilon=budget.epsilon,
-            queries=[(t.share, v) for t, v in zip(spec.tables, vectors, strict=True)],
+            delta=budget.delta,
+            rho=budget.rho,
+            queries=[(t.share, vectors[t.name]) for t in noised],
+            others=[(t.share, builder(t)) for t in selections],
         )
-        mechanisms = [DiscreteLaplace(p) for p in parameters]
+        for table, sigma2 in zip(noised, sigma2s, strict=True):
+            events[table.name] = (DiscreteGaussian(sigma2), vectors[table.name], 1)
+        for table, event in zip(selections, built, strict=True):
+            events[table.name] = event
+    else:
+        # Pure ε composes additively: every table spends its share of ε.
+        noised_share = sum((t.share for t in noised), Fraction(0))
+        if noised:
+            scales = calibrate_laplace(
+                epsilon=budget.epsilon * noised_share,
+                queries=[(t.share / noised_share, vectors[t.name]) for t in noised],
+            )
+            for table, scale in zip(noised, scales, strict=True):
+                events[table.name] = (DiscreteLaplace(scale), vectors[table.name], 1)
+        for table in selections:
+            events[table.name] = selection_event(
+                table, spec.neighbouring, table.share * budget.epsilon
+            )
 
     accountant = accountant_type()()
     tables = []
-    for table, vector, mechanism in zip(spec.tables, vectors, mechanisms, strict=True):
-        accountant.add(mechanism, sensitivity=vector, count=1)
+    for table in spec.tables:
+        mechanism, sensitivity, runs = events[table.name]
+        sensitivity = tuple(sensitivity) if isinstance(sensitivity, tuple) else (sensitivity,)
+        accountant.add(mechanism, sensitivity=sensitivity, count=runs)
         rho = None
-        if isinstance(mechanism, DiscreteGaussian):
-            rho = Fraction(sum(s * s for s in vector)) / (2 * mechanism.sigma2)
-        tables.append(
-            TablePlan(table, mechanism, vector, rho, int(margin_of_error(mechanism, confidence)))
-        )
+        if spec.noise == "discrete_gaussian":
+            rho = Fraction(accountant_type()().add(mechanism, sensitivity, runs).rho())
+        if table.is_selection:
+            tables.append(_selection_plan(table, mechanism, sensitivity, runs, rho, confidence))
+        else:
+            margin = int(margin_of_error(mechanism, confidence))
+            tables.append(TablePlan(table, mechanism, sensitivity, rho, margin))
 
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
     epsilon_tight = accountant.epsilon(report_delta)
     delta_tight = None
     if budget is not None and budget.epsilon is not None:
-        delta_tight = accountant.delta(budget.epsilon)
+        # A discrete Laplace release is pure ε-DP: basic composition proves δ = 0 directly.
+        method = "pure_dp" if spec.noise == "discrete_laplace" else None
+        delta_tight = accountant.delta(budget.epsilon, method=method)
         if Fraction(delta_tight.upper) > budget.delta:
             raise PlanError(
                 f"the release's delta at epsilon={budget.epsilon} is at most "
@@ -215,6 +373,21 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     )
 
 
+def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> TablePlan:
+    from dp_pipeline.accounting import margin_of_error
+    from dp_pipeline.selection import quantile_rank_error_bound
+
+    if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
+        epsilon = Fraction(sum(sensitivity)) / mechanism.scale
+        margin = int(margin_of_error(mechanism, confidence))
+    else:
+        epsilon = runs * mechanism.pure_epsilon
+        margin = None
+        if table.statistic in ("quantile", "median"):
+            margin = quantile_rank_error_bound(mechanism, table.candidates, 1 - confidence)
+    return TablePlan(table, mechanism, sensitivity, rho, margin, runs=runs, epsilon=epsilon)
+
+
 def _report_delta(spec: ReleaseSpec) -> Fraction:
     for budget in (spec.budget, spec.cap):
         if budget is not None and budget.delta:
@@ -231,15 +404,20 @@ def format_plan(plan: ReleasePlan) -> str:
         f"budget: {spec.budget.describe() if spec.budget else 'explicit sigma2'}"
         + (f"; population cap: {spec.cap.describe()}" if spec.cap else ""),
         "",
-        f"{'table':<26}{'cells':>10}  {'sigma2 / scale':>22}{'rho share':>12}{'margin (95%)':>14}",
+        f"{'table':<26}{'cells':>10}  {'sigma2 / scale / eps':>22}{'rho share':>12}"
+        f"{'margin (95%)':>14}",
     ]
     for table in plan.tables:
         share = "" if table.rho is None or not plan.rho else f"{float(table.rho / plan.rho):.4f}"
         parameter = table.parameter
         shown = str(parameter) if len(str(parameter)) <= 22 else f"{float(parameter):.6g}"
+        margin = "" if table.margin_of_error is None else f"±{table.margin_of_error}"
+        if table.table.is_selection:
+            shown = f"eps {float(parameter):.6g}"
+            if table.table.statistic in ("quantile", "median"):
+                margin = f"rank ±{table.margin_of_error}"
         lines.append(
-            f"{table.table.name:<26}{table.table.cells:>10}  {shown:>22}{share:>12}"
-            f"{'±' + str(table.margin_of_error):>14}"
+            f"{table.table.name:<26}{table.table.cells:>10}  {shown:>22}{share:>12}{margin:>14}"
         )
     lines.append("")
     delta = float(plan.report_delta)
@@ -252,7 +430,7 @@ def format_plan(plan: ReleasePlan) -> str:
         lines.append(
             f"epsilon at delta={delta:.3g}: zCDP conversion {plan.epsilon_zcdp:.6g} "
             f"(rho = {float(plan.rho):.6g}); tight bound saves "
-            f"{plan.epsilon_zcdp - float(tight.upper):.4g}"
+            f"{max(0.0, plan.epsilon_zcdp - float(tight.upper)):.4g}"
         )
     if plan.delta_tight is not None:
         lines.append(

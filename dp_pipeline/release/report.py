@@ -40,10 +40,42 @@ def privacy_report(plan: ReleasePlan, reservation, key_fingerprint: str, files: 
 
 
 def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> list[dict]:
-    """Per table: mean/max absolute error and share of cells within the margin of error."""
+    """Per table: how far the release is from the truth (synthetic input only).
+
+    Noised tables: mean/max absolute error and the share of cells within the margin of
+    error. quantile / median: the rank error per group (how many values lie between the
+    released value and the best candidate, beyond the best's own loss) and the share of
+    groups within the planned rank error. top_k: the share of reported candidates that
+    are in the true top k.
+    """
     rows = []
     for table in plan.tables:
         frame = results[table.table.name]
+        statistic = table.table.statistic
+        if statistic == "top_k" and "in_true_top_k" in frame:
+            rows.append(
+                {
+                    "table": table.table.name,
+                    "statistic": statistic,
+                    "k": len(frame),
+                    "precision": float(frame["in_true_top_k"].mean()),
+                }
+            )
+            continue
+        if statistic in ("quantile", "median") and "rank_error" in frame:
+            errors = frame["rank_error"].to_numpy(np.float64)
+            rows.append(
+                {
+                    "table": table.table.name,
+                    "statistic": statistic,
+                    "groups": int(errors.size),
+                    "mean_rank_error": float(errors.mean()),
+                    "max_rank_error": float(errors.max()),
+                    "within_margin": float((errors < table.margin_of_error).mean()),
+                    "margin_of_error": table.margin_of_error,
+                }
+            )
+            continue
         if "true_value" not in frame:
             continue
         error = frame["value"].to_numpy(np.int64) - frame["true_value"].to_numpy(np.int64)
@@ -56,7 +88,7 @@ def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> lis
                 "max_abs_error": int(np.abs(error).max()),
                 "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
                 "margin_of_error": table.margin_of_error,
-                "sigma": float(table.parameter) ** 0.5,
+                "sigma": table.noise_sd,
             }
         )
     return rows
@@ -81,6 +113,8 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     names = [t.table.name for t in plan.tables]
+    noised = [t for t in plan.tables if not t.table.is_selection]
+    cell_accuracy = [row for row in accuracy if "cells" in row]
     figures = {}
     if plan.rho:
         shares = [float(t.rho / plan.rho) for t in plan.tables]
@@ -89,12 +123,16 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
         axis.set_xlabel("share of the release's zCDP ρ")
         axis.invert_yaxis()
         figures["budget"] = _png(figure)
-    figure, axis = plt.subplots(figsize=(7, 0.45 * len(names) + 1))
-    axis.barh(names, [t.margin_of_error for t in plan.tables], color="#ee7733")
-    axis.set_xscale("log")
-    axis.set_xlabel("95% margin of error per cell (log scale)")
-    axis.invert_yaxis()
-    figures["margins"] = _png(figure)
+    if noised:
+        figure, axis = plt.subplots(figsize=(7, 0.45 * len(noised) + 1))
+        axis.barh(
+            [t.table.name for t in noised], [t.margin_of_error for t in noised], color="#ee7733"
+        )
+        axis.set_xscale("log")
+        axis.set_xlabel("95% margin of error per cell (log scale)")
+        axis.invert_yaxis()
+        figures["margins"] = _png(figure)
+    accuracy = cell_accuracy
     if accuracy:
         columns = min(3, len(accuracy))
         rows = (len(accuracy) + columns - 1) // columns
@@ -189,6 +227,8 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
         "<th>σ²</th><th>σ</th><th>ρ share</th><th>margin (95%)</th></tr>"
     )
     for table in plan.tables:
+        if table.table.is_selection:
+            continue
         share = "–" if not plan.rho or table.rho is None else f"{float(table.rho / plan.rho):.1%}"
         statistic = table.table.statistic
         if statistic == "sum":
@@ -197,21 +237,25 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
             f"<tr><td>{esc(table.table.name)}</td><td>{esc(' × '.join(table.table.keys))}</td>"
             f"<td>{esc(statistic)}</td><td>{table.table.cells:,}</td>"
             f"<td>{_number(float(table.parameter))}</td>"
-            f"<td>{_number(float(table.parameter) ** 0.5)}</td><td>{share}</td>"
+            f"<td>{_number(table.noise_sd)}</td><td>{share}</td>"
             f"<td>±{table.margin_of_error:,}</td></tr>"
         )
     parts.append("</table>")
+    parts.extend(_selection_section(plan))
     for key, title in (("budget", "Budget split"), ("margins", "Margins of error")):
         if key in figures:
             parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,")
             parts.append(figures[key] + "'>")
+    cell_rows = [row for row in accuracy if "cells" in row]
+    selection_rows = [row for row in accuracy if "cells" not in row]
     if accuracy:
         parts.append("<h2>Accuracy against the truth (synthetic input only)</h2>")
+    if cell_rows:
         parts.append(
             "<table><tr><th>table</th><th>cells</th><th>mean |error|</th><th>RMSE</th>"
             "<th>σ</th><th>max |error|</th><th>within margin</th></tr>"
         )
-        for row in accuracy:
+        for row in cell_rows:
             parts.append(
                 f"<tr><td>{esc(row['table'])}</td><td>{row['cells']:,}</td>"
                 f"<td>{row['mean_abs_error']:.3g}</td><td>{row['rmse']:.3g}</td>"
@@ -223,6 +267,19 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
             parts.append(
                 "<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>"
             )
+    for row in selection_rows:
+        if row["statistic"] == "top_k":
+            parts.append(
+                f"<p><b>{esc(row['table'])}</b>: {row['precision']:.0%} of the {row['k']} "
+                "reported candidates are in the true top k.</p>"
+            )
+        else:
+            parts.append(
+                f"<p><b>{esc(row['table'])}</b>: rank error over {row['groups']:,} group(s): "
+                f"mean {row['mean_rank_error']:.3g}, max {row['max_rank_error']:.3g}; "
+                f"{row['within_margin']:.0%} within the planned ±{row['margin_of_error']:,}."
+                "</p>"
+            )
     parts.append(
         "<h2>Files</h2><ul>"
         + "".join(f"<li><code>{esc(name)}</code></li>" for name in sorted(report["files"]))
@@ -230,6 +287,50 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
     )
     parts.append("</body></html>")
     return "\n".join(part for part in parts if part)
+
+
+def _selection_section(plan: ReleasePlan) -> list[str]:
+    """The selection tables (quantile, median, top_k): mechanism, ε and precision."""
+    selections = [t for t in plan.tables if t.table.is_selection]
+    if not selections:
+        return []
+    esc = html.escape
+    parts = [
+        "<h3>Selections</h3>",
+        "<p>Quantiles, medians and top-k are chosen by the exact base-2 exponential "
+        "mechanism (Ilvento 2020) from candidates fixed before reading the data, or, for "
+        "one-shot top-k, from discrete-Laplace-noised counts. A quantile's rank error r "
+        "means at most r more values lie between the released value and the true quantile "
+        "than between the best candidate and it (95%).</p>",
+        "<table><tr><th>table</th><th>groups</th><th>statistic</th><th>candidates</th>"
+        "<th>mechanism</th><th>ε</th><th>ρ share</th><th>precision (95%)</th></tr>",
+    ]
+    for table in selections:
+        spec = table.table
+        share = "–" if not plan.rho or table.rho is None else f"{float(table.rho / plan.rho):.1%}"
+        if spec.statistic == "top_k":
+            statistic = f"top {spec.k} of {spec.keys[0]} ({spec.method})"
+            groups = "–"
+        else:
+            level = "median" if spec.statistic == "median" else f"{float(spec.q):g}-quantile"
+            statistic = (
+                f"{level} of {spec.value} on [{spec.lower}, {spec.upper}] step {spec.granularity}"
+            )
+            groups = esc(" × ".join(spec.keys)) or "–"
+        if table.margin_of_error is None:
+            precision = "–"
+        elif spec.statistic == "top_k":
+            precision = f"counts ±{table.margin_of_error:,}"
+        else:
+            precision = f"rank ±{table.margin_of_error:,}"
+        runs = f" × {table.runs}" if table.runs > 1 else ""
+        parts.append(
+            f"<tr><td>{esc(spec.name)}</td><td>{groups}</td><td>{esc(statistic)}</td>"
+            f"<td>{spec.candidates:,}</td><td>{esc(table.mechanism.name)}{runs}</td>"
+            f"<td>{_number(table.epsilon)}</td><td>{share}</td><td>{precision}</td></tr>"
+        )
+    parts.append("</table>")
+    return parts
 
 
 def _cap_text(cap: dict) -> str:

@@ -33,6 +33,7 @@ from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.selections import output_columns
 from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
 from dp_pipeline.release.synthetic import cached_census_sample
 
@@ -199,11 +200,11 @@ def _write_outputs(final, plan, reservation, master, fingerprint, results, progr
             name = table.table.name
             frame = results[name].copy()
             frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
-            columns = [*table.table.keys, "value"]
+            columns = output_columns(table.table)
             arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
             write_table(arrow, folder / f"{name}.parquet")
             files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
-            progress(f"wrote {name}.parquet ({arrow.num_rows:,} cells)")
+            progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")
         report = privacy_report(plan, reservation, master.fingerprint, files)
         report["input_fingerprint"] = fingerprint
         write_json(report, folder / "privacy_report.json")

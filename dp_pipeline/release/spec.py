@@ -15,6 +15,7 @@ See docs/spec_reference.md for every field, its default and its rule.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from typing import Any
 __all__ = [
     "NEIGHBOURING_RELATIONS",
     "NOISE_FAMILIES",
+    "SELECTIONS",
+    "STATISTICS",
     "Budget",
     "ReleaseSpec",
     "SpecError",
@@ -36,7 +39,11 @@ __all__ = [
 
 NOISE_FAMILIES = ("discrete_gaussian", "discrete_laplace")
 NEIGHBOURING_RELATIONS = ("add_remove", "replace")
-STATISTICS = ("count", "sum")
+STATISTICS = ("count", "sum", "quantile", "median", "top_k")
+# Statistics released by DP selection (the exponential mechanism or one-shot noisy top-k):
+# they take a share of the budget, never an explicit sigma2.
+SELECTIONS = ("quantile", "median", "top_k")
+TOP_K_METHODS = ("peeling", "one_shot")
 ENGINES = ("spark", "pandas")
 INPUT_FORMATS = ("parquet", "csv")
 # A release id names output directories and keys noise streams: keep it a plain token.
@@ -81,26 +88,48 @@ class Budget:
 
 @dataclass(frozen=True)
 class TableSpec:
-    """One released table: its key columns (with their full domains) and its statistic."""
+    """One released table: its key columns (with their full domains) and its statistic.
+
+    count / sum: one noisy value per cell of ``keys``. quantile / median: one
+    selected value of ``value`` per cell of ``keys`` (the groups; none = one
+    row), chosen from the grid ``lower, lower + granularity, ... <= upper``.
+    top_k: the ``k`` most frequent values of the single key column among its
+    domain (the candidates), by ``method``.
+    """
 
     name: str
     keys: tuple[str, ...]
-    statistic: str  # "count" or "sum"
-    value: str | None  # summed column (sum only)
-    lower: int | None  # clamping bounds of the summed column (sum only), integers
-    upper: int | None
+    statistic: str  # one of STATISTICS
+    value: str | None  # summed column (sum) or the column of a quantile / median
+    lower: int | Fraction | None  # sum: clamping bounds (integers); quantile: grid bounds
+    upper: int | Fraction | None
     share: Fraction | None  # share of the release budget (all tables, or none)
     sigma2: Fraction | None  # explicit noise parameter instead of a share
     max_cells: int  # L0: cells of this table one privacy unit may touch
     max_per_cell: int  # L∞: rows one privacy unit may contribute to one cell
-    cells: int  # product of the key domains' sizes
+    cells: int  # product of the key domains' sizes (released rows; top_k: candidates)
+    q: Fraction | None = None  # quantile level (median: 1/2)
+    granularity: Fraction | None = None  # quantile grid step
+    k: int | None = None  # top_k
+    method: str | None = None  # top_k: "peeling" or "one_shot"
+
+    @property
+    def is_selection(self) -> bool:
+        return self.statistic in SELECTIONS
+
+    @property
+    def candidates(self) -> int:
+        """Outcomes the selection chooses from (quantile grid size; top_k: the domain)."""
+        if self.statistic in ("quantile", "median"):
+            return math.floor((self.upper - self.lower) / self.granularity) + 1
+        return self.cells
 
     @property
     def per_cell_bound(self) -> int:
         """Largest change one privacy unit can make to one cell (before the relation)."""
-        if self.statistic == "count":
-            return self.max_per_cell
-        return self.max_per_cell * max(abs(self.lower), abs(self.upper))
+        if self.statistic == "sum":
+            return self.max_per_cell * max(abs(self.lower), abs(self.upper))
+        return self.max_per_cell
 
 
 @dataclass(frozen=True)
@@ -200,7 +229,13 @@ _TABLE_FIELDS = (
     "sigma2",
     "max_cells",
     "max_per_cell",
+    "q",
+    "granularity",
+    "k",
+    "method",
 )
+# Largest quantile grid (groups x grid positions are also bounded by release.max_cells).
+MAX_QUANTILE_CANDIDATES = 10_000_000
 _REQUIRED_SECTIONS = ("release", "population", "privacy_unit", "domains", "tables")
 
 
@@ -314,6 +349,17 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
     tables = _tables(
         sections["tables"], domains, default_l0 or 1, default_linf or 1, max_cells, problems
     )
+    for index, table in enumerate(tables):
+        if unit_column is not None and unit_column in (*table.keys, table.value):
+            problems.append(
+                f"tables[{index}]: column {unit_column!r} is the privacy unit; it cannot be "
+                "a key or the value of a table"
+            )
+        if table.statistic in ("quantile", "median") and table.value in table.keys:
+            problems.append(
+                f"tables[{index}].value = {table.value!r}: the {table.statistic}'s column "
+                "cannot also be one of its group keys"
+            )
     if each_row:
         for index, table in enumerate(tables):
             for name in ("max_cells", "max_per_cell"):
@@ -587,12 +633,26 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
                 )
             else:
                 names[name] = index
-        keys = raw.get("keys")
-        if not isinstance(keys, list) or not keys or not all(isinstance(k, str) for k in keys):
-            problems.append(f"{path}.keys = {keys!r}: must be a non-empty list of column names")
+        statistic = _choice(raw, "statistic", path, STATISTICS, "count", problems)
+        grouped_selection = statistic in ("quantile", "median")
+        keys = raw.get("keys", [] if grouped_selection else None)
+        if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+            rule = (
+                "must be a list of column names (the groups; [] or absent for one value)"
+                if grouped_selection
+                else "must be a non-empty list of column names"
+            )
+            problems.append(f"{path}.keys = {keys!r}: {rule}")
             keys = []
+        elif not keys and not grouped_selection:
+            problems.append(f"{path}.keys = []: must be a non-empty list of column names")
         elif len(set(keys)) != len(keys):
             problems.append(f"{path}.keys = {keys!r}: a key column appears twice")
+        if statistic == "top_k" and len(keys) > 1:
+            problems.append(
+                f"{path}.keys = {keys!r}: a top_k table has exactly one key column, whose "
+                "domain lists the candidates"
+            )
         cells = 1
         for key in keys:
             if key not in domains:
@@ -607,8 +667,7 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
                 f"{path}: {cells} cells exceed release.max_cells = {max_cells}; "
                 "coarsen a key or raise the limit"
             )
-        statistic = _choice(raw, "statistic", path, STATISTICS, "count", problems)
-        value = lower = upper = None
+        value = lower = upper = q = granularity = k = method = None
         if statistic == "sum":
             value = _string(raw, "value", path, problems, required=True)
             if value is not None:
@@ -627,11 +686,38 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
             lower, upper = raw.get("lower"), raw.get("upper")
             if isinstance(lower, int) and isinstance(upper, int) and not lower < upper:
                 problems.append(f"{path}: lower = {lower} must be < upper = {upper}")
+        elif grouped_selection:
+            value, lower, upper, q, granularity = _quantile_fields(
+                raw, path, statistic, cells, max_cells, problems
+            )
         else:
             for key in ("value", "lower", "upper"):
                 if key in raw:
                     problems.append(
-                        f"{path}.{key} = {_show(raw[key])}: only a sum table takes {key}"
+                        f"{path}.{key} = {_show(raw[key])}: only sum, quantile and median "
+                        f"tables take {key}"
+                    )
+        if not grouped_selection:
+            for key in ("q", "granularity"):
+                if key in raw:
+                    problems.append(
+                        f"{path}.{key} = {_show(raw[key])}: only quantile and median tables "
+                        f"take {key}"
+                    )
+        if statistic == "top_k":
+            k = _integer(raw, "k", path, problems)
+            if "k" not in raw:
+                problems.append(f"{path}.k: required for a top_k table (how many to select)")
+            elif k is not None and not 1 <= k <= cells:
+                problems.append(
+                    f"{path}.k = {k}: must be between 1 and the number of candidates ({cells})"
+                )
+            method = _choice(raw, "method", path, TOP_K_METHODS, "peeling", problems)
+        else:
+            for key in ("k", "method"):
+                if key in raw:
+                    problems.append(
+                        f"{path}.{key} = {_show(raw[key])}: only top_k tables take {key}"
                     )
         share = sigma2 = None
         if "share" in raw:
@@ -639,15 +725,32 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
             if share is not None and share > 1:
                 problems.append(f"{path}.share = {_show(raw['share'])}: must be <= 1")
         if "sigma2" in raw:
-            sigma2 = _positive(raw["sigma2"], f"{path}.sigma2", problems)
+            if statistic in SELECTIONS:
+                problems.append(
+                    f"{path}.sigma2 = {_show(raw['sigma2'])}: a {statistic} table is released "
+                    "by DP selection, not Gaussian noise; give it a share of the budget"
+                )
+            else:
+                sigma2 = _positive(raw["sigma2"], f"{path}.sigma2", problems)
         if "share" in raw and "sigma2" in raw:
             problems.append(f"{path}: give share or sigma2, not both")
-        l0 = _integer(raw, "max_cells", path, problems, default=default_l0)
-        linf = _integer(raw, "max_per_cell", path, problems, default=default_linf)
+        if grouped_selection:
+            # Each unit contributes one value to a quantile (bounded to one row), whatever
+            # the privacy_unit defaults say: the rank loss then moves by at most 1.
+            for key in ("max_cells", "max_per_cell"):
+                if key in raw and raw[key] != 1:
+                    problems.append(
+                        f"{path}.{key} = {_show(raw[key])}: a {statistic} table takes one value "
+                        "per privacy unit; remove the field"
+                    )
+            l0 = linf = 1
+        else:
+            l0 = _integer(raw, "max_cells", path, problems, default=default_l0)
+            linf = _integer(raw, "max_per_cell", path, problems, default=default_linf)
         for key, bound in (("max_cells", l0), ("max_per_cell", linf)):
             if bound is not None and bound < 1:
                 problems.append(f"{path}.{key} = {bound}: must be >= 1")
-        if l0 is not None and cells and l0 > cells:
+        if l0 is not None and cells and l0 > cells and not grouped_selection:
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
         if len(problems) == before:
             tables.append(
@@ -663,6 +766,61 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
                     max_cells=l0,
                     max_per_cell=linf,
                     cells=cells,
+                    q=q,
+                    granularity=granularity,
+                    k=k,
+                    method=method,
                 )
             )
     return tables
+
+
+def _quantile_fields(raw, path, statistic, groups, max_cells, problems):
+    """(value column, lower, upper, q, granularity) of a quantile or median table."""
+    value = _string(raw, "value", path, problems, required=True)
+    if value is not None:
+        _check_column(value, f"{path}.value", problems)
+    bounds = []
+    for bound in ("lower", "upper"):
+        if bound not in raw:
+            problems.append(
+                f"{path}.{bound}: required for a {statistic} (the candidate grid runs from "
+                "lower to upper; bounds never come from the data)"
+            )
+            bounds.append(None)
+        else:
+            bounds.append(_rational(raw[bound], f"{path}.{bound}", problems))
+    lower, upper = bounds
+    if lower is not None and upper is not None and not lower < upper:
+        problems.append(f"{path}: lower = {lower} must be < upper = {upper}")
+        lower = upper = None
+    granularity = Fraction(1)
+    if "granularity" in raw:
+        granularity = _positive(raw["granularity"], f"{path}.granularity", problems)
+    q = Fraction(1, 2)
+    if statistic == "median":
+        if "q" in raw:
+            problems.append(f"{path}.q = {_show(raw['q'])}: a median is q = 1/2; remove q")
+    elif "q" not in raw:
+        problems.append(f"{path}.q: required for a quantile (a number in [0, 1])")
+        q = None
+    else:
+        q = _rational(raw["q"], f"{path}.q", problems)
+        if q is not None and not 0 <= q <= 1:
+            problems.append(f"{path}.q = {_show(raw['q'])}: must be in [0, 1]")
+            q = None
+    if None not in (lower, upper, granularity):
+        candidates = math.floor((upper - lower) / granularity) + 1
+        if candidates > MAX_QUANTILE_CANDIDATES:
+            problems.append(
+                f"{path}: lower = {lower}, upper = {upper} and granularity = {granularity} give "
+                f"{candidates} candidates, more than {MAX_QUANTILE_CANDIDATES}; use a coarser "
+                "granularity"
+            )
+        elif max_cells is not None and groups * candidates > max_cells:
+            problems.append(
+                f"{path}: {groups} group(s) x {candidates} grid positions = "
+                f"{groups * candidates} cells to aggregate exceed release.max_cells = "
+                f"{max_cells}; use a coarser granularity or fewer groups"
+            )
+    return value, lower, upper, q, granularity
