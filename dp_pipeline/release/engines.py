@@ -235,7 +235,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
                 .select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s")
                 .toArrow()
             )
-        for index, (table_plan, query) in enumerate(zip(noised, specs, strict=False)):
+        for index, (table_plan, query) in enumerate(zip(noised, specs[: len(noised)], strict=True)):
             released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
             released = released.rename(columns={_statistic_column(table_plan): "value"})
             released = released[[*table_plan.table.keys, "value"]]
