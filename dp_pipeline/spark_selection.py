@@ -36,6 +36,7 @@ from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
+    "check_numeric_column",
     "dp_median",
     "dp_quantile",
     "dp_top_k",
@@ -164,20 +165,21 @@ def quantile_position(column: str, bounds, granularity):
     return sf.when(~invalid, position)
 
 
-def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
-    """One Spark job: per-grid-position counts (and invalid/clamped rows); select on the driver."""
+def check_numeric_column(df, column: str, role: str) -> None:
+    """Raise, naming ``role`` (e.g. "quantile column"), unless ``column`` is numeric in ``df``."""
     fields = {f.name: f.dataType for f in df.schema.fields}
-    if query.column not in fields:
-        raise ValueError(
-            f"quantile column {query.column!r} is not in the DataFrame; its columns are "
-            f"{df.columns}"
-        )
-    kind = fields[query.column]
+    if column not in fields:
+        raise ValueError(f"{role} {column!r} is not in the DataFrame; its columns are {df.columns}")
+    kind = fields[column]
     if not isinstance(kind, NumericType):
         raise TypeError(
-            f"quantile column {query.column!r} has Spark type {kind.simpleString()}; "
-            f"it must be numeric"
+            f"{role} {column!r} has Spark type {kind.simpleString()}; it must be numeric"
         )
+
+
+def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
+    """One Spark job: per-grid-position counts (and invalid/clamped rows); select on the driver."""
+    check_numeric_column(df, query.column, "quantile column")
     value, invalid = invalid_number(query.column)
     low, high = (float(b) for b in query.bounds)
     position = sf.coalesce(

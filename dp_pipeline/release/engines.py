@@ -281,22 +281,9 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
 
 def _quantile_position_spark(frame, table):
     """The Spark column of a quantile table's grid positions (null where not finite)."""
-    from pyspark.sql.types import BooleanType, NumericType
+    from dp_pipeline.spark_selection import check_numeric_column, quantile_position
 
-    from dp_pipeline.spark_selection import quantile_position
-
-    fields = {f.name: f.dataType for f in frame.schema.fields}
-    if table.value not in fields:
-        raise ValueError(
-            f"table {table.name!r}: column {table.value!r} is not in the input; its columns "
-            f"are {frame.columns}"
-        )
-    kind = fields[table.value]
-    if not isinstance(kind, NumericType) or isinstance(kind, BooleanType):
-        raise TypeError(
-            f"table {table.name!r}: column {table.value!r} has Spark type "
-            f"{kind.simpleString()}; a {table.statistic} needs a numeric column"
-        )
+    check_numeric_column(frame, table.value, f"table {table.name!r}: column")
     return quantile_position(table.value, (table.lower, table.upper), table.granularity)
 
 
