@@ -317,3 +317,24 @@ def test_string_units_with_several_rows_take_the_lookup_path(spark):
     df["unit"] = df["unit"].map(lambda u: None if pd.isna(u) else f"person-{u}").astype(object)
     for diagnostics in assert_queries_equal_pandas(spark, df, release_queries("unit")):
         assert diagnostics.rows_removed_max_cells + diagnostics.rows_removed_max_per_cell > 0
+
+
+@pytest.mark.parametrize("unit", ["unit", None])
+def test_driver_noise_equals_the_spark_noise_job(spark, unit):
+    from dp_pipeline.spark import collect_noisy_cells
+    from dp_pipeline.spark_aggregate import aggregate_queries
+
+    specs = release_queries(unit)
+    aggregates, _ = aggregate_queries(spark.createDataFrame(mixed_units_data(seed=3)), specs)
+    try:
+        local, local_truth = collect_noisy_cells(aggregates, specs, spark, truth=True)
+        job, job_truth = collect_noisy_cells(aggregates, specs, spark, truth=True, driver_cells=0)
+    finally:
+        aggregates.unpersist()
+
+    def rows(table):  # values only: Spark marks its output columns non-nullable
+        return table.sort_by([("_dp_table", "ascending"), ("_cell", "ascending")]).to_pydict()
+
+    assert local.num_rows == sum(query_spec.cells.total for query_spec in specs)
+    assert rows(local) == rows(job)
+    assert rows(local_truth.select(job_truth.column_names)) == rows(job_truth)

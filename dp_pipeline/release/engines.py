@@ -121,12 +121,10 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
 
 def _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark):
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as sf
 
     from dp_pipeline.aggregate import QuerySpec
-    from dp_pipeline.spark import noisy_cells, output_schema
-    from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
-    from dp_pipeline.udfs.noise import CELL_COLUMN
+    from dp_pipeline.spark import collect_noisy_cells, output_schema
+    from dp_pipeline.spark_aggregate import aggregate_queries
 
     timings = {}
     if spark is None:
@@ -162,16 +160,9 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             f"in {timings['aggregate']:.1f} s"
         )
         started = time.perf_counter()
-        # One Spark job adds the noise of every table (grouped Arrow UDF per table and
-        # noise partition); the driver decodes the keys and orders the declared cells.
-        noisy = noisy_cells(aggregates, specs, spark).toArrow()
-        truth = None
-        if with_truth:
-            truth = (
-                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
-                .select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s")
-                .toArrow()
-            )
+        # The driver collects the non-empty cells and adds the noise of every table
+        # (a Spark job does for very large releases), decodes the keys and orders the cells.
+        noisy, truth = collect_noisy_cells(aggregates, specs, spark, truth=with_truth)
         results = {}
         for index, (table_plan, query) in enumerate(zip(plan.tables, specs, strict=True)):
             released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
