@@ -25,6 +25,7 @@ from fractions import Fraction
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
@@ -265,6 +266,8 @@ def collect_noisy_cells(
 ):
     """(`noisy_cells` collected as an Arrow table, the true cells or None), noised on the driver.
 
+    ``aggregates``: `aggregate_queries`' DataFrame or its ``collect=True`` Arrow table.
+
     When all queries together declare at most ``driver_cells`` cells, the
     non-empty cells of ``aggregates`` (``_dp_table``, ``_cell``, ``n``, ``s``
     and, with ``truth``, ``true_n``, ``true_s``) are collected in one job and
@@ -277,14 +280,26 @@ def collect_noisy_cells(
     cells only, before bounding) for accuracy reports on synthetic data.
     """
     specs = list(specs)
+    columns = [TABLE_COLUMN, CELL_COLUMN, "n", "s"] + (["true_n", "true_s"] if truth else [])
+    if isinstance(aggregates, pa.Table):  # aggregate_queries(..., collect=True)
+        collected = aggregates.filter(pc.greater_equal(aggregates.column(CELL_COLUMN), 0))
+        collected = collected.select(columns)
+        if sum(spec.cells.total for spec in specs) > driver_cells:
+            frame = spark.createDataFrame(aggregates)
+            return noisy_cells(frame, specs, spark).toArrow(), (collected if truth else None)
+        return _noisy_on_driver(collected, specs), (collected if truth else None)
     valid = aggregates.filter(sf.col(CELL_COLUMN) >= 0)
     if sum(spec.cells.total for spec in specs) > driver_cells:
         true_cells = None
         if truth:
             true_cells = valid.select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s").toArrow()
         return noisy_cells(aggregates, specs, spark).toArrow(), true_cells
-    columns = [TABLE_COLUMN, CELL_COLUMN, "n", "s"] + (["true_n", "true_s"] if truth else [])
     collected = valid.select(*columns).toArrow()
+    return _noisy_on_driver(collected, specs), (collected if truth else None)
+
+
+def _noisy_on_driver(collected, specs: Sequence[QuerySpec]):
+    """`noisy_cells` output from the collected non-empty cells (``n``, ``s``)."""
     tables = collected.column(TABLE_COLUMN).to_numpy()
     cells = collected.column(CELL_COLUMN).to_numpy()
     present = {
@@ -305,7 +320,7 @@ def collect_noisy_cells(
         arrays = [pa.array(np.full(total, index, np.int32)), pa.array(np.arange(total))]
         arrays += [pa.array(noisy.get(name, zeros)) for name in MEASURES]
         parts.append(pa.Table.from_arrays(arrays, schema=_CELLS_SCHEMA))
-    return pa.concat_tables(parts), (collected if truth else None)
+    return pa.concat_tables(parts)
 
 
 def _check_distinct_streams(specs: Sequence[QuerySpec]) -> None:

@@ -152,7 +152,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             for plan_ in plan.tables
         ]
         # One pass over the input for all tables: read, code, bound, aggregate.
-        aggregates, diagnostics = aggregate_queries(frame, specs)
+        aggregates, diagnostics = aggregate_queries(frame, specs, collect=True)
         rows = diagnostics[0].rows_in  # every table sees every input row
         timings["aggregate"] = time.perf_counter() - started
         progress(
@@ -177,7 +177,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             )
         timings["noise"] = time.perf_counter() - started
     finally:
-        if aggregates is not None:
+        if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
             aggregates.unpersist()
         if own_session:
             spark.stop()
