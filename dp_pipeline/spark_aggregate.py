@@ -576,7 +576,7 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
     faster than handing the rows from the JVM to Python (``mapInArrow``, whose
     row-to-Arrow conversion alone costs what Spark's own aggregation does) and
     than the two Spark jobs of the general path. The tasks return dense
-    per-query vectors; the driver sums them. When the unit ids are strictly
+    per-query vectors, summed by a ``treeReduce``. When the unit ids are strictly
     increasing within every row group and the row groups' ranges are disjoint,
     every unit has one row, which is within every bound: the sums are the
     bounded aggregates, as the general rule would give. Otherwise, or if the
@@ -585,7 +585,7 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
     """
     from py4j.protocol import Py4JJavaError
 
-    from dp_pipeline.udfs.cells import parquet_partials_function
+    from dp_pipeline.udfs.cells import merge_partials, parquet_partials_function
 
     pieces = _parquet_pieces(df, specs, unit)
     if not pieces:
@@ -593,23 +593,21 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
     context = df.sparkSession.sparkContext
     slices = max(1, min(len(pieces), context.defaultParallelism))
     try:
-        results = (
+        # treeReduce: executors merge the dense vectors, so the driver gets a few of them.
+        result = (
             context.parallelize(pieces, slices)
             .mapPartitions(parquet_partials_function(specs, unit))
-            .collect()
+            .treeReduce(merge_partials, depth=2)
         )
     except Py4JJavaError:  # e.g. a file that executors cannot open: Spark reads it
         return None
-    if not all(result["complete"] for result in results):
+    if not result["complete"]:
         return None
     if unit is not None:
-        unique, _ = _runs_prove_unique([run for result in results for run in result["runs"]])
+        unique, _ = _runs_prove_unique(result["runs"])
         if not unique:
             return None
-    tables = results[0]["tables"]
-    for result in results[1:]:
-        for mine, other in zip(tables, result["tables"], strict=True):
-            mine.merge(other)
+    tables = result["tables"]
 
     summary = []
     for index, table in enumerate(tables):

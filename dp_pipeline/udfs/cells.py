@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from dp_pipeline.aggregate import Domain, QuerySpec
 
-__all__ = ["IncreasingRun", "TablePartial", "parquet_partials_function"]
+__all__ = ["IncreasingRun", "TablePartial", "merge_partials", "parquet_partials_function"]
 
 
 class IncreasingRun:
@@ -223,3 +223,13 @@ def parquet_partials_function(
         yield {"tables": tables, "runs": runs, "complete": complete}
 
     return partials
+
+
+def merge_partials(first: dict, second: dict) -> dict:
+    """Two tasks' `parquet_partials_function` results as one (for ``treeReduce``)."""
+    runs = first["runs"] + second["runs"]
+    if not (first["complete"] and second["complete"]):
+        return {"tables": [], "runs": runs, "complete": False}  # unused: no vectors to ship
+    for mine, other in zip(first["tables"], second["tables"], strict=True):
+        mine.merge(other)
+    return {"tables": first["tables"], "runs": runs, "complete": True}
