@@ -640,7 +640,11 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
 
 
 def _aggregates_table(tables):
-    """The `aggregate_queries` rows (Arrow) of dense `TablePartial` sums (non-empty cells only)."""
+    """The `aggregate_queries` rows (Arrow) of dense `TablePartial` sums (non-empty cells only).
+
+    Reason-code rows carry the dropped rows in ``n`` and 0 in the other columns
+    (the general path also sums the dropped rows' units there; nothing reads them).
+    """
     import numpy as np
     import pyarrow as pa
 
