@@ -174,7 +174,7 @@ def parquet_partials_function(
     Yields one dict: ``tables`` (a `TablePartial` per query), ``runs`` (one
     (first, last, increasing, nulls) per row group; only with a unit) and
     ``complete``: False once some row group's ids are not strictly increasing,
-    after which the task stops aggregating (the driver will not use the result).
+    at which the task stops reading (the driver will not use the result).
     """
     specs = list(specs)
     domains = {}
@@ -213,7 +213,7 @@ def parquet_partials_function(
                 complete = complete and run.increasing
                 unit_null = _null_mask(ids)
             if not complete:
-                continue
+                break  # the driver will take the general path: read nothing more
             columns = {c: chunk.column(c).chunk(0) for c in key_columns}
             nulls = {c: _null_mask(a) for c, a in columns.items()}
             positions = {sig: _positions(d, columns[d.column]) for sig, d in domains.items()}
