@@ -91,7 +91,16 @@ def main(argv=None) -> int:
         action="store_true",
         help="privacy_unit.each_row = true instead of the spec's person_id (no bounding)",
     )
+    parser.add_argument(
+        "--general-path",
+        action="store_true",
+        help="aggregate with Spark SQL jobs only (no pyarrow pass over the Parquet row groups)",
+    )
     arguments = parser.parse_args(argv)
+    if arguments.general_path:
+        import dp_pipeline.spark_aggregate
+
+        dp_pipeline.spark_aggregate._ONE_PASS_CELLS = 0  # _parquet_pieces then declines
 
     from dp_pipeline.release.engines import spark_session
 
@@ -138,6 +147,8 @@ def main(argv=None) -> int:
     private, plain = best["private"], best[baseline_name]
     print()
     unit = "each row a unit" if arguments.each_row else "unit person_id"
+    if arguments.general_path:
+        unit += ", general (Spark SQL) path"
     print(
         f"demo release ({unit}), {arguments.persons:,} persons, Spark {arguments.master}, "
         f"fastest of {arguments.rounds} round(s) after a warm-up round"

@@ -35,7 +35,7 @@ from dp_pipeline.aggregate import (
 from dp_pipeline.bounding import BoundingSalt, bound_contributions, unit_keys
 from dp_pipeline.cost import release_info
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
-from dp_pipeline.udfs import noisy_partition, partition_cells, release_columns
+from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
 __all__ = [
     "DPAccessor",
@@ -253,15 +253,7 @@ def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnos
     true_values, key_series, diagnostics = aggregate_pandas(df, spec)
     cells = spec.cells
     total = cells.total
-    noisy = {name: np.empty(total, dtype=np.int64) for name, _, _ in spec.measures()}
-    for partition in range(min(spec.noise_partitions, total)):
-        part_cells = partition_cells(spec, partition)
-        part_noisy = noisy_partition(
-            spec, partition, {name: true_values[name][part_cells] for name in noisy}
-        )
-        for name, values in part_noisy.items():
-            noisy[name][part_cells] = values
-    released = release_columns(spec, noisy)
+    released = release_columns(spec, noisy_dense(spec, true_values))
 
     keys = cells.decode(np.arange(total, dtype=np.int64))
     columns = {}

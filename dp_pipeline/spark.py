@@ -23,6 +23,9 @@ import sys
 from collections.abc import Callable, Sequence
 from fractions import Fraction
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
@@ -48,11 +51,23 @@ from dp_pipeline.udfs.noise import (
     TABLE_COLUMN,
     arrow_cells_noise_function,
     arrow_noise_function,
+    noisy_dense,
     output_value_types,
 )
 
+# Releases of up to this many declared cells (all tables together) are noised on the
+# driver by `collect_noisy_cells`; larger ones by the Spark noise job. The driver
+# samples 4-6 million cells a second (one core, the demo's discrete Gaussians,
+# 2026-12-01), and the Spark job costs ~1-1.5 s of stage and Arrow overhead whatever
+# its size (bench_release: 1.6 s for the demo's 764k cells, of which sampling is
+# 0.13-0.2 s). At 10 million cells the driver needs ~2 s, about what the job needs
+# with its sampling spread over a few executor cores, so above that the job wins;
+# it also spares the driver the dense true-value vectors (8 bytes per cell and measure).
+DRIVER_NOISE_CELLS = 10_000_000
+
 __all__ = [
     "SparkDPQuery",
+    "collect_noisy_cells",
     "dp_count",
     "dp_mean",
     "dp_sum",
@@ -233,6 +248,79 @@ def noisy_cells(aggregates, specs: Sequence[QuerySpec], spark):
         .groupBy(TABLE_COLUMN, PARTITION_COLUMN)
         .applyInArrow(arrow_cells_noise_function(list(specs)), schema)
     )
+
+
+_CELLS_SCHEMA = pa.schema(
+    [(TABLE_COLUMN, pa.int32()), (CELL_COLUMN, pa.int64())]
+    + [(name, pa.int64()) for name in MEASURES]
+)
+
+
+def collect_noisy_cells(
+    aggregates,
+    specs: Sequence[QuerySpec],
+    spark,
+    *,
+    truth: bool = False,
+    driver_cells: int = DRIVER_NOISE_CELLS,
+):
+    """(`noisy_cells` collected as an Arrow table, the true cells or None), noised on the driver.
+
+    ``aggregates``: `aggregate_queries`' DataFrame or its ``collect=True`` Arrow table.
+
+    When all queries together declare at most ``driver_cells`` cells, the
+    non-empty cells of ``aggregates`` (``_dp_table``, ``_cell``, ``n``, ``s``
+    and, with ``truth``, ``true_n``, ``true_s``) are collected in one job and
+    the noise is added here by `dp_pipeline.udfs.noise.noisy_dense`: the same
+    `noisy_partition` call per (query, noise partition) as the Spark noise job,
+    hence bit-identical values, without that job's fixed cost (see
+    `DRIVER_NOISE_CELLS`). Larger releases run `noisy_cells` and collect its
+    output. The noisy table has one row per declared cell, in (query, cell) order
+    when noised here; ``truth`` gives the collected aggregates (non-empty
+    cells only, before bounding) for accuracy reports on synthetic data.
+    """
+    specs = list(specs)
+    columns = [TABLE_COLUMN, CELL_COLUMN, "n", "s"] + (["true_n", "true_s"] if truth else [])
+    if isinstance(aggregates, pa.Table):  # aggregate_queries(..., collect=True)
+        collected = aggregates.filter(pc.greater_equal(aggregates.column(CELL_COLUMN), 0))
+        collected = collected.select(columns)
+        if sum(spec.cells.total for spec in specs) > driver_cells:
+            frame = spark.createDataFrame(aggregates)
+            return noisy_cells(frame, specs, spark).toArrow(), (collected if truth else None)
+        return _noisy_on_driver(collected, specs), (collected if truth else None)
+    valid = aggregates.filter(sf.col(CELL_COLUMN) >= 0)
+    if sum(spec.cells.total for spec in specs) > driver_cells:
+        true_cells = None
+        if truth:
+            true_cells = valid.select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s").toArrow()
+        return noisy_cells(aggregates, specs, spark).toArrow(), true_cells
+    collected = valid.select(*columns).toArrow()
+    return _noisy_on_driver(collected, specs), (collected if truth else None)
+
+
+def _noisy_on_driver(collected, specs: Sequence[QuerySpec]):
+    """`noisy_cells` output from the collected non-empty cells (``n``, ``s``)."""
+    tables = collected.column(TABLE_COLUMN).to_numpy()
+    cells = collected.column(CELL_COLUMN).to_numpy()
+    present = {
+        "count": collected.column("n").fill_null(0).to_numpy(),
+        "sum": collected.column("s").fill_null(0).to_numpy(),
+    }
+    parts = []
+    for index, spec in enumerate(specs):
+        mine = tables == index
+        total = spec.cells.total
+        true_values = {}
+        for name, _, _ in spec.measures():
+            dense = np.zeros(total, dtype=np.int64)
+            dense[cells[mine]] = present[name][mine]
+            true_values[name] = dense
+        noisy = noisy_dense(spec, true_values)
+        zeros = np.zeros(total, dtype=np.int64)
+        arrays = [pa.array(np.full(total, index, np.int32)), pa.array(np.arange(total))]
+        arrays += [pa.array(noisy.get(name, zeros)) for name in MEASURES]
+        parts.append(pa.Table.from_arrays(arrays, schema=_CELLS_SCHEMA))
+    return pa.concat_tables(parts)
 
 
 def _check_distinct_streams(specs: Sequence[QuerySpec]) -> None:

@@ -180,11 +180,12 @@ def release_queries(unit):
     ]
 
 
-def assert_queries_equal_pandas(spark, df, specs):
-    """run_queries on ``df`` gives, query by query, the pandas engine's release and diagnostics."""
+def assert_queries_equal_pandas(spark, df, specs, sdf=None):
+    """run_queries on ``df`` (or ``sdf``, the same rows read by Spark) gives, query by query,
+    the pandas engine's release and diagnostics."""
     from dp_pipeline.spark import run_queries
 
-    results = run_queries(spark.createDataFrame(df), specs)
+    results = run_queries(spark.createDataFrame(df) if sdf is None else sdf, specs)
     assert len(results) == len(specs)
     diagnostics_list = []
     for query_spec, (noisy, diagnostics) in zip(specs, results, strict=True):
@@ -317,3 +318,121 @@ def test_string_units_with_several_rows_take_the_lookup_path(spark):
     df["unit"] = df["unit"].map(lambda u: None if pd.isna(u) else f"person-{u}").astype(object)
     for diagnostics in assert_queries_equal_pandas(spark, df, release_queries("unit")):
         assert diagnostics.rows_removed_max_cells + diagnostics.rows_removed_max_per_cell > 0
+
+
+@pytest.mark.parametrize("unit", ["unit", None])
+def test_driver_noise_equals_the_spark_noise_job(spark, unit):
+    from dp_pipeline.spark import collect_noisy_cells
+    from dp_pipeline.spark_aggregate import aggregate_queries
+
+    specs = release_queries(unit)
+    aggregates, _ = aggregate_queries(spark.createDataFrame(mixed_units_data(seed=3)), specs)
+    try:
+        local, local_truth = collect_noisy_cells(aggregates, specs, spark, truth=True)
+        job, job_truth = collect_noisy_cells(aggregates, specs, spark, truth=True, driver_cells=0)
+    finally:
+        aggregates.unpersist()
+
+    def rows(table):  # values only: Spark marks its output columns non-nullable
+        return table.sort_by([("_dp_table", "ascending"), ("_cell", "ascending")]).to_pydict()
+
+    assert local.num_rows == sum(query_spec.cells.total for query_spec in specs)
+    assert rows(local) == rows(job)
+    assert rows(local_truth.select(job_truth.column_names)) == rows(job_truth)
+
+
+def parquet_input(spark, df, folder):
+    """``df`` as two Parquet files of several row groups each, read back by Spark."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    folder.mkdir()
+    half = len(df) // 2
+    for index, part in enumerate((df.iloc[:half], df.iloc[half:])):
+        table = pa.Table.from_pandas(part, preserve_index=False)
+        pq.write_table(table, folder / f"part-{index}.parquet", row_group_size=97)
+    return spark.read.parquet(str(folder))
+
+
+@pytest.fixture
+def parquet_pass_calls(monkeypatch):
+    """Records whether each `_parquet_pass` call aggregated (True) or declined (False)."""
+    import dp_pipeline.spark_aggregate as spark_aggregate
+
+    calls = []
+    original = spark_aggregate._parquet_pass
+
+    def recording(*args):
+        result = original(*args)
+        calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
+    return calls
+
+
+@pytest.mark.parametrize("case", ["sorted units", "no unit", "unsorted units"])
+def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass_calls, case):
+    df = mixed_units_data(seed=21)
+    if case == "sorted units":
+        df = df.assign(unit=pd.array(np.arange(len(df)) * 3, dtype="Int64"))
+        df.loc[::31, "unit"] = None
+    specs = release_queries(None if case == "no unit" else "unit")
+    sdf = parquet_input(spark, df, tmp_path / "input")
+    diagnostics = assert_queries_equal_pandas(spark, df, specs, sdf)
+    assert all(d.rows_null_key.get("sex", 1) > 0 for d in diagnostics)  # dropped rows counted
+    assert all(d.rows_out_of_domain.get("state", 1) > 0 for d in diagnostics)
+    assert diagnostics[2].rows_invalid_value > 0 and diagnostics[2].rows_clamped > 0
+    # Unsorted ids (units with several rows among them) are not proven unique: general path.
+    assert parquet_pass_calls == [case != "unsorted units"]
+
+
+def test_the_parquet_path_only_takes_bare_local_parquet_scans(spark, tmp_path):
+    from pyspark.sql import functions as sf
+
+    from dp_pipeline.spark_aggregate import _parquet_pieces
+
+    df = mixed_units_data(n=300, seed=2)
+    specs = release_queries("unit")
+    sdf = parquet_input(spark, df, tmp_path / "input")
+    pieces = _parquet_pieces(sdf, specs, "unit")
+    assert len(pieces) == 4 and {group for _, group in pieces} == {0, 1}  # 2 files x 2 groups
+    assert _parquet_pieces(sdf.filter(sf.col("state") > 0), specs, "unit") is None
+    assert (
+        _parquet_pieces(sdf.select("state", "sex", "code", "unit", "income"), specs, "unit") is None
+    )
+    assert _parquet_pieces(spark.createDataFrame(df), specs, "unit") is None
+    strings = sdf.withColumn("unit", sf.col("unit").cast("string"))
+    assert _parquet_pieces(strings, specs, "unit") is None
+
+
+@pytest.mark.parametrize("problem", ["out of domain", "null key", "invalid value", "null unit"])
+def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monkeypatch, problem):
+    import dp_pipeline.spark_aggregate as spark_aggregate
+    from dp_pipeline.spark import run_queries
+
+    df = mixed_units_data(n=400, seed=9).assign(unit=pd.array(np.arange(400), dtype="Int64"))
+    df = df[df["state"].between(0, 4) & df["sex"].notna() & df["income"].notna()]
+    df = df.reset_index(drop=True)
+    bad = {
+        "out of domain": ("state", 7),
+        "null key": ("sex", None),
+        "invalid value": ("income", np.inf),
+        "null unit": ("unit", None),
+    }[problem]
+    df.loc[[5, 40], bad[0]] = bad[1]
+    specs = [
+        spec("count", table="a", privacy_unit="unit", on_invalid="error"),
+        spec("sum", table="b", privacy_unit="unit", on_invalid="error"),
+    ]
+    sdf = parquet_input(spark, df, tmp_path / "input")
+    messages = []
+    for cells in (spark_aggregate._ONE_PASS_CELLS, 0):  # the Parquet path, then the general one
+        monkeypatch.setattr(spark_aggregate, "_ONE_PASS_CELLS", cells)
+        with pytest.raises(ValueError, match=r"row\(s\)") as raised:
+            run_queries(sdf, specs)
+        messages.append(str(raised.value))
+    assert messages[0] == messages[1]
+    with pytest.raises(ValueError) as raised:
+        run_pandas(df, specs[0] if problem != "invalid value" else specs[1])
+    assert str(raised.value) == messages[0]

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec import ReleaseSpec
@@ -167,7 +169,6 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
 
 def _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark):
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as sf
 
     from dp_pipeline.aggregate import QuerySpec
     from dp_pipeline.release.selections import (
@@ -175,7 +176,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         position_column,
         release_selection,
     )
-    from dp_pipeline.spark import noisy_cells, output_schema
+    from dp_pipeline.spark import collect_noisy_cells, output_schema
     from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.udfs.noise import CELL_COLUMN
 
@@ -213,7 +214,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             for plan_ in noised
         ] + [aggregation_spec(spec, plan_, master, index) for index, plan_ in selections]
         # One pass over the input for all tables: read, code, bound, aggregate.
-        aggregates, diagnostics = aggregate_queries(frame, specs)
+        aggregates, diagnostics = aggregate_queries(frame, specs, collect=True)
         rows = diagnostics[0].rows_in  # every table sees every input row
         timings["aggregate"] = time.perf_counter() - started
         progress(
@@ -221,19 +222,22 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             f"in {timings['aggregate']:.1f} s"
         )
         started = time.perf_counter()
+        if not isinstance(aggregates, pa.Table):  # the Spark SQL path: one collect
+            persisted = aggregates
+            columns = [TABLE_COLUMN, CELL_COLUMN, "n", "s", "true_n", "true_s"]
+            aggregates = persisted.select(*columns).toArrow()
+            persisted.unpersist()
+        tables = aggregates.column(TABLE_COLUMN)
         results = {}
+        noisy = truth = None
         if noised:
-            # One Spark job adds the noise of every noised table (grouped Arrow UDF per
-            # table and noise partition); the driver decodes the keys and orders the cells.
-            noisy = noisy_cells(
-                aggregates.filter(sf.col(TABLE_COLUMN) < len(noised)), specs[: len(noised)], spark
-            ).toArrow()
-        truth = None
-        if with_truth and noised:
-            truth = (
-                aggregates.filter((sf.col(CELL_COLUMN) >= 0) & (sf.col(TABLE_COLUMN) < len(noised)))
-                .select(TABLE_COLUMN, CELL_COLUMN, "true_n", "true_s")
-                .toArrow()
+            # Noised tables come first in `specs`. The driver adds their noise (a Spark job
+            # does for very large releases), decodes the keys and orders the cells.
+            noisy, truth = collect_noisy_cells(
+                aggregates.filter(pc.less(tables, len(noised))),
+                specs[: len(noised)],
+                spark,
+                truth=with_truth,
             )
         for index, (table_plan, query) in enumerate(zip(noised, specs[: len(noised)], strict=True)):
             released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
@@ -249,12 +253,11 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         if selections:
             # The selections' bounded counts are small (groups x grid, or the candidates):
             # collected once, selected on the driver.
-            counted = (
-                aggregates.filter(
-                    (sf.col(CELL_COLUMN) >= 0) & (sf.col(TABLE_COLUMN) >= len(noised))
+            counted = aggregates.filter(
+                pc.and_(
+                    pc.greater_equal(aggregates.column(CELL_COLUMN), 0),
+                    pc.greater_equal(tables, len(noised)),
                 )
-                .select(TABLE_COLUMN, CELL_COLUMN, "n")
-                .toArrow()
             )
             for offset, (_, table_plan) in enumerate(selections):
                 query = specs[len(noised) + offset]
@@ -272,7 +275,7 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
                 progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
         timings["noise"] = time.perf_counter() - started
     finally:
-        if aggregates is not None:
+        if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
             aggregates.unpersist()
         if own_session:
             spark.stop()

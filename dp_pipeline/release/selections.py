@@ -39,7 +39,7 @@ from dp_pipeline.release.plan import TablePlan
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec
 from dp_pipeline.selection import quantile_candidates, quantile_losses, select_quantile
 from dp_pipeline.selection_query import TopKQuery
-from dp_pipeline.udfs.noise import noisy_partition, partition_cells
+from dp_pipeline.udfs.noise import noisy_dense
 
 __all__ = [
     "aggregation_spec",
@@ -123,15 +123,6 @@ def aggregation_spec(spec: ReleaseSpec, plan: TablePlan, master: MasterKey, inde
     )
 
 
-def _one_shot_noisy(counts_spec: QuerySpec, counts: np.ndarray) -> np.ndarray:
-    """The count engine's noisy counts (same per-partition streams as ``df.dp.count``)."""
-    noisy = np.empty_like(counts)
-    for partition in range(min(counts_spec.noise_partitions, counts.size)):
-        cells = partition_cells(counts_spec, partition)
-        noisy[cells] = noisy_partition(counts_spec, partition, {"count": counts[cells]})["count"]
-    return noisy
-
-
 def release_selection(
     spec: ReleaseSpec,
     plan: TablePlan,
@@ -160,7 +151,11 @@ def release_selection(
 
 def _release_top_k(spec, plan, master, counts_spec, counts, with_truth) -> pd.DataFrame:
     query = _top_k_query(spec, plan, master)
-    scores = _one_shot_noisy(counts_spec, counts) if query.method == "one_shot" else counts
+    if query.method == "one_shot":
+        # The count engine's noisy counts (its per-partition streams, as ``df.dp.count``).
+        scores = noisy_dense(counts_spec, {"count": counts})["count"]
+    else:
+        scores = counts
     chosen = query.select(scores)
     labels = query.labels()
     frame = pd.DataFrame(

@@ -28,6 +28,7 @@ __all__ = [
     "TABLE_COLUMN",
     "arrow_cells_noise_function",
     "arrow_noise_function",
+    "noisy_dense",
     "noisy_partition",
     "output_value_types",
     "partition_cells",
@@ -88,6 +89,26 @@ def noisy_partition(
             raise InternalError(f"sampler returned {noise.shape} draws, expected {size}")
         out[name] = _checked_add(values, noise, name)
     return out
+
+
+def noisy_dense(spec: QuerySpec, true_values: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every declared cell's true value plus noise, dense by cell index, in one process.
+
+    ``true_values`` holds one int64 vector of ``spec.cells.total`` true values per
+    noised vector ("count", "sum"). Each noise partition gets exactly the
+    `noisy_partition` call the Spark noise UDFs make for it, so the result is
+    bit-identical to theirs (the noise of a cell depends only on the key, the
+    stream labels and the cell index).
+    """
+    total = spec.cells.total
+    names = [name for name, _, _ in spec.measures()]
+    noisy = {name: np.empty(total, dtype=np.int64) for name in names}
+    for partition in range(min(spec.noise_partitions, total)):
+        cells = partition_cells(spec, partition)
+        part = noisy_partition(spec, partition, {name: true_values[name][cells] for name in names})
+        for name, values in part.items():
+            noisy[name][cells] = values
+    return noisy
 
 
 def output_value_types(spec: QuerySpec) -> list[tuple[str, pa.DataType]]:

@@ -1,0 +1,235 @@
+"""Partial aggregates of several queries over Parquet row groups (`dp_pipeline.spark_aggregate`).
+
+A Spark task reads its row groups of the input Parquet file(s) with pyarrow
+(only the key, summed and unit columns; strings dictionary-encoded) and, with
+the pandas engine's numpy rules, gives every row of every query its cell index
+or its reason code (the order of `dp_pipeline.spark_aggregate.coded_rows`: per
+key column null then out of domain, then null unit, then invalid value; the
+first that applies wins), clamps the summed values into granularity units and
+adds everything into dense per-query vectors (``np.bincount``). It returns
+those vectors, the rows it dropped per reason, and one run per row group: the
+first and last non-null unit id, whether the ids increase strictly and how
+many are null. The driver sums the tasks' vectors and proves from the runs that
+no unit has several rows (strictly increasing within every row group, disjoint
+[first, last] ranges across row groups) before it trusts the aggregates;
+otherwise it takes the general path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from dp_pipeline.aggregate import Domain, QuerySpec
+
+__all__ = ["IncreasingRun", "TablePartial", "merge_partials", "parquet_partials_function"]
+
+
+class IncreasingRun:
+    """Are the non-null integer ids seen so far strictly increasing (in arrival order)?"""
+
+    def __init__(self) -> None:
+        self.first: int | None = None
+        self.last: int | None = None
+        self.increasing = True
+        self.nulls = 0
+
+    def update(self, column: pa.Array) -> None:
+        """Take the next ids; after the first one out of order, only count nulls."""
+        self.nulls += column.null_count
+        if not self.increasing:
+            return
+        values = column.drop_null().to_numpy() if column.null_count else column.to_numpy()
+        if values.size == 0:
+            return
+        if self.last is not None and values[0] <= self.last:
+            self.increasing = False
+            return
+        if values.size > 1 and not bool(np.all(values[1:] > values[:-1])):
+            self.increasing = False
+            return
+        if self.first is None:
+            self.first = int(values[0])
+        self.last = int(values[-1])
+
+
+def _signature(domain: Domain) -> tuple:
+    if domain.is_range:
+        return (domain.column, "range", domain.start, domain.stop)
+    return (domain.column, domain.kind, tuple(domain.values.tolist()))
+
+
+def _positions(domain: Domain, column: pa.Array) -> np.ndarray:
+    """Position of every row's key in ``domain``, -1 outside (null rows: anything)."""
+    if pa.types.is_dictionary(column.type):
+        # Look the (few) dictionary values up once, then index by the rows' codes.
+        lookup = _positions(domain, column.dictionary)
+        if lookup.size == 0:
+            return np.full(len(column), -1, dtype=np.int64)
+        codes = pc.fill_null(column.indices, 0).to_numpy().astype(np.intp, copy=False)
+        return lookup[codes]
+    if domain.kind == "int":
+        column = column.cast(pa.int64())
+        if domain.is_range:
+            return domain.positions(pc.fill_null(column, 0).to_numpy())
+        value_set = pa.array(domain.values.tolist(), type=pa.int64())
+    else:
+        value_set = pa.array(domain.values.tolist(), type=column.type)
+    found = pc.index_in(column, value_set=value_set)
+    return pc.fill_null(found, -1).to_numpy().astype(np.int64)
+
+
+def _null_mask(column: pa.Array) -> np.ndarray | None:
+    return column.is_null().to_numpy(zero_copy_only=False) if column.null_count else None
+
+
+def _as_double(column: pa.Array) -> np.ndarray:
+    """float64 values, NaN where null: Spark's ``cast("double")`` (round to nearest)."""
+    values = pc.fill_null(column, 0).to_numpy().astype(np.float64)
+    if column.null_count:
+        values[column.is_null().to_numpy(zero_copy_only=False)] = np.nan
+    return values
+
+
+def _codes(conditions: list[tuple[np.ndarray | None, int]], size: int) -> np.ndarray:
+    """0 where no condition holds, else the code of the first condition that holds."""
+    code = np.zeros(size, dtype=np.int64)
+    for condition, value in reversed(conditions):  # earlier conditions overwrite later ones
+        if condition is not None and condition.any():
+            code[condition] = value
+    return code
+
+
+class TablePartial:
+    """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``."""
+
+    def __init__(self, spec: QuerySpec) -> None:
+        total = spec.cells.total
+        self.spec = spec
+        self.n = np.zeros(total, dtype=np.int64)
+        self.s = np.zeros(total, dtype=np.int64) if spec.column is not None else None
+        self.clamped = np.zeros(total, dtype=np.int64) if spec.column is not None else None
+        self.dropped: dict[int, int] = {}  # reason code -> rows
+
+    def merge(self, other: TablePartial) -> None:
+        self.n += other.n
+        if self.s is not None:
+            self.s += other.s
+            self.clamped += other.clamped
+        for code, rows in other.dropped.items():
+            self.dropped[code] = self.dropped.get(code, 0) + rows
+
+    def add(self, positions: dict, nulls: dict, unit_null, values: dict, size: int) -> None:
+        from dp_pipeline.pandas_accessor import _cell_sums
+
+        spec = self.spec
+        cells = spec.cells
+        k = len(cells.columns)
+        conditions = []
+        for i, domain in enumerate(cells.domains):
+            conditions.append((nulls[domain.column], -(2 * i + 1)))
+            conditions.append((positions[_signature(domain)] < 0, -(2 * i + 2)))
+        if spec.privacy_unit is not None:
+            conditions.append((unit_null, -(2 * k + 1)))
+        raw = clamped = None
+        if spec.column is not None:
+            value = values[spec.column]
+            invalid = ~np.isfinite(value)
+            conditions.append((invalid, -(2 * k + 2)))
+            bounds = spec.value_bounds
+            # The same IEEE operations as the Spark plan and the pandas engine.
+            with np.errstate(invalid="ignore"):
+                raw = np.rint(
+                    value * float(bounds.scale_denominator) / float(bounds.scale_numerator)
+                )
+                clamped = (raw < bounds.lower_units) | (raw > bounds.upper_units)
+        code = _codes(conditions, size)
+        valid = code == 0
+        everything = bool(valid.all())
+
+        def kept(array: np.ndarray) -> np.ndarray:
+            return array if everything else array[valid]
+
+        cell = cells.cell_index([kept(positions[_signature(d)]) for d in cells.domains])
+        self.n += np.bincount(cell, minlength=self.n.size)
+        if raw is not None:
+            bounds = spec.value_bounds
+            units = np.clip(kept(raw), bounds.lower_units, bounds.upper_units).astype(np.int64)
+            self.s += _cell_sums(cell, units, self.n.size)
+            self.clamped += np.bincount(cell[kept(clamped)], minlength=self.n.size)
+        if not everything:
+            reasons, counts = np.unique(code[~valid], return_counts=True)
+            for reason, count in zip(reasons.tolist(), counts.tolist(), strict=True):
+                self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+def parquet_partials_function(
+    specs: Sequence[QuerySpec], unit: str | None
+) -> Callable[[Iterator[tuple[str, int]]], Iterator[dict]]:
+    """The ``mapPartitions`` function over (local Parquet path, row group index) pieces.
+
+    Yields one dict: ``tables`` (a `TablePartial` per query), ``runs`` (one
+    (first, last, increasing, nulls) per row group; only with a unit) and
+    ``complete``: False once some row group's ids are not strictly increasing,
+    at which the task stops reading (the driver will not use the result).
+    """
+    specs = list(specs)
+    domains = {}
+    for spec in specs:
+        for domain in spec.cells.domains:
+            domains.setdefault(_signature(domain), domain)
+    key_columns = sorted({domain.column for domain in domains.values()})
+    value_columns = sorted({spec.column for spec in specs if spec.column is not None})
+    # String keys are read dictionary-encoded: each distinct string is looked up once.
+    strings = sorted(
+        {d.column for d in domains.values() if d.kind == "str"} - {*value_columns, unit}
+    )
+    needed = sorted({*key_columns, *value_columns, *([unit] if unit else [])})
+
+    def partials(pieces: Iterator[tuple[str, int]]) -> Iterator[dict]:
+        import pyarrow.parquet as pq
+
+        tables = [TablePartial(spec) for spec in specs]
+        runs = []
+        complete = True
+        files: dict[str, pq.ParquetFile] = {}
+        for path, group in pieces:
+            if path not in files:
+                files[path] = pq.ParquetFile(path, read_dictionary=strings)
+            chunk = files[path].read_row_group(group, columns=needed, use_threads=False)
+            size = chunk.num_rows
+            if size == 0:
+                continue
+            chunk = chunk.combine_chunks()
+            unit_null = None
+            if unit is not None:
+                ids = chunk.column(unit).chunk(0)
+                run = IncreasingRun()
+                run.update(ids.cast(pa.int64()))
+                runs.append((run.first, run.last, run.increasing, run.nulls))
+                complete = complete and run.increasing
+                unit_null = _null_mask(ids)
+            if not complete:
+                break  # the driver will take the general path: read nothing more
+            columns = {c: chunk.column(c).chunk(0) for c in key_columns}
+            nulls = {c: _null_mask(a) for c, a in columns.items()}
+            positions = {sig: _positions(d, columns[d.column]) for sig, d in domains.items()}
+            values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
+            for table in tables:
+                table.add(positions, nulls, unit_null, values, size)
+        yield {"tables": tables, "runs": runs, "complete": complete}
+
+    return partials
+
+
+def merge_partials(first: dict, second: dict) -> dict:
+    """Two tasks' `parquet_partials_function` results as one (for ``treeReduce``)."""
+    runs = first["runs"] + second["runs"]
+    if not (first["complete"] and second["complete"]):
+        return {"tables": [], "runs": runs, "complete": False}  # unused: no vectors to ship
+    for mine, other in zip(first["tables"], second["tables"], strict=True):
+        mine.merge(other)
+    return {"tables": first["tables"], "runs": runs, "complete": True}
