@@ -8,6 +8,7 @@ release proven by the accountant), both engines end to end and identical, equali
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 from decimal import Decimal
@@ -380,3 +381,31 @@ def test_rank_error_bound_holds_over_many_releases():
     )
     assert within / trials >= 0.95
     assert median.margin_of_error < math.inf
+
+
+def test_top_k_tables_on_the_parquet_pass_equal_pandas(tmp_path, spark, monkeypatch):
+    """Without quantile tables the Spark input stays a bare Parquet scan (the fast pass)."""
+    from dp_pipeline import spark_aggregate
+
+    passes = []
+    original = spark_aggregate._parquet_pass
+
+    def recording(*args, **kwargs):
+        passes.append(original(*args, **kwargs))
+        return passes[-1]
+
+    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
+
+    def without_quantiles(spec):
+        tables = [t for t in spec.tables if t.statistic in ("count", "top_k")]
+        tables[0] = dataclasses.replace(tables[0], share=Fraction(7, 10))
+        return dataclasses.replace(spec, tables=tuple(tables))
+
+    spec = without_quantiles(selections_spec(tmp_path / "pandas", engine="pandas"))
+    expected = read_release(run_release(spec, progress=QUIET).output)
+    spark_spec = without_quantiles(selections_spec(tmp_path / "spark", engine="spark"))
+    released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
+    assert len(passes) == 1 and passes[0] is not None  # the one-pass path was taken
+    assert set(released) == {"state_sex", "largest_counties", "most_common_races"}
+    for name, frame in released.items():
+        pd.testing.assert_frame_equal(frame, expected[name], check_dtype=False)
