@@ -58,6 +58,7 @@ Top-k, two documented methods (``method=``), both pure ε-DP and exact:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -68,6 +69,7 @@ from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
+    "GridPosition",
     "dp_median",
     "dp_quantile",
     "dp_top_k",
@@ -161,6 +163,31 @@ def quantile_positions(values, bounds, granularity) -> tuple[np.ndarray, np.ndar
     positions = np.clip(raw, 0, count - 1).astype(np.int64)
     outside = (data < low_f) | (data > high_f)
     return positions, outside
+
+
+@dataclass(frozen=True)
+class GridPosition:
+    """A derived integer key: the `quantile_positions` of a numeric ``column``.
+
+    Null where the value is null, NaN or infinite; ``0 .. size - 1`` otherwise.
+    Both Spark aggregation paths (`dp_pipeline.spark_aggregate.aggregate_queries`'s
+    ``derived``) compute it with the same IEEE operations as the pandas engine.
+    """
+
+    column: str
+    bounds: tuple[Fraction, Fraction]
+    granularity: Fraction
+
+    @property
+    def size(self) -> int:
+        return len(quantile_candidates(self.bounds, self.granularity))
+
+    def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(positions, finite mask) of float64 ``values`` (positions of non-finite: 0)."""
+        finite = np.isfinite(values)
+        positions = np.zeros(values.size, dtype=np.int64)
+        positions[finite], _ = quantile_positions(values[finite], self.bounds, self.granularity)
+        return positions, finite
 
 
 def select_quantile(bucket_counts, q, candidates, mechanism, stream):

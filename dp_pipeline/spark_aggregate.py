@@ -48,6 +48,7 @@ __all__ = [
     "check_schema",
     "coded_rows",
     "invalid_number",
+    "quantile_position",
 ]
 
 _UNIT = "_dp_unit"
@@ -150,6 +151,30 @@ def invalid_number(column: str):
     value = sf.col(column).cast("double")
     infinite = (value == sf.lit(float("inf"))) | (value == sf.lit(float("-inf")))
     return value, value.isNull() | sf.isnan(value) | infinite
+
+
+def quantile_position(column: str, bounds, granularity):
+    """Spark column: the grid position of ``column`` (null where null, NaN or infinite).
+
+    The same IEEE operations as `dp_pipeline.selection.quantile_positions`, so both
+    engines bin every value identically.
+    """
+    from dp_pipeline.selection import quantile_candidates
+
+    value, invalid = invalid_number(column)
+    low, high = (float(b) for b in bounds)
+    last = len(quantile_candidates(bounds, granularity)) - 1
+    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
+    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(granularity)))
+    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
+    return sf.when(~invalid, position)
+
+
+def _with_derived(df, derived):
+    """``df`` with the ``derived`` grid-position columns (``{name: GridPosition}``) added."""
+    for name, grid in (derived or {}).items():
+        df = df.withColumn(name, quantile_position(grid.column, grid.bounds, grid.granularity))
+    return df
 
 
 def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
@@ -508,7 +533,7 @@ def _stable_input(df, specs: Sequence[QuerySpec]):
     return df.select(*needed).localCheckpoint(eager=True)
 
 
-def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None):
+def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: dict):
     """(path, row group) of every row group ``df`` reads, or None if it is not a bare local scan.
 
     Only ``spark.read.parquet(...)`` of local (``file:``) files without
@@ -537,8 +562,12 @@ def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None):
     except Exception:  # an API change must fail safe: the general path
         return None
     checks = {}
+    for grid in derived.values():
+        checks[grid.column] = lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)
     for spec in specs:
         for domain in spec.cells.domains:
+            if domain.column in derived:
+                continue
             checks[domain.column] = (
                 pa.types.is_integer
                 if domain.kind == "int"
@@ -568,7 +597,9 @@ def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None):
     return pieces
 
 
-def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: bool):
+def _parquet_pass(
+    source, df, specs: Sequence[QuerySpec], unit: str | None, collect: bool, derived: dict
+):
     """(aggregates, diagnostics) of `aggregate_queries` in one pass over Parquet, or None.
 
     The input's row groups are read by Spark tasks with pyarrow
@@ -582,12 +613,14 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
     bounded aggregates, as the general rule would give. Otherwise, or if the
     input is not a bare local Parquet scan (`_parquet_pieces`) or a task
     fails, this returns None and the caller takes the general path.
+    ``source`` is the input as given (the scan); ``df`` is it with the
+    ``derived`` columns, for the lazy error examples of the diagnostics.
     """
     from py4j.protocol import Py4JJavaError
 
     from dp_pipeline.udfs.cells import merge_partials, parquet_partials_function
 
-    pieces = _parquet_pieces(df, specs, unit)
+    pieces = _parquet_pieces(source, specs, unit, derived)
     if not pieces:
         return None
     context = df.sparkSession.sparkContext
@@ -596,7 +629,7 @@ def _parquet_pass(df, specs: Sequence[QuerySpec], unit: str | None, collect: boo
         # treeReduce: executors merge the dense vectors, so the driver gets a few of them.
         result = (
             context.parallelize(pieces, slices)
-            .mapPartitions(parquet_partials_function(specs, unit))
+            .mapPartitions(parquet_partials_function(specs, unit, derived))
             .treeReduce(merge_partials, depth=2)
         )
     except Py4JJavaError:  # e.g. a file that executors cannot open: Spark reads it
@@ -676,7 +709,9 @@ def _aggregates_table(tables):
     return pa.concat_tables(parts)
 
 
-def aggregate_queries(df, specs: Sequence[QuerySpec], *, collect: bool = False):
+def aggregate_queries(
+    df, specs: Sequence[QuerySpec], *, collect: bool = False, derived: dict | None = None
+):
     """Bounded true aggregates of every query in ``specs`` over ``df``, in one pass.
 
     Returns (aggregates, diagnostics): ``aggregates`` is a persisted DataFrame
@@ -695,6 +730,10 @@ def aggregate_queries(df, specs: Sequence[QuerySpec], *, collect: bool = False):
     Parquet path returns its rows as a ``pyarrow.Table`` already on the
     driver instead of a DataFrame; the other path still returns a DataFrame.
 
+    ``derived``: ``{column name: dp_pipeline.selection.GridPosition}``, integer key
+    columns computed from the input (a quantile's grid positions) by both paths, so
+    a bare Parquet scan keeps the one-pass path.
+
     All queries must share the privacy unit column (or all have none).
     """
     if not specs:
@@ -706,11 +745,13 @@ def aggregate_queries(df, specs: Sequence[QuerySpec], *, collect: bool = False):
             f"{sorted(str(u) for u in units)}"
         )
     (unit,) = units
+    source = df
+    df = _with_derived(df, derived)
     for spec in specs:
         check_schema(df, spec)
     if unit is not None:
         df = _stable_input(df, specs)
-    result = _parquet_pass(df, specs, unit, collect)
+    result = _parquet_pass(source, df, specs, unit, collect, derived or {})
     if result is not None:
         return result
     check = None if unit is None else _check_units(df, unit)

@@ -29,10 +29,9 @@ from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
 from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
-from dp_pipeline.selection import quantile_candidates
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
-from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number
+from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number, quantile_position
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
@@ -148,21 +147,6 @@ def dp_top_k(
         confidence=confidence,
     )
     return run_top_k_spark(df, query)
-
-
-def quantile_position(column: str, bounds, granularity):
-    """Spark column: the grid position of ``column`` (null where null, NaN or infinite).
-
-    The same IEEE operations as `dp_pipeline.selection.quantile_positions`, so both
-    engines bin every value identically.
-    """
-    value, invalid = invalid_number(column)
-    low, high = (float(b) for b in bounds)
-    last = len(quantile_candidates(bounds, granularity)) - 1
-    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
-    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(granularity)))
-    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
-    return sf.when(~invalid, position)
 
 
 def check_numeric_column(df, column: str, role: str) -> None:

@@ -8,7 +8,6 @@ release proven by the accountant), both engines end to end and identical, equali
 from __future__ import annotations
 
 import copy
-import dataclasses
 import json
 import math
 from decimal import Decimal
@@ -325,6 +324,7 @@ def bounded_input(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
 def test_quantile_keeps_one_value_per_unit_and_drops_invalid_values(tmp_path, engine, request):
+    passes = request.getfixturevalue("parquet_passes")
     session = request.getfixturevalue("spark") if engine == "spark" else None
     path = tmp_path / "spec.toml"
     path.write_text(
@@ -338,6 +338,8 @@ def test_quantile_keeps_one_value_per_unit_and_drops_invalid_values(tmp_path, en
     # heavy person is one value among 211. ε ≈ 12.6 makes the selection near-exact.
     assert abs(medians["a"] - 30) <= 2
     assert abs(medians["b"] - 70) <= 2  # NaN, null and inf ages dropped, not fatal
+    # A unit with several rows: the Spark SQL path's general bounding rule ran.
+    assert passes == ([None] if engine == "spark" else [])
 
 
 def test_non_numeric_quantile_column_is_refused_before_anything_is_published(tmp_path):
@@ -383,8 +385,9 @@ def test_rank_error_bound_holds_over_many_releases():
     assert median.margin_of_error < math.inf
 
 
-def test_top_k_tables_on_the_parquet_pass_equal_pandas(tmp_path, spark, monkeypatch):
-    """Without quantile tables the Spark input stays a bare Parquet scan (the fast pass)."""
+@pytest.fixture
+def parquet_passes(monkeypatch):
+    """Records what `_parquet_pass` returned (None: the Spark SQL path ran instead)."""
     from dp_pipeline import spark_aggregate
 
     passes = []
@@ -395,17 +398,43 @@ def test_top_k_tables_on_the_parquet_pass_equal_pandas(tmp_path, spark, monkeypa
         return passes[-1]
 
     monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
+    return passes
 
-    def without_quantiles(spec):
-        tables = [t for t in spec.tables if t.statistic in ("count", "top_k")]
-        tables[0] = dataclasses.replace(tables[0], share=Fraction(7, 10))
-        return dataclasses.replace(spec, tables=tuple(tables))
 
-    spec = without_quantiles(selections_spec(tmp_path / "pandas", engine="pandas"))
+def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
+    tmp_path, spark, parquet_passes
+):
+    """Quantile positions are derived inside the one pass: the input stays a bare scan."""
+    spec = selections_spec(tmp_path / "pandas", engine="pandas")
     expected = read_release(run_release(spec, progress=QUIET).output)
-    spark_spec = without_quantiles(selections_spec(tmp_path / "spark", engine="spark"))
+    spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
-    assert len(passes) == 1 and passes[0] is not None  # the one-pass path was taken
-    assert set(released) == {"state_sex", "largest_counties", "most_common_races"}
+    assert len(parquet_passes) == 1 and parquet_passes[0] is not None
+    assert released.keys() == expected.keys()
     for name, frame in released.items():
         pd.testing.assert_frame_equal(frame, expected[name], check_dtype=False)
+
+
+def test_parquet_pass_drops_invalid_quantile_values_like_pandas(tmp_path, spark, parquet_passes):
+    rng = np.random.Generator(np.random.PCG64(11))  # test data only
+    ages = rng.normal(50, 15, 3000)
+    ages[::97] = np.nan
+    ages[5] = np.inf
+    frame = pd.DataFrame(
+        {"person_id": np.arange(3000), "group": rng.choice(["a", "b"], 3000), "age": ages}
+    )
+    frame.loc[7, "age"] = None
+    frame.to_parquet(tmp_path / "ages.parquet", index=False, row_group_size=700)
+    released = {}
+    for engine in ("pandas", "spark"):
+        folder = tmp_path / engine
+        folder.mkdir()
+        path = folder / "spec.toml"
+        path.write_text(
+            QUANTILE_SPEC.format(input=tmp_path / "ages.parquet", tmp=folder, engine=engine)
+        )
+        result = run_release(load_spec(path), progress=QUIET, spark=spark)
+        released[engine] = read_release(result.output)["median_by_group"]
+    assert len(parquet_passes) == 1 and parquet_passes[0] is not None
+    pd.testing.assert_frame_equal(released["spark"], released["pandas"], check_dtype=False)
+    assert released["spark"]["value"].between(45, 55).all()

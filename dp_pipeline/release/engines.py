@@ -92,7 +92,7 @@ def _statistic_column(table_plan: TablePlan) -> str:
 
 def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArray:
     """Grid positions of a quantile table's values (nullable: <NA> where not finite)."""
-    from dp_pipeline.selection import quantile_positions
+    from dp_pipeline.selection import GridPosition
 
     if table.value not in frame:
         raise ValueError(
@@ -105,12 +105,8 @@ def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArra
             f"table {table.name!r}: column {table.value!r} has dtype {series.dtype}; a "
             f"{table.statistic} needs a numeric column"
         )
-    values = series.to_numpy(dtype=np.float64, na_value=np.nan)
-    finite = np.isfinite(values)
-    positions = np.zeros(values.size, dtype=np.int64)
-    positions[finite], _ = quantile_positions(
-        values[finite], (table.lower, table.upper), table.granularity
-    )
+    grid = GridPosition(table.value, (table.lower, table.upper), table.granularity)
+    positions, finite = grid.positions(series.to_numpy(dtype=np.float64, na_value=np.nan))
     return pd.arrays.IntegerArray(positions, ~finite)
 
 
@@ -203,18 +199,20 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         started = time.perf_counter()
         noised = [p for p in plan.tables if not p.table.is_selection]
         selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
-        for index, table_plan in selections:
-            if table_plan.table.statistic != "top_k":
-                frame = frame.withColumn(
-                    position_column(index), _quantile_position_spark(frame, table_plan.table)
-                )
+        # Quantile tables group by the grid position of their value, a key both
+        # aggregation paths derive from the input (the Parquet pass included).
+        derived = {
+            position_column(index): _grid_position(frame, table_plan.table)
+            for index, table_plan in selections
+            if table_plan.table.statistic != "top_k"
+        }
         # Noised tables first: their indices into `specs` are the noise job's table indices.
         specs = [
             QuerySpec.build(plan_.table.statistic, **engine_arguments(spec, plan_, master))
             for plan_ in noised
         ] + [aggregation_spec(spec, plan_, master, index) for index, plan_ in selections]
         # One pass over the input for all tables: read, code, bound, aggregate.
-        aggregates, diagnostics = aggregate_queries(frame, specs, collect=True)
+        aggregates, diagnostics = aggregate_queries(frame, specs, collect=True, derived=derived)
         rows = diagnostics[0].rows_in  # every table sees every input row
         timings["aggregate"] = time.perf_counter() - started
         progress(
@@ -282,12 +280,13 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
     return results, timings
 
 
-def _quantile_position_spark(frame, table):
-    """The Spark column of a quantile table's grid positions (null where not finite)."""
-    from dp_pipeline.spark_selection import check_numeric_column, quantile_position
+def _grid_position(frame, table):
+    """The grid-position key of a quantile table, after checking its column is numeric."""
+    from dp_pipeline.selection import GridPosition
+    from dp_pipeline.spark_selection import check_numeric_column
 
     check_numeric_column(frame, table.value, f"table {table.name!r}: column")
-    return quantile_position(table.value, (table.lower, table.upper), table.granularity)
+    return GridPosition(table.value, (table.lower, table.upper), table.granularity)
 
 
 def _rows_of(table, index: int):

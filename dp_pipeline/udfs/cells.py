@@ -167,7 +167,7 @@ class TablePartial:
 
 
 def parquet_partials_function(
-    specs: Sequence[QuerySpec], unit: str | None
+    specs: Sequence[QuerySpec], unit: str | None, derived: dict | None = None
 ) -> Callable[[Iterator[tuple[str, int]]], Iterator[dict]]:
     """The ``mapPartitions`` function over (local Parquet path, row group index) pieces.
 
@@ -175,19 +175,23 @@ def parquet_partials_function(
     (first, last, increasing, nulls) per row group; only with a unit) and
     ``complete``: False once some row group's ids are not strictly increasing,
     at which the task stops reading (the driver will not use the result).
+    ``derived``: ``{key column: GridPosition}``, keys computed from a numeric
+    column (null where it is not finite), as `dp_pipeline.spark_aggregate` does.
     """
+    derived = dict(derived or {})
     specs = list(specs)
     domains = {}
     for spec in specs:
         for domain in spec.cells.domains:
             domains.setdefault(_signature(domain), domain)
-    key_columns = sorted({domain.column for domain in domains.values()})
+    key_columns = sorted({domain.column for domain in domains.values()} - set(derived))
     value_columns = sorted({spec.column for spec in specs if spec.column is not None})
+    sources = sorted({grid.column for grid in derived.values()})
     # String keys are read dictionary-encoded: each distinct string is looked up once.
     strings = sorted(
         {d.column for d in domains.values() if d.kind == "str"} - {*value_columns, unit}
     )
-    needed = sorted({*key_columns, *value_columns, *([unit] if unit else [])})
+    needed = sorted({*key_columns, *value_columns, *sources, *([unit] if unit else [])})
 
     def partials(pieces: Iterator[tuple[str, int]]) -> Iterator[dict]:
         import pyarrow.parquet as pq
@@ -215,6 +219,9 @@ def parquet_partials_function(
             if not complete:
                 break  # the driver will take the general path: read nothing more
             columns = {c: chunk.column(c).chunk(0) for c in key_columns}
+            for name, grid in derived.items():
+                positions, finite = grid.positions(_as_double(chunk.column(grid.column).chunk(0)))
+                columns[name] = pa.array(positions, mask=~finite)
             nulls = {c: _null_mask(a) for c, a in columns.items()}
             positions = {sig: _positions(d, columns[d.column]) for sig, d in domains.items()}
             values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
