@@ -533,7 +533,7 @@ def _stable_input(df, specs: Sequence[QuerySpec]):
     return df.select(*needed).localCheckpoint(eager=True)
 
 
-def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: dict):
+def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: dict | None = None):
     """(path, row group) of every row group ``df`` reads, or None if it is not a bare local scan.
 
     Only ``spark.read.parquet(...)`` of local (``file:``) files without
@@ -561,6 +561,7 @@ def _parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: d
         files = sorted(df.inputFiles())
     except Exception:  # an API change must fail safe: the general path
         return None
+    derived = derived or {}
     checks = {}
     for grid in derived.values():
         checks[grid.column] = lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)
