@@ -1,4 +1,5 @@
-"""Shared fixtures: one real local-mode Spark session for the whole test run."""
+"""Shared fixtures: one real local-mode Spark session for the whole test run, and a
+recorder of which Spark aggregation path ran."""
 
 from __future__ import annotations
 
@@ -14,3 +15,20 @@ def spark():
     session = local_session(2, max_task_failures=2, shuffle_partitions=4, driver_memory="1g")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def parquet_pass_calls(monkeypatch):
+    """Records whether each `_parquet_pass` call aggregated (True) or declined (False)."""
+    import dp_pipeline.spark_aggregate as spark_aggregate
+
+    calls = []
+    original = spark_aggregate._parquet_pass
+
+    def recording(*args):
+        result = original(*args)
+        calls.append(result is not None)
+        return result
+
+    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
+    return calls

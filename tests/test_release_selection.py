@@ -324,7 +324,7 @@ def bounded_input(tmp_path: Path) -> Path:
 
 @pytest.mark.parametrize("engine", ["pandas", "spark"])
 def test_quantile_keeps_one_value_per_unit_and_drops_invalid_values(tmp_path, engine, request):
-    passes = request.getfixturevalue("parquet_passes")
+    calls = request.getfixturevalue("parquet_pass_calls")
     session = request.getfixturevalue("spark") if engine == "spark" else None
     path = tmp_path / "spec.toml"
     path.write_text(
@@ -339,7 +339,7 @@ def test_quantile_keeps_one_value_per_unit_and_drops_invalid_values(tmp_path, en
     assert abs(medians["a"] - 30) <= 2
     assert abs(medians["b"] - 70) <= 2  # NaN, null and inf ages dropped, not fatal
     # A unit with several rows: the Spark SQL path's general bounding rule ran.
-    assert passes == ([None] if engine == "spark" else [])
+    assert calls == ([False] if engine == "spark" else [])
 
 
 def test_non_numeric_quantile_column_is_refused_before_anything_is_published(tmp_path):
@@ -385,37 +385,23 @@ def test_rank_error_bound_holds_over_many_releases():
     assert median.margin_of_error < math.inf
 
 
-@pytest.fixture
-def parquet_passes(monkeypatch):
-    """Records what `_parquet_pass` returned (None: the Spark SQL path ran instead)."""
-    from dp_pipeline import spark_aggregate
-
-    passes = []
-    original = spark_aggregate._parquet_pass
-
-    def recording(*args, **kwargs):
-        passes.append(original(*args, **kwargs))
-        return passes[-1]
-
-    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
-    return passes
-
-
 def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
-    tmp_path, spark, parquet_passes
+    tmp_path, spark, parquet_pass_calls
 ):
     """Quantile positions are derived inside the one pass: the input stays a bare scan."""
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     expected = read_release(run_release(spec, progress=QUIET).output)
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
-    assert len(parquet_passes) == 1 and parquet_passes[0] is not None
+    assert parquet_pass_calls == [True]
     assert released.keys() == expected.keys()
     for name, frame in released.items():
         pd.testing.assert_frame_equal(frame, expected[name], check_dtype=False)
 
 
-def test_parquet_pass_drops_invalid_quantile_values_like_pandas(tmp_path, spark, parquet_passes):
+def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
+    tmp_path, spark, parquet_pass_calls
+):
     rng = np.random.Generator(np.random.PCG64(11))  # test data only
     ages = rng.normal(50, 15, 3000)
     ages[::97] = np.nan
@@ -435,6 +421,6 @@ def test_parquet_pass_drops_invalid_quantile_values_like_pandas(tmp_path, spark,
         )
         result = run_release(load_spec(path), progress=QUIET, spark=spark)
         released[engine] = read_release(result.output)["median_by_group"]
-    assert len(parquet_passes) == 1 and parquet_passes[0] is not None
+    assert parquet_pass_calls == [True]
     pd.testing.assert_frame_equal(released["spark"], released["pandas"], check_dtype=False)
     assert released["spark"]["value"].between(45, 55).all()

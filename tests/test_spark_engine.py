@@ -354,23 +354,6 @@ def parquet_input(spark, df, folder):
     return spark.read.parquet(str(folder))
 
 
-@pytest.fixture
-def parquet_pass_calls(monkeypatch):
-    """Records whether each `_parquet_pass` call aggregated (True) or declined (False)."""
-    import dp_pipeline.spark_aggregate as spark_aggregate
-
-    calls = []
-    original = spark_aggregate._parquet_pass
-
-    def recording(*args):
-        result = original(*args)
-        calls.append(result is not None)
-        return result
-
-    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
-    return calls
-
-
 @pytest.mark.parametrize("case", ["sorted units", "no unit", "unsorted units"])
 def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass_calls, case):
     df = mixed_units_data(seed=21)
