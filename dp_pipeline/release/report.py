@@ -299,9 +299,9 @@ def _selection_section(plan: ReleasePlan) -> list[str]:
         "<h3>Selections</h3>",
         "<p>Quantiles, medians and top-k are chosen by the exact base-2 exponential "
         "mechanism (Ilvento 2020) from candidates fixed before reading the data, or, for "
-        "one-shot top-k, from discrete-Laplace-noised counts. A quantile's rank error r "
-        "means at most r more values lie between the released value and the true quantile "
-        "than between the best candidate and it (95%).</p>",
+        "one-shot top-k, from discrete-Laplace-noised counts. A quantile's rank error r: "
+        "with probability at least 95%, the number of values between the released value "
+        "and rank q·n exceeds that of the best grid candidate by less than r.</p>",
         "<table><tr><th>table</th><th>groups</th><th>statistic</th><th>candidates</th>"
         "<th>mechanism</th><th>ε</th><th>ρ share</th><th>precision (95%)</th></tr>",
     ]
