@@ -76,6 +76,7 @@ __all__ = [
     "one_shot_scale",
     "one_shot_top_k",
     "peel_top_k",
+    "quantile_candidate_count",
     "quantile_candidates",
     "quantile_losses",
     "quantile_mechanism",
@@ -106,8 +107,8 @@ def top_k_mechanism(
     )
 
 
-def quantile_candidates(bounds, granularity) -> list[Fraction]:
-    """The public candidate grid ``lo + i·granularity <= hi`` (exact rationals)."""
+def quantile_candidate_count(bounds, granularity) -> int:
+    """How many candidates ``lo + i·granularity <= hi`` there are (checked, not listed)."""
     low, high = _check_value_bounds(bounds)
     step = positive_rational(granularity, "granularity")
     count = math.floor((high - low) / step) + 1
@@ -116,6 +117,14 @@ def quantile_candidates(bounds, granularity) -> list[Fraction]:
             f"bounds {bounds!r} with granularity {granularity!r} give {count} candidates "
             f"(more than {_MAX_CANDIDATES}); use a coarser granularity"
         )
+    return count
+
+
+def quantile_candidates(bounds, granularity) -> list[Fraction]:
+    """The public candidate grid ``lo + i·granularity <= hi`` (exact rationals)."""
+    count = quantile_candidate_count(bounds, granularity)
+    low, _ = _check_value_bounds(bounds)
+    step = positive_rational(granularity, "granularity")
     return [low + i * step for i in range(count)]
 
 
@@ -154,7 +163,7 @@ def quantile_positions(values, bounds, granularity) -> tuple[np.ndarray, np.ndar
     ``values`` must be finite (checked by the caller).
     """
     low, high = _check_value_bounds(bounds)
-    count = len(quantile_candidates(bounds, granularity))
+    count = quantile_candidate_count(bounds, granularity)  # per row group: never list them
     step = positive_rational(granularity, "granularity")
     data = np.asarray(values, dtype=float)
     low_f, high_f = float(low), float(high)
@@ -180,7 +189,7 @@ class GridPosition:
 
     @property
     def size(self) -> int:
-        return len(quantile_candidates(self.bounds, self.granularity))
+        return quantile_candidate_count(self.bounds, self.granularity)
 
     def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(positions, finite mask) of float64 ``values`` (positions of non-finite: 0)."""

@@ -159,11 +159,11 @@ def quantile_position(column: str, bounds, granularity):
     The same IEEE operations as `dp_pipeline.selection.quantile_positions`, so both
     engines bin every value identically.
     """
-    from dp_pipeline.selection import quantile_candidates
+    from dp_pipeline.selection import quantile_candidate_count
 
     value, invalid = invalid_number(column)
     low, high = (float(b) for b in bounds)
-    last = len(quantile_candidates(bounds, granularity)) - 1
+    last = quantile_candidate_count(bounds, granularity) - 1
     clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
     raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(granularity)))
     position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
