@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
-from dp_pipeline.release.spec import ReleaseSpec
+from dp_pipeline.release.spec import ReleaseSpec, TableSpec
 
 __all__ = ["compute_tables", "engine_arguments", "true_values_pandas"]
 
@@ -54,9 +54,8 @@ def _full_index(spec: ReleaseSpec, keys) -> pd.MultiIndex:
     return pd.MultiIndex.from_product([list(spec.domains[k]) for k in keys], names=list(keys))
 
 
-def true_values_pandas(frame: pd.DataFrame, spec: ReleaseSpec, table_plan: TablePlan) -> np.ndarray:
+def true_values_pandas(frame: pd.DataFrame, spec: ReleaseSpec, table: TableSpec) -> np.ndarray:
     """Non-private cell values over the full domain (synthetic data only, for the report)."""
-    table = table_plan.table
     keys = list(table.keys)
     if table.statistic == "count":
         grouped = frame.groupby(keys, observed=True).size()
@@ -153,7 +152,7 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
         released = released.rename(columns={_statistic_column(table_plan): "value"})
         released = released[[*table_plan.table.keys, "value"]]
         if with_truth:
-            released["true_value"] = true_values_pandas(frame, spec, table_plan)
+            released["true_value"] = true_values_pandas(frame, spec, table_plan.table)
         results[table_plan.table.name] = released
         progress(
             f"pandas: table {index}/{len(plan.tables)} {table_plan.table.name} "
