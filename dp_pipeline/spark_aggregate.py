@@ -63,6 +63,9 @@ _CASE_LIST_LIMIT = 64
 # Queries declaring up to this many cells in all may take the Parquet path
 # (`_parquet_pass`): every task holds dense int64 vectors of all their cells.
 _ONE_PASS_CELLS = 4_000_000
+# Unsorted integer unit ids are proven unique on the driver by sorting them all
+# (8 bytes an id) up to this many rows; beyond, the general path bounds them.
+_ID_SORT_ROWS = 50_000_000
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
 _AGGREGATES = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
 _TRUE = ("true_n", "true_s")
@@ -608,12 +611,15 @@ def _parquet_pass(
     faster than handing the rows from the JVM to Python (``mapInArrow``, whose
     row-to-Arrow conversion alone costs what Spark's own aggregation does) and
     than the two Spark jobs of the general path. The tasks return dense
-    per-query vectors, summed by a ``treeReduce``. When the unit ids are strictly
-    increasing within every row group and the row groups' ranges are disjoint,
-    every unit has one row, which is within every bound: the sums are the
-    bounded aggregates, as the general rule would give. Otherwise, or if the
-    input is not a bare local Parquet scan (`_parquet_pieces`) or a task
-    fails, this returns None and the caller takes the general path.
+    per-query vectors, summed by a ``treeReduce``. When every unit has one row,
+    which is within every bound, the sums are the bounded aggregates, as the
+    general rule would give. That is proven exactly, either in the same pass
+    (ids strictly increasing within every row group, disjoint row-group
+    ranges) or, for ids in no order, by sorting all the ids on the driver
+    (`_ids_are_unique`, one job reading the unit column) and then aggregating.
+    Otherwise (some unit has several rows), or if the input is not a bare
+    local Parquet scan (`_parquet_pieces`) or a task fails, this returns None
+    and the caller takes the general path.
     ``source`` is the input as given (the scan); ``df`` is it with the
     ``derived`` columns, for the lazy error examples of the diagnostics.
     """
@@ -626,21 +632,26 @@ def _parquet_pass(
         return None
     context = df.sparkSession.sparkContext
     slices = max(1, min(len(pieces), context.defaultParallelism))
-    try:
+
+    def aggregate(require_increasing: bool):
         # treeReduce: executors merge the dense vectors, so the driver gets a few of them.
-        result = (
-            context.parallelize(pieces, slices)
-            .mapPartitions(parquet_partials_function(specs, unit, derived))
-            .treeReduce(merge_partials, depth=2)
-        )
+        function = parquet_partials_function(specs, unit, derived, require_increasing)
+        rdd = context.parallelize(pieces, slices).mapPartitions(function)
+        return rdd.treeReduce(merge_partials, depth=2)
+
+    try:
+        result = aggregate(require_increasing=True)
+        if unit is not None and not (result["complete"] and _runs_prove_unique(result["runs"])[0]):
+            # Ids not in order (or row groups overlapping): prove uniqueness exactly by
+            # sorting every id, then aggregate without the order requirement.
+            if not _ids_are_unique(context, pieces, slices, unit):
+                return None
+            if not result["complete"]:
+                result = aggregate(require_increasing=False)
     except Py4JJavaError:  # e.g. a file that executors cannot open: Spark reads it
         return None
     if not result["complete"]:
         return None
-    if unit is not None:
-        unique, _ = _runs_prove_unique(result["runs"])
-        if not unique:
-            return None
     tables = result["tables"]
 
     summary = []
@@ -671,6 +682,27 @@ def _parquet_pass(
         return table, diagnostics
     frame = df.sparkSession.createDataFrame(table).persist(StorageLevel.MEMORY_AND_DISK)
     return frame, diagnostics
+
+
+def _ids_are_unique(context, pieces, slices: int, unit: str) -> bool:
+    """Exactly: no non-null unit id occurs twice (all ids sorted on the driver).
+
+    Declines (False) above `_ID_SORT_ROWS` rows, where the general path's shuffle
+    by unit is the better way to find the units with several rows.
+    """
+    import numpy as np
+    import pyarrow.parquet as pq
+
+    from dp_pipeline.udfs.cells import parquet_ids_function
+
+    rows = 0
+    for path, group in pieces:
+        rows += pq.ParquetFile(path).metadata.row_group(group).num_rows
+    if rows > _ID_SORT_ROWS:
+        return False
+    parts = context.parallelize(pieces, slices).mapPartitions(parquet_ids_function(unit))
+    ids = np.sort(np.concatenate(parts.collect()))
+    return bool(np.all(ids[1:] > ids[:-1]))
 
 
 def _aggregates_table(tables):

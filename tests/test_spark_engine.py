@@ -354,11 +354,17 @@ def parquet_input(spark, df, folder):
     return spark.read.parquet(str(folder))
 
 
-@pytest.mark.parametrize("case", ["sorted units", "no unit", "unsorted units"])
+CASES = ["sorted units", "no unit", "unsorted unique units", "units with several rows"]
+
+
+@pytest.mark.parametrize("case", CASES)
 def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass_calls, case):
     df = mixed_units_data(seed=21)
-    if case == "sorted units":
-        df = df.assign(unit=pd.array(np.arange(len(df)) * 3, dtype="Int64"))
+    if case in ("sorted units", "unsorted unique units"):
+        ids = np.arange(len(df)) * 3
+        if case == "unsorted unique units":  # proven unique by sorting all ids on the driver
+            ids = np.random.default_rng(5).permutation(ids)
+        df = df.assign(unit=pd.array(ids, dtype="Int64"))
         df.loc[::31, "unit"] = None
     specs = release_queries(None if case == "no unit" else "unit")
     sdf = parquet_input(spark, df, tmp_path / "input")
@@ -366,8 +372,8 @@ def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass
     assert all(d.rows_null_key.get("sex", 1) > 0 for d in diagnostics)  # dropped rows counted
     assert all(d.rows_out_of_domain.get("state", 1) > 0 for d in diagnostics)
     assert diagnostics[2].rows_invalid_value > 0 and diagnostics[2].rows_clamped > 0
-    # Unsorted ids (units with several rows among them) are not proven unique: general path.
-    assert parquet_pass_calls == [case != "unsorted units"]
+    # Units with several rows need the general path's bounding rule.
+    assert parquet_pass_calls == [case != "units with several rows"]
 
 
 def test_the_parquet_path_only_takes_bare_local_parquet_scans(spark, tmp_path):
@@ -419,3 +425,20 @@ def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monke
     with pytest.raises(ValueError) as raised:
         run_pandas(df, specs[0] if problem != "invalid value" else specs[1])
     assert str(raised.value) == messages[0]
+
+
+def test_interleaved_sorted_files_are_proven_unique_and_the_id_sort_has_a_cap(
+    spark, tmp_path, parquet_pass_calls, monkeypatch
+):
+    import dp_pipeline.spark_aggregate as spark_aggregate
+
+    df = mixed_units_data(seed=8)
+    # Each file's ids increase, but the files' ranges overlap (evens, then odds).
+    ids = np.concatenate([np.arange(0, len(df), 2), np.arange(1, len(df), 2)])[: len(df)]
+    df = df.assign(unit=pd.array(ids, dtype="Int64"))
+    specs = release_queries("unit")
+    sdf = parquet_input(spark, df, tmp_path / "input")
+    assert_queries_equal_pandas(spark, df, specs, sdf)
+    monkeypatch.setattr(spark_aggregate, "_ID_SORT_ROWS", len(df) - 1)
+    assert_queries_equal_pandas(spark, df, specs, sdf)  # too many ids to sort: general path
+    assert parquet_pass_calls == [True, False]

@@ -25,7 +25,13 @@ import pyarrow.compute as pc
 
 from dp_pipeline.aggregate import Domain, QuerySpec
 
-__all__ = ["IncreasingRun", "TablePartial", "merge_partials", "parquet_partials_function"]
+__all__ = [
+    "IncreasingRun",
+    "TablePartial",
+    "merge_partials",
+    "parquet_ids_function",
+    "parquet_partials_function",
+]
 
 
 class IncreasingRun:
@@ -166,8 +172,34 @@ class TablePartial:
                 self.dropped[reason] = self.dropped.get(reason, 0) + count
 
 
+def parquet_ids_function(unit: str) -> Callable[[Iterator[tuple[str, int]]], Iterator[np.ndarray]]:
+    """The ``mapPartitions`` function yielding a task's non-null unit ids, sorted (int64).
+
+    Reads only the unit column. The driver sorts all tasks' ids together to prove
+    exactly that no unit has several rows when the ids are not in order.
+    """
+
+    def ids(pieces: Iterator[tuple[str, int]]) -> Iterator[np.ndarray]:
+        import pyarrow.parquet as pq
+
+        files: dict[str, pq.ParquetFile] = {}
+        parts = []
+        for path, group in pieces:
+            if path not in files:
+                files[path] = pq.ParquetFile(path)
+            column = files[path].read_row_group(group, columns=[unit], use_threads=False)
+            values = column.column(unit).combine_chunks().drop_null().cast(pa.int64())
+            parts.append(values.to_numpy())
+        yield np.sort(np.concatenate(parts)) if parts else np.empty(0, dtype=np.int64)
+
+    return ids
+
+
 def parquet_partials_function(
-    specs: Sequence[QuerySpec], unit: str | None, derived: dict | None = None
+    specs: Sequence[QuerySpec],
+    unit: str | None,
+    derived: dict | None = None,
+    require_increasing: bool = True,
 ) -> Callable[[Iterator[tuple[str, int]]], Iterator[dict]]:
     """The ``mapPartitions`` function over (local Parquet path, row group index) pieces.
 
@@ -177,6 +209,8 @@ def parquet_partials_function(
     at which the task stops reading (the driver will not use the result).
     ``derived``: ``{key column: GridPosition}``, keys computed from a numeric
     column (null where it is not finite), as `dp_pipeline.spark_aggregate` does.
+    ``require_increasing=False`` reads everything whatever the order of the ids
+    (the driver has proven them unique another way).
     """
     derived = dict(derived or {})
     specs = list(specs)
@@ -214,7 +248,7 @@ def parquet_partials_function(
                 run = IncreasingRun()
                 run.update(ids.cast(pa.int64()))
                 runs.append((run.first, run.last, run.increasing, run.nulls))
-                complete = complete and run.increasing
+                complete = complete and (run.increasing or not require_increasing)
                 unit_null = _null_mask(ids)
             if not complete:
                 break  # the driver will take the general path: read nothing more
