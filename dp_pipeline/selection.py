@@ -69,6 +69,7 @@ from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
+    "MAX_QUANTILE_CANDIDATES",
     "GridPosition",
     "dp_median",
     "dp_quantile",
@@ -87,7 +88,7 @@ __all__ = [
 ]
 
 # Candidate grids beyond this size would make the per-candidate arrays unwieldy.
-_MAX_CANDIDATES = 10_000_000
+MAX_QUANTILE_CANDIDATES = 10_000_000
 _TOP_K_METHODS = ("peeling", "one_shot")
 
 
@@ -112,10 +113,10 @@ def quantile_candidate_count(bounds, granularity) -> int:
     low, high = _check_value_bounds(bounds)
     step = positive_rational(granularity, "granularity")
     count = math.floor((high - low) / step) + 1
-    if count > _MAX_CANDIDATES:
+    if count > MAX_QUANTILE_CANDIDATES:
         raise ValueError(
             f"bounds {bounds!r} with granularity {granularity!r} give {count} candidates "
-            f"(more than {_MAX_CANDIDATES}); use a coarser granularity"
+            f"(more than {MAX_QUANTILE_CANDIDATES}); use a coarser granularity"
         )
     return count
 

@@ -82,7 +82,12 @@ CASES = [
     (0, "lower", DELETE, "tables[0].lower: required for a median"),
     (0, "value", DELETE, "tables[0].value: required field is missing"),
     (0, "granularity", 0, "tables[0].granularity = 0: must be > 0"),
-    (0, "granularity", Decimal("1e-6"), "candidates, more than 10000000"),
+    (
+        0,
+        "granularity",
+        Decimal("1e-6"),
+        "give more than 10000000 candidates; use a coarser granularity",
+    ),
     (0, "sigma2", 4, "is released by DP selection, not Gaussian noise"),
     (0, "max_per_cell", 3, "tables[0].max_per_cell = 3: a median table takes one value per"),
     (0, "value", "state", "tables[0].value = 'state': the median's column cannot also be"),

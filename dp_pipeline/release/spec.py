@@ -15,7 +15,6 @@ See docs/spec_reference.md for every field, its default and its rule.
 
 from __future__ import annotations
 
-import math
 import re
 import tomllib
 from dataclasses import dataclass, field
@@ -121,7 +120,9 @@ class TableSpec:
     def candidates(self) -> int:
         """Outcomes the selection chooses from (quantile grid size; top_k: the domain)."""
         if self.statistic in ("quantile", "median"):
-            return math.floor((self.upper - self.lower) / self.granularity) + 1
+            from dp_pipeline.selection import quantile_candidate_count
+
+            return quantile_candidate_count((self.lower, self.upper), self.granularity)
         return self.cells
 
     @property
@@ -234,8 +235,6 @@ _TABLE_FIELDS = (
     "k",
     "method",
 )
-# Largest quantile grid (groups x grid positions are also bounded by release.max_cells).
-MAX_QUANTILE_CANDIDATES = 10_000_000
 _REQUIRED_SECTIONS = ("release", "population", "privacy_unit", "domains", "tables")
 
 
@@ -810,14 +809,17 @@ def _quantile_fields(raw, path, statistic, groups, max_cells, problems):
             problems.append(f"{path}.q = {_show(raw['q'])}: must be in [0, 1]")
             q = None
     if None not in (lower, upper, granularity):
-        candidates = math.floor((upper - lower) / granularity) + 1
-        if candidates > MAX_QUANTILE_CANDIDATES:
+        from dp_pipeline.selection import MAX_QUANTILE_CANDIDATES, quantile_candidate_count
+
+        try:
+            candidates = quantile_candidate_count((lower, upper), granularity)
+        except ValueError:  # the grid is too fine
             problems.append(
                 f"{path}: lower = {lower}, upper = {upper} and granularity = {granularity} give "
-                f"{candidates} candidates, more than {MAX_QUANTILE_CANDIDATES}; use a coarser "
-                "granularity"
+                f"more than {MAX_QUANTILE_CANDIDATES} candidates; use a coarser granularity"
             )
-        elif max_cells is not None and groups * candidates > max_cells:
+            candidates = None
+        if candidates is not None and max_cells is not None and groups * candidates > max_cells:
             problems.append(
                 f"{path}: {groups} group(s) x {candidates} grid positions = "
                 f"{groups * candidates} cells to aggregate exceed release.max_cells = "
