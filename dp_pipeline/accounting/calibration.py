@@ -219,7 +219,7 @@ def calibrate_zcdp_shares(
     def excess(scale: float) -> tuple[float, tuple]:
         """log δ_upper(S) - log δ_target (<= 0: the target is met) and what was tried."""
         rounded = round_up_to_small_denominator(Fraction(scale))
-        sigma2s = [unit * rounded for unit in units]
+        sigma2s = _sigma2_for(rounded, units)  # rounding again leaves a short S as it is
         events = built(rounded)
         upper = _accountant(sigma2s, parsed, events).delta(epsilon_value).upper
         return math.log(max(upper, 1e-300)) - log_target, (sigma2s, events)

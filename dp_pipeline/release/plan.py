@@ -100,7 +100,7 @@ def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
 
     runs = selection_runs(table, neighbouring)
     if table.statistic in ("quantile", "median"):
-        return quantile_mechanism(epsilon / runs), 1, runs
+        return quantile_mechanism(epsilon / runs), (1,), runs
     if table.method == "peeling":
         mechanism = top_k_mechanism(
             epsilon,
@@ -108,7 +108,7 @@ def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
             utility_sensitivity=table.max_per_cell,
             monotone=neighbouring == "add_remove",
         )
-        return mechanism, 1, runs
+        return mechanism, (1,), runs
     vector = sensitivity_vector(table, neighbouring)
     return DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1
 
@@ -152,19 +152,13 @@ class TablePlan:
             return self.epsilon
         if isinstance(self.mechanism, DiscreteGaussian):
             return self.mechanism.sigma2
-        if isinstance(self.mechanism, DiscreteLaplace):
-            return self.mechanism.scale
-        return self.epsilon
+        return self.mechanism.scale
 
     @property
     def parameter_name(self) -> str:
         if self.table.is_selection:
             return "epsilon"
-        if isinstance(self.mechanism, DiscreteGaussian):
-            return "sigma2"
-        if isinstance(self.mechanism, DiscreteLaplace):
-            return "scale"
-        return "epsilon"
+        return "sigma2" if isinstance(self.mechanism, DiscreteGaussian) else "scale"
 
     @property
     def noise_sd(self) -> float | None:
@@ -327,7 +321,6 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     tables = []
     for table in spec.tables:
         mechanism, sensitivity, runs = events[table.name]
-        sensitivity = tuple(sensitivity) if isinstance(sensitivity, tuple) else (sensitivity,)
         accountant.add(mechanism, sensitivity=sensitivity, count=runs)
         rho = None
         if spec.noise == "discrete_gaussian":
