@@ -132,13 +132,14 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
             if table.statistic != "top_k":
                 frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
             counts_spec = aggregation_spec(spec, table_plan, master, index - 1)
-            true_values, _, _ = aggregate_pandas(frame, counts_spec)
+            true_values, _, diagnostics = aggregate_pandas(frame, counts_spec)
             results[table.name] = release_selection(
                 spec,
                 table_plan,
                 master,
                 counts_spec,
                 true_values["count"],
+                diagnostics,
                 with_truth=with_truth,
             )
             progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
@@ -241,7 +242,9 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
             released = released.rename(columns={_statistic_column(table_plan): "value"})
             released = released[[*table_plan.table.keys, "value"]]
             if truth is not None:
-                released["true_value"] = _dense_truth(truth, index, query, table_plan)
+                # Non-private values before bounding (synthetic data only).
+                column = "true_n" if table_plan.table.statistic == "count" else "true_s"
+                released["true_value"] = _dense(truth, index, query, column)
             results[table_plan.table.name] = released
             progress(
                 f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
@@ -257,16 +260,14 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
                 )
             )
             for offset, (_, table_plan) in enumerate(selections):
-                query = specs[len(noised) + offset]
-                rows_of = _rows_of(counted, len(noised) + offset)
-                dense = np.zeros(query.cells.total, dtype=np.int64)
-                dense[rows_of.column(CELL_COLUMN).to_numpy()] = rows_of.column("n").to_numpy()
+                index = len(noised) + offset
                 results[table_plan.table.name] = release_selection(
                     spec,
                     table_plan,
                     master,
-                    query,
-                    dense,
+                    specs[index],
+                    _dense(counted, index, specs[index], "n"),
+                    diagnostics[index],
                     with_truth=with_truth,
                 )
                 progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
@@ -289,8 +290,6 @@ def _grid_position(frame, table):
 
 
 def _rows_of(table, index: int):
-    import pyarrow.compute as pc
-
     from dp_pipeline.udfs.noise import TABLE_COLUMN
 
     return table.filter(pc.equal(table.column(TABLE_COLUMN), index))
@@ -311,13 +310,12 @@ def _released_frame(noisy, index: int, query, key_types) -> pd.DataFrame:
     return released_table(query, cells[order], measures, key_types).to_pandas()
 
 
-def _dense_truth(truth, index: int, query, table_plan) -> np.ndarray:
-    """Non-private values of every declared cell before bounding (synthetic data only)."""
+def _dense(collected, index: int, query, column: str) -> np.ndarray:
+    """``column`` of query ``index``'s collected non-empty cells, dense by cell (0 elsewhere)."""
     from dp_pipeline.udfs.noise import CELL_COLUMN
 
-    rows = _rows_of(truth, index)
+    rows = _rows_of(collected, index)
     dense = np.zeros(query.cells.total, dtype=np.int64)
-    column = "true_n" if table_plan.table.statistic == "count" else "true_s"
     dense[rows.column(CELL_COLUMN).to_numpy()] = rows.column(column).to_numpy()
     return dense
 

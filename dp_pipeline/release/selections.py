@@ -31,7 +31,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.aggregate import QuerySpec
+from dp_pipeline.aggregate import Diagnostics, QuerySpec
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.randomness import MasterKey, derive_stream
@@ -129,10 +129,14 @@ def release_selection(
     master: MasterKey,
     counts_spec: QuerySpec,
     counts: np.ndarray,
+    diagnostics: Diagnostics,
     *,
     with_truth: bool = False,
 ) -> pd.DataFrame:
     """The released frame of a selection table from its dense bounded counts (cell order).
+
+    ``diagnostics`` (the aggregation's, never published) go to a top_k frame's
+    ``attrs["dp"]`` as with ``df.dp.top_k``.
 
     ``with_truth`` (synthetic input only) adds the non-private comparison columns the
     report's accuracy section uses: quantile ``true_value`` (the best candidate) and
@@ -145,28 +149,21 @@ def release_selection(
             f"table {plan.table.name!r}: {counts.shape} counts for {counts_spec.cells.total} cells"
         )
     if plan.table.statistic == "top_k":
-        return _release_top_k(spec, plan, master, counts_spec, counts, with_truth)
+        return _release_top_k(spec, plan, master, counts_spec, counts, diagnostics, with_truth)
     return _release_quantile(spec, plan, master, counts, with_truth)
 
 
-def _release_top_k(spec, plan, master, counts_spec, counts, with_truth) -> pd.DataFrame:
+def _release_top_k(spec, plan, master, counts_spec, counts, diagnostics, with_truth):
     query = _top_k_query(spec, plan, master)
+    scores = counts
     if query.method == "one_shot":
         # The count engine's noisy counts (its per-partition streams, as ``df.dp.count``).
         scores = noisy_dense(counts_spec, {"count": counts})["count"]
-    else:
-        scores = counts
-    chosen = query.select(scores)
-    labels = query.labels()
-    frame = pd.DataFrame(
-        {
-            "rank": np.arange(1, query.k + 1, dtype=np.int64),
-            query.column: [labels[i] for i in chosen],
-        }
-    )
-    if query.method == "one_shot":
-        frame["count"] = scores[chosen]  # noisy: free post-processing of the histogram
+    frame = query.release(scores, diagnostics)  # rank, candidate[, noisy count]
     if with_truth:
+        (domain,) = query.counts.cells.domains
+        labels = frame[query.column].to_numpy(np.int64 if domain.kind == "int" else object)
+        chosen = domain.positions(labels)
         kth = np.sort(counts)[::-1][query.k - 1]
         frame["true_count"] = counts[chosen]
         frame["in_true_top_k"] = counts[chosen] >= kth
