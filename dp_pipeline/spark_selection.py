@@ -39,7 +39,6 @@ __all__ = [
     "dp_median",
     "dp_quantile",
     "dp_top_k",
-    "quantile_position",
     "run_quantile_spark",
     "run_top_k_spark",
 ]

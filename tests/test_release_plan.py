@@ -76,6 +76,30 @@ def test_sensitivity_vectors():
     assert sensitivity_vector(total, "replace") == (110, 110)
 
 
+def test_replace_never_counts_more_coordinates_than_cells():
+    document = small_document()
+    document["domains"]["one"] = ["x"]
+    document["tables"][0].update(keys=["one"])
+    table = parse_spec(document).table("age_sex")
+    assert table.cells == 1
+    assert sensitivity_vector(table, "replace") == (1,)  # leaving and entering the same cell
+
+
+def test_noise_sd_is_the_standard_deviation_of_the_noise():
+    import numpy as np
+
+    plan = plan_release(parse_spec(dict(small_document(), budget={"rho": "1/8"})))
+    assert plan.table("age_sex").noise_sd == pytest.approx(float(Fraction(16, 3)) ** 0.5)
+    document = small_document(epsilon=1)
+    document["release"]["noise"] = "discrete_laplace"
+    table = plan_release(parse_spec(document)).table("age_sex")
+    scale = float(table.mechanism.scale)
+    support = np.arange(-2000, 2001)
+    pmf = np.exp(-np.abs(support) / scale)
+    pmf /= pmf.sum()
+    assert table.noise_sd == pytest.approx(float(np.sqrt((pmf * support**2).sum())), rel=1e-9)
+
+
 def test_census_demo_plans_with_the_tight_accountant():
     plan = plan_release(load_spec(ROOT / "conf" / "census_demo.toml"))
     assert len(plan.tables) == 6

@@ -162,11 +162,17 @@ class TablePlan:
 
     @property
     def noise_sd(self) -> float | None:
-        """Standard deviation scale of a noised table's cells (σ, or the Laplace scale)."""
+        """Standard deviation of a noised table's per-cell noise (report only, not noise).
+
+        Discrete Gaussian: at most σ (CKS 2020 Section 2: its variance is at most σ²;
+        reported as σ). Discrete Laplace of scale t: sqrt(2·e^{-1/t}) / (1 - e^{-1/t}),
+        its exact value.
+        """
         if isinstance(self.mechanism, DiscreteGaussian):
             return float(self.mechanism.sigma2) ** 0.5
         if isinstance(self.mechanism, DiscreteLaplace):
-            return float(self.mechanism.scale)
+            decay = math.exp(-1 / float(self.mechanism.scale))
+            return math.sqrt(2 * decay) / (1 - decay)
         return None
 
 

@@ -114,7 +114,7 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
 
     names = [t.table.name for t in plan.tables]
     noised = [t for t in plan.tables if not t.table.is_selection]
-    cell_accuracy = [row for row in accuracy if "cells" in row]
+    accuracy = [row for row in accuracy if "cells" in row]  # selections have no histogram
     figures = {}
     if plan.rho:
         shares = [float(t.rho / plan.rho) for t in plan.tables]
@@ -132,7 +132,6 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
         axis.set_xlabel("95% margin of error per cell (log scale)")
         axis.invert_yaxis()
         figures["margins"] = _png(figure)
-    accuracy = cell_accuracy
     if accuracy:
         columns = min(3, len(accuracy))
         rows = (len(accuracy) + columns - 1) // columns
@@ -224,7 +223,7 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
     )
     parts.append(
         "<table><tr><th>table</th><th>keys</th><th>statistic</th><th>cells</th>"
-        "<th>σ²</th><th>σ</th><th>ρ share</th><th>margin (95%)</th></tr>"
+        "<th>σ² / scale</th><th>noise sd</th><th>ρ share</th><th>margin (95%)</th></tr>"
     )
     for table in plan.tables:
         if table.table.is_selection:
@@ -253,7 +252,7 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
     if cell_rows:
         parts.append(
             "<table><tr><th>table</th><th>cells</th><th>mean |error|</th><th>RMSE</th>"
-            "<th>σ</th><th>max |error|</th><th>within margin</th></tr>"
+            "<th>noise sd</th><th>max |error|</th><th>within margin</th></tr>"
         )
         for row in cell_rows:
             parts.append(
