@@ -81,7 +81,9 @@ def selection_runs(table: TableSpec, neighbouring: str) -> int:
 
 def _sqrt_down(value: Fraction, what: str) -> Fraction:
     """The largest multiple of 10^-15 (relative to the value's size) not above sqrt(value)."""
-    digits = max(15, 15 - int(math.log10(float(value))) // 2)
+    # ~15 significant digits of the root, sized from the value's decimal magnitude.
+    magnitude = len(str(value.denominator)) - len(str(value.numerator))
+    digits = max(15, 16 + magnitude // 2)
     scale = 10**digits
     root = Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
     if root <= 0:
