@@ -26,13 +26,17 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.digest import digest_of
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.rational import exact_rational, positive_rational
 
@@ -45,6 +49,7 @@ __all__ = [
     "QuerySpec",
     "ValueBounds",
     "build_cell_domain",
+    "invalid_rows_error",
 ]
 
 DEFAULT_NOISE_PARTITIONS = 16
@@ -220,6 +225,13 @@ class Domain:
         if self._index is None:
             self._index = pd.Index(self.values)
         return self._index.get_indexer(values).astype(np.int64)
+
+    def canonical(self) -> dict:
+        """Everything that places a value in a cell: column, kind, values in order."""
+        if self.is_range:
+            return {"column": self.column, "kind": "int", "range": [self.start, self.stop]}
+        values = [int(v) for v in self.values] if self.kind == "int" else list(self.values)
+        return {"column": self.column, "kind": self.kind, "values": values}
 
     def __repr__(self) -> str:
         if self.is_range:
@@ -420,6 +432,20 @@ class Diagnostics:
         )
 
 
+def invalid_rows_error(column: str, rule: str) -> ValueError:
+    """The error of ``on_invalid="error"`` (every engine): column and rule, nothing of the data.
+
+    Exceptions reach logs, so the message carries no row count and no value
+    read from the input; the non-private diagnostics of ``on_invalid="drop"``
+    have the counts for whoever may see them.
+    """
+    return ValueError(
+        f"column {column!r}: some rows {rule} (on_invalid='error'; the message quotes no "
+        f"count or value from the data; use on_invalid='drop' to drop such rows and count "
+        f"them in the non-private diagnostics)"
+    )
+
+
 @dataclass(frozen=True)
 class QuerySpec:
     """The validated parameters of one DP aggregation, identical for both engines."""
@@ -427,7 +453,7 @@ class QuerySpec:
     statistic: str
     cells: CellDomain
     noise: DiscreteGaussian | DiscreteLaplace
-    key: MasterKey
+    key: MasterKey | None  # None only in the copies shipped to Spark tasks (`without_key`)
     release_id: str
     table: str
     privacy_unit: str | None
@@ -441,6 +467,9 @@ class QuerySpec:
     noise_partitions: int = DEFAULT_NOISE_PARTITIONS
     confidence: Fraction = Fraction(95, 100)
     delta: Fraction = Fraction(1, 10**6)
+    # The digest of the release this query belongs to (`dp_pipeline.release.identity`);
+    # empty in the library API, where the query's own digest identifies it.
+    release_digest: str = ""
 
     @classmethod
     def build(
@@ -466,6 +495,7 @@ class QuerySpec:
         cell_limit: object = DEFAULT_CELL_LIMIT,
         confidence: object = Fraction(95, 100),
         delta: object = Fraction(1, 10**6),
+        release_digest: str = "",
     ) -> QuerySpec:
         """Validate everything that does not need the data; raise before any work."""
         if statistic not in _STATISTICS:
@@ -542,7 +572,54 @@ class QuerySpec:
             noise_partitions=noise_partitions,
             confidence=confidence,
             delta=delta,
+            release_digest=release_digest,
         )
+
+    def without_key(self) -> QuerySpec:
+        """This query without its master key: what Spark tasks receive.
+
+        Aggregation tasks need no key material at all (bounding salts are derived
+        on the driver); noise tasks get derived `StreamKey`s beside this copy.
+        """
+        return replace(self, key=None)
+
+    def master_key(self) -> MasterKey:
+        """The master key (driver only); an internal error on a shipped copy."""
+        if self.key is None:
+            raise InternalError(
+                f"query {self.table!r}: the master key was needed on a copy made for Spark tasks"
+            )
+        return self.key
+
+    def canonical(self) -> dict:
+        """Every parameter that can change a released number, as exact JSON values.
+
+        Not the key, the stream labels' names (release id, table) or what only
+        shapes reports (confidence, delta of the margins) or errors (on_invalid).
+        """
+        bounds = self.value_bounds
+        return {
+            "statistic": self.statistic,
+            "cells": [domain.canonical() for domain in self.cells.domains],
+            "noise": mechanism_to_dict(self.noise),
+            "count_noise": None
+            if self.count_noise is None
+            else mechanism_to_dict(self.count_noise),
+            "privacy_unit": self.privacy_unit,
+            "max_cells": self.max_cells,
+            "max_per_cell": self.max_per_cell,
+            "column": self.column,
+            "bounds": None
+            if bounds is None
+            else [str(bounds.lower), str(bounds.upper), str(bounds.granularity)],
+            "neighbouring": self.neighbouring,
+            "noise_partitions": self.noise_partitions,
+        }
+
+    @cached_property
+    def digest(self) -> str:
+        """SHA-256 (hex) of `canonical`: two queries share it only if they compute alike."""
+        return digest_of(self.canonical())
 
     @property
     def effective_max_cells(self) -> int:
@@ -606,9 +683,20 @@ class QuerySpec:
     def stream_labels(self, value: str, partition: int) -> tuple[str | int, ...]:
         """Labels of the noise stream of one noise partition of one noised vector.
 
-        count and sum use (release_id, table, partition); mean noises two vectors,
-        which get the value name appended so they never share a stream.
+        (release id, table, release digest, query digest, statistic, measure,
+        partition): the names a user chose, then what is measured. Two queries
+        that compute anything differently (another statistic, domain, order,
+        bound or noise) never share a stream, even under the same release id
+        and table; a release's queries also carry the release's digest, which
+        covers its whole spec and its input's fingerprint.
         """
-        if self.statistic == "mean":
-            return (self.release_id, self.table, partition, value)
-        return (self.release_id, self.table, partition)
+        return (
+            "query-noise/v2",
+            self.release_id,
+            self.table,
+            self.release_digest,
+            self.digest,
+            self.statistic,
+            value,
+            partition,
+        )

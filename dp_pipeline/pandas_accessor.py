@@ -31,6 +31,7 @@ from dp_pipeline.aggregate import (
     Diagnostics,
     Domain,
     QuerySpec,
+    invalid_rows_error,
 )
 from dp_pipeline.bounding import BoundingSalt, bound_contributions, unit_keys
 from dp_pipeline.cost import release_info
@@ -79,13 +80,6 @@ def _key_values(series: pd.Series, domain: Domain, null: np.ndarray) -> np.ndarr
         return series.to_numpy(dtype=np.int64, na_value=0)
     values = series.to_numpy(dtype=object)
     return np.where(null, "", values)
-
-
-def _invalid(column: str, rule: str, example: object, rows: int) -> ValueError:
-    return ValueError(
-        f"column {column!r}: {rows} row(s) {rule}, e.g. {example!r} (on_invalid='error'; "
-        f"use on_invalid='drop' to drop them and count them in the diagnostics)"
-    )
 
 
 def _value_units(values: np.ndarray, spec: QuerySpec) -> tuple[np.ndarray, np.ndarray]:
@@ -171,14 +165,10 @@ def aggregate_pandas(
         ood_counts[domain.column] = int(dropped_ood.sum())
         if spec.on_invalid == "error":
             if null_counts[domain.column]:
-                raise _invalid(domain.column, "have a null key", None, null_counts[domain.column])
+                raise invalid_rows_error(domain.column, "have a null key")
             if ood_counts[domain.column]:
-                example = values[np.flatnonzero(dropped_ood)[0]]
-                raise _invalid(
-                    domain.column,
-                    f"have a key outside the declared domain {domain!r}",
-                    example.item() if isinstance(example, np.generic) else example,
-                    ood_counts[domain.column],
+                raise invalid_rows_error(
+                    domain.column, f"have a key outside the declared domain {domain!r}"
                 )
         valid &= ~null & (pos >= 0)
         positions.append(pos)
@@ -188,7 +178,7 @@ def aggregate_pandas(
         null_unit = valid & unit_series.isna().to_numpy()
         rows_null_unit = int(null_unit.sum())
         if rows_null_unit and spec.on_invalid == "error":
-            raise _invalid(spec.privacy_unit, "have a null privacy unit", None, rows_null_unit)
+            raise invalid_rows_error(spec.privacy_unit, "have a null privacy unit")
         valid &= ~null_unit
 
     rows_invalid_value = 0
@@ -199,10 +189,7 @@ def aggregate_pandas(
         bad = valid & ~np.isfinite(values)
         rows_invalid_value = int(bad.sum())
         if rows_invalid_value and spec.on_invalid == "error":
-            example = values[np.flatnonzero(bad)[0]]
-            raise _invalid(
-                spec.column, "hold null, NaN or infinite values", float(example), rows_invalid_value
-            )
+            raise invalid_rows_error(spec.column, "hold null, NaN or infinite values")
         valid &= ~bad
         units, clamped = _value_units(values[valid], spec)
         rows_clamped = int(clamped.sum())
@@ -216,7 +203,7 @@ def aggregate_pandas(
         sums = None if units is None else _cell_sums(row_cells, units, total)
         rows_used = int(row_cells.size)
     else:
-        salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
+        salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
         codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
         bounded = bound_contributions(
             codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
@@ -270,7 +257,10 @@ _COMMON_DOC = """
         Parameters (shared with `dp_pipeline.spark`): ``by`` key columns;
         ``domains`` {column: range or list}; ``noise`` a DiscreteGaussian or
         DiscreteLaplace; ``key`` a MasterKey; ``release_id`` and ``table`` name
-        the noise streams (use each pair once per key); ``privacy_unit``
+        the noise streams together with what is measured (the statistic and a
+        digest of the query): the same query under the same key and labels
+        redraws the same noise, any other query draws independent noise (and
+        spends its own budget); ``privacy_unit``
         (None: every row is a unit); ``max_cells`` and ``max_per_cell``
         contribution bounds; ``neighbouring`` "add_remove" or "replace";
         ``on_invalid`` "drop" (count in diagnostics) or "error";
@@ -515,8 +505,7 @@ def run_quantile_pandas(df: pd.DataFrame, query: QuantileQuery) -> pd.DataFrame:
     bad = ~np.isfinite(values)
     rows_invalid = int(bad.sum())
     if rows_invalid and query.on_invalid == "error":
-        example = float(values[np.flatnonzero(bad)[0]])
-        raise _invalid(query.column, "hold null, NaN or infinite values", example, rows_invalid)
+        raise invalid_rows_error(query.column, "hold null, NaN or infinite values")
     positions, outside = query.positions(values[~bad])
     bucket_counts = np.bincount(positions, minlength=len(query.candidates)).astype(np.int64)
     diagnostics = Diagnostics(

@@ -25,7 +25,14 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
-__all__ = ["MasterKey", "SecureStream", "derive_stream", "encode_labels"]
+__all__ = [
+    "MasterKey",
+    "SecureStream",
+    "StreamKey",
+    "derive_stream",
+    "derive_stream_key",
+    "encode_labels",
+]
 
 KEY_BYTES = 32
 _HKDF_SALT = b"dp_pipeline/stream-key/v1"
@@ -144,8 +151,13 @@ class MasterKey:
     def __hash__(self) -> int:
         return hash(self.fingerprint)
 
-    def __reduce__(self):  # pickling is how Spark ships the key to executors
-        return (MasterKey, (self._key,))
+    def __reduce__(self):
+        # Executors get derived `StreamKey`s only (and only the tasks that add noise);
+        # refusing to pickle makes any other route for the master key fail loudly.
+        raise TypeError(
+            "a MasterKey is never pickled or shipped to Spark executors; derive the "
+            "stream keys a task needs on the driver (dp_pipeline.randomness.StreamKey)"
+        )
 
 
 def _hkdf(key: bytes, info: bytes) -> bytes:
@@ -174,13 +186,45 @@ def encode_labels(labels: tuple[str | int | bytes, ...]) -> bytes:
     return b"".join(parts)
 
 
-def derive_stream(master: MasterKey, *labels: str | int | bytes) -> SecureStream:
-    """The ChaCha20 stream for ``labels`` under ``master`` (HKDF-SHA256 key derivation)."""
+class StreamKey:
+    """The derived key of one stream: what a Spark task that adds noise receives.
+
+    HKDF output for one label tuple; it opens exactly that stream and, HKDF
+    being a PRF, tells nothing about the master key or any other stream. Its
+    bytes never reach a repr; it pickles (unlike `MasterKey`) because shipping
+    it to the one task that draws from its stream is its purpose.
+    """
+
+    __slots__ = ("_key",)
+
+    def __init__(self, key: bytes) -> None:
+        if not isinstance(key, bytes) or len(key) != KEY_BYTES:
+            raise ValueError(f"stream key must be {KEY_BYTES} bytes")
+        self._key = key
+
+    def stream(self) -> SecureStream:
+        """A fresh reader of the stream from its first byte."""
+        return SecureStream(self._key)
+
+    def __repr__(self) -> str:
+        return "StreamKey(<secret>)"
+
+    def __reduce__(self):
+        return (StreamKey, (self._key,))
+
+
+def derive_stream_key(master: MasterKey, *labels: str | int | bytes) -> StreamKey:
+    """The `StreamKey` for ``labels`` under ``master`` (HKDF-SHA256, RFC 5869)."""
     if not isinstance(master, MasterKey):
         raise TypeError(f"master must be a MasterKey, got {type(master).__name__}")
     if not labels:
         raise ValueError("derive_stream needs at least one label (e.g. release, table, partition)")
-    return SecureStream(master._derive(b"dp_pipeline/stream/v1" + encode_labels(labels)))
+    return StreamKey(master._derive(b"dp_pipeline/stream/v1" + encode_labels(labels)))
+
+
+def derive_stream(master: MasterKey, *labels: str | int | bytes) -> SecureStream:
+    """The ChaCha20 stream for ``labels`` under ``master`` (HKDF-SHA256 key derivation)."""
+    return derive_stream_key(master, *labels).stream()
 
 
 def _smear_mask(values: np.ndarray) -> np.ndarray:

@@ -35,7 +35,9 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics, QuerySpec
+from dp_pipeline.digest import digest_of
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
+from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
 from dp_pipeline.rational import exact_rational, positive_rational
 from dp_pipeline.selection import (
@@ -207,9 +209,22 @@ class QuantileQuery:
             confidence=confidence,
         )
 
+    def canonical(self) -> dict:
+        """Every parameter that can change the selected value (not the key or the names)."""
+        return {
+            "statistic": self.statistic,
+            "column": self.column,
+            "q": str(self.q),
+            "bounds": [str(self.bounds[0]), str(self.bounds[1])],
+            "granularity": str(self.granularity),
+            "mechanism": mechanism_to_dict(self.mechanism),
+        }
+
     @property
     def labels(self) -> tuple[str | int, ...]:
-        return (self.release_id, self.table, "selection", self.statistic)
+        """(release id, table, "selection", statistic, query digest): what is measured."""
+        measured = digest_of(self.canonical())
+        return (self.release_id, self.table, "selection", self.statistic, measured)
 
     def stream(self) -> SecureStream:
         return derive_stream(self.key, *self.labels)
@@ -336,8 +351,24 @@ class TopKQuery:
         )
 
     def stream(self) -> SecureStream:
+        """The peeling stream: labelled by the names, then what is measured (a digest)."""
         spec = self.counts
-        return derive_stream(spec.key, spec.release_id, spec.table, "selection", "top_k")
+        measured = {
+            "counts": spec.digest,
+            "column": self.column,
+            "k": self.k,
+            "method": self.method,
+            "mechanism": mechanism_to_dict(self.mechanism),
+        }
+        return derive_stream(
+            spec.master_key(),
+            spec.release_id,
+            spec.table,
+            spec.release_digest,
+            "selection",
+            "top_k",
+            digest_of(measured),
+        )
 
     def labels(self) -> list:
         """The candidates in cell-index order (the order of the count arrays)."""

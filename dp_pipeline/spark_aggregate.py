@@ -37,7 +37,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from dp_pipeline.aggregate import Diagnostics, QuerySpec
+from dp_pipeline.aggregate import Diagnostics, QuerySpec, invalid_rows_error
 from dp_pipeline.bounding import BoundingSalt
 from dp_pipeline.errors import InternalError
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
@@ -249,7 +249,7 @@ def _bounded_pairs(coded, spec: QuerySpec):
     is_sum = spec.column is not None
     valid = sf.col(CELL_COLUMN) >= 0
     zero = sf.lit(0).cast("long")
-    salt = BoundingSalt.derive(spec.key, spec.release_id, spec.table)
+    salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
     rows = coded.withColumn(_UNIT, sf.col(spec.privacy_unit))
     m = spec.max_per_cell
     if is_sum:
@@ -319,7 +319,7 @@ def _diagnostics(summary: list[dict], specs, coded) -> list[Diagnostics]:
     for index, spec in enumerate(specs):
         diagnostics = _table_diagnostics(by_table[index], spec)
         if spec.on_invalid == "error":
-            _raise_on_invalid(diagnostics, spec, coded, CELL_COLUMN + _tag(index))
+            _raise_on_invalid(diagnostics, spec)
         out.append(diagnostics)
     return out
 
@@ -357,39 +357,17 @@ def _table_diagnostics(by_code: dict[int, dict], spec: QuerySpec) -> Diagnostics
     )
 
 
-def _raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec, coded, cell_column) -> None:
-
-    def example(code: int, column: str):
-        row = coded.filter(sf.col(cell_column) == code).select(column).first()
-        return None if row is None else row[0]
-
-    tail = (
-        "(on_invalid='error'; use on_invalid='drop' to drop them and count them in the diagnostics)"
-    )
-    for i, domain in enumerate(spec.cells.domains):
+def _raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec) -> None:
+    for domain in spec.cells.domains:
         column = domain.column
         if diagnostics.rows_null_key[column]:
-            raise ValueError(
-                f"column {column!r}: {diagnostics.rows_null_key[column]} row(s) have a null key, "
-                f"e.g. None {tail}"
-            )
+            raise invalid_rows_error(column, "have a null key")
         if diagnostics.rows_out_of_domain[column]:
-            raise ValueError(
-                f"column {column!r}: {diagnostics.rows_out_of_domain[column]} row(s) have a key "
-                f"outside the declared domain {domain!r}, e.g. {example(-(2 * i + 2), column)!r} "
-                f"{tail}"
-            )
+            raise invalid_rows_error(column, f"have a key outside the declared domain {domain!r}")
     if diagnostics.rows_null_unit:
-        raise ValueError(
-            f"column {spec.privacy_unit!r}: {diagnostics.rows_null_unit} row(s) have a null "
-            f"privacy unit, e.g. None {tail}"
-        )
+        raise invalid_rows_error(spec.privacy_unit, "have a null privacy unit")
     if diagnostics.rows_invalid_value:
-        k = len(spec.cells.columns)
-        raise ValueError(
-            f"column {spec.column!r}: {diagnostics.rows_invalid_value} row(s) hold null, NaN or "
-            f"infinite values, e.g. {example(-(2 * k + 2), spec.column)!r} {tail}"
-        )
+        raise invalid_rows_error(spec.column, "hold null, NaN or infinite values")
 
 
 @dataclass(frozen=True)

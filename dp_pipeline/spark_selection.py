@@ -28,7 +28,7 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics
+from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics, invalid_rows_error
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
 from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number, quantile_position
@@ -189,13 +189,7 @@ def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
             bucket_counts[position_value] = int(row["n"])
             rows_clamped += int(row["outside"])
     if rows_invalid and query.on_invalid == "error":
-        example = df.filter(invalid).select(query.column).first()[0]
-        example = float("nan") if example is None else float(example)
-        raise ValueError(
-            f"column {query.column!r}: {rows_invalid} row(s) hold null, NaN or infinite values, "
-            f"e.g. {example!r} (on_invalid='error'; use on_invalid='drop' to drop them and count "
-            f"them in the diagnostics)"
-        )
+        raise invalid_rows_error(query.column, "hold null, NaN or infinite values")
     used = int(bucket_counts.sum())
     diagnostics = Diagnostics(
         rows_in=used + rows_invalid,

@@ -136,7 +136,29 @@ def test_mean_noises_two_vectors_on_distinct_streams():
     mean = spec("mean", count_noise=DiscreteGaussian(9))
     assert [name for name, _, _ in mean.measures()] == ["sum", "count"]
     assert mean.stream_labels("sum", 3) != mean.stream_labels("count", 3)
-    assert spec().stream_labels("count", 3) == ("r", "t", 3)
+    count = spec()
+    labels = count.stream_labels("count", 3)
+    assert labels == ("query-noise/v2", "r", "t", "", count.digest, "count", "count", 3)
+
+
+def test_stream_labels_name_what_is_measured():
+    # Same (release_id, table): a count and a sum, or two domain orders, never share noise.
+    count, total = spec(), spec("sum")
+    assert count.stream_labels("count", 0) != total.stream_labels("sum", 0)
+    assert count.digest != total.digest
+    other = QuerySpec.build(
+        "count",
+        by="g",
+        domains={"g": ["b", "a", "c"]},
+        noise=DiscreteGaussian(4),
+        key=MasterKey(bytes(32)),
+        release_id="r",
+        table="t",
+    )
+    assert other.digest != count.digest
+    # The digest ignores the key: the copy shipped to Spark tasks labels streams alike.
+    assert count.without_key().digest == count.digest
+    assert count.without_key().key is None
 
 
 @pytest.mark.parametrize(

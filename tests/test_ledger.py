@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from dp_pipeline.accounting.ledger import (
+from dp_pipeline.mechanisms import DiscreteGaussian
+from dp_pipeline.release.ledger import (
     BudgetExceededError,
     Ledger,
     LedgerError,
     ReleaseIdReuseError,
     accountant_type,
 )
-from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.spec import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -119,9 +119,12 @@ def test_release_id_reuse(tmp_path):
     again = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
     assert again.outcome == "already_committed"
     assert ledger.spent("people")[0].rho == Fraction(2, 5)  # no new spend
-    with pytest.raises(ReleaseIdReuseError, match="committed on different input data"):
+    with pytest.raises(
+        ReleaseIdReuseError,
+        match="committed with another spec, input or key; these parts differ: input data changed",
+    ):
         ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-2", **args)
-    with pytest.raises(ReleaseIdReuseError, match="committed with a different plan"):
+    with pytest.raises(ReleaseIdReuseError, match="differ: planned mechanisms changed"):
         ledger.reserve(accountant=accountant(Fraction(5, 3)), fingerprint="data-1", **args)
     with pytest.raises(ReleaseIdReuseError, match="already used for population 'people'"):
         ledger.reserve(
@@ -173,7 +176,7 @@ RACER = textwrap.dedent(
     import json, sys, time
     from fractions import Fraction
     from pathlib import Path
-    from dp_pipeline.accounting.ledger import BudgetExceededError, Ledger, accountant_type
+    from dp_pipeline.release.ledger import BudgetExceededError, Ledger, accountant_type
     from dp_pipeline.mechanisms import DiscreteGaussian
     from dp_pipeline.release.spec import Budget
 

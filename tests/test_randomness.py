@@ -11,7 +11,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
-from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream, encode_labels
+from dp_pipeline.randomness import (
+    MasterKey,
+    SecureStream,
+    derive_stream,
+    derive_stream_key,
+    encode_labels,
+)
 
 KEY_HEX = "00112233445566778899aabbccddeeff00112233445566778899aabbccddeeff"
 
@@ -133,8 +139,17 @@ def test_fresh_keys_differ():
     assert MasterKey() != MasterKey()
 
 
-def test_key_pickles_for_spark(key):
-    assert pickle.loads(pickle.dumps(key)) == key
+def test_master_key_refuses_to_be_pickled(key):
+    with pytest.raises(TypeError, match="never pickled or shipped to Spark executors"):
+        pickle.dumps(key)
+
+
+def test_stream_key_pickles_and_opens_the_same_stream(key):
+    stream_key = derive_stream_key(key, "r", "t", 0)
+    assert "secret" in repr(stream_key)
+    shipped = pickle.loads(pickle.dumps(stream_key))
+    assert shipped.stream().random_bytes(64) == derive_stream(key, "r", "t", 0).random_bytes(64)
+    assert key._key not in pickle.dumps(stream_key)
 
 
 @pytest.mark.parametrize("bound", [1, 2, 3, 7, 10, 1000, 2**32 + 15, 2**63])

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 from release_specs import SMALL_SPEC
 
-from dp_pipeline.accounting.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
 from dp_pipeline.release.run import (
     InputChangedError,
     Progress,
@@ -164,7 +164,7 @@ def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
     second = write_census_sample(tmp_path / "b.parquet", 2000, seed=2)
     spec = small_spec(tmp_path, input_path=str(first))
     run_release(spec, progress=QUIET)
-    with pytest.raises(ReleaseIdReuseError, match="different input data"):
+    with pytest.raises(ReleaseIdReuseError, match="these parts differ: input data changed"):
         run_release(apply_overrides(spec, input_path=str(second)), progress=QUIET)
     # The CLI reports the refusal with status 2 and writes nothing new.
     spec_file = str(tmp_path / "small.toml")

@@ -19,12 +19,15 @@ import pytest
 
 import dp_pipeline.pandas_accessor  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
-from dp_pipeline.accounting.ledger import Ledger
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
+from dp_pipeline.randomness import derive_stream
 from dp_pipeline.release.keys import load_or_create_master_key
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec import SpecError, load_spec, parse_spec
+from dp_pipeline.selection import select_quantile
+from dp_pipeline.selection_query import QuantileQuery
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -243,39 +246,42 @@ def test_ledger_restores_the_exponential_mechanism(tmp_path):
     assert restored.rho() == plan_release(spec).rho
 
 
-def test_release_median_and_one_shot_top_k_equal_df_dp(tmp_path):
-    """One row per person: the release's selections are the df.dp ones with its key."""
+def test_release_selections_draw_from_the_release_identity(tmp_path):
+    """One row per person: the release's p90 is the core mechanism on the release's stream.
+
+    The stream is labelled with the release's digest (spec and input), so it is
+    the release's own: neither a library call with the same names nor a release
+    with another spec draws from it.
+    """
     spec = selections_spec(tmp_path, engine="pandas")
     result = run_release(spec, progress=QUIET)
     released = read_release(result.output)
+    report = json.loads((result.output / "privacy_report.json").read_text())
     frame = pd.read_parquet(next((tmp_path / "samples").glob("*.parquet")))
     key = load_or_create_master_key(spec.key_file, QUIET)
-    plan = result.plan
-    p90 = frame.dp.quantile(
-        "income",
-        Fraction(9, 10),
+    mechanism = result.plan.table("income_p90").mechanism
+    query = QuantileQuery.build(
+        "quantile",
+        column="income",
+        q=Fraction(9, 10),
         bounds=(0, 500_000),
         granularity=1000,
-        epsilon=plan.table("income_p90").mechanism,
+        epsilon=mechanism,
         key=key,
         release_id=spec.release_id,
         table="income_p90",
     )
-    assert p90["income"].iloc[0] == released["income_p90"]["value"].iloc[0]
-    races = frame.dp.top_k(
-        "race",
-        3,
-        candidates=list(spec.domains["race"]),
-        epsilon=plan.table("most_common_races").epsilon,
-        key=key,
-        release_id=spec.release_id,
-        table="most_common_races",
-        method="one_shot",
-        privacy_unit="person_id",
+    positions, _ = query.positions(frame["income"].to_numpy(dtype=np.float64))
+    counts = np.bincount(positions, minlength=len(query.candidates))
+    labels = (spec.release_id, "income_p90", report["release_digest"], "selection", "quantile")
+    chosen = select_quantile(
+        counts, Fraction(9, 10), list(query.candidates), mechanism, derive_stream(key, *labels)
     )
-    expected = released["most_common_races"]
-    assert races["race"].tolist() == expected["race"].tolist()
-    assert races["count"].tolist() == expected["count"].tolist()
+    assert query.candidates[chosen] == released["income_p90"]["value"].iloc[0]
+    assert labels != query.labels  # the library's stream for the same names is another one
+    races = released["most_common_races"]
+    assert races["count"].tolist() == sorted(races["count"], reverse=True)
+    assert races["race"].nunique() == 3
 
 
 QUANTILE_SPEC = """

@@ -133,7 +133,7 @@ def test_determinism_across_shuffle_partitions_and_a_retried_noise_task(spark, t
 
 def test_spark_bad_input_errors_name_column_and_value(spark):
     df = data()
-    with pytest.raises(ValueError, match=r"column 'state': \d+ row\(s\) have a key outside"):
+    with pytest.raises(ValueError, match=r"column 'state': some rows have a key outside"):
         run_spark(spark.createDataFrame(df), spec("count", on_invalid="error"))
     with pytest.raises(TypeError, match="key column 'state' has Spark type double"):
         run_spark(spark.createDataFrame(df.astype({"state": float})), spec("count"))
@@ -251,10 +251,10 @@ def test_queries_run_together_raise_on_the_invalid_table_before_noise(spark):
     df = mixed_units_data(n=200)
     specs = release_queries("unit")
     specs[2] = spec("sum", table="income", privacy_unit="unit", max_cells=2, on_invalid="error")
-    with pytest.raises(ValueError, match=r"column 'state': \d+ row\(s\) have a key outside"):
+    with pytest.raises(ValueError, match=r"column 'state': some rows have a key outside"):
         run_queries(spark.createDataFrame(df), specs)
     valid_state = df[df["state"].between(0, 4)]
-    with pytest.raises(ValueError, match=r"column 'sex': \d+ row\(s\) have a null key"):
+    with pytest.raises(ValueError, match=r"column 'sex': some rows have a null key"):
         run_queries(spark.createDataFrame(valid_state), specs)
 
 
@@ -418,7 +418,7 @@ def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monke
     messages = []
     for cells in (spark_aggregate._ONE_PASS_CELLS, 0):  # the Parquet path, then the general one
         monkeypatch.setattr(spark_aggregate, "_ONE_PASS_CELLS", cells)
-        with pytest.raises(ValueError, match=r"row\(s\)") as raised:
+        with pytest.raises(ValueError, match=r"some rows") as raised:
             run_queries(sdf, specs)
         messages.append(str(raised.value))
     assert messages[0] == messages[1]

@@ -3,7 +3,7 @@
 Methods: zCDP (CKS 2020 Cor. 13), exact 1-D discrete Gaussian (CKS Thm. 7), multivariate
 lattice FFT (CKS §4), grid privacy-loss distributions by FFT (Koskela et al. 2021),
 calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–Wang, Vinterbo),
-and exact margins of error. The persistent budget ledger is `dp_pipeline.accounting.ledger`.
+and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger`.
 """
 
 from dp_pipeline.accounting.accountant import PrivacyAccountant, PrivacyEvent

@@ -23,7 +23,6 @@ maximised over the shifts 1..Δ.
 
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from collections import Counter
@@ -44,6 +43,7 @@ from dp_pipeline.accounting.multivariate import (
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
 from dp_pipeline.rational import exact_rational
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
@@ -460,17 +460,9 @@ def _fraction_string(value: Fraction) -> str:
 
 
 def _mechanism_to_dict(mechanism) -> dict:
-    if isinstance(mechanism, DiscreteGaussian):
-        return {"type": "discrete_gaussian", "sigma2": _fraction_string(mechanism.sigma2)}
-    if isinstance(mechanism, DiscreteLaplace):
-        return {"type": "discrete_laplace", "scale": _fraction_string(mechanism.scale)}
-    if hasattr(mechanism, "to_dict") and hasattr(type(mechanism), "from_dict"):
-        cls = type(mechanism)
-        return {
-            "type": "object",
-            "class": f"{cls.__module__}:{cls.__qualname__}",
-            "data": mechanism.to_dict(),
-        }
+    registered = mechanism_to_dict(mechanism)
+    if registered is not None:
+        return registered
     if hasattr(mechanism, "privacy_loss_pmfs"):
         p, q = mechanism.privacy_loss_pmfs()
         return {"type": "pmf_pair", "p": [float(x) for x in p], "q": [float(x) for x in q]}
@@ -499,18 +491,8 @@ class PureDP:
 
 def _mechanism_from_dict(data: dict):
     kind = data["type"]
-    if kind == "discrete_gaussian":
-        return DiscreteGaussian(exact_rational(data["sigma2"], "sigma2"))
-    if kind == "discrete_laplace":
-        return DiscreteLaplace(exact_rational(data["scale"], "scale"))
     if kind == "pmf_pair":
         return PmfPair(tuple(data["p"]), tuple(data["q"]))
     if kind == "pure_dp":
         return PureDP(exact_rational(data["epsilon"], "epsilon"))
-    if kind == "object":
-        module_name, _, qualname = data["class"].partition(":")
-        target: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            target = getattr(target, part)
-        return target.from_dict(data["data"])
-    raise ValueError(f"unknown mechanism type {kind!r}")
+    return mechanism_from_dict(data)

@@ -16,7 +16,8 @@ import json
 import sys
 from fractions import Fraction
 
-from dp_pipeline.accounting.ledger import Ledger, LedgerError
+from dp_pipeline.release.keys import KeyFileError
+from dp_pipeline.release.ledger import Ledger, LedgerError
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
 from dp_pipeline.release.spec import ENGINES, SpecError, load_spec
 
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"plan": _plan, "run": _run, "ledger": _ledger}
     try:
         return handlers[arguments.command](arguments)
-    except (SpecError, PlanError, LedgerError) as error:
+    except (SpecError, PlanError, LedgerError, KeyFileError) as error:
         print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
         return 2
 

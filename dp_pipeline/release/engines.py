@@ -1,11 +1,14 @@
 """The thin bridge from a release plan to the engines (pandas ``df.dp`` and `dp_pipeline.spark`).
 
-The release layer adds nothing to the noise: each table is one engine call
+The release layer adds nothing to the noise: each table is one engine query
 with the plan's mechanism, the spec's domains and contribution bounds, and
-the stream labels (master key, release id, table name, noise partitions),
-so both engines release bit-identical tables. True (non-private) cell values
-are computed only for synthetic input, for the report's accuracy section;
-they are never written to a released table.
+the stream labels (master key, release id, table name, the release's digest,
+noise partitions), so both engines release bit-identical tables. The input is
+opened first (`open_input`: the engine's own list of the files it will read,
+which the release fingerprints before any data is read), then read from
+exactly those files. True (non-private) cell values are computed only for
+synthetic input, for the report's accuracy section; they are never written
+to a released table.
 """
 
 from __future__ import annotations
@@ -14,20 +17,110 @@ import os
 import re
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec
 
-__all__ = ["compute_tables", "engine_arguments", "true_values_pandas"]
+__all__ = [
+    "InputChangedError",
+    "OpenedInput",
+    "compute_tables",
+    "engine_arguments",
+    "open_input",
+    "true_values_pandas",
+]
 
 
-def engine_arguments(spec: ReleaseSpec, table_plan: TablePlan, master) -> dict:
+class InputChangedError(RuntimeError):
+    """The input's files or bytes changed between the start and the end of a run."""
+
+
+@dataclass
+class OpenedInput:
+    """An input as one engine will read it: the path, its format, and the files listed.
+
+    ``spark`` is the session of the Spark engine (``own_session``: started here,
+    stopped by `close`); None for pandas.
+    """
+
+    path: Path
+    format: str
+    engine: str
+    files: tuple[Path, ...]
+    spark: Any = None
+    own_session: bool = False
+
+    def list_files(self) -> tuple[Path, ...]:
+        """The engine's file list now (compared with `files` by the mid-run check)."""
+        if self.engine == "spark":
+            return spark_input_files(self.spark, self.path, self.format)
+        return input_files(self.path, self.format)
+
+    def check_unchanged(self, files: tuple[Path, ...], release_id: str) -> None:
+        if files != self.files:
+            raise InputChangedError(
+                f"input {str(self.path)!r} changed while release {release_id!r} was running "
+                f"(the engine's list of files differs from the one fingerprinted before "
+                f"reading); nothing was published; run again on an input that is not being "
+                f"written to"
+            )
+
+    def close(self) -> None:
+        if self.own_session and self.spark is not None:
+            self.spark.stop()
+            self.spark = None
+
+
+def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None):
+    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none)."""
+    if spec.engine == "pandas":
+        return OpenedInput(Path(path), input_format, "pandas", input_files(path, input_format))
+    from pyspark.sql import SparkSession
+
+    if spark is None:
+        # A session already running in this process (a notebook's, a test's) is used and
+        # left running; only a session this call starts is stopped at the end.
+        spark = SparkSession.getActiveSession()
+    own_session = spark is None
+    if own_session:
+        progress(f"spark: starting a session on {spec.master}")
+        spark = spark_session(spec.master)
+    else:
+        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    try:
+        files = spark_input_files(spark, path, input_format)
+    except BaseException:
+        if own_session:
+            spark.stop()
+        raise
+    return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
+
+
+def _read_pandas(source: OpenedInput) -> pd.DataFrame:
+    """The input read from exactly the listed files."""
+    import pyarrow.dataset as ds
+
+    if source.format == "csv":
+        return pd.read_csv(source.files[0])
+    options = {}
+    if source.path.is_dir():
+        options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
+    dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
+    return dataset.to_table().to_pandas()
+
+
+def engine_arguments(
+    spec: ReleaseSpec, table_plan: TablePlan, master, release_digest: str = ""
+) -> dict:
     """Keyword arguments shared by ``df.dp.count/sum`` and ``dp_pipeline.spark.dp_count/sum``."""
     table = table_plan.table
     arguments = dict(
@@ -43,6 +136,7 @@ def engine_arguments(spec: ReleaseSpec, table_plan: TablePlan, master) -> dict:
         neighbouring=spec.neighbouring,
         noise_partitions=spec.noise_partitions,
         cell_limit=spec.max_cells,
+        release_digest=release_digest,
     )
     if table.statistic == "sum":
         arguments.update(column=table.value, bounds=(table.lower, table.upper))
@@ -72,17 +166,20 @@ def compute_tables(
     spec: ReleaseSpec,
     plan: ReleasePlan,
     master,
-    input_path: Path,
-    input_format: str,
+    source: OpenedInput,
+    release_digest: str,
     *,
     with_truth: bool,
     progress,
-    spark=None,
 ) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
-    """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``])."""
-    if spec.engine == "pandas":
-        return _pandas(spec, plan, master, input_path, input_format, with_truth, progress)
-    return _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark)
+    """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``]).
+
+    ``source`` is read from exactly its listed files; ``release_digest`` (the
+    release's identity) labels every noise stream.
+    """
+    if source.engine == "pandas":
+        return _pandas(spec, plan, master, source, release_digest, with_truth, progress)
+    return _spark(spec, plan, master, source, release_digest, with_truth, progress)
 
 
 def _statistic_column(table_plan: TablePlan) -> str:
@@ -109,9 +206,9 @@ def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArra
     return pd.arrays.IntegerArray(positions, ~finite)
 
 
-def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
-    import dp_pipeline.pandas_accessor  # noqa: F401  (registers df.dp)
-    from dp_pipeline.pandas_accessor import aggregate_pandas
+def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
+    from dp_pipeline.aggregate import QuerySpec
+    from dp_pipeline.pandas_accessor import aggregate_pandas, run_pandas
     from dp_pipeline.release.selections import (
         aggregation_spec,
         position_column,
@@ -120,10 +217,11 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
 
     timings = {}
     started = time.perf_counter()
-    progress(f"pandas: reading {input_path}")
-    frame = pd.read_csv(input_path) if input_format == "csv" else pd.read_parquet(input_path)
+    progress(f"pandas: reading {source.path}")
+    frame = _read_pandas(source)
     timings["read"] = time.perf_counter() - started
-    progress(f"pandas: read {len(frame):,} rows in {timings['read']:.1f} s")
+    # No row count here: progress lines are not a release, and carry no confidential figure.
+    progress(f"pandas: read the input in {timings['read']:.1f} s")
     results = {}
     started = time.perf_counter()
     for index, table_plan in enumerate(plan.tables, 1):
@@ -131,7 +229,7 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
         if table.is_selection:
             if table.statistic != "top_k":
                 frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
-            counts_spec = aggregation_spec(spec, table_plan, master, index - 1)
+            counts_spec = aggregation_spec(spec, table_plan, master, index - 1, release_digest)
             true_values, _, diagnostics = aggregate_pandas(frame, counts_spec)
             results[table.name] = release_selection(
                 spec,
@@ -141,15 +239,13 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
                 true_values["count"],
                 diagnostics,
                 with_truth=with_truth,
+                release_digest=release_digest,
             )
             progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
             continue
-        arguments = engine_arguments(spec, table_plan, master)
-        if table_plan.table.statistic == "count":
-            released = frame.dp.count(**arguments)
-        else:
-            column = arguments.pop("column")
-            released = frame.dp.sum(column, **arguments)
+        arguments = engine_arguments(spec, table_plan, master, release_digest)
+        query = QuerySpec.build(table_plan.table.statistic, **arguments)
+        released, _ = run_pandas(frame, query)
         released = released.rename(columns={_statistic_column(table_plan): "value"})
         released = released[[*table_plan.table.keys, "value"]]
         if with_truth:
@@ -163,9 +259,7 @@ def _pandas(spec, plan, master, input_path, input_format, with_truth, progress):
     return results, timings
 
 
-def _spark(spec, plan, master, input_path, input_format, with_truth, progress, spark):
-    from pyspark.sql import SparkSession
-
+def _spark(spec, plan, master, source, release_digest, with_truth, progress):
     from dp_pipeline.aggregate import QuerySpec
     from dp_pipeline.release.selections import (
         aggregation_spec,
@@ -177,24 +271,17 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
     from dp_pipeline.udfs.noise import CELL_COLUMN
 
     timings = {}
-    if spark is None:
-        # A session already running in this process (a notebook's, a test's) is used and
-        # left running; only a session this call starts is stopped at the end.
-        spark = SparkSession.getActiveSession()
-    own_session = spark is None
-    if own_session:
-        progress(f"spark: starting a session on {spec.master}")
-        spark = spark_session(spec.master)
-    else:
-        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    spark = source.spark
     aggregates = None
     try:
         started = time.perf_counter()
         reader = spark.read
-        if input_format == "csv":
-            frame = reader.option("header", True).option("inferSchema", True).csv(str(input_path))
+        if source.format == "csv":
+            frame = reader.option("header", True).option("inferSchema", True).csv(str(source.path))
         else:
-            frame = reader.parquet(str(input_path))
+            frame = reader.parquet(str(source.path))
+        # The DataFrame's own file index must be the one fingerprinted.
+        source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
         timings["read"] = time.perf_counter() - started
         started = time.perf_counter()
         noised = [p for p in plan.tables if not p.table.is_selection]
@@ -208,15 +295,19 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
         }
         # Noised tables first: their indices into `specs` are the noise job's table indices.
         specs = [
-            QuerySpec.build(plan_.table.statistic, **engine_arguments(spec, plan_, master))
+            QuerySpec.build(
+                plan_.table.statistic, **engine_arguments(spec, plan_, master, release_digest)
+            )
             for plan_ in noised
-        ] + [aggregation_spec(spec, plan_, master, index) for index, plan_ in selections]
+        ] + [
+            aggregation_spec(spec, plan_, master, index, release_digest)
+            for index, plan_ in selections
+        ]
         # One pass over the input for all tables: read, code, bound, aggregate.
         aggregates, diagnostics = aggregate_queries(frame, specs, collect=True, derived=derived)
-        rows = diagnostics[0].rows_in  # every table sees every input row
         timings["aggregate"] = time.perf_counter() - started
         progress(
-            f"spark: read, bounded and aggregated {rows:,} rows for {len(specs)} tables "
+            f"spark: read, bounded and aggregated the input for {len(specs)} tables "
             f"in {timings['aggregate']:.1f} s"
         )
         started = time.perf_counter()
@@ -269,14 +360,13 @@ def _spark(spec, plan, master, input_path, input_format, with_truth, progress, s
                     _dense(counted, index, specs[index], "n"),
                     diagnostics[index],
                     with_truth=with_truth,
+                    release_digest=release_digest,
                 )
                 progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
         timings["noise"] = time.perf_counter() - started
     finally:
         if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
             aggregates.unpersist()
-        if own_session:
-            spark.stop()
     return results, timings
 
 

@@ -22,8 +22,8 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dp_pipeline.accounting.ledger import accountant_type
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.release.ledger import accountant_type
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec
 
 __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"]

@@ -4,13 +4,17 @@ Order matters for privacy and for crashes:
 
 1. The spec is validated and the plan proven (`plan_release`) before anything
    else; a bad spec or budget never reaches the ledger or the data.
-2. The input's keyed fingerprint is computed (bytes only, no parsing) and the
-   ledger reserves the spend in one transaction, refusing it above the cap.
+2. The engine lists the files it will read; their keyed fingerprint (bytes
+   only, no parsing), the spec and the key make the release's identity
+   (`dp_pipeline.release.identity`), and the ledger reserves the spend in one
+   transaction, refusing it above the cap or when the release id is recorded
+   with another identity.
 3. Only then is the data read, bounded, aggregated over the full declared
    domain and noised by the engine (deterministic in master key, release id,
    table and noise partition).
-4. Outputs go to a hidden temporary folder that is renamed into place, and
-   only then is the ledger entry committed. A job killed anywhere leaves
+4. Outputs go to a hidden temporary folder; the ledger records that
+   publication starts, the folder is renamed into place, and only then is the
+   ledger entry committed. A job killed anywhere leaves
    either no release or a complete one, and a reservation that the next run
    of the same release id resumes (same noise, no new spend).
 """
@@ -27,9 +31,12 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
-from dp_pipeline.accounting.ledger import Ledger, Reservation
-from dp_pipeline.release.fingerprint import input_fingerprint
+from dp_pipeline.release import engines
+from dp_pipeline.release.engines import InputChangedError, open_input
+from dp_pipeline.release.fingerprint import files_fingerprint
+from dp_pipeline.release.identity import release_identity
 from dp_pipeline.release.keys import load_or_create_master_key
+from dp_pipeline.release.ledger import Ledger, Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
@@ -47,10 +54,6 @@ KILL_AT_VARIABLE = "DP_PIPELINE_KILL_AT"
 def _checkpoint(name: str) -> None:
     if os.environ.get(KILL_AT_VARIABLE) == name:
         os.kill(os.getpid(), signal.SIGKILL)
-
-
-class InputChangedError(RuntimeError):
-    """The input's bytes changed between the start and the end of a run."""
 
 
 class Progress:
@@ -129,8 +132,19 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
         input_format = "parquet"
     else:
         input_path, input_format = Path(spec.input_path), spec.input_format
-    fingerprint = input_fingerprint(master, input_path)
+    # The engine lists the files it will read; those exact files are fingerprinted, and
+    # the release's identity (spec + fingerprint + key) is checked by the ledger before
+    # any of their rows is read.
+    source = open_input(spec, input_path, input_format, progress, spark)
+    try:
+        return _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
+    finally:
+        source.close()
 
+
+def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
+    fingerprint = files_fingerprint(master, source.path, source.files)
+    identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
     ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
     for leftover in clean_stale(final):
@@ -141,49 +155,66 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
         accountant=plan.accountant,
         fingerprint=fingerprint,
         cap=spec.cap,
+        identity=identity,
+        output=str(final.resolve()),
     )
     progress(
         {
             "reserved": f"ledger: reserved; {reservation.remaining}",
             "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
-            "already_committed": "ledger: release id already committed on this input; "
-            "re-emitting identical output (no new spend)",
+            "already_committed": "ledger: release id already committed with this spec and "
+            "input; re-emitting identical output (no new spend)",
         }[reservation.outcome]
     )
     timings["setup"] = time.perf_counter() - clock - plan.seconds
 
-    try:
-        from dp_pipeline.release.engines import compute_tables
+    publishing = []  # set once the ledger records that publication starts
 
-        results, engine_timings = compute_tables(
+    def start_publishing() -> None:
+        if reservation.outcome != "already_committed":
+            ledger.mark_publishing(spec.release_id)
+        publishing.append(True)
+
+    try:
+        results, engine_timings = engines.compute_tables(
             spec,
             plan,
             master,
-            input_path,
-            input_format,
+            source,
+            identity.digest,
             with_truth=synthetic,
             progress=progress,
-            spark=spark,
         )
         timings.update(engine_timings)
         # The engines read the input more than once (Spark: the unit check, then the
-        # tables). A file changed in between could let a unit counted as having one row
-        # contribute more, so the input must be the bytes fingerprinted before reading.
-        if input_fingerprint(master, input_path) != fingerprint:
+        # tables). A file changed or added in between could let a unit counted as having
+        # one row contribute more, so the input must be the files and bytes fingerprinted.
+        source.check_unchanged(source.list_files(), spec.release_id)
+        if files_fingerprint(master, source.path, source.files) != fingerprint:
             raise InputChangedError(
-                f"input {str(input_path)!r} changed while release {spec.release_id!r} was "
+                f"input {str(source.path)!r} changed while release {spec.release_id!r} was "
                 f"running (its keyed fingerprint differs from the one taken before reading); "
                 f"nothing was published; run again on an input that is not being written to"
             )
         _checkpoint("after_noise")
         started = time.perf_counter()
-        report = _write_outputs(final, plan, reservation, master, fingerprint, results, progress)
+        report = _write_outputs(
+            final,
+            plan,
+            reservation,
+            master,
+            fingerprint,
+            identity,
+            results,
+            progress,
+            start_publishing,
+        )
         timings["write"] = time.perf_counter() - started
         _checkpoint("after_publish")
         if reservation.outcome != "already_committed":
-            ledger.commit(spec.release_id, output=str(final))
+            ledger.commit(spec.release_id, output=str(final.resolve()))
     except BaseException:
-        if reservation.outcome == "reserved" and not final.exists():
+        if reservation.outcome == "reserved" and not publishing and not final.exists():
             ledger.abort(spec.release_id)
             progress("ledger: aborted (nothing was published; the budget is returned)")
         raise
@@ -192,7 +223,9 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
     return RunResult(final, reservation.outcome, plan, reservation, report, timings)
 
 
-def _write_outputs(final, plan, reservation, master, fingerprint, results, progress) -> dict:
+def _write_outputs(
+    final, plan, reservation, master, fingerprint, identity, results, progress, start_publishing
+) -> dict:
     files = {}
     directory = AtomicReleaseDirectory(final)
     with directory as folder:
@@ -207,6 +240,7 @@ def _write_outputs(final, plan, reservation, master, fingerprint, results, progr
             progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")
         report = privacy_report(plan, reservation, master.fingerprint, files)
         report["input_fingerprint"] = fingerprint
+        report["release_digest"] = identity.digest
         write_json(report, folder / "privacy_report.json")
         accuracy = accuracy_summary(plan, results)
         if accuracy:
@@ -214,6 +248,7 @@ def _write_outputs(final, plan, reservation, master, fingerprint, results, progr
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, results, accuracy))
         _checkpoint("before_publish")
+        start_publishing()
         directory.publish()
     return report
 

@@ -17,10 +17,11 @@ bounding rule:
   count table).
 
 The selection itself runs on the driver (`release_selection`), with the mechanism the
-plan proved. Randomness: ``derive_stream(key, release_id, table, "selection",
-statistic[, group])``; one-shot top-k noise uses the count engine's per-partition
-streams. With a fixed key a release's selection equals ``df.dp.median / quantile /
-top_k`` called with the same release id and table name (ungrouped, one row per unit).
+plan proved. Randomness: ``derive_stream(key, release_id, table, release digest,
+"selection", statistic[, group])``; one-shot top-k noise uses the count engine's
+per-partition streams, labelled with the release digest too. A release's draws are
+therefore its own: they depend on its whole identity (spec and input), never on the
+names alone, and equal no library call's.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def output_columns(table: TableSpec) -> list[str]:
     return [*table.keys, "value"]
 
 
-def _top_k_query(spec: ReleaseSpec, plan: TablePlan, master: MasterKey) -> TopKQuery:
+def _top_k_query(
+    spec: ReleaseSpec, plan: TablePlan, master: MasterKey, release_digest: str
+) -> TopKQuery:
     table = plan.table
     query = TopKQuery.build(
         column=table.keys[0],
@@ -96,14 +99,17 @@ def _top_k_query(spec: ReleaseSpec, plan: TablePlan, master: MasterKey) -> TopKQ
                 f"{counts.count_sensitivity()} differs from the plan's {plan.sensitivity}"
             )
         counts = dataclasses.replace(counts, noise=plan.mechanism)
+    counts = dataclasses.replace(counts, release_digest=release_digest)
     return dataclasses.replace(query, mechanism=plan.mechanism, counts=counts)
 
 
-def aggregation_spec(spec: ReleaseSpec, plan: TablePlan, master: MasterKey, index: int):
+def aggregation_spec(
+    spec: ReleaseSpec, plan: TablePlan, master: MasterKey, index: int, release_digest: str = ""
+):
     """The count `QuerySpec` both engines aggregate for selection table ``index``."""
     table = plan.table
     if table.statistic == "top_k":
-        return _top_k_query(spec, plan, master).counts
+        return _top_k_query(spec, plan, master, release_digest).counts
     position = position_column(index)
     domains = {key: spec.domains[key] for key in table.keys}
     domains[position] = range(table.candidates)
@@ -120,6 +126,7 @@ def aggregation_spec(spec: ReleaseSpec, plan: TablePlan, master: MasterKey, inde
         max_per_cell=1,
         neighbouring=spec.neighbouring,
         cell_limit=spec.max_cells,
+        release_digest=release_digest,
     )
 
 
@@ -132,6 +139,7 @@ def release_selection(
     diagnostics: Diagnostics,
     *,
     with_truth: bool = False,
+    release_digest: str = "",
 ) -> pd.DataFrame:
     """The released frame of a selection table from its dense bounded counts (cell order).
 
@@ -149,12 +157,12 @@ def release_selection(
             f"table {plan.table.name!r}: {counts.shape} counts for {counts_spec.cells.total} cells"
         )
     if plan.table.statistic == "top_k":
-        return _release_top_k(spec, plan, master, counts_spec, counts, diagnostics, with_truth)
-    return _release_quantile(spec, plan, master, counts, with_truth)
+        query = _top_k_query(spec, plan, master, release_digest)
+        return _release_top_k(query, counts_spec, counts, diagnostics, with_truth)
+    return _release_quantile(spec, plan, master, counts, with_truth, release_digest)
 
 
-def _release_top_k(spec, plan, master, counts_spec, counts, diagnostics, with_truth):
-    query = _top_k_query(spec, plan, master)
+def _release_top_k(query, counts_spec, counts, diagnostics, with_truth):
     scores = counts
     if query.method == "one_shot":
         # The count engine's noisy counts (its per-partition streams, as ``df.dp.count``).
@@ -170,13 +178,14 @@ def _release_top_k(spec, plan, master, counts_spec, counts, diagnostics, with_tr
     return frame
 
 
-def _release_quantile(spec, plan, master, counts, with_truth) -> pd.DataFrame:
+def _release_quantile(spec, plan, master, counts, with_truth, release_digest) -> pd.DataFrame:
     table = plan.table
     grid = quantile_grid(table)
     width = len(grid)
     groups = counts.size // width
     by_group = counts.reshape(groups, width)  # the position is the least significant key
-    labels = (spec.release_id, table.name, "selection", table.statistic)
+    # The release's digest covers the table's whole definition and the input.
+    labels = (spec.release_id, table.name, release_digest, "selection", table.statistic)
     chosen = np.empty(groups, dtype=np.int64)
     for group in range(groups):
         # One stream per group: the draws of different groups are independent.

@@ -213,7 +213,8 @@ def parquet_partials_function(
     (the driver has proven them unique another way).
     """
     derived = dict(derived or {})
-    specs = list(specs)
+    # Aggregation tasks get no key material: these copies hold no master key.
+    specs = [spec.without_key() for spec in specs]
     domains = {}
     for spec in specs:
         for domain in spec.cells.domains:

@@ -4,10 +4,14 @@ Cell ``c`` belongs to noise partition ``c % noise_partitions`` (a fixed number
 declared with the query, never Spark's partitioning). Inside a partition the
 cells are taken in increasing cell index over the *whole declared domain*
 (cells without rows get a true value of 0), and the j-th cell receives the
-j-th draw of ``derive_stream(key, release_id, table, partition)``, one
-``mechanism.sample(n, stream)`` call per partition. The noise of every cell is
-therefore a function of (key, release_id, table, cell) alone: bit-identical
-across engines, executors, core counts, shuffle partitions and task retries.
+j-th draw of the stream ``QuerySpec.stream_labels(measure, partition)`` names,
+one ``mechanism.sample(n, stream)`` call per partition. The noise of every cell
+is therefore a function of (key, query, cell) alone: bit-identical across
+engines, executors, core counts, shuffle partitions and task retries.
+
+Keys. The UDFs built here close over a key-free copy of the query and the
+derived `StreamKey` of each of its (measure, partition) streams, computed on
+the driver: the master key never leaves it (it refuses to be pickled).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import pyarrow as pa
 
 from dp_pipeline.aggregate import QuerySpec
 from dp_pipeline.errors import InternalError
-from dp_pipeline.randomness import derive_stream
+from dp_pipeline.randomness import StreamKey, derive_stream_key
 
 __all__ = [
     "CELL_COLUMN",
@@ -28,6 +32,7 @@ __all__ = [
     "TABLE_COLUMN",
     "arrow_cells_noise_function",
     "arrow_noise_function",
+    "noise_stream_keys",
     "noisy_dense",
     "noisy_partition",
     "output_value_types",
@@ -67,13 +72,29 @@ def _checked_add(values: np.ndarray, noise: np.ndarray, what: str) -> np.ndarray
     return total
 
 
+def noise_stream_keys(spec: QuerySpec) -> dict[tuple[str, int], StreamKey]:
+    """The derived key of every (measure, noise partition) stream of ``spec`` (driver only)."""
+    master = spec.master_key()
+    partitions = min(spec.noise_partitions, spec.cells.total)
+    return {
+        (name, partition): derive_stream_key(master, *spec.stream_labels(name, partition))
+        for name, _, _ in spec.measures()
+        for partition in range(partitions)
+    }
+
+
 def noisy_partition(
-    spec: QuerySpec, partition: int, true_values: Mapping[str, np.ndarray]
+    spec: QuerySpec,
+    partition: int,
+    true_values: Mapping[str, np.ndarray],
+    stream_keys: Mapping[tuple[str, int], StreamKey] | None = None,
 ) -> dict[str, np.ndarray]:
     """True aggregates of every cell of ``partition`` (in `partition_cells` order) plus noise.
 
     Returns int64 noisy values per noised vector ("count", "sum"). The noise is
     exact (discrete Gaussian / Laplace samplers on a keyed ChaCha20 stream).
+    ``stream_keys`` (from `noise_stream_keys`) is how a Spark task gets its
+    streams; without it they are derived from the query's master key.
     """
     size = (spec.cells.total - partition + spec.noise_partitions - 1) // spec.noise_partitions
     out = {}
@@ -83,7 +104,11 @@ def noisy_partition(
             raise InternalError(
                 f"noise partition {partition} has {size} cells but {values.shape} {name} values"
             )
-        stream = derive_stream(spec.key, *spec.stream_labels(name, partition))
+        if stream_keys is not None:
+            stream = stream_keys[(name, partition)].stream()
+        else:
+            labels = spec.stream_labels(name, partition)
+            stream = derive_stream_key(spec.master_key(), *labels).stream()
         noise = _as_int64(mechanism.sample(size, stream), f"{name} noise")
         if noise.shape != (size,):
             raise InternalError(f"sampler returned {noise.shape} draws, expected {size}")
@@ -209,10 +234,14 @@ def arrow_noise_function(
     key columns (with the Arrow types in ``key_types``) and the released values.
     """
 
+    keys = noise_stream_keys(spec)
+    shipped = spec.without_key()
+
     def noise_one_partition(table: pa.Table) -> pa.Table:
         partition = _partition_of(table)
-        noisy = noisy_partition(spec, partition, _dense_true_values(spec, partition, table))
-        return released_table(spec, partition_cells(spec, partition), noisy, key_types)
+        true_values = _dense_true_values(shipped, partition, table)
+        noisy = noisy_partition(shipped, partition, true_values, keys)
+        return released_table(shipped, partition_cells(shipped, partition), noisy, key_types)
 
     return noise_one_partition
 
@@ -231,13 +260,18 @@ def arrow_cells_noise_function(specs: Sequence[QuerySpec]) -> Callable[[pa.Table
         + [(name, pa.int64()) for name in MEASURES]
     )
 
+    keys = [noise_stream_keys(spec) for spec in specs]
+    shipped = [spec.without_key() for spec in specs]
+
     def noise_one_group(table: pa.Table) -> pa.Table:
         indexes = np.unique(table.column(TABLE_COLUMN).to_numpy())
         if indexes.size != 1:
             raise InternalError(f"a noise group holds queries {indexes.tolist()}")
-        spec = specs[int(indexes[0])]
+        index = int(indexes[0])
+        spec = shipped[index]
         partition = _partition_of(table)
-        noisy = noisy_partition(spec, partition, _dense_true_values(spec, partition, table))
+        true_values = _dense_true_values(spec, partition, table)
+        noisy = noisy_partition(spec, partition, true_values, keys[index])
         cells = partition_cells(spec, partition)
         zeros = np.zeros(cells.size, dtype=np.int64)
         arrays = [pa.array(np.full(cells.size, indexes[0], np.int32)), pa.array(cells)]

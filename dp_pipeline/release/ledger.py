@@ -2,8 +2,12 @@
 
 SQLite (stdlib ``sqlite3``) by default; the path is configurable. For every
 population it keeps its cap and every release's mechanisms (the accountant's
-``to_dict()``), status (reserved -> committed | aborted) and input fingerprint
-(a keyed HMAC of the input computed by the caller, never the data).
+``to_dict()``, restored through the closed registry of
+`dp_pipeline.mechanisms.registry`), status (reserved -> committed | aborted),
+input fingerprint (a keyed HMAC of the input computed by the caller, never
+the data), identity (`dp_pipeline.release.identity`: the digest of the whole
+canonical spec and the fingerprint, part by part), where it publishes, and
+when its publication started.
 
 Guarantee. `Ledger.reserve` composes, with the accountant, every committed
 and reserved release of the population plus the new one, and refuses the new
@@ -13,11 +17,13 @@ lock before reading, so two processes can never both see the same remaining
 budget (no double spend). Reserved releases count as spent until they are
 committed or aborted: a crashed job errs on the side of privacy.
 
-Release ids are single-use across the whole ledger (noise streams are keyed by
-release id): re-running a committed id on the same fingerprint and the same
-plan is allowed without new spend (it redraws identical noise); on a
-different fingerprint or plan it is refused, because the same noise on other
-data reveals the difference.
+Release ids are single-use across the whole ledger: re-running a committed
+id with the same identity (same canonical spec, same input bytes, same key)
+is allowed without new spend, because it redraws identical noise; with any
+other identity it is refused, naming the parts that differ, because the same
+noise on other data, or other noise on the same data, reveals the truth.
+A reservation whose publication started can no longer be aborted: its output
+may have been read, so its spend stands; re-running it finishes it.
 """
 
 from __future__ import annotations
@@ -33,6 +39,9 @@ from datetime import UTC, datetime
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
+
+from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.release.identity import ReleaseIdentity
 
 __all__ = [
     "BudgetExceededError",
@@ -66,6 +75,8 @@ CREATE TABLE IF NOT EXISTS releases (
 );
 CREATE INDEX IF NOT EXISTS releases_population ON releases(population);
 """
+# Columns added after the first schema; `Ledger` adds them to older ledger files.
+_ADDED_COLUMNS = {"identity": "TEXT", "published_at": "TEXT"}
 
 
 class LedgerError(ValueError):
@@ -82,8 +93,6 @@ class ReleaseIdReuseError(LedgerError):
 
 def accountant_type():
     """The accountant class, `dp_pipeline.accounting.PrivacyAccountant`."""
-    from dp_pipeline.accounting import PrivacyAccountant
-
     return PrivacyAccountant
 
 
@@ -212,6 +221,8 @@ class LedgerEntry:
     owner: str
     output: str | None
     accountant: dict
+    identity: dict | None = None
+    published_at: str | None = None
 
 
 class Ledger:
@@ -223,6 +234,10 @@ class Ledger:
         self._timeout = timeout
         with closing(self._connect()) as connection:
             connection.executescript(_SCHEMA)
+            present = {row["name"] for row in connection.execute("PRAGMA table_info(releases)")}
+            for column, kind in _ADDED_COLUMNS.items():
+                if column not in present:
+                    connection.execute(f"ALTER TABLE releases ADD COLUMN {column} {kind}")
 
     def _connect(self) -> sqlite3.Connection:
         # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
@@ -244,18 +259,31 @@ class Ledger:
         accountant,
         fingerprint: str,
         cap,
+        identity: ReleaseIdentity | None = None,
+        output: str | None = None,
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
         Raises `BudgetExceededError` if the tight composition (upper bound) of
         every committed and reserved release of the population plus this one
-        exceeds ``cap``; `ReleaseIdReuseError` if the id was used on another
-        fingerprint, another plan or another population; `LedgerError` if
-        ``cap`` differs from the population's recorded cap.
+        exceeds ``cap``; `ReleaseIdReuseError` if the id was used with another
+        identity (spec, input or key: the message lists the parts that differ),
+        another plan or another population; `LedgerError` if ``cap`` differs
+        from the population's recorded cap. ``output`` is where the release
+        will be published (recorded so that `abort` can refuse a published one).
+        Without ``identity`` (a ledger used outside `run_release`) the release
+        is identified by its mechanisms and its fingerprint alone.
         """
         cap_state = _cap_dict(cap)
         state = accountant.to_dict()
+        if identity is None:
+            identity = ReleaseIdentity.of_parts(
+                release_id, {"planned mechanisms": state, "input data": fingerprint}
+            )
+        if not isinstance(identity, ReleaseIdentity) or identity.release_id != release_id:
+            raise LedgerError(f"release {release_id!r}: reserve needs the release's own identity")
         state_text = _canonical(state)
+        identity_text = _canonical(identity.to_dict())
         with self._transaction() as connection:
             row = connection.execute(
                 "SELECT cap FROM populations WHERE name = ?", (population,)
@@ -275,7 +303,9 @@ class Ledger:
                 "SELECT * FROM releases WHERE release_id = ?", (release_id,)
             ).fetchone()
             if existing is not None:
-                resumed = _check_reuse(existing, population, fingerprint, state_text, cap_state)
+                resumed = _check_reuse(
+                    existing, population, fingerprint, state_text, identity, cap_state
+                )
                 if resumed is not None:
                     return resumed
             others = connection.execute(
@@ -312,21 +342,24 @@ class Ledger:
                 reserved_at,
                 None,
                 _owner(),
+                output,
+                identity_text,
                 None,
                 release_id,
             )
             if existing is None:
                 connection.execute(
                     "INSERT INTO releases (population, status, fingerprint, accountant, "
-                    "guarantee, cumulative, reserved_at, finished_at, owner, output, release_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "guarantee, cumulative, reserved_at, finished_at, owner, output, identity, "
+                    "published_at, release_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             else:  # an aborted id, run again
                 connection.execute(
                     "UPDATE releases SET population = ?, status = ?, fingerprint = ?, "
                     "accountant = ?, guarantee = ?, cumulative = ?, reserved_at = ?, "
-                    "finished_at = ?, owner = ?, output = ? WHERE release_id = ?",
+                    "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ? "
+                    "WHERE release_id = ?",
                     values,
                 )
             return Reservation(
@@ -347,18 +380,59 @@ class Ledger:
         self._finish(release_id, "committed", output)
 
     def abort(self, release_id: str) -> None:
-        """Mark a reserved release as aborted: nothing was published, its spend is returned."""
+        """Mark a reserved release as aborted: nothing was published, its spend is returned.
+
+        Refused once its publication started (`mark_publishing`) or while its
+        output folder exists: a published release may have been read, and
+        aborting it would let the same id run again on other data.
+        """
         self._finish(release_id, "aborted", None)
+
+    def mark_publishing(self, release_id: str) -> None:
+        """Record, before the output is moved into place, that publication starts.
+
+        From then on the reservation can only be committed: a crash between
+        the move and the commit leaves a release that `abort` refuses and that
+        a re-run of the same identity finishes.
+        """
+        with self._transaction() as connection:
+            row = connection.execute(
+                "SELECT status FROM releases WHERE release_id = ?", (release_id,)
+            ).fetchone()
+            if row is None or row["status"] != "reserved":
+                raise LedgerError(
+                    f"release id {release_id!r} is not reserved in the ledger {self.path}; "
+                    "only a reserved release can be published"
+                )
+            connection.execute(
+                "UPDATE releases SET published_at = COALESCE(published_at, ?) WHERE release_id = ?",
+                (_now(), release_id),
+            )
 
     def _finish(self, release_id: str, status: str, output: str | None) -> None:
         with self._transaction() as connection:
             row = connection.execute(
-                "SELECT status FROM releases WHERE release_id = ?", (release_id,)
+                "SELECT status, output, published_at FROM releases WHERE release_id = ?",
+                (release_id,),
             ).fetchone()
             if row is None:
                 raise LedgerError(f"release id {release_id!r} is not in the ledger {self.path}")
             if row["status"] == status:
                 return
+            if status == "aborted" and row["status"] == "reserved":
+                published = row["published_at"] is not None or (
+                    row["output"] is not None and Path(row["output"]).exists()
+                )
+                if published:
+                    raise LedgerError(
+                        f"release id {release_id!r} cannot be aborted: its output "
+                        f"{row['output']!r} was published"
+                        + (f" at {row['published_at']}" if row["published_at"] else "")
+                        + " and may have been read, so its spend stands. Finish it instead: "
+                        "run the same spec again on the same input with the same key "
+                        "(dp-release run SPEC); the run re-emits the identical release and "
+                        "commits it"
+                    )
             if row["status"] != "reserved":
                 raise LedgerError(
                     f"release id {release_id!r} is {row['status']}; only a reserved release "
@@ -406,7 +480,9 @@ class Ledger:
         return spend, _left(spend, cap)
 
 
-def _check_reuse(existing, population, fingerprint, state_text, cap_state) -> Reservation | None:
+def _check_reuse(
+    existing, population, fingerprint, state_text, identity, cap_state
+) -> Reservation | None:
     release_id = existing["release_id"]
     if existing["population"] != population:
         raise ReleaseIdReuseError(
@@ -415,6 +491,28 @@ def _check_reuse(existing, population, fingerprint, state_text, cap_state) -> Re
         )
     if existing["status"] == "aborted":
         return None  # nothing was published under an aborted id: reserve it afresh
+    if existing["identity"] is None:
+        raise ReleaseIdReuseError(
+            f"release id {release_id!r} is {existing['status']} in a ledger entry that "
+            "records no release digest, so this run cannot be proven to be the same "
+            "release; use a new release id"
+        )
+    try:
+        recorded = ReleaseIdentity.from_dict(json.loads(existing["identity"]))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise ReleaseIdReuseError(
+            f"release id {release_id!r}: the ledger records a corrupt identity for it (its "
+            "parts do not match its digest), so no run can be proven to be the same release; "
+            "use a new release id and check who can write the ledger"
+        ) from None
+    if recorded.digest != identity.digest:
+        differences = "; ".join(recorded.differences(identity))
+        raise ReleaseIdReuseError(
+            f"release id {release_id!r} is {existing['status']} with another spec, input or "
+            f"key; these parts differ: {differences}. The same release id must always "
+            "publish the same release (other noise on the same data, or the same noise on "
+            "other data, reveals the exact values). Use a new release id."
+        )
     if existing["fingerprint"] != fingerprint:
         raise ReleaseIdReuseError(
             f"release id {release_id!r} is {existing['status']} on different input data "
@@ -462,6 +560,8 @@ def _entry(row: sqlite3.Row) -> LedgerEntry:
         owner=row["owner"],
         output=row["output"],
         accountant=json.loads(row["accountant"]),
+        identity=None if row["identity"] is None else json.loads(row["identity"]),
+        published_at=row["published_at"],
     )
 
 
