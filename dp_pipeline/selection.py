@@ -19,7 +19,10 @@ Adding a value moves ``#{x < o}`` and ``#{x <= o}`` by 0 or 1 and ``q·n`` by
 (n fixed) moves each count by at most 1. So Δu = 1 under both relations,
 not monotone, and ``ε = 2·η·ln2``. When ``q·n`` is not an integer the loss
 is a fraction and the mechanism rounds it at random (Ilvento 2020, Lemma
-3.5, no privacy cost). OpenDP's quantile score treats ties similarly.
+3.5: no privacy cost because Δu = 1 is an integer, so ``ceil(Δu) = Δu``).
+Every loss is a multiple of ``1/denominator(q)`` whatever ``n`` is, so that
+public denominator fixes the rounding's keystream (one draw per candidate,
+fractional or not). OpenDP's quantile score treats ties similarly.
 
 Accuracy (McSherry-Talwar 2007, Theorem 6, with base ``2**-η``): let
 ``OPT = min_o u(o)``. Each candidate with ``u(o) >= OPT + t`` weighs at most
@@ -216,7 +219,10 @@ def select_quantile(bucket_counts, q, candidates, mechanism, stream):
         raise InternalError(
             f"{counts.shape} bucket counts for {len(candidates)} quantile candidates"
         )
-    return int(mechanism.sample(quantile_losses(counts, q_exact), stream))
+    # Every loss is a multiple of 1/denominator(q) (q·n is), whatever n is: that
+    # public denominator fixes the rounding's draws, not the data's parity.
+    losses = quantile_losses(counts, q_exact)
+    return int(mechanism.sample(losses, stream, utility_denominator=q_exact.denominator))
 
 
 def quantile_losses(bucket_counts, q) -> np.ndarray:
@@ -278,10 +284,13 @@ def peel_top_k(counts, k: int, mechanism: BaseTwoExponential, stream) -> list[in
     selection order.
     """
     counts = np.asarray(counts)
+    # Integer counts (a property of the dtype, not of the values) need no
+    # rounding draws; float counts get the default fixed-precision rounding.
+    options = {"utility_denominator": 1} if np.issubdtype(counts.dtype, np.integer) else {}
     remaining = np.arange(counts.size)
     selected = []
     for _ in range(k):
-        pick = int(mechanism.sample(-counts[remaining], stream))
+        pick = int(mechanism.sample(-counts[remaining], stream, **options))
         selected.append(int(remaining[pick]))
         remaining = np.delete(remaining, pick)
     return selected

@@ -18,11 +18,14 @@ from scipy import stats
 
 from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
 from dp_pipeline.mechanisms.exponential import (
+    DEFAULT_UTILITY_DENOMINATOR,
+    _round_ups,
     _WeightTree,
     choose_base,
     ln_bounds,
     locate_by_linear_scan,
 )
+from dp_pipeline.randomness import SecureStream
 
 KEY = MasterKey(bytes(range(32)))
 ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below
@@ -82,19 +85,21 @@ def test_eta_is_the_largest_not_above_target(epsilon, monotone, sensitivity):
     mechanism = BaseTwoExponential(epsilon, utility_sensitivity=sensitivity, monotone=monotone)
     x, y, z = mechanism.base_numerator, mechanism.base_denominator_bits, mechanism.base_power
     factor = 1 if monotone else 2
+    # The randomly rounded levels move by ceil(Δu) (module docstring), so the
+    # target is ε/(c·ceil(Δu)): 2 for Δu = 3/2.
+    levels = math.ceil(Fraction(sensitivity))
+    assert mechanism.level_sensitivity == levels
     target = mpmath.mpf(Fraction(epsilon).numerator) / Fraction(epsilon).denominator
-    target /= factor * mpmath.mpf(Fraction(sensitivity).numerator)
-    target *= Fraction(sensitivity).denominator
-    # Independent check (mpmath, 60 digits): η·ln2 = z·ln(2**y/x) <= ε/(c·Δu) ...
+    target /= factor * levels
+    # Independent check (mpmath, 60 digits): η·ln2 = z·ln(2**y/x) <= ε/(c·ceil(Δu)) ...
     eta_ln2 = z * mpmath.log(mpmath.mpf(2**y) / x)
     assert eta_ln2 <= target
     # ... and the just-larger base numerator's twin (x - 1) would exceed it.
     if x > 1:
         assert z * mpmath.log(mpmath.mpf(2**y) / (x - 1)) > target
-    # pure ε is an upper bound on c·Δu·η·ln2, tight to 2**-60, never above the target ε.
+    # pure ε is an upper bound on c·ceil(Δu)·η·ln2, tight to 2**-60, never above the target ε.
     reported = mechanism.pure_epsilon
-    exact = factor * eta_ln2 * mpmath.mpf(Fraction(sensitivity).numerator)
-    exact /= Fraction(sensitivity).denominator
+    exact = factor * eta_ln2 * levels
     assert mpmath.mpf(reported.numerator) / reported.denominator >= exact
     assert mpmath.mpf(reported.numerator) / reported.denominator - exact < mpmath.mpf(2) ** -60
     assert reported <= mechanism.epsilon
@@ -320,6 +325,235 @@ def test_optimized_variant_stops_at_first_acceptance():
     source = stream("opt")
     passes = [fast.sample_with_passes(u0, source)[1] for _ in range(200)]
     assert min(passes) == 1 and np.mean(passes) < 3
+
+
+# ------------------------------------------- randomized rounding: ε and keystream
+
+
+def exact_rounded_pmf(base: Fraction, utilities: list[Fraction]) -> list[Fraction]:
+    """The exact output distribution: every rounding enumerated, exact weights."""
+    fractional = [i for i, u in enumerate(utilities) if u.denominator != 1]
+    pmf = [Fraction(0)] * len(utilities)
+    for ups in itertools.product((0, 1), repeat=len(fractional)):
+        rounded = [math.floor(u) for u in utilities]
+        probability = Fraction(1)
+        for i, up in zip(fractional, ups, strict=True):
+            frac = utilities[i] - math.floor(utilities[i])
+            rounded[i] += up
+            probability *= frac if up else 1 - frac
+        weights = [base**r for r in rounded]
+        total = sum(weights)
+        for o, weight in enumerate(weights):
+            pmf[o] += probability * weight / total
+    return pmf
+
+
+def max_ratio(p: list[Fraction], q: list[Fraction]) -> Fraction:
+    return max(max(a / b, b / a) for a, b in zip(p, q, strict=True))
+
+
+def log_of(value: Fraction):
+    return mpmath.log(mpmath.mpf(value.numerator) / value.denominator)
+
+
+def neighbours(utilities, sensitivity: Fraction, monotone: bool, step: Fraction):
+    """Every utility vector within ``sensitivity`` of ``utilities`` on a grid of ``step``."""
+    moves = [step * k for k in range(-int(sensitivity / step), int(sensitivity / step) + 1)]
+    for delta in itertools.product(moves, repeat=len(utilities)):
+        if monotone and not (min(delta) >= 0 or max(delta) <= 0):
+            continue
+        yield [u + d for u, d in zip(utilities, delta, strict=True)]
+
+
+# (base (x, y, z), Δu, monotone, a neighbouring pair whose exact ratio exceeds
+# the naive e**(c·Δu·η·ln2) that ignored the rounding). The first pair is the
+# one reported against the old rule: 137/17 ≈ 8.06 against a declared e**ε = 4.
+ROUNDING_CASES = [
+    ((1, 4, 1), Fraction(1, 2), True, ([0, Fraction(3, 2)], [0, 2])),
+    # Not monotone, base 1/4: 163/40 ≈ 4.08 against the naive e**ε = 4 (<= 16).
+    ((1, 2, 1), Fraction(1, 2), False, ([Fraction(1, 2), Fraction(3, 2)], [0, 2])),
+    # Δu = 3/2, monotone, base 1/16: 4883/68 ≈ 71.8 against the naive 2**6 = 64 (<= 256).
+    ((1, 4, 1), Fraction(3, 2), True, ([0, Fraction(1, 2)], [0, 2])),
+]
+
+
+@pytest.mark.parametrize(("base", "sensitivity", "monotone", "pair"), ROUNDING_CASES)
+def test_declared_epsilon_bounds_the_exact_ratio_for_non_integer_sensitivity(
+    base, sensitivity, monotone, pair
+):
+    mechanism = BaseTwoExponential.for_base(
+        *base, utility_sensitivity=sensitivity, monotone=monotone
+    )
+    factor = 1 if monotone else 2
+    eta_ln2 = base[2] * mpmath.log(mpmath.mpf(2 ** base[1]) / base[0])
+    declared = mpmath.mpf(mechanism.pure_epsilon.numerator) / mechanism.pure_epsilon.denominator
+    assert mechanism.level_sensitivity == math.ceil(sensitivity)
+    assert declared >= factor * eta_ln2 * math.ceil(sensitivity)
+    # The twin: the pair's exact ratio is above what the old rule (Δu, not
+    # ceil(Δu)) declared, and within the declared ε.
+    u, v = ([Fraction(x) for x in side] for side in pair)
+    assert all(abs(a - b) <= sensitivity for a, b in zip(u, v, strict=True))
+    ratio = max_ratio(exact_rounded_pmf(mechanism.base, u), exact_rounded_pmf(mechanism.base, v))
+    naive = factor * eta_ln2 * sensitivity.numerator / sensitivity.denominator
+    assert log_of(ratio) > naive
+    assert log_of(ratio) <= declared
+    # Every neighbour of every vector on a small grid (two outcomes, quarter steps).
+    grid = [Fraction(k, 4) for k in range(9)]
+    worst = Fraction(1)
+    for start in itertools.product(grid, repeat=2):
+        p = exact_rounded_pmf(mechanism.base, list(start))
+        for other in neighbours(start, sensitivity, monotone, Fraction(1, 4)):
+            worst = max(worst, max_ratio(p, exact_rounded_pmf(mechanism.base, other)))
+    assert log_of(worst) <= declared
+
+
+def test_epsilon_built_mechanism_uses_the_rounded_sensitivity():
+    # Asking for ε ≈ ln 4 at Δu = 1/2 (monotone) now picks η·ln2 <= ln 4 (not 2·ln 4),
+    # and the reported pair stays within the requested ε.
+    epsilon = Fraction(1386294361, 10**9)  # just below ln 4
+    mechanism = BaseTwoExponential(epsilon, utility_sensitivity="1/2", monotone=True)
+    assert mechanism.pure_epsilon <= epsilon
+    ratio = max_ratio(
+        exact_rounded_pmf(mechanism.base, [Fraction(0), Fraction(3, 2)]),
+        exact_rounded_pmf(mechanism.base, [Fraction(0), Fraction(2)]),
+    )
+    assert log_of(ratio) <= mpmath.mpf(epsilon.numerator) / epsilon.denominator
+    # The same ε with the integer Δu = 1 gives the same base: ceil(1/2) = 1.
+    assert mechanism.base == BaseTwoExponential(epsilon, monotone=True).base
+
+
+class CountingStream(SecureStream):
+    """A SecureStream that counts the keystream bytes handed out."""
+
+    __slots__ = ("drawn",)
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__(key)
+        self.drawn = 0
+
+    def _fill(self, out) -> None:
+        self.drawn += out.size
+        super()._fill(out)
+
+
+def bytes_drawn(mechanism, utilities, size=None, **options) -> tuple[int, bytes]:
+    """(bytes read by one call, the next 16 bytes) on a fresh stream under one key."""
+    source = CountingStream(bytes(range(32)))
+    mechanism.sample(utilities, source, size, **options)
+    drawn = source.drawn
+    return drawn, source.random_bytes(16)
+
+
+def same_size_data_sets(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(11)  # test data only
+    whole = rng.integers(0, 30, size=n)
+    return [
+        whole,  # integers
+        np.array([Fraction(int(w), 2) for w in whole], dtype=object),  # halves
+        np.array([Fraction(int(w), 64) for w in rng.integers(0, 1900, n)], dtype=object),
+        np.abs(0.3 - np.arange(n)),  # floats, every one fractional
+        np.array([Fraction(int(w)) + Fraction(1, 2**64) for w in whole], dtype=object),
+    ]
+
+
+@pytest.mark.parametrize("bounds", [(0, 40), None])
+def test_rounding_reads_the_same_keystream_for_every_data_set_of_a_size(bounds):
+    mechanism = BaseTwoExponential(1, utility_bounds=bounds)
+    n = 60
+    results = [bytes_drawn(mechanism, data) for data in same_size_data_sets(n)]
+    assert len(set(results)) == 1, results
+    # One 64-bit word per outcome for the rounding, fractional or not, then the passes.
+    alone = bytes_drawn(mechanism, np.arange(n), utility_denominator=1)[0]
+    assert results[0][0] == alone + 8 * n
+    # sample(size=...) redraws the rounding for every sample, integers included.
+    sized = {bytes_drawn(mechanism, data, size=3) for data in same_size_data_sets(n)}
+    assert len(sized) == 1
+
+
+def test_rounding_keystream_with_a_non_binary_denominator_ignores_the_data():
+    # utility_denominator = 10: rejection draws, whose count depends on the
+    # keystream only, so one key reads the same bytes for tenths, halves, integers.
+    mechanism = BaseTwoExponential(1, utility_bounds=(0, 40))
+    rng = np.random.default_rng(12)  # test data only
+    data_sets = [
+        np.array([Fraction(int(w), 10) for w in rng.integers(0, 400, 50)], dtype=object),
+        np.array([Fraction(int(w), 2) for w in rng.integers(0, 80, 50)], dtype=object),
+        rng.integers(0, 40, 50),
+    ]
+    results = {bytes_drawn(mechanism, data, utility_denominator=10) for data in data_sets}
+    assert len(results) == 1
+
+
+class FixedWords:
+    """Hands out given 64-bit words / uniform draws, to test the rounding thresholds."""
+
+    def __init__(self, values) -> None:
+        self.values = values
+
+    def random_uint64(self, n):
+        return np.array(self.values[:n], dtype=np.uint64)
+
+    def uniform_below(self, bounds):
+        return np.array(self.values[: len(bounds)], dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    ("remainder", "denominator", "bound", "words", "ups"),
+    [
+        # up iff V < frac·2**64: the boundary word is exactly frac·2**64.
+        (1, 2, 2**64, [2**63 - 1, 2**63], [1, 0]),
+        (3, 4, 2**64, [3 * 2**62 - 1, 3 * 2**62], [1, 0]),
+        (1, 2**64, 2**64, [0, 1], [1, 0]),
+        (0, 1, 2**64, [0, 2**64 - 1], [0, 0]),  # integers never round up
+        (1, 3, 3, [0, 1, 2], [1, 0, 0]),  # probability exactly 1/3
+        (2, 3, 6, [3, 4, 5], [1, 0, 0]),  # 2/3 = 4/6: up iff V < 4
+    ],
+)
+def test_rounding_thresholds_are_exact(remainder, denominator, bound, words, ups):
+    remainders = np.full(len(words), remainder, dtype=np.int64)
+    got = _round_ups(remainders, denominator, bound, FixedWords(words))
+    assert got.tolist() == ups
+
+
+@pytest.mark.parametrize(
+    ("utilities", "options", "message"),
+    [
+        (
+            [0, Fraction(1, 3)],
+            {},
+            r"utilities\[1\] has denominator 3, which does not divide "
+            r"utility_denominator=18446744073709551616",
+        ),
+        ([0, 1e-30], {}, r"utilities\[1\] has denominator \d+, which does not divide"),
+        ([1, Fraction(1, 2)], {"utility_denominator": 1}, r"utilities\[1\] has denominator 2"),
+        ([Fraction(1, 10)], {"utility_denominator": 4}, r"a multiple of 10 \(e\.g\. 20\)"),
+    ],
+)
+def test_utilities_finer_than_the_rounding_precision_are_refused(utilities, options, message):
+    source = CountingStream(bytes(32))
+    with pytest.raises(ValueError, match=message) as raised:
+        BaseTwoExponential(1).sample(np.array(utilities, dtype=object), source, **options)
+    # The message states the rule and the fix, and nothing was drawn.
+    assert "every utility must be a multiple of 1/utility_denominator" in str(raised.value)
+    assert "pass a utility_denominator" in str(raised.value)
+    assert source.drawn == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (0, ValueError, "utility_denominator must be >= 1, got 0"),
+        (True, TypeError, "utility_denominator must be a positive integer, got True"),
+        (2.0, TypeError, "utility_denominator must be a positive integer, got 2.0"),
+    ],
+)
+def test_bad_utility_denominator(value, error, message):
+    with pytest.raises(error, match=message):
+        BaseTwoExponential(1).sample(np.arange(3), stream("bad"), utility_denominator=value)
+
+
+def test_default_utility_denominator_is_one_word():
+    assert DEFAULT_UTILITY_DENOMINATOR == 2**64
 
 
 # ---------------------------------------------------------------------- bad input

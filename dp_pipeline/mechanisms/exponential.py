@@ -7,24 +7,28 @@ scaling, so the sampler uses Python integers only: no floating point, no
 ``exp``, nothing an attacker can exploit through rounding (Ilvento 2020,
 Sections 2-3; Mironov 2012 for the attack on naive implementations).
 
-Privacy (Ilvento 2020, Theorem 3.1 / McSherry-Talwar 2007): with utility
-sensitivity Δu the mechanism is ε-DP with ``ε = 2·η·ln2·Δu``, or
-``ε = η·ln2·Δu`` when the utility is *monotone* in the data (every utility
-moves in the same direction between neighbours, as counts do under
-add/remove). Since ``η·ln2 = z·ln(2**y / x)``, choosing ``(x, y, z)`` with
-``z·ln(2**y/x) <= ε / (c·Δu)`` (c = 2, or 1 when monotone) is a comparison
-between a rational and the logarithm of a rational, decided here with
-rigorous rational bounds on the logarithm; ``ln 2`` never has to be rounded.
+Privacy (Ilvento 2020, Theorem 3.1 / McSherry-Talwar 2007): on integer
+levels whose sensitivity is an integer ``k`` the mechanism is ε-DP with
+``ε = 2·η·ln2·k``, or ``ε = η·ln2·k`` when the utility is *monotone* in the
+data (every utility moves in the same direction between neighbours, as counts
+do under add/remove). The levels are the utilities after randomized rounding,
+and their sensitivity is ``k = ceil(Δu)`` for a rational Δu (`level_sensitivity`),
+so ``ε = c·η·ln2·ceil(Δu)`` (c = 2, or 1 when monotone); see "Randomized
+rounding" below for the proof and for why Δu itself is not enough. Since
+``η·ln2 = z·ln(2**y / x)``, choosing ``(x, y, z)`` with
+``z·ln(2**y/x) <= ε / (c·ceil(Δu))`` is a comparison between a rational and
+the logarithm of a rational, decided here with rigorous rational bounds on
+the logarithm; ``ln 2`` never has to be rounded.
 
 How the parameters are chosen (see `choose_base`): ``z`` is the smallest
-integer with ``ε/(c·Δu·z) <= ln 2`` (so ``x/2**y >= 1/2``), ``y`` is
+integer with ``ε/(c·k·z) <= ln 2`` (k = ceil(Δu); so ``x/2**y >= 1/2``), ``y`` is
 ``base_bits`` (default 8; more bits bring η closer to its target at the cost
 of ``y·z`` bits of precision per unit of utility) plus ``log2(1/τ) - 1`` more
-when ``τ = ε/(c·Δu·z) < 1/2``, so η lands within about ``2**-(base_bits-1)``
+when ``τ = ε/(c·k·z) < 1/2``, so η lands within about ``2**-(base_bits-1)``
 of its target in relative terms (within 2% for the default), and ``x`` is the smallest
-integer with ``z·ln(2**y/x) <= ε/(c·Δu)``: the largest η of that form not
+integer with ``z·ln(2**y/x) <= ε/(c·k)``: the largest η of that form not
 above the target (η is rounded DOWN, which keeps the guarantee). The
-reported `pure_epsilon` is ``c·Δu·z·ln(2**y/x)`` rounded UP to a multiple of
+reported `pure_epsilon` is ``c·k·z·ln(2**y/x)`` rounded UP to a multiple of
 2**-64 (and never above the target ε, which it provably does not exceed).
 
 Utilities are clamped into a range fixed before the data is seen (Ilvento,
@@ -33,7 +37,7 @@ Proposition 3.3: clamping does not raise the sensitivity), either absolute
 smallest utility and ``gap`` (from the public number of outcomes and
 ``tail_bits``) is wide enough that any outcome clamped at the top has weight
 at most ``2**-tail_bits / |O|`` of the best one. Why the relative clamp is
-safe (reviewed in session 2): the mechanism is exactly the exponential
+safe: the mechanism is exactly the exponential
 mechanism run on ``u'(d, o) = min(u(d, o), m(d) + gap)`` with
 ``m(d) = min_o u(d, o)`` and ``gap`` a function of public quantities only
 (η, ``tail_bits``, ``|O|``). (1) ``m`` is Δu-sensitive, being a minimum of
@@ -47,9 +51,53 @@ before randomized rounding, so Lemma 3.5 applies to ``u'``. The price is
 accuracy only: outcomes beyond ``m + gap`` get the weight of ``m + gap``,
 which by the choice of ``gap`` carries total probability at most
 about ``2**-tail_bits`` (`selection.quantile_rank_error_bound` refuses error
-levels finer than that). Non-integer utilities are rounded up or down at
-random, with probability given by their fractional part (Ilvento, Lemma 3.5:
-no privacy cost).
+levels finer than that).
+
+Randomized rounding (Ilvento, Lemma 3.5). A non-integer utility ``u`` becomes
+the integer level ``floor(u) + 1`` with probability ``frac(u)`` and
+``floor(u)`` otherwise, independently for every outcome. Claim: for any
+rational Δu, the mechanism on the rounded levels is ε-DP with
+``ε = c·η·ln2·ceil(Δu)``. Proof: the rounding of outcome ``o`` has the law of
+``R(u) = ceil(u - U_o)`` with ``U_o`` uniform on [0, 1), independent across
+outcomes (``ceil(u - t) = floor(u) + 1`` exactly when ``t < frac(u)``).
+Couple neighbours ``d, d'`` through the same ``U = (U_o)``. For reals ``a, b``
+and any ``t``, ``ceil(a - t) - ceil(b - t)`` lies in ``[floor(a - b), ceil(a - b)]``,
+so for every ``U`` the levels of ``d`` and ``d'`` differ by at most
+``ceil(|u(d, o) - u(d', o)|) <= ceil(Δu)`` and in the direction of
+``u(d, o) - u(d', o)`` (ceil is non-decreasing, so monotone utilities give
+monotone levels). For each fixed ``U`` the sampler is therefore the
+exponential mechanism on integer levels of sensitivity ``ceil(Δu)``, so
+``P[o | d, U] <= e**ε · P[o | d', U]`` (Theorem 3.1); ``U`` has the same law
+under ``d`` and ``d'``, and averaging over it gives ``P[o | d] <= e**ε · P[o | d']``.
+For an integer Δu this is Lemma 3.5 (``ceil(Δu) = Δu``: rounding is free);
+for a non-integer Δu it is not, and the bound ``c·η·ln2·Δu`` fails: monotone,
+base ``1/16``, Δu = 1/2, utilities ``(0, 3/2)`` and ``(0, 2)`` give the
+exact probability ratio ``137/17 ≈ 8.06`` for the second outcome, above
+``2**(η·Δu) = 4`` and below ``2**(η·ceil(Δu)) = 16``. The rounding is applied to
+the clamped utilities and the integer shift ``floor(m)`` (or ``lo``) commutes
+with it, so the clamp argument above is unchanged. A Δu below 1 wastes
+accuracy (ε is computed as if Δu were 1): pass ``u / Δu`` with
+``utility_sensitivity=1`` instead, the same weights with the rounding on a grid
+of step Δu.
+
+The rounding is drawn with a fixed amount of keystream and work (Ilvento,
+Section 3.3, applied to the rounding too). Every sample draws, for EVERY
+outcome whether its utility is an integer or not, one uniform integer ``V``
+below the public ``utility_denominator`` ``Q`` (an argument of `sample`,
+default ``2**64``: one 64-bit keystream word per outcome, never rejected),
+and rounds up exactly when ``V < frac(u)·Q``, which has probability
+``frac(u)`` exactly because ``frac(u)·Q`` is an integer. Floors, remainders,
+thresholds and comparisons run over all outcomes with the same vectorized
+operations, so the bytes read and the work depend on ``|O|`` and ``Q`` only.
+(A ``Q`` that is not a power of two is drawn by rejection: the bytes read then
+vary with the keystream, never with the data, and are independent of the
+accepted draws.) A utility whose denominator does not divide ``Q`` cannot be
+rounded exactly this way and is refused: ``Q`` is meant to be a property of
+the utility function (the quantile loss passes the denominator of ``q``;
+integer counts pass 1, which draws nothing), so the refusal only catches a
+wrong declaration. Doubles of magnitude at least ``2**-12`` are multiples of
+``2**-64``; finer ones need a larger ``Q`` or rounding by the caller (rounding
+down to a grid of step ``1/Q`` keeps an integer Δu).
 
 Sampling (Ilvento, Algorithm 2 and Section 3.3). Outcomes are grouped by
 their integer utility level ``j`` in ``[0, L)``; level ``j`` has count ``c_j``
@@ -115,7 +163,18 @@ try:
 except ImportError:  # pragma: no cover - gmpy2 is a dependency; plain ints are exact too
     _exact_int = int
 
-__all__ = ["BaseTwoExponential", "choose_base", "ln_bounds", "locate_by_linear_scan"]
+__all__ = [
+    "DEFAULT_UTILITY_DENOMINATOR",
+    "BaseTwoExponential",
+    "choose_base",
+    "ln_bounds",
+    "locate_by_linear_scan",
+]
+
+# The public precision of the randomized rounding: every utility must be a
+# multiple of 1/DEFAULT_UTILITY_DENOMINATOR unless `sample` is told otherwise.
+# A power of two up to 2**64 costs one 64-bit keystream word per outcome.
+DEFAULT_UTILITY_DENOMINATOR = 1 << 64
 
 # pure_epsilon is reported rounded up to a multiple of this.
 _EPSILON_GRID = 1 << 64
@@ -236,8 +295,9 @@ class BaseTwoExponential:
 
     Derived: ``base_numerator`` x, ``base_denominator_bits`` y, ``base_power`` z
     with ``base = (x/2**y)**z = 2**-η``, and ``pure_epsilon``, the exact ε rounded
-    up (``c·Δu·z·ln(2**y/x)``, c = 2 or 1 if monotone; Ilvento 2020 Thm 3.1),
-    never above ``epsilon``.
+    up (``c·ceil(Δu)·z·ln(2**y/x)``, c = 2 or 1 if monotone; Ilvento 2020 Thm 3.1
+    applied to the randomly rounded levels, whose sensitivity is ``ceil(Δu)``,
+    see the module docstring), never above ``epsilon``.
     """
 
     epsilon: Fraction
@@ -275,21 +335,24 @@ class BaseTwoExponential:
         if self.utility_bounds is not None:
             set_(self, "utility_bounds", _check_bounds(self.utility_bounds))
         factor = 1 if self.monotone else 2
-        target = self.epsilon / (factor * self.utility_sensitivity)
+        # The levels the sampler weighs are randomly rounded integers, which move
+        # by up to ceil(Δu) between neighbours (not Δu): see the module docstring.
+        target = self.epsilon / (factor * self.level_sensitivity)
         if self.exact_base is None:
             x, y, z = choose_base(target, self.base_bits)
         else:
             x, y, z = _check_exact_base(self.exact_base)
             if not _log_not_above(Fraction(1 << y, x), z, target):
                 raise ValueError(
-                    f"exact_base {self.exact_base!r} has η·ln2·c·Δu above epsilon={self.epsilon}; "
+                    f"exact_base {self.exact_base!r} has η·ln2·c·ceil(Δu) above "
+                    f"epsilon={self.epsilon}; "
                     f"raise epsilon (see BaseTwoExponential.for_base) or use a base closer to 1"
                 )
         set_(self, "base_numerator", x)
         set_(self, "base_denominator_bits", y)
         set_(self, "base_power", z)
         _, high = ln_bounds(Fraction(1 << y, x), 80)
-        exact_up = factor * self.utility_sensitivity * z * high
+        exact_up = factor * self.level_sensitivity * z * high
         rounded_up = Fraction(math.ceil(exact_up * _EPSILON_GRID), _EPSILON_GRID)
         # The true ε is <= epsilon (proved exactly in choose_base), so the
         # rounded-up bound may be capped there.
@@ -299,12 +362,16 @@ class BaseTwoExponential:
     def for_base(
         cls, x: int, y: int, z: int = 1, *, utility_sensitivity=1, monotone: bool = False, **options
     ) -> BaseTwoExponential:
-        """The mechanism with ``base = (x/2**y)**z`` exactly and ε its rounded-up pure ε."""
+        """The mechanism with ``base = (x/2**y)**z`` exactly and ε its rounded-up pure ε.
+
+        ε is ``c·ceil(Δu)·z·ln(2**y/x)`` rounded up (the levels' sensitivity, see
+        `level_sensitivity`).
+        """
         x, y, z = _check_exact_base((x, y, z))
         sensitivity = positive_rational(utility_sensitivity, "utility_sensitivity")
         _, high = ln_bounds(Fraction(1 << y, x), 80)
         factor = 1 if monotone else 2
-        exact_up = factor * sensitivity * z * high
+        exact_up = factor * math.ceil(sensitivity) * z * high
         epsilon = Fraction(math.ceil(exact_up * _EPSILON_GRID), _EPSILON_GRID)
         return cls(
             epsilon,
@@ -350,6 +417,18 @@ class BaseTwoExponential:
         return "base2_exponential"
 
     @property
+    def level_sensitivity(self) -> int:
+        """``ceil(Δu)``: how far a randomly rounded level can move between neighbours.
+
+        Coupling the rounding of neighbours through the same uniform draw, a
+        level moves by at most ``ceil(|Δ|)`` when its utility moves by ``|Δ|``
+        (module docstring, "Randomized rounding"); ε is computed with this
+        integer, so it is ``Δu`` itself exactly when Δu is an integer (Ilvento
+        2020, Lemma 3.5) and rounded UP otherwise.
+        """
+        return math.ceil(self.utility_sensitivity)
+
+    @property
     def base(self) -> Fraction:
         """The exact rational ``2**-η = (x / 2**y)**z``."""
         return Fraction(self.base_numerator, 1 << self.base_denominator_bits) ** self.base_power
@@ -375,10 +454,15 @@ class BaseTwoExponential:
         """Exact upper bound on the zCDP ρ: ``pure_epsilon**2 / 8``.
 
         The mechanism is ε-bounded-range with ε = `pure_epsilon`: its log-probability
-        ratio between neighbours is ``const + η·ln2·(u'(o) - u(o))`` and the clamped
-        utilities move by at most Δu each, all in one direction when monotone, so
-        the ratio's range over outcomes is at most c·η·Δu·ln2 (c = 1 monotone, else 2),
-        which `pure_epsilon` bounds from above. An ε-bounded-range mechanism is
+        ratio between neighbours is ``const + η·ln2·(u'(o) - u(o))`` and the clamped,
+        rounded levels move by at most ceil(Δu) each, all in one direction when
+        monotone, so the ratio's range over outcomes is at most c·η·ceil(Δu)·ln2
+        (c = 1 monotone, else 2),
+        which `pure_epsilon` bounds from above. With non-integer utilities this is
+        the range for every fixed outcome of the randomized rounding; a mixture of
+        bounded-range mechanisms is not bounded-range in general, so ρ for
+        fractional utilities rests on that step, while ``pure_epsilon**2 / 2``
+        (pure ε-DP) needs nothing more. An ε-bounded-range mechanism is
         ε²/8-zCDP (Cesar & Rogers, "Bounding, concentrating, and truncating", ALT
         2021; bounded range: Durfee & Rogers 2019), 4x less than the ε²/2 that pure
         ε-DP alone gives. The accountant's `privacy_loss_pmfs` pair (randomized
@@ -404,23 +488,42 @@ class BaseTwoExponential:
 
     # ------------------------------------------------------------------ sampling
 
-    def sample(self, utilities, stream, size: int | None = None):
+    def sample(
+        self,
+        utilities,
+        stream,
+        size: int | None = None,
+        *,
+        utility_denominator: int = DEFAULT_UTILITY_DENOMINATOR,
+    ):
         """Index of the selected outcome (or ``size`` independent indices as an int64 array).
 
         ``utilities`` is a 1-D array of losses (lower is better): integers,
-        floats or Fractions; non-integers are randomly rounded (Ilvento Lemma 3.5,
-        redrawn for every sample). Randomness from ``stream`` only.
+        floats or Fractions, each a multiple of ``1/utility_denominator`` (a
+        public bound, default ``2**64``; 1 declares integer utilities).
+        Non-integers are randomly rounded (module docstring: ε uses ceil(Δu)),
+        with one uniform draw below ``utility_denominator`` for every outcome
+        and every sample, whatever the utilities, so the keystream read depends
+        only on the number of outcomes, the bounds and ``utility_denominator``.
+        Randomness from ``stream`` only.
         """
+        denominator_bound = _check_utility_denominator(utility_denominator)
         if size is None:
-            return self.sample_with_passes(utilities, stream)[0]
+            return self.sample_with_passes(
+                utilities, stream, utility_denominator=denominator_bound
+            )[0]
         _check_int(size, "size", 0)
         numerators, denominator = _exact_utilities(utilities)
+        _check_divides(numerators, denominator, denominator_bound)
         out = np.empty(size, dtype=np.int64)
-        if denominator != 1:  # the random rounding is redrawn for every sample
+        if denominator_bound != 1:
+            # The rounding is redrawn for every sample, for integer utilities too:
+            # whether a utility is an integer is data, so it must not change the
+            # keystream read or the work.
             for i in range(size):
-                out[i] = self._sample_exact(numerators, denominator, stream)[0]
+                out[i] = self._sample_exact(numerators, denominator, denominator_bound, stream)[0]
             return out
-        levels, tree = self._tree(numerators, denominator, stream)
+        levels, tree = self._tree(numerators, denominator, denominator_bound, stream)
         members_by_level: dict[int, np.ndarray] = {}
         for i in range(size):
             level, offset, _ = self._select(tree, stream, levels.size)
@@ -430,21 +533,29 @@ class BaseTwoExponential:
             out[i] = members[offset]
         return out
 
-    def sample_with_passes(self, utilities, stream) -> tuple[int, int]:
+    def sample_with_passes(
+        self, utilities, stream, *, utility_denominator: int = DEFAULT_UTILITY_DENOMINATOR
+    ) -> tuple[int, int]:
         """``(index, passes)``: the selection and the number of rejection-loop passes run."""
+        denominator_bound = _check_utility_denominator(utility_denominator)
         numerators, denominator = _exact_utilities(utilities)
-        return self._sample_exact(numerators, denominator, stream)
+        _check_divides(numerators, denominator, denominator_bound)
+        return self._sample_exact(numerators, denominator, denominator_bound, stream)
 
-    def _sample_exact(self, numerators: np.ndarray, denominator: int, stream) -> tuple[int, int]:
-        levels, tree = self._tree(numerators, denominator, stream)
+    def _sample_exact(
+        self, numerators: np.ndarray, denominator: int, denominator_bound: int, stream
+    ) -> tuple[int, int]:
+        levels, tree = self._tree(numerators, denominator, denominator_bound, stream)
         level, offset, passes = self._select(tree, stream, levels.size)
         members = np.flatnonzero(levels == level)
         if offset >= members.size:
             raise InternalError(f"offset {offset} outside level {level} of {members.size}")
         return int(members[offset]), passes
 
-    def _tree(self, numerators, denominator, stream) -> tuple[np.ndarray, _WeightTree]:
-        levels, level_count = self._levels(numerators, denominator, stream)
+    def _tree(
+        self, numerators, denominator, denominator_bound, stream
+    ) -> tuple[np.ndarray, _WeightTree]:
+        levels, level_count = self._levels(numerators, denominator, denominator_bound, stream)
         counts = [int(c) for c in np.bincount(levels, minlength=level_count)]
         # The tree is ~2L small tuples; generational GC passes over them cost
         # more than the arithmetic, and they hold no reference cycles.
@@ -461,8 +572,14 @@ class BaseTwoExponential:
     def _shift(self) -> int:
         return self.base_denominator_bits * self.base_power
 
-    def _levels(self, numerators: np.ndarray, denominator: int, stream) -> tuple[np.ndarray, int]:
-        """Clamp, randomly round and shift the utilities to integer levels in ``[0, L)``."""
+    def _levels(
+        self, numerators: np.ndarray, denominator: int, denominator_bound: int, stream
+    ) -> tuple[np.ndarray, int]:
+        """Clamp, randomly round and shift the utilities to integer levels in ``[0, L)``.
+
+        ``denominator`` (the data's common denominator) divides ``denominator_bound``
+        (the public one, checked by the caller); only the latter decides what is drawn.
+        """
         if numerators.dtype != object and self._clamp_limit(numerators, denominator) >= 2**62:
             numerators = numerators.astype(object)  # exact Python ints instead of overflowing
         if self.utility_bounds is not None:
@@ -482,24 +599,11 @@ class BaseTwoExponential:
                 f"per weight (more than {_MAX_WEIGHT_BITS}); narrow utility_bounds or lower "
                 f"base_bits"
             )
-        if denominator == 1:
-            rounded = clamped
-        else:
-            floors = clamped // denominator
-            remainders = clamped - floors * denominator
-            fractional = np.flatnonzero(remainders != 0)
-            ups = np.zeros(clamped.size, dtype=np.int64)
-            if fractional.size and clamped.dtype != object:
-                draws = stream.uniform_below(np.full(fractional.size, denominator, dtype=np.int64))
-                ups[fractional] = draws < remainders[fractional]
-            elif fractional.size:
-                den = np.full(fractional.size, denominator, dtype=object)
-                draws = stream.uniform_below(den if denominator > 2**63 else den.astype(np.int64))
-                ups[fractional] = np.asarray(
-                    [int(d) < int(r) for d, r in zip(draws, remainders[fractional], strict=True)],
-                    dtype=np.int64,
-                )
-            rounded = floors + ups
+        # Every outcome goes through the same floor, remainder and comparison,
+        # integer or not: which utilities are integers is data.
+        floors = clamped // denominator
+        remainders = clamped - floors * denominator
+        rounded = floors + _round_ups(remainders, denominator, denominator_bound, stream)
         if rounded.dtype == object:
             levels = np.asarray([int(v) - shift for v in rounded], dtype=np.int64)
         else:
@@ -637,6 +741,70 @@ def locate_by_linear_scan(counts: list[int], a: int, shift: int, draw: int) -> t
     if found is None:
         raise ValueError(f"draw {draw} is not below the total weight {cumulative}")
     return found
+
+
+def _round_ups(remainders: np.ndarray, denominator: int, bound: int, stream) -> np.ndarray:
+    """0/1 per outcome: 1 with probability ``remainder/denominator``, exactly.
+
+    One uniform ``V`` below the public ``bound`` per outcome (``denominator``
+    divides ``bound``), up iff ``V < remainder·(bound/denominator)``. For a
+    power of two up to 2**64 (the default) that is one 64-bit word per outcome,
+    compared through its top ``log2(denominator)`` bits: the same shifts and
+    comparisons whatever ``denominator`` is. Otherwise rejection draws, whose
+    keystream use depends on the keystream only. ``bound = 1`` draws nothing.
+    """
+    size = remainders.size
+    if bound == 1:
+        return np.zeros(size, dtype=np.int64)
+    if bound & (bound - 1) == 0 and bound <= 1 << 64:
+        words = stream.random_uint64(size)
+        # floor(V / 2**(64-d)) with d = log2(denominator) <= 64, as two shifts
+        # below 64 bits each (a 64-bit shift of a uint64 is undefined in numpy).
+        drop = 64 - (denominator.bit_length() - 1)
+        top = (words >> np.uint64(drop // 2)) >> np.uint64(drop - drop // 2)
+        if remainders.dtype == object:
+            remainders = np.array([int(r) for r in remainders], dtype=np.uint64)
+        return (top < remainders.astype(np.uint64)).astype(np.int64)
+    scale = bound // denominator
+    if bound <= 1 << 63:
+        draws = stream.uniform_below(np.full(size, bound, dtype=np.int64))
+        if remainders.dtype != object:
+            return (draws < remainders * scale).astype(np.int64)
+    else:
+        draws = stream.uniform_below(np.full(size, bound, dtype=object))
+    return np.array(
+        [int(d) < int(r) * scale for d, r in zip(draws, remainders, strict=True)],
+        dtype=np.int64,
+    )
+
+
+def _check_utility_denominator(value) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise TypeError(f"utility_denominator must be a positive integer, got {value!r}")
+    if value < 1:
+        raise ValueError(f"utility_denominator must be >= 1, got {value}")
+    return int(value)
+
+
+def _check_divides(numerators: np.ndarray, denominator: int, bound: int) -> None:
+    """Refuse utilities the fixed-precision rounding cannot round exactly.
+
+    Names the first utility whose reduced denominator does not divide ``bound``.
+    """
+    if bound % denominator == 0:
+        return
+    for i, numerator in enumerate(numerators):
+        own = denominator // math.gcd(int(numerator), denominator)
+        if bound % own:
+            raise ValueError(
+                f"utilities[{i}] has denominator {own}, which does not divide "
+                f"utility_denominator={bound}: the randomized rounding draws one uniform "
+                f"integer below utility_denominator per outcome, so every utility must be "
+                f"a multiple of 1/utility_denominator; pass a utility_denominator that is a "
+                f"multiple of {own} (e.g. {math.lcm(bound, own)}) or round the utilities to "
+                f"multiples of 1/{bound} first"
+            )
+    raise InternalError(f"common denominator {denominator} does not divide {bound}")
 
 
 def _check_int(value, name: str, minimum: int) -> None:
