@@ -452,6 +452,34 @@ def test_progress_lines_and_errors_carry_no_row_counts(tmp_path, capsys):
         assert figure not in captured.err and figure not in captured.out
 
 
+# ------------------------------------------------------------ 9. exponential mechanism
+
+
+def test_the_exponential_mechanism_declares_an_upper_bound_and_reads_data_blind():
+    """The reported attack: Δu = 1/2 gave an exact ratio 137/17 against e**ε = 4."""
+    import mpmath
+    from test_exponential import bytes_drawn, exact_rounded_pmf, max_ratio
+
+    from dp_pipeline import BaseTwoExponential
+
+    mechanism = BaseTwoExponential.for_base(1, 4, 1, utility_sensitivity="1/2", monotone=True)
+    ratio = max_ratio(
+        exact_rounded_pmf(mechanism.base, [Fraction(0), Fraction(3, 2)]),
+        exact_rounded_pmf(mechanism.base, [Fraction(0), Fraction(2)]),
+    )
+    assert ratio == Fraction(137, 17)
+    epsilon = mechanism.pure_epsilon
+    assert (
+        mpmath.log(mpmath.mpf(ratio.numerator) / ratio.denominator)
+        <= mpmath.mpf(epsilon.numerator) / epsilon.denominator
+    )
+    # Two data sets of one size read the same keystream (the rounding included).
+    whole = np.arange(200) % 37
+    halves = np.array([Fraction(int(w), 2) for w in whole], dtype=object)
+    engine = BaseTwoExponential(1, utility_bounds=(0, 40))
+    assert bytes_drawn(engine, whole) == bytes_drawn(engine, halves)
+
+
 # ----------------------------------------------------------------- 10. ledger loading
 
 

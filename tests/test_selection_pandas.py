@@ -19,7 +19,7 @@ from dp_pipeline.selection import (
     quantile_rank_error_bound,
     top_k_mechanism,
 )
-from dp_pipeline.selection_query import QuantileQuery
+from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 
 KEY = MasterKey(bytes(range(7, 39)))
 COMMON = dict(key=KEY, release_id="2026-11", table="t")
@@ -77,7 +77,18 @@ def test_quantile_on_a_fractional_grid_drops_invalid_values_and_counts_them():
     out = df.dp.quantile(
         "income", "0.9", bounds=(0, 200000), granularity="1000", epsilon=2, **COMMON
     )
-    stream = derive_stream(KEY, "2026-11", "t", "selection", "quantile")
+    query = QuantileQuery.build(
+        "quantile",
+        column="income",
+        q="0.9",
+        bounds=(0, 200000),
+        granularity="1000",
+        epsilon=2,
+        key=KEY,
+        release_id="2026-11",
+        table="t",
+    )
+    stream = derive_stream(KEY, *query.labels)
     valid = df["income"].to_numpy()[np.isfinite(df["income"].to_numpy())]
     expected = dp_quantile(valid, "0.9", (0, 200000), 1000, 2, stream)
     assert out["income"].iloc[0] == expected and out["quantile"].iloc[0] == 0.9
@@ -95,8 +106,8 @@ def test_top_k_peeling_is_the_core_peeling_on_bounded_counts():
     counts = df["region"].value_counts().reindex(candidates, fill_value=0).to_numpy()
     # Add/remove neighbours: counts are monotone, so each round is ε/k monotone.
     mechanism = top_k_mechanism(3, 3, monotone=True)
-    stream = derive_stream(KEY, "2026-11", "t", "selection", "top_k")
-    expected = [candidates[i] for i in peel_top_k(counts, 3, mechanism, stream)]
+    query = TopKQuery.build(column="region", k=3, candidates=candidates, epsilon=3, **COMMON)
+    expected = [candidates[i] for i in peel_top_k(counts, 3, mechanism, query.stream())]
     assert out["region"].tolist() == expected
     info = out.attrs["dp"]
     assert (info.method, info.runs, info.mechanism) == ("peeling", 3, mechanism)

@@ -459,10 +459,13 @@ class BaseTwoExponential:
         monotone, so the ratio's range over outcomes is at most c·η·ceil(Δu)·ln2
         (c = 1 monotone, else 2),
         which `pure_epsilon` bounds from above. With non-integer utilities this is
-        the range for every fixed outcome of the randomized rounding; a mixture of
-        bounded-range mechanisms is not bounded-range in general, so ρ for
-        fractional utilities rests on that step, while ``pure_epsilon**2 / 2``
-        (pure ε-DP) needs nothing more. An ε-bounded-range mechanism is
+        the range for every fixed draw U of the randomized rounding (the coupling
+        of the module docstring: the same U under both neighbours), so each
+        conditional mechanism M_U is ε²/8-zCDP. The released outcome follows the
+        mixture E_U[M_U(d)], with the same mixing law for d and d', and Rényi
+        divergence is jointly quasi-convex (van Erven & Harremoës 2014, Theorem
+        13): D_α(E_U P_U ‖ E_U Q_U) <= sup_U D_α(P_U ‖ Q_U) <= ρ·α. The mixture
+        need not be bounded-range, but it is ρ-zCDP. An ε-bounded-range mechanism is
         ε²/8-zCDP (Cesar & Rogers, "Bounding, concentrating, and truncating", ALT
         2021; bounded range: Durfee & Rogers 2019), 4x less than the ε²/2 that pure
         ε-DP alone gives. The accountant's `privacy_loss_pmfs` pair (randomized
