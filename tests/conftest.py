@@ -1,9 +1,47 @@
 """Shared fixtures: one real local-mode Spark session for the whole test run, and a
-recorder of which Spark aggregation path ran."""
+recorder of which Spark aggregation path ran.
+
+Tiers: every test that uses the ``spark`` fixture is marked ``spark``, so
+``pytest -m "not spark"`` is the fast tier. It must start no JVM: under that
+marker expression, starting a SparkContext fails the test that tried, naming
+the fix (mark it ``spark``).
+"""
 
 from __future__ import annotations
 
 import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
+def _fast_tier(config) -> bool:
+    expression = (config.option.markexpr or "").replace(" ", "")
+    return "notspark" in expression
+
+
+@pytest.fixture(autouse=True)
+def no_jvm_in_the_fast_tier(request, monkeypatch):
+    if not _fast_tier(request.config):
+        yield
+        return
+    try:
+        from pyspark import SparkContext
+    except ImportError:
+        yield
+        return
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            f"{request.node.nodeid} starts Spark but is not marked 'spark'; mark it "
+            "@pytest.mark.spark (or use the spark fixture) so the fast tier stays JVM-free"
+        )
+
+    monkeypatch.setattr(SparkContext, "_ensure_initialized", classmethod(refuse))
+    yield
 
 
 @pytest.fixture(scope="session")

@@ -332,7 +332,7 @@ def bounded_input(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.mark.parametrize("engine", ["pandas", "spark"])
+@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.spark)])
 def test_quantile_keeps_one_value_per_unit_and_drops_invalid_values(tmp_path, engine, request):
     calls = request.getfixturevalue("parquet_pass_calls")
     session = request.getfixturevalue("spark") if engine == "spark" else None
