@@ -53,6 +53,8 @@ _MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
 _MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is faster and tighter
 _PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
 _EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
+_MAX_SUPPORT = 4096  # finite-support components larger than this are left to the FFT paths
+_TIGHT_ENOUGH = 1e-6  # relative gap of the MGF inversion below which no other path is tried
 
 
 @dataclass(frozen=True)
@@ -220,9 +222,17 @@ class PrivacyAccountant:
 
     @property
     def method(self) -> str:
-        """The method the accountant uses for this composition."""
+        """The method the accountant uses for this composition (the first of `methods`)."""
         self._require_events()
         return self._composition()[1]
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Every method the accountant may use for this composition, in the order tried;
+        each query's bound names the one that gave its upper bound."""
+        self._require_events()
+        self._composition()
+        return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
         """A JSON-safe summary: method, ρ (if finite) and the requested bounds with their gap."""
@@ -262,8 +272,10 @@ class PrivacyAccountant:
     def _build_composition(self):
         rho = self._rho_or_none()
         single = self._single_coordinate()
+        inversion = None if single is not None else self._inversion()
         if single is not None:
             delta_of, name = single
+            self._cache["methods"] = (name,)
         else:
             components = self._lattice_components()
             loss = None
@@ -290,10 +302,23 @@ class PrivacyAccountant:
 
                 def delta_of(eps, coarse=coarse):
                     return coarse.delta_bound(eps, "multivariate_fft_coarsened")
-            else:
+            elif inversion is None:
                 pld = self._pld()
                 name = "pld_fft"
                 delta_of = pld.delta_bound
+            else:
+                name = "pld_fft"  # built only if the MGF inversion is ever loose
+                built: list = []
+
+                def delta_of(eps, built=built):
+                    if not built:
+                        built.append(self._pld())
+                    return built[0].delta_bound(eps)
+
+            self._cache["methods"] = (name,) if name else ()
+            if inversion is not None:
+                self._cache["methods"] = ("mgf_inversion", *self._cache["methods"])
+                delta_of, name = _intersect(_inversion_delta(inversion), delta_of, name)
 
         if rho is None:
             return delta_of, name
@@ -335,6 +360,79 @@ class PrivacyAccountant:
 
             return delta_of, "discrete_laplace_exact"
         return None
+
+    def _inversion(self):
+        """The MGF-inversion compositions (one per neighbouring direction), or None.
+
+        None when no discrete Gaussian is smooth enough to make the integrand decay, or a
+        finite-support component is too large to evaluate at every node.
+        """
+        from dp_pipeline.accounting.inversion import (
+            SMOOTH_SIGMA2,
+            InversionComposition,
+            SupportGroup,
+            discrete_gaussian_support,
+            smooth_gaussian,
+        )
+
+        gaussians, forward, backward = [], [], []
+        asymmetric = False
+        unit = 2.0**-53
+        for event in self._events:
+            mechanism = event.mechanism
+            shifts = Counter(s for s in event.sensitivity if s)
+            if isinstance(mechanism, DiscreteGaussian):
+                for shift, multiplicity in shifts.items():
+                    count = multiplicity * event.count
+                    if mechanism.sigma2 >= SMOOTH_SIGMA2:
+                        gaussians.append(smooth_gaussian(mechanism.sigma2, shift, count))
+                    else:
+                        group = discrete_gaussian_support(float(mechanism.sigma2), shift, count)
+                        forward.append(group)
+                        backward.append(group)
+                continue
+            if isinstance(mechanism, DiscreteLaplace):
+                for shift, multiplicity in shifts.items():
+                    if shift > _MAX_SUPPORT:
+                        return None
+                    values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
+                    losses = (-shift + 2.0 * values) / float(mechanism.scale)
+                    group = SupportGroup(
+                        masses=probabilities,
+                        losses=losses,
+                        count=multiplicity * event.count,
+                        loss_error=8 * unit * float(np.max(np.abs(losses))),
+                        mass_error=8 * unit * (shift + 4),
+                    )
+                    forward.append(group)
+                    backward.append(group)
+                continue
+            if hasattr(mechanism, "privacy_loss_pmfs"):
+                p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
+                if len(p) > _MAX_SUPPORT or p.shape != q.shape:
+                    return None
+                one, two = _pmf_group(p, q, event.count), _pmf_group(q, p, event.count)
+                forward.append(one)
+                backward.append(two)
+                asymmetric = asymmetric or not _same_group(one, two)
+                continue
+            pure = float(_pure_epsilon_of(mechanism))
+            if pure > 0:
+                high = 1 / (1 + math.exp(-pure))
+                group = SupportGroup(
+                    masses=np.array([high, 1 - high]),
+                    losses=np.array([pure, -pure]),
+                    count=event.count,
+                    loss_error=2 * unit * pure,
+                )
+                forward.append(group)
+                backward.append(group)
+        if not gaussians:
+            return None
+        directions = [InversionComposition(gaussians, forward)]
+        if asymmetric:
+            directions.append(InversionComposition(gaussians, backward))
+        return directions
 
     def _lattice_components(self) -> list[LatticeComponent] | None:
         counts: Counter = Counter()
@@ -453,6 +551,64 @@ class PrivacyAccountant:
             except (KeyError, TypeError) as error:
                 raise ValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
+
+
+def _pmf_group(p: np.ndarray, q: np.ndarray, count: int):
+    """Finite-support loss log(p/q) under p; p > 0 = q is the +∞ mass, p = 0 is dropped."""
+    from dp_pipeline.accounting.inversion import SupportGroup
+
+    finite = (p > 0) & (q > 0)
+    losses = np.log(p[finite]) - np.log(q[finite])
+    unit = 2.0**-53
+    error = 4 * unit * float(np.max(np.abs(np.log(p[finite])) + np.abs(np.log(q[finite])) + 1))
+    return SupportGroup(
+        masses=p[finite],
+        losses=losses,
+        count=count,
+        infinite_mass=float(math.fsum(p[(p > 0) & (q == 0)])),
+        loss_error=error if finite.any() else 0.0,
+        mass_error=0.0,
+    )
+
+
+def _same_group(one, two) -> bool:
+    a, b = np.argsort(one.losses), np.argsort(two.losses)
+    return (
+        one.infinite_mass == two.infinite_mass
+        and len(a) == len(b)
+        and bool(np.array_equal(one.losses[a], two.losses[b]))
+        and bool(np.array_equal(one.masses[a], two.masses[b]))
+    )
+
+
+def _inversion_delta(directions):
+    def delta_of(epsilon: float) -> DeltaBound:
+        bounds = [direction.delta_bounds(epsilon) for direction in directions]
+        lower = max(b[0] for b in bounds)
+        upper = max(b[1] for b in bounds)
+        return DeltaBound(lower, upper, "mgf_inversion")
+
+    return delta_of
+
+
+def _intersect(primary, fallback, fallback_name):
+    """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
+
+    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
+    """
+    if fallback is None:
+        return primary, "mgf_inversion"
+
+    def delta_of(epsilon: float) -> DeltaBound:
+        first = primary(epsilon)
+        if first.upper > 0 and first.upper - first.lower <= _TIGHT_ENOUGH * first.upper:
+            return first
+        second = fallback(epsilon)
+        best = first if first.upper <= second.upper else second
+        lower = max(first.lower, second.lower)
+        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+
+    return delta_of, "mgf_inversion"
 
 
 def _fraction_string(value: Fraction) -> str:

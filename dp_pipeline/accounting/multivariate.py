@@ -43,6 +43,8 @@ __all__ = [
 MAX_FFT_SIZE = 1 << 22
 _COARSENED = "multivariate_fft_coarsened (lattice step too small for the exact FFT)"
 _UNIT_ROUNDOFF = 2.0**-53
+_INVERSION = "mgf_inversion (lattice step too small for the multivariate FFT)"
+_INVERSION_TIGHT = 1e-6
 
 
 def fraction_gcd(values: Sequence[Fraction]) -> Fraction:
@@ -269,11 +271,26 @@ def multivariate_delta(
         return DeltaBound(0.0, 0.0, "multivariate_fft")
     loss = lattice_loss(components, tolerance)
     if loss is None:
+        inversion = _inversion_of(components)
+        first = None
+        if inversion is not None:
+            first = DeltaBound(*inversion.delta_bounds(epsilon), _INVERSION)
+            if first.upper - first.lower <= _INVERSION_TIGHT * first.upper:
+                return first
         from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 
         coarse = coarsened_lattice_loss(components, tolerance)
         if coarse is not None:
-            return coarse.delta_bound(epsilon, _COARSENED)
+            second = coarse.delta_bound(epsilon, _COARSENED)
+            if first is None:
+                return second
+            # both brackets are rigorous: keep the larger lower and the smaller upper
+            best = first if first.upper <= second.upper else second
+            return DeltaBound(
+                min(max(first.lower, second.lower), best.upper), best.upper, best.method
+            )
+        if first is not None:
+            return first
         from dp_pipeline.accounting.pld import pld_from_lattice_components
 
         pld = pld_from_lattice_components(components)
@@ -282,6 +299,28 @@ def multivariate_delta(
             bound.lower, bound.upper, "pld_fft (lattice step too small for the multivariate FFT)"
         )
     return loss.delta_bound(epsilon, "multivariate_fft")
+
+
+def _inversion_of(components: Sequence[LatticeComponent]):
+    """The MGF inversion (`inversion`) of discrete Gaussian components, or None if none is
+    smooth (σ² >= 36.5)."""
+    from dp_pipeline.accounting.inversion import (
+        SMOOTH_SIGMA2,
+        InversionComposition,
+        discrete_gaussian_support,
+        smooth_gaussian,
+    )
+
+    smooth, support = [], []
+    for component in components:
+        shift = int(component.step * component.sigma2)
+        if component.sigma2 >= SMOOTH_SIGMA2:
+            smooth.append(smooth_gaussian(component.sigma2, shift, component.count))
+        else:
+            support.append(
+                discrete_gaussian_support(float(component.sigma2), shift, component.count)
+            )
+    return InversionComposition(smooth, support) if smooth else None
 
 
 def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, method: str):
@@ -311,6 +350,15 @@ def multivariate_epsilon(
     rho = sum(float(c.count * c.offset) for c in components)
     high = zcdp_to_epsilon(rho, delta)
     if loss is None:
+        inversion = _inversion_of(components)
+        if inversion is not None:
+
+            def inverted(eps):
+                return DeltaBound(*inversion.delta_bounds(eps), _INVERSION)
+
+            bound = epsilon_from_delta_function(inverted, delta, high, _INVERSION)
+            if bound.upper - bound.lower <= 1e-4 * bound.upper:
+                return bound
         from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 
         coarse = coarsened_lattice_loss(components, tolerance)
