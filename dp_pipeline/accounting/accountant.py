@@ -54,7 +54,11 @@ _MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is 
 _PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
 _EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
 _MAX_SUPPORT = 4096  # finite-support components larger than this are left to the FFT paths
-_TIGHT_ENOUGH = 1e-6  # relative gap of the MGF inversion below which no other path is tried
+_MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
+_SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
+_MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
+_TIGHT = 1e-6  # relative gap of the MGF inversion below which no other path is tried
+_TIGHT_ENOUGH = 1e-3  # relative gap of the MGF inversion below which no other path is tried
 
 
 @dataclass(frozen=True)
@@ -232,6 +236,8 @@ class PrivacyAccountant:
         each query's bound names the one that gave its upper bound."""
         self._require_events()
         self._composition()
+        if "methods" not in self._cache:
+            self._cache["methods"] = ("mgf_inversion", self._cache["fallback"]())
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -272,53 +278,29 @@ class PrivacyAccountant:
     def _build_composition(self):
         rho = self._rho_or_none()
         single = self._single_coordinate()
-        inversion = None if single is not None else self._inversion()
+        inversion = None if single is not None else (self._inversion() or None)
         if single is not None:
             delta_of, name = single
             self._cache["methods"] = (name,)
+        elif inversion is None:
+            delta_of, name = self._fft_composition()
+            self._cache["methods"] = (name,)
         else:
-            components = self._lattice_components()
-            loss = None
-            if components is not None:
-                loss = lattice_loss(
-                    components,
-                    _LATTICE_TOLERANCE,
-                    max_size=max(
-                        16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))
-                    ),
-                )
-            coarse = None
-            if loss is None and components is not None:
-                from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+            built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
-                coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
-            if loss is not None:
-                name = "multivariate_fft"
+            def fallback(eps, exact_only=False):
+                if not built:
+                    built.append(self._fft_composition(exact_only=True))
+                if built[0] is None and not exact_only:
+                    built[0] = self._fft_composition()
+                return None if built[0] is None else built[0][0](eps)
 
-                def delta_of(eps, loss=loss):
-                    return loss.delta_bound(eps, "multivariate_fft")
-            elif coarse is not None:
-                name = "multivariate_fft_coarsened"
+            def fallback_name():
+                fallback(1.0)
+                return built[0][1]
 
-                def delta_of(eps, coarse=coarse):
-                    return coarse.delta_bound(eps, "multivariate_fft_coarsened")
-            elif inversion is None:
-                pld = self._pld()
-                name = "pld_fft"
-                delta_of = pld.delta_bound
-            else:
-                name = "pld_fft"  # built only if the MGF inversion is ever loose
-                built: list = []
-
-                def delta_of(eps, built=built):
-                    if not built:
-                        built.append(self._pld())
-                    return built[0].delta_bound(eps)
-
-            self._cache["methods"] = (name,) if name else ()
-            if inversion is not None:
-                self._cache["methods"] = ("mgf_inversion", *self._cache["methods"])
-                delta_of, name = _intersect(_inversion_delta(inversion), delta_of, name)
+            self._cache["fallback"] = fallback_name
+            delta_of, name = _intersect(_inversion_delta(inversion), fallback)
 
         if rho is None:
             return delta_of, name
@@ -331,6 +313,30 @@ class PrivacyAccountant:
             return bound
 
         return capped, name
+
+    def _fft_composition(self, exact_only: bool = False):
+        """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
+        with ``exact_only``, the exact lattice FFT or None."""
+        components = self._lattice_components()
+        loss = None
+        if components is not None:
+            loss = lattice_loss(
+                components,
+                _LATTICE_TOLERANCE,
+                max_size=max(16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))),
+            )
+        if loss is not None:
+            return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
+        if exact_only:
+            return None
+        if components is not None:
+            from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+
+            coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
+            if coarse is not None:
+                name = "multivariate_fft_coarsened"
+                return (lambda eps: coarse.delta_bound(eps, name)), name
+        return self._pld().delta_bound, "pld_fft"
 
     def _single_coordinate(self):
         if len(self._events) != 1:
@@ -362,11 +368,47 @@ class PrivacyAccountant:
         return None
 
     def _inversion(self):
-        """The MGF-inversion compositions (one per neighbouring direction), or None.
+        """Candidate MGF-inversion compositions, each a list of neighbouring directions.
 
-        None when no discrete Gaussian is smooth enough to make the integrand decay, or a
-        finite-support component is too large to evaluate at every node.
+        Discrete Gaussians with σ² >= 36.5 can be "smooth" (their lattice is handled by the
+        comb bound of `inversion`) or a finite support (exact at every node). Two splits are
+        offered, tried in order: small σ² (< 10^4, if their supports stay small) as supports
+        and the rest smooth, which makes the comb bound negligible; then every σ² >= 36.5
+        smooth. Empty when no discrete Gaussian is smooth in either split.
         """
+        candidates = []
+        threshold = self._support_threshold()
+        for split in (threshold, None) if threshold is not None else (None,):
+            directions = self._inversion_split(split)
+            if directions is not None:
+                candidates.append(directions)
+        return candidates
+
+    def _support_threshold(self) -> Fraction | None:
+        """The σ² below which discrete Gaussians are summed as supports: the smallest σ²
+        first, while their supports (~78σ points each) total at most `_MAX_SPLIT_SUPPORT`
+        and σ² < `_SUPPORT_SIGMA2`. None if that changes nothing."""
+        from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
+
+        sizes: dict = {}
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteGaussian) and mechanism.sigma2 >= SMOOTH_SIGMA2:
+                size = (78 * math.sqrt(float(mechanism.sigma2)) + 5) * len(
+                    set(event.sensitivity) - {0}
+                )
+                sizes[mechanism.sigma2] = sizes.get(mechanism.sigma2, 0) + size
+        total, threshold = 0.0, None
+        for sigma2 in sorted(sizes):
+            total += sizes[sigma2]
+            if total > _MAX_SPLIT_SUPPORT or sigma2 >= _SUPPORT_SIGMA2:
+                threshold = sigma2
+                break
+        if threshold is None or threshold == min(sizes, default=None):
+            return None
+        return threshold
+
+    def _inversion_split(self, support_below):
         from dp_pipeline.accounting.inversion import (
             SMOOTH_SIGMA2,
             InversionComposition,
@@ -378,16 +420,21 @@ class PrivacyAccountant:
         gaussians, forward, backward = [], [], []
         asymmetric = False
         unit = 2.0**-53
+        support_size = 0
         for event in self._events:
             mechanism = event.mechanism
             shifts = Counter(s for s in event.sensitivity if s)
             if isinstance(mechanism, DiscreteGaussian):
                 for shift, multiplicity in shifts.items():
                     count = multiplicity * event.count
-                    if mechanism.sigma2 >= SMOOTH_SIGMA2:
-                        gaussians.append(smooth_gaussian(mechanism.sigma2, shift, count))
+                    sigma2 = mechanism.sigma2
+                    if sigma2 >= SMOOTH_SIGMA2 and (
+                        support_below is None or sigma2 >= support_below
+                    ):
+                        gaussians.append(smooth_gaussian(sigma2, shift, count))
                     else:
-                        group = discrete_gaussian_support(float(mechanism.sigma2), shift, count)
+                        group = discrete_gaussian_support(float(sigma2), shift, count)
+                        support_size += len(group.masses)
                         forward.append(group)
                         backward.append(group)
                 continue
@@ -404,6 +451,7 @@ class PrivacyAccountant:
                         loss_error=8 * unit * float(np.max(np.abs(losses))),
                         mass_error=8 * unit * (shift + 4),
                     )
+                    support_size += len(group.masses)
                     forward.append(group)
                     backward.append(group)
                 continue
@@ -412,6 +460,7 @@ class PrivacyAccountant:
                 if len(p) > _MAX_SUPPORT or p.shape != q.shape:
                     return None
                 one, two = _pmf_group(p, q, event.count), _pmf_group(q, p, event.count)
+                support_size += len(one.masses)
                 forward.append(one)
                 backward.append(two)
                 asymmetric = asymmetric or not _same_group(one, two)
@@ -425,9 +474,10 @@ class PrivacyAccountant:
                     count=event.count,
                     loss_error=2 * unit * pure,
                 )
+                support_size += 2
                 forward.append(group)
                 backward.append(group)
-        if not gaussians:
+        if not gaussians or support_size > _MAX_TOTAL_SUPPORT:
             return None
         directions = [InversionComposition(gaussians, forward)]
         if asymmetric:
@@ -581,29 +631,38 @@ def _same_group(one, two) -> bool:
     )
 
 
-def _inversion_delta(directions):
+def _inversion_delta(candidates):
+    """δ bound from the MGF inversion candidates (each a list of directions): the first
+    within `_TIGHT_ENOUGH`, else the intersection of all of them (each is rigorous)."""
+
     def delta_of(epsilon: float) -> DeltaBound:
-        bounds = [direction.delta_bounds(epsilon) for direction in directions]
-        lower = max(b[0] for b in bounds)
-        upper = max(b[1] for b in bounds)
-        return DeltaBound(lower, upper, "mgf_inversion")
+        best_lower, best_upper = 0.0, 1.0
+        for directions in candidates:
+            bounds = [direction.delta_bounds(epsilon) for direction in directions]
+            best_lower = max(best_lower, max(b[0] for b in bounds))
+            best_upper = min(best_upper, max(b[1] for b in bounds))
+            if best_upper - best_lower <= _TIGHT_ENOUGH * best_upper:
+                break
+        return DeltaBound(min(best_lower, best_upper), best_upper, "mgf_inversion")
 
     return delta_of
 
 
-def _intersect(primary, fallback, fallback_name):
+def _intersect(primary, fallback):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
     """
-    if fallback is None:
-        return primary, "mgf_inversion"
 
     def delta_of(epsilon: float) -> DeltaBound:
         first = primary(epsilon)
-        if first.upper > 0 and first.upper - first.lower <= _TIGHT_ENOUGH * first.upper:
+        gap = first.upper - first.lower
+        if first.upper > 0 and gap <= _TIGHT * first.upper:
             return first
-        second = fallback(epsilon)
+        # the exact lattice FFT when it exists; the approximate FFT paths only if loose
+        second = fallback(epsilon, exact_only=gap <= _TIGHT_ENOUGH * first.upper)
+        if second is None:
+            return first
         best = first if first.upper <= second.upper else second
         lower = max(first.lower, second.lower)
         return DeltaBound(min(lower, best.upper), best.upper, best.method)

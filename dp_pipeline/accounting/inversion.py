@@ -325,7 +325,7 @@ class InversionComposition:
         weights[0] = 1.0
         total = h / (2 * math.pi) * float(np.sum(weights * values.real))
         magnitude = h / (2 * math.pi) * float(np.sum(weights * abs_values))
-        roundoff = h / (2 * math.pi) * float(np.sum(weights * abs_values * errors))
+        roundoff = h / (2 * math.pi) * float(np.sum(weights * errors))
         roundoff += 2 * len(values) * _U * magnitude
         error = discretisation + band + outer + roundoff + 4 * _U * magnitude
         upper_ratio = total + error
@@ -357,30 +357,38 @@ class InversionComposition:
         return h / (2 * math.pi) * 2 * self.others * (near + far)
 
     def _nodes(self, c: float, epsilon: float, k0: float, h: float, count: int):
-        """F(u_m)/e^{K(c)} at u_m = m·h, m = 0..count, with a relative error bound each."""
+        """F(u_m)/e^{K(c)} at u_m = m·h, m = 0..count, and an absolute error bound each.
+
+        With F = F_other·Π_g z_g^{n_g} (z_g a finite-support sum, e_g its absolute error
+        bound, E the error bound of the exponent of F_other):
+        |F_true - F| <= |F_other|·(e^E·Π(|z_g| + e_g)^{n_g} - Π|z_g|^{n_g}).
+        """
         u = h * np.arange(count + 1, dtype=np.float64)
         s = c + 1j * u
         rho = self.rho
         quadratic = rho * s * (s + 1)
         linear = s * epsilon
-        log_value = quadratic - linear - np.log(s) - np.log(s + 1)
+        log_value = quadratic - linear - np.log(s) - np.log(s + 1) - k0
         magnitude_terms = (
             np.abs(quadratic) + np.abs(linear) + np.abs(np.log(s)) + np.abs(np.log(s + 1))
         )
-        error = 8 * _U * (magnitude_terms + 1)
+        error = 8 * _U * (magnitude_terms + abs(k0) + 1)
         error += self.rho_error * np.abs(s * (s + 1)) * 1.01 + self.model_error * 1.01
+        log_with_error = log_value.real.copy()
         abs_s = np.abs(s)
         for bucket in self._buckets:
             real = bucket.log_masses[None] + c * bucket.losses[None]  # (1, G, A)
             top = np.max(real, axis=2)  # (1, G)
-            exponent = (real - top[..., None]) + 1j * (u[:, None, None] * bucket.losses[None])
-            terms = np.exp(exponent)  # (N, G, A)
-            sums = terms.sum(axis=2)  # (N, G)
-            absolute = np.exp(real - top[..., None]).sum(axis=2)  # Σ|terms|, (1, G)
-            cancellation = absolute / np.maximum(np.abs(sums), 1e-300)
-            size = bucket.losses.shape[1]
-            with np.errstate(invalid="ignore"):
-                finite_log = np.where(np.isfinite(bucket.log_masses), np.abs(bucket.log_masses), 0)
+            relative_log = real - top[..., None]
+            absolute = np.exp(relative_log).sum(axis=2)  # Σ|terms|, (1, G)
+            # Terms below e^-60 of the largest are left out; their Σ|t| joins the error.
+            kept = np.flatnonzero(np.any(relative_log[0] > -60, axis=0))
+            omitted = absolute - np.exp(relative_log[..., kept]).sum(axis=2)
+            losses = bucket.losses[:, kept]
+            exponent = relative_log[..., kept] + 1j * (u[:, None, None] * losses[None])
+            sums = np.exp(exponent).sum(axis=2)  # (N, G)
+            size = len(kept)
+            finite_log = np.where(np.isfinite(bucket.log_masses), np.abs(bucket.log_masses), 0)
             per_term = (
                 4
                 * _U
@@ -392,24 +400,33 @@ class InversionComposition:
                     + 2
                 )
             )
-            relative = cancellation * (
-                per_term
-                + size * _U
-                + bucket.mass_error[None]
-                + abs_s[:, None] * bucket.loss_error[None] * 1.01
+            loss_part = np.expm1(abs_s[:, None] * bucket.loss_error[None] * 1.01)
+            sum_error = (
+                absolute * (per_term + (size + 2) * _U + bucket.mass_error[None] + loss_part)
+                + np.maximum(omitted, 0) * 1.01
+                + absolute * 2 * size * _U
             )
-            relative = np.where(relative < 0.5, relative * 1.01 / (1 - relative), np.inf)
-            logs = np.log(sums) + top
-            log_value = log_value + (logs * bucket.counts[None]).sum(axis=1)
-            error = error + (relative * bucket.counts[None]).sum(axis=1)
-            error = error + 4 * _U * (np.abs(logs) * bucket.counts[None]).sum(axis=1)
-        shifted = log_value - k0
-        error = error + 4 * _U * (np.abs(shifted) + 1)
-        values = np.exp(shifted)
-        abs_values = np.abs(values)
-        relative_error = np.where(error < 1, np.expm1(np.minimum(error, 1.0)) * 1.01, np.inf)
-        relative_error = np.where(np.isfinite(relative_error), relative_error, 1e300)
-        return values, abs_values, relative_error
+            magnitude = np.abs(sums)
+            with np.errstate(divide="ignore"):
+                logs = np.log(sums) + top  # a zero sum gives -inf + i·0: a zero node value
+            counts = bucket.counts[None]
+            log_value = log_value + (logs.real * counts).sum(axis=1)
+            log_value = log_value + 1j * (logs.imag * counts).sum(axis=1)
+            log_with_error = log_with_error + (
+                (np.log(magnitude + sum_error) + top) * bucket.counts[None]
+            ).sum(axis=1)
+            error = error + 4 * _U * (
+                (np.abs(np.log(absolute)) + np.abs(top)) * bucket.counts[None]
+            ).sum(axis=1)
+        error = error + 4 * _U * (np.abs(log_value.real) + 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = np.exp(log_value)
+            abs_values = np.abs(values)
+            high = np.exp(log_with_error + error)
+            abs_errors = high * -np.expm1(np.minimum(log_value.real - log_with_error - error, 0))
+        values = np.where(np.isfinite(values), values, 0)
+        abs_errors = np.where(np.isfinite(abs_errors), abs_errors, 1e300)
+        return values, abs_values, abs_errors
 
 
 def smooth_gaussian(sigma2, shift: int, count: int) -> SmoothGaussian:

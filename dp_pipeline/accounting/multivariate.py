@@ -324,15 +324,59 @@ def _inversion_of(components: Sequence[LatticeComponent]):
 
 
 def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, method: str):
-    """EpsilonBound from a δ(ε) bound function (both non-increasing in ε), by bisection."""
-    from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
+    """EpsilonBound from a δ(ε) bound function (both non-increasing in ε).
 
+    upper: an ε with δ_upper(ε) <= δ (the guarantee), within ~1e-7 relative of the
+    smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
+    Each is the end of a bracket shrunk by regula falsi on log δ (Illinois), which needs a
+    handful of evaluations where bisection needs about fifty.
+    """
     while delta_bound_of(high).upper > delta:
         high = 2 * high + 1
-    upper = bisect_epsilon(lambda eps: delta_bound_of(eps).upper, delta, high, 1e-7)
-    lower_edge = bisect_epsilon(lambda eps: delta_bound_of(eps).lower, delta, upper, 1e-7)
-    # The true ε(δ) is at least the point where even the lower bound on δ drops to δ.
-    return EpsilonBound(lower=max(0.0, lower_edge * (1 - 1e-7) - 1e-12), upper=upper, method=method)
+    upper = _solve(lambda eps: delta_bound_of(eps).upper, delta, high, feasible_end=True)
+    lower = _solve(lambda eps: delta_bound_of(eps).lower, delta, upper, feasible_end=False)
+    return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
+
+
+def _solve(delta_of, delta: float, high: float, feasible_end: bool, rtol: float = 1e-7):
+    """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
+    the feasible end (δ_of <= δ) or the infeasible end (δ_of > δ, 0.0 if none)."""
+    from dp_pipeline.accounting.discrete_gaussian import round_up
+
+    target = math.log(delta)
+
+    def excess(eps: float) -> float:
+        value = delta_of(eps)
+        return math.log(value) - target if value > 0 else -math.inf
+
+    low, f_low = 0.0, excess(0.0)
+    if f_low <= 0:
+        return 0.0
+    f_high = excess(high)
+    side = 0
+    for _ in range(200):
+        if high - low <= rtol * high + 1e-300:
+            break
+        if math.isfinite(f_low) and math.isfinite(f_high) and f_low != f_high:
+            trial = high - f_high * (high - low) / (f_high - f_low)
+            margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
+            trial = min(max(trial, low + margin), high - margin)
+        else:
+            trial = 0.5 * (low + high)
+        if not low < trial < high:
+            trial = 0.5 * (low + high)
+        value = excess(trial)
+        if value <= 0:
+            high, f_high = trial, value
+            if side == 1:
+                f_low /= 2
+            side = 1
+        else:
+            low, f_low = trial, value
+            if side == -1:
+                f_high /= 2
+            side = -1
+    return round_up(high) if feasible_end else low
 
 
 def multivariate_epsilon(
