@@ -351,18 +351,20 @@ class PrivacyAccountant:
             return None
         mechanism, shift = event.mechanism, event.sensitivity[0]
         if isinstance(mechanism, DiscreteGaussian):
+            from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
 
             def delta_of(eps):
-                value = mechanism.delta(eps, shift)
-                # Theorem 7 is exact; the float evaluation is good to ~1e-12 relative.
-                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "theorem7")
+                # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
+                lower, upper = discrete_gaussian_delta_bounds(mechanism.sigma2, eps, shift)
+                return DeltaBound(lower, upper, "theorem7")
 
             return delta_of, "theorem7"
         if isinstance(mechanism, DiscreteLaplace):
+            from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta_bounds
 
             def delta_of(eps):
-                value = mechanism.delta(eps, shift)
-                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "discrete_laplace_exact")
+                lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
+                return DeltaBound(lower, upper, "discrete_laplace_exact")
 
             return delta_of, "discrete_laplace_exact"
         return None

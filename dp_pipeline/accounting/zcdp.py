@@ -47,28 +47,26 @@ def _minimize_convex(function, low: float, high: float, iterations: int = 200) -
 def _log_delta(beta: float, rho: float, epsilon: float) -> tuple[float, float]:
     """log δ at α = 1 + β and an absolute error bound on its float evaluation.
 
-    log δ = (α-1)(αρ-ε) - log(α-1) + α·log(1-1/α) = β((1+β)ρ - ε) + β·log β - (1+β)·log1p(β),
-    the form without the cancellation of α·log1p(-1/α) near α = 1; each term is good to a
-    few ulps of itself.
+    log δ = (α-1)(αρ-ε) - log(α-1) + α·log(1-1/α) = β((1+β)ρ - ε) - β·log1p(1/β) - log1p(β):
+    no cancellation of α·log1p(-1/α) near α = 1 nor of β·log β against (1+β)·log1p(β) for
+    large β; each term is good to a few ulps of its own magnitude.
     """
     first = beta * ((1 + beta) * rho - epsilon)
-    second = beta * math.log(beta)
-    third = (1 + beta) * math.log1p(beta)
-    value = first + second - third
-    error = (
-        8 * _UNIT * (abs(beta * (1 + beta) * rho) + abs(beta * epsilon) + abs(second) + abs(third))
-    )
+    second = beta * math.log1p(1 / beta)
+    third = math.log1p(beta)
+    value = first - second - third
+    error = 8 * _UNIT * (beta * ((1 + beta) * rho + epsilon) + second + third)
     return value, error
 
 
 def _epsilon_at(beta: float, rho: float, log_inverse_delta: float) -> tuple[float, float]:
-    """ε at α = 1 + β and an absolute error bound:
-    ε = (1+β)ρ + log(1/δ)/β + log β - (1+β)·log1p(β)/β (CKS Cor. 13 without cancellation)."""
+    """ε at α = 1 + β and an absolute error bound (CKS Cor. 13, cancellation-free form):
+    ε = (1+β)ρ + log(1/δ)/β - log1p(1/β) - log1p(β)/β."""
     terms = (
         (1 + beta) * rho,
         log_inverse_delta / beta,
-        math.log(beta),
-        -(1 + beta) * math.log1p(beta) / beta,
+        -math.log1p(1 / beta),
+        -math.log1p(beta) / beta,
     )
     return math.fsum(terms), 8 * _UNIT * sum(abs(t) for t in terms)
 
@@ -115,6 +113,8 @@ def zcdp_to_delta(rho: float, epsilon: float) -> float:
     bound = log_delta + error + 4 * _UNIT
     if bound < _LOG_TINY:
         return _TINY
+    if bound >= 0:
+        return 1.0
     return min(1.0, round_up(math.exp(bound)))
 
 
