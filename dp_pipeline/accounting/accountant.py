@@ -4,13 +4,18 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
 ε(δ) and ρ with the tightest method that applies:
 
 1. one discrete Gaussian (or Laplace) coordinate with Δ <= 64: the exact 1-D formula
-   (CKS Theorem 7, maximised over the shifts 1..Δ);
-2. everything on a common rational lattice (discrete Gaussians, discrete Laplace, randomized
-   response with a rational ε) with a practical FFT size: the multivariate FFT of CKS §4;
-   when that lattice is too fine (a sum table next to count tables), the same FFT on a
-   coarser grid with only the offending components rounded up (upper bound) and down
-   (lower bound): `coarse_lattice`;
-3. otherwise: the grid privacy-loss-distribution accountant (dominating-pair discretisation);
+   (CKS Theorem 7, maximised over the shifts 1..Δ), as a rigorous bracket (direct sums with
+   a written error budget, or for σ ≳ 30,000 the MGF inversion below: cost independent of σ);
+2. whenever a discrete Gaussian with σ² >= 36.5 is present: the exact δ(ε) of the whole
+   composition by inverting its moment generating function (`inversion`, "mgf_inversion"):
+   no discretisation, every error term a rigorous bound, relative precision independent
+   of δ (down to the float range);
+3. if that bracket is wider than 1e-6 relative: also the exact lattice FFT of CKS §4 when
+   everything sits on a common rational lattice of practical size, and if the bracket is
+   wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
+   else the grid privacy-loss distribution); the brackets are intersected (each is
+   rigorous) and the bound names the method that gave its upper end;
+4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13), which is always valid. Each answer names its method and

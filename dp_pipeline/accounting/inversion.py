@@ -320,6 +320,11 @@ class InversionComposition:
                 break
             nodes = grown
         outer = self._outer_tail(h)
+        # the tail bounds are relative to e^{K(c)} with the float ρ; the exact ρ may exceed
+        # it by rho_error, which scales e^{ρ(c²+c)} by at most this factor
+        scale = math.exp(self.rho_error * (c * c + c))
+        band *= scale
+        outer *= scale
         values, abs_values, errors = self._nodes(c, epsilon, k0, h, nodes)
         weights = np.full(len(values), 2.0)
         weights[0] = 1.0
@@ -342,19 +347,33 @@ class InversionComposition:
         return min(lower, upper), upper
 
     def _outer_tail(self, h: float) -> float:
-        """Σ over nodes |u| > P*/4 of |F|/e^{K(c)}, times h/(2π) (error 2, comb bound)."""
-        star = self.star
-        period = star.period
-        quarter = period / 4
-        rho = star.rho
-        near = (
-            (period / (4 * h) + 1)
-            * (math.exp(-(math.pi**2) * star.sigma2 / 8) + self.comb_floor)
-            / quarter**2
-        )
-        bump = 1 + math.sqrt(math.pi / rho) / h + self.comb_floor * (period / h + 1)
-        far = bump * math.pi**2 / (2 * period**2)
-        return h / (2 * math.pi) * 2 * self.others * (near + far)
+        """Σ over nodes |u| > P_min/4 of |F|/e^{K(c)}, times h/(2π) (error 2, comb bound).
+
+        For any smooth component j (n copies, comb G_j <= e^{-ρ d²} + f between returns,
+        f = 2.0001·e^{-π²σ²/2}): G_j^n <= e·e^{-nρd²} + 2nf ((a+f)^n <= e·a^n if a >= nf,
+        else <= (n+1)f), or a + f for n = 1; the other components are <= 1 (+ tiny, in
+        `others`). Nodes in (P_min/4, P_j/2) see the bump at 0, the period around kP_j
+        (k >= 1) holds one bump of node sum <= factor·(1 + sqrt(π/(nρ))/h) + floor·(P_j/h+1)
+        and weight 1/((k - 1/2)P_j)². The best component gives the bound.
+        """
+        start = self.quarter
+        best = math.inf
+        for gaussian in self.gaussians:
+            n, rho, period = gaussian.count, gaussian.rho * gaussian.count, gaussian.period
+            floor = 2.0001 * math.exp(-(math.pi**2) * gaussian.sigma2 / 2)
+            factor, floor_n = (1.0, floor) if n == 1 else (math.e, 2 * n * floor)
+            near = 0.0
+            if start < period / 2:
+                near = (
+                    factor
+                    * math.exp(-rho * start * start)
+                    / (start * start * -math.expm1(-2 * rho * h * start))
+                    + (period / (2 * h) + 1) * floor_n / start**2
+                )
+            bump = factor * (1 + math.sqrt(math.pi / rho) / h) + floor_n * (period / h + 1)
+            far = bump * math.pi**2 / (2 * period**2)
+            best = min(best, near + far)
+        return h / (2 * math.pi) * 2 * self.others * best
 
     def _nodes(self, c: float, epsilon: float, k0: float, h: float, count: int):
         """F(u_m)/e^{K(c)} at u_m = m·h, m = 0..count, and an absolute error bound each.
@@ -418,7 +437,8 @@ class InversionComposition:
             error = error + 4 * _U * (
                 (np.abs(np.log(absolute)) + np.abs(top)) * bucket.counts[None]
             ).sum(axis=1)
-        error = error + 4 * _U * (np.abs(log_value.real) + 1)
+        finite_real = np.where(np.isfinite(log_value.real), np.abs(log_value.real), 0.0)
+        error = error + 4 * _U * (finite_real + 1)
         with np.errstate(over="ignore", invalid="ignore"):
             values = np.exp(log_value)
             abs_values = np.abs(values)
