@@ -16,6 +16,7 @@ from dp_pipeline.accounting import (
     multivariate_epsilon,
     zcdp_to_delta,
 )
+from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 from dp_pipeline.accounting.multivariate import discrete_gaussian_components
 from dp_pipeline.accounting.pld import pld_from_lattice_components
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -112,7 +113,7 @@ def test_pld_upper_and_lower_bracket_the_multivariate_value():
         .add(DiscreteLaplace(50), count=100)
         .add(DiscreteGaussian(2500), count=100)
     )
-    assert accountant.method == "multivariate_fft"
+    assert accountant.methods == ("mgf_inversion", "multivariate_fft")
     for epsilon in (0.5, 1.0, 1.5):
         exact = accountant.delta(epsilon)
         pld = accountant._pld().delta_bound(epsilon)
@@ -145,7 +146,7 @@ class _Exponential:
 def test_accountant_mixes_generic_and_discrete_mechanisms():
     accountant = PrivacyAccountant()
     accountant.add(_Exponential(), count=3).add(DiscreteGaussian(100), count=2)
-    assert accountant.method == "pld_fft"
+    assert accountant.methods == ("mgf_inversion", "pld_fft")
     bound = accountant.delta(1.0)
     assert 0 <= bound.lower <= bound.upper <= 1
     with pytest.raises(ValueError, match="no finite zCDP"):
@@ -207,7 +208,7 @@ def test_many_unrelated_sigma2_use_the_coarsened_fft_without_overflow():
     accountant = PrivacyAccountant()
     for j in range(40):
         accountant.add(DiscreteGaussian(Fraction(10000 + 37 * j, 10)))
-    assert accountant.method == "multivariate_fft_coarsened"
+    assert accountant.methods == ("mgf_inversion", "multivariate_fft_coarsened")
     bound = accountant.delta(0.5)
     assert 0 < bound.lower <= bound.upper <= zcdp_to_delta(float(accountant.rho()), 0.5)
     sigma2s = [Fraction(10000 + 37 * j, 10) for j in range(40)]
@@ -216,5 +217,9 @@ def test_many_unrelated_sigma2_use_the_coarsened_fft_without_overflow():
     ).delta_bound(0.5)
     assert bound.lower <= reference.upper and reference.lower <= bound.upper
     direct = multivariate_delta(sigma2s, [1] * 40, 0.5)
-    assert direct.method.startswith("multivariate_fft_coarsened")
+    assert direct.method.startswith("mgf_inversion")
+    coarse = coarsened_lattice_loss(discrete_gaussian_components(sigma2s, [1] * 40), 1e-14)
+    assert coarse is not None and coarse.rounded == 39
+    coarse_bound = coarse.delta_bound(0.5, "coarse")
+    assert coarse_bound.lower <= direct.upper and direct.lower <= coarse_bound.upper
     assert direct.upper == pytest.approx(bound.upper, rel=1e-3)

@@ -1,7 +1,9 @@
 """Driver-side privacy accounting: pure math on mechanism values, knows nothing of data.
 
-Methods: zCDP (CKS 2020 Cor. 13), exact 1-D discrete Gaussian (CKS Thm. 7), multivariate
-lattice FFT (CKS §4), grid privacy-loss distributions by FFT (Koskela et al. 2021),
+Methods: zCDP (CKS 2020 Cor. 13), exact 1-D discrete Gaussian (CKS Thm. 7), exact
+compositions by inversion of the moment generating function (Bromwich integral with
+rigorous error bounds), multivariate lattice FFT (CKS §4), grid privacy-loss distributions
+by FFT (Koskela et al. 2021),
 calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–Wang, Vinterbo),
 and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger`.
 """

@@ -4,13 +4,18 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
 ε(δ) and ρ with the tightest method that applies:
 
 1. one discrete Gaussian (or Laplace) coordinate with Δ <= 64: the exact 1-D formula
-   (CKS Theorem 7, maximised over the shifts 1..Δ);
-2. everything on a common rational lattice (discrete Gaussians, discrete Laplace, randomized
-   response with a rational ε) with a practical FFT size: the multivariate FFT of CKS §4;
-   when that lattice is too fine (a sum table next to count tables), the same FFT on a
-   coarser grid with only the offending components rounded up (upper bound) and down
-   (lower bound): `coarse_lattice`;
-3. otherwise: the grid privacy-loss-distribution accountant (dominating-pair discretisation);
+   (CKS Theorem 7, maximised over the shifts 1..Δ), as a rigorous bracket (direct sums with
+   a written error budget, or for σ ≳ 30,000 the MGF inversion below: cost independent of σ);
+2. whenever a discrete Gaussian with σ² >= 36.5 is present: the exact δ(ε) of the whole
+   composition by inverting its moment generating function (`inversion`, "mgf_inversion"):
+   no discretisation, every error term a rigorous bound, relative precision independent
+   of δ (down to the float range);
+3. if that bracket is wider than 1e-6 relative: also the exact lattice FFT of CKS §4 when
+   everything sits on a common rational lattice of practical size, and if the bracket is
+   wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
+   else the grid privacy-loss distribution); the brackets are intersected (each is
+   rigorous) and the bound names the method that gave its upper end;
+4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13), which is always valid. Each answer names its method and
@@ -53,6 +58,12 @@ _MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
 _MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is faster and tighter
 _PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
 _EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
+_MAX_SUPPORT = 4096  # finite-support components larger than this are left to the FFT paths
+_MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
+_SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
+_MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
+_TIGHT = 1e-6  # relative gap of the MGF inversion below which no other path is tried
+_TIGHT_ENOUGH = 1e-3  # relative gap of the MGF inversion below which no other path is tried
 
 
 @dataclass(frozen=True)
@@ -220,9 +231,19 @@ class PrivacyAccountant:
 
     @property
     def method(self) -> str:
-        """The method the accountant uses for this composition."""
+        """The method the accountant uses for this composition (the first of `methods`)."""
         self._require_events()
         return self._composition()[1]
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """Every method the accountant may use for this composition, in the order tried;
+        each query's bound names the one that gave its upper bound."""
+        self._require_events()
+        self._composition()
+        if "methods" not in self._cache:
+            self._cache["methods"] = ("mgf_inversion", self._cache["fallback"]())
+        return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
         """A JSON-safe summary: method, ρ (if finite) and the requested bounds with their gap."""
@@ -262,38 +283,29 @@ class PrivacyAccountant:
     def _build_composition(self):
         rho = self._rho_or_none()
         single = self._single_coordinate()
+        inversion = None if single is not None else (self._inversion() or None)
         if single is not None:
             delta_of, name = single
+            self._cache["methods"] = (name,)
+        elif inversion is None:
+            delta_of, name = self._fft_composition()
+            self._cache["methods"] = (name,)
         else:
-            components = self._lattice_components()
-            loss = None
-            if components is not None:
-                loss = lattice_loss(
-                    components,
-                    _LATTICE_TOLERANCE,
-                    max_size=max(
-                        16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))
-                    ),
-                )
-            coarse = None
-            if loss is None and components is not None:
-                from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+            built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
-                coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
-            if loss is not None:
-                name = "multivariate_fft"
+            def fallback(eps, exact_only=False):
+                if not built:
+                    built.append(self._fft_composition(exact_only=True))
+                if built[0] is None and not exact_only:
+                    built[0] = self._fft_composition()
+                return None if built[0] is None else built[0][0](eps)
 
-                def delta_of(eps, loss=loss):
-                    return loss.delta_bound(eps, "multivariate_fft")
-            elif coarse is not None:
-                name = "multivariate_fft_coarsened"
+            def fallback_name():
+                fallback(1.0)
+                return built[0][1]
 
-                def delta_of(eps, coarse=coarse):
-                    return coarse.delta_bound(eps, "multivariate_fft_coarsened")
-            else:
-                pld = self._pld()
-                name = "pld_fft"
-                delta_of = pld.delta_bound
+            self._cache["fallback"] = fallback_name
+            delta_of, name = _intersect(_inversion_delta(inversion), fallback)
 
         if rho is None:
             return delta_of, name
@@ -306,6 +318,30 @@ class PrivacyAccountant:
             return bound
 
         return capped, name
+
+    def _fft_composition(self, exact_only: bool = False):
+        """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
+        with ``exact_only``, the exact lattice FFT or None."""
+        components = self._lattice_components()
+        loss = None
+        if components is not None:
+            loss = lattice_loss(
+                components,
+                _LATTICE_TOLERANCE,
+                max_size=max(16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))),
+            )
+        if loss is not None:
+            return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
+        if exact_only:
+            return None
+        if components is not None:
+            from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+
+            coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
+            if coarse is not None:
+                name = "multivariate_fft_coarsened"
+                return (lambda eps: coarse.delta_bound(eps, name)), name
+        return self._pld().delta_bound, "pld_fft"
 
     def _single_coordinate(self):
         if len(self._events) != 1:
@@ -320,21 +356,140 @@ class PrivacyAccountant:
             return None
         mechanism, shift = event.mechanism, event.sensitivity[0]
         if isinstance(mechanism, DiscreteGaussian):
+            from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
 
             def delta_of(eps):
-                value = mechanism.delta(eps, shift)
-                # Theorem 7 is exact; the float evaluation is good to ~1e-12 relative.
-                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "theorem7")
+                # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
+                lower, upper = discrete_gaussian_delta_bounds(mechanism.sigma2, eps, shift)
+                return DeltaBound(lower, upper, "theorem7")
 
             return delta_of, "theorem7"
         if isinstance(mechanism, DiscreteLaplace):
+            from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta_bounds
 
             def delta_of(eps):
-                value = mechanism.delta(eps, shift)
-                return DeltaBound(max(0.0, value * (1 - 1e-11)), value, "discrete_laplace_exact")
+                lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
+                return DeltaBound(lower, upper, "discrete_laplace_exact")
 
             return delta_of, "discrete_laplace_exact"
         return None
+
+    def _inversion(self):
+        """Candidate MGF-inversion compositions, each a list of neighbouring directions.
+
+        Discrete Gaussians with σ² >= 36.5 can be "smooth" (their lattice is handled by the
+        comb bound of `inversion`) or a finite support (exact at every node). Two splits are
+        offered, tried in order: small σ² (< 10^4, if their supports stay small) as supports
+        and the rest smooth, which makes the comb bound negligible; then every σ² >= 36.5
+        smooth. Empty when no discrete Gaussian is smooth in either split.
+        """
+        candidates = []
+        threshold = self._support_threshold()
+        for split in (threshold, None) if threshold is not None else (None,):
+            directions = self._inversion_split(split)
+            if directions is not None:
+                candidates.append(directions)
+        return candidates
+
+    def _support_threshold(self) -> Fraction | None:
+        """The σ² below which discrete Gaussians are summed as supports: the smallest σ²
+        first, while their supports (~78σ points each) total at most `_MAX_SPLIT_SUPPORT`
+        and σ² < `_SUPPORT_SIGMA2`. None if that changes nothing."""
+        from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
+
+        sizes: dict = {}
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteGaussian) and mechanism.sigma2 >= SMOOTH_SIGMA2:
+                size = (78 * math.sqrt(float(mechanism.sigma2)) + 5) * len(
+                    set(event.sensitivity) - {0}
+                )
+                sizes[mechanism.sigma2] = sizes.get(mechanism.sigma2, 0) + size
+        total, threshold = 0.0, None
+        for sigma2 in sorted(sizes):
+            total += sizes[sigma2]
+            if total > _MAX_SPLIT_SUPPORT or sigma2 >= _SUPPORT_SIGMA2:
+                threshold = sigma2
+                break
+        if threshold is None or threshold == min(sizes, default=None):
+            return None
+        return threshold
+
+    def _inversion_split(self, support_below):
+        from dp_pipeline.accounting.inversion import (
+            SMOOTH_SIGMA2,
+            InversionComposition,
+            SupportGroup,
+            discrete_gaussian_support,
+            smooth_gaussian,
+        )
+
+        gaussians, forward, backward = [], [], []
+        asymmetric = False
+        unit = 2.0**-53
+        support_size = 0
+        for event in self._events:
+            mechanism = event.mechanism
+            shifts = Counter(s for s in event.sensitivity if s)
+            if isinstance(mechanism, DiscreteGaussian):
+                for shift, multiplicity in shifts.items():
+                    count = multiplicity * event.count
+                    sigma2 = mechanism.sigma2
+                    if sigma2 >= SMOOTH_SIGMA2 and (
+                        support_below is None or sigma2 >= support_below
+                    ):
+                        gaussians.append(smooth_gaussian(sigma2, shift, count))
+                    else:
+                        group = discrete_gaussian_support(float(sigma2), shift, count)
+                        support_size += len(group.masses)
+                        forward.append(group)
+                        backward.append(group)
+                continue
+            if isinstance(mechanism, DiscreteLaplace):
+                for shift, multiplicity in shifts.items():
+                    if shift > _MAX_SUPPORT:
+                        return None
+                    values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
+                    losses = (-shift + 2.0 * values) / float(mechanism.scale)
+                    group = SupportGroup(
+                        masses=probabilities,
+                        losses=losses,
+                        count=multiplicity * event.count,
+                        loss_error=8 * unit * float(np.max(np.abs(losses))),
+                        mass_error=8 * unit * (shift + 4),
+                    )
+                    support_size += len(group.masses)
+                    forward.append(group)
+                    backward.append(group)
+                continue
+            if hasattr(mechanism, "privacy_loss_pmfs"):
+                p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
+                if len(p) > _MAX_SUPPORT or p.shape != q.shape:
+                    return None
+                one, two = _pmf_group(p, q, event.count), _pmf_group(q, p, event.count)
+                support_size += len(one.masses)
+                forward.append(one)
+                backward.append(two)
+                asymmetric = asymmetric or not _same_group(one, two)
+                continue
+            pure = float(_pure_epsilon_of(mechanism))
+            if pure > 0:
+                high = 1 / (1 + math.exp(-pure))
+                group = SupportGroup(
+                    masses=np.array([high, 1 - high]),
+                    losses=np.array([pure, -pure]),
+                    count=event.count,
+                    loss_error=2 * unit * pure,
+                )
+                support_size += 2
+                forward.append(group)
+                backward.append(group)
+        if not gaussians or support_size > _MAX_TOTAL_SUPPORT:
+            return None
+        directions = [InversionComposition(gaussians, forward)]
+        if asymmetric:
+            directions.append(InversionComposition(gaussians, backward))
+        return directions
 
     def _lattice_components(self) -> list[LatticeComponent] | None:
         counts: Counter = Counter()
@@ -453,6 +608,73 @@ class PrivacyAccountant:
             except (KeyError, TypeError) as error:
                 raise ValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
+
+
+def _pmf_group(p: np.ndarray, q: np.ndarray, count: int):
+    """Finite-support loss log(p/q) under p; p > 0 = q is the +∞ mass, p = 0 is dropped."""
+    from dp_pipeline.accounting.inversion import SupportGroup
+
+    finite = (p > 0) & (q > 0)
+    losses = np.log(p[finite]) - np.log(q[finite])
+    unit = 2.0**-53
+    error = 4 * unit * float(np.max(np.abs(np.log(p[finite])) + np.abs(np.log(q[finite])) + 1))
+    return SupportGroup(
+        masses=p[finite],
+        losses=losses,
+        count=count,
+        infinite_mass=float(math.fsum(p[(p > 0) & (q == 0)])),
+        loss_error=error if finite.any() else 0.0,
+        mass_error=0.0,
+    )
+
+
+def _same_group(one, two) -> bool:
+    a, b = np.argsort(one.losses), np.argsort(two.losses)
+    return (
+        one.infinite_mass == two.infinite_mass
+        and len(a) == len(b)
+        and bool(np.array_equal(one.losses[a], two.losses[b]))
+        and bool(np.array_equal(one.masses[a], two.masses[b]))
+    )
+
+
+def _inversion_delta(candidates):
+    """δ bound from the MGF inversion candidates (each a list of directions): the first
+    within `_TIGHT_ENOUGH`, else the intersection of all of them (each is rigorous)."""
+
+    def delta_of(epsilon: float) -> DeltaBound:
+        best_lower, best_upper = 0.0, 1.0
+        for directions in candidates:
+            bounds = [direction.delta_bounds(epsilon) for direction in directions]
+            best_lower = max(best_lower, max(b[0] for b in bounds))
+            best_upper = min(best_upper, max(b[1] for b in bounds))
+            if best_upper - best_lower <= _TIGHT_ENOUGH * best_upper:
+                break
+        return DeltaBound(min(best_lower, best_upper), best_upper, "mgf_inversion")
+
+    return delta_of
+
+
+def _intersect(primary, fallback):
+    """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
+
+    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
+    """
+
+    def delta_of(epsilon: float) -> DeltaBound:
+        first = primary(epsilon)
+        gap = first.upper - first.lower
+        if first.upper > 0 and gap <= _TIGHT * first.upper:
+            return first
+        # the exact lattice FFT when it exists; the approximate FFT paths only if loose
+        second = fallback(epsilon, exact_only=gap <= _TIGHT_ENOUGH * first.upper)
+        if second is None:
+            return first
+        best = first if first.upper <= second.upper else second
+        lower = max(first.lower, second.lower)
+        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+
+    return delta_of, "mgf_inversion"
 
 
 def _fraction_string(value: Fraction) -> str:

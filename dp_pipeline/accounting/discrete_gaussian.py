@@ -23,22 +23,35 @@ from dp_pipeline.accounting._checks import (
     check_integer_sensitivity,
     round_up,
 )
+from dp_pipeline.accounting.inversion import (
+    SMOOTH_SIGMA2,
+    InversionComposition,
+    smooth_gaussian,
+)
 from dp_pipeline.rational import positive_rational
 
 __all__ = [
     "discrete_gaussian_delta",
+    "discrete_gaussian_delta_bounds",
     "discrete_gaussian_epsilon",
     "discrete_gaussian_log_normalizer",
     "discrete_gaussian_rho",
 ]
 
-# exp(-46) ~ 1e-20: terms this far below the first one cannot move δ at 1e-10 relative.
+# exp(-46) ~ 1e-20: beyond, the remaining terms are bounded (and added) instead of summed.
 _TAIL_LOG_RATIO = 46.0
 _CHUNK = 1 << 20
+_DIRECT_TERMS = 300_000
+_UNIT = 2.0**-53
+TINY = 5e-324  # the smallest positive float: the upper bound of a δ that underflows
 
 
 def discrete_gaussian_log_normalizer(sigma2: float) -> float:
-    """log Σ_y exp(-y²/(2σ²)); by Poisson summation for σ² >= 1, directly otherwise."""
+    """log Σ_y exp(-y²/(2σ²)); by Poisson summation for σ² >= 1, directly otherwise.
+
+    Absolute error <= `_log_normalizer_error` (float round-off; the neglected Poisson terms
+    k >= 4 are below e^{-315} relative, the direct sum's tail below e^{-760}).
+    """
     if sigma2 >= 1:
         # Σ_y e^{-y²/(2σ²)} = sqrt(2πσ²) · Σ_k e^{-2π²σ²k²}
         correction = sum(math.exp(-2 * math.pi**2 * sigma2 * k * k) for k in range(1, 4))
@@ -50,6 +63,11 @@ def discrete_gaussian_log_normalizer(sigma2: float) -> float:
     return float(top + math.log(np.exp(exponents - top).sum()))
 
 
+def _log_normalizer_error(sigma2: float, log_normalizer: float) -> float:
+    terms = 8 if sigma2 >= 1 else 2 * math.ceil(math.sqrt(2 * sigma2 * 760)) + 12
+    return 4 * _UNIT * (abs(log_normalizer) + terms + 2)
+
+
 def discrete_gaussian_rho(sigma2: object, sensitivity: object = 1) -> Fraction:
     """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4)."""
     sigma2 = positive_rational(sigma2, "sigma2")
@@ -57,40 +75,89 @@ def discrete_gaussian_rho(sigma2: object, sensitivity: object = 1) -> Fraction:
     return Fraction(shift * shift) / (2 * sigma2)
 
 
-def _delta_one_shift(sigma2: Fraction, shift: int, epsilon: float, log_normalizer: float) -> float:
+def _terms_needed(sigma2: Fraction, first: int) -> float:
+    start = max(first, 0)
+    return math.sqrt(float(start) ** 2 + 2 * float(sigma2) * _TAIL_LOG_RATIO) - first + 2
+
+
+def _bounds_one_shift(
+    sigma2: Fraction, shift: int, epsilon: float, log_normalizer: float
+) -> tuple[float, float]:
+    """Rigorous (lower, upper) on Theorem 7's δ for one shift.
+
+    Direct sum Σ_{y >= y0} P[Y=y]·(1 - e^{-(L(y)-ε)}) of non-negative terms, y0 and the
+    first gap L(y0) - ε in exact rationals. Error budget (relative, per term): the exponent
+    -y²/(2σ²) - log Z is computed with absolute error <= 4u·(y²/(2σ²) + |log Z|) plus the
+    normaliser's error, exp adds u, the gap's float evaluation (three roundings, relative
+    4u) moves 1 - e^{-gap} by at most 4u + 2u relative; pairwise summation of n terms adds
+    u·log2(n). The terms beyond the last one summed (where P has fallen by e^{-46} from y0)
+    are at most P[Y = last+1]/(1 - r), r = e^{-(2·last+3)/(2σ²)}, added to the upper bound.
+    Beyond ~300,000 terms (σ ≳ 30,000), the MGF inversion of `inversion` is used instead
+    (cost independent of σ).
+    """
     epsilon_exact = Fraction(epsilon)
     threshold = epsilon_exact * sigma2 / shift - Fraction(shift, 2)
     first = math.floor(threshold) + 1  # smallest y with L(y) > ε (strict)
+    if first > 0 and Fraction(first * first) / (2 * sigma2) > 2000:
+        # δ <= P[Y >= y0] <= e^{-y0²/(2σ²)}/(1 - e^{-(2y0+1)/(2σ²)}) < e^{-1900}.
+        return 0.0, TINY
+    if _terms_needed(sigma2, first) > _DIRECT_TERMS and sigma2 >= SMOOTH_SIGMA2:
+        return InversionComposition([smooth_gaussian(sigma2, shift, 1)], []).delta_bounds(epsilon)
     gap0 = Fraction(2 * first * shift + shift * shift) / (2 * sigma2) - epsilon_exact
     sigma2_float = float(sigma2)
     step = shift / sigma2_float
     start = max(first, 0)
     last = math.ceil(math.sqrt(start * start + 2 * sigma2_float * _TAIL_LOG_RATIO)) + 1
     terms = []
+    largest_exponent = 0.0
     for chunk_start in range(first, last + 1, _CHUNK):
         ys = np.arange(chunk_start, min(chunk_start + _CHUNK, last + 1), dtype=np.float64)
         gaps = float(gap0) + (ys - first) * step
-        log_pmf = -(ys * ys) / (2 * sigma2_float) - log_normalizer
+        quadratic = (ys * ys) / (2 * sigma2_float)
+        largest_exponent = max(largest_exponent, float(quadratic.max()))
+        log_pmf = -quadratic - log_normalizer
         terms.append(np.exp(log_pmf) * -np.expm1(-gaps))
-    # Pairwise summation (numpy) of non-negative terms: relative error ~1e-16·log2(n).
-    return float(np.concatenate(terms).sum())
+    total = float(np.concatenate(terms).sum())
+    count = last - first + 1
+    relative = (
+        4 * _UNIT * (largest_exponent + abs(log_normalizer) + 1) * 1.01
+        + _log_normalizer_error(sigma2_float, log_normalizer) * 1.01
+        + 8 * _UNIT
+        + _UNIT * (math.ceil(math.log2(count + 1)) + 2)
+    )
+    tail_exponent = -((last + 1) ** 2) / (2 * sigma2_float) - log_normalizer
+    tail = math.exp(tail_exponent + 8 * _UNIT * (abs(tail_exponent) + 1)) / -math.expm1(
+        -(2 * last + 3) / (2 * sigma2_float)
+    )
+    upper = total * (1 + relative) + tail * (1 + 4 * _UNIT)
+    lower = total * (1 - relative)
+    return max(0.0, lower), max(TINY, round_up(upper, 2))
+
+
+def discrete_gaussian_delta_bounds(
+    sigma2: object, epsilon: object, sensitivity: object = 1
+) -> tuple[float, float]:
+    """Rigorous (lower, upper) on the exact δ(ε) of N_Z(0, σ²) (CKS Thm. 7, max over shifts
+    1..Δ). Relative width about 1e-13 for σ ≲ 30,000 (direct sums, `_bounds_one_shift`),
+    about 0.5/σ² beyond (MGF inversion); δ below the float range gives (0, 5e-324)."""
+    sigma2 = positive_rational(sigma2, "sigma2")
+    epsilon = check_epsilon(epsilon)
+    shift_bound = check_integer_sensitivity(sensitivity)
+    log_normalizer = discrete_gaussian_log_normalizer(float(sigma2))
+    bounds = [
+        _bounds_one_shift(sigma2, shift, epsilon, log_normalizer)
+        for shift in range(1, shift_bound + 1)
+    ]
+    return min(1.0, max(b[0] for b in bounds)), min(1.0, max(b[1] for b in bounds))
 
 
 def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object = 1) -> float:
     """Exact δ(ε) of N_Z(0, σ²) for sensitivity Δ (CKS Thm. 7, max over shifts 1..Δ).
 
-    Accurate to about 1e-12 relative (float64 log-space terms, all non-negative); the
-    returned float is rounded up by a few ulps.
+    Returns the rigorous upper bound of `discrete_gaussian_delta_bounds` (never below the
+    exact value; relative excess about 1e-13 for σ ≲ 30,000).
     """
-    sigma2 = positive_rational(sigma2, "sigma2")
-    epsilon = check_epsilon(epsilon)
-    shift_bound = check_integer_sensitivity(sensitivity)
-    log_normalizer = discrete_gaussian_log_normalizer(float(sigma2))
-    delta = max(
-        _delta_one_shift(sigma2, shift, epsilon, log_normalizer)
-        for shift in range(1, shift_bound + 1)
-    )
-    return min(1.0, round_up(delta))
+    return discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)[1]
 
 
 def discrete_gaussian_epsilon(

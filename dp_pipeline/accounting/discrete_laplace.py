@@ -21,8 +21,11 @@ from dp_pipeline.accounting._checks import (
 )
 from dp_pipeline.rational import positive_rational
 
+_UNIT = 2.0**-53
+
 __all__ = [
     "discrete_laplace_delta",
+    "discrete_laplace_delta_bounds",
     "discrete_laplace_epsilon",
     "discrete_laplace_loss_pmf",
     "discrete_laplace_pure_epsilon",
@@ -53,20 +56,43 @@ def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, 
     return np.arange(shift + 1), probabilities
 
 
-def _delta_one_shift(scale: Fraction, shift: int, epsilon: float) -> float:
-    values, probabilities = discrete_laplace_loss_pmf(scale, shift)
-    losses = (-shift + 2.0 * values) / float(scale)
-    weights = -np.expm1(epsilon - losses)
-    return math.fsum(probabilities[losses > epsilon] * weights[losses > epsilon])
+def _bounds_one_shift(scale: Fraction, shift: int, epsilon: float) -> tuple[float, float]:
+    """Rigorous (lower, upper) on δ(ε) for one shift.
+
+    The losses (2K - Δ)/b are compared with ε exactly: L > ε iff K > (εb + Δ)/2, so a loss
+    just above ε is never dropped by float rounding; the first gap L(K0) - ε is exact, later
+    gaps add 2/b per step. Error budget: each mass q^y/(1+q) etc. is good to (Δ + 4)·4u
+    relative (q = e^{-1/b} and its powers), 1 - e^{-gap} to 6u, fsum adds u.
+    """
+    epsilon_exact = Fraction(epsilon)
+    first = math.floor((epsilon_exact * scale + shift) / 2) + 1  # smallest K with L > ε
+    if first > shift:
+        return 0.0, 0.0  # ε >= Δ/b: pure ε-DP, δ = 0 exactly
+    first = max(first, 0)
+    _, probabilities = discrete_laplace_loss_pmf(scale, shift)
+    gap0 = Fraction(2 * first - shift) / scale - epsilon_exact
+    gaps = float(gap0) + (np.arange(first, shift + 1) - first) * (2 / float(scale))
+    total = math.fsum(probabilities[first:] * -np.expm1(-gaps))
+    relative = 4 * _UNIT * (shift + 4) + 8 * _UNIT
+    return max(0.0, total * (1 - relative)), min(1.0, total * (1 + relative) + 5e-324)
 
 
-def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
-    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ (0 for ε >= Δ/b); rounded up."""
+def discrete_laplace_delta_bounds(
+    scale: object, epsilon: object, sensitivity: object = 1
+) -> tuple[float, float]:
+    """Rigorous (lower, upper) on the tight δ(ε) of Lap_Z(b), max over the shifts 1..Δ;
+    exactly (0, 0) for ε >= Δ/b (decided in exact rationals)."""
     scale = positive_rational(scale, "scale")
     epsilon = check_epsilon(epsilon)
     shift_bound = check_integer_sensitivity(sensitivity)
-    delta = max(_delta_one_shift(scale, shift, epsilon) for shift in range(1, shift_bound + 1))
-    return min(1.0, round_up(delta)) if delta > 0 else 0.0
+    bounds = [_bounds_one_shift(scale, shift, epsilon) for shift in range(1, shift_bound + 1)]
+    return max(b[0] for b in bounds), max(b[1] for b in bounds)
+
+
+def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
+    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ: the rigorous upper bound of
+    `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b)."""
+    return discrete_laplace_delta_bounds(scale, epsilon, sensitivity)[1]
 
 
 def discrete_laplace_epsilon(scale: object, delta: object, sensitivity: object = 1) -> float:

@@ -43,6 +43,8 @@ __all__ = [
 MAX_FFT_SIZE = 1 << 22
 _COARSENED = "multivariate_fft_coarsened (lattice step too small for the exact FFT)"
 _UNIT_ROUNDOFF = 2.0**-53
+_INVERSION = "mgf_inversion (lattice step too small for the multivariate FFT)"
+_INVERSION_TIGHT = 1e-6
 
 
 def fraction_gcd(values: Sequence[Fraction]) -> Fraction:
@@ -269,11 +271,26 @@ def multivariate_delta(
         return DeltaBound(0.0, 0.0, "multivariate_fft")
     loss = lattice_loss(components, tolerance)
     if loss is None:
+        inversion = _inversion_of(components)
+        first = None
+        if inversion is not None:
+            first = DeltaBound(*inversion.delta_bounds(epsilon), _INVERSION)
+            if first.upper - first.lower <= _INVERSION_TIGHT * first.upper:
+                return first
         from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 
         coarse = coarsened_lattice_loss(components, tolerance)
         if coarse is not None:
-            return coarse.delta_bound(epsilon, _COARSENED)
+            second = coarse.delta_bound(epsilon, _COARSENED)
+            if first is None:
+                return second
+            # both brackets are rigorous: keep the larger lower and the smaller upper
+            best = first if first.upper <= second.upper else second
+            return DeltaBound(
+                min(max(first.lower, second.lower), best.upper), best.upper, best.method
+            )
+        if first is not None:
+            return first
         from dp_pipeline.accounting.pld import pld_from_lattice_components
 
         pld = pld_from_lattice_components(components)
@@ -284,16 +301,82 @@ def multivariate_delta(
     return loss.delta_bound(epsilon, "multivariate_fft")
 
 
-def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, method: str):
-    """EpsilonBound from a δ(ε) bound function (both non-increasing in ε), by bisection."""
-    from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
+def _inversion_of(components: Sequence[LatticeComponent]):
+    """The MGF inversion (`inversion`) of discrete Gaussian components, or None if none is
+    smooth (σ² >= 36.5)."""
+    from dp_pipeline.accounting.inversion import (
+        SMOOTH_SIGMA2,
+        InversionComposition,
+        discrete_gaussian_support,
+        smooth_gaussian,
+    )
 
+    smooth, support = [], []
+    for component in components:
+        shift = int(component.step * component.sigma2)
+        if component.sigma2 >= SMOOTH_SIGMA2:
+            smooth.append(smooth_gaussian(component.sigma2, shift, component.count))
+        else:
+            support.append(
+                discrete_gaussian_support(float(component.sigma2), shift, component.count)
+            )
+    return InversionComposition(smooth, support) if smooth else None
+
+
+def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, method: str):
+    """EpsilonBound from a δ(ε) bound function (both non-increasing in ε).
+
+    upper: an ε with δ_upper(ε) <= δ (the guarantee), within ~1e-7 relative of the
+    smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
+    Each is the end of a bracket shrunk by regula falsi on log δ (Illinois), which needs a
+    handful of evaluations where bisection needs about fifty.
+    """
     while delta_bound_of(high).upper > delta:
         high = 2 * high + 1
-    upper = bisect_epsilon(lambda eps: delta_bound_of(eps).upper, delta, high, 1e-7)
-    lower_edge = bisect_epsilon(lambda eps: delta_bound_of(eps).lower, delta, upper, 1e-7)
-    # The true ε(δ) is at least the point where even the lower bound on δ drops to δ.
-    return EpsilonBound(lower=max(0.0, lower_edge * (1 - 1e-7) - 1e-12), upper=upper, method=method)
+    upper = _solve(lambda eps: delta_bound_of(eps).upper, delta, high, feasible_end=True)
+    lower = _solve(lambda eps: delta_bound_of(eps).lower, delta, upper, feasible_end=False)
+    return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
+
+
+def _solve(delta_of, delta: float, high: float, feasible_end: bool, rtol: float = 1e-7):
+    """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
+    the feasible end (δ_of <= δ) or the infeasible end (δ_of > δ, 0.0 if none)."""
+    from dp_pipeline.accounting.discrete_gaussian import round_up
+
+    target = math.log(delta)
+
+    def excess(eps: float) -> float:
+        value = delta_of(eps)
+        return math.log(value) - target if value > 0 else -math.inf
+
+    low, f_low = 0.0, excess(0.0)
+    if f_low <= 0:
+        return 0.0
+    f_high = excess(high)
+    side = 0
+    for _ in range(200):
+        if high - low <= rtol * high + 1e-300:
+            break
+        if math.isfinite(f_low) and math.isfinite(f_high) and f_low != f_high:
+            trial = high - f_high * (high - low) / (f_high - f_low)
+            margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
+            trial = min(max(trial, low + margin), high - margin)
+        else:
+            trial = 0.5 * (low + high)
+        if not low < trial < high:
+            trial = 0.5 * (low + high)
+        value = excess(trial)
+        if value <= 0:
+            high, f_high = trial, value
+            if side == 1:
+                f_low /= 2
+            side = 1
+        else:
+            low, f_low = trial, value
+            if side == -1:
+                f_high /= 2
+            side = -1
+    return round_up(high) if feasible_end else low
 
 
 def multivariate_epsilon(
@@ -311,6 +394,15 @@ def multivariate_epsilon(
     rho = sum(float(c.count * c.offset) for c in components)
     high = zcdp_to_epsilon(rho, delta)
     if loss is None:
+        inversion = _inversion_of(components)
+        if inversion is not None:
+
+            def inverted(eps):
+                return DeltaBound(*inversion.delta_bounds(eps), _INVERSION)
+
+            bound = epsilon_from_delta_function(inverted, delta, high, _INVERSION)
+            if bound.upper - bound.lower <= 1e-4 * bound.upper:
+                return bound
         from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 
         coarse = coarsened_lattice_loss(components, tolerance)

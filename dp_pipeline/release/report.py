@@ -36,7 +36,44 @@ def privacy_report(plan: ReleasePlan, reservation, key_fingerprint: str, files: 
     }
     report["master_key_fingerprint"] = key_fingerprint
     report["files"] = files
+    report["guarantee"]["bounds"] = privacy_bounds(report)
     return report
+
+
+def privacy_bounds(report: dict) -> dict:
+    """Lower and upper bound of every privacy figure of the report.
+
+    ρ is exact (lower = upper). The tight ε and δ carry the accountant's bracket. The zCDP
+    conversion is an upper bound on the same ε, so its lower bound is the tight one's. A
+    cumulative figure composes this release with others, so it is at least this release's
+    own lower bound (composition never lowers ε(δ) or δ(ε)); its upper is the ledger's.
+    """
+    guarantee = report["guarantee"]
+    tight = guarantee["epsilon_tight"]
+    bounds = {
+        "rho": {"lower": guarantee["rho"], "upper": guarantee["rho"]},
+        "epsilon_tight": {"lower": tight["lower"], "upper": tight["upper"]},
+        "epsilon_zcdp": {"lower": tight["lower"], "upper": guarantee["epsilon_zcdp"]},
+    }
+    if guarantee.get("delta_tight") is not None:
+        delta = guarantee["delta_tight"]
+        bounds["delta_tight"] = {"lower": delta["lower"], "upper": delta["upper"]}
+    cumulative = report.get("ledger", {}).get("cumulative") or {}
+    if cumulative.get("epsilon") is not None:
+        bounds["cumulative_epsilon"] = {"lower": tight["lower"], "upper": cumulative["epsilon"]}
+    if cumulative.get("delta") is not None and guarantee.get("delta_tight") is not None:
+        bounds["cumulative_delta"] = {
+            "lower": guarantee["delta_tight"]["lower"],
+            "upper": cumulative["delta"],
+        }
+    return bounds
+
+
+def _bracket(bound: dict) -> str:
+    """'upper (lower bound L)' for the HTML report."""
+    if bound.get("lower") is None or bound["lower"] == bound["upper"]:
+        return _number(bound["upper"])
+    return f"{_number(bound['upper'])} (lower bound {_number(bound['lower'])})"
 
 
 def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> list[dict]:
@@ -167,6 +204,7 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
     figures = _figures(plan, results, accuracy)
     guarantee = report["guarantee"]
     ledger = report["ledger"]
+    bounds = guarantee.get("bounds") or privacy_bounds(report)
     esc = html.escape
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
@@ -192,14 +230,14 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
         "</td></tr>",
         f"<tr><td>ε at δ = {_number(float(Fraction(guarantee['delta_reference'])))} "
         f"(tight bound, {esc(guarantee['epsilon_tight']['method'])})</td>"
-        f"<td>{_number(guarantee['epsilon_tight']['upper'])}</td></tr>",
+        f"<td>{_bracket(guarantee['epsilon_tight'])}</td></tr>",
         f"<tr><td>ε at the same δ by the zCDP conversion alone</td>"
-        f"<td>{_number(guarantee['epsilon_zcdp'])}</td></tr>",
+        f"<td>{_bracket(bounds['epsilon_zcdp'])}</td></tr>",
     ]
     if guarantee["delta_tight"] is not None:
         parts.append(
             f"<tr><td>δ at the budget's ε = {_number(float(spec.budget.epsilon))}</td>"
-            f"<td>{_number(guarantee['delta_tight']['upper'])}</td></tr>"
+            f"<td>{_bracket(guarantee['delta_tight'])}</td></tr>"
         )
     parts.append("</table>")
     cumulative = ledger["cumulative"]
@@ -208,11 +246,19 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
         "<p>Cumulative for the population after this release (every committed and reserved "
         f"release, composed by the accountant; upper bounds): ρ = {_number(cumulative_rho)}"
         + (
-            f", ε = {_number(cumulative['epsilon'])}"
-            if cumulative.get("epsilon") is not None
+            f", ε = {_bracket(bounds['cumulative_epsilon'])}"
+            if "cumulative_epsilon" in bounds
             else ""
         )
-        + (f", δ = {_number(cumulative['delta'])}" if cumulative.get("delta") is not None else "")
+        + (
+            f", δ = {_bracket(bounds['cumulative_delta'])}"
+            if "cumulative_delta" in bounds
+            else (
+                f", δ = {_number(cumulative['delta'])}"
+                if cumulative.get("delta") is not None
+                else ""
+            )
+        )
         + f". Cap: {esc(_cap_text(ledger['cap']))}.</p>"
     )
     parts.append("<h2>Tables, noise and margins of error</h2>")

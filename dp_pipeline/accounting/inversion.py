@@ -1,0 +1,457 @@
+"""Exact δ(ε) of a composition by inverting its moment generating function (Bromwich).
+
+For a privacy loss L (under P, the distribution with the person) with moment generating
+function M(s) = E_P[e^{sL}], the hockey-stick function h(z) = (1 - e^{ε-z})_+ has the
+two-sided Laplace transform ∫ h(z) e^{-sz} dz = e^{-sε}/(s(s+1)) for Re s > 0, so for every
+c > 0
+
+    δ(ε) = P[L = +∞] + (1/2π) ∫ F(u) du,    F(u) = M(c+iu) e^{-(c+iu)ε} / ((c+iu)(c+iu+1)).
+
+Composition multiplies moment generating functions, so a thousand mechanisms cost a
+thousand products per node, not a thousand convolutions; nothing is discretised, and the
+relative precision does not depend on how small δ is (c is the saddle point, where the
+integrand does not oscillate). Components:
+
+- a discrete Gaussian N_Z(0, σ²) with shift μ and σ² >= 36.5 ("smooth"): by Poisson
+  summation M(s) = e^{ρ s(s+1)}·T(s), ρ = μ²/(2σ²), T(s) = Σ_k w_k e^{-2πikμs}/Σ_k w_k,
+  w_k = e^{-2π²σ²k²}. For |u| <= P/4 (P = 2πσ²/μ, the period of the lattice) |T - 1| <=
+  4.0002·e^{-π²σ²}, which is charged to every node; all smooth Gaussians together are one
+  factor e^{ρ_G s(s+1)}, whatever their number;
+- anything with a finite loss support (discrete Laplace, randomized response for pure ε-DP
+  and the exponential mechanism, pmf pairs, discrete Gaussians with σ² < 36.5 truncated at
+  39σ, the dropped mass counted as L = +∞ for the upper bound): M(s) = Σ_i p_i e^{s l_i}.
+
+Error budget (every term is a rigorous bound; their sum is added to the upper bound and
+subtracted from the lower):
+
+1. discretisation: the trapezoid rule with step h on an integrand analytic in the strip
+   |Im u| < a has error <= 2B/(e^{2πa/h} - 1) with B >= ∫|F(u ± ia)| du (Trefethen &
+   Weideman 2014, Thm 5.1); |M(c'+iu)| <= M(c') and ∫ du/|s(s+1)| <= π/c' give
+   B = max over c' = c ± a of M(c') e^{-c'ε} π/c' (log-convex, so the ends suffice);
+2. truncation at |u| <= Nh: for |u| <= P_min/4 the smooth part decays as e^{-ρ_G u²}; beyond,
+   the comb bound |M_j(c+iu)| <= e^{ρ_j(c²+c)} Σ_k e^{-ρ_j(u - kP_j)²} of the component with
+   the shortest period P*, summed over the nodes period by period (each period holds one
+   bump of node sum <= 1 + sqrt(π/ρ*)/h, weighted by 1/u²);
+3. floating point: each node's exponent carries an absolute error bound (ulps times the
+   magnitudes of its terms, the float σ²/ρ/losses/masses errors times |s|, and the
+   cancellation factor Σ|terms|/|Σ terms| of each finite-support sum); the node sum adds
+   N·u·Σ|F|.
+
+The result is returned as lower <= δ <= upper in floats rounded outward; a δ below the
+float range is reported as (0, 5e-324).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = [
+    "SMOOTH_SIGMA2",
+    "InversionComposition",
+    "SmoothGaussian",
+    "SupportGroup",
+    "discrete_gaussian_support",
+]
+
+_U = 2.0**-53
+TINY = 5e-324
+SMOOTH_SIGMA2 = 36.5  # π²σ²/8 >= 45: the comb between the lattice returns is below e^-45
+_TARGET = 1e-15  # each of the discretisation and truncation errors, relative to δ
+_MAX_NODES = 1 << 15
+_LOG_TINY = math.log(TINY)
+
+
+@dataclass(frozen=True)
+class SmoothGaussian:
+    """``count`` discrete Gaussians N_Z(0, σ²) with shift μ (σ² >= SMOOTH_SIGMA2)."""
+
+    sigma2: float  # nearest float; sigma2_error bounds |float - exact|
+    mu: int
+    count: int
+    rho: float  # μ²/(2σ²), correctly rounded from the exact rational
+
+    @property
+    def period(self) -> float:
+        return 2 * math.pi * self.sigma2 / self.mu
+
+
+@dataclass(frozen=True)
+class SupportGroup:
+    """``count`` copies of a loss with finite support: P-masses ``masses`` at ``losses``.
+
+    ``infinite_mass``: P[L = +∞] (an outcome Q cannot produce) per copy, counted in both
+    bounds; ``dropped_mass``: truncated P-mass per copy, counted as +∞ in the upper bound
+    only. ``loss_error`` bounds |float loss - exact loss| and ``mass_error`` the relative
+    error of each float mass.
+    """
+
+    masses: np.ndarray
+    losses: np.ndarray
+    count: int
+    infinite_mass: float = 0.0
+    dropped_mass: float = 0.0
+    loss_error: float = 0.0
+    mass_error: float = 4 * _U
+
+
+def discrete_gaussian_support(sigma2: float, shift: int, count: int) -> SupportGroup:
+    """N_Z(0, σ²) with shift μ as a finite support: y in [-R, R], R = ceil(39σ) + 2.
+
+    P-masses e^{-y²/(2σ²)}/Z summed directly (Z by the same sum plus its tail bound), losses
+    (μ² + 2μy)/(2σ²); the mass beyond R (< e^{-760}) is counted as dropped.
+    """
+    sigma = math.sqrt(sigma2)
+    limit = math.ceil(39 * sigma) + 2
+    ys = np.arange(-limit, limit + 1, dtype=np.float64)
+    log_weights = -(ys * ys) / (2 * sigma2)
+    total = float(np.sum(np.exp(log_weights)))
+    masses = np.exp(log_weights) / total
+    # Σ_{|y| > R} e^{-y²/(2σ²)} <= 2 e^{-(R+1)²/(2σ²)} / (1 - e^{-(2R+3)/(2σ²)}), relative to Z>=1.
+    dropped = (
+        2
+        * math.exp(-((limit + 1) ** 2) / (2 * sigma2))
+        / -math.expm1(-(2 * limit + 3) / (2 * sigma2))
+    )
+    losses = (shift * shift + 2 * shift * ys) / (2 * sigma2)
+    keep = masses > 0
+    mass_error = 8 * _U * (float(np.max(-log_weights)) + 2) + 2 * len(ys) * _U
+    return SupportGroup(
+        masses=masses[keep],
+        losses=losses[keep],
+        count=count,
+        dropped_mass=dropped,
+        loss_error=8 * _U * float(np.max(np.abs(losses))) + 8 * _U * abs(losses[0]),
+        mass_error=mass_error,
+    )
+
+
+@dataclass
+class _Bucket:
+    """Support groups of one support size, stacked for vectorised evaluation."""
+
+    log_masses: np.ndarray  # (G, A), -inf where padded
+    losses: np.ndarray  # (G, A)
+    counts: np.ndarray  # (G,)
+    loss_error: np.ndarray  # (G,)
+    mass_error: np.ndarray  # (G,)
+
+
+def _buckets(groups: Sequence[SupportGroup]) -> list[_Bucket]:
+    by_size: dict[int, list[SupportGroup]] = {}
+    for group in groups:
+        by_size.setdefault(len(group.masses), []).append(group)
+    buckets = []
+    for size, members in by_size.items():
+        if size == 0:
+            continue
+        with np.errstate(divide="ignore"):
+            log_masses = np.log(np.stack([g.masses for g in members]))
+        buckets.append(
+            _Bucket(
+                log_masses=log_masses,
+                losses=np.stack([np.asarray(g.losses, dtype=np.float64) for g in members]),
+                counts=np.array([g.count for g in members], dtype=np.float64),
+                loss_error=np.array([g.loss_error for g in members]),
+                mass_error=np.array([g.mass_error for g in members]),
+            )
+        )
+    return buckets
+
+
+@dataclass
+class InversionComposition:
+    """A composition of smooth discrete Gaussians and finite-support losses (one direction).
+
+    ``delta_bounds(ε)`` returns rigorous (lower, upper) for δ(ε); see the module docstring.
+    """
+
+    gaussians: Sequence[SmoothGaussian]
+    groups: Sequence[SupportGroup]
+    rho_error_extra: float = 0.0
+    _buckets: list = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.gaussians = [g for g in self.gaussians if g.count > 0]
+        self.groups = [g for g in self.groups if g.count > 0]
+        terms = [g.count * g.rho for g in self.gaussians]
+        self.rho = math.fsum(terms)
+        # each ρ_j correctly rounded (u), times count exact up to u, fsum correctly rounded.
+        self.rho_error = 3 * _U * self.rho + self.rho_error_extra
+        self._buckets = _buckets(self.groups)
+        log_finite = 0.0
+        log_kept = 0.0
+        for group in self.groups:
+            log_finite += group.count * math.log1p(-min(group.infinite_mass, 1.0))
+            log_kept += group.count * math.log1p(
+                -min(group.infinite_mass + group.dropped_mass, 1.0)
+            )
+        # P[some L = +∞] (lower: only true +∞; upper: with the dropped mass), outward.
+        self.infinite_lower = max(0.0, -math.expm1(log_finite) * (1 - 1e-12))
+        self.infinite_upper = min(1.0, -math.expm1(log_kept) * (1 + 1e-12) + 1e-300)
+        if not any(g.infinite_mass or g.dropped_mass for g in self.groups):
+            self.infinite_upper = 0.0
+        self.model_error = sum(
+            4.0002 * g.count * math.exp(-(math.pi**2) * g.sigma2) for g in self.gaussians
+        )
+        self.max_loss = sum(g.count * float(np.max(g.losses)) for g in self.groups if len(g.losses))
+        if self.gaussians:
+            star = min(self.gaussians, key=lambda g: g.period)
+            self.star = star
+            self.quarter = star.period / 4
+            self.comb_floor = 2.0001 * math.exp(-(math.pi**2) * star.sigma2 / 2)
+            self.others = math.exp(
+                sum(2.0001 * g.count * math.exp(-2 * math.pi**2 * g.sigma2) for g in self.gaussians)
+                + sum(2.0001 * g.count * math.exp(-(math.pi**2) * g.sigma2) for g in self.gaussians)
+            )
+
+    @property
+    def usable(self) -> bool:
+        """Whether the smooth Gaussian part is there to make the integrand decay."""
+        return self.rho > 0
+
+    # ------------------------------------------------------------------ real axis
+    def _support_log_mgf(self, c: np.ndarray):
+        """Σ_g n_g log M_g(c) and its first two derivatives, for real c (vectorised)."""
+        value = np.zeros_like(c)
+        first = np.zeros_like(c)
+        second = np.zeros_like(c)
+        for bucket in self._buckets:
+            exponents = bucket.log_masses[None] + c[:, None, None] * bucket.losses[None]
+            top = np.max(exponents, axis=2, keepdims=True)
+            weights = np.exp(exponents - top)
+            total = weights.sum(axis=2)
+            mean = (weights * bucket.losses[None]).sum(axis=2) / total
+            square = (weights * bucket.losses[None] ** 2).sum(axis=2) / total
+            value += ((np.log(total) + top[..., 0]) * bucket.counts[None]).sum(axis=1)
+            first += (mean * bucket.counts[None]).sum(axis=1)
+            second += (np.maximum(square - mean * mean, 0.0) * bucket.counts[None]).sum(axis=1)
+        return value, first, second
+
+    def _log_mgf(self, c, epsilon: float):
+        c = np.atleast_1d(np.asarray(c, dtype=np.float64))
+        value, first, second = self._support_log_mgf(c)
+        rho = self.rho
+        return (
+            value + rho * c * (c + 1) - c * epsilon,
+            first + rho * (2 * c + 1) - epsilon,
+            second + 2 * rho,
+        )
+
+    def _saddle(self, epsilon: float) -> float:
+        """c > 0 minimising K(c) - log(c(c+1)) (any c > 0 is valid; this one is tight)."""
+        low, high = 1e-300, 1.0
+
+        def slope(c):
+            _, first, _ = self._log_mgf(c, epsilon)
+            return float(first[0]) - 1 / c - 1 / (c + 1)
+
+        while slope(high) < 0:
+            low, high = high, high * 4
+            if high > 1e300:
+                return high
+        if slope(low) >= 0:
+            return low
+        # bisection in log c, then a few Newton steps
+        for _ in range(200):
+            middle = math.sqrt(low * high) if low > 0 else high / 2
+            if slope(middle) < 0:
+                low = middle
+            else:
+                high = middle
+            if high - low <= 1e-4 * high:
+                break
+        return 0.5 * (low + high)
+
+    # ------------------------------------------------------------------ δ(ε)
+    def delta_bounds(self, epsilon: float) -> tuple[float, float]:
+        """Rigorous (lower, upper) on δ(ε) for ε >= 0."""
+        if not self.usable:
+            raise ValueError("the MGF inversion needs a smooth discrete Gaussian component")
+        c = self._saddle(epsilon)
+        k0, _, k2 = (float(x[0]) for x in self._log_mgf(c, epsilon))
+        # Laplace approximation of δ/e^{K(c)}: the scale the error targets are relative to.
+        curvature = k2 + 1 / c**2 + 1 / (c + 1) ** 2
+        estimate = 1 / (c * (c + 1) * math.sqrt(2 * math.pi * curvature))
+        # (1/2π)∫|F| <= e^{K(c)}/(2c): a δ far below the float range ends here.
+        if k0 - math.log(2 * c) + 16 * _U * (abs(k0) + 1) < _LOG_TINY:
+            return self.infinite_lower, max(TINY, self.infinite_upper)
+        # strip half-width a and node step h (error 1 of the module docstring), in logs
+        a = min(0.5 * c, math.sqrt(2 * 40 / max(k2, 1e-300)))
+        side = self._log_mgf(np.array([c - a, c + a]), epsilon)[0]
+        log_strip = max(
+            float(side[0]) - k0 + math.log(math.pi / (c - a)),
+            float(side[1]) - k0 + math.log(math.pi / (c + a)),
+        ) + math.log(1.001)
+        log_ratio = log_strip - math.log(math.pi * _TARGET * estimate)
+        # e^{2πa/h} = 1 + ratio, so the error is strip/π/ratio = target·estimate
+        exponent = log_ratio if log_ratio > 30 else math.log1p(math.exp(log_ratio))
+        h = 2 * math.pi * a / exponent
+        discretisation = math.exp(log_strip - math.log(math.pi) - exponent) * 1.001
+        # truncation within the band |u| <= P*/4 (error 2)
+        rho_low = max(self.rho - self.rho_error, 0.0)
+        limit = self.quarter
+        if 2 * h > limit:
+            return self.infinite_lower, 1.0  # the lattice is too coarse for this path
+
+        def band_tail(edge: float) -> float:
+            return (
+                h
+                / math.pi
+                * self.others
+                * math.exp(-rho_low * edge * edge)
+                / (edge * edge * -math.expm1(-2 * rho_low * h * edge))
+            )
+
+        nodes = 1
+        while True:
+            edge = (nodes + 1) * h
+            if edge > limit:
+                band = 0.0
+                break
+            band = band_tail(edge)
+            if band <= _TARGET * estimate or nodes >= _MAX_NODES:
+                break
+            grown = min(_MAX_NODES, max(nodes + 1, int(nodes * 1.25)), int(limit / h) - 1)
+            if grown <= nodes:
+                break
+            nodes = grown
+        outer = self._outer_tail(h)
+        # the tail bounds are relative to e^{K(c)} with the float ρ; the exact ρ may exceed
+        # it by rho_error, which scales e^{ρ(c²+c)} by at most this factor
+        scale = math.exp(self.rho_error * (c * c + c))
+        band *= scale
+        outer *= scale
+        values, abs_values, errors = self._nodes(c, epsilon, k0, h, nodes)
+        weights = np.full(len(values), 2.0)
+        weights[0] = 1.0
+        total = h / (2 * math.pi) * float(np.sum(weights * values.real))
+        magnitude = h / (2 * math.pi) * float(np.sum(weights * abs_values))
+        roundoff = h / (2 * math.pi) * float(np.sum(weights * errors))
+        roundoff += 2 * len(values) * _U * magnitude
+        error = discretisation + band + outer + roundoff + 4 * _U * magnitude
+        upper_ratio = total + error
+        lower_ratio = total - error
+        slack = 16 * _U * (abs(k0) + 1)
+        log_upper = k0 + math.log(upper_ratio) + slack if upper_ratio > 0 else -math.inf
+        upper = TINY if log_upper < _LOG_TINY else min(1.0, math.exp(log_upper) * (1 + 4 * _U))
+        lower = 0.0
+        if lower_ratio > 0:
+            log_lower = k0 + math.log(lower_ratio) - slack
+            lower = math.exp(log_lower) * (1 - 4 * _U) if log_lower > _LOG_TINY + 1 else 0.0
+        upper = min(1.0, upper + self.infinite_upper * (1 + 4 * _U))
+        lower = max(0.0, (lower + self.infinite_lower) * (1 - 4 * _U))
+        return min(lower, upper), upper
+
+    def _outer_tail(self, h: float) -> float:
+        """Σ over nodes |u| > P_min/4 of |F|/e^{K(c)}, times h/(2π) (error 2, comb bound).
+
+        For any smooth component j (n copies, comb G_j <= e^{-ρ d²} + f between returns,
+        f = 2.0001·e^{-π²σ²/2}): G_j^n <= e·e^{-nρd²} + 2nf ((a+f)^n <= e·a^n if a >= nf,
+        else <= (n+1)f), or a + f for n = 1; the other components are <= 1 (+ tiny, in
+        `others`). Nodes in (P_min/4, P_j/2) see the bump at 0, the period around kP_j
+        (k >= 1) holds one bump of node sum <= factor·(1 + sqrt(π/(nρ))/h) + floor·(P_j/h+1)
+        and weight 1/((k - 1/2)P_j)². The best component gives the bound.
+        """
+        start = self.quarter
+        best = math.inf
+        for gaussian in self.gaussians:
+            n, rho, period = gaussian.count, gaussian.rho * gaussian.count, gaussian.period
+            floor = 2.0001 * math.exp(-(math.pi**2) * gaussian.sigma2 / 2)
+            factor, floor_n = (1.0, floor) if n == 1 else (math.e, 2 * n * floor)
+            near = 0.0
+            if start < period / 2:
+                near = (
+                    factor
+                    * math.exp(-rho * start * start)
+                    / (start * start * -math.expm1(-2 * rho * h * start))
+                    + (period / (2 * h) + 1) * floor_n / start**2
+                )
+            bump = factor * (1 + math.sqrt(math.pi / rho) / h) + floor_n * (period / h + 1)
+            far = bump * math.pi**2 / (2 * period**2)
+            best = min(best, near + far)
+        return h / (2 * math.pi) * 2 * self.others * best
+
+    def _nodes(self, c: float, epsilon: float, k0: float, h: float, count: int):
+        """F(u_m)/e^{K(c)} at u_m = m·h, m = 0..count, and an absolute error bound each.
+
+        With F = F_other·Π_g z_g^{n_g} (z_g a finite-support sum, e_g its absolute error
+        bound, E the error bound of the exponent of F_other):
+        |F_true - F| <= |F_other|·(e^E·Π(|z_g| + e_g)^{n_g} - Π|z_g|^{n_g}).
+        """
+        u = h * np.arange(count + 1, dtype=np.float64)
+        s = c + 1j * u
+        rho = self.rho
+        quadratic = rho * s * (s + 1)
+        linear = s * epsilon
+        log_value = quadratic - linear - np.log(s) - np.log(s + 1) - k0
+        magnitude_terms = (
+            np.abs(quadratic) + np.abs(linear) + np.abs(np.log(s)) + np.abs(np.log(s + 1))
+        )
+        error = 8 * _U * (magnitude_terms + abs(k0) + 1)
+        error += self.rho_error * np.abs(s * (s + 1)) * 1.01 + self.model_error * 1.01
+        log_with_error = log_value.real.copy()
+        abs_s = np.abs(s)
+        for bucket in self._buckets:
+            real = bucket.log_masses[None] + c * bucket.losses[None]  # (1, G, A)
+            top = np.max(real, axis=2)  # (1, G)
+            relative_log = real - top[..., None]
+            absolute = np.exp(relative_log).sum(axis=2)  # Σ|terms|, (1, G)
+            # Terms below e^-60 of the largest are left out; their Σ|t| joins the error.
+            kept = np.flatnonzero(np.any(relative_log[0] > -60, axis=0))
+            omitted = absolute - np.exp(relative_log[..., kept]).sum(axis=2)
+            losses = bucket.losses[:, kept]
+            exponent = relative_log[..., kept] + 1j * (u[:, None, None] * losses[None])
+            sums = np.exp(exponent).sum(axis=2)  # (N, G)
+            size = len(kept)
+            finite_log = np.where(np.isfinite(bucket.log_masses), np.abs(bucket.log_masses), 0)
+            per_term = (
+                4
+                * _U
+                * (
+                    np.max(finite_log, axis=1)[None]
+                    + np.max(np.abs(c * bucket.losses), axis=1)[None]
+                    + np.abs(top)
+                    + np.max(np.abs(u[:, None, None] * bucket.losses[None]), axis=2)
+                    + 2
+                )
+            )
+            loss_part = np.expm1(abs_s[:, None] * bucket.loss_error[None] * 1.01)
+            sum_error = (
+                absolute * (per_term + (size + 2) * _U + bucket.mass_error[None] + loss_part)
+                + np.maximum(omitted, 0) * 1.01
+                + absolute * 2 * size * _U
+            )
+            magnitude = np.abs(sums)
+            with np.errstate(divide="ignore"):
+                logs = np.log(sums) + top  # a zero sum gives -inf + i·0: a zero node value
+            counts = bucket.counts[None]
+            log_value = log_value + (logs.real * counts).sum(axis=1)
+            log_value = log_value + 1j * (logs.imag * counts).sum(axis=1)
+            log_with_error = log_with_error + (
+                (np.log(magnitude + sum_error) + top) * bucket.counts[None]
+            ).sum(axis=1)
+            error = error + 4 * _U * (
+                (np.abs(np.log(absolute)) + np.abs(top)) * bucket.counts[None]
+            ).sum(axis=1)
+        finite_real = np.where(np.isfinite(log_value.real), np.abs(log_value.real), 0.0)
+        error = error + 4 * _U * (finite_real + 1)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values = np.exp(log_value)
+            abs_values = np.abs(values)
+            high = np.exp(log_with_error + error)
+            abs_errors = high * -np.expm1(np.minimum(log_value.real - log_with_error - error, 0))
+        values = np.where(np.isfinite(values), values, 0)
+        abs_errors = np.where(np.isfinite(abs_errors), abs_errors, 1e300)
+        return values, abs_values, abs_errors
+
+
+def smooth_gaussian(sigma2, shift: int, count: int) -> SmoothGaussian:
+    """A SmoothGaussian from the exact rational σ² (ρ correctly rounded from the rational)."""
+    from fractions import Fraction
+
+    rho = Fraction(shift * shift) / (2 * sigma2)
+    return SmoothGaussian(sigma2=float(sigma2), mu=shift, count=count, rho=float(rho))
