@@ -828,7 +828,8 @@ def aggregate_queries(
         return [
             sf.lit(index).alias(TABLE_COLUMN),
             sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN),
-            (sf.col(_UNITS + tag) if is_sum else zero).alias(_UNITS),
+            # A count's rows sum nothing: null skips the DECIMAL(38,0) addition (~25% of it).
+            (sf.col(_UNITS + tag) if is_sum else sf.lit(None).cast("long")).alias(_UNITS),
             (sf.col(_CLAMPED + tag) if is_sum else sf.lit(0)).alias(_CLAMPED),
         ]
 
