@@ -35,6 +35,7 @@ import pandas as pd
 
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
+from dp_pipeline.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.randomness import MasterKey
@@ -62,6 +63,36 @@ _STATISTICS = ("count", "sum", "mean")
 Mechanism = DiscreteGaussian | DiscreteLaplace
 _NEIGHBOURING = ("add_remove", "replace")
 _ON_INVALID = ("drop", "error")
+# Stated in every refusal of the sum limits of `dp_pipeline.exact_sums`.
+SUM_UNITS_RULE = (
+    f"a summed value may be at most 2**31 = {MAX_SUM_UNITS:,} granularity units in absolute "
+    f"value, so that the sum of any cell of fewer than 2**31 rows is exact (totals are "
+    f"clamped into ±2**62 before noise)"
+)
+UNIT_SUM_RULE = (
+    f"one privacy unit's sum in one cell may be at most 2**62 = {SUM_LIMIT:,} granularity "
+    f"units, so that it is summed exactly in int64"
+)
+
+
+def sum_units_problem(largest_units: int, max_per_cell: int | None) -> str | None:
+    """The sum limit (if any) that bounds of ``largest_units`` granularity units break.
+
+    None when both hold: ``largest_units <= 2**31`` and (with ``max_per_cell``)
+    ``max_per_cell * largest_units <= 2**62``. Otherwise a sentence naming the
+    value and the rule, for the caller to prefix with the field.
+    """
+    if largest_units > MAX_SUM_UNITS:
+        return (
+            f"the largest |bound| is {largest_units:,} granularity units, above the limit: "
+            f"{SUM_UNITS_RULE}"
+        )
+    if max_per_cell is not None and max_per_cell * largest_units > SUM_LIMIT:
+        return (
+            f"max_per_cell x the largest |bound| is {max_per_cell * largest_units:,} "
+            f"granularity units, above the limit: {UNIT_SUM_RULE}"
+        )
+    return None
 
 
 def _is_integer(value: object) -> bool:
@@ -338,6 +369,12 @@ class ValueBounds:
     A value v becomes ``clip(rint(v / granularity), lower/granularity, upper/granularity)``
     granularity units; ``lower`` and ``upper`` must be integer multiples of the
     granularity, so clamping before or after rounding is the same.
+
+    ``build`` refuses, before any data is read, bounds whose largest absolute
+    value B exceeds ``2**31`` granularity units (`dp_pipeline.exact_sums`): every
+    cell of fewer than ``2**31`` rows then has an exact total inside ``±2**62``,
+    and a larger cell an exact total clamped to ``±2**62``. (``2**31 < 2**53``, so
+    the units are also exact in float64 and both engines clamp identically.)
     """
 
     lower: Fraction
@@ -360,10 +397,16 @@ class ValueBounds:
                     f"{granularity!r}; choose bounds on the granularity grid"
                 )
         out = cls(lower, upper, step)
-        if max(abs(out.lower_units), abs(out.upper_units)) > _MAX_UNITS:
+        if out.max_abs_units > _MAX_UNITS:
             raise ValueError(
                 f"bounds {bounds!r} span more than 2**53 granularity units; use a coarser "
                 f"granularity"
+            )
+        problem = sum_units_problem(out.max_abs_units, None)
+        if problem is not None:
+            raise ValueError(
+                f"bounds {bounds!r} with granularity {granularity!r}: {problem}; use a coarser "
+                f"granularity or tighter bounds"
             )
         if out.lower_units == 0 and out.upper_units == 0:
             raise ValueError("bounds (0, 0) make every sum 0; declare a non-trivial range")
@@ -541,6 +584,15 @@ class QuerySpec:
                     f"never taken from the data"
                 )
             value_bounds = ValueBounds.build(bounds, granularity)
+            problem = sum_units_problem(
+                value_bounds.max_abs_units, 1 if privacy_unit is None else max_per_cell
+            )
+            if problem is not None:
+                raise ValueError(
+                    f"max_per_cell {max_per_cell} with bounds {bounds!r} and granularity "
+                    f"{granularity!r}: {problem}; lower max_per_cell, use tighter bounds or a "
+                    f"coarser granularity"
+                )
         if neighbouring not in _NEIGHBOURING:
             raise ValueError(f"neighbouring must be one of {_NEIGHBOURING}, got {neighbouring!r}")
         if on_invalid not in _ON_INVALID:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.errors import InternalError
 from dp_pipeline.randomness import MasterKey, encode_labels
 
 __all__ = ["BoundingResult", "BoundingSalt", "bound_contributions", "spark_xxhash64", "unit_keys"]
@@ -151,7 +152,12 @@ def bound_contributions(
     max_per_cell: int,
     salt: BoundingSalt,
 ) -> BoundingResult:
-    """Apply the keyed bounding rule of this module to valid rows (numpy, vectorized)."""
+    """Apply the keyed bounding rule of this module to valid rows (numpy, vectorized).
+
+    The pair sums are exact int64: each adds at most ``max_per_cell`` kept values
+    of at most ``B`` units, and `dp_pipeline.aggregate.QuerySpec` refuses
+    ``max_per_cell * B > 2**62`` before any data is read, so no partial sum can wrap.
+    """
     if value_units is None:
         order = np.lexsort((cells, unit_codes))
     else:
@@ -166,6 +172,12 @@ def bound_contributions(
     n_kept = np.bincount(group_id, weights=keep_row, minlength=n_groups).astype(np.int64)
     sums = None
     if value_units is not None:
+        largest = max(int(value_units.max()), -int(value_units.min())) if value_units.size else 0
+        if max_per_cell * largest >= 2**63:
+            raise InternalError(
+                f"max_per_cell {max_per_cell} x {largest} units could wrap an int64 pair sum; "
+                f"QuerySpec refuses such bounds"
+            )
         kept_values = np.where(keep_row, value_units[order], 0)
         first = np.flatnonzero(starts)
         sums = np.add.reduceat(kept_values, first) if first.size else np.zeros(0, np.int64)

@@ -35,6 +35,7 @@ from dp_pipeline.aggregate import (
 )
 from dp_pipeline.bounding import BoundingSalt, bound_contributions, unit_keys
 from dp_pipeline.cost import release_info
+from dp_pipeline.exact_sums import cell_totals
 from dp_pipeline.selection_query import QuantileQuery, TopKQuery
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
@@ -92,15 +93,8 @@ def _value_units(values: np.ndarray, spec: QuerySpec) -> tuple[np.ndarray, np.nd
 
 
 def _cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray:
-    """Exact int64 per-cell sums (float bincount only where every partial sum is exact)."""
-    if weights.size == 0:
-        return np.zeros(total, dtype=np.int64)
-    bound = int(np.abs(weights).max()) * weights.size
-    if bound < 2**53:
-        return np.bincount(cells, weights=weights, minlength=total).astype(np.int64)
-    out = np.zeros(total, dtype=np.int64)
-    np.add.at(out, cells, weights)
-    return out
+    """Exact per-cell sums, clamped into [-2**62, 2**62] before noise (`dp_pipeline.exact_sums`)."""
+    return cell_totals(cells, weights, total).clamped()
 
 
 def _unit_values(units: pd.Series) -> np.ndarray:

@@ -40,6 +40,7 @@ from pyspark.sql.types import (
 from dp_pipeline.aggregate import Diagnostics, QuerySpec, invalid_rows_error
 from dp_pipeline.bounding import BoundingSalt
 from dp_pipeline.errors import InternalError
+from dp_pipeline.exact_sums import SUM_LIMIT
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
 __all__ = [
@@ -67,12 +68,35 @@ _ONE_PASS_CELLS = 4_000_000
 # (8 bytes an id) up to this many rows; beyond, the general path bounds them.
 _ID_SORT_ROWS = 50_000_000
 _INTEGRAL = (ByteType, ShortType, IntegerType, LongType)
+# Value units are summed as DECIMAL(38,0): a bigint sum raises (ANSI) or wraps.
+_EXACT = "decimal(38,0)"
+_S_EXACT = "_dp_s_exact"
+_TRUE_S_EXACT = "_dp_true_s_exact"
 _AGGREGATES = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
 _TRUE = ("true_n", "true_s")
 
 
 def _tag(index: int) -> str:
     return f"_{index}"
+
+
+def _exact_sum(column):
+    """The sum of an integer column as DECIMAL(38,0): exact, it never wraps or raises.
+
+    The summed units are at most 2**31 in absolute value (`dp_pipeline.exact_sums`),
+    so any sum of fewer than 2**63 rows is below 2**94 < 10**38, the type's range.
+    """
+    return sf.coalesce(sf.sum(column.cast(_EXACT)), sf.lit(0).cast(_EXACT))
+
+
+def _clamped_sum(column):
+    """An exact DECIMAL(38,0) cell total clamped into [-2**62, 2**62], as a long.
+
+    The public pre-noise clamp of `dp_pipeline.exact_sums`, applied to the final
+    totals only (clamping partials would not be exact); the cast cannot fail.
+    """
+    low, high = sf.lit(-SUM_LIMIT).cast(_EXACT), sf.lit(SUM_LIMIT).cast(_EXACT)
+    return sf.least(sf.greatest(column, low), high).cast("long")
 
 
 def check_schema(df, spec: QuerySpec) -> None:
@@ -240,8 +264,9 @@ def _bounded_pairs(coded, spec: QuerySpec):
 
     Only the rows of units with several rows come here (there is a privacy unit).
     ``coded`` has the untagged columns of `coded_rows`. Output: ``_cell``, ``n``,
-    ``s``, ``clamped``, ``removed_per_cell``, ``removed_cells``, ``pairs_removed``;
-    negative ``_cell`` rows count dropped rows by reason.
+    ``s`` (the exact DECIMAL(38,0) sum, pair partials exact too), ``clamped``,
+    ``removed_per_cell``, ``removed_cells``, ``pairs_removed``; negative
+    ``_cell`` rows count dropped rows by reason.
     """
 
     if spec.privacy_unit is None:
@@ -266,13 +291,13 @@ def _bounded_pairs(coded, spec: QuerySpec):
         pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(
             sf.count(sf.lit(1)).alias("n_all"),
             sf.sum(sf.when(kept, 1).otherwise(0)).cast("long").alias("n_kept"),
-            sf.sum(sf.when(kept, sf.col(_UNITS)).otherwise(zero)).alias("s_kept"),
+            _exact_sum(sf.when(kept, sf.col(_UNITS)).otherwise(zero)).alias("s_kept"),
             sf.sum(_CLAMPED).alias("clamped"),
         )
     else:
         pairs = rows.groupBy(_UNIT, CELL_COLUMN).agg(sf.count(sf.lit(1)).alias("n_all"))
         pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
-        pairs = pairs.withColumn("s_kept", zero).withColumn("clamped", zero)
+        pairs = pairs.withColumn("s_kept", zero.cast(_EXACT)).withColumn("clamped", zero)
     cell_rank = sf.xxhash64(
         sf.lit(salt.seed_cells).cast("long"), _unit_key(salt), sf.col(CELL_COLUMN)
     )
@@ -284,7 +309,7 @@ def _bounded_pairs(coded, spec: QuerySpec):
         sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(
             "n"
         ),
-        sf.sum(sf.when(keep, sf.col("s_kept")).otherwise(zero)).alias("s"),
+        _exact_sum(sf.when(keep, sf.col("s_kept"))).alias("s"),
         sf.sum("clamped").alias("clamped"),
         sf.sum(sf.when(keep, sf.col("n_all") - sf.col("n_kept")).otherwise(zero)).alias(
             "removed_per_cell"
@@ -700,7 +725,7 @@ def _aggregates_table(tables):
         zeros = np.zeros(codes.size, dtype=np.int64)
         none = np.zeros(cells.size, dtype=np.int64)
         n = table.n[cells]
-        s = table.s[cells] if table.s is not None else none
+        s = table.s.clamped()[cells] if table.s is not None else none
         clamped = table.clamped[cells] if table.clamped is not None else none
         size = cells.size + codes.size
         columns = {
@@ -727,7 +752,8 @@ def aggregate_queries(
 
     Returns (aggregates, diagnostics): ``aggregates`` is a persisted DataFrame
     with ``_dp_table`` (index into ``specs``), ``_cell`` (cell index, or a
-    negative reason code), ``n`` (rows kept), ``s`` (sum of kept value units),
+    negative reason code), ``n`` (rows kept), ``s`` (sum of kept value units,
+    exact and then clamped into ``[-2**62, 2**62]``, `dp_pipeline.exact_sums`),
     ``clamped`` and the bounding counters, plus ``true_n`` / ``true_s``: the
     same cell's aggregates before contribution bounding (for accuracy reports
     on synthetic data; never released). Only non-empty cells appear. The
@@ -780,7 +806,8 @@ def aggregate_queries(
         return [
             sf.lit(index).alias(TABLE_COLUMN),
             sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN),
-            (sf.col(_UNITS + tag) if is_sum else zero).alias(_UNITS),
+            # A count's rows sum nothing: null skips the DECIMAL(38,0) addition (~25% of it).
+            (sf.col(_UNITS + tag) if is_sum else sf.lit(None).cast("long")).alias(_UNITS),
             (sf.col(_CLAMPED + tag) if is_sum else sf.lit(0)).alias(_CLAMPED),
         ]
 
@@ -807,7 +834,7 @@ def aggregate_queries(
         rows.groupBy(TABLE_COLUMN, CELL_COLUMN, _DEFERRED)
         .agg(
             sf.count(sf.lit(1)).alias("n"),
-            sf.coalesce(sf.sum(_UNITS).cast("long"), zero).alias("s"),
+            _exact_sum(sf.col(_UNITS)).alias(_S_EXACT),
             sf.coalesce(sf.sum(_CLAMPED).cast("long"), zero).alias("clamped"),
         )
         .select(
@@ -815,11 +842,12 @@ def aggregate_queries(
             CELL_COLUMN,
             _DEFERRED,
             "n",
-            "s",
+            _clamped_sum(sf.col(_S_EXACT)).alias("s"),
             "clamped",
             *[zero.alias(name) for name in counters],
             sf.when(valid, sf.col("n")).otherwise(zero).alias("true_n"),
-            sf.when(valid, sf.col("s")).otherwise(zero).alias("true_s"),
+            sf.when(valid, _clamped_sum(sf.col(_S_EXACT))).otherwise(zero).alias("true_s"),
+            _S_EXACT,  # the exact total, for the re-aggregation of deferred units below
         )
         .persist(StorageLevel.MEMORY_AND_DISK)
     )
@@ -840,13 +868,24 @@ def aggregate_queries(
         if spec.column is not None:
             columns += [sf.col(_UNITS + _tag(index)), sf.col(_CLAMPED + _tag(index))]
     multi = coded.filter(sf.col(_DEFERRED)).select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
-    direct = first.filter(~sf.col(_DEFERRED)).drop(_DEFERRED)
+    # The union carries exact DECIMAL(38,0) sums; the final totals are clamped once.
+    exact_zero = zero.cast(_EXACT)
+    direct = first.filter(~sf.col(_DEFERRED)).select(
+        TABLE_COLUMN,
+        CELL_COLUMN,
+        *[sf.col(_S_EXACT if name == "s" else name) for name in _AGGREGATES],
+        "true_n",
+        sf.when(valid, sf.col(_S_EXACT)).otherwise(exact_zero).alias(_TRUE_S_EXACT),
+    )
     unbounded = first.filter(sf.col(_DEFERRED) & valid).select(
         TABLE_COLUMN,
         CELL_COLUMN,
-        *[zero.alias(name) for name in _AGGREGATES],
+        *[
+            (exact_zero.alias(_S_EXACT) if name == "s" else zero.alias(name))
+            for name in _AGGREGATES
+        ],
         "true_n",
-        "true_s",
+        sf.col(_S_EXACT).alias(_TRUE_S_EXACT),
     )
     combined = direct.unionByName(unbounded)
     for index, spec in enumerate(specs):
@@ -860,15 +899,19 @@ def aggregate_queries(
         bounded = _bounded_pairs(view, spec).select(
             sf.lit(index).alias(TABLE_COLUMN),
             CELL_COLUMN,
-            *_AGGREGATES,
+            *[sf.col(name).alias(_S_EXACT if name == "s" else name) for name in _AGGREGATES],
             zero.alias("true_n"),
-            zero.alias("true_s"),
+            exact_zero.alias(_TRUE_S_EXACT),
         )
         combined = combined.unionByName(bounded)
+    totals = {"s": _clamped_sum(sf.sum(_S_EXACT)), "true_s": _clamped_sum(sf.sum(_TRUE_S_EXACT))}
     aggregates = (
         combined.groupBy(TABLE_COLUMN, CELL_COLUMN)
         .agg(
-            *[sf.sum(name).cast("long").alias(name) for name in (*_AGGREGATES, "true_n", "true_s")]
+            *[
+                totals.get(name, sf.sum(name).cast("long")).alias(name)
+                for name in (*_AGGREGATES, "true_n", "true_s")
+            ]
         )
         .withColumn(_DEFERRED, sf.lit(False))
         .persist(StorageLevel.MEMORY_AND_DISK)

@@ -5,8 +5,10 @@ and tries to learn exact confidential values or to spend budget for free:
 re-running a committed release id with an edited spec or input, aborting a
 published release, re-using library stream labels for another query, reading
 the master key out of Spark task closures, planting a key file, and reading
-confidential figures in progress lines or errors. See docs/security_model.md
-for the threat table these tests back.
+confidential figures in progress lines or errors. The wrapped-sum attack
+(1,030 rows of 2**53) and its refusals are in tests/test_exact_sums.py, the
+exponential mechanism's exact ratios in tests/test_exponential.py. See
+docs/security_model.md for the threat table these tests back.
 """
 
 from __future__ import annotations

@@ -751,6 +751,21 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
                 problems.append(f"{path}.{key} = {bound}: must be >= 1")
         if l0 is not None and cells and l0 > cells and not grouped_selection:
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
+        if statistic == "sum" and isinstance(lower, int) and isinstance(upper, int):
+            # The sum limits of dp_pipeline.exact_sums (granularity 1), as the engines apply them.
+            from dp_pipeline.aggregate import sum_units_problem
+
+            side, largest = max(("lower", abs(lower)), ("upper", abs(upper)), key=lambda p: p[1])
+            if sum_units_problem(largest, None):
+                problems.append(
+                    f"{path}.{side} = {raw[side]}: {sum_units_problem(largest, None)}; use "
+                    "tighter bounds or sum the column in coarser units (e.g. thousands)"
+                )
+            elif isinstance(linf, int) and sum_units_problem(largest, linf):
+                problems.append(
+                    f"{path}.max_per_cell = {linf} with |{side}| = {largest}: "
+                    f"{sum_units_problem(largest, linf)}; lower max_per_cell or use tighter bounds"
+                )
         if len(problems) == before:
             tables.append(
                 TableSpec(

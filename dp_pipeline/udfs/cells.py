@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dp_pipeline.aggregate import Domain, QuerySpec
+from dp_pipeline.exact_sums import CellTotals, cell_totals
 
 __all__ = [
     "IncreasingRun",
@@ -110,27 +111,30 @@ def _codes(conditions: list[tuple[np.ndarray | None, int]], size: int) -> np.nda
 
 
 class TablePartial:
-    """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``."""
+    """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``.
+
+    ``s`` is a `dp_pipeline.exact_sums.CellTotals`: exact across row groups and
+    task merges (plain int64 while a bound proves it cannot wrap, two limbs
+    beyond), clamped into ``[-2**62, 2**62]`` only once, on the final totals.
+    """
 
     def __init__(self, spec: QuerySpec) -> None:
         total = spec.cells.total
         self.spec = spec
         self.n = np.zeros(total, dtype=np.int64)
-        self.s = np.zeros(total, dtype=np.int64) if spec.column is not None else None
+        self.s = CellTotals.zeros(total) if spec.column is not None else None
         self.clamped = np.zeros(total, dtype=np.int64) if spec.column is not None else None
         self.dropped: dict[int, int] = {}  # reason code -> rows
 
     def merge(self, other: TablePartial) -> None:
         self.n += other.n
         if self.s is not None:
-            self.s += other.s
+            self.s.add(other.s)
             self.clamped += other.clamped
         for code, rows in other.dropped.items():
             self.dropped[code] = self.dropped.get(code, 0) + rows
 
     def add(self, positions: dict, nulls: dict, unit_null, values: dict, size: int) -> None:
-        from dp_pipeline.pandas_accessor import _cell_sums
-
         spec = self.spec
         cells = spec.cells
         k = len(cells.columns)
@@ -164,7 +168,7 @@ class TablePartial:
         if raw is not None:
             bounds = spec.value_bounds
             units = np.clip(kept(raw), bounds.lower_units, bounds.upper_units).astype(np.int64)
-            self.s += _cell_sums(cell, units, self.n.size)
+            self.s.add(cell_totals(cell, units, self.n.size))
             self.clamped += np.bincount(cell[kept(clamped)], minlength=self.n.size)
         if not everything:
             reasons, counts = np.unique(code[~valid], return_counts=True)

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from dp_pipeline.aggregate import QuerySpec
 from dp_pipeline.errors import InternalError
+from dp_pipeline.exact_sums import SUM_LIMIT, saturating_add
 from dp_pipeline.randomness import StreamKey, derive_stream_key
 
 __all__ = [
@@ -52,24 +53,25 @@ def partition_cells(spec: QuerySpec, partition: int) -> np.ndarray:
     return np.arange(partition, spec.cells.total, spec.noise_partitions, dtype=np.int64)
 
 
-def _as_int64(values: object, what: str) -> np.ndarray:
+def _clamped_true_values(values: object, what: str) -> np.ndarray:
+    """True aggregates as int64, clamped into [-SUM_LIMIT, SUM_LIMIT] (exact ints too)."""
     array = np.asarray(values)
     if array.dtype == object:
-        ints = [int(v) for v in array]
-        if ints and (max(ints) >= 2**63 or min(ints) < -(2**63)):
-            raise OverflowError(f"{what} does not fit in int64")
+        ints = [min(max(int(v), -SUM_LIMIT), SUM_LIMIT) for v in array]
         return np.array(ints, dtype=np.int64)
     if not np.issubdtype(array.dtype, np.integer):
         raise InternalError(f"{what} must be integers, got dtype {array.dtype}")
+    return np.clip(array.astype(np.int64, copy=False), -SUM_LIMIT, SUM_LIMIT)
+
+
+def _noise_draws(values: object, what: str) -> np.ndarray:
+    """int64 draws, or exact Python ints (object) when a very wide sampler leaves int64."""
+    array = np.asarray(values)
+    if array.dtype == object:
+        return array
+    if not np.issubdtype(array.dtype, np.integer):
+        raise InternalError(f"{what} must be integers, got dtype {array.dtype}")
     return array.astype(np.int64, copy=False)
-
-
-def _checked_add(values: np.ndarray, noise: np.ndarray, what: str) -> np.ndarray:
-    total = values + noise
-    overflow = ((values ^ total) & (noise ^ total)) < 0
-    if overflow.any():
-        raise OverflowError(f"{what} plus noise overflows int64")
-    return total
 
 
 def noise_stream_keys(spec: QuerySpec) -> dict[tuple[str, int], StreamKey]:
@@ -95,11 +97,18 @@ def noisy_partition(
     exact (discrete Gaussian / Laplace samplers on a keyed ChaCha20 stream).
     ``stream_keys`` (from `noise_stream_keys`) is how a Spark task gets its
     streams; without it they are derived from the query's master key.
+
+    Each true value is first clamped into ``[-SUM_LIMIT, SUM_LIMIT]`` (the public
+    pre-noise clamp of `dp_pipeline.exact_sums`: 1-Lipschitz, so the sensitivity
+    is unchanged; the engines already deliver clamped totals, so this only
+    restates the invariant), and the noise is added by
+    `dp_pipeline.exact_sums.saturating_add`: the exact noisy value, clamped into
+    the int64 range as post-processing. Neither step can fail on any data.
     """
     size = (spec.cells.total - partition + spec.noise_partitions - 1) // spec.noise_partitions
     out = {}
     for name, mechanism, _sensitivity in spec.measures():
-        values = _as_int64(true_values[name], f"true {name}")
+        values = _clamped_true_values(true_values[name], f"true {name}")
         if values.shape != (size,):
             raise InternalError(
                 f"noise partition {partition} has {size} cells but {values.shape} {name} values"
@@ -109,10 +118,10 @@ def noisy_partition(
         else:
             labels = spec.stream_labels(name, partition)
             stream = derive_stream_key(spec.master_key(), *labels).stream()
-        noise = _as_int64(mechanism.sample(size, stream), f"{name} noise")
+        noise = _noise_draws(mechanism.sample(size, stream), f"{name} noise")
         if noise.shape != (size,):
             raise InternalError(f"sampler returned {noise.shape} draws, expected {size}")
-        out[name] = _checked_add(values, noise, name)
+        out[name] = saturating_add(values, noise)
     return out
 
 
@@ -146,11 +155,31 @@ def output_value_types(spec: QuerySpec) -> list[tuple[str, pa.DataType]]:
     return [("sum", sum_type), ("count", pa.int64()), ("mean", pa.float64())]
 
 
+def _scaled_int64(units: np.ndarray, factor: int) -> np.ndarray:
+    """``clip(units * factor, int64 range)`` exactly, for a positive integer ``factor``.
+
+    ``units * factor`` fits in int64 exactly when ``units`` lies in
+    ``[ceil(-2**63 / factor), floor((2**63 - 1) / factor)]``; outside, the exact
+    product is beyond the int64 end of the sign of ``units``.
+    """
+    if factor == 1:
+        return units
+    top = (2**63 - 1) // factor
+    bottom = -((2**63) // factor)
+    inside = (units >= bottom) & (units <= top)
+    scaled = np.where(inside, units, 0) * np.int64(factor)
+    if inside.all():
+        return scaled
+    ends = np.where(units < 0, np.int64(-(2**63)), np.int64(2**63 - 1))
+    return np.where(inside, scaled, ends)
+
+
 def release_columns(spec: QuerySpec, noisy: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Post-process noisy integer vectors into released value columns (no privacy cost).
 
     - ``sum`` is reported in the column's units: ``units * granularity``, an
-      int64 when the granularity is an integer, else float64 computed as
+      int64 when the granularity is an integer (clamped into the int64 range
+      where the exact product leaves it), else float64 computed as
       ``units * numerator / denominator`` (the same IEEE operations everywhere).
     - ``mean`` = sum / max(count, 1), clipped into [lower, upper].
     """
@@ -159,11 +188,7 @@ def release_columns(spec: QuerySpec, noisy: Mapping[str, np.ndarray]) -> dict[st
         bounds = spec.value_bounds
         units = noisy["sum"]
         if bounds.granularity.denominator == 1:
-            numerator = np.int64(bounds.granularity.numerator)
-            scaled = units * numerator
-            if bounds.granularity.numerator != 1 and np.any(scaled // numerator != units):
-                raise OverflowError("sum in granularity units times granularity overflows int64")
-            out["sum"] = scaled
+            out["sum"] = _scaled_int64(units, bounds.granularity.numerator)
         else:
             out["sum"] = (
                 units.astype(np.float64)
