@@ -202,14 +202,13 @@ def test_spark_reads_underscore_files_with_an_equals_sign_and_they_are_fingerpri
 # --------------------------------------------------------- 3. abort after publication
 
 
-def test_a_published_release_cannot_be_aborted_and_a_rerun_finishes_it(tmp_path, capsys):
-    spec_file = write_spec(tmp_path)
-    spec = load_spec(spec_file)
+def killed_run(spec_file: Path, kill_at: str) -> None:
+    """Runs the CLI in a process that kills itself (SIGKILL) at the ``kill_at`` checkpoint."""
     environment = dict(
         os.environ,
         PYTHONPATH=str(ROOT),
         DP_PIPELINE_MASTER_KEY=KEY_HEX,
-        DP_PIPELINE_KILL_AT="after_publish",
+        DP_PIPELINE_KILL_AT=kill_at,
     )
     killed = subprocess.run(
         [sys.executable, "-m", "dp_pipeline.release", "run", str(spec_file), "--quiet"],
@@ -219,6 +218,12 @@ def test_a_published_release_cannot_be_aborted_and_a_rerun_finishes_it(tmp_path,
         timeout=600,
     )
     assert killed.returncode == -9, killed.stderr
+
+
+def test_a_published_release_cannot_be_aborted_and_a_rerun_finishes_it(tmp_path, capsys):
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    killed_run(spec_file, "after_publish")
     ledger = Ledger(spec.ledger_path)
     assert ledger.entry(spec.release_id).status == "reserved"
     assert ledger.entry(spec.release_id).published_at is not None
@@ -243,20 +248,7 @@ def test_a_published_release_cannot_be_aborted_and_a_rerun_finishes_it(tmp_path,
 def test_a_reservation_that_published_nothing_can_be_aborted(tmp_path):
     spec_file = write_spec(tmp_path)
     spec = load_spec(spec_file)
-    environment = dict(
-        os.environ,
-        PYTHONPATH=str(ROOT),
-        DP_PIPELINE_MASTER_KEY=KEY_HEX,
-        DP_PIPELINE_KILL_AT="after_noise",
-    )
-    killed = subprocess.run(
-        [sys.executable, "-m", "dp_pipeline.release", "run", str(spec_file), "--quiet"],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert killed.returncode == -9, killed.stderr
+    killed_run(spec_file, "after_noise")
     assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 0
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "aborted"
 

@@ -14,6 +14,7 @@ from fractions import Fraction
 import mpmath
 import numpy as np
 import pytest
+from counting_stream import CountingStream
 from scipy import stats
 
 from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
@@ -25,7 +26,6 @@ from dp_pipeline.mechanisms.exponential import (
     ln_bounds,
     locate_by_linear_scan,
 )
-from dp_pipeline.randomness import SecureStream
 
 KEY = MasterKey(bytes(range(32)))
 ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below
@@ -420,20 +420,6 @@ def test_epsilon_built_mechanism_uses_the_rounded_sensitivity():
     assert log_of(ratio) <= mpmath.mpf(epsilon.numerator) / epsilon.denominator
     # The same ε with the integer Δu = 1 gives the same base: ceil(1/2) = 1.
     assert mechanism.base == BaseTwoExponential(epsilon, monotone=True).base
-
-
-class CountingStream(SecureStream):
-    """A SecureStream that counts the keystream bytes handed out."""
-
-    __slots__ = ("drawn",)
-
-    def __init__(self, key: bytes) -> None:
-        super().__init__(key)
-        self.drawn = 0
-
-    def _fill(self, out) -> None:
-        self.drawn += out.size
-        super()._fill(out)
 
 
 def bytes_drawn(mechanism, utilities, size=None, **options) -> tuple[int, bytes]:

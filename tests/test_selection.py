@@ -6,10 +6,10 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from counting_stream import CountingStream
 from scipy import stats
 
 from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
-from dp_pipeline.randomness import SecureStream
 from dp_pipeline.selection import (
     dp_median,
     dp_quantile,
@@ -190,18 +190,6 @@ def test_one_shot_top_k_noise_scale_is_delta1_over_epsilon():
         )
 
 
-class _CountingStream(SecureStream):
-    __slots__ = ("drawn",)
-
-    def __init__(self, key: bytes) -> None:
-        super().__init__(key)
-        self.drawn = 0
-
-    def _fill(self, out) -> None:
-        self.drawn += out.size
-        super()._fill(out)
-
-
 @pytest.mark.parametrize("q", [Fraction(1, 2), Fraction(1, 3), Fraction(9, 10)])
 def test_quantile_keystream_does_not_depend_on_whether_q_n_is_an_integer(q):
     # q·n is an integer for some n and a fraction for others (n is data): the
@@ -213,7 +201,7 @@ def test_quantile_keystream_does_not_depend_on_whether_q_n_is_an_integer(q):
     drawn = set()
     for n in (60, 61, 62, 90, 91):
         counts = np.bincount(rng.integers(0, 30, size=n), minlength=30)
-        source = _CountingStream(bytes(range(32)))
+        source = CountingStream(bytes(range(32)))
         select_quantile(counts, q, candidates, mechanism, source)
         drawn.add((source.drawn, source.random_bytes(16)))
     assert len(drawn) == 1
