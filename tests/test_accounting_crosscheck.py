@@ -1,4 +1,4 @@
-"""Cross-check against Google's dp_accounting PLD accountant (issue 3).
+"""Cross-check against Google's dp_accounting PLD accountant.
 
 For five mixed compositions of discrete Gaussian, discrete Laplace and randomized response,
 both our `PrivacyAccountant` and our grid `PrivacyLossDistribution` must give an upper bound
