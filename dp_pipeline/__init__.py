@@ -15,4 +15,4 @@ __all__ = [
 __version__ = "0.1.0"
 
 # Registers the ``df.dp`` accessor on pandas DataFrames.
-from dp_pipeline import pandas_accessor as _pandas_accessor  # noqa: F401
+from dp_pipeline import accessor as _accessor  # noqa: F401

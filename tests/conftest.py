@@ -58,7 +58,7 @@ def spark():
 @pytest.fixture
 def parquet_pass_calls(monkeypatch):
     """Records whether each `_parquet_pass` call aggregated (True) or declined (False)."""
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
 
     calls = []
     original = spark_aggregate._parquet_pass

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.aggregate import Domain, QuerySpec, ValueBounds, build_cell_domain
+from dp_pipeline.query.spec import Domain, QuerySpec, ValueBounds, build_cell_domain
 
 KEY = MasterKey.from_hex("22" * 32)
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
+from dp_pipeline import BaseTwoExponential, MasterKey
 from dp_pipeline.mechanisms.exponential import (
     DEFAULT_UTILITY_DENOMINATOR,
     _round_ups,
@@ -25,7 +25,7 @@ from dp_pipeline.mechanisms.exponential import (
     ln_bounds,
     locate_by_linear_scan,
 )
-from dp_pipeline.randomness import SecureStream
+from dp_pipeline.randomness import SecureStream, derive_stream
 
 KEY = MasterKey(bytes(range(32)))
 ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below

@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
-from dp_pipeline.aggregate import QuerySpec
-from dp_pipeline.bounding import BoundingSalt, spark_xxhash64, unit_keys
-from dp_pipeline.pandas_accessor import run_pandas
+from dp_pipeline.engines.bounding import BoundingSalt, spark_xxhash64, unit_keys
+from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.spark import run_spark
 
 pytestmark = pytest.mark.spark
@@ -209,8 +209,8 @@ def test_queries_run_together_equal_each_query_alone_in_pandas(spark, unit):
 def test_fused_aggregates_report_true_values_before_bounding(spark):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.pandas_accessor import aggregate_pandas
-    from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
+    from dp_pipeline.engines.pandas.aggregate import aggregate_pandas
+    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.udfs.noise import CELL_COLUMN
 
     df = mixed_units_data(seed=5)
@@ -260,7 +260,7 @@ def test_queries_run_together_raise_on_the_invalid_table_before_noise(spark):
 
 @pytest.mark.parametrize("path", ["window over all rows", "one-row units only"])
 def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
 
     df = mixed_units_data(seed=8)
     if path == "window over all rows":
@@ -273,7 +273,7 @@ def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
 
 
 def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
-    from dp_pipeline.spark_aggregate import _sorted_and_unique
+    from dp_pipeline.engines.spark.aggregate import _sorted_and_unique
 
     def frame(*partitions):
         # One Spark partition per list, rows in list order.
@@ -292,8 +292,8 @@ def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
 def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
     from pyspark.sql import functions as sf
 
+    from dp_pipeline.engines.spark.aggregate import _stable_input
     from dp_pipeline.spark import run_queries
-    from dp_pipeline.spark_aggregate import _stable_input
 
     specs = release_queries("unit")
     stable = spark.createDataFrame(mixed_units_data(n=60))
@@ -322,8 +322,8 @@ def test_string_units_with_several_rows_take_the_lookup_path(spark):
 
 @pytest.mark.parametrize("unit", ["unit", None])
 def test_driver_noise_equals_the_spark_noise_job(spark, unit):
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
     from dp_pipeline.spark import collect_noisy_cells
-    from dp_pipeline.spark_aggregate import aggregate_queries
 
     specs = release_queries(unit)
     aggregates, _ = aggregate_queries(spark.createDataFrame(mixed_units_data(seed=3)), specs)
@@ -379,7 +379,7 @@ def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass
 def test_the_parquet_path_only_takes_bare_local_parquet_scans(spark, tmp_path):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.spark_aggregate import _parquet_pieces
+    from dp_pipeline.engines.spark.aggregate import _parquet_pieces
 
     df = mixed_units_data(n=300, seed=2)
     specs = release_queries("unit")
@@ -397,7 +397,7 @@ def test_the_parquet_path_only_takes_bare_local_parquet_scans(spark, tmp_path):
 
 @pytest.mark.parametrize("problem", ["out of domain", "null key", "invalid value", "null unit"])
 def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monkeypatch, problem):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
     from dp_pipeline.spark import run_queries
 
     df = mixed_units_data(n=400, seed=9).assign(unit=pd.array(np.arange(400), dtype="Int64"))
@@ -430,7 +430,7 @@ def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monke
 def test_interleaved_sorted_files_are_proven_unique_and_the_id_sort_has_a_cap(
     spark, tmp_path, parquet_pass_calls, monkeypatch
 ):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
 
     df = mixed_units_data(seed=8)
     # Each file's ids increase, but the files' ranges overlap (evens, then odds).

@@ -19,6 +19,7 @@ from fractions import Fraction
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger, LedgerError
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
+from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import ENGINES, SpecError, load_spec
 
 __all__ = ["main"]
@@ -74,8 +75,6 @@ def _plan(arguments) -> int:
 
 
 def _run(arguments) -> int:
-    from dp_pipeline.release.run import Progress, apply_overrides, run_release
-
     spec = apply_overrides(
         load_spec(arguments.spec),
         release_id=arguments.release_id,

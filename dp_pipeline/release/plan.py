@@ -22,9 +22,21 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dp_pipeline.accounting import (
+    calibrate_discrete_laplace,
+    calibrate_zcdp_shares,
+    margin_of_error,
+    zcdp_to_epsilon,
+)
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger import accountant_type
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.selection.algorithms import (
+    one_shot_scale,
+    quantile_mechanism,
+    quantile_rank_error_bound,
+    top_k_mechanism,
+)
 
 __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"]
 
@@ -39,13 +51,6 @@ class PlanError(ValueError):
 
 def _accounting():
     """The accountant's calibration, margin and conversion functions."""
-    from dp_pipeline.accounting import (
-        calibrate_discrete_laplace,
-        calibrate_zcdp_shares,
-        margin_of_error,
-        zcdp_to_epsilon,
-    )
-
     return calibrate_zcdp_shares, calibrate_discrete_laplace, margin_of_error, zcdp_to_epsilon
 
 
@@ -98,8 +103,6 @@ def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
     top_k peeling: k rounds at ε/k, Δu = max_per_cell, monotone under add/remove.
     top_k one-shot: discrete Laplace of scale Δ₁/ε on every candidate's count.
     """
-    from dp_pipeline.selection import one_shot_scale, quantile_mechanism, top_k_mechanism
-
     runs = selection_runs(table, neighbouring)
     if table.statistic in ("quantile", "median"):
         return quantile_mechanism(epsilon / runs), (1,), runs
@@ -375,9 +378,6 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
 
 
 def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> TablePlan:
-    from dp_pipeline.accounting import margin_of_error
-    from dp_pipeline.selection import quantile_rank_error_bound
-
     if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
         epsilon = Fraction(sum(sensitivity)) / mechanism.scale
         margin = int(margin_of_error(mechanism, confidence))

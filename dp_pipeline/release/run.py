@@ -31,6 +31,7 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.release import engines
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
@@ -42,7 +43,6 @@ from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
 from dp_pipeline.release.selections import output_columns
 from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
-from dp_pipeline.release.synthetic import cached_census_sample
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 

@@ -23,6 +23,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dp_pipeline.query.quantile_grid import MAX_QUANTILE_CANDIDATES, quantile_candidate_count
+from dp_pipeline.query.spec import sum_units_problem
+from dp_pipeline.rational import exact_rational
+
 __all__ = [
     "NEIGHBOURING_RELATIONS",
     "NOISE_FAMILIES",
@@ -120,8 +124,6 @@ class TableSpec:
     def candidates(self) -> int:
         """Outcomes the selection chooses from (quantile grid size; top_k: the domain)."""
         if self.statistic in ("quantile", "median"):
-            from dp_pipeline.selection import quantile_candidate_count
-
             return quantile_candidate_count((self.lower, self.upper), self.granularity)
         return self.cells
 
@@ -500,8 +502,6 @@ def _rational(value: Any, path: str, problems: list[str]) -> Fraction | None:
             return None
         return Fraction(value)
     if isinstance(value, str):
-        from dp_pipeline.rational import exact_rational
-
         try:
             return exact_rational(value, path)
         except ValueError as error:
@@ -752,9 +752,7 @@ def _tables(raw_tables, domains, default_l0, default_linf, max_cells, problems) 
         if l0 is not None and cells and l0 > cells and not grouped_selection:
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
         if statistic == "sum" and isinstance(lower, int) and isinstance(upper, int):
-            # The sum limits of dp_pipeline.exact_sums (granularity 1), as the engines apply them.
-            from dp_pipeline.aggregate import sum_units_problem
-
+            # The sum limits of dp_pipeline.query.exact_sums (granularity 1), as engines apply them.
             side, largest = max(("lower", abs(lower)), ("upper", abs(upper)), key=lambda p: p[1])
             if sum_units_problem(largest, None):
                 problems.append(
@@ -824,8 +822,6 @@ def _quantile_fields(raw, path, statistic, groups, max_cells, problems):
             problems.append(f"{path}.q = {_show(raw['q'])}: must be in [0, 1]")
             q = None
     if None not in (lower, upper, granularity):
-        from dp_pipeline.selection import MAX_QUANTILE_CANDIDATES, quantile_candidate_count
-
         try:
             candidates = quantile_candidate_count((lower, upper), granularity)
         except ValueError:  # the grid is too fine

@@ -1,9 +1,9 @@
-"""Partial aggregates of several queries over Parquet row groups (`dp_pipeline.spark_aggregate`).
+"""The Parquet pass: partial aggregates of several queries over Parquet row groups.
 
 A Spark task reads its row groups of the input Parquet file(s) with pyarrow
 (only the key, summed and unit columns; strings dictionary-encoded) and, with
 the pandas engine's numpy rules, gives every row of every query its cell index
-or its reason code (the order of `dp_pipeline.spark_aggregate.coded_rows`: per
+or its reason code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per
 key column null then out of domain, then null unit, then invalid value; the
 first that applies wins), clamps the summed values into granularity units and
 adds everything into dense per-query vectors (``np.bincount``). It returns
@@ -23,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dp_pipeline.aggregate import Domain, QuerySpec
-from dp_pipeline.exact_sums import CellTotals, cell_totals
+from dp_pipeline.query.exact_sums import CellTotals, cell_totals
+from dp_pipeline.query.spec import Domain, QuerySpec
 
 __all__ = [
     "IncreasingRun",
@@ -113,7 +113,7 @@ def _codes(conditions: list[tuple[np.ndarray | None, int]], size: int) -> np.nda
 class TablePartial:
     """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``.
 
-    ``s`` is a `dp_pipeline.exact_sums.CellTotals`: exact across row groups and
+    ``s`` is a `dp_pipeline.query.exact_sums.CellTotals`: exact across row groups and
     task merges (plain int64 while a bound proves it cannot wrap, two limbs
     beyond), clamped into ``[-2**62, 2**62]`` only once, on the final totals.
     """
@@ -212,7 +212,7 @@ def parquet_partials_function(
     ``complete``: False once some row group's ids are not strictly increasing,
     at which the task stops reading (the driver will not use the result).
     ``derived``: ``{key column: GridPosition}``, keys computed from a numeric
-    column (null where it is not finite), as `dp_pipeline.spark_aggregate` does.
+    column (null where it is not finite), as `dp_pipeline.engines.spark.aggregate` does.
     ``require_increasing=False`` reads everything whatever the order of the ids
     (the driver has proven them unique another way).
     """

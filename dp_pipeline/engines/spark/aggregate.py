@@ -9,7 +9,7 @@ queries over one DataFrame (the tables of a release) together:
    on the key columns, a CASE or broadcast lookup for explicit lists) and
    aggregates all queries at once. A unit with a single row satisfies every
    ``max_cells >= 1`` and ``max_per_cell >= 1``, so its row goes straight into
-   every table: the keyed rule of `dp_pipeline.bounding` would keep it anyway.
+   every table: the keyed rule of `dp_pipeline.engines.bounding` would keep it anyway.
 3. Only if some units have several rows, their rows take the general rule
    (`_bounded_pairs`: per-table window functions ranked by keyed hashes).
 
@@ -37,10 +37,17 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from dp_pipeline.aggregate import Diagnostics, QuerySpec, invalid_rows_error
-from dp_pipeline.bounding import BoundingSalt
+from dp_pipeline.engines.bounding import BoundingSalt
+from dp_pipeline.engines.spark.parquet_pass import (
+    IncreasingRun,
+    merge_partials,
+    parquet_ids_function,
+    parquet_partials_function,
+)
 from dp_pipeline.errors import InternalError
-from dp_pipeline.exact_sums import SUM_LIMIT
+from dp_pipeline.query.exact_sums import SUM_LIMIT
+from dp_pipeline.query.quantile_grid import quantile_candidate_count
+from dp_pipeline.query.spec import Diagnostics, QuerySpec, invalid_rows_error
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
 __all__ = [
@@ -83,7 +90,7 @@ def _tag(index: int) -> str:
 def _exact_sum(column):
     """The sum of an integer column as DECIMAL(38,0): exact, it never wraps or raises.
 
-    The summed units are at most 2**31 in absolute value (`dp_pipeline.exact_sums`),
+    The summed units are at most 2**31 in absolute value (`dp_pipeline.query.exact_sums`),
     so any sum of fewer than 2**63 rows is below 2**94 < 10**38, the type's range.
     """
     return sf.coalesce(sf.sum(column.cast(_EXACT)), sf.lit(0).cast(_EXACT))
@@ -92,7 +99,7 @@ def _exact_sum(column):
 def _clamped_sum(column):
     """An exact DECIMAL(38,0) cell total clamped into [-2**62, 2**62], as a long.
 
-    The public pre-noise clamp of `dp_pipeline.exact_sums`, applied to the final
+    The public pre-noise clamp of `dp_pipeline.query.exact_sums`, applied to the final
     totals only (clamping partials would not be exact); the cast cannot fail.
     """
     low, high = sf.lit(-SUM_LIMIT).cast(_EXACT), sf.lit(SUM_LIMIT).cast(_EXACT)
@@ -183,10 +190,9 @@ def invalid_number(column: str):
 def quantile_position(column: str, bounds, granularity):
     """Spark column: the grid position of ``column`` (null where null, NaN or infinite).
 
-    The same IEEE operations as `dp_pipeline.selection.quantile_positions`, so both
+    The same IEEE operations as `dp_pipeline.query.quantile_grid.quantile_positions`, so both
     engines bin every value identically.
     """
-    from dp_pipeline.selection import quantile_candidate_count
 
     value, invalid = invalid_number(column)
     low, high = (float(b) for b in bounds)
@@ -236,7 +242,7 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
         value, invalid = invalid_number(spec.column)
         code = code.when(invalid, sf.lit(-(2 * k + 2)).cast("long"))
         bounds = spec.value_bounds
-        # The same IEEE operations as dp_pipeline.pandas_accessor._value_units.
+        # The same IEEE operations as dp_pipeline.engines.pandas.aggregate._value_units.
         raw = sf.rint(
             value * sf.lit(float(bounds.scale_denominator)) / sf.lit(float(bounds.scale_numerator))
         )
@@ -254,7 +260,7 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
 
 
 def _unit_key(salt: BoundingSalt):
-    """The 60-bit keyed unit key of `dp_pipeline.bounding.unit_keys`, in Spark SQL."""
+    """The 60-bit keyed unit key of `dp_pipeline.engines.bounding.unit_keys`, in Spark SQL."""
     digest = sf.sha2(sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(_UNIT).cast("string")), 256)
     return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
 
@@ -415,8 +421,6 @@ def _increasing_run(batches):
     id out of order it only counts nulls.
     """
     import pyarrow as pa
-
-    from dp_pipeline.udfs.cells import IncreasingRun
 
     run = IncreasingRun()
     for batch in batches:
@@ -610,7 +614,7 @@ def _parquet_pass(
     """(aggregates, diagnostics) of `aggregate_queries` in one pass over Parquet, or None.
 
     The input's row groups are read by Spark tasks with pyarrow
-    (`dp_pipeline.udfs.cells`: the pandas engine's numpy rules), which is ~4x
+    (`dp_pipeline.engines.spark.parquet_pass`: the pandas engine's numpy rules), which is ~4x
     faster than handing the rows from the JVM to Python (``mapInArrow``, whose
     row-to-Arrow conversion alone costs what Spark's own aggregation does) and
     than the two Spark jobs of the general path. The tasks return dense
@@ -627,8 +631,6 @@ def _parquet_pass(
     ``derived`` columns, for the lazy error examples of the diagnostics.
     """
     from py4j.protocol import Py4JJavaError
-
-    from dp_pipeline.udfs.cells import merge_partials, parquet_partials_function
 
     pieces = _parquet_pieces(source, specs, unit, derived)
     if not pieces:
@@ -696,8 +698,6 @@ def _ids_are_unique(context, pieces, slices: int, unit: str) -> bool:
     import numpy as np
     import pyarrow.parquet as pq
 
-    from dp_pipeline.udfs.cells import parquet_ids_function
-
     rows = 0
     for path, group in pieces:
         rows += pq.ParquetFile(path).metadata.row_group(group).num_rows
@@ -753,7 +753,7 @@ def aggregate_queries(
     Returns (aggregates, diagnostics): ``aggregates`` is a persisted DataFrame
     with ``_dp_table`` (index into ``specs``), ``_cell`` (cell index, or a
     negative reason code), ``n`` (rows kept), ``s`` (sum of kept value units,
-    exact and then clamped into ``[-2**62, 2**62]``, `dp_pipeline.exact_sums`),
+    exact and then clamped into ``[-2**62, 2**62]``, `dp_pipeline.query.exact_sums`),
     ``clamped`` and the bounding counters, plus ``true_n`` / ``true_s``: the
     same cell's aggregates before contribution bounding (for accuracy reports
     on synthetic data; never released). Only non-empty cells appear. The
@@ -767,7 +767,7 @@ def aggregate_queries(
     Parquet path returns its rows as a ``pyarrow.Table`` already on the
     driver instead of a DataFrame; the other path still returns a DataFrame.
 
-    ``derived``: ``{column name: dp_pipeline.selection.GridPosition}``, integer key
+    ``derived``: ``{column name: dp_pipeline.query.quantile_grid.GridPosition}``, integer key
     columns computed from the input (a quantile's grid positions) by both paths, so
     a bare Parquet scan keeps the one-pass path.
 

@@ -1,7 +1,7 @@
 """The aggregation rules both engines share: domains, cells, bounds, sensitivity, diagnostics.
 
 Everything here is declarative and engine-free. The pandas engine
-(`dp_pipeline.pandas_accessor`) and the Spark engine (`dp_pipeline.spark`)
+(`dp_pipeline.engines.pandas.aggregate`) and the Spark engine (`dp_pipeline.spark`)
 both validate their parameters through `QuerySpec`, index cells with the same
 mixed-radix rule, and report the same `Diagnostics`, so one rule set governs
 both and their releases are bit-identical.
@@ -35,9 +35,9 @@ import pandas as pd
 
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
-from dp_pipeline.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.rational import exact_rational, positive_rational
 
@@ -63,7 +63,7 @@ _STATISTICS = ("count", "sum", "mean")
 Mechanism = DiscreteGaussian | DiscreteLaplace
 _NEIGHBOURING = ("add_remove", "replace")
 _ON_INVALID = ("drop", "error")
-# Stated in every refusal of the sum limits of `dp_pipeline.exact_sums`.
+# Stated in every refusal of the sum limits of `dp_pipeline.query.exact_sums`.
 SUM_UNITS_RULE = (
     f"a summed value may be at most 2**31 = {MAX_SUM_UNITS:,} granularity units in absolute "
     f"value, so that the sum of any cell of fewer than 2**31 rows is exact (totals are "
@@ -371,7 +371,7 @@ class ValueBounds:
     granularity, so clamping before or after rounding is the same.
 
     ``build`` refuses, before any data is read, bounds whose largest absolute
-    value B exceeds ``2**31`` granularity units (`dp_pipeline.exact_sums`): every
+    value B exceeds ``2**31`` granularity units (`dp_pipeline.query.exact_sums`): every
     cell of fewer than ``2**31`` rows then has an exact total inside ``±2**62``,
     and a larger cell an exact total clamped to ``±2**62``. (``2**31 < 2**53``, so
     the units are also exact in float64 and both engines clamp identically.)
