@@ -437,21 +437,21 @@ def test_spark_sql_bounded_pairs_sum_exactly_at_the_bound_limit(spark):
 def test_the_spark_clamp_of_decimal_totals(spark):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.engines.spark.aggregate import _EXACT, _clamped_sum, _exact_sum
+    from dp_pipeline.engines.spark_sql.coding import EXACT_TYPE, clamped_sum, exact_sum
 
     # Long partials whose total leaves int64 (a bigint sum would raise or wrap).
     longs = spark.createDataFrame(
         [(0, 2**62)] * 5 + [(1, -(2**62))] * 3 + [(2, 7)], "k long, v long"
     )
     sums = longs.groupBy("k").agg(
-        _exact_sum(sf.col("v")).alias("exact"), _clamped_sum(_exact_sum(sf.col("v"))).alias("c")
+        exact_sum(sf.col("v")).alias("exact"), clamped_sum(exact_sum(sf.col("v"))).alias("c")
     )
     rows = {row["k"]: (int(row["exact"]), row["c"]) for row in sums.collect()}
     assert rows == {0: (5 * 2**62, SUM_LIMIT), 1: (-3 * 2**62, -SUM_LIMIT), 2: (7, 7)}
 
     values = [2**70, -(2**70), 2**62 + 1, -(2**62) - 1, 2**62, 12345]
     frame = spark.createDataFrame([(str(v),) for v in values], "v string")
-    clamped = frame.select(_clamped_sum(sf.col("v").cast(_EXACT)).alias("c")).collect()
+    clamped = frame.select(clamped_sum(sf.col("v").cast(EXACT_TYPE)).alias("c")).collect()
     assert [row["c"] for row in clamped] == [
         SUM_LIMIT,
         -SUM_LIMIT,

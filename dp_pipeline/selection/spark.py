@@ -28,7 +28,8 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.engines.spark.aggregate import aggregate_queries, invalid_number, quantile_position
+from dp_pipeline.engines.spark.aggregate import aggregate_queries
+from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
 from dp_pipeline.query.spec import DEFAULT_CELL_LIMIT, Diagnostics, invalid_rows_error
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
