@@ -18,11 +18,8 @@ import pandas as pd
 
 from dp_pipeline.engines.pandas.aggregate import run_pandas
 from dp_pipeline.query.cost import release_info
-from dp_pipeline.query.spec import (
-    DEFAULT_CELL_LIMIT,
-    DEFAULT_NOISE_PARTITIONS,
-    QuerySpec,
-)
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.spec import DEFAULT_NOISE_PARTITIONS, QuerySpec
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 

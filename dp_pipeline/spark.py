@@ -29,12 +29,9 @@ from dp_pipeline.engines.spark.noise import (
 )
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
 from dp_pipeline.query.cost import ReleaseInfo, release_info
-from dp_pipeline.query.spec import (
-    DEFAULT_CELL_LIMIT,
-    DEFAULT_NOISE_PARTITIONS,
-    Diagnostics,
-    QuerySpec,
-)
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.spec import DEFAULT_NOISE_PARTITIONS, QuerySpec
 
 __all__ = [
     "DRIVER_NOISE_CELLS",

@@ -14,7 +14,8 @@ from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.query.spec import Diagnostics, QuerySpec
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.spec import QuerySpec
 
 __all__ = ["MeasureInfo", "ReleaseInfo", "release_info"]
 

@@ -34,8 +34,10 @@ import pandas as pd
 
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteLaplace
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import build_cell_domain
 from dp_pipeline.query.quantile_grid import quantile_candidates
-from dp_pipeline.query.spec import Diagnostics, QuerySpec, build_cell_domain
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan import TablePlan
 from dp_pipeline.release.spec import ReleaseSpec, TableSpec

@@ -23,8 +23,8 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dp_pipeline.query.bounds import sum_units_problem
 from dp_pipeline.query.quantile_grid import MAX_QUANTILE_CANDIDATES, quantile_candidate_count
-from dp_pipeline.query.spec import sum_units_problem
 from dp_pipeline.rational import exact_rational
 
 __all__ = [

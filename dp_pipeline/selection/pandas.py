@@ -10,10 +10,7 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, input_column, run_pandas
-from dp_pipeline.query.spec import (
-    Diagnostics,
-    invalid_rows_error,
-)
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 __all__ = ["run_quantile_pandas", "run_top_k_pandas"]

@@ -38,6 +38,8 @@ from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
 from dp_pipeline.digest import digest_of
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
 from dp_pipeline.query.quantile_grid import (
     TOP_K_METHODS,
     check_positive_int,
@@ -45,7 +47,7 @@ from dp_pipeline.query.quantile_grid import (
     quantile_candidates,
     quantile_positions,
 )
-from dp_pipeline.query.spec import DEFAULT_CELL_LIMIT, Diagnostics, QuerySpec
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
 from dp_pipeline.rational import exact_rational, positive_rational
 from dp_pipeline.selection.algorithms import (

@@ -30,7 +30,8 @@ from pyspark.sql.types import NumericType
 
 from dp_pipeline.engines.spark.aggregate import aggregate_queries
 from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
-from dp_pipeline.query.spec import DEFAULT_CELL_LIMIT, Diagnostics, invalid_rows_error
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
 from dp_pipeline.udfs.noise import CELL_COLUMN

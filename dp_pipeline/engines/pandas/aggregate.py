@@ -12,13 +12,10 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions, unit_keys
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.exact_sums import cell_totals
-from dp_pipeline.query.spec import (
-    Diagnostics,
-    Domain,
-    QuerySpec,
-    invalid_rows_error,
-)
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
 __all__ = ["aggregate", "aggregate_pandas", "input_column", "run_pandas"]

@@ -24,9 +24,7 @@ from pyspark.sql.types import (
 )
 
 from dp_pipeline.engines.spark.aggregate import aggregate_queries
-from dp_pipeline.query.spec import (
-    QuerySpec,
-)
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import (
     CELL_COLUMN,
     MEASURES,

@@ -23,8 +23,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.exact_sums import CellTotals, cell_totals
-from dp_pipeline.query.spec import Domain, QuerySpec
+from dp_pipeline.query.spec import QuerySpec
 
 __all__ = [
     "IncreasingRun",

@@ -6,7 +6,8 @@ from pyspark.sql import functions as sf
 
 from dp_pipeline.engines.spark_sql.coding import DEFERRED_COLUMN, reason_codes
 from dp_pipeline.errors import InternalError
-from dp_pipeline.query.spec import Diagnostics, QuerySpec, invalid_rows_error
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
 DIAGNOSTIC_SUMS = ("n", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
