@@ -40,12 +40,22 @@ import numpy as np
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
-from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
-from dp_pipeline.accounting.multivariate import (
-    LatticeComponent,
-    epsilon_from_delta_function,
-    lattice_loss,
+from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
+from dp_pipeline.accounting.discrete_laplace import (
+    discrete_laplace_delta_bounds,
+    discrete_laplace_loss_pmf,
 )
+from dp_pipeline.accounting.inversion import (
+    SMOOTH_SIGMA2,
+    InversionComposition,
+    SupportGroup,
+    discrete_gaussian_support,
+    smooth_gaussian,
+)
+from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
+from dp_pipeline.accounting.multivariate import epsilon_from_delta_function
+from dp_pipeline.accounting.pld import PrivacyLossDistribution
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
@@ -335,8 +345,6 @@ class PrivacyAccountant:
         if exact_only:
             return None
         if components is not None:
-            from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
-
             coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
             if coarse is not None:
                 name = "multivariate_fft_coarsened"
@@ -356,7 +364,6 @@ class PrivacyAccountant:
             return None
         mechanism, shift = event.mechanism, event.sensitivity[0]
         if isinstance(mechanism, DiscreteGaussian):
-            from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
 
             def delta_of(eps):
                 # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
@@ -365,7 +372,6 @@ class PrivacyAccountant:
 
             return delta_of, "theorem7"
         if isinstance(mechanism, DiscreteLaplace):
-            from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta_bounds
 
             def delta_of(eps):
                 lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
@@ -395,8 +401,6 @@ class PrivacyAccountant:
         """The σ² below which discrete Gaussians are summed as supports: the smallest σ²
         first, while their supports (~78σ points each) total at most `_MAX_SPLIT_SUPPORT`
         and σ² < `_SUPPORT_SIGMA2`. None if that changes nothing."""
-        from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
-
         sizes: dict = {}
         for event in self._events:
             mechanism = event.mechanism
@@ -416,14 +420,6 @@ class PrivacyAccountant:
         return threshold
 
     def _inversion_split(self, support_below):
-        from dp_pipeline.accounting.inversion import (
-            SMOOTH_SIGMA2,
-            InversionComposition,
-            SupportGroup,
-            discrete_gaussian_support,
-            smooth_gaussian,
-        )
-
         gaussians, forward, backward = [], [], []
         asymmetric = False
         unit = 2.0**-53
@@ -545,8 +541,6 @@ class PrivacyAccountant:
         return components or None
 
     def _pld(self):
-        from dp_pipeline.accounting.pld import PrivacyLossDistribution
-
         parts_spec = []
         variance = 0.0
         for event in self._events:
@@ -612,8 +606,6 @@ class PrivacyAccountant:
 
 def _pmf_group(p: np.ndarray, q: np.ndarray, count: int):
     """Finite-support loss log(p/q) under p; p > 0 = q is the +∞ mass, p = 0 is dropped."""
-    from dp_pipeline.accounting.inversion import SupportGroup
-
     finite = (p > 0) & (q > 0)
     losses = np.log(p[finite]) - np.log(q[finite])
     unit = 2.0**-53
