@@ -21,7 +21,7 @@ from dp_pipeline.release.ledger import (
     ReleaseIdReuseError,
     accountant_type,
 )
-from dp_pipeline.release.spec import Budget
+from dp_pipeline.release.spec_model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -178,7 +178,7 @@ RACER = textwrap.dedent(
     from pathlib import Path
     from dp_pipeline.release.ledger import BudgetExceededError, Ledger, accountant_type
     from dp_pipeline.mechanisms import DiscreteGaussian
-    from dp_pipeline.release.spec import Budget
+    from dp_pipeline.release.spec_model import Budget
 
     ledger_path, go_file, release_id = sys.argv[1:4]
     accountant = accountant_type()()

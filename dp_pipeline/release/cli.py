@@ -20,7 +20,8 @@ from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger, LedgerError
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
-from dp_pipeline.release.spec import ENGINES, SpecError, load_spec
+from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec_model import ENGINES, SpecError
 
 __all__ = ["main"]
 

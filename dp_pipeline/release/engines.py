@@ -36,7 +36,7 @@ from dp_pipeline.release.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN, released_table
 
 __all__ = [

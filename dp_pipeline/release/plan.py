@@ -30,7 +30,7 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger import accountant_type
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
     one_shot_scale,
     quantile_mechanism,

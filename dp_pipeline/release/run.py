@@ -42,7 +42,7 @@ from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, wri
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
 from dp_pipeline.release.selections import output_columns
-from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
+from dp_pipeline.release.spec_model import ENGINES, ReleaseSpec, SpecError
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 

@@ -40,7 +40,7 @@ from dp_pipeline.query.quantile_grid import quantile_candidates
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan import TablePlan
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import quantile_losses, select_quantile
 from dp_pipeline.selection.query import TopKQuery
 from dp_pipeline.udfs.noise import noisy_dense
