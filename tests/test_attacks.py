@@ -32,9 +32,10 @@ from release_specs import SMALL_SPEC
 from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.fingerprint import input_files
-from dp_pipeline.release.ledger import Ledger, LedgerError
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec import load_spec
 

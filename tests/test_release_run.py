@@ -14,7 +14,8 @@ from release_specs import SMALL_SPEC
 
 from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
+from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.run import (
     InputChangedError,
     Progress,

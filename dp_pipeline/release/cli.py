@@ -16,8 +16,9 @@ import json
 import sys
 from fractions import Fraction
 
+from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
-from dp_pipeline.release.ledger import Ledger, LedgerError
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec

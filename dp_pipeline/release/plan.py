@@ -29,7 +29,7 @@ from dp_pipeline.accounting import (
     zcdp_to_epsilon,
 )
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.ledger import accountant_type
+from dp_pipeline.release.budget import accountant_type
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
     one_shot_scale,

@@ -37,7 +37,8 @@ from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
 from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger, Reservation
+from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
