@@ -12,9 +12,9 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions, unit_keys
+from dp_pipeline.engines.numpy_rules import cell_sums, value_units
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.domain import Domain
-from dp_pipeline.query.exact_sums import cell_totals
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
@@ -54,20 +54,6 @@ def _key_values(series: pd.Series, domain: Domain, null: np.ndarray) -> np.ndarr
         return series.to_numpy(dtype=np.int64, na_value=0)
     values = series.to_numpy(dtype=object)
     return np.where(null, "", values)
-
-
-def _value_units(values: np.ndarray, spec: QuerySpec) -> tuple[np.ndarray, np.ndarray]:
-    """Granularity units: clip(rint(v * den / num), L, U) — the same IEEE ops as the Spark plan."""
-    bounds = spec.value_bounds
-    raw = np.rint(values * float(bounds.scale_denominator) / float(bounds.scale_numerator))
-    clamped = (raw < bounds.lower_units) | (raw > bounds.upper_units)
-    units = np.clip(raw, bounds.lower_units, bounds.upper_units).astype(np.int64)
-    return units, clamped
-
-
-def _cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray:
-    """Exact per-cell sums, clamped into [-2**62, 2**62] before noise (`query.exact_sums`)."""
-    return cell_totals(cells, weights, total).clamped()
 
 
 def _unit_values(units: pd.Series) -> np.ndarray:
@@ -158,7 +144,7 @@ def aggregate_pandas(
         if rows_invalid_value and spec.on_invalid == "error":
             raise invalid_rows_error(spec.column, "hold null, NaN or infinite values")
         valid &= ~bad
-        units, clamped = _value_units(values[valid], spec)
+        units, clamped = value_units(values[valid], spec.value_bounds)
         rows_clamped = int(clamped.sum())
 
     all_valid = bool(valid.all())
@@ -167,7 +153,7 @@ def aggregate_pandas(
     removed_per_cell = removed_cells = pairs_removed = 0
     if unit_series is None:
         counts = np.bincount(row_cells, minlength=total).astype(np.int64)
-        sums = None if units is None else _cell_sums(row_cells, units, total)
+        sums = None if units is None else cell_sums(row_cells, units, total)
         rows_used = int(row_cells.size)
     else:
         salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
@@ -178,7 +164,7 @@ def aggregate_pandas(
         counts = np.bincount(bounded.cells, weights=bounded.counts, minlength=total).astype(
             np.int64
         )
-        sums = None if units is None else _cell_sums(bounded.cells, bounded.sums, total)
+        sums = None if units is None else cell_sums(bounded.cells, bounded.sums, total)
         removed_per_cell = bounded.rows_removed_max_per_cell
         removed_cells = bounded.rows_removed_max_cells
         pairs_removed = bounded.pairs_removed_max_cells

@@ -23,6 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dp_pipeline.engines.numpy_rules import clip_units, first_reason_codes, rounded_units
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.exact_sums import CellTotals, cell_totals
 from dp_pipeline.query.spec import QuerySpec
@@ -102,15 +103,6 @@ def _as_double(column: pa.Array) -> np.ndarray:
     return values
 
 
-def _codes(conditions: list[tuple[np.ndarray | None, int]], size: int) -> np.ndarray:
-    """0 where no condition holds, else the code of the first condition that holds."""
-    code = np.zeros(size, dtype=np.int64)
-    for condition, value in reversed(conditions):  # earlier conditions overwrite later ones
-        if condition is not None and condition.any():
-            code[condition] = value
-    return code
-
-
 class TablePartial:
     """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``.
 
@@ -150,14 +142,8 @@ class TablePartial:
             value = values[spec.column]
             invalid = ~np.isfinite(value)
             conditions.append((invalid, -(2 * k + 2)))
-            bounds = spec.value_bounds
-            # The same IEEE operations as the Spark plan and the pandas engine.
-            with np.errstate(invalid="ignore"):
-                raw = np.rint(
-                    value * float(bounds.scale_denominator) / float(bounds.scale_numerator)
-                )
-                clamped = (raw < bounds.lower_units) | (raw > bounds.upper_units)
-        code = _codes(conditions, size)
+            raw, clamped = rounded_units(value, spec.value_bounds)
+        code = first_reason_codes(conditions, size)
         valid = code == 0
         everything = bool(valid.all())
 
@@ -167,8 +153,7 @@ class TablePartial:
         cell = cells.cell_index([kept(positions[_signature(d)]) for d in cells.domains])
         self.n += np.bincount(cell, minlength=self.n.size)
         if raw is not None:
-            bounds = spec.value_bounds
-            units = np.clip(kept(raw), bounds.lower_units, bounds.upper_units).astype(np.int64)
+            units = clip_units(kept(raw), spec.value_bounds)
             self.s.add(cell_totals(cell, units, self.n.size))
             self.clamped += np.bincount(cell[kept(clamped)], minlength=self.n.size)
         if not everything:
