@@ -31,20 +31,30 @@ from __future__ import annotations
 import math
 import numbers
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
 
 import numpy as np
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.brackets import (
+    intersect_brackets,
+    inversion_delta,
+    pmf_group,
+    same_group,
+)
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
 from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_delta_bounds,
     discrete_laplace_loss_pmf,
+)
+from dp_pipeline.accounting.events import (
+    PrivacyEvent,
+    event_mechanism_from_dict,
+    event_mechanism_to_dict,
+    pure_epsilon_of,
+    sensitivity_tuple,
 )
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
@@ -58,8 +68,6 @@ from dp_pipeline.accounting.multivariate import epsilon_from_delta_function
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
-from dp_pipeline.rational import exact_rational
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
 
@@ -72,53 +80,6 @@ _MAX_SUPPORT = 4096  # finite-support components larger than this are left to th
 _MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
 _SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
 _MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
-_TIGHT = 1e-6  # relative gap of the MGF inversion below which no other path is tried
-_TIGHT_ENOUGH = 1e-3  # relative gap of the MGF inversion below which no other path is tried
-
-
-@dataclass(frozen=True)
-class PrivacyEvent:
-    """One recorded use: ``count`` independent runs of ``mechanism`` with shifts ``sensitivity``."""
-
-    mechanism: Any
-    sensitivity: tuple[int, ...]
-    count: int
-
-
-def _sensitivity_tuple(sensitivity: object) -> tuple[int, ...]:
-    if isinstance(sensitivity, (str, bytes)):
-        raise TypeError(
-            f"sensitivity must be an integer or a sequence of integers, got {sensitivity!r}"
-        )
-    values = list(sensitivity) if isinstance(sensitivity, (Sequence, np.ndarray)) else [sensitivity]
-    if not values:
-        raise ValueError("sensitivity must not be an empty sequence")
-    result = []
-    for index, value in enumerate(values):
-        name = "sensitivity" if len(values) == 1 else f"sensitivity[{index}]"
-        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, Fraction)):
-            raise TypeError(
-                f"{name} must be an integer (a discrete mechanism's queries move by whole "
-                f"units), got {value!r}"
-            )
-        if isinstance(value, Fraction) and value.denominator != 1:
-            raise TypeError(f"{name} must be an integer, got {value!r}")
-        if int(value) < 0:
-            raise ValueError(f"{name} must be >= 0, got {value!r}")
-        result.append(int(value))
-    if not any(result):
-        raise ValueError(f"sensitivity must have at least one non-zero shift, got {tuple(result)}")
-    return tuple(result)
-
-
-def _pure_epsilon_of(mechanism) -> Fraction | float | None:
-    pure = getattr(mechanism, "pure_epsilon", None)
-    if pure is None:
-        return None
-    value = pure() if callable(pure) else pure
-    if isinstance(value, Fraction):
-        return value
-    return float(value)
 
 
 class PrivacyAccountant:
@@ -138,9 +99,9 @@ class PrivacyAccountant:
         """
         if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
             raise ValueError(f"count must be an integer >= 1, got {count!r}")
-        shifts = _sensitivity_tuple(sensitivity)
+        shifts = sensitivity_tuple(sensitivity)
         if not isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
-            if not hasattr(mechanism, "privacy_loss_pmfs") and _pure_epsilon_of(mechanism) is None:
+            if not hasattr(mechanism, "privacy_loss_pmfs") and pure_epsilon_of(mechanism) is None:
                 raise TypeError(
                     f"mechanism must be a DiscreteGaussian, a DiscreteLaplace, or have "
                     f"privacy_loss_pmfs() or pure_epsilon; got {type(mechanism).__name__}"
@@ -180,7 +141,7 @@ class PrivacyAccountant:
         exact_rho = getattr(mechanism, "zcdp_rho", None)
         if callable(exact_rho):  # the mechanism states its own exact ρ (a Fraction)
             return Fraction(exact_rho())
-        pure = _pure_epsilon_of(mechanism)
+        pure = pure_epsilon_of(mechanism)
         if pure is not None and not hasattr(mechanism, "privacy_loss_pmfs"):
             pure_exact = pure if isinstance(pure, Fraction) else Fraction(pure)
             return pure_exact**2 / 2
@@ -204,7 +165,7 @@ class PrivacyAccountant:
             if isinstance(mechanism, DiscreteLaplace):
                 total += event.count * sum(Fraction(m) for m in event.sensitivity) / mechanism.scale
                 continue
-            pure = None if isinstance(mechanism, DiscreteGaussian) else _pure_epsilon_of(mechanism)
+            pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
             if pure is None:
                 raise ValueError(
                     f"{type(mechanism).__name__} is not pure ε-DP; pure_epsilon() needs every "
@@ -315,7 +276,7 @@ class PrivacyAccountant:
                 return built[0][1]
 
             self._cache["fallback"] = fallback_name
-            delta_of, name = _intersect(_inversion_delta(inversion), fallback)
+            delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
 
         if rho is None:
             return delta_of, name
@@ -462,13 +423,13 @@ class PrivacyAccountant:
                 p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
                 if len(p) > _MAX_SUPPORT or p.shape != q.shape:
                     return None
-                one, two = _pmf_group(p, q, event.count), _pmf_group(q, p, event.count)
+                one, two = pmf_group(p, q, event.count), pmf_group(q, p, event.count)
                 support_size += len(one.masses)
                 forward.append(one)
                 backward.append(two)
-                asymmetric = asymmetric or not _same_group(one, two)
+                asymmetric = asymmetric or not same_group(one, two)
                 continue
-            pure = float(_pure_epsilon_of(mechanism))
+            pure = float(pure_epsilon_of(mechanism))
             if pure > 0:
                 high = 1 / (1 + math.exp(-pure))
                 group = SupportGroup(
@@ -502,7 +463,7 @@ class PrivacyAccountant:
             elif hasattr(mechanism, "privacy_loss_pmfs"):
                 return None
             else:
-                pure = _pure_epsilon_of(mechanism)
+                pure = pure_epsilon_of(mechanism)
                 if not isinstance(pure, Fraction):
                     return None
                 if pure > 0:
@@ -558,7 +519,7 @@ class PrivacyAccountant:
                         )
             else:
                 parts_spec.append((mechanism, 1, event.count))
-                pure = _pure_epsilon_of(mechanism)
+                pure = pure_epsilon_of(mechanism)
                 variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
         step = max(math.sqrt(variance) / _PLD_RESOLUTION, 1e-7)
         parts = []
@@ -579,7 +540,7 @@ class PrivacyAccountant:
             "version": 1,
             "events": [
                 {
-                    "mechanism": _mechanism_to_dict(event.mechanism),
+                    "mechanism": event_mechanism_to_dict(event.mechanism),
                     "sensitivity": list(event.sensitivity),
                     "count": event.count,
                 }
@@ -597,116 +558,8 @@ class PrivacyAccountant:
         accountant = cls()
         for index, event in enumerate(data["events"]):
             try:
-                mechanism = _mechanism_from_dict(event["mechanism"])
+                mechanism = event_mechanism_from_dict(event["mechanism"])
                 accountant.add(mechanism, event["sensitivity"], event["count"])
             except (KeyError, TypeError) as error:
                 raise ValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
-
-
-def _pmf_group(p: np.ndarray, q: np.ndarray, count: int):
-    """Finite-support loss log(p/q) under p; p > 0 = q is the +∞ mass, p = 0 is dropped."""
-    finite = (p > 0) & (q > 0)
-    losses = np.log(p[finite]) - np.log(q[finite])
-    unit = 2.0**-53
-    error = 4 * unit * float(np.max(np.abs(np.log(p[finite])) + np.abs(np.log(q[finite])) + 1))
-    return SupportGroup(
-        masses=p[finite],
-        losses=losses,
-        count=count,
-        infinite_mass=float(math.fsum(p[(p > 0) & (q == 0)])),
-        loss_error=error if finite.any() else 0.0,
-        mass_error=0.0,
-    )
-
-
-def _same_group(one, two) -> bool:
-    a, b = np.argsort(one.losses), np.argsort(two.losses)
-    return (
-        one.infinite_mass == two.infinite_mass
-        and len(a) == len(b)
-        and bool(np.array_equal(one.losses[a], two.losses[b]))
-        and bool(np.array_equal(one.masses[a], two.masses[b]))
-    )
-
-
-def _inversion_delta(candidates):
-    """δ bound from the MGF inversion candidates (each a list of directions): the first
-    within `_TIGHT_ENOUGH`, else the intersection of all of them (each is rigorous)."""
-
-    def delta_of(epsilon: float) -> DeltaBound:
-        best_lower, best_upper = 0.0, 1.0
-        for directions in candidates:
-            bounds = [direction.delta_bounds(epsilon) for direction in directions]
-            best_lower = max(best_lower, max(b[0] for b in bounds))
-            best_upper = min(best_upper, max(b[1] for b in bounds))
-            if best_upper - best_lower <= _TIGHT_ENOUGH * best_upper:
-                break
-        return DeltaBound(min(best_lower, best_upper), best_upper, "mgf_inversion")
-
-    return delta_of
-
-
-def _intersect(primary, fallback):
-    """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
-
-    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
-    """
-
-    def delta_of(epsilon: float) -> DeltaBound:
-        first = primary(epsilon)
-        gap = first.upper - first.lower
-        if first.upper > 0 and gap <= _TIGHT * first.upper:
-            return first
-        # the exact lattice FFT when it exists; the approximate FFT paths only if loose
-        second = fallback(epsilon, exact_only=gap <= _TIGHT_ENOUGH * first.upper)
-        if second is None:
-            return first
-        best = first if first.upper <= second.upper else second
-        lower = max(first.lower, second.lower)
-        return DeltaBound(min(lower, best.upper), best.upper, best.method)
-
-    return delta_of, "mgf_inversion"
-
-
-def _fraction_string(value: Fraction) -> str:
-    return f"{value.numerator}/{value.denominator}"
-
-
-def _mechanism_to_dict(mechanism) -> dict:
-    registered = mechanism_to_dict(mechanism)
-    if registered is not None:
-        return registered
-    if hasattr(mechanism, "privacy_loss_pmfs"):
-        p, q = mechanism.privacy_loss_pmfs()
-        return {"type": "pmf_pair", "p": [float(x) for x in p], "q": [float(x) for x in q]}
-    pure = _pure_epsilon_of(mechanism)
-    exact = pure if isinstance(pure, Fraction) else Fraction(pure)
-    return {"type": "pure_dp", "epsilon": _fraction_string(exact)}
-
-
-@dataclass(frozen=True)
-class PmfPair:
-    """A mechanism given only by its dominating pair of pmfs (as restored from a ledger)."""
-
-    p: tuple[float, ...]
-    q: tuple[float, ...]
-
-    def privacy_loss_pmfs(self):
-        return np.asarray(self.p), np.asarray(self.q)
-
-
-@dataclass(frozen=True)
-class PureDP:
-    """A pure ε-DP mechanism (dominating pair: randomized response)."""
-
-    pure_epsilon: Fraction
-
-
-def _mechanism_from_dict(data: dict):
-    kind = data["type"]
-    if kind == "pmf_pair":
-        return PmfPair(tuple(data["p"]), tuple(data["q"]))
-    if kind == "pure_dp":
-        return PureDP(exact_rational(data["epsilon"], "epsilon"))
-    return mechanism_from_dict(data)
