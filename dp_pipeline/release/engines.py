@@ -144,7 +144,7 @@ def engine_arguments(
         max_per_cell=table.max_per_cell,
         neighbouring=spec.neighbouring,
         noise_partitions=spec.noise_partitions,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
         release_digest=release_digest,
     )
     if table.statistic == "sum":

@@ -91,7 +91,7 @@ def _top_k_query(
         max_candidates=table.max_cells,
         max_per_candidate=table.max_per_cell,
         neighbouring=spec.neighbouring,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
     )
     # The plan proved its own mechanism; the query must run exactly that one.
     counts = query.counts
@@ -128,7 +128,7 @@ def aggregation_spec(
         max_cells=1,
         max_per_cell=1,
         neighbouring=spec.neighbouring,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
         release_digest=release_digest,
     )
 
@@ -201,7 +201,7 @@ def _release_quantile(spec, plan, master, counts, with_truth, release_digest) ->
     columns: dict[str, object] = {}
     if table.keys:
         cells = build_cell_domain(
-            list(table.keys), {key: spec.domains[key] for key in table.keys}, spec.max_cells
+            list(table.keys), {key: spec.domains[key] for key in table.keys}, spec.cell_limit
         )
         decoded = cells.decode(np.arange(groups, dtype=np.int64))
         columns.update(zip(table.keys, decoded, strict=True))

@@ -33,7 +33,7 @@ from dp_pipeline.release.spec_fields import (
     show_value,
 )
 from dp_pipeline.release.spec_model import (
-    DEFAULT_MAX_CELLS,
+    DEFAULT_RELEASE_CELL_LIMIT,
     ENGINES,
     INPUT_FORMATS,
     MAX_NOISE_PARTITIONS,
@@ -126,9 +126,12 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
     neighbouring = read_choice(
         release, "neighbouring", "release", NEIGHBOURING_RELATIONS, "add_remove", problems
     )
-    max_cells = read_integer(release, "max_cells", "release", problems, default=DEFAULT_MAX_CELLS)
-    if max_cells is not None and max_cells < 1:
-        problems.append(f"release.max_cells = {max_cells}: must be >= 1")
+    # release.max_cells limits how many cells a table may declare: the cell limit.
+    cell_limit = read_integer(
+        release, "max_cells", "release", problems, default=DEFAULT_RELEASE_CELL_LIMIT
+    )
+    if cell_limit is not None and cell_limit < 1:
+        problems.append(f"release.max_cells = {cell_limit}: must be >= 1")
 
     population_section = sections["population"]
     population = read_string(population_section, "name", "population", problems, required=True)
@@ -190,7 +193,7 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
 
     domains = read_domains(sections["domains"], problems)
     tables = read_tables(
-        sections["tables"], domains, default_l0 or 1, default_linf or 1, max_cells, problems
+        sections["tables"], domains, default_l0 or 1, default_linf or 1, cell_limit, problems
     )
     for index, table in enumerate(tables):
         if unit_column is not None and unit_column in (*table.keys, table.value):
@@ -288,7 +291,7 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
         master=master,
         ledger_path=ledger_path,
         key_file=key_file,
-        max_cells=max_cells,
+        cell_limit=cell_limit,
         source=source,
     )
 

@@ -14,7 +14,7 @@ from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.release.spec_fields import check_token
 
 __all__ = [
-    "DEFAULT_MAX_CELLS",
+    "DEFAULT_RELEASE_CELL_LIMIT",
     "ENGINES",
     "INPUT_FORMATS",
     "MAX_NOISE_PARTITIONS",
@@ -45,7 +45,7 @@ INPUT_FORMATS = ("parquet", "csv")
 
 # Released cells are materialised on the driver for the report; beyond this a
 # spec is almost certainly a mistake (a key with a continuous domain).
-DEFAULT_MAX_CELLS = 20_000_000
+DEFAULT_RELEASE_CELL_LIMIT = 20_000_000
 MAX_NOISE_PARTITIONS = 4096
 
 
@@ -150,7 +150,7 @@ class ReleaseSpec:
     master: str
     ledger_path: str
     key_file: str
-    max_cells: int
+    cell_limit: int  # release.max_cells: cells one table may declare (not an L0 bound)
     source: str = "spec"
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:

@@ -42,7 +42,7 @@ TABLE_FIELDS = (
 
 
 def read_tables(
-    raw_tables, domains, default_l0, default_linf, max_cells, problems
+    raw_tables, domains, default_l0, default_linf, cell_limit, problems
 ) -> list[TableSpec]:
     if not isinstance(raw_tables, list) or not all(isinstance(t, dict) for t in raw_tables):
         problems.append("tables: must be an array of tables ([[tables]] entries)")
@@ -98,9 +98,9 @@ def read_tables(
                 )
             else:
                 cells *= len(domains[key])
-        if max_cells is not None and cells > max_cells:
+        if cell_limit is not None and cells > cell_limit:
             problems.append(
-                f"{path}: {cells} cells exceed release.max_cells = {max_cells}; "
+                f"{path}: {cells} cells exceed release.max_cells = {cell_limit}; "
                 "coarsen a key or raise the limit"
             )
         value = lower = upper = q = granularity = k = method = None
@@ -124,7 +124,7 @@ def read_tables(
                 problems.append(f"{path}: lower = {lower} must be < upper = {upper}")
         elif grouped_selection:
             value, lower, upper, q, granularity = read_quantile_fields(
-                raw, path, statistic, cells, max_cells, problems
+                raw, path, statistic, cells, cell_limit, problems
             )
         else:
             for key in ("value", "lower", "upper"):
@@ -224,7 +224,7 @@ def read_tables(
     return tables
 
 
-def read_quantile_fields(raw, path, statistic, groups, max_cells, problems):
+def read_quantile_fields(raw, path, statistic, groups, cell_limit, problems):
     """(value column, lower, upper, q, granularity) of a quantile or median table."""
     value = read_string(raw, "value", path, problems, required=True)
     if value is not None:
@@ -267,10 +267,10 @@ def read_quantile_fields(raw, path, statistic, groups, max_cells, problems):
                 f"more than {MAX_QUANTILE_CANDIDATES} candidates; use a coarser granularity"
             )
             candidates = None
-        if candidates is not None and max_cells is not None and groups * candidates > max_cells:
+        if candidates is not None and cell_limit is not None and groups * candidates > cell_limit:
             problems.append(
                 f"{path}: {groups} group(s) x {candidates} grid positions = "
                 f"{groups * candidates} cells to aggregate exceed release.max_cells = "
-                f"{max_cells}; use a coarser granularity or fewer groups"
+                f"{cell_limit}; use a coarser granularity or fewer groups"
             )
     return value, lower, upper, q, granularity
