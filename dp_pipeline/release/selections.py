@@ -11,7 +11,7 @@ bounding rule:
   privacy unit keeps ONE row (``max_cells = max_per_cell = 1``, the keyed bounding
   rule picks it), so adding or removing a unit moves one group's rank losses by at most
   1: Δu = 1 in every group, and only one group changes (parallel composition;
-  `dp_pipeline.release.plan.selection_runs`).
+  `dp_pipeline.release.costs.selection_runs`).
 - top_k: the bounded per-candidate counts of `dp_pipeline.selection.query.TopKQuery`
   (candidates = the key's declared domain, ``max_cells`` / ``max_per_cell`` as for a
   count table).
