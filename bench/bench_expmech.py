@@ -8,7 +8,7 @@ of the default mechanism, of the optimized batch variant, and of the naive
 floating-point mechanism (numpy exp, cumulative sum, one float draw) in the
 same run, and print a Markdown table with the ratios.
 
-Run: PYTHONPATH=. /work/venv/bin/python bench/bench_expmech.py [--sizes 1000,75000] [--reps 3]
+Run: PYTHONPATH=. python bench/bench_expmech.py [--sizes 1000,75000] [--reps 3]
 """
 
 from __future__ import annotations

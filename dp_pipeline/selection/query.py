@@ -34,7 +34,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
+from dp_pipeline.accounting import margin_of_error
 from dp_pipeline.digest import digest_of
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
@@ -59,72 +59,11 @@ from dp_pipeline.selection.algorithms import (
     select_quantile,
     top_k_mechanism,
 )
+from dp_pipeline.selection.info import SelectionInfo
 
-__all__ = ["QuantileQuery", "SelectionInfo", "TopKQuery"]
+__all__ = ["QuantileQuery", "TopKQuery"]
 
 _ON_INVALID = ("drop", "error")
-
-
-@dataclass(frozen=True)
-class SelectionInfo:
-    """What a DP selection spent and how precise it is (attached as ``result.attrs["dp"]``).
-
-    ``mechanism`` ran ``runs`` times (peeling: k rounds at ε/k each) with
-    ``sensitivity`` (1 for the exponential mechanism, whose utility
-    sensitivity is inside it; the count sensitivity vector for one-shot
-    discrete Laplace). ``epsilon`` is the total pure ε, an exact upper bound
-    (never above the requested ε). ``margin_of_error``: for quantile/median
-    the rank error t with P[rank loss >= OPT + t] <= 1 - confidence
-    (`quantile_rank_error_bound`); for one-shot top-k the noise margin of
-    each noisy count at ``confidence``; None for peeling.
-    ``diagnostics`` are NOT private: never publish them.
-    """
-
-    statistic: str
-    method: str
-    mechanism: BaseTwoExponential | DiscreteLaplace
-    runs: int
-    sensitivity: tuple[int, ...]
-    epsilon: Fraction
-    candidates: int
-    margin_of_error: int | None
-    confidence: Fraction
-    diagnostics: Diagnostics | None = None
-
-    def accountant(self):
-        """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""
-        accountant = PrivacyAccountant()
-        accountant.add(self.mechanism, sensitivity=list(self.sensitivity), count=self.runs)
-        return accountant
-
-    def with_diagnostics(self, diagnostics: Diagnostics) -> SelectionInfo:
-        return dataclasses.replace(self, diagnostics=diagnostics)
-
-    def public_summary(self) -> dict[str, object]:
-        """JSON-friendly public facts (no diagnostics)."""
-        mechanism = self.mechanism
-        if isinstance(mechanism, BaseTwoExponential):
-            parameters = {
-                "base": str(mechanism.base),
-                "utility_sensitivity": str(mechanism.utility_sensitivity),
-                "monotone": mechanism.monotone,
-                "min_passes": mechanism.min_passes,
-            }
-        else:
-            parameters = {"scale": str(mechanism.scale)}
-        return {
-            "statistic": self.statistic,
-            "method": self.method,
-            "mechanism": mechanism.name,
-            **parameters,
-            "runs": self.runs,
-            "sensitivity": list(self.sensitivity),
-            "epsilon": str(self.epsilon),
-            "delta": "0",
-            "candidates": self.candidates,
-            "margin_of_error": None if self.margin_of_error is None else str(self.margin_of_error),
-            "confidence": str(self.confidence),
-        }
 
 
 def _check_common(key, release_id, table, on_invalid, confidence) -> Fraction:
