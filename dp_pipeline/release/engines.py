@@ -1,4 +1,4 @@
-"""The thin bridge from a release plan to the engines (pandas ``df.dp`` and `dp_pipeline.spark`).
+"""The thin bridge from a release plan to the engines (`dp_pipeline.engines.pandas`, `.spark`).
 
 The release layer adds nothing to the noise: each table is one engine query
 with the plan's mechanism, the spec's domains and contribution bounds, and
