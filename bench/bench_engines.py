@@ -23,8 +23,8 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.aggregate import QuerySpec
-from dp_pipeline.pandas_accessor import run_pandas
+from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.query.spec import QuerySpec
 
 SIZES = {"state": 51, "county": 3143, "age": 116, "sex": 2, "race": 7, "hispanic": 2}
 QUERIES = {

@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
+from dp_pipeline import BaseTwoExponential, MasterKey
+from dp_pipeline.randomness import derive_stream
 
 
 def naive_float_sample(utilities: np.ndarray, eta: float, rng: np.random.Generator) -> int:

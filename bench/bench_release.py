@@ -27,11 +27,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pyarrow as pa
 
+from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.release.engines import _full_index, true_values_pandas
 from dp_pipeline.release.outputs import write_table
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.synthetic import cached_census_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -133,9 +133,9 @@ def main(argv=None) -> int:
     )
     arguments = parser.parse_args(argv)
     if arguments.general_path:
-        import dp_pipeline.spark_aggregate
+        import dp_pipeline.engines.spark.aggregate
 
-        dp_pipeline.spark_aggregate._ONE_PASS_CELLS = 0  # _parquet_pieces then declines
+        dp_pipeline.engines.spark.aggregate._ONE_PASS_CELLS = 0  # _parquet_pieces then declines
 
     from dp_pipeline.release.engines import spark_session
 

@@ -20,8 +20,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline import MasterKey, derive_stream
+from dp_pipeline import MasterKey
 from dp_pipeline.noise import discrete_gaussian, discrete_laplace
+from dp_pipeline.randomness import derive_stream
 
 KEY = MasterKey.from_hex("0f" * 32)
 

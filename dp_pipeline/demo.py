@@ -15,7 +15,8 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline import DiscreteGaussian, MasterKey, derive_stream
+from dp_pipeline import DiscreteGaussian, MasterKey
+from dp_pipeline.randomness import derive_stream
 
 CATEGORIES = ["north", "south", "east", "west", "centre", "islands"]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dp_pipeline.release.synthetic import write_census_sample
+from dp_pipeline.datasets.synthetic import write_census_sample
 
 
 def main(argv: list[str] | None = None) -> int:

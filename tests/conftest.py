@@ -64,16 +64,16 @@ def spark():
 
 @pytest.fixture
 def parquet_pass_calls(monkeypatch):
-    """Records whether each `_parquet_pass` call aggregated (True) or declined (False)."""
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    """Records whether each `parquet_pass` call aggregated (True) or declined (False)."""
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
 
     calls = []
-    original = spark_aggregate._parquet_pass
+    original = spark_aggregate.parquet_pass
 
     def recording(*args):
         result = original(*args)
         calls.append(result is not None)
         return result
 
-    monkeypatch.setattr(spark_aggregate, "_parquet_pass", recording)
+    monkeypatch.setattr(spark_aggregate, "parquet_pass", recording)
     return calls

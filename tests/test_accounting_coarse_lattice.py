@@ -10,11 +10,8 @@ import pytest
 import dp_pipeline.accounting.coarse_lattice as coarse_lattice
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
-from dp_pipeline.accounting.multivariate import (
-    discrete_gaussian_components,
-    lattice_loss,
-    multivariate_delta,
-)
+from dp_pipeline.accounting.lattice import lattice_loss
+from dp_pipeline.accounting.multivariate import discrete_gaussian_components, multivariate_delta
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.mechanisms import DiscreteGaussian
 

@@ -18,6 +18,7 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 from dp_pipeline.accounting.multivariate import discrete_gaussian_components
+from dp_pipeline.accounting.paths import pld_of
 from dp_pipeline.accounting.pld import pld_from_lattice_components
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
@@ -116,7 +117,7 @@ def test_pld_upper_and_lower_bracket_the_multivariate_value():
     assert accountant.methods == ("mgf_inversion", "multivariate_fft")
     for epsilon in (0.5, 1.0, 1.5):
         exact = accountant.delta(epsilon)
-        pld = accountant._pld().delta_bound(epsilon)
+        pld = pld_of(accountant.events).delta_bound(epsilon)
         assert pld.lower <= exact.upper and exact.lower <= pld.upper
         assert pld.upper <= exact.upper * 1.01
 

@@ -25,7 +25,7 @@ import pytest
 from dp_accounting.pld import privacy_loss_distribution as pld_google
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyLossDistribution, zcdp_to_delta
-from dp_pipeline.accounting.accountant import PureDP
+from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 # Their estimates are float computations on a 1e-4 grid; "valid" allows this much round-off.

@@ -21,9 +21,9 @@ from dp_pipeline.accounting import (
     zcdp_to_delta,
     zcdp_to_epsilon,
 )
-from dp_pipeline.accounting.accountant import PureDP
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta_bounds
+from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
 mpmath.mp.dps = 60

@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.aggregate import Domain, QuerySpec, ValueBounds, build_cell_domain
+from dp_pipeline.query.bounds import ValueBounds
+from dp_pipeline.query.domain import Domain, build_cell_domain
+from dp_pipeline.query.spec import QuerySpec
 
 KEY = MasterKey.from_hex("22" * 32)
 

@@ -30,13 +30,14 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.aggregate import QuerySpec
+from dp_pipeline.datasets.synthetic import write_census_sample
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.fingerprint import input_files
-from dp_pipeline.release.ledger import Ledger, LedgerError
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.synthetic import write_census_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -322,8 +323,8 @@ def test_the_master_key_is_never_pickled():
 
 def test_aggregation_tasks_get_no_key_and_noise_tasks_only_derived_keys():
     cloudpickle = pytest.importorskip("pyspark.cloudpickle")
+    from dp_pipeline.engines.spark.parquet_pass import parquet_partials_function
     from dp_pipeline.randomness import StreamKey
-    from dp_pipeline.udfs.cells import parquet_partials_function
     from dp_pipeline.udfs.noise import (
         arrow_cells_noise_function,
         arrow_noise_function,
@@ -372,7 +373,7 @@ def test_aggregation_tasks_get_no_key_and_noise_tasks_only_derived_keys():
 
 @pytest.mark.spark
 def test_a_spark_noise_job_runs_with_derived_keys_only(spark):
-    from dp_pipeline.pandas_accessor import run_pandas
+    from dp_pipeline.engines.pandas.aggregate import run_pandas
     from dp_pipeline.spark import run_queries
 
     key = MasterKey(bytes(range(32)))

@@ -9,17 +9,18 @@ import pandas as pd
 import pytest
 
 import dp_pipeline  # noqa: F401  (registers df.dp)
-from dp_pipeline import DiscreteGaussian, MasterKey, derive_stream
-from dp_pipeline.aggregate import QuerySpec
-from dp_pipeline.bounding import BoundingSalt, bound_contributions
+from dp_pipeline import DiscreteGaussian, MasterKey
+from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions
+from dp_pipeline.engines.pandas.aggregate import aggregate_pandas
 from dp_pipeline.errors import InternalError
-from dp_pipeline.exact_sums import (
+from dp_pipeline.query.exact_sums import (
     SUM_LIMIT,
     CellTotals,
     cell_totals,
     saturating_add,
 )
-from dp_pipeline.pandas_accessor import aggregate_pandas
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.randomness import derive_stream
 from dp_pipeline.udfs.noise import noisy_partition, release_columns
 
 KEY = MasterKey.from_hex("77" * 32)
@@ -150,7 +151,8 @@ def release_document(**table):
     ],
 )
 def test_release_specs_refuse_the_sum_limits_at_parse_time(table, message):
-    from dp_pipeline.release.spec import SpecError, parse_spec
+    from dp_pipeline.release.spec import parse_spec
+    from dp_pipeline.release.spec_model import SpecError
 
     parse_spec(release_document(upper=2**31, max_per_cell=2**31))  # at the limits: accepted
     with pytest.raises(SpecError) as raised:
@@ -163,7 +165,8 @@ def test_the_attack_through_a_release_spec_file_is_refused_before_the_ledger(tmp
     from release_specs import SMALL_SPEC
 
     from dp_pipeline.release.run import run_release
-    from dp_pipeline.release.spec import SpecError, load_spec
+    from dp_pipeline.release.spec import load_spec
+    from dp_pipeline.release.spec_model import SpecError
 
     text = SMALL_SPEC.format(tmp=tmp_path).replace("upper = 200000", f"upper = {2**53}")
     path = tmp_path / "attack.toml"
@@ -236,7 +239,7 @@ def test_merged_partials_stay_exact_beyond_int64():
 
 
 def test_table_partial_merge_is_exact_beyond_int64():
-    from dp_pipeline.udfs.cells import TablePartial
+    from dp_pipeline.engines.spark.parquet_pass import TablePartial
 
     spec = QuerySpec.build("sum", **params(bounds=(0, 2**31)))
     first, second = TablePartial(spec), TablePartial(spec)
@@ -376,7 +379,7 @@ def test_spark_sql_sums_at_the_bound_limit_beyond_2_53_are_exact(spark):
     import pyarrow as pa
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.spark_aggregate import aggregate_queries
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
 
     df = big_frame()
     index = sf.col("id")
@@ -399,7 +402,7 @@ def test_the_parquet_pass_sums_at_the_bound_limit_beyond_2_53_are_exact(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from dp_pipeline.spark_aggregate import aggregate_queries
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
 
     df = big_frame()
     folder = tmp_path / "big"
@@ -416,7 +419,7 @@ def test_the_parquet_pass_sums_at_the_bound_limit_beyond_2_53_are_exact(
 
 @pytest.mark.spark
 def test_spark_sql_bounded_pairs_sum_exactly_at_the_bound_limit(spark):
-    from dp_pipeline.spark_aggregate import aggregate_queries
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
 
     # 40 units x 300 rows of 2**31 in cell 0 (max_per_cell 200 keeps 200 of each) and
     # single-row units in cell 1: the deferred rows' decimal sums meet the direct ones.
@@ -436,21 +439,21 @@ def test_spark_sql_bounded_pairs_sum_exactly_at_the_bound_limit(spark):
 def test_the_spark_clamp_of_decimal_totals(spark):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.spark_aggregate import _EXACT, _clamped_sum, _exact_sum
+    from dp_pipeline.engines.spark_sql.coding import EXACT_TYPE, clamped_sum, exact_sum
 
     # Long partials whose total leaves int64 (a bigint sum would raise or wrap).
     longs = spark.createDataFrame(
         [(0, 2**62)] * 5 + [(1, -(2**62))] * 3 + [(2, 7)], "k long, v long"
     )
     sums = longs.groupBy("k").agg(
-        _exact_sum(sf.col("v")).alias("exact"), _clamped_sum(_exact_sum(sf.col("v"))).alias("c")
+        exact_sum(sf.col("v")).alias("exact"), clamped_sum(exact_sum(sf.col("v"))).alias("c")
     )
     rows = {row["k"]: (int(row["exact"]), row["c"]) for row in sums.collect()}
     assert rows == {0: (5 * 2**62, SUM_LIMIT), 1: (-3 * 2**62, -SUM_LIMIT), 2: (7, 7)}
 
     values = [2**70, -(2**70), 2**62 + 1, -(2**62) - 1, 2**62, 12345]
     frame = spark.createDataFrame([(str(v),) for v in values], "v string")
-    clamped = frame.select(_clamped_sum(sf.col("v").cast(_EXACT)).alias("c")).collect()
+    clamped = frame.select(clamped_sum(sf.col("v").cast(EXACT_TYPE)).alias("c")).collect()
     assert [row["c"] for row in clamped] == [
         SUM_LIMIT,
         -SUM_LIMIT,

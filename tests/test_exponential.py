@@ -17,15 +17,12 @@ import pytest
 from counting_stream import CountingStream
 from scipy import stats
 
-from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
-from dp_pipeline.mechanisms.exponential import (
-    DEFAULT_UTILITY_DENOMINATOR,
-    _round_ups,
-    _WeightTree,
-    choose_base,
-    ln_bounds,
-    locate_by_linear_scan,
-)
+from dp_pipeline import BaseTwoExponential, MasterKey
+from dp_pipeline.mechanisms.exponential import DEFAULT_UTILITY_DENOMINATOR
+from dp_pipeline.mechanisms.exponential_base import choose_base, ln_bounds
+from dp_pipeline.noise.exponential import round_ups
+from dp_pipeline.noise.weight_tree import WeightTree, locate_by_linear_scan
+from dp_pipeline.randomness import derive_stream
 
 KEY = MasterKey(bytes(range(32)))
 ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below
@@ -162,7 +159,7 @@ def test_tree_descent_agrees_with_the_literal_linear_scan():
     for a, shift, levels in [(3, 2, 1), (39, 6, 13), (1, 1, 8), (25, 5, 31), (131, 8, 64)]:
         counts = [int(c) for c in rng.integers(0, 4, size=levels)]
         counts[0] += 1
-        tree = _WeightTree(counts, a, shift)
+        tree = WeightTree(counts, a, shift)
         total = tree.total
         draws = range(total) if total <= 2000 else [int(rng.integers(0, 2**62)) % total]
         draws = list(draws) + [0, total - 1] + [(total * i) // 97 for i in range(97)]
@@ -497,7 +494,7 @@ class FixedWords:
 )
 def test_rounding_thresholds_are_exact(remainder, denominator, bound, words, ups):
     remainders = np.full(len(words), remainder, dtype=np.int64)
-    got = _round_ups(remainders, denominator, bound, FixedWords(words))
+    got = round_ups(remainders, denominator, bound, FixedWords(words))
     assert got.tolist() == ups
 
 

@@ -14,14 +14,10 @@ from pathlib import Path
 import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
-from dp_pipeline.release.ledger import (
-    BudgetExceededError,
-    Ledger,
-    LedgerError,
-    ReleaseIdReuseError,
-    accountant_type,
-)
-from dp_pipeline.release.spec import Budget
+from dp_pipeline.release.budget import LedgerError, accountant_type
+from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.spec_model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -176,9 +172,11 @@ RACER = textwrap.dedent(
     import json, sys, time
     from fractions import Fraction
     from pathlib import Path
-    from dp_pipeline.release.ledger import BudgetExceededError, Ledger, accountant_type
+    from dp_pipeline.release.ledger_records import BudgetExceededError
+    from dp_pipeline.release.ledger import Ledger
+    from dp_pipeline.release.budget import accountant_type
     from dp_pipeline.mechanisms import DiscreteGaussian
-    from dp_pipeline.release.spec import Budget
+    from dp_pipeline.release.spec_model import Budget
 
     ledger_path, go_file, release_id = sys.argv[1:4]
     accountant = accountant_type()()

@@ -39,11 +39,12 @@ from reference_samplers import discrete_gaussian as ref_discrete_gaussian
 from reference_samplers import discrete_laplace as ref_discrete_laplace
 from scipy import stats
 
-from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey, derive_stream
+from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
 from dp_pipeline.noise import bernoulli_exp, discrete_gaussian, discrete_laplace
 from dp_pipeline.noise._exp_digits import floor_scaled_exp_neg, geometric_exp_neg_one
 from dp_pipeline.noise._uniform import bernoulli_ratio, uniform_below, uniform_below_big
 from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_fraction_prefixed, bernoulli_exp_quotient
+from dp_pipeline.randomness import derive_stream
 
 KEY_HEX = "5a" * 16 + "c3" * 16
 KEY = MasterKey.from_hex(KEY_HEX)

@@ -6,9 +6,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_pipeline import DiscreteGaussian, MasterKey, derive_stream
-from dp_pipeline.aggregate import QuerySpec
-from dp_pipeline.pandas_accessor import aggregate_pandas, run_pandas
+from dp_pipeline import DiscreteGaussian, MasterKey
+from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.randomness import derive_stream
 
 KEY = MasterKey.from_hex("33" * 32)
 DOMAINS = {"state": range(0, 4), "sex": ["f", "m"]}

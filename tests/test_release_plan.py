@@ -10,7 +10,8 @@ import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.plan import PlanError, plan_release, sensitivity_vector
+from dp_pipeline.release.costs import sensitivity_vector
+from dp_pipeline.release.plan import PlanError, plan_release
 from dp_pipeline.release.spec import load_spec, parse_spec
 
 ROOT = Path(__file__).resolve().parents[1]

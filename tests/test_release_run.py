@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 from release_specs import SMALL_SPEC
 
+from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.ledger import BudgetExceededError, Ledger, ReleaseIdReuseError
+from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.run import (
     InputChangedError,
     Progress,
@@ -22,7 +24,6 @@ from dp_pipeline.release.run import (
     run_release,
 )
 from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.synthetic import write_census_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import dp_pipeline.pandas_accessor  # noqa: F401  (registers df.dp)
+import dp_pipeline.engines.pandas.aggregate  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.randomness import derive_stream
@@ -25,9 +25,10 @@ from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
-from dp_pipeline.release.spec import SpecError, load_spec, parse_spec
-from dp_pipeline.selection import select_quantile
-from dp_pipeline.selection_query import QuantileQuery
+from dp_pipeline.release.spec import load_spec, parse_spec
+from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.selection.algorithms import select_quantile
+from dp_pipeline.selection.query import QuantileQuery
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -369,7 +370,7 @@ def test_non_numeric_quantile_column_is_refused_before_anything_is_published(tmp
 def test_rank_error_bound_holds_over_many_releases():
     """The planned 95% rank error covers >= 95% of releases (independent streams)."""
     from dp_pipeline.randomness import MasterKey, derive_stream
-    from dp_pipeline.selection import select_quantile
+    from dp_pipeline.selection.algorithms import select_quantile
 
     raw = document(dict(MEDIAN, share=1, keys=[]))
     plan = plan_release(parse_spec(raw))

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dp_pipeline.release.spec import SpecError, load_spec, parse_spec
+from dp_pipeline.release.spec import load_spec, parse_spec
+from dp_pipeline.release.spec_model import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -9,15 +9,15 @@ import pytest
 from counting_stream import CountingStream
 from scipy import stats
 
-from dp_pipeline import BaseTwoExponential, MasterKey, derive_stream
-from dp_pipeline.selection import (
+from dp_pipeline import BaseTwoExponential, MasterKey
+from dp_pipeline.query.quantile_grid import quantile_candidates, quantile_positions
+from dp_pipeline.randomness import derive_stream
+from dp_pipeline.selection.algorithms import (
     dp_median,
     dp_quantile,
     dp_top_k,
-    quantile_candidates,
     quantile_losses,
     quantile_mechanism,
-    quantile_positions,
     quantile_rank_error_bound,
     select_quantile,
     top_k_mechanism,

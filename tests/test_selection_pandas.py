@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 
 import dp_pipeline  # noqa: F401  (registers df.dp)
-from dp_pipeline import DiscreteLaplace, MasterKey, derive_stream
-from dp_pipeline.selection import (
+from dp_pipeline import DiscreteLaplace, MasterKey
+from dp_pipeline.randomness import derive_stream
+from dp_pipeline.selection.algorithms import (
     dp_median,
     dp_quantile,
     one_shot_top_k,
@@ -19,7 +20,7 @@ from dp_pipeline.selection import (
     quantile_rank_error_bound,
     top_k_mechanism,
 )
-from dp_pipeline.selection_query import QuantileQuery, TopKQuery
+from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 KEY = MasterKey(bytes(range(7, 39)))
 COMMON = dict(key=KEY, release_id="2026-11", table="t")

@@ -34,7 +34,7 @@ def assert_same_release(spark_result: pd.DataFrame, pandas_result: pd.DataFrame)
 
 
 def test_spark_selections_equal_pandas_for_the_same_key(spark):
-    from dp_pipeline import spark_selection
+    from dp_pipeline.selection import spark as spark_selection
 
     local = people()
     df = spark.createDataFrame(local)
@@ -66,7 +66,7 @@ def test_spark_selections_equal_pandas_for_the_same_key(spark):
 
 
 def test_spark_bad_input_names_the_column(spark):
-    from dp_pipeline import spark_selection
+    from dp_pipeline.selection import spark as spark_selection
 
     df = spark.createDataFrame(people(30))
     with pytest.raises(ValueError, match=r"column 'income': some rows hold null, NaN"):

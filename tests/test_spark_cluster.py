@@ -128,7 +128,7 @@ def _spec_file(tmp: Path) -> Path:
 
 
 def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_cluster, tmp_path):
-    from dp_pipeline.release.synthetic import write_census_sample
+    from dp_pipeline.datasets.synthetic import write_census_sample
 
     url, environment = standalone_cluster
     data = write_census_sample(tmp_path / "persons.parquet", 4000, seed=9)

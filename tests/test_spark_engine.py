@@ -9,9 +9,9 @@ import pandas as pd
 import pytest
 
 from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
-from dp_pipeline.aggregate import QuerySpec
-from dp_pipeline.bounding import BoundingSalt, spark_xxhash64, unit_keys
-from dp_pipeline.pandas_accessor import run_pandas
+from dp_pipeline.engines.bounding import BoundingSalt, spark_xxhash64, unit_keys
+from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.spark import run_spark
 
 pytestmark = pytest.mark.spark
@@ -209,8 +209,8 @@ def test_queries_run_together_equal_each_query_alone_in_pandas(spark, unit):
 def test_fused_aggregates_report_true_values_before_bounding(spark):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.pandas_accessor import aggregate_pandas
-    from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
+    from dp_pipeline.engines.pandas.aggregate import aggregate_pandas
+    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.udfs.noise import CELL_COLUMN
 
     df = mixed_units_data(seed=5)
@@ -260,12 +260,12 @@ def test_queries_run_together_raise_on_the_invalid_table_before_noise(spark):
 
 @pytest.mark.parametrize("path", ["window over all rows", "one-row units only"])
 def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.units as spark_units
 
     df = mixed_units_data(seed=8)
     if path == "window over all rows":
         # More units with several rows than the broadcast lookup takes.
-        monkeypatch.setattr(spark_aggregate, "_BROADCAST_UNITS", 3)
+        monkeypatch.setattr(spark_units, "BROADCAST_UNITS", 3)
     else:
         df = df.assign(unit=pd.array(np.arange(len(df)), dtype="Int64"))
         df.loc[::29, "unit"] = None
@@ -273,34 +273,34 @@ def test_every_deferral_path_gives_the_same_release(spark, monkeypatch, path):
 
 
 def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
-    from dp_pipeline.spark_aggregate import _sorted_and_unique
+    from dp_pipeline.engines.spark.units import sorted_and_unique
 
     def frame(*partitions):
         # One Spark partition per list, rows in list order.
         rows = spark.sparkContext.parallelize(partitions, len(partitions))
         return spark.createDataFrame(rows.flatMap(lambda p: [(v,) for v in p]), "unit long")
 
-    assert _sorted_and_unique(frame([0, 1, 5, None, 9], [10, 11, None]), "unit") == (True, True)
-    assert _sorted_and_unique(frame([20, 21], [0, 3]), "unit") == (True, False)  # any order
+    assert sorted_and_unique(frame([0, 1, 5, None, 9], [10, 11, None]), "unit") == (True, True)
+    assert sorted_and_unique(frame([20, 21], [0, 3]), "unit") == (True, False)  # any order
     # Increasing within each partition, but the ranges overlap: 3 may occur twice.
-    assert _sorted_and_unique(frame([0, 3, 6], [1, 3, 4]), "unit")[0] is False
-    assert _sorted_and_unique(frame([0, 1, 1, 2]), "unit")[0] is False  # a repeat in a run
-    assert _sorted_and_unique(frame([0, 2, 1]), "unit")[0] is False  # not sorted: unproven
-    assert _sorted_and_unique(frame([None, None], [4]), "unit") == (True, True)
+    assert sorted_and_unique(frame([0, 3, 6], [1, 3, 4]), "unit")[0] is False
+    assert sorted_and_unique(frame([0, 1, 1, 2]), "unit")[0] is False  # a repeat in a run
+    assert sorted_and_unique(frame([0, 2, 1]), "unit")[0] is False  # not sorted: unproven
+    assert sorted_and_unique(frame([None, None], [4]), "unit") == (True, True)
 
 
 def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
     from pyspark.sql import functions as sf
 
+    from dp_pipeline.engines.spark.aggregate import stable_input
     from dp_pipeline.spark import run_queries
-    from dp_pipeline.spark_aggregate import _stable_input
 
     specs = release_queries("unit")
     stable = spark.createDataFrame(mixed_units_data(n=60))
-    assert _stable_input(stable, specs) is stable  # deterministic: read as is
+    assert stable_input(stable, specs) is stable  # deterministic: read as is
     # Units drawn by rand(): a second evaluation would give other units.
     shaky = stable.withColumn("unit", (sf.rand() * 5).cast("long"))
-    once = _stable_input(shaky, specs)
+    once = stable_input(shaky, specs)
     assert once is not shaky
     assert once._jdf.queryExecution().analyzed().deterministic()
     first = sorted((tuple(row) for row in once.collect()), key=repr)
@@ -322,8 +322,8 @@ def test_string_units_with_several_rows_take_the_lookup_path(spark):
 
 @pytest.mark.parametrize("unit", ["unit", None])
 def test_driver_noise_equals_the_spark_noise_job(spark, unit):
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
     from dp_pipeline.spark import collect_noisy_cells
-    from dp_pipeline.spark_aggregate import aggregate_queries
 
     specs = release_queries(unit)
     aggregates, _ = aggregate_queries(spark.createDataFrame(mixed_units_data(seed=3)), specs)
@@ -379,25 +379,25 @@ def test_the_parquet_path_equals_the_pandas_engine(spark, tmp_path, parquet_pass
 def test_the_parquet_path_only_takes_bare_local_parquet_scans(spark, tmp_path):
     from pyspark.sql import functions as sf
 
-    from dp_pipeline.spark_aggregate import _parquet_pieces
+    from dp_pipeline.engines.spark.parquet_plan import parquet_pieces
 
     df = mixed_units_data(n=300, seed=2)
     specs = release_queries("unit")
     sdf = parquet_input(spark, df, tmp_path / "input")
-    pieces = _parquet_pieces(sdf, specs, "unit")
+    pieces = parquet_pieces(sdf, specs, "unit")
     assert len(pieces) == 4 and {group for _, group in pieces} == {0, 1}  # 2 files x 2 groups
-    assert _parquet_pieces(sdf.filter(sf.col("state") > 0), specs, "unit") is None
+    assert parquet_pieces(sdf.filter(sf.col("state") > 0), specs, "unit") is None
     assert (
-        _parquet_pieces(sdf.select("state", "sex", "code", "unit", "income"), specs, "unit") is None
+        parquet_pieces(sdf.select("state", "sex", "code", "unit", "income"), specs, "unit") is None
     )
-    assert _parquet_pieces(spark.createDataFrame(df), specs, "unit") is None
+    assert parquet_pieces(spark.createDataFrame(df), specs, "unit") is None
     strings = sdf.withColumn("unit", sf.col("unit").cast("string"))
-    assert _parquet_pieces(strings, specs, "unit") is None
+    assert parquet_pieces(strings, specs, "unit") is None
 
 
 @pytest.mark.parametrize("problem", ["out of domain", "null key", "invalid value", "null unit"])
 def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monkeypatch, problem):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.parquet_plan as parquet_plan
     from dp_pipeline.spark import run_queries
 
     df = mixed_units_data(n=400, seed=9).assign(unit=pd.array(np.arange(400), dtype="Int64"))
@@ -416,8 +416,8 @@ def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monke
     ]
     sdf = parquet_input(spark, df, tmp_path / "input")
     messages = []
-    for cells in (spark_aggregate._ONE_PASS_CELLS, 0):  # the Parquet path, then the general one
-        monkeypatch.setattr(spark_aggregate, "_ONE_PASS_CELLS", cells)
+    for cells in (parquet_plan.ONE_PASS_CELLS, 0):  # the Parquet path, then the general one
+        monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", cells)
         with pytest.raises(ValueError, match=r"some rows") as raised:
             run_queries(sdf, specs)
         messages.append(str(raised.value))
@@ -430,7 +430,7 @@ def test_the_parquet_path_raises_the_general_paths_errors(spark, tmp_path, monke
 def test_interleaved_sorted_files_are_proven_unique_and_the_id_sort_has_a_cap(
     spark, tmp_path, parquet_pass_calls, monkeypatch
 ):
-    import dp_pipeline.spark_aggregate as spark_aggregate
+    import dp_pipeline.engines.spark.parquet_plan as parquet_plan
 
     df = mixed_units_data(seed=8)
     # Each file's ids increase, but the files' ranges overlap (evens, then odds).
@@ -439,6 +439,6 @@ def test_interleaved_sorted_files_are_proven_unique_and_the_id_sort_has_a_cap(
     specs = release_queries("unit")
     sdf = parquet_input(spark, df, tmp_path / "input")
     assert_queries_equal_pandas(spark, df, specs, sdf)
-    monkeypatch.setattr(spark_aggregate, "_ID_SORT_ROWS", len(df) - 1)
+    monkeypatch.setattr(parquet_plan, "ID_SORT_ROWS", len(df) - 1)
     assert_queries_equal_pandas(spark, df, specs, sdf)  # too many ids to sort: general path
     assert parquet_pass_calls == [True, False]

@@ -8,7 +8,7 @@ calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–W
 and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger`.
 """
 
-from dp_pipeline.accounting.accountant import PrivacyAccountant, PrivacyEvent
+from dp_pipeline.accounting.accountant import PrivacyAccountant
 from dp_pipeline.accounting.accuracy import margin_of_error
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.calibration import (
@@ -16,6 +16,7 @@ from dp_pipeline.accounting.calibration import (
     calibrate_discrete_laplace,
     calibrate_zcdp_shares,
 )
+from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.accounting.gaussian import (
     gaussian_sigma_analytic,
     gaussian_sigma_classic,

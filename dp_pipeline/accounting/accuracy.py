@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_log_normalizer
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["margin_of_error"]
 
@@ -84,8 +85,6 @@ def margin_of_error(mechanism, confidence: float = 0.95) -> int:
     bound (an m within that bound of the boundary is rounded up, so the claim still holds);
     discrete Laplace: the closed form P(|Y| > m) = 2q^{m+1}/(1+q), q = e^{-1/b}.
     """
-    from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-
     confidence = _check_confidence(confidence)
     if isinstance(mechanism, DiscreteGaussian):
         return _gaussian_margin(float(mechanism.sigma2), confidence)

@@ -18,6 +18,9 @@ from collections.abc import Callable, Sequence
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
+from dp_pipeline.accounting.accountant import PrivacyAccountant
+from dp_pipeline.accounting.zcdp import zcdp_to_delta
+from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.rational import exact_rational
 
 __all__ = [
@@ -126,9 +129,6 @@ def _sigma2_for(scale: Fraction, units: list[Fraction]) -> list[Fraction]:
 
 
 def _accountant(sigma2s, parsed, events=()):
-    from dp_pipeline.accounting.accountant import PrivacyAccountant
-    from dp_pipeline.mechanisms import DiscreteGaussian
-
     accountant = PrivacyAccountant()
     for sigma2, (_, shifts) in zip(sigma2s, parsed, strict=True):
         accountant.add(DiscreteGaussian(sigma2), shifts if len(shifts) > 1 else shifts[0])
@@ -223,8 +223,6 @@ def calibrate_zcdp_shares(
         events = built(rounded)
         upper = _accountant(sigma2s, parsed, events).delta(epsilon_value).upper
         return math.log(max(upper, 1e-300)) - log_target, (sigma2s, events)
-
-    from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
     # The ρ that zCDP alone certifies gives a feasible S (the tight accountant is never worse).
     low_rho, high_rho = 0.0, max(1.0, epsilon_value)

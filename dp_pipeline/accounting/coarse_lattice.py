@@ -35,7 +35,7 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounds import DeltaBound
-from dp_pipeline.accounting.multivariate import (
+from dp_pipeline.accounting.lattice import (
     MAX_FFT_SIZE,
     LatticeComponent,
     LatticeLoss,

@@ -28,6 +28,7 @@ from dp_pipeline.accounting.inversion import (
     InversionComposition,
     smooth_gaussian,
 )
+from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.rational import positive_rational
 
 __all__ = [
@@ -164,8 +165,6 @@ def discrete_gaussian_epsilon(
     sigma2: object, delta: object, sensitivity: object = 1, rtol: float = 1e-9
 ) -> float:
     """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7."""
-    from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
-
     sigma2 = positive_rational(sigma2, "sigma2")
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)

@@ -19,6 +19,7 @@ from dp_pipeline.accounting._checks import (
     check_integer_sensitivity,
     round_up,
 )
+from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
 from dp_pipeline.rational import positive_rational
 
 _UNIT = 2.0**-53
@@ -97,8 +98,6 @@ def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object =
 
 def discrete_laplace_epsilon(scale: object, delta: object, sensitivity: object = 1) -> float:
     """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b."""
-    from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
-
     scale = positive_rational(scale, "scale")
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)

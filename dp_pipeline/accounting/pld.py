@@ -45,6 +45,8 @@ from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_log_normalizer,
 )
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.rational import positive_rational
 
 __all__ = ["PrivacyLossDistribution", "pld_from_lattice_components"]
 
@@ -245,8 +247,6 @@ class PrivacyLossDistribution:
     @classmethod
     def from_discrete_gaussian(cls, sigma2, sensitivity: int = 1, step: float = DEFAULT_STEP):
         """PLD of N_Z(0, σ²) with shift Δ (symmetric; the tail beyond 10σ goes to L = ∞)."""
-        from dp_pipeline.rational import positive_rational
-
         sigma2 = positive_rational(sigma2, "sigma2")
         shift = check_integer_sensitivity(sensitivity)
         losses, masses, tail = _discrete_gaussian_losses(sigma2, shift)
@@ -258,8 +258,6 @@ class PrivacyLossDistribution:
     @classmethod
     def from_discrete_laplace(cls, scale, sensitivity: int = 1, step: float = DEFAULT_STEP):
         """PLD of Lap_Z(b) with shift Δ: loss -Δ/b + (2/b)K, K = Δ - clip(y, 0, Δ)."""
-        from dp_pipeline.rational import positive_rational
-
         scale = positive_rational(scale, "scale")
         shift = check_integer_sensitivity(sensitivity)
         values, masses = discrete_laplace_loss_pmf(scale, shift)
@@ -277,8 +275,6 @@ class PrivacyLossDistribution:
     def from_mechanism(cls, mechanism, sensitivity=1, step: float = DEFAULT_STEP):
         """PLD of a mechanism value (discrete Gaussian/Laplace, or any object with
         ``privacy_loss_pmfs()`` or ``pure_epsilon``)."""
-        from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-
         if isinstance(mechanism, DiscreteGaussian):
             return cls.from_discrete_gaussian(mechanism.sigma2, sensitivity, step)
         if isinstance(mechanism, DiscreteLaplace):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dp_pipeline.noise import discrete_gaussian, discrete_laplace
 from dp_pipeline.rational import positive_rational
 
 __all__ = ["DiscreteGaussian", "DiscreteLaplace"]
@@ -35,8 +36,6 @@ class DiscreteGaussian:
 
     def sample(self, size: int, stream):
         """``size`` exact samples drawn from ``stream`` (CKS Algorithm 3)."""
-        from dp_pipeline.noise import discrete_gaussian
-
         return discrete_gaussian(self.sigma2, size, stream)
 
     # Accounting (exact math lives in dp_pipeline.accounting; imported lazily so the
@@ -80,8 +79,6 @@ class DiscreteLaplace:
 
     def sample(self, size: int, stream):
         """``size`` exact samples drawn from ``stream`` (CKS Algorithm 2)."""
-        from dp_pipeline.noise import discrete_laplace
-
         return discrete_laplace(self.scale, size, stream)
 
     # Accounting (lazy imports: see DiscreteGaussian).

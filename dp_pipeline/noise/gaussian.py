@@ -9,7 +9,7 @@ import numpy as np
 from dp_pipeline.noise._uniform import INT64_MAX
 from dp_pipeline.noise._validate import check_size, check_stream, positive_rational
 from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_quotient, bernoulli_exp_split
-from dp_pipeline.noise.laplace import FAST_MAX_T, _apply_sign, fill_in_batches, laplace_magnitudes
+from dp_pipeline.noise.laplace import FAST_MAX_T, apply_sign, fill_in_batches, laplace_magnitudes
 
 __all__ = ["discrete_gaussian", "gaussian_accept"]
 
@@ -44,7 +44,7 @@ def discrete_gaussian(sigma2, size: int, stream, *, force_big: bool = False) -> 
     def propose(count: int) -> np.ndarray:
         magnitudes, negative = laplace_magnitudes(stream, t, 1, count, force_big=force_big)
         keep = gaussian_accept(stream, magnitudes, p, q, t)
-        return _apply_sign(magnitudes[keep], negative[keep])
+        return apply_sign(magnitudes[keep], negative[keep])
 
     return fill_in_batches(propose, size, big_output, big_compute)
 

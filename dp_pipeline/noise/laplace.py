@@ -43,12 +43,12 @@ def discrete_laplace(scale, size: int, stream, *, force_big: bool = False) -> np
 
     def propose(count: int) -> np.ndarray:
         magnitudes, negative = laplace_magnitudes(stream, t, s, count, force_big=force_big)
-        return _apply_sign(magnitudes, negative)
+        return apply_sign(magnitudes, negative)
 
     return fill_in_batches(propose, size, big_output, force_big or t > FAST_MAX_T)
 
 
-def _apply_sign(magnitudes: np.ndarray, negative: np.ndarray) -> np.ndarray:
+def apply_sign(magnitudes: np.ndarray, negative: np.ndarray) -> np.ndarray:
     if magnitudes.dtype == object:
         out = magnitudes.copy()
         out[negative] = -magnitudes[negative]

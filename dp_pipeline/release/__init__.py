@@ -5,7 +5,8 @@ See docs/quickstart.md; the command-line entry point is ``dp-release``
 """
 
 from dp_pipeline.release.plan import PlanError, ReleasePlan, plan_release
-from dp_pipeline.release.spec import ReleaseSpec, SpecError, load_spec, parse_spec
+from dp_pipeline.release.spec import load_spec, parse_spec
+from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
 __all__ = [
     "PlanError",

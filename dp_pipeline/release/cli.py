@@ -16,10 +16,13 @@ import json
 import sys
 from fractions import Fraction
 
+from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
-from dp_pipeline.release.ledger import Ledger, LedgerError
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
-from dp_pipeline.release.spec import ENGINES, SpecError, load_spec
+from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec_model import ENGINES, SpecError
 
 __all__ = ["main"]
 
@@ -74,8 +77,6 @@ def _plan(arguments) -> int:
 
 
 def _run(arguments) -> int:
-    from dp_pipeline.release.run import Progress, apply_overrides, run_release
-
     spec = apply_overrides(
         load_spec(arguments.spec),
         release_id=arguments.release_id,

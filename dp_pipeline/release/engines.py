@@ -1,4 +1,4 @@
-"""The thin bridge from a release plan to the engines (pandas ``df.dp`` and `dp_pipeline.spark`).
+"""The thin bridge from a release plan to the engines (`dp_pipeline.engines.pandas`, `.spark`).
 
 The release layer adds nothing to the noise: each table is one engine query
 with the plan's mechanism, the spec's domains and contribution bounds, and
@@ -26,9 +26,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.query.quantile_grid import GridPosition
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.selections import (
+    aggregation_spec,
+    position_column,
+    release_selection,
+)
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
+from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN, released_table
 
 __all__ = [
     "InputChangedError",
@@ -135,7 +144,7 @@ def engine_arguments(
         max_per_cell=table.max_per_cell,
         neighbouring=spec.neighbouring,
         noise_partitions=spec.noise_partitions,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
         release_digest=release_digest,
     )
     if table.statistic == "sum":
@@ -188,7 +197,6 @@ def _statistic_column(table_plan: TablePlan) -> str:
 
 def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArray:
     """Grid positions of a quantile table's values (nullable: <NA> where not finite)."""
-    from dp_pipeline.selection import GridPosition
 
     if table.value not in frame:
         raise ValueError(
@@ -207,13 +215,6 @@ def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArra
 
 
 def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
-    from dp_pipeline.aggregate import QuerySpec
-    from dp_pipeline.pandas_accessor import aggregate_pandas, run_pandas
-    from dp_pipeline.release.selections import (
-        aggregation_spec,
-        position_column,
-        release_selection,
-    )
 
     timings = {}
     started = time.perf_counter()
@@ -260,15 +261,8 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
 
 
 def _spark(spec, plan, master, source, release_digest, with_truth, progress):
-    from dp_pipeline.aggregate import QuerySpec
-    from dp_pipeline.release.selections import (
-        aggregation_spec,
-        position_column,
-        release_selection,
-    )
-    from dp_pipeline.spark import collect_noisy_cells, output_schema
-    from dp_pipeline.spark_aggregate import TABLE_COLUMN, aggregate_queries
-    from dp_pipeline.udfs.noise import CELL_COLUMN
+    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
+    from dp_pipeline.engines.spark.noise import collect_noisy_cells, output_schema
 
     timings = {}
     spark = source.spark
@@ -372,22 +366,19 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
 
 def _grid_position(frame, table):
     """The grid-position key of a quantile table, after checking its column is numeric."""
-    from dp_pipeline.selection import GridPosition
-    from dp_pipeline.spark_selection import check_numeric_column
+    from dp_pipeline.selection.spark import check_numeric_column
 
     check_numeric_column(frame, table.value, f"table {table.name!r}: column")
     return GridPosition(table.value, (table.lower, table.upper), table.granularity)
 
 
 def _rows_of(table, index: int):
-    from dp_pipeline.udfs.noise import TABLE_COLUMN
 
     return table.filter(pc.equal(table.column(TABLE_COLUMN), index))
 
 
 def _released_frame(noisy, index: int, query, key_types) -> pd.DataFrame:
     """Query ``index``'s released table from the collected noisy cells, in cell order."""
-    from dp_pipeline.udfs.noise import CELL_COLUMN, released_table
 
     rows = _rows_of(noisy, index)
     cells = rows.column(CELL_COLUMN).to_numpy()
@@ -402,7 +393,6 @@ def _released_frame(noisy, index: int, query, key_types) -> pd.DataFrame:
 
 def _dense(collected, index: int, query, column: str) -> np.ndarray:
     """``column`` of query ``index``'s collected non-empty cells, dense by cell (0 elsewhere)."""
-    from dp_pipeline.udfs.noise import CELL_COLUMN
 
     rows = _rows_of(collected, index)
     dense = np.zeros(query.cells.total, dtype=np.int64)
@@ -412,7 +402,7 @@ def _dense(collected, index: int, query, column: str) -> np.ndarray:
 
 def spark_session(master: str):
     """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``."""
-    from dp_pipeline.spark import local_session
+    from dp_pipeline.engines.spark.runtime import local_session
 
     match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
     if match:
@@ -420,7 +410,7 @@ def spark_session(master: str):
         return local_session(None if cores in (None, "*") else int(cores))
     from pyspark.sql import SparkSession
 
-    from dp_pipeline.spark import ensure_java
+    from dp_pipeline.engines.spark.runtime import ensure_java
 
     ensure_java()
     # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this

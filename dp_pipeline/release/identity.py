@@ -24,7 +24,7 @@ from fractions import Fraction
 from typing import Any
 
 from dp_pipeline.digest import digest_of
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 
 __all__ = ["ReleaseIdentity", "release_identity"]
 

@@ -22,9 +22,24 @@ import time
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dp_pipeline.accounting import (
+    calibrate_discrete_laplace,
+    calibrate_zcdp_shares,
+    margin_of_error,
+    zcdp_to_epsilon,
+)
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.ledger import accountant_type
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
+from dp_pipeline.release.budget import accountant_type
+from dp_pipeline.release.costs import (
+    PlanError,
+    selection_epsilon_for_rho,
+    selection_event,
+    sensitivity_vector,
+)
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
+from dp_pipeline.selection.algorithms import (
+    quantile_rank_error_bound,
+)
 
 __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"]
 
@@ -33,100 +48,9 @@ CONFIDENCE = Fraction(95, 100)
 DEFAULT_REPORT_DELTA = Fraction(1, 10**10)
 
 
-class PlanError(ValueError):
-    """The spec's noise parameters do not meet its budget (nothing was read or spent)."""
-
-
 def _accounting():
     """The accountant's calibration, margin and conversion functions."""
-    from dp_pipeline.accounting import (
-        calibrate_discrete_laplace,
-        calibrate_zcdp_shares,
-        margin_of_error,
-        zcdp_to_epsilon,
-    )
-
     return calibrate_zcdp_shares, calibrate_discrete_laplace, margin_of_error, zcdp_to_epsilon
-
-
-def sensitivity_vector(table: TableSpec, neighbouring: str) -> tuple[int, ...]:
-    """Per-coordinate bound on how much one privacy unit can change the table's cells.
-
-    For a top_k table these are its candidates' counts (what one-shot noise is added to).
-    """
-    if neighbouring == "add_remove":
-        return (table.per_cell_bound,) * table.max_cells
-    if table.statistic == "sum":
-        move = table.max_per_cell * max(
-            max(abs(table.lower), abs(table.upper)), table.upper - table.lower
-        )
-    else:
-        move = table.max_per_cell
-    # A unit leaves up to max_cells cells and enters as many; there are only `cells` cells.
-    return (move,) * min(2 * table.max_cells, table.cells)
-
-
-def selection_runs(table: TableSpec, neighbouring: str) -> int:
-    """How many exponential-mechanism runs one privacy unit can influence.
-
-    A quantile per group: after bounding, a unit holds one value in one group, so adding
-    or removing it changes one group's rank losses (by at most 1): parallel composition,
-    one run. Replacing it can move the value to another group: two runs. Peeling top-k:
-    k rounds (Durfee & Rogers 2019). One-shot top-k: one noisy histogram.
-    """
-    if table.statistic == "top_k":
-        return table.k if table.method == "peeling" else 1
-    return 2 if neighbouring == "replace" and table.keys else 1
-
-
-def _sqrt_down(value: Fraction, what: str) -> Fraction:
-    """The largest multiple of 10^-15 (relative to the value's size) not above sqrt(value)."""
-    # ~15 significant digits of the root, sized from the value's decimal magnitude.
-    magnitude = len(str(value.denominator)) - len(str(value.numerator))
-    digits = max(15, 16 + magnitude // 2)
-    scale = 10**digits
-    root = Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
-    if root <= 0:
-        raise PlanError(f"{what}: the budget share is too small for any selection ({value})")
-    return root
-
-
-def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
-    """(mechanism, sensitivity, runs) of a selection table spending at most pure ``epsilon``.
-
-    quantile / median: `BaseTwoExponential` (Δu = 1, not monotone) at ε/runs per run.
-    top_k peeling: k rounds at ε/k, Δu = max_per_cell, monotone under add/remove.
-    top_k one-shot: discrete Laplace of scale Δ₁/ε on every candidate's count.
-    """
-    from dp_pipeline.selection import one_shot_scale, quantile_mechanism, top_k_mechanism
-
-    runs = selection_runs(table, neighbouring)
-    if table.statistic in ("quantile", "median"):
-        return quantile_mechanism(epsilon / runs), (1,), runs
-    if table.method == "peeling":
-        mechanism = top_k_mechanism(
-            epsilon,
-            table.k,
-            utility_sensitivity=table.max_per_cell,
-            monotone=neighbouring == "add_remove",
-        )
-        return mechanism, (1,), runs
-    vector = sensitivity_vector(table, neighbouring)
-    return DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1
-
-
-def selection_epsilon_for_rho(table: TableSpec, neighbouring: str, rho: Fraction) -> Fraction:
-    """The pure ε whose `selection_event` is at most ``rho``-zCDP (rounded down).
-
-    The exponential mechanism is ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021):
-    r runs at ε/r cost ε²/(8r). One-shot discrete Laplace of scale Δ₁/ε on a vector with
-    shifts m_i costs Σ(m_i·ε/Δ₁)²/2.
-    """
-    what = f"table {table.name!r}"
-    if table.statistic == "top_k" and table.method == "one_shot":
-        vector = sensitivity_vector(table, neighbouring)
-        return _sqrt_down(2 * rho * sum(vector) ** 2 / sum(m * m for m in vector), what)
-    return _sqrt_down(8 * selection_runs(table, neighbouring) * rho, what)
 
 
 @dataclass(frozen=True)
@@ -375,9 +299,6 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
 
 
 def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> TablePlan:
-    from dp_pipeline.accounting import margin_of_error
-    from dp_pipeline.selection import quantile_rank_error_bound
-
     if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
         epsilon = Fraction(sum(sensitivity)) / mechanism.scale
         margin = int(margin_of_error(mechanism, confidence))

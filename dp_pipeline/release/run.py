@@ -31,18 +31,19 @@ from pathlib import Path
 import pandas as pd
 import pyarrow as pa
 
+from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.release import engines
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
 from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger, Reservation
+from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
 from dp_pipeline.release.selections import output_columns
-from dp_pipeline.release.spec import ENGINES, ReleaseSpec, SpecError
-from dp_pipeline.release.synthetic import cached_census_sample
+from dp_pipeline.release.spec_model import ENGINES, ReleaseSpec, SpecError
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 

@@ -6,13 +6,13 @@ bounding rule:
 
 - quantile / median: counts by (group keys..., grid position of the value). The
   position column is derived by the engine before aggregating, with the one IEEE
-  expression of `dp_pipeline.selection.quantile_positions` (null for a null, NaN or
+  expression of `dp_pipeline.query.quantile_grid.quantile_positions` (null for a null, NaN or
   infinite value: such rows are dropped like the release's other invalid rows). Each
   privacy unit keeps ONE row (``max_cells = max_per_cell = 1``, the keyed bounding
   rule picks it), so adding or removing a unit moves one group's rank losses by at most
   1: Δu = 1 in every group, and only one group changes (parallel composition;
-  `dp_pipeline.release.plan.selection_runs`).
-- top_k: the bounded per-candidate counts of `dp_pipeline.selection_query.TopKQuery`
+  `dp_pipeline.release.costs.selection_runs`).
+- top_k: the bounded per-candidate counts of `dp_pipeline.selection.query.TopKQuery`
   (candidates = the key's declared domain, ``max_cells`` / ``max_per_cell`` as for a
   count table).
 
@@ -32,14 +32,17 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.aggregate import Diagnostics, QuerySpec
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteLaplace
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import build_cell_domain
+from dp_pipeline.query.quantile_grid import quantile_candidates
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan import TablePlan
-from dp_pipeline.release.spec import ReleaseSpec, TableSpec
-from dp_pipeline.selection import quantile_candidates, quantile_losses, select_quantile
-from dp_pipeline.selection_query import TopKQuery
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
+from dp_pipeline.selection.algorithms import quantile_losses, select_quantile
+from dp_pipeline.selection.query import TopKQuery
 from dp_pipeline.udfs.noise import noisy_dense
 
 __all__ = [
@@ -88,7 +91,7 @@ def _top_k_query(
         max_candidates=table.max_cells,
         max_per_candidate=table.max_per_cell,
         neighbouring=spec.neighbouring,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
     )
     # The plan proved its own mechanism; the query must run exactly that one.
     counts = query.counts
@@ -125,7 +128,7 @@ def aggregation_spec(
         max_cells=1,
         max_per_cell=1,
         neighbouring=spec.neighbouring,
-        cell_limit=spec.max_cells,
+        cell_limit=spec.cell_limit,
         release_digest=release_digest,
     )
 
@@ -197,10 +200,8 @@ def _release_quantile(spec, plan, master, counts, with_truth, release_digest) ->
     values = [grid[i] for i in chosen]
     columns: dict[str, object] = {}
     if table.keys:
-        from dp_pipeline.aggregate import build_cell_domain
-
         cells = build_cell_domain(
-            list(table.keys), {key: spec.domains[key] for key in table.keys}, spec.max_cells
+            list(table.keys), {key: spec.domains[key] for key in table.keys}, spec.cell_limit
         )
         decoded = cells.decode(np.arange(groups, dtype=np.int64))
         columns.update(zip(table.keys, decoded, strict=True))

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 import pyarrow as pa
 
-from dp_pipeline.aggregate import QuerySpec
 from dp_pipeline.errors import InternalError
-from dp_pipeline.exact_sums import SUM_LIMIT, saturating_add
+from dp_pipeline.query.exact_sums import SUM_LIMIT, saturating_add
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import StreamKey, derive_stream_key
 
 __all__ = [
@@ -99,10 +99,10 @@ def noisy_partition(
     streams; without it they are derived from the query's master key.
 
     Each true value is first clamped into ``[-SUM_LIMIT, SUM_LIMIT]`` (the public
-    pre-noise clamp of `dp_pipeline.exact_sums`: 1-Lipschitz, so the sensitivity
+    pre-noise clamp of `dp_pipeline.query.exact_sums`: 1-Lipschitz, so the sensitivity
     is unchanged; the engines already deliver clamped totals, so this only
     restates the invariant), and the noise is added by
-    `dp_pipeline.exact_sums.saturating_add`: the exact noisy value, clamped into
+    `dp_pipeline.query.exact_sums.saturating_add`: the exact noisy value, clamped into
     the int64 range as post-processing. Neither step can fail on any data.
     """
     size = (spec.cells.total - partition + spec.noise_partitions - 1) // spec.noise_partitions

@@ -1,9 +1,9 @@
-"""Partial aggregates of several queries over Parquet row groups (`dp_pipeline.spark_aggregate`).
+"""The Parquet pass: partial aggregates of several queries over Parquet row groups.
 
 A Spark task reads its row groups of the input Parquet file(s) with pyarrow
 (only the key, summed and unit columns; strings dictionary-encoded) and, with
 the pandas engine's numpy rules, gives every row of every query its cell index
-or its reason code (the order of `dp_pipeline.spark_aggregate.coded_rows`: per
+or its reason code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per
 key column null then out of domain, then null unit, then invalid value; the
 first that applies wins), clamps the summed values into granularity units and
 adds everything into dense per-query vectors (``np.bincount``). It returns
@@ -23,8 +23,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dp_pipeline.aggregate import Domain, QuerySpec
-from dp_pipeline.exact_sums import CellTotals, cell_totals
+from dp_pipeline.engines.numpy_rules import clip_units, first_reason_codes, rounded_units
+from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.exact_sums import CellTotals, cell_totals
+from dp_pipeline.query.spec import QuerySpec
 
 __all__ = [
     "IncreasingRun",
@@ -101,19 +103,10 @@ def _as_double(column: pa.Array) -> np.ndarray:
     return values
 
 
-def _codes(conditions: list[tuple[np.ndarray | None, int]], size: int) -> np.ndarray:
-    """0 where no condition holds, else the code of the first condition that holds."""
-    code = np.zeros(size, dtype=np.int64)
-    for condition, value in reversed(conditions):  # earlier conditions overwrite later ones
-        if condition is not None and condition.any():
-            code[condition] = value
-    return code
-
-
 class TablePartial:
     """One query's dense partial aggregates: ``n``, ``s``, ``clamped`` by cell; ``dropped``.
 
-    ``s`` is a `dp_pipeline.exact_sums.CellTotals`: exact across row groups and
+    ``s`` is a `dp_pipeline.query.exact_sums.CellTotals`: exact across row groups and
     task merges (plain int64 while a bound proves it cannot wrap, two limbs
     beyond), clamped into ``[-2**62, 2**62]`` only once, on the final totals.
     """
@@ -149,14 +142,8 @@ class TablePartial:
             value = values[spec.column]
             invalid = ~np.isfinite(value)
             conditions.append((invalid, -(2 * k + 2)))
-            bounds = spec.value_bounds
-            # The same IEEE operations as the Spark plan and the pandas engine.
-            with np.errstate(invalid="ignore"):
-                raw = np.rint(
-                    value * float(bounds.scale_denominator) / float(bounds.scale_numerator)
-                )
-                clamped = (raw < bounds.lower_units) | (raw > bounds.upper_units)
-        code = _codes(conditions, size)
+            raw, clamped = rounded_units(value, spec.value_bounds)
+        code = first_reason_codes(conditions, size)
         valid = code == 0
         everything = bool(valid.all())
 
@@ -166,8 +153,7 @@ class TablePartial:
         cell = cells.cell_index([kept(positions[_signature(d)]) for d in cells.domains])
         self.n += np.bincount(cell, minlength=self.n.size)
         if raw is not None:
-            bounds = spec.value_bounds
-            units = np.clip(kept(raw), bounds.lower_units, bounds.upper_units).astype(np.int64)
+            units = clip_units(kept(raw), spec.value_bounds)
             self.s.add(cell_totals(cell, units, self.n.size))
             self.clamped += np.bincount(cell[kept(clamped)], minlength=self.n.size)
         if not everything:
@@ -212,7 +198,7 @@ def parquet_partials_function(
     ``complete``: False once some row group's ids are not strictly increasing,
     at which the task stops reading (the driver will not use the result).
     ``derived``: ``{key column: GridPosition}``, keys computed from a numeric
-    column (null where it is not finite), as `dp_pipeline.spark_aggregate` does.
+    column (null where it is not finite), as `dp_pipeline.engines.spark.aggregate` does.
     ``require_increasing=False`` reads everything whatever the order of the ids
     (the driver has proven them unique another way).
     """

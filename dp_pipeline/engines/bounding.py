@@ -155,7 +155,7 @@ def bound_contributions(
     """Apply the keyed bounding rule of this module to valid rows (numpy, vectorized).
 
     The pair sums are exact int64: each adds at most ``max_per_cell`` kept values
-    of at most ``B`` units, and `dp_pipeline.aggregate.QuerySpec` refuses
+    of at most ``B`` units, and `dp_pipeline.query.spec.QuerySpec` refuses
     ``max_per_cell * B > 2**62`` before any data is read, so no partial sum can wrap.
     """
     if value_units is None:

@@ -61,7 +61,6 @@ Top-k, two documented methods (``method=``), both pure ε-DP and exact:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
@@ -69,30 +68,28 @@ import numpy as np
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
+from dp_pipeline.query.quantile_grid import (
+    TOP_K_METHODS,
+    check_positive_int,
+    quantile_candidates,
+    quantile_positions,
+)
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
-    "MAX_QUANTILE_CANDIDATES",
-    "GridPosition",
+    "checked_quantile_mechanism",
     "dp_median",
     "dp_quantile",
     "dp_top_k",
     "one_shot_scale",
     "one_shot_top_k",
     "peel_top_k",
-    "quantile_candidate_count",
-    "quantile_candidates",
     "quantile_losses",
     "quantile_mechanism",
-    "quantile_positions",
     "quantile_rank_error_bound",
     "select_quantile",
     "top_k_mechanism",
 ]
-
-# Candidate grids beyond this size would make the per-candidate arrays unwieldy.
-MAX_QUANTILE_CANDIDATES = 10_000_000
-_TOP_K_METHODS = ("peeling", "one_shot")
 
 
 def quantile_mechanism(epsilon, **options) -> BaseTwoExponential:
@@ -104,32 +101,11 @@ def top_k_mechanism(
     epsilon, k: int, *, utility_sensitivity=1, monotone: bool = False, **options
 ) -> BaseTwoExponential:
     """The per-round mechanism of `dp_top_k`: ε/k each, composed k times to at most ε."""
-    _check_positive_int(k, "k")
+    check_positive_int(k, "k")
     epsilon = positive_rational(epsilon, "epsilon")
     return BaseTwoExponential(
         epsilon / k, utility_sensitivity=utility_sensitivity, monotone=monotone, **options
     )
-
-
-def quantile_candidate_count(bounds, granularity) -> int:
-    """How many candidates ``lo + i·granularity <= hi`` there are (checked, not listed)."""
-    low, high = _check_value_bounds(bounds)
-    step = positive_rational(granularity, "granularity")
-    count = math.floor((high - low) / step) + 1
-    if count > MAX_QUANTILE_CANDIDATES:
-        raise ValueError(
-            f"bounds {bounds!r} with granularity {granularity!r} give {count} candidates "
-            f"(more than {MAX_QUANTILE_CANDIDATES}); use a coarser granularity"
-        )
-    return count
-
-
-def quantile_candidates(bounds, granularity) -> list[Fraction]:
-    """The public candidate grid ``lo + i·granularity <= hi`` (exact rationals)."""
-    count = quantile_candidate_count(bounds, granularity)
-    low, _ = _check_value_bounds(bounds)
-    step = positive_rational(granularity, "granularity")
-    return [low + i * step for i in range(count)]
 
 
 def quantile_rank_error_bound(mechanism: BaseTwoExponential, candidates: int, beta) -> int:
@@ -152,55 +128,6 @@ def quantile_rank_error_bound(mechanism: BaseTwoExponential, candidates: int, be
             f"{mechanism.tail_bits}); use a larger beta or a mechanism with more tail_bits"
         )
     return bound
-
-
-def quantile_positions(values, bounds, granularity) -> tuple[np.ndarray, np.ndarray]:
-    """(grid position of each value, mask of values outside ``bounds``).
-
-    The position of ``x`` is the index of the largest candidate ``<= x``,
-    computed as ``clip(floor((clip(x, lo, hi) - lo) / g), 0, m - 1)`` in IEEE double
-    arithmetic (``lo``, ``g`` rounded to the nearest double once). The Spark
-    engine evaluates the same expression, so both engines bin every value
-    identically; it is exact for integer data on an integer grid (|x| < 2**53)
-    and may place a value within one rounding error of a grid point in the
-    neighbouring bin otherwise (any fixed per-value rule keeps Δu = 1).
-    ``values`` must be finite (checked by the caller).
-    """
-    low, high = _check_value_bounds(bounds)
-    count = quantile_candidate_count(bounds, granularity)  # per row group: never list them
-    step = positive_rational(granularity, "granularity")
-    data = np.asarray(values, dtype=float)
-    low_f, high_f = float(low), float(high)
-    clamped = np.clip(data, low_f, high_f)
-    raw = np.floor((clamped - low_f) / float(step))
-    positions = np.clip(raw, 0, count - 1).astype(np.int64)
-    outside = (data < low_f) | (data > high_f)
-    return positions, outside
-
-
-@dataclass(frozen=True)
-class GridPosition:
-    """A derived integer key: the `quantile_positions` of a numeric ``column``.
-
-    Null where the value is null, NaN or infinite; ``0 .. size - 1`` otherwise.
-    Both Spark aggregation paths (`dp_pipeline.spark_aggregate.aggregate_queries`'s
-    ``derived``) compute it with the same IEEE operations as the pandas engine.
-    """
-
-    column: str
-    bounds: tuple[Fraction, Fraction]
-    granularity: Fraction
-
-    @property
-    def size(self) -> int:
-        return quantile_candidate_count(self.bounds, self.granularity)
-
-    def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(positions, finite mask) of float64 ``values`` (positions of non-finite: 0)."""
-        finite = np.isfinite(values)
-        positions = np.zeros(values.size, dtype=np.int64)
-        positions[finite], _ = quantile_positions(values[finite], self.bounds, self.granularity)
-        return positions, finite
 
 
 def select_quantile(bucket_counts, q, candidates, mechanism, stream):
@@ -263,7 +190,7 @@ def dp_quantile(values, q, bounds, granularity, mechanism, stream):
     if not 0 <= q_exact <= 1:
         raise ValueError(f"q must be in [0, 1], got {q!r}")
     candidates = quantile_candidates(bounds, granularity)
-    mechanism = _quantile_mechanism(mechanism)
+    mechanism = checked_quantile_mechanism(mechanism)
     data = _finite_values(values)
     positions, _ = quantile_positions(data, bounds, granularity)
     bucket_counts = np.bincount(positions, minlength=len(candidates))
@@ -346,10 +273,10 @@ def dp_top_k(
     pure ε exactly ``epsilon`` whatever ``k``. One unit must touch at most
     ``max_candidates`` counts (the caller guarantees it; the engines enforce it).
     """
-    _check_positive_int(k, "k")
-    if method not in _TOP_K_METHODS:
-        raise ValueError(f"method must be one of {_TOP_K_METHODS}, got {method!r}")
-    _check_positive_int(max_candidates, "max_candidates")
+    check_positive_int(k, "k")
+    if method not in TOP_K_METHODS:
+        raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
+    check_positive_int(max_candidates, "max_candidates")
     counts = np.asarray(counts_by_candidate)
     if counts.ndim != 1:
         raise ValueError(f"counts_by_candidate must be 1-D, got shape {counts.shape}")
@@ -389,7 +316,7 @@ def dp_top_k(
     return [labels[i].item() for i in chosen]
 
 
-def _quantile_mechanism(mechanism) -> BaseTwoExponential:
+def checked_quantile_mechanism(mechanism) -> BaseTwoExponential:
     if not isinstance(mechanism, BaseTwoExponential):
         return quantile_mechanism(mechanism)
     if mechanism.monotone:
@@ -403,20 +330,6 @@ def _quantile_mechanism(mechanism) -> BaseTwoExponential:
             f"utility_sensitivity={mechanism.utility_sensitivity}; use >= 1"
         )
     return mechanism
-
-
-def _check_value_bounds(bounds) -> tuple[Fraction, Fraction]:
-    try:
-        low, high = bounds
-    except (TypeError, ValueError):
-        raise TypeError(f"bounds must be a pair (lower, upper), got {bounds!r}") from None
-    low = exact_rational(low, "bounds lower")
-    high = exact_rational(high, "bounds upper")
-    if low > high:
-        raise ValueError(
-            f"bounds {tuple(bounds)!r} are reversed: the lower bound must be <= the upper"
-        )
-    return low, high
 
 
 def _finite_values(values) -> np.ndarray:
@@ -439,10 +352,3 @@ def _finite_values(values) -> np.ndarray:
             f"values[{bad[0]}] is NaN; drop or impute missing values before a DP quantile"
         )
     return array
-
-
-def _check_positive_int(value, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
-    if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")

@@ -2,11 +2,11 @@
 
 A query is built and checked whole before any data is read (bad input raises
 naming the argument, the value and the rule; nothing is drawn). The engines
-(``df.dp.quantile / median / top_k`` in `dp_pipeline.pandas_accessor`,
-`dp_pipeline.spark_selection`) only compute the utilities' inputs:
+(``df.dp.quantile / median / top_k`` in `dp_pipeline.engines.pandas.aggregate`,
+`dp_pipeline.selection.spark`) only compute the utilities' inputs:
 
 - quantile / median: the number of values at each grid position
-  (`dp_pipeline.selection.quantile_positions`, the same IEEE expression in
+  (`dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
   both engines); the driver then runs `select_quantile`.
 - top-k: the bounded per-candidate counts of the count engine (a `QuerySpec`
   ``count by [column]`` over the candidate domain, so privacy units,
@@ -34,94 +34,36 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics, QuerySpec
+from dp_pipeline.accounting import margin_of_error
 from dp_pipeline.digest import digest_of
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.quantile_grid import (
+    TOP_K_METHODS,
+    check_positive_int,
+    check_value_bounds,
+    quantile_candidates,
+    quantile_positions,
+)
+from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
 from dp_pipeline.rational import exact_rational, positive_rational
-from dp_pipeline.selection import (
-    _TOP_K_METHODS,
-    _check_positive_int,
-    _check_value_bounds,
-    _quantile_mechanism,
+from dp_pipeline.selection.algorithms import (
+    checked_quantile_mechanism,
     one_shot_scale,
     one_shot_top_k,
     peel_top_k,
-    quantile_candidates,
-    quantile_positions,
     quantile_rank_error_bound,
     select_quantile,
     top_k_mechanism,
 )
+from dp_pipeline.selection.info import SelectionInfo
 
-__all__ = ["QuantileQuery", "SelectionInfo", "TopKQuery"]
+__all__ = ["QuantileQuery", "TopKQuery"]
 
 _ON_INVALID = ("drop", "error")
-
-
-@dataclass(frozen=True)
-class SelectionInfo:
-    """What a DP selection spent and how precise it is (attached as ``result.attrs["dp"]``).
-
-    ``mechanism`` ran ``runs`` times (peeling: k rounds at ε/k each) with
-    ``sensitivity`` (1 for the exponential mechanism, whose utility
-    sensitivity is inside it; the count sensitivity vector for one-shot
-    discrete Laplace). ``epsilon`` is the total pure ε, an exact upper bound
-    (never above the requested ε). ``margin_of_error``: for quantile/median
-    the rank error t with P[rank loss >= OPT + t] <= 1 - confidence
-    (`quantile_rank_error_bound`); for one-shot top-k the noise margin of
-    each noisy count at ``confidence``; None for peeling.
-    ``diagnostics`` are NOT private: never publish them.
-    """
-
-    statistic: str
-    method: str
-    mechanism: BaseTwoExponential | DiscreteLaplace
-    runs: int
-    sensitivity: tuple[int, ...]
-    epsilon: Fraction
-    candidates: int
-    margin_of_error: int | None
-    confidence: Fraction
-    diagnostics: Diagnostics | None = None
-
-    def accountant(self):
-        """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""
-        from dp_pipeline.accounting import PrivacyAccountant
-
-        accountant = PrivacyAccountant()
-        accountant.add(self.mechanism, sensitivity=list(self.sensitivity), count=self.runs)
-        return accountant
-
-    def with_diagnostics(self, diagnostics: Diagnostics) -> SelectionInfo:
-        return dataclasses.replace(self, diagnostics=diagnostics)
-
-    def public_summary(self) -> dict[str, object]:
-        """JSON-friendly public facts (no diagnostics)."""
-        mechanism = self.mechanism
-        if isinstance(mechanism, BaseTwoExponential):
-            parameters = {
-                "base": str(mechanism.base),
-                "utility_sensitivity": str(mechanism.utility_sensitivity),
-                "monotone": mechanism.monotone,
-                "min_passes": mechanism.min_passes,
-            }
-        else:
-            parameters = {"scale": str(mechanism.scale)}
-        return {
-            "statistic": self.statistic,
-            "method": self.method,
-            "mechanism": mechanism.name,
-            **parameters,
-            "runs": self.runs,
-            "sensitivity": list(self.sensitivity),
-            "epsilon": str(self.epsilon),
-            "delta": "0",
-            "candidates": self.candidates,
-            "margin_of_error": None if self.margin_of_error is None else str(self.margin_of_error),
-            "confidence": str(self.confidence),
-        }
 
 
 def _check_common(key, release_id, table, on_invalid, confidence) -> Fraction:
@@ -145,7 +87,7 @@ class QuantileQuery:
     Each row contributes one value (no ``privacy_unit``: use one row per
     person). Candidates: the public grid ``lo, lo + g, ... <= hi``. Mechanism:
     `BaseTwoExponential` with Δu = 1, not monotone (``ε = 2·η·ln2``), see
-    `dp_pipeline.selection`.
+    `dp_pipeline.selection.algorithms`.
     """
 
     statistic: str
@@ -189,10 +131,10 @@ class QuantileQuery:
         q_exact = exact_rational(q, "q")
         if not 0 <= q_exact <= 1:
             raise ValueError(f"q must be in [0, 1], got {q!r}")
-        low, high = _check_value_bounds(bounds)
+        low, high = check_value_bounds(bounds)
         step = positive_rational(granularity, "granularity")
         candidates = tuple(quantile_candidates((low, high), step))
-        mechanism = _quantile_mechanism(epsilon)
+        mechanism = checked_quantile_mechanism(epsilon)
         confidence = _check_common(key, release_id, table, on_invalid, confidence)
         return cls(
             statistic=statistic,
@@ -306,9 +248,9 @@ class TopKQuery:
         """Validate everything that does not need the data; raise before any work."""
         if not isinstance(column, str) or not column:
             raise TypeError(f"column must be a column name, got {column!r}")
-        _check_positive_int(k, "k")
-        if method not in _TOP_K_METHODS:
-            raise ValueError(f"method must be one of {_TOP_K_METHODS}, got {method!r}")
+        check_positive_int(k, "k")
+        if method not in TOP_K_METHODS:
+            raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
         epsilon = positive_rational(epsilon, "epsilon")
         if isinstance(candidates, list | tuple | range) and len(candidates) == 0:
             raise ValueError(
@@ -377,8 +319,6 @@ class TopKQuery:
         return [v.item() if isinstance(v, np.generic) else v for v in values]
 
     def info(self) -> SelectionInfo:
-        from dp_pipeline.accounting import margin_of_error
-
         spec = self.counts
         if self.method == "peeling":
             return SelectionInfo(

@@ -1,6 +1,6 @@
 """Exact integer cell sums and the public clamp before noise (numpy, every engine path).
 
-The rule (`dp_pipeline.aggregate.ValueBounds` and `QuerySpec` enforce it before
+The rule (`dp_pipeline.query.bounds.ValueBounds` and `QuerySpec` enforce it before
 any data is read):
 
 1. A summed value is at most ``B <= MAX_SUM_UNITS = 2**31`` granularity units

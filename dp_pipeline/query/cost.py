@@ -12,8 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dp_pipeline.aggregate import Diagnostics, QuerySpec
+from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.spec import QuerySpec
 
 __all__ = ["MeasureInfo", "ReleaseInfo", "release_info"]
 
@@ -95,8 +97,6 @@ class ReleaseInfo:
 
 
 def _accountant_rho(mechanism, sensitivity):
-    from dp_pipeline.accounting import PrivacyAccountant
-
     accountant = PrivacyAccountant()
     accountant.add(mechanism, sensitivity=list(sensitivity), count=1)
     return accountant.rho()
@@ -104,8 +104,6 @@ def _accountant_rho(mechanism, sensitivity):
 
 def release_info(spec: QuerySpec) -> ReleaseInfo:
     """Ask the accountant for the cost of ``spec`` (before any data is touched)."""
-    from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
-
     measures = []
     accountant = PrivacyAccountant()
     for value, mechanism, sensitivity in spec.measures():

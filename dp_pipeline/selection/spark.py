@@ -1,12 +1,12 @@
 """DP selection on Spark: ``dp_quantile``, ``dp_median``, ``dp_top_k``.
 
 The utilities' inputs are Spark aggregations; the selection runs on the driver
-with the same code as the pandas engine (`dp_pipeline.selection_query`), so a
+with the same code as the pandas engine (`dp_pipeline.selection.query`), so a
 fixed key, release id and table give the same result on both engines.
 
 - quantile / median: one ``groupBy`` of the grid position of every value
   (``clip(floor((clip(x, lo, hi) - lo) / g), 0, m - 1)`` in IEEE double, the
-  expression of `dp_pipeline.selection.quantile_positions`), collected to
+  expression of `dp_pipeline.query.quantile_grid.quantile_positions`), collected to
   the driver as at most ``m + 1`` rows (m candidates, one row of invalid values).
 - top-k: the count engine's bounded per-candidate aggregation
   (`dp_pipeline.spark`): ``peeling`` collects the true bounded counts (one row
@@ -28,10 +28,12 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.aggregate import DEFAULT_CELL_LIMIT, Diagnostics, invalid_rows_error
-from dp_pipeline.selection_query import QuantileQuery, TopKQuery
+from dp_pipeline.engines.spark.aggregate import aggregate_queries
+from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.spark import run_spark
-from dp_pipeline.spark_aggregate import aggregate_queries, invalid_number, quantile_position
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [

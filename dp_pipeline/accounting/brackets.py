@@ -1,0 +1,93 @@
+"""Combining rigorous δ(ε) brackets of one composition: finite-support groups, intersections.
+
+Every bracket combined here is a rigorous (lower, upper) pair, so their
+intersection is too; the bound keeps the method that gave its upper end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.inversion import (
+    SupportGroup,
+)
+
+__all__ = [
+    "TIGHT",
+    "TIGHT_ENOUGH",
+    "intersect_brackets",
+    "inversion_delta",
+    "pmf_group",
+    "same_group",
+]
+
+TIGHT = 1e-6  # relative gap of the MGF inversion below which no other path is tried
+TIGHT_ENOUGH = 1e-3  # relative gap of the MGF inversion below which no other path is tried
+
+
+def pmf_group(p: np.ndarray, q: np.ndarray, count: int):
+    """Finite-support loss log(p/q) under p; p > 0 = q is the +∞ mass, p = 0 is dropped."""
+    finite = (p > 0) & (q > 0)
+    losses = np.log(p[finite]) - np.log(q[finite])
+    unit = 2.0**-53
+    error = 4 * unit * float(np.max(np.abs(np.log(p[finite])) + np.abs(np.log(q[finite])) + 1))
+    return SupportGroup(
+        masses=p[finite],
+        losses=losses,
+        count=count,
+        infinite_mass=float(math.fsum(p[(p > 0) & (q == 0)])),
+        loss_error=error if finite.any() else 0.0,
+        mass_error=0.0,
+    )
+
+
+def same_group(one, two) -> bool:
+    a, b = np.argsort(one.losses), np.argsort(two.losses)
+    return (
+        one.infinite_mass == two.infinite_mass
+        and len(a) == len(b)
+        and bool(np.array_equal(one.losses[a], two.losses[b]))
+        and bool(np.array_equal(one.masses[a], two.masses[b]))
+    )
+
+
+def inversion_delta(candidates):
+    """δ bound from the MGF inversion candidates (each a list of directions): the first
+    within `TIGHT_ENOUGH`, else the intersection of all of them (each is rigorous)."""
+
+    def delta_of(epsilon: float) -> DeltaBound:
+        best_lower, best_upper = 0.0, 1.0
+        for directions in candidates:
+            bounds = [direction.delta_bounds(epsilon) for direction in directions]
+            best_lower = max(best_lower, max(b[0] for b in bounds))
+            best_upper = min(best_upper, max(b[1] for b in bounds))
+            if best_upper - best_lower <= TIGHT_ENOUGH * best_upper:
+                break
+        return DeltaBound(min(best_lower, best_upper), best_upper, "mgf_inversion")
+
+    return delta_of
+
+
+def intersect_brackets(primary, fallback):
+    """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
+
+    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
+    """
+
+    def delta_of(epsilon: float) -> DeltaBound:
+        first = primary(epsilon)
+        gap = first.upper - first.lower
+        if first.upper > 0 and gap <= TIGHT * first.upper:
+            return first
+        # the exact lattice FFT when it exists; the approximate FFT paths only if loose
+        second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
+        if second is None:
+            return first
+        best = first if first.upper <= second.upper else second
+        lower = max(first.lower, second.lower)
+        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+
+    return delta_of, "mgf_inversion"

@@ -1,0 +1,118 @@
+"""What happened, as values: `PrivacyEvent` (mechanism, sensitivity, count) and its JSON form.
+
+Accountants only interpret events. Mechanisms serialize through the closed
+registry of `dp_pipeline.mechanisms.registry`; a mechanism known only by its
+dominating pmf pair or its pure ε is restored as `PmfPair` or `PureDP`.
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+import numpy as np
+
+from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
+from dp_pipeline.rational import exact_rational
+
+__all__ = [
+    "PmfPair",
+    "PrivacyEvent",
+    "PureDP",
+    "event_mechanism_from_dict",
+    "event_mechanism_to_dict",
+    "fraction_string",
+    "pure_epsilon_of",
+    "sensitivity_tuple",
+]
+
+
+@dataclass(frozen=True)
+class PrivacyEvent:
+    """One recorded use: ``count`` independent runs of ``mechanism`` with shifts ``sensitivity``."""
+
+    mechanism: Any
+    sensitivity: tuple[int, ...]
+    count: int
+
+
+def sensitivity_tuple(sensitivity: object) -> tuple[int, ...]:
+    if isinstance(sensitivity, (str, bytes)):
+        raise TypeError(
+            f"sensitivity must be an integer or a sequence of integers, got {sensitivity!r}"
+        )
+    values = list(sensitivity) if isinstance(sensitivity, (Sequence, np.ndarray)) else [sensitivity]
+    if not values:
+        raise ValueError("sensitivity must not be an empty sequence")
+    result = []
+    for index, value in enumerate(values):
+        name = "sensitivity" if len(values) == 1 else f"sensitivity[{index}]"
+        if isinstance(value, bool) or not isinstance(value, (numbers.Integral, Fraction)):
+            raise TypeError(
+                f"{name} must be an integer (a discrete mechanism's queries move by whole "
+                f"units), got {value!r}"
+            )
+        if isinstance(value, Fraction) and value.denominator != 1:
+            raise TypeError(f"{name} must be an integer, got {value!r}")
+        if int(value) < 0:
+            raise ValueError(f"{name} must be >= 0, got {value!r}")
+        result.append(int(value))
+    if not any(result):
+        raise ValueError(f"sensitivity must have at least one non-zero shift, got {tuple(result)}")
+    return tuple(result)
+
+
+def pure_epsilon_of(mechanism) -> Fraction | float | None:
+    pure = getattr(mechanism, "pure_epsilon", None)
+    if pure is None:
+        return None
+    value = pure() if callable(pure) else pure
+    if isinstance(value, Fraction):
+        return value
+    return float(value)
+
+
+def fraction_string(value: Fraction) -> str:
+    return f"{value.numerator}/{value.denominator}"
+
+
+def event_mechanism_to_dict(mechanism) -> dict:
+    registered = mechanism_to_dict(mechanism)
+    if registered is not None:
+        return registered
+    if hasattr(mechanism, "privacy_loss_pmfs"):
+        p, q = mechanism.privacy_loss_pmfs()
+        return {"type": "pmf_pair", "p": [float(x) for x in p], "q": [float(x) for x in q]}
+    pure = pure_epsilon_of(mechanism)
+    exact = pure if isinstance(pure, Fraction) else Fraction(pure)
+    return {"type": "pure_dp", "epsilon": fraction_string(exact)}
+
+
+@dataclass(frozen=True)
+class PmfPair:
+    """A mechanism given only by its dominating pair of pmfs (as restored from a ledger)."""
+
+    p: tuple[float, ...]
+    q: tuple[float, ...]
+
+    def privacy_loss_pmfs(self):
+        return np.asarray(self.p), np.asarray(self.q)
+
+
+@dataclass(frozen=True)
+class PureDP:
+    """A pure ε-DP mechanism (dominating pair: randomized response)."""
+
+    pure_epsilon: Fraction
+
+
+def event_mechanism_from_dict(data: dict):
+    kind = data["type"]
+    if kind == "pmf_pair":
+        return PmfPair(tuple(data["p"]), tuple(data["q"]))
+    if kind == "pure_dp":
+        return PureDP(exact_rational(data["epsilon"], "epsilon"))
+    return mechanism_from_dict(data)

@@ -1,0 +1,306 @@
+"""The composition paths of `PrivacyAccountant`: each turns recorded events into a δ(ε) bracket.
+
+One function per method named in the accountant's docstring (the exact 1-D
+formula, the MGF inversion and its finite-support split, the exact and the
+coarsened lattice FFT, the grid privacy-loss distribution). Each takes the
+tuple of `PrivacyEvent` values and returns rigorous (lower, upper) brackets,
+or None where it does not apply; the accountant chooses and intersects them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from fractions import Fraction
+
+import numpy as np
+
+from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.brackets import (
+    pmf_group,
+    same_group,
+)
+from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
+from dp_pipeline.accounting.discrete_laplace import (
+    discrete_laplace_delta_bounds,
+    discrete_laplace_loss_pmf,
+)
+from dp_pipeline.accounting.events import (
+    pure_epsilon_of,
+)
+from dp_pipeline.accounting.inversion import (
+    SMOOTH_SIGMA2,
+    InversionComposition,
+    SupportGroup,
+    discrete_gaussian_support,
+    smooth_gaussian,
+)
+from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
+from dp_pipeline.accounting.pld import PrivacyLossDistribution
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+__all__ = [
+    "fft_composition",
+    "inversion_of",
+    "inversion_split",
+    "lattice_components",
+    "pld_of",
+    "single_coordinate",
+    "support_threshold",
+]
+
+_LATTICE_TOLERANCE = 1e-14
+_MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
+_MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is faster and tighter
+_PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
+_EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
+_MAX_SUPPORT = 4096  # finite-support components larger than this are left to the FFT paths
+_MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
+_SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
+_MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
+
+
+def fft_composition(events, exact_only: bool = False):
+    """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
+    with ``exact_only``, the exact lattice FFT or None."""
+    components = lattice_components(events)
+    loss = None
+    if components is not None:
+        loss = lattice_loss(
+            components,
+            _LATTICE_TOLERANCE,
+            max_size=max(16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))),
+        )
+    if loss is not None:
+        return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
+    if exact_only:
+        return None
+    if components is not None:
+        coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
+        if coarse is not None:
+            name = "multivariate_fft_coarsened"
+            return (lambda eps: coarse.delta_bound(eps, name)), name
+    return pld_of(events).delta_bound, "pld_fft"
+
+
+def single_coordinate(events):
+    if len(events) != 1:
+        return None
+    event = events[0]
+    if event.count != 1 or len(event.sensitivity) != 1:
+        return None
+    if event.sensitivity[0] > _EXHAUSTIVE_SHIFTS:
+        # Theorem 7 maximised over every shift 1..Δ costs Δ exact tail sums per δ;
+        # a sum with Δ = 200,000 would take hours. Larger Δ take the lattice path with
+        # the shift Δ, the same worst-case rule as every composition (module docstring).
+        return None
+    mechanism, shift = event.mechanism, event.sensitivity[0]
+    if isinstance(mechanism, DiscreteGaussian):
+
+        def delta_of(eps):
+            # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
+            lower, upper = discrete_gaussian_delta_bounds(mechanism.sigma2, eps, shift)
+            return DeltaBound(lower, upper, "theorem7")
+
+        return delta_of, "theorem7"
+    if isinstance(mechanism, DiscreteLaplace):
+
+        def delta_of(eps):
+            lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
+            return DeltaBound(lower, upper, "discrete_laplace_exact")
+
+        return delta_of, "discrete_laplace_exact"
+    return None
+
+
+def inversion_of(events):
+    """Candidate MGF-inversion compositions, each a list of neighbouring directions.
+
+    Discrete Gaussians with σ² >= 36.5 can be "smooth" (their lattice is handled by the
+    comb bound of `inversion`) or a finite support (exact at every node). Two splits are
+    offered, tried in order: small σ² (< 10^4, if their supports stay small) as supports
+    and the rest smooth, which makes the comb bound negligible; then every σ² >= 36.5
+    smooth. Empty when no discrete Gaussian is smooth in either split.
+    """
+    candidates = []
+    threshold = support_threshold(events)
+    for split in (threshold, None) if threshold is not None else (None,):
+        directions = inversion_split(events, split)
+        if directions is not None:
+            candidates.append(directions)
+    return candidates
+
+
+def support_threshold(events) -> Fraction | None:
+    """The σ² below which discrete Gaussians are summed as supports: the smallest σ²
+    first, while their supports (~78σ points each) total at most `_MAX_SPLIT_SUPPORT`
+    and σ² < `_SUPPORT_SIGMA2`. None if that changes nothing."""
+    sizes: dict = {}
+    for event in events:
+        mechanism = event.mechanism
+        if isinstance(mechanism, DiscreteGaussian) and mechanism.sigma2 >= SMOOTH_SIGMA2:
+            size = (78 * math.sqrt(float(mechanism.sigma2)) + 5) * len(set(event.sensitivity) - {0})
+            sizes[mechanism.sigma2] = sizes.get(mechanism.sigma2, 0) + size
+    total, threshold = 0.0, None
+    for sigma2 in sorted(sizes):
+        total += sizes[sigma2]
+        if total > _MAX_SPLIT_SUPPORT or sigma2 >= _SUPPORT_SIGMA2:
+            threshold = sigma2
+            break
+    if threshold is None or threshold == min(sizes, default=None):
+        return None
+    return threshold
+
+
+def inversion_split(events, support_below):
+    gaussians, forward, backward = [], [], []
+    asymmetric = False
+    unit = 2.0**-53
+    support_size = 0
+    for event in events:
+        mechanism = event.mechanism
+        shifts = Counter(s for s in event.sensitivity if s)
+        if isinstance(mechanism, DiscreteGaussian):
+            for shift, multiplicity in shifts.items():
+                count = multiplicity * event.count
+                sigma2 = mechanism.sigma2
+                if sigma2 >= SMOOTH_SIGMA2 and (support_below is None or sigma2 >= support_below):
+                    gaussians.append(smooth_gaussian(sigma2, shift, count))
+                else:
+                    group = discrete_gaussian_support(float(sigma2), shift, count)
+                    support_size += len(group.masses)
+                    forward.append(group)
+                    backward.append(group)
+            continue
+        if isinstance(mechanism, DiscreteLaplace):
+            for shift, multiplicity in shifts.items():
+                if shift > _MAX_SUPPORT:
+                    return None
+                values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
+                losses = (-shift + 2.0 * values) / float(mechanism.scale)
+                group = SupportGroup(
+                    masses=probabilities,
+                    losses=losses,
+                    count=multiplicity * event.count,
+                    loss_error=8 * unit * float(np.max(np.abs(losses))),
+                    mass_error=8 * unit * (shift + 4),
+                )
+                support_size += len(group.masses)
+                forward.append(group)
+                backward.append(group)
+            continue
+        if hasattr(mechanism, "privacy_loss_pmfs"):
+            p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
+            if len(p) > _MAX_SUPPORT or p.shape != q.shape:
+                return None
+            one, two = pmf_group(p, q, event.count), pmf_group(q, p, event.count)
+            support_size += len(one.masses)
+            forward.append(one)
+            backward.append(two)
+            asymmetric = asymmetric or not same_group(one, two)
+            continue
+        pure = float(pure_epsilon_of(mechanism))
+        if pure > 0:
+            high = 1 / (1 + math.exp(-pure))
+            group = SupportGroup(
+                masses=np.array([high, 1 - high]),
+                losses=np.array([pure, -pure]),
+                count=event.count,
+                loss_error=2 * unit * pure,
+            )
+            support_size += 2
+            forward.append(group)
+            backward.append(group)
+    if not gaussians or support_size > _MAX_TOTAL_SUPPORT:
+        return None
+    directions = [InversionComposition(gaussians, forward)]
+    if asymmetric:
+        directions.append(InversionComposition(gaussians, backward))
+    return directions
+
+
+def lattice_components(events) -> list[LatticeComponent] | None:
+    counts: Counter = Counter()
+    for event in events:
+        mechanism = event.mechanism
+        if isinstance(mechanism, DiscreteGaussian):
+            for shift in event.sensitivity:
+                if shift:
+                    counts[("dg", mechanism.sigma2, shift)] += event.count
+        elif isinstance(mechanism, DiscreteLaplace):
+            for shift in event.sensitivity:
+                if shift:
+                    counts[("dl", mechanism.scale, shift)] += event.count
+        elif hasattr(mechanism, "privacy_loss_pmfs"):
+            return None
+        else:
+            pure = pure_epsilon_of(mechanism)
+            if not isinstance(pure, Fraction):
+                return None
+            if pure > 0:
+                counts[("rr", pure, 1)] += event.count
+    components = []
+    for (kind, value, shift), count in counts.items():
+        if kind == "dg":
+            components.append(
+                LatticeComponent(
+                    offset=Fraction(shift * shift) / (2 * value),
+                    step=Fraction(shift) / value,
+                    count=count,
+                    sigma2=value,
+                )
+            )
+        elif kind == "dl":
+            _, probabilities = discrete_laplace_loss_pmf(value, shift)
+            components.append(
+                LatticeComponent(
+                    offset=-Fraction(shift) / value,
+                    step=2 / value,
+                    count=count,
+                    probabilities=tuple(float(p) for p in probabilities),
+                )
+            )
+        else:
+            p = 1 / (1 + math.exp(-float(value)))
+            components.append(
+                LatticeComponent(
+                    offset=-value,
+                    step=2 * value,
+                    count=count,
+                    probabilities=(1 - p, p),
+                )
+            )
+    return components or None
+
+
+def pld_of(events):
+    parts_spec = []
+    variance = 0.0
+    for event in events:
+        mechanism = event.mechanism
+        if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+            for shift, multiplicity in Counter(s for s in event.sensitivity if s).items():
+                parts_spec.append((mechanism, shift, multiplicity * event.count))
+                if isinstance(mechanism, DiscreteGaussian):
+                    variance += multiplicity * event.count * shift * shift / float(mechanism.sigma2)
+                else:
+                    variance += multiplicity * event.count * (shift / float(mechanism.scale)) ** 2
+        else:
+            parts_spec.append((mechanism, 1, event.count))
+            pure = pure_epsilon_of(mechanism)
+            variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
+    step = max(math.sqrt(variance) / _PLD_RESOLUTION, 1e-7)
+    parts = []
+    for mechanism, shift, count in parts_spec:
+        part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
+        parts.append(part.self_compose(count) if count > 1 else part)
+    while len(parts) > 1:
+        parts = [
+            parts[i].compose(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+            for i in range(0, len(parts), 2)
+        ]
+    return parts[0]
+
+
+# ----------------------------------------------------------------- persistence

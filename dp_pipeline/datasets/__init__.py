@@ -1,0 +1,1 @@
+"""Deterministic synthetic test data (numpy's Generator for DATA only, never for noise)."""

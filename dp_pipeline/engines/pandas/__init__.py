@@ -1,0 +1,1 @@
+"""The pandas engine adapter (numpy rules, one process)."""

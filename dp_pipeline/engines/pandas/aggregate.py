@@ -1,0 +1,209 @@
+"""The pandas engine: rows of a DataFrame -> dense true cell vectors + diagnostics.
+
+Same rules as the Parquet pass on Spark (`dp_pipeline.engines.numpy_rules`,
+`dp_pipeline.engines.bounding`), and noise per noise partition by the shared
+`dp_pipeline.udfs` code, so the same data, key, release id and table give a
+bit-identical release on pandas and Spark.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions, unit_keys
+from dp_pipeline.engines.numpy_rules import cell_sums, value_units
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.udfs.noise import noisy_dense, release_columns
+
+__all__ = ["aggregate", "aggregate_pandas", "input_column", "run_pandas"]
+
+
+def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
+    if name not in df.columns:
+        raise ValueError(
+            f"{role} column {name!r} is not in the DataFrame; its columns are {list(df.columns)}"
+        )
+    return df[name]
+
+
+def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
+    dtype = series.dtype
+    if domain.kind == "int":
+        if not pd.api.types.is_integer_dtype(dtype):
+            hint = (
+                "; cast with .astype('Int64') to keep nulls"
+                if pd.api.types.is_float_dtype(dtype)
+                else ""
+            )
+            raise TypeError(
+                f"key column {domain.column!r} has dtype {dtype} but its domain holds integers; "
+                f"it must have an integer dtype{hint}"
+            )
+    elif not (pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype)):
+        raise TypeError(
+            f"key column {domain.column!r} has dtype {dtype} but its domain holds strings; "
+            f"it must have a string or object dtype"
+        )
+
+
+def _key_values(series: pd.Series, domain: Domain, null: np.ndarray) -> np.ndarray:
+    if domain.kind == "int":
+        return series.to_numpy(dtype=np.int64, na_value=0)
+    values = series.to_numpy(dtype=object)
+    return np.where(null, "", values)
+
+
+def _unit_values(units: pd.Series) -> np.ndarray:
+    """Privacy units as exact values: int64 for any integer dtype, else objects.
+
+    A nullable ``Int64`` column's ``to_numpy()`` is float64 (5 -> 5.0, and inexact
+    above 2**53), which would hash as "5.0" where Spark hashes "5"; null rows are
+    dropped before this is used, so they may take any placeholder.
+    """
+    if pd.api.types.is_integer_dtype(units.dtype):
+        return units.to_numpy(dtype=np.int64, na_value=0)
+    return units.to_numpy(dtype=object)
+
+
+def aggregate_pandas(
+    df: pd.DataFrame, spec: QuerySpec
+) -> tuple[dict[str, np.ndarray], list[pd.Series], Diagnostics]:
+    """True bounded aggregates of every declared cell (dense int64 arrays by cell index).
+
+    Returns ({"count": ..., "sum": ... or None}, the key columns, diagnostics).
+    """
+    if not isinstance(df, pd.DataFrame):
+        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+    cells = spec.cells
+    key_series = [input_column(df, d.column, "key") for d in cells.domains]
+    for series, domain in zip(key_series, cells.domains, strict=True):
+        _check_key_dtype(series, domain)
+    unit_series = input_column(df, spec.privacy_unit, "privacy_unit") if spec.privacy_unit else None
+    if unit_series is not None and not (
+        pd.api.types.is_integer_dtype(unit_series.dtype)
+        or pd.api.types.is_string_dtype(unit_series.dtype)
+    ):
+        raise TypeError(
+            f"privacy_unit column {spec.privacy_unit!r} has dtype {unit_series.dtype}; "
+            f"it must hold integers or strings"
+        )
+    value_series = input_column(df, spec.column, "summed") if spec.column else None
+    if value_series is not None and (
+        not pd.api.types.is_numeric_dtype(value_series.dtype)
+        or pd.api.types.is_bool_dtype(value_series.dtype)
+    ):
+        raise TypeError(
+            f"summed column {spec.column!r} has dtype {value_series.dtype}; it must be numeric"
+        )
+
+    n = len(df)
+    valid = np.ones(n, dtype=bool)
+    positions = []
+    null_counts: dict[str, int] = {}
+    ood_counts: dict[str, int] = {}
+    for series, domain in zip(key_series, cells.domains, strict=True):
+        null = series.isna().to_numpy()
+        values = _key_values(series, domain, null)
+        if null.any():
+            pos = np.full(n, -1, dtype=np.int64)
+            pos[~null] = domain.positions(values[~null])
+        else:  # the common case: no masked copies of 10^7-row columns
+            pos = domain.positions(values)
+        dropped_null = valid & null
+        dropped_ood = valid & ~null & (pos < 0)
+        null_counts[domain.column] = int(dropped_null.sum())
+        ood_counts[domain.column] = int(dropped_ood.sum())
+        if spec.on_invalid == "error":
+            if null_counts[domain.column]:
+                raise invalid_rows_error(domain.column, "have a null key")
+            if ood_counts[domain.column]:
+                raise invalid_rows_error(
+                    domain.column, f"have a key outside the declared domain {domain!r}"
+                )
+        valid &= ~null & (pos >= 0)
+        positions.append(pos)
+
+    rows_null_unit = 0
+    if unit_series is not None:
+        null_unit = valid & unit_series.isna().to_numpy()
+        rows_null_unit = int(null_unit.sum())
+        if rows_null_unit and spec.on_invalid == "error":
+            raise invalid_rows_error(spec.privacy_unit, "have a null privacy unit")
+        valid &= ~null_unit
+
+    rows_invalid_value = 0
+    rows_clamped = 0
+    units = None
+    if value_series is not None:
+        values = value_series.to_numpy(dtype=np.float64, na_value=np.nan)
+        bad = valid & ~np.isfinite(values)
+        rows_invalid_value = int(bad.sum())
+        if rows_invalid_value and spec.on_invalid == "error":
+            raise invalid_rows_error(spec.column, "hold null, NaN or infinite values")
+        valid &= ~bad
+        units, clamped = value_units(values[valid], spec.value_bounds)
+        rows_clamped = int(clamped.sum())
+
+    all_valid = bool(valid.all())
+    row_cells = cells.cell_index(positions if all_valid else [p[valid] for p in positions])
+    total = cells.total
+    removed_per_cell = removed_cells = pairs_removed = 0
+    if unit_series is None:
+        counts = np.bincount(row_cells, minlength=total).astype(np.int64)
+        sums = None if units is None else cell_sums(row_cells, units, total)
+        rows_used = int(row_cells.size)
+    else:
+        salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
+        codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
+        bounded = bound_contributions(
+            codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
+        )
+        counts = np.bincount(bounded.cells, weights=bounded.counts, minlength=total).astype(
+            np.int64
+        )
+        sums = None if units is None else cell_sums(bounded.cells, bounded.sums, total)
+        removed_per_cell = bounded.rows_removed_max_per_cell
+        removed_cells = bounded.rows_removed_max_cells
+        pairs_removed = bounded.pairs_removed_max_cells
+        rows_used = int(bounded.counts.sum())
+
+    diagnostics = Diagnostics(
+        rows_in=n,
+        rows_null_key=null_counts,
+        rows_out_of_domain=ood_counts,
+        rows_null_unit=rows_null_unit,
+        rows_invalid_value=rows_invalid_value,
+        rows_clamped=rows_clamped,
+        rows_removed_max_per_cell=removed_per_cell,
+        rows_removed_max_cells=removed_cells,
+        unit_cells_removed_max_cells=pairs_removed,
+        rows_used=rows_used,
+    )
+    return {"count": counts, "sum": sums}, key_series, diagnostics
+
+
+def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnostics]:
+    """Aggregate, bound and noise ``df`` per ``spec``; return (release, diagnostics).
+
+    The release has one row per declared cell, in cell-index order.
+    """
+    true_values, key_series, diagnostics = aggregate_pandas(df, spec)
+    cells = spec.cells
+    total = cells.total
+    released = release_columns(spec, noisy_dense(spec, true_values))
+
+    keys = cells.decode(np.arange(total, dtype=np.int64))
+    columns = {}
+    for series, domain, values in zip(key_series, cells.domains, keys, strict=True):
+        dtype = series.dtype
+        if domain.kind == "int" and isinstance(dtype, pd.api.extensions.ExtensionDtype):
+            dtype = np.dtype(np.int64)
+        columns[domain.column] = pd.array(values, dtype=dtype)
+    columns.update(released)
+    return pd.DataFrame(columns), diagnostics
+
+
+aggregate = aggregate_pandas

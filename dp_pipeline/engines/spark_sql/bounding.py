@@ -1,0 +1,93 @@
+"""Contribution bounding in Spark SQL: at most ``max_cells`` cells and ``max_per_cell`` rows.
+
+Window functions ranked by the keyed hashes of `dp_pipeline.engines.bounding`
+(the same Spark xxhash64 the numpy rule reimplements), so both engines keep
+the same rows of every privacy unit.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Window
+from pyspark.sql import functions as sf
+
+from dp_pipeline.engines.bounding import BoundingSalt
+from dp_pipeline.engines.spark_sql.coding import (
+    CLAMPED_COLUMN,
+    EXACT_TYPE,
+    UNIT_COLUMN,
+    VALUE_UNITS_COLUMN,
+    exact_sum,
+)
+from dp_pipeline.errors import InternalError
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.udfs.noise import CELL_COLUMN
+
+
+def unit_key(salt: BoundingSalt):
+    """The 60-bit keyed unit key of `dp_pipeline.engines.bounding.unit_keys`, in Spark SQL."""
+    digest = sf.sha2(
+        sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(UNIT_COLUMN).cast("string")), 256
+    )
+    return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
+
+
+def bounded_pairs(coded, spec: QuerySpec):
+    """The general bounding rule in Spark SQL: per-cell aggregates of ``coded`` (one table).
+
+    Only the rows of units with several rows come here (there is a privacy unit).
+    ``coded`` has the untagged columns of `coded_rows`. Output: ``_cell``, ``n``,
+    ``s`` (the exact DECIMAL(38,0) sum, pair partials exact too), ``clamped``,
+    ``removed_per_cell``, ``removed_cells``, ``pairs_removed``; negative
+    ``_cell`` rows count dropped rows by reason.
+    """
+
+    if spec.privacy_unit is None:
+        raise InternalError("the general bounding rule needs a privacy unit")
+    is_sum = spec.column is not None
+    valid = sf.col(CELL_COLUMN) >= 0
+    zero = sf.lit(0).cast("long")
+    salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
+    rows = coded.withColumn(UNIT_COLUMN, sf.col(spec.privacy_unit))
+    m = spec.max_per_cell
+    if is_sum:
+        rows = rows.withColumn("_dp_unit_key", unit_key(salt))
+        row_rank = sf.xxhash64(
+            sf.lit(salt.seed_rows).cast("long"),
+            sf.col("_dp_unit_key"),
+            sf.col(CELL_COLUMN),
+            sf.col(VALUE_UNITS_COLUMN),
+        )
+        window = Window.partitionBy(UNIT_COLUMN, CELL_COLUMN).orderBy(
+            row_rank, sf.col(VALUE_UNITS_COLUMN)
+        )
+        rows = rows.withColumn("_dp_row_rank", sf.row_number().over(window))
+        kept = sf.col("_dp_row_rank") <= m
+        pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
+            sf.count(sf.lit(1)).alias("n_all"),
+            sf.sum(sf.when(kept, 1).otherwise(0)).cast("long").alias("n_kept"),
+            exact_sum(sf.when(kept, sf.col(VALUE_UNITS_COLUMN)).otherwise(zero)).alias("s_kept"),
+            sf.sum(CLAMPED_COLUMN).alias("clamped"),
+        )
+    else:
+        pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(sf.count(sf.lit(1)).alias("n_all"))
+        pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
+        pairs = pairs.withColumn("s_kept", zero.cast(EXACT_TYPE)).withColumn("clamped", zero)
+    cell_rank = sf.xxhash64(
+        sf.lit(salt.seed_cells).cast("long"), unit_key(salt), sf.col(CELL_COLUMN)
+    )
+    window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
+    pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))
+    keep = valid & (sf.col("_dp_cell_rank") <= spec.max_cells)
+    dropped = valid & ~keep
+    return pairs.groupBy(CELL_COLUMN).agg(
+        sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(
+            "n"
+        ),
+        exact_sum(sf.when(keep, sf.col("s_kept"))).alias("s"),
+        sf.sum("clamped").alias("clamped"),
+        sf.sum(sf.when(keep, sf.col("n_all") - sf.col("n_kept")).otherwise(zero)).alias(
+            "removed_per_cell"
+        ),
+        sf.sum(sf.when(dropped, sf.col("n_all")).otherwise(zero)).alias("removed_cells"),
+        sf.sum(sf.when(dropped, 1).otherwise(0)).cast("long").alias("pairs_removed"),
+    )

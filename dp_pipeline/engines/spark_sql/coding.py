@@ -1,0 +1,218 @@
+"""Spark SQL rules of a query: schema checks, invalid-row reason codes, cell index, clamping.
+
+The Spark SQL dialect of the rules `dp_pipeline.engines.numpy_rules` applies with
+numpy; `tests/test_spark_engine.py` and the contract tests demand the same cells,
+reason codes and clamped value units. No Python runs per row.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import functions as sf
+from pyspark.sql.types import (
+    ByteType,
+    IntegerType,
+    LongType,
+    NumericType,
+    ShortType,
+    StringType,
+)
+
+from dp_pipeline.query.exact_sums import SUM_LIMIT
+from dp_pipeline.query.quantile_grid import quantile_candidate_count
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.udfs.noise import CELL_COLUMN
+
+UNIT_COLUMN = "_dp_unit"
+VALUE_UNITS_COLUMN = "_dp_value_units"
+CLAMPED_COLUMN = "_dp_clamped"
+UNIT_ROWS_COLUMN = "_dp_unit_rows"
+DEFERRED_COLUMN = "_dp_deferred"
+
+
+# Explicit domains up to this size are looked up with a CASE expression (no join).
+CASE_LIST_LIMIT = 64
+
+
+INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
+# Value units are summed as DECIMAL(38,0): a bigint sum raises (ANSI) or wraps.
+EXACT_TYPE = "decimal(38,0)"
+S_EXACT_COLUMN = "_dp_s_exact"
+TRUE_S_EXACT_COLUMN = "_dp_true_s_exact"
+AGGREGATE_COLUMNS = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
+TRUE_COLUMNS = ("true_n", "true_s")
+
+
+def table_tag(index: int) -> str:
+    return f"_{index}"
+
+
+def exact_sum(column):
+    """The sum of an integer column as DECIMAL(38,0): exact, it never wraps or raises.
+
+    The summed units are at most 2**31 in absolute value (`dp_pipeline.query.exact_sums`),
+    so any sum of fewer than 2**63 rows is below 2**94 < 10**38, the type's range.
+    """
+    return sf.coalesce(sf.sum(column.cast(EXACT_TYPE)), sf.lit(0).cast(EXACT_TYPE))
+
+
+def clamped_sum(column):
+    """An exact DECIMAL(38,0) cell total clamped into [-2**62, 2**62], as a long.
+
+    The public pre-noise clamp of `dp_pipeline.query.exact_sums`, applied to the final
+    totals only (clamping partials would not be exact); the cast cannot fail.
+    """
+    low, high = sf.lit(-SUM_LIMIT).cast(EXACT_TYPE), sf.lit(SUM_LIMIT).cast(EXACT_TYPE)
+    return sf.least(sf.greatest(column, low), high).cast("long")
+
+
+def check_schema(df, spec: QuerySpec) -> None:
+    fields = {f.name: f.dataType for f in df.schema.fields}
+
+    def need(name: str, role: str):
+        if name not in fields:
+            raise ValueError(
+                f"{role} column {name!r} is not in the DataFrame; its columns are {df.columns}"
+            )
+        return fields[name]
+
+    for domain in spec.cells.domains:
+        kind = need(domain.column, "key")
+        if domain.kind == "int" and not isinstance(kind, INTEGRAL_TYPES):
+            raise TypeError(
+                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
+                f"domain holds integers; it must have an integer type"
+            )
+        if domain.kind == "str" and not isinstance(kind, StringType):
+            raise TypeError(
+                f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
+                f"domain holds strings; it must have a string type"
+            )
+    if spec.privacy_unit is not None:
+        kind = need(spec.privacy_unit, "privacy_unit")
+        if not isinstance(kind, (*INTEGRAL_TYPES, StringType)):
+            raise TypeError(
+                f"privacy_unit column {spec.privacy_unit!r} has Spark type "
+                f"{kind.simpleString()}; it must hold integers or strings"
+            )
+    if spec.column is not None:
+        kind = need(spec.column, "summed")
+        if not isinstance(kind, NumericType):
+            raise TypeError(
+                f"summed column {spec.column!r} has Spark type {kind.simpleString()}; "
+                f"it must be numeric"
+            )
+
+
+def reason_codes(spec: QuerySpec) -> dict[int, tuple[str, str]]:
+    """Negative cell codes of dropped rows -> (reason, column)."""
+    codes = {}
+    for i, column in enumerate(spec.cells.columns):
+        codes[-(2 * i + 1)] = ("null_key", column)
+        codes[-(2 * i + 2)] = ("out_of_domain", column)
+    k = len(spec.cells.columns)
+    codes[-(2 * k + 1)] = ("null_unit", spec.privacy_unit or "")
+    codes[-(2 * k + 2)] = ("invalid_value", spec.column or "")
+    return codes
+
+
+def list_position(df, domain, column, tag: str, index: int):
+    """(df, position column) of an explicit-list domain: CASE for short lists, else a join."""
+    cast = (lambda c: c.cast("long")) if domain.kind == "int" else (lambda c: c)
+    values = (
+        [int(v) for v in domain.values] if domain.kind == "int" else [str(v) for v in domain.values]
+    )
+    if len(values) <= CASE_LIST_LIMIT:
+        position = None
+        for j, value in enumerate(values):
+            condition = cast(column) == sf.lit(value)
+            branch = sf.lit(j).cast("long")
+            position = (
+                sf.when(condition, branch) if position is None else position.when(condition, branch)
+            )
+        return df, position
+    value_name, pos_name = f"_dp_domain{tag}_{index}_value", f"_dp_domain{tag}_{index}_pos"
+    kind = "long" if domain.kind == "int" else "string"
+    lookup = df.sparkSession.createDataFrame(
+        [(v, j) for j, v in enumerate(values)], f"{value_name} {kind}, {pos_name} long"
+    )
+    df = df.join(sf.broadcast(lookup), cast(column) == sf.col(value_name), "left").drop(value_name)
+    return df, sf.col(pos_name)
+
+
+def invalid_number(column: str):
+    """(``column`` as double, a condition: null, NaN or infinite): rows no aggregate takes."""
+    value = sf.col(column).cast("double")
+    infinite = (value == sf.lit(float("inf"))) | (value == sf.lit(float("-inf")))
+    return value, value.isNull() | sf.isnan(value) | infinite
+
+
+def quantile_position(column: str, bounds, granularity):
+    """Spark column: the grid position of ``column`` (null where null, NaN or infinite).
+
+    The same IEEE operations as `dp_pipeline.query.quantile_grid.quantile_positions`, so both
+    engines bin every value identically.
+    """
+
+    value, invalid = invalid_number(column)
+    low, high = (float(b) for b in bounds)
+    last = quantile_candidate_count(bounds, granularity) - 1
+    clamped = sf.least(sf.greatest(value, sf.lit(low)), sf.lit(high))
+    raw = sf.floor((clamped - sf.lit(low)) / sf.lit(float(granularity)))
+    position = sf.least(sf.greatest(raw, sf.lit(0).cast("long")), sf.lit(last).cast("long"))
+    return sf.when(~invalid, position)
+
+
+def with_derived(df, derived):
+    """``df`` with the ``derived`` grid-position columns (``{name: GridPosition}``) added."""
+    for name, grid in (derived or {}).items():
+        df = df.withColumn(name, quantile_position(grid.column, grid.bounds, grid.granularity))
+    return df
+
+
+def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
+    """df plus the cell column ``_cell<tag>``: the cell index, or a negative reason code.
+
+    Sums also get ``_dp_value_units<tag>`` (clamped value in granularity units)
+    and ``_dp_clamped<tag>`` (1 if clamping changed it). ``tag`` keeps the
+    columns of several queries over one DataFrame apart. ``null_units=False``
+    (the caller has checked that the privacy unit is never null) leaves out the
+    null-unit test, so the coding does not read the unit column.
+    """
+    cell = sf.lit(0).cast("long")
+    code = None
+    k = len(spec.cells.columns)
+    for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
+        column = sf.col(domain.column)
+        if domain.is_range:
+            pos = sf.when(
+                (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
+                column.cast("long") - sf.lit(domain.start).cast("long"),
+            )
+        else:
+            df, pos = list_position(df, domain, column, tag, i)
+        cell = cell + pos * sf.lit(stride).cast("long")
+        null_branch = (column.isNull(), sf.lit(-(2 * i + 1)).cast("long"))
+        ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
+        for condition, value in (null_branch, ood_branch):
+            code = sf.when(condition, value) if code is None else code.when(condition, value)
+    if spec.privacy_unit is not None and null_units:
+        code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
+    if spec.column is not None:
+        value, invalid = invalid_number(spec.column)
+        code = code.when(invalid, sf.lit(-(2 * k + 2)).cast("long"))
+        bounds = spec.value_bounds
+        # The same IEEE operations as dp_pipeline.engines.pandas.aggregate._value_units.
+        raw = sf.rint(
+            value * sf.lit(float(bounds.scale_denominator)) / sf.lit(float(bounds.scale_numerator))
+        )
+        lower, upper = float(bounds.lower_units), float(bounds.upper_units)
+        df = df.withColumn(
+            VALUE_UNITS_COLUMN + tag,
+            sf.when(
+                ~invalid, sf.least(sf.greatest(raw, sf.lit(lower)), sf.lit(upper)).cast("long")
+            ),
+        ).withColumn(
+            CLAMPED_COLUMN + tag,
+            sf.when(~invalid & ((raw < sf.lit(lower)) | (raw > sf.lit(upper))), 1).otherwise(0),
+        )
+    return df.withColumn(CELL_COLUMN + tag, code.otherwise(cell))

@@ -1,0 +1,130 @@
+"""Budget arithmetic of the ledger: compose recorded releases and measure them against a cap.
+
+Pure (no SQLite, clock or host); the guarantee is the accountant's upper bound,
+compared with the population's cap in the safe direction. `dp_pipeline.release.ledger`
+is the transactional store that calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dp_pipeline.accounting import PrivacyAccountant
+
+__all__ = [
+    "LedgerError",
+    "Spend",
+    "accountant_type",
+    "cap_dict",
+    "compose_accountants",
+    "describe_cap",
+    "left_text",
+    "measure_spend",
+    "spend_text",
+    "within_cap",
+]
+
+
+class LedgerError(ValueError):
+    """A release the ledger refuses (the message says why and what to do)."""
+
+
+def accountant_type():
+    """The accountant class, `dp_pipeline.accounting.PrivacyAccountant`."""
+    return PrivacyAccountant
+
+
+def compose_accountants(states: Iterable[dict]):
+    """One accountant holding every event of the given ``to_dict()`` states."""
+    kind = accountant_type()
+    combined = kind()
+    for state in states:
+        for event in kind.from_dict(state).events:
+            combined.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
+    return combined
+
+
+def cap_dict(cap) -> dict[str, str | None]:
+    """A cap (any object with rho / epsilon / delta attributes) as exact strings."""
+    values = {name: getattr(cap, name, None) for name in ("rho", "epsilon", "delta")}
+    if values["rho"] is None and values["epsilon"] is None:
+        raise LedgerError("a population cap needs rho, or epsilon with delta")
+    return {k: None if v is None else str(Fraction(v)) for k, v in values.items()}
+
+
+def describe_cap(cap: dict) -> str:
+    if cap["rho"] is not None:
+        return f"rho <= {cap['rho']}"
+    return f"(epsilon={cap['epsilon']}, delta={cap['delta']})"
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A composed guarantee measured against a cap (upper bounds)."""
+
+    rho: Fraction | None
+    epsilon: float | None  # at the cap's delta (upper bound), if the cap is (ε, δ)
+    delta: float | None  # at the cap's epsilon (upper bound), if the cap is (ε, δ)
+    method: str
+
+    def to_dict(self) -> dict:
+        return {
+            "rho": None if self.rho is None else str(self.rho),
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            "method": self.method,
+        }
+
+
+def measure_spend(accountant, cap: dict) -> Spend:
+    rho = None
+    try:
+        rho = Fraction(accountant.rho())
+    except (TypeError, ValueError, ArithmeticError):
+        rho = None  # a mechanism without a finite zCDP bound
+    if cap["rho"] is not None:
+        return Spend(rho, None, None, "zcdp")
+    epsilon_cap, delta_cap = Fraction(cap["epsilon"]), Fraction(cap["delta"])
+    if delta_cap > 0:
+        epsilon_bound = accountant.epsilon(delta_cap)
+        epsilon, method = float(epsilon_bound.upper), epsilon_bound.method
+    else:
+        epsilon, method = None, ""
+    delta_bound = accountant.delta(epsilon_cap)
+    return Spend(rho, epsilon, float(delta_bound.upper), method or delta_bound.method)
+
+
+def within_cap(spend: Spend, cap: dict) -> bool:
+    if cap["rho"] is not None:
+        return spend.rho is not None and spend.rho <= Fraction(cap["rho"])
+    return spend.delta is not None and Fraction(spend.delta) <= Fraction(cap["delta"])
+
+
+def left_text(spend: Spend | None, cap: dict) -> str:
+    """How much of the cap is left after ``spend`` (None: nothing spent yet)."""
+    if cap["rho"] is not None:
+        used = Fraction(0) if spend is None or spend.rho is None else spend.rho
+        left = Fraction(cap["rho"]) - used
+        return f"rho {float(used):.6g} of {cap['rho']} spent, {float(left):.6g} left"
+    if spend is None:
+        return f"nothing spent, the whole cap {describe_cap(cap)} is left"
+    parts = []
+    if spend.epsilon is not None:
+        left = float(Fraction(cap["epsilon"])) - spend.epsilon
+        parts.append(
+            f"epsilon {spend.epsilon:.6g} of {float(Fraction(cap['epsilon'])):.6g} spent at "
+            f"delta={float(Fraction(cap['delta'])):.3g}, {max(left, 0.0):.6g} left"
+        )
+    parts.append(f"delta at epsilon={float(Fraction(cap['epsilon'])):.6g} is {spend.delta:.3g}")
+    return "; ".join(parts)
+
+
+def spend_text(spend: Spend) -> str:
+    if spend.epsilon is None and spend.delta is None:
+        return f"rho {float(spend.rho):.6g}"
+    text = f"delta {spend.delta:.3g}"
+    if spend.epsilon is not None:
+        text = f"epsilon {spend.epsilon:.6g}, " + text
+    return text

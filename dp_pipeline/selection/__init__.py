@@ -1,0 +1,1 @@
+"""DP selections (quantile, median, top-k) over bucket counts from any engine."""

@@ -1,0 +1,80 @@
+"""`SelectionInfo`: what a DP selection cost and how far its answer may be off, known before data.
+
+The mechanism, the number of runs, the pure ε and zCDP ρ they compose to, and
+the rank error bound at the stated confidence; the engine adds its
+`Diagnostics` (not private: never publish them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
+from dp_pipeline.query.diagnostics import Diagnostics
+
+__all__ = ["SelectionInfo"]
+
+
+@dataclass(frozen=True)
+class SelectionInfo:
+    """What a DP selection spent and how precise it is (attached as ``result.attrs["dp"]``).
+
+    ``mechanism`` ran ``runs`` times (peeling: k rounds at ε/k each) with
+    ``sensitivity`` (1 for the exponential mechanism, whose utility
+    sensitivity is inside it; the count sensitivity vector for one-shot
+    discrete Laplace). ``epsilon`` is the total pure ε, an exact upper bound
+    (never above the requested ε). ``margin_of_error``: for quantile/median
+    the rank error t with P[rank loss >= OPT + t] <= 1 - confidence
+    (`quantile_rank_error_bound`); for one-shot top-k the noise margin of
+    each noisy count at ``confidence``; None for peeling.
+    ``diagnostics`` are NOT private: never publish them.
+    """
+
+    statistic: str
+    method: str
+    mechanism: BaseTwoExponential | DiscreteLaplace
+    runs: int
+    sensitivity: tuple[int, ...]
+    epsilon: Fraction
+    candidates: int
+    margin_of_error: int | None
+    confidence: Fraction
+    diagnostics: Diagnostics | None = None
+
+    def accountant(self):
+        """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""
+        accountant = PrivacyAccountant()
+        accountant.add(self.mechanism, sensitivity=list(self.sensitivity), count=self.runs)
+        return accountant
+
+    def with_diagnostics(self, diagnostics: Diagnostics) -> SelectionInfo:
+        return dataclasses.replace(self, diagnostics=diagnostics)
+
+    def public_summary(self) -> dict[str, object]:
+        """JSON-friendly public facts (no diagnostics)."""
+        mechanism = self.mechanism
+        if isinstance(mechanism, BaseTwoExponential):
+            parameters = {
+                "base": str(mechanism.base),
+                "utility_sensitivity": str(mechanism.utility_sensitivity),
+                "monotone": mechanism.monotone,
+                "min_passes": mechanism.min_passes,
+            }
+        else:
+            parameters = {"scale": str(mechanism.scale)}
+        return {
+            "statistic": self.statistic,
+            "method": self.method,
+            "mechanism": mechanism.name,
+            **parameters,
+            "runs": self.runs,
+            "sensitivity": list(self.sensitivity),
+            "epsilon": str(self.epsilon),
+            "delta": "0",
+            "candidates": self.candidates,
+            "margin_of_error": None if self.margin_of_error is None else str(self.margin_of_error),
+            "confidence": str(self.confidence),
+        }
