@@ -441,8 +441,33 @@ class InversionComposition:
         `others`). Nodes in (P_min/4, P_j/2) see the bump at 0, the period around kP_j
         (k >= 1) holds one bump of node sum <= factor·(1 + sqrt(π/(nρ))/h) + floor·(P_j/h+1)
         and weight 1/((k - 1/2)P_j)². The best component gives the bound.
+
+        Staged: with the periods sorted, P_1 <= P_2 <= ..., the nodes in (P_i/4, P_{i+1}/4]
+        are in the band of every component j > i, so there |F|/e^{K} <= others·e^{-ρ_{>i}u²}/u²
+        (ρ_{>i} their total ρ, the others bounded by 1), summed from P_i/4 on like the band
+        tail; the comb bound then starts at P_k/4. The smallest over k is returned.
         """
-        start = self.quarter
+        best = self._comb_tail(h, self.quarter)
+        ordered = sorted(self.gaussians, key=lambda g: g.period)
+        bands = 0.0
+        for i in range(len(ordered) - 1):
+            start = ordered[i].period / 4
+            rest = math.fsum(g.count * g.rho for g in ordered[i + 1 :]) * (1 - 1e-12)
+            rest -= self.rho_error
+            if rest <= 0:
+                break
+            bands += (
+                h
+                / math.pi
+                * self.others
+                * math.exp(-rest * start * start)
+                / (start * start * -math.expm1(-2 * rest * h * start))
+            )
+            best = min(best, bands + self._comb_tail(h, ordered[i + 1].period / 4))
+        return best
+
+    def _comb_tail(self, h: float, start: float) -> float:
+        """The comb bound of `_outer_tail` on the nodes |u| > start (start >= P_min/4)."""
         best = math.inf
         for gaussian in self.gaussians:
             n, rho, period = gaussian.count, gaussian.rho * gaussian.count, gaussian.period
