@@ -70,6 +70,7 @@ THETA_SIGMA2 = 1.0  # a support Gaussian this wide is summed by Poisson summatio
 _THETA_OMIT = 80.0  # Poisson terms farther than (K+1)P from u: below e^-80 relative, bounded
 _TARGET = 1e-15  # each of the discretisation and truncation errors, relative to δ
 _MAX_NODES = 1 << 15
+_STAGES = 4  # spans of the staged outer tail (`InversionComposition._outer_tail`)
 _LOG_TINY = math.log(TINY)
 
 
@@ -262,6 +263,13 @@ class InversionComposition:
         )
         self.max_loss = sum(g.count * float(np.max(g.losses)) for g in self.groups if len(g.losses))
         if self.gaussians:
+            # the shortest periods, and the total ρ of the components after each (staged
+            # outer tail: a few stages, each costs a comb bound over every component)
+            ordered = sorted(self.gaussians, key=lambda g: g.period)
+            suffix = [0.0] * len(ordered)
+            for i in range(len(ordered) - 2, -1, -1):
+                suffix[i] = suffix[i + 1] + ordered[i + 1].count * ordered[i + 1].rho
+            self._stages = (ordered, suffix[: min(len(ordered) - 1, _STAGES)])
             star = min(self.gaussians, key=lambda g: g.period)
             self.star = star
             self.quarter = star.period / 4
@@ -448,12 +456,11 @@ class InversionComposition:
         tail; the comb bound then starts at P_k/4. The smallest over k is returned.
         """
         best = self._comb_tail(h, self.quarter)
-        ordered = sorted(self.gaussians, key=lambda g: g.period)
+        ordered, rests = self._stages
         bands = 0.0
-        for i in range(len(ordered) - 1):
+        for i in range(len(rests)):
             start = ordered[i].period / 4
-            rest = math.fsum(g.count * g.rho for g in ordered[i + 1 :]) * (1 - 1e-12)
-            rest -= self.rho_error
+            rest = rests[i] * (1 - 1e-12) - self.rho_error
             if rest <= 0:
                 break
             bands += (
