@@ -36,7 +36,9 @@ subtracted from the lower):
 2. truncation at |u| <= Nh: for |u| <= P_min/4 the smooth part decays as e^{-ρ_G u²}; beyond,
    the comb bound |M_j(c+iu)| <= e^{ρ_j(c²+c)} Σ_k e^{-ρ_j(u - kP_j)²} of the component with
    the shortest period P*, summed over the nodes period by period (each period holds one
-   bump of node sum <= 1 + sqrt(π/ρ*)/h, weighted by 1/u²);
+   bump of node sum <= 1 + sqrt(π/ρ*)/h, weighted by 1/u²); or staged over the shortest
+   periods P_1 <= P_2 <= ...: on (P_i/4, P_{i+1}/4] every component after the i-th is still
+   in its band, so their joint Gaussian decay bounds it, and the comb bound starts later;
 3. floating point: each node's exponent carries an absolute error bound (ulps times the
    magnitudes of its terms, the float σ²/ρ/losses/masses errors times |s|, and the
    cancellation factor Σ|terms|/|Σ terms| of each finite-support sum); the node sum adds
