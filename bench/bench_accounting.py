@@ -130,6 +130,55 @@ def _arbitrary_six():
     return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
 
 
+def _heterogeneous_ten():
+    """Ten tables: σ² from 2 to 10^12, shifts up to 300, a Laplace, an exponential mechanism."""
+    from dp_pipeline.mechanisms import BaseTwoExponential
+
+    accountant = PrivacyAccountant()
+    accountant.add(DiscreteGaussian(2), [1])
+    accountant.add(DiscreteGaussian(90000 * 300), [300, 1])
+    accountant.add(DiscreteGaussian(750), [1, 1, 2])
+    accountant.add(DiscreteGaussian(10**12), [300])
+    accountant.add(DiscreteGaussian(Fraction(123457, 10)), [3])
+    accountant.add(DiscreteGaussian(10**8), [50, 50])
+    accountant.add(DiscreteGaussian(64), [1])
+    accountant.add(DiscreteLaplace(200), 1)
+    accountant.add(BaseTwoExponential(Fraction(1, 10)))
+    accountant.add(DiscreteGaussian(9), [2])
+    return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
+
+
+def _moderate_eight():
+    """Eight tables with σ² from 1 to 10^4 (shifts 1-30): every one summed exactly."""
+    accountant = PrivacyAccountant()
+    for sigma2, shifts in [
+        (1, [1]),
+        (3, [1, 1]),
+        (40, [2]),
+        (200, [1, 3]),
+        (900, [10]),
+        (2500, [1]),
+        (6000, [30]),
+        (10**4, [1, 1, 1]),
+    ]:
+        accountant.add(DiscreteGaussian(sigma2), shifts)
+    return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
+
+
+def _lattice_six():
+    """Four Gaussians, a discrete Laplace and a pure-DP mechanism on a common lattice."""
+    from dp_pipeline.accounting.accountant import PureDP
+
+    accountant = PrivacyAccountant()
+    accountant.add(DiscreteGaussian(3), [1, 1])
+    accountant.add(DiscreteGaussian(40), [2])
+    accountant.add(DiscreteGaussian(400), [1, 1, 1])
+    accountant.add(DiscreteGaussian(4000), [1])
+    accountant.add(DiscreteLaplace(10), 1)
+    accountant.add(PureDP(Fraction(1, 10)))
+    return accountant.epsilon(1e-8).upper, accountant.delta(2.0).upper
+
+
 def _ours_tables_all(count: int, epsilon: float, delta: float):
     """Build + δ(ε) + ε(δ) of ``count`` distinct-σ² tables (the issue's speed target)."""
     accountant = PrivacyAccountant()
@@ -188,6 +237,13 @@ SPEED_ROWS = [
     ),
     ("census demo plan: calibrate + ε(1e-10) + δ(2)", _census_plan, None),
     ("6 tables, σ² 5..10^6: ε(1e-10) + δ(2)", _arbitrary_six, None),
+    (
+        "10 tables, σ² 2..10^12, Δ <= 300, Laplace, exp. mechanism: ε(1e-10) + δ(2)",
+        _heterogeneous_ten,
+        None,
+    ),
+    ("8 tables, σ² 1..10^4, Δ <= 30: ε(1e-10) + δ(2)", _moderate_eight, None),
+    ("6 tables on one lattice (4 σ², Laplace, pure DP): ε(1e-8) + δ(2)", _lattice_six, None),
     ("plan_release conf/census_demo.toml (6 tables)", lambda: _plan("conf/census_demo.toml"), None),
     (
         "plan_release conf/census_selections.toml",

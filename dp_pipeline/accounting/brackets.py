@@ -82,6 +82,8 @@ def intersect_brackets(primary, fallback):
         gap = first.upper - first.lower
         if first.upper > 0 and gap <= TIGHT * first.upper:
             return first
+        if first.upper <= 5e-324:  # below the float range: no other path can improve it
+            return first
         # the exact lattice FFT when it exists; the approximate FFT paths only if loose
         second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
         if second is None:

@@ -18,8 +18,13 @@ integrand does not oscillate). Components:
   4.0002·e^{-π²σ²}, which is charged to every node; all smooth Gaussians together are one
   factor e^{ρ_G s(s+1)}, whatever their number;
 - anything with a finite loss support (discrete Laplace, randomized response for pure ε-DP
-  and the exponential mechanism, pmf pairs, discrete Gaussians with σ² < 36.5 truncated at
-  39σ, the dropped mass counted as L = +∞ for the upper bound): M(s) = Σ_i p_i e^{s l_i}.
+  and the exponential mechanism, pmf pairs, discrete Gaussians with σ² < 1 truncated at
+  39σ, the dropped mass counted as L = +∞ for the upper bound): M(s) = Σ_i p_i e^{s l_i};
+- a discrete Gaussian summed exactly at every node but with σ² >= 1 (the "support"
+  Gaussians the accountant does not treat as smooth): the same Poisson sum, kept exact,
+  M(s) = e^{ρ(c²+c)} Σ_k e^{-ρ(u - kP)²} e^{i(ρu(2c+1) - 2πkμc)} / Σ_k w_k, of which only
+  the terms with |u - kP| < (K+1)P are summed (2K+2 of them, 2π²σ²(K+1)² >= 80; the others
+  total <= 2.0001·e^{-80} relative), so a node costs a few terms instead of ~78σ.
 
 Error budget (every term is a rigorous bound; their sum is added to the upper bound and
 subtracted from the lower):
@@ -31,11 +36,14 @@ subtracted from the lower):
 2. truncation at |u| <= Nh: for |u| <= P_min/4 the smooth part decays as e^{-ρ_G u²}; beyond,
    the comb bound |M_j(c+iu)| <= e^{ρ_j(c²+c)} Σ_k e^{-ρ_j(u - kP_j)²} of the component with
    the shortest period P*, summed over the nodes period by period (each period holds one
-   bump of node sum <= 1 + sqrt(π/ρ*)/h, weighted by 1/u²);
+   bump of node sum <= 1 + sqrt(π/ρ*)/h, weighted by 1/u²); or staged over the shortest
+   periods P_1 <= P_2 <= ...: on (P_i/4, P_{i+1}/4] every component after the i-th is still
+   in its band, so their joint Gaussian decay bounds it, and the comb bound starts later;
 3. floating point: each node's exponent carries an absolute error bound (ulps times the
    magnitudes of its terms, the float σ²/ρ/losses/masses errors times |s|, and the
    cancellation factor Σ|terms|/|Σ terms| of each finite-support sum); the node sum adds
-   N·u·Σ|F|.
+   N·u·Σ|F|. The tail bounds of 1 and 2 are relative to e^{K(c)} as computed; they are
+   scaled by e^{slack}, slack bounding the float error of the computed K at c and c + a.
 
 The result is returned as lower <= δ <= upper in floats rounded outward; a δ below the
 float range is reported as (0, 5e-324).
@@ -60,8 +68,11 @@ __all__ = [
 _U = 2.0**-53
 TINY = 5e-324
 SMOOTH_SIGMA2 = 36.5  # π²σ²/8 >= 45: the comb between the lattice returns is below e^-45
+THETA_SIGMA2 = 1.0  # a support Gaussian this wide is summed by Poisson summation (w_1 < e^-19)
+_THETA_OMIT = 80.0  # Poisson terms farther than (K+1)P from u: below e^-80 relative, bounded
 _TARGET = 1e-15  # each of the discretisation and truncation errors, relative to δ
 _MAX_NODES = 1 << 15
+_STAGES = 4  # spans of the staged outer tail (`InversionComposition._outer_tail`)
 _LOG_TINY = math.log(TINY)
 
 
@@ -96,13 +107,16 @@ class SupportGroup:
     dropped_mass: float = 0.0
     loss_error: float = 0.0
     mass_error: float = 4 * _U
+    gaussian: tuple[float, int] | None = None  # (σ², μ): a discrete Gaussian, exact MGF
 
 
 def discrete_gaussian_support(sigma2: float, shift: int, count: int) -> SupportGroup:
     """N_Z(0, σ²) with shift μ as a finite support: y in [-R, R], R = ceil(39σ) + 2.
 
     P-masses e^{-y²/(2σ²)}/Z summed directly (Z by the same sum plus its tail bound), losses
-    (μ² + 2μy)/(2σ²); the mass beyond R (< e^{-760}) is counted as dropped.
+    (μ² + 2μy)/(2σ²); the mass beyond R (< e^{-760}) is counted as dropped. For σ² >= 1
+    the group also carries (σ², μ): `InversionComposition` then evaluates its exact MGF in
+    closed form (module docstring) instead of the truncated sum, with no dropped mass.
     """
     sigma = math.sqrt(sigma2)
     limit = math.ceil(39 * sigma) + 2
@@ -126,7 +140,57 @@ def discrete_gaussian_support(sigma2: float, shift: int, count: int) -> SupportG
         dropped_mass=dropped,
         loss_error=8 * _U * float(np.max(np.abs(losses))) + 8 * _U * abs(losses[0]),
         mass_error=mass_error,
+        gaussian=(sigma2, shift) if sigma2 >= THETA_SIGMA2 else None,
     )
+
+
+@dataclass(frozen=True)
+class _Theta:
+    """A discrete Gaussian support group evaluated by Poisson summation (module docstring)."""
+
+    sigma2: float
+    mu: int
+    count: int
+    rho: float  # μ²/(2σ²) from the float σ² (relative error <= 3u)
+    period: float  # P = 2πσ²/μ (relative error <= 5u)
+    reach: int  # K: the terms k with |u - kP| < (K+1)P are summed
+    log_s0: float  # log Σ_k e^{-2π²σ²k²}
+    omitted: float  # bound on the terms left out, relative to e^{ρ(c²+c)}
+
+    @classmethod
+    def of(cls, group: SupportGroup) -> _Theta:
+        sigma2, mu = group.gaussian
+        width = 2 * math.pi**2 * sigma2
+        reach = max(0, math.ceil(math.sqrt(_THETA_OMIT / width)) - 1)
+        log_s0 = math.log1p(2 * sum(math.exp(-width * k * k) for k in range(1, 4)))
+        # (K + 1 - 1e-6): the window is placed by a float floor(u/P)
+        omitted = (
+            2.0001
+            * math.exp(-width * (reach + 1 - 1e-6) ** 2)
+            / -math.expm1(-width * (2 * reach + 2.99))
+        )
+        return cls(
+            sigma2=sigma2,
+            mu=mu,
+            count=group.count,
+            rho=mu * mu / (2 * sigma2),
+            period=2 * math.pi * sigma2 / mu,
+            reach=reach,
+            log_s0=log_s0,
+            omitted=omitted + 1e-300,
+        )
+
+    def log_mgf(self, c: np.ndarray) -> np.ndarray:
+        """log M(c) for real c: ρc(c+1) + log(S(c)/S(0)), S(c) = Σ_k w_k cos(2πkμc)."""
+        width = 2 * math.pi**2 * self.sigma2
+        ripple = sum(
+            math.exp(-width * k * k) * np.cos(2 * math.pi * k * self.mu * c) for k in range(1, 4)
+        )
+        return self.rho * c * (c + 1) + np.log1p(2 * ripple) - self.log_s0
+
+    def slack(self, c: float) -> float:
+        """Bound on |computed log M(c) - exact log M(c)| (c >= 0)."""
+        return 8 * _U * (self.rho * (c * c + c) + 4) + 3 * math.exp(-32 * math.pi**2 * self.sigma2)
 
 
 @dataclass
@@ -181,10 +245,12 @@ class InversionComposition:
         self.rho = math.fsum(terms)
         # each ρ_j correctly rounded (u), times count exact up to u, fsum correctly rounded.
         self.rho_error = 3 * _U * self.rho + self.rho_error_extra
-        self._buckets = _buckets(self.groups)
+        self._thetas = [_Theta.of(g) for g in self.groups if g.gaussian is not None]
+        direct = [g for g in self.groups if g.gaussian is None]
+        self._buckets = _buckets(direct)
         log_finite = 0.0
         log_kept = 0.0
-        for group in self.groups:
+        for group in direct:  # a Poisson-summed Gaussian has no dropped mass
             log_finite += group.count * math.log1p(-min(group.infinite_mass, 1.0))
             log_kept += group.count * math.log1p(
                 -min(group.infinite_mass + group.dropped_mass, 1.0)
@@ -192,13 +258,20 @@ class InversionComposition:
         # P[some L = +∞] (lower: only true +∞; upper: with the dropped mass), outward.
         self.infinite_lower = max(0.0, -math.expm1(log_finite) * (1 - 1e-12))
         self.infinite_upper = min(1.0, -math.expm1(log_kept) * (1 + 1e-12) + 1e-300)
-        if not any(g.infinite_mass or g.dropped_mass for g in self.groups):
+        if not any(g.infinite_mass or g.dropped_mass for g in direct):
             self.infinite_upper = 0.0
         self.model_error = sum(
             4.0002 * g.count * math.exp(-(math.pi**2) * g.sigma2) for g in self.gaussians
         )
         self.max_loss = sum(g.count * float(np.max(g.losses)) for g in self.groups if len(g.losses))
         if self.gaussians:
+            # the shortest periods, and the total ρ of the components after each (staged
+            # outer tail: a few stages, each costs a comb bound over every component)
+            ordered = sorted(self.gaussians, key=lambda g: g.period)
+            suffix = [0.0] * len(ordered)
+            for i in range(len(ordered) - 2, -1, -1):
+                suffix[i] = suffix[i + 1] + ordered[i + 1].count * ordered[i + 1].rho
+            self._stages = (ordered, suffix[: min(len(ordered) - 1, _STAGES)])
             star = min(self.gaussians, key=lambda g: g.period)
             self.star = star
             self.quarter = star.period / 4
@@ -229,7 +302,29 @@ class InversionComposition:
             value += ((np.log(total) + top[..., 0]) * bucket.counts[None]).sum(axis=1)
             first += (mean * bucket.counts[None]).sum(axis=1)
             second += (np.maximum(square - mean * mean, 0.0) * bucket.counts[None]).sum(axis=1)
+        for theta in self._thetas:
+            value += theta.count * theta.log_mgf(c)
+            first += theta.count * theta.rho * (2 * c + 1)
+            second += theta.count * 2 * theta.rho
         return value, first, second
+
+    def _log_mgf_slack(self, c: float) -> float:
+        """Bound on the float error of the support part of K(c) (real c >= 0).
+
+        Per finite-support copy: the masses' and losses' errors and 8 ulps of the largest
+        exponent magnitude; per Poisson-summed Gaussian, `_Theta.slack`.
+        """
+        total = sum(theta.count * theta.slack(c) for theta in self._thetas)
+        for bucket in self._buckets:
+            finite = np.where(np.isfinite(bucket.log_masses), np.abs(bucket.log_masses), 0)
+            magnitude = np.max(finite, axis=1) + c * np.max(np.abs(bucket.losses), axis=1)
+            per_copy = (
+                bucket.mass_error * 1.01
+                + c * bucket.loss_error * 1.01
+                + 8 * _U * (magnitude + 2 + bucket.losses.shape[1])
+            )
+            total += float(np.sum(per_copy * bucket.counts))
+        return total
 
     def _log_mgf(self, c, epsilon: float):
         c = np.atleast_1d(np.asarray(c, dtype=np.float64))
@@ -286,6 +381,7 @@ class InversionComposition:
             float(side[0]) - k0 + math.log(math.pi / (c - a)),
             float(side[1]) - k0 + math.log(math.pi / (c + a)),
         ) + math.log(1.001)
+        log_strip += self._log_mgf_slack(c + a)
         log_ratio = log_strip - math.log(math.pi * _TARGET * estimate)
         # e^{2πa/h} = 1 + ratio, so the error is strip/π/ratio = target·estimate
         exponent = log_ratio if log_ratio > 30 else math.log1p(math.exp(log_ratio))
@@ -322,7 +418,7 @@ class InversionComposition:
         outer = self._outer_tail(h)
         # the tail bounds are relative to e^{K(c)} with the float ρ; the exact ρ may exceed
         # it by rho_error, which scales e^{ρ(c²+c)} by at most this factor
-        scale = math.exp(self.rho_error * (c * c + c))
+        scale = math.exp(self.rho_error * (c * c + c) + self._log_mgf_slack(c))
         band *= scale
         outer *= scale
         values, abs_values, errors = self._nodes(c, epsilon, k0, h, nodes)
@@ -355,8 +451,32 @@ class InversionComposition:
         `others`). Nodes in (P_min/4, P_j/2) see the bump at 0, the period around kP_j
         (k >= 1) holds one bump of node sum <= factor·(1 + sqrt(π/(nρ))/h) + floor·(P_j/h+1)
         and weight 1/((k - 1/2)P_j)². The best component gives the bound.
+
+        Staged: with the periods sorted, P_1 <= P_2 <= ..., the nodes in (P_i/4, P_{i+1}/4]
+        are in the band of every component j > i, so there |F|/e^{K} <= others·e^{-ρ_{>i}u²}/u²
+        (ρ_{>i} their total ρ, the others bounded by 1), summed from P_i/4 on like the band
+        tail; the comb bound then starts at P_k/4. The smallest over k is returned.
         """
-        start = self.quarter
+        best = self._comb_tail(h, self.quarter)
+        ordered, rests = self._stages
+        bands = 0.0
+        for i in range(len(rests)):
+            start = ordered[i].period / 4
+            rest = rests[i] * (1 - 1e-12) - self.rho_error
+            if rest <= 0:
+                break
+            bands += (
+                h
+                / math.pi
+                * self.others
+                * math.exp(-rest * start * start)
+                / (start * start * -math.expm1(-2 * rest * h * start))
+            )
+            best = min(best, bands + self._comb_tail(h, ordered[i + 1].period / 4))
+        return best
+
+    def _comb_tail(self, h: float, start: float) -> float:
+        """The comb bound of `_outer_tail` on the nodes |u| > start (start >= P_min/4)."""
         best = math.inf
         for gaussian in self.gaussians:
             n, rho, period = gaussian.count, gaussian.rho * gaussian.count, gaussian.period
@@ -437,6 +557,10 @@ class InversionComposition:
             error = error + 4 * _U * (
                 (np.abs(np.log(absolute)) + np.abs(top)) * bucket.counts[None]
             ).sum(axis=1)
+        for theta in self._thetas:
+            log_value, log_with_error, error = _theta_nodes(
+                theta, c, u, log_value, log_with_error, error
+            )
         finite_real = np.where(np.isfinite(log_value.real), np.abs(log_value.real), 0.0)
         error = error + 4 * _U * (finite_real + 1)
         with np.errstate(over="ignore", invalid="ignore"):
@@ -447,6 +571,51 @@ class InversionComposition:
         values = np.where(np.isfinite(values), values, 0)
         abs_errors = np.where(np.isfinite(abs_errors), abs_errors, 1e300)
         return values, abs_values, abs_errors
+
+
+def _theta_nodes(theta: _Theta, c: float, u: np.ndarray, log_value, log_with_error, error):
+    """Add ``count``·log M(c + iu) of a Poisson-summed Gaussian to the node arrays.
+
+    Term k (relative to e^{top}, top = ρ(c²+c) - log S(0)): e^{-ρd²} e^{iφ}, d = u - kP,
+    φ = ρu(2c+1) - 2πkμc. Float error of the exponent (σ², ρ, P, u and every operation):
+    |Δ Re| <= 16u·ρ(d² + |d|(|k|P + u) + 1), |Δ Im| <= 8u(2ρu(2c+1) + 2π|k|μc + 1); the
+    term's error is its magnitude times expm1 of their sum (1.01 for exp's rounding), the
+    sum adds (T + 4)u·Σ|terms|, and the terms left out add `omitted`.
+    """
+    offsets = np.arange(-theta.reach, theta.reach + 2, dtype=np.float64)
+    ks = np.floor(u / theta.period)[:, None] + offsets[None, :]  # (N, T)
+    d = u[:, None] - ks * theta.period
+    rho = theta.rho
+    real = -rho * d * d
+    imag = rho * (2 * c + 1) * u[:, None] - (2 * math.pi * theta.mu * c) * ks
+    sums = np.exp(real + 1j * imag).sum(axis=1)
+    moduli = np.exp(real)
+    absolute = moduli.sum(axis=1)
+    eta = 16 * _U * rho * (d * d + np.abs(d) * (np.abs(ks) * theta.period + u[:, None]) + 1)
+    eta += (
+        8 * _U * (2 * rho * (2 * c + 1) * u[:, None] + 2 * math.pi * theta.mu * c * np.abs(ks) + 1)
+    )
+    sum_error = (
+        (moduli * np.expm1(eta * 1.01 + 4 * _U)).sum(axis=1) * 1.01
+        + absolute * (ks.shape[1] + 4) * _U * 1.01
+        + theta.omitted * 1.01
+    )
+    top = rho * (c * c + c) - theta.log_s0
+    magnitude = np.abs(sums)
+    count = theta.count
+    with np.errstate(divide="ignore"):
+        logs = np.log(sums) + top  # a zero sum gives -inf + i·0: a zero node value
+        log_magnitude = np.log(magnitude)
+    log_value = log_value + count * logs.real + 1j * (count * logs.imag)
+    log_with_error = log_with_error + count * (
+        np.log(np.maximum(magnitude + sum_error, 1e-300)) + top
+    )
+    finite_log = np.where(np.isfinite(log_magnitude), np.abs(log_magnitude), 0.0)
+    error = error + count * (
+        4 * _U * (np.abs(np.log(np.maximum(absolute, 1e-300))) + finite_log + abs(top) + 1)
+        + theta.slack(c)
+    )
+    return log_value, log_with_error, error
 
 
 def smooth_gaussian(sigma2, shift: int, count: int) -> SmoothGaussian:

@@ -141,28 +141,78 @@ def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, metho
     upper: an ε with δ_upper(ε) <= δ (the guarantee), within ~1e-7 relative of the
     smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
     Each is the end of a bracket shrunk by regula falsi on log δ (Illinois), which needs a
-    handful of evaluations where bisection needs about fifty.
+    handful of evaluations where bisection needs about fifty. Every bracket end is a
+    direct evaluation of ``delta_bound_of``; evaluations are shared between the two
+    searches (the lower search starts from the largest ε already seen with δ_lower > δ),
+    and ε = 0 is evaluated only when the searches come near it.
     """
-    while delta_bound_of(high).upper > delta:
+    seen: dict = {}
+
+    def bound_at(eps: float):
+        if eps not in seen:
+            seen[eps] = delta_bound_of(eps)
+        return seen[eps]
+
+    while bound_at(high).upper > delta:
         high = 2 * high + 1
-    upper = _solve(lambda eps: delta_bound_of(eps).upper, delta, high, feasible_end=True)
-    lower = _solve(lambda eps: delta_bound_of(eps).lower, delta, upper, feasible_end=False)
+    upper = _solve(lambda eps: bound_at(eps).upper, delta, high, feasible_end=True)
+    below = [eps for eps, bound in seen.items() if eps < upper and bound.lower > delta]
+    lower = _solve(
+        lambda eps: bound_at(eps).lower,
+        delta,
+        upper,
+        feasible_end=False,
+        low=max(below) if below else None,
+    )
     return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
 
 
-def _solve(delta_of, delta: float, high: float, feasible_end: bool, rtol: float = 1e-7):
+def _solve(
+    delta_of,
+    delta: float,
+    high: float,
+    feasible_end: bool,
+    rtol: float = 1e-7,
+    low: float | None = None,
+):
     """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
-    the feasible end (δ_of <= δ) or the infeasible end (δ_of > δ, 0.0 if none)."""
+    the feasible end (δ_of <= δ) or the infeasible end (δ_of > δ, 0.0 if none).
+
+    ``low``: an ε known to have δ_of(low) > δ, if any; otherwise one is looked for below
+    ``high`` (secant steps on log δ, each at least 5% of the way down), and ε = 0 is tried
+    once the search has come below a quarter of ``high``.
+    """
     target = math.log(delta)
 
     def excess(eps: float) -> float:
         value = delta_of(eps)
         return math.log(value) - target if value > 0 else -math.inf
 
-    low, f_low = 0.0, excess(0.0)
-    if f_low <= 0:
-        return 0.0
     f_high = excess(high)
+    if low is None:
+        start = high
+        trial, f_trial = 0.9 * high, None
+        while True:
+            if trial <= 0.25 * start:
+                low, f_low = 0.0, excess(0.0)
+                if f_low <= 0:
+                    return 0.0
+                break
+            f_trial = excess(trial)
+            if f_trial > 0:
+                low, f_low = trial, f_trial
+                break
+            # both feasible: extrapolate the secant of log δ to its crossing, overshooting
+            previous, f_previous = high, f_high
+            high, f_high = trial, f_trial
+            slope = (f_previous - f_high) / (previous - high)
+            if math.isfinite(slope) and slope < 0:
+                guess = high - 1.5 * f_high / slope
+                trial = min(0.95 * high, max(guess, 0.5 * high))
+            else:
+                trial = 0.5 * high
+    else:
+        f_low = excess(low)
     side = 0
     for _ in range(200):
         if high - low <= rtol * high + 1e-300:
