@@ -10,6 +10,7 @@ import pytest
 import dp_pipeline.accounting.coarse_lattice as coarse_lattice
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta
 from dp_pipeline.accounting.lattice import lattice_loss
 from dp_pipeline.accounting.multivariate import discrete_gaussian_components, multivariate_delta
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
@@ -26,15 +27,18 @@ CENSUS_SHIFTS = [1, 1, 1, 1, 1, 250_000]
 def test_rounding_brackets_theorem_7(grid, epsilon):
     """One N_Z(0, 2) coordinate rounded up / down onto a grid that is not its lattice."""
     (component,) = discrete_gaussian_components([2], [1])
-    exact = DiscreteGaussian(2).delta(epsilon, 1)
+    exact = discrete_gaussian_delta(DiscreteGaussian(2), epsilon, 1)
     rounded_up, error_up = coarse_lattice._round_component(component, grid, up=True)
     rounded_down, error_down = coarse_lattice._round_component(component, grid, up=False)
     upper = lattice_loss([rounded_up], 1e-14).delta_bound(epsilon, "test").upper + error_up
     lower = lattice_loss([rounded_down], 1e-14).delta_bound(epsilon, "test").lower - error_down
     assert lower <= exact <= upper
     # Rounding moves each loss by less than one grid step: δ(ε ∓ grid) brackets it.
-    assert upper <= DiscreteGaussian(2).delta(max(0.0, epsilon - float(grid)), 1) + 1e-12
-    assert lower >= DiscreteGaussian(2).delta(epsilon + float(grid), 1) - 1e-12
+    assert (
+        upper
+        <= discrete_gaussian_delta(DiscreteGaussian(2), max(0.0, epsilon - float(grid)), 1) + 1e-12
+    )
+    assert lower >= discrete_gaussian_delta(DiscreteGaussian(2), epsilon + float(grid), 1) - 1e-12
 
 
 @pytest.mark.parametrize(

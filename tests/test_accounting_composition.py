@@ -17,6 +17,7 @@ from dp_pipeline.accounting import (
     zcdp_to_delta,
 )
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta, discrete_gaussian_rho
 from dp_pipeline.accounting.multivariate import discrete_gaussian_components
 from dp_pipeline.accounting.paths import pld_of
 from dp_pipeline.accounting.pld import pld_from_lattice_components
@@ -39,11 +40,13 @@ def _binomial_laplace_delta(a: float, k: int, epsilon: float) -> float:
 
 @pytest.mark.parametrize(("sigma2", "epsilon"), [(25, 1.0), (2500, 0.1), (3, 2.0), ("7/3", 0.5)])
 def test_multivariate_d1_reproduces_theorem7(sigma2, epsilon):
-    exact = DiscreteGaussian(sigma2).delta(epsilon)
+    exact = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon)
     bound = multivariate_delta([sigma2], [1], epsilon)
     assert bound.lower <= exact <= bound.upper
     assert bound.upper - bound.lower <= 1e-9 * exact + 1e-12
-    assert bound.upper <= zcdp_to_delta(float(DiscreteGaussian(sigma2).rho()), epsilon)
+    assert bound.upper <= zcdp_to_delta(
+        float(discrete_gaussian_rho(DiscreteGaussian(sigma2))), epsilon
+    )
 
 
 def test_sum_of_equal_coordinates_matches_one_wide_gaussian():
@@ -52,7 +55,7 @@ def test_sum_of_equal_coordinates_matches_one_wide_gaussian():
     k, sigma2 = 4, 25
     for epsilon in (0.5, 1.0):
         bound = multivariate_delta([sigma2] * k, [1] * k, epsilon)
-        wide = DiscreteGaussian(k * sigma2).delta(epsilon, sensitivity=k)
+        wide = discrete_gaussian_delta(DiscreteGaussian(k * sigma2), epsilon, sensitivity=k)
         assert bound.upper == pytest.approx(wide, rel=1e-8)
 
 
@@ -224,3 +227,15 @@ def test_many_unrelated_sigma2_use_the_coarsened_fft_without_overflow():
     coarse_bound = coarse.delta_bound(0.5, "coarse")
     assert coarse_bound.lower <= direct.upper and direct.lower <= coarse_bound.upper
     assert direct.upper == pytest.approx(bound.upper, rel=1e-3)
+
+
+def test_pure_epsilon_is_a_stored_value_never_a_method():
+    class MethodPure:
+        def pure_epsilon(self):
+            return Fraction(1, 2)
+
+    with pytest.raises(TypeError, match="must be a stored value"):
+        PrivacyAccountant().add(MethodPure())
+    # The discrete Laplace has no pure_epsilon attribute: it depends on the sensitivity.
+    assert not hasattr(DiscreteLaplace(4), "pure_epsilon")
+    assert PrivacyAccountant().add(DiscreteLaplace(4), 2).pure_epsilon() == Fraction(1, 2)

@@ -21,8 +21,14 @@ from dp_pipeline.accounting import (
     zcdp_to_delta,
     zcdp_to_epsilon,
 )
-from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
-from dp_pipeline.accounting.discrete_laplace import discrete_laplace_delta_bounds
+from dp_pipeline.accounting.discrete_gaussian import (
+    discrete_gaussian_delta,
+    discrete_gaussian_delta_bounds,
+)
+from dp_pipeline.accounting.discrete_laplace import (
+    discrete_laplace_delta,
+    discrete_laplace_delta_bounds,
+)
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
@@ -110,7 +116,7 @@ def test_theorem7_pinned_edge_value():
     # used to return 1.4692145451335048e-175, below it.
     exact = _mp_theorem7(3, 3, 50.0)
     assert mpmath.nstr(exact, 13) == "1.469214545134e-175"
-    assert DiscreteGaussian(3).delta(50.0, sensitivity=3) >= float(exact)
+    assert discrete_gaussian_delta(DiscreteGaussian(3), 50.0, sensitivity=3) >= float(exact)
 
 
 @pytest.mark.parametrize("sigma2", [Fraction(10**10), Fraction(10**20), Fraction(10**40)])
@@ -135,7 +141,7 @@ def test_huge_epsilon_is_a_tiny_positive_upper_bound(epsilon):
     lower, upper = discrete_gaussian_delta_bounds(3, epsilon)
     assert lower == 0.0 and upper == TINY
     assert zcdp_to_delta(1e-3, epsilon) == TINY
-    assert DiscreteLaplace(3).delta(epsilon) == 0.0  # pure DP: exactly 0
+    assert discrete_laplace_delta(DiscreteLaplace(3), epsilon) == 0.0  # pure DP: exactly 0
 
 
 def test_laplace_just_below_pure_epsilon_is_positive_and_its_twin_zero():
@@ -149,7 +155,7 @@ def test_laplace_just_below_pure_epsilon_is_positive_and_its_twin_zero():
     assert mpmath.mpf(lower) <= exact <= mpmath.mpf(upper)
     above = math.nextafter(below, math.inf)
     assert Fraction(above) > Fraction(1, 3)
-    assert DiscreteLaplace(3).delta(above) == 0.0
+    assert discrete_laplace_delta(DiscreteLaplace(3), above) == 0.0
 
 
 @pytest.mark.parametrize(

@@ -9,6 +9,17 @@ import mpmath
 import pytest
 
 from dp_pipeline.accounting import standard_zcdp_epsilon, zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.accounting.discrete_gaussian import (
+    discrete_gaussian_delta,
+    discrete_gaussian_epsilon,
+    discrete_gaussian_rho,
+)
+from dp_pipeline.accounting.discrete_laplace import (
+    discrete_laplace_delta,
+    discrete_laplace_epsilon,
+    discrete_laplace_pure_epsilon,
+    discrete_laplace_rho,
+)
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 mpmath.mp.dps = 60
@@ -33,7 +44,7 @@ def _mp_discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: float) ->
 @pytest.mark.parametrize("epsilon", [0.05, 1.0, 3.0])
 def test_theorem7_matches_mpmath(sigma2, shift, epsilon):
     exact = _mp_discrete_gaussian_delta(sigma2, shift, epsilon)
-    ours = DiscreteGaussian(sigma2).delta(epsilon, sensitivity=shift)
+    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon, sensitivity=shift)
     # Max over shifts 1..Δ: compute the mpmath value for every shift too.
     exact = max(_mp_discrete_gaussian_delta(sigma2, s, epsilon) for s in range(1, shift + 1))
     if exact < 1e-30:
@@ -49,7 +60,7 @@ def test_theorem7_tiny_delta_keeps_relative_accuracy():
     epsilon = 5.5
     exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
     assert 1e-32 < exact < 1e-20
-    ours = DiscreteGaussian(sigma2).delta(epsilon)
+    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon)
     assert abs(ours - float(exact)) <= 1e-10 * float(exact)
 
 
@@ -58,20 +69,22 @@ def test_theorem7_boundary_has_no_spurious_atom():
     sigma2, epsilon = Fraction(4), 0.75  # threshold 0.75*4 - 0.5 = 2.5; use ε = 0.625 -> 2
     epsilon = 0.625
     exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
-    assert abs(DiscreteGaussian(sigma2).delta(epsilon) - float(exact)) <= 1e-12 * float(exact)
+    assert abs(
+        discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon) - float(exact)
+    ) <= 1e-12 * float(exact)
 
 
 def test_epsilon_inverts_delta_and_is_rounded_up():
     mechanism = DiscreteGaussian(50)
-    epsilon = mechanism.epsilon(1e-6)
-    assert mechanism.delta(epsilon) <= 1e-6
-    assert mechanism.delta(epsilon * (1 - 1e-6)) > 1e-6
+    epsilon = discrete_gaussian_epsilon(mechanism, 1e-6)
+    assert discrete_gaussian_delta(mechanism, epsilon) <= 1e-6
+    assert discrete_gaussian_delta(mechanism, epsilon * (1 - 1e-6)) > 1e-6
 
 
 def test_rho_is_exact():
-    assert DiscreteGaussian(Fraction(7, 3)).rho(2) == Fraction(4 * 3, 2 * 7)
-    assert DiscreteLaplace(4).rho(2) == Fraction(1, 8)
-    assert DiscreteLaplace(4).pure_epsilon(2) == Fraction(1, 2)
+    assert discrete_gaussian_rho(DiscreteGaussian(Fraction(7, 3)), 2) == Fraction(4 * 3, 2 * 7)
+    assert discrete_laplace_rho(DiscreteLaplace(4), 2) == Fraction(1, 8)
+    assert discrete_laplace_pure_epsilon(DiscreteLaplace(4), 2) == Fraction(1, 2)
 
 
 def test_discrete_laplace_delta_against_binomial_closed_form():
@@ -81,9 +94,11 @@ def test_discrete_laplace_delta_against_binomial_closed_form():
     p = math.exp(a) / (1 + math.exp(a))
     epsilon = 0.05
     expected = p * (1 - math.exp(epsilon - a))
-    assert DiscreteLaplace(scale).delta(epsilon) == pytest.approx(expected, rel=1e-12)
-    assert DiscreteLaplace(scale).delta(0.2) == 0.0
-    assert DiscreteLaplace(scale).epsilon(0.01) <= 0.2
+    assert discrete_laplace_delta(DiscreteLaplace(scale), epsilon) == pytest.approx(
+        expected, rel=1e-12
+    )
+    assert discrete_laplace_delta(DiscreteLaplace(scale), 0.2) == 0.0
+    assert discrete_laplace_epsilon(DiscreteLaplace(scale), 0.01) <= 0.2
 
 
 def test_zcdp_conversion_pinned_and_below_standard():
@@ -99,14 +114,32 @@ def test_zcdp_conversion_pinned_and_below_standard():
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: DiscreteGaussian(4).delta(-0.1), "epsilon must be finite and >= 0"),
-        (lambda: DiscreteGaussian(4).epsilon(0.0), "delta must lie strictly between 0 and 1"),
-        (lambda: DiscreteGaussian(4).epsilon(1.0), "delta must lie strictly between 0 and 1"),
+        (
+            lambda: discrete_gaussian_delta(DiscreteGaussian(4), -0.1),
+            "epsilon must be finite and >= 0",
+        ),
+        (
+            lambda: discrete_gaussian_epsilon(DiscreteGaussian(4), 0.0),
+            "delta must lie strictly between 0 and 1",
+        ),
+        (
+            lambda: discrete_gaussian_epsilon(DiscreteGaussian(4), 1.0),
+            "delta must lie strictly between 0 and 1",
+        ),
         (lambda: DiscreteGaussian(0), "sigma2 must be > 0"),
         (lambda: DiscreteGaussian(-1), "sigma2 must be > 0"),
-        (lambda: DiscreteGaussian(4).delta(1.0, 1.5), "sensitivity must be an integer"),
-        (lambda: DiscreteGaussian(4).rho(0), "sensitivity must be an integer >= 1"),
-        (lambda: DiscreteLaplace(4).delta(1.0, 0.5), "sensitivity must be an integer"),
+        (
+            lambda: discrete_gaussian_delta(DiscreteGaussian(4), 1.0, 1.5),
+            "sensitivity must be an integer",
+        ),
+        (
+            lambda: discrete_gaussian_rho(DiscreteGaussian(4), 0),
+            "sensitivity must be an integer >= 1",
+        ),
+        (
+            lambda: discrete_laplace_delta(DiscreteLaplace(4), 1.0, 0.5),
+            "sensitivity must be an integer",
+        ),
         (lambda: zcdp_to_delta(-1, 1.0), "rho must be finite and >= 0"),
         (lambda: zcdp_to_epsilon(0.1, 2.0), "delta must lie strictly between 0 and 1"),
     ],

@@ -29,6 +29,7 @@ from dp_pipeline.accounting.inversion import (
     smooth_gaussian,
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
+from dp_pipeline.mechanisms.additive import DiscreteGaussian
 from dp_pipeline.rational import positive_rational
 
 __all__ = [
@@ -37,6 +38,7 @@ __all__ = [
     "discrete_gaussian_epsilon",
     "discrete_gaussian_log_normalizer",
     "discrete_gaussian_rho",
+    "exact_sigma2",
 ]
 
 # exp(-46) ~ 1e-20: beyond, the remaining terms are bounded (and added) instead of summed.
@@ -45,6 +47,14 @@ _CHUNK = 1 << 20
 _DIRECT_TERMS = 300_000
 _UNIT = 2.0**-53
 TINY = 5e-324  # the smallest positive float: the upper bound of a δ that underflows
+
+
+def exact_sigma2(mechanism_or_sigma2: object) -> Fraction:
+    """The exact rational σ² of a `DiscreteGaussian`, or of a σ² given directly (int,
+    Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
+    if isinstance(mechanism_or_sigma2, DiscreteGaussian):
+        return mechanism_or_sigma2.sigma2
+    return positive_rational(mechanism_or_sigma2, "sigma2")
 
 
 def discrete_gaussian_log_normalizer(sigma2: float) -> float:
@@ -70,8 +80,11 @@ def _log_normalizer_error(sigma2: float, log_normalizer: float) -> float:
 
 
 def discrete_gaussian_rho(sigma2: object, sensitivity: object = 1) -> Fraction:
-    """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4)."""
-    sigma2 = positive_rational(sigma2, "sigma2")
+    """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4).
+
+    ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+    """
+    sigma2 = exact_sigma2(sigma2)
     shift = check_integer_sensitivity(sensitivity)
     return Fraction(shift * shift) / (2 * sigma2)
 
@@ -140,8 +153,9 @@ def discrete_gaussian_delta_bounds(
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the exact δ(ε) of N_Z(0, σ²) (CKS Thm. 7, max over shifts
     1..Δ). Relative width about 1e-13 for σ ≲ 30,000 (direct sums, `_bounds_one_shift`),
-    about 0.5/σ² beyond (MGF inversion); δ below the float range gives (0, 5e-324)."""
-    sigma2 = positive_rational(sigma2, "sigma2")
+    about 0.5/σ² beyond (MGF inversion); δ below the float range gives (0, 5e-324).
+    ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`)."""
+    sigma2 = exact_sigma2(sigma2)
     epsilon = check_epsilon(epsilon)
     shift_bound = check_integer_sensitivity(sensitivity)
     log_normalizer = discrete_gaussian_log_normalizer(float(sigma2))
@@ -156,7 +170,8 @@ def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object
     """Exact δ(ε) of N_Z(0, σ²) for sensitivity Δ (CKS Thm. 7, max over shifts 1..Δ).
 
     Returns the rigorous upper bound of `discrete_gaussian_delta_bounds` (never below the
-    exact value; relative excess about 1e-13 for σ ≲ 30,000).
+    exact value; relative excess about 1e-13 for σ ≲ 30,000). ``sigma2``: a
+    `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
     return discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)[1]
 
@@ -164,8 +179,11 @@ def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object
 def discrete_gaussian_epsilon(
     sigma2: object, delta: object, sensitivity: object = 1, rtol: float = 1e-9
 ) -> float:
-    """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7."""
-    sigma2 = positive_rational(sigma2, "sigma2")
+    """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7.
+
+    ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+    """
+    sigma2 = exact_sigma2(sigma2)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
     if discrete_gaussian_delta(sigma2, 0.0, shift) <= delta:

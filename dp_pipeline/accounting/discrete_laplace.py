@@ -20,6 +20,7 @@ from dp_pipeline.accounting._checks import (
     round_up,
 )
 from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
+from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.rational import positive_rational
 
 _UNIT = 2.0**-53
@@ -30,14 +31,33 @@ __all__ = [
     "discrete_laplace_epsilon",
     "discrete_laplace_loss_pmf",
     "discrete_laplace_pure_epsilon",
+    "discrete_laplace_rho",
+    "exact_scale",
 ]
 
 
+def exact_scale(mechanism_or_scale: object) -> Fraction:
+    """The exact rational scale b of a `DiscreteLaplace`, or of a b given directly (int,
+    Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
+    if isinstance(mechanism_or_scale, DiscreteLaplace):
+        return mechanism_or_scale.scale
+    return positive_rational(mechanism_or_scale, "scale")
+
+
 def discrete_laplace_pure_epsilon(scale: object, sensitivity: object = 1) -> Fraction:
-    """Exact pure ε = Δ/b."""
-    scale = positive_rational(scale, "scale")
+    """Exact pure ε = Δ/b of Lap_Z(b) with sensitivity Δ (CKS Section 5.2).
+
+    ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
+    """
+    scale = exact_scale(scale)
     shift = check_integer_sensitivity(sensitivity)
     return Fraction(shift) / scale
+
+
+def discrete_laplace_rho(scale: object, sensitivity: object = 1) -> Fraction:
+    """Exact zCDP ρ = ε²/2 with ε = Δ/b: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016,
+    Prop. 1.4). ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`)."""
+    return discrete_laplace_pure_epsilon(scale, sensitivity) ** 2 / 2
 
 
 def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, np.ndarray]:
@@ -82,8 +102,9 @@ def discrete_laplace_delta_bounds(
     scale: object, epsilon: object, sensitivity: object = 1
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the tight δ(ε) of Lap_Z(b), max over the shifts 1..Δ;
-    exactly (0, 0) for ε >= Δ/b (decided in exact rationals)."""
-    scale = positive_rational(scale, "scale")
+    exactly (0, 0) for ε >= Δ/b (decided in exact rationals). ``scale``: a `DiscreteLaplace`
+    or its b (see `exact_scale`)."""
+    scale = exact_scale(scale)
     epsilon = check_epsilon(epsilon)
     shift_bound = check_integer_sensitivity(sensitivity)
     bounds = [_bounds_one_shift(scale, shift, epsilon) for shift in range(1, shift_bound + 1)]
@@ -92,13 +113,17 @@ def discrete_laplace_delta_bounds(
 
 def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
     """Tight δ(ε) of Lap_Z(b) with sensitivity Δ: the rigorous upper bound of
-    `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b)."""
+    `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b). ``scale``: a
+    `DiscreteLaplace` or its b (see `exact_scale`)."""
     return discrete_laplace_delta_bounds(scale, epsilon, sensitivity)[1]
 
 
 def discrete_laplace_epsilon(scale: object, delta: object, sensitivity: object = 1) -> float:
-    """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b."""
-    scale = positive_rational(scale, "scale")
+    """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b.
+
+    ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
+    """
+    scale = exact_scale(scale)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
     pure = float(Fraction(shift) / scale)

@@ -66,13 +66,25 @@ def sensitivity_tuple(sensitivity: object) -> tuple[int, ...]:
 
 
 def pure_epsilon_of(mechanism) -> Fraction | float | None:
+    """The stored pure ε of a mechanism whose pure ε is a parameter, else None.
+
+    ``pure_epsilon`` is one kind of thing everywhere: a stored value (an attribute or a
+    property, e.g. `BaseTwoExponential.pure_epsilon`, `PureDP.pure_epsilon`) that bounds
+    the mechanism's privacy loss for one run. A pure ε that depends on a sensitivity
+    (discrete Laplace) is an accounting function, not a mechanism attribute; a
+    ``pure_epsilon`` method is refused rather than called with a guessed sensitivity.
+    """
     pure = getattr(mechanism, "pure_epsilon", None)
     if pure is None:
         return None
-    value = pure() if callable(pure) else pure
-    if isinstance(value, Fraction):
-        return value
-    return float(value)
+    if callable(pure):
+        raise TypeError(
+            f"{type(mechanism).__name__}.pure_epsilon must be a stored value (an attribute "
+            f"or a property), not a method; give the mechanism its pure ε as a value"
+        )
+    if isinstance(pure, Fraction):
+        return pure
+    return float(pure)
 
 
 def fraction_string(value: Fraction) -> str:

@@ -45,6 +45,7 @@ from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_log_normalizer,
 )
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+from dp_pipeline.accounting.events import pure_epsilon_of
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import positive_rational
 
@@ -282,10 +283,9 @@ class PrivacyLossDistribution:
         if hasattr(mechanism, "privacy_loss_pmfs"):
             p, q = mechanism.privacy_loss_pmfs()
             return cls.from_pmfs(p, q, step)
-        pure = getattr(mechanism, "pure_epsilon", None)
+        pure = pure_epsilon_of(mechanism)
         if pure is not None:
-            value = pure() if callable(pure) else pure
-            return cls.from_randomized_response(float(value), step)
+            return cls.from_randomized_response(float(pure), step)
         raise TypeError(
             f"mechanism {mechanism!r} has no privacy-loss description: expected a "
             f"DiscreteGaussian, DiscreteLaplace, or an object with privacy_loss_pmfs() or "

@@ -26,6 +26,7 @@ from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.bounds import ValueBounds, sum_units_problem
 from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain, build_cell_domain, positive_int
+from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.rational import exact_rational
 
@@ -235,22 +236,29 @@ class QuerySpec:
     def effective_max_per_cell(self) -> int:
         return 1 if self.privacy_unit is None else self.max_per_cell
 
-    def _coordinates(self) -> int:
-        cells = self.effective_max_cells
-        if self.neighbouring == "replace":
-            # Replacing a unit removes its cells and adds new ones: up to 2x the coordinates.
-            return min(2 * cells, self.cells.total)
-        return cells
+    def _sensitivity(self, statistic: str) -> tuple[int, ...]:
+        bounds = self.value_bounds if statistic == "sum" else None
+        return sensitivity_vector(
+            statistic,
+            max_cells=self.max_cells,
+            max_per_cell=self.max_per_cell,
+            neighbouring=self.neighbouring,
+            cells=self.cells.total,
+            privacy_unit=self.privacy_unit is not None,
+            lower=None if bounds is None else bounds.lower_units,
+            upper=None if bounds is None else bounds.upper_units,
+        )
 
     def count_sensitivity(self) -> tuple[int, ...]:
         """Per-coordinate L∞ change of the count vector between neighbours.
 
         Adding or removing a unit changes at most ``max_cells`` counts by at most
-        ``max_per_cell`` each. Replacing one changes at most twice as many cells;
-        a cell both left and entered changes by at most ``max_per_cell`` too, since
-        both counts lie in [0, max_per_cell].
+        ``max_per_cell`` each. Replacing one changes at most twice as many cells
+        (capped at the cell count); a cell both left and entered changes by at most
+        ``max_per_cell`` too, since both counts lie in [0, max_per_cell]. Computed by
+        `dp_pipeline.query.sensitivity.sensitivity_vector`, as the planner's.
         """
-        return (self.effective_max_per_cell,) * self._coordinates()
+        return self._sensitivity("count")
 
     def sum_sensitivity(self) -> tuple[int, ...]:
         """Per-coordinate change of the sum vector, in granularity units.
@@ -259,16 +267,13 @@ class QuerySpec:
         L, U the bounds in units), so it changes by at most m·max(|L|, |U|).
         Replace: a cell whose old and new contributions are both present changes
         by at most m·(U − L), which exceeds m·max(|L|, |U|) when L < 0 < U; each
-        of the (up to 2·max_cells) coordinates is therefore bounded by
-        m·max(U − L, |L|, |U|), an upper bound on every neighbouring pattern.
+        of the (up to 2·max_cells, at most the cell count) coordinates is therefore
+        bounded by m·max(U − L, |L|, |U|), an upper bound on every neighbouring
+        pattern. Computed by `dp_pipeline.query.sensitivity.sensitivity_vector`.
         """
-        bounds = self.value_bounds
-        if bounds is None:
+        if self.value_bounds is None:
             raise ValueError("a count has no sum sensitivity")
-        per_coordinate = bounds.max_abs_units
-        if self.neighbouring == "replace":
-            per_coordinate = max(per_coordinate, bounds.upper_units - bounds.lower_units)
-        return (self.effective_max_per_cell * per_coordinate,) * self._coordinates()
+        return self._sensitivity("sum")
 
     def measures(
         self,

@@ -11,6 +11,7 @@ import math
 from fractions import Fraction
 
 from dp_pipeline.mechanisms import DiscreteLaplace
+from dp_pipeline.query.sensitivity import sensitivity_vector as query_sensitivity_vector
 from dp_pipeline.release.spec_model import TableSpec
 from dp_pipeline.selection.algorithms import (
     one_shot_scale,
@@ -35,18 +36,22 @@ class PlanError(ValueError):
 def sensitivity_vector(table: TableSpec, neighbouring: str) -> tuple[int, ...]:
     """Per-coordinate bound on how much one privacy unit can change the table's cells.
 
-    For a top_k table these are its candidates' counts (what one-shot noise is added to).
+    The table's bounds through `dp_pipeline.query.sensitivity.sensitivity_vector`, the
+    function the engines' `QuerySpec` calls, so plan and release agree. The spec's
+    ``max_cells``/``max_per_cell`` are already those of its unit (``each_row`` gives 1
+    and 1). For a top_k table these are its candidates' counts (what one-shot noise is
+    added to).
     """
-    if neighbouring == "add_remove":
-        return (table.per_cell_bound,) * table.max_cells
-    if table.statistic == "sum":
-        move = table.max_per_cell * max(
-            max(abs(table.lower), abs(table.upper)), table.upper - table.lower
-        )
-    else:
-        move = table.max_per_cell
-    # A unit leaves up to max_cells cells and enters as many; there are only `cells` cells.
-    return (move,) * min(2 * table.max_cells, table.cells)
+    statistic = "sum" if table.statistic == "sum" else "count"
+    return query_sensitivity_vector(
+        statistic,
+        max_cells=table.max_cells,
+        max_per_cell=table.max_per_cell,
+        neighbouring=neighbouring,
+        cells=table.cells,
+        lower=table.lower if statistic == "sum" else None,
+        upper=table.upper if statistic == "sum" else None,
+    )
 
 
 def selection_runs(table: TableSpec, neighbouring: str) -> int:

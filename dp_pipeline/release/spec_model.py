@@ -11,6 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
+from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec_fields import check_token
 
 __all__ = [
@@ -120,10 +121,21 @@ class TableSpec:
 
     @property
     def per_cell_bound(self) -> int:
-        """Largest change one privacy unit can make to one cell (before the relation)."""
-        if self.statistic == "sum":
-            return self.max_per_cell * max(abs(self.lower), abs(self.upper))
-        return self.max_per_cell
+        """Largest change adding or removing one privacy unit can make to one cell.
+
+        An entry of `dp_pipeline.query.sensitivity.sensitivity_vector` under add/remove
+        (the rule is written once there).
+        """
+        statistic = "sum" if self.statistic == "sum" else "count"
+        return sensitivity_vector(
+            statistic,
+            max_cells=1,
+            max_per_cell=self.max_per_cell,
+            neighbouring="add_remove",
+            cells=1,
+            lower=self.lower if statistic == "sum" else None,
+            upper=self.upper if statistic == "sum" else None,
+        )[0]
 
 
 @dataclass(frozen=True)
