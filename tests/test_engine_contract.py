@@ -240,8 +240,16 @@ def test_release_is_deterministic_and_keyed_by_release_id(engine):
     ("statistic", "overrides"),
     [
         ("count", dict(privacy_unit="unit", max_cells=3, max_per_cell=2)),
-        ("sum", dict(privacy_unit="unit", max_cells=2, max_per_cell=3, granularity="1/4")),
-        ("mean", dict(privacy_unit="unit", max_cells=2, count_noise=DiscreteGaussian(4))),
+        (
+            "mean",
+            dict(
+                privacy_unit="unit",
+                max_cells=2,
+                max_per_cell=3,
+                granularity="1/4",
+                count_noise=DiscreteGaussian(4),
+            ),
+        ),
         ("sum", {}),
     ],
 )
