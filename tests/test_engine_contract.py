@@ -1,0 +1,475 @@
+"""The engine contract: every engine path bounds, drops, completes the domain and noises alike.
+
+One suite, run on each path that aggregates a release: the pandas engine, the
+Spark SQL jobs and the one Parquet pass. Each test states its expected values
+once (exact integers, or the j-th draw of a stream) and every path must meet
+them, so the paths also agree bit for bit with each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import count
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from dp_pipeline import DiscreteGaussian, MasterKey
+from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.randomness import derive_stream
+
+KEY = MasterKey.from_hex("33" * 32)
+DOMAINS = {"state": range(0, 4), "sex": ["f", "m"]}
+
+
+def make_spec(statistic="count", **overrides):
+    params = dict(
+        by=["state", "sex"],
+        domains=DOMAINS,
+        noise=DiscreteGaussian(9),
+        key=KEY,
+        release_id="rel-1",
+        table="persons",
+    )
+    if statistic != "count":
+        params.update(column="income", bounds=(0, 100))
+    params.update(overrides)
+    return QuerySpec.build(statistic, **params)
+
+
+def frame(n=400, seed=0):
+    rng = np.random.default_rng(seed)
+    return pd.DataFrame(
+        {
+            "state": pd.array(rng.integers(0, 4, n), dtype="Int64"),
+            "sex": rng.choice(["f", "m"], n).astype(object),
+            "unit": rng.integers(0, 50, n),
+            "income": rng.uniform(-20, 120, n),
+        }
+    )
+
+
+def adversary(n_rows=1000, n_cells=50, seed=1):
+    """One unit ("mallory") with ``n_rows`` rows spread over ``n_cells`` cells."""
+    rng = np.random.default_rng(seed)
+    cells = rng.integers(0, n_cells, n_rows)
+    return pd.DataFrame(
+        {
+            "unit": ["mallory"] * n_rows,
+            "state": cells // 2,
+            "sex": np.where(cells % 2, "m", "f").astype(object),
+            "income": rng.uniform(0, 1000, n_rows),
+        }
+    )
+
+
+def spec_domains(spec):
+    return {
+        d.column: range(d.start, d.stop) if d.is_range else list(d.values)
+        for d in spec.cells.domains
+    }
+
+
+@dataclass
+class Engine:
+    """One engine path behind the two calls the contract needs.
+
+    ``aggregate(df, specs)``: (the true bounded aggregates of each query as dense
+    int64 vectors by cell index, ``{"count": ..., "sum": ... or None}``; the
+    diagnostics of each query). The queries share the privacy unit.
+    ``release(df, spec)``: the released table as a pandas frame, one row per
+    declared cell in cell order (a Spark release is sorted by its key columns,
+    which is cell order for the sorted domains used here).
+    """
+
+    name: str
+    aggregate: object
+    release: object
+
+
+def pandas_engine() -> Engine:
+    def aggregate(df, specs):
+        results = [aggregate_pandas(df, spec) for spec in specs]
+        return [true for true, _, _ in results], [diagnostics for _, _, diagnostics in results]
+
+    def release(df, spec):
+        out, _ = run_pandas(df, spec)
+        return out
+
+    return Engine("pandas", aggregate, release)
+
+
+def spark_engine(name, spark, to_spark, check_path, spark_calls) -> Engine:
+    """A Spark path: ``to_spark(df)`` gives its input, ``check_path(df, specs, calls)``
+    asserts that the path meant to run did (``calls``: the new entries of ``spark_calls``,
+    the `parquet_pass` recorder)."""
+    from pyspark.sql import functions as sf
+
+    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
+    from dp_pipeline.spark import run_queries
+    from dp_pipeline.udfs.noise import CELL_COLUMN
+
+    def aggregate(df, specs):
+        before = len(spark_calls)
+        aggregates, diagnostics = aggregate_queries(to_spark(df), specs)
+        try:
+            rows = (
+                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
+                .select(TABLE_COLUMN, CELL_COLUMN, "n", "s")
+                .toPandas()
+            )
+        finally:
+            aggregates.unpersist()
+        check_path(df, specs, spark_calls[before:])
+        trues = []
+        for index, spec in enumerate(specs):
+            mine = rows[rows[TABLE_COLUMN] == index]
+            cells = mine[CELL_COLUMN].to_numpy(dtype=np.int64)
+            counts = np.zeros(spec.cells.total, dtype=np.int64)
+            counts[cells] = mine["n"].to_numpy(dtype=np.int64)
+            sums = None
+            if spec.column is not None:
+                sums = np.zeros(spec.cells.total, dtype=np.int64)
+                sums[cells] = np.array([int(s) for s in mine["s"]], dtype=np.int64)
+            trues.append({"count": counts, "sum": sums})
+        return trues, list(diagnostics)
+
+    def release(df, spec):
+        before = len(spark_calls)
+        ((noisy, _),) = run_queries(to_spark(df), [spec])
+        out = noisy.toPandas()
+        check_path(df, [spec], spark_calls[before:])
+        return out.sort_values(list(spec.cells.columns)).reset_index(drop=True)
+
+    return Engine(name, aggregate, release)
+
+
+def one_row_units(df, specs) -> bool:
+    """Can the Parquet pass prove every unit has one row (no unit, or unique integer ids)?"""
+    (unit,) = {spec.privacy_unit for spec in specs}
+    if unit is None:
+        return True
+    ids = df[unit]
+    return pd.api.types.is_integer_dtype(ids.dtype) and ids.dropna().is_unique
+
+
+@pytest.fixture(
+    params=[
+        "pandas",
+        pytest.param("spark_sql", marks=pytest.mark.spark),
+        pytest.param("parquet_pass", marks=pytest.mark.spark),
+    ]
+)
+def engine(request, tmp_path, parquet_pass_calls):
+    if request.param == "pandas":
+        return pandas_engine()
+    spark = request.getfixturevalue("spark")
+    files = count()
+
+    if request.param == "spark_sql":
+
+        def to_spark(df):
+            return spark.createDataFrame(df)  # not a bare Parquet scan: the Spark SQL jobs
+
+        def check_path(df, specs, calls):
+            assert calls == [False], f"the Spark SQL path must run, Parquet pass calls: {calls}"
+
+    else:
+
+        def to_spark(df):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
+
+            path = tmp_path / f"input-{next(files)}.parquet"
+            table = pa.Table.from_pandas(df, preserve_index=False)
+            pq.write_table(table, path, row_group_size=97)
+            return spark.read.parquet(str(path))
+
+        def check_path(df, specs, calls):
+            # Units with several rows need the general rule: the pass declines them.
+            assert calls == [one_row_units(df, specs)], f"Parquet pass calls: {calls}"
+
+    return spark_engine(request.param, spark, to_spark, check_path, parquet_pass_calls)
+
+
+def released(frame_: pd.DataFrame) -> dict[str, list]:
+    """A release's columns as plain value lists (dtypes differ by engine, values must not)."""
+    return {column: frame_[column].astype(object).tolist() for column in frame_.columns}
+
+
+def test_every_declared_cell_is_released_in_cell_order_zero_counts_included(engine):
+    df = pd.DataFrame({"state": pd.array([1, 1, 3], dtype="Int64"), "sex": ["m", "m", "f"]})
+    spec = make_spec(domains={"state": range(0, 5), "sex": ["f", "m", "x"]})
+    (true,), _ = engine.aggregate(df, [spec])
+    expected = np.zeros(15, dtype=np.int64)
+    expected[1 * 3 + 1] = 2
+    expected[3 * 3 + 0] = 1
+    assert np.array_equal(true["count"], expected)
+    out = engine.release(df, spec)
+    assert len(out) == 15
+    assert out["state"].tolist() == [s for s in range(5) for _ in range(3)]
+    assert out["sex"].tolist() == ["f", "m", "x"] * 5
+
+
+def test_noise_is_the_jth_draw_of_the_partition_stream(engine):
+    df = frame()
+    spec = make_spec(noise_partitions=3)
+    (true,), _ = engine.aggregate(df, [spec])
+    out = engine.release(df, spec)
+    noise = out["count"].to_numpy() - true["count"]
+    for partition in range(3):
+        cells = np.arange(partition, 8, 3)
+        stream = derive_stream(KEY, *spec.stream_labels("count", partition))
+        assert spec.stream_labels("count", partition)[1:3] == ("rel-1", "persons")
+        expected = spec.noise.sample(cells.size, stream)
+        assert np.array_equal(noise[cells], np.asarray(expected, dtype=np.int64))
+
+
+def test_release_is_deterministic_and_keyed_by_release_id(engine):
+    df = frame()
+    a = engine.release(df, make_spec())
+    b = engine.release(df.sample(frac=1, random_state=3), make_spec())
+    c = engine.release(df, make_spec(release_id="rel-2"))
+    assert released(a) == released(b)
+    assert released(a)["count"] != released(c)["count"]
+
+
+@pytest.mark.parametrize(
+    ("statistic", "overrides"),
+    [
+        ("count", dict(privacy_unit="unit", max_cells=3, max_per_cell=2)),
+        (
+            "mean",
+            dict(
+                privacy_unit="unit",
+                max_cells=2,
+                max_per_cell=3,
+                granularity="1/4",
+                count_noise=DiscreteGaussian(4),
+            ),
+        ),
+        ("sum", {}),
+    ],
+)
+def test_released_values_equal_the_pandas_engine_bit_for_bit(engine, statistic, overrides):
+    df = frame(seed=4)
+    df.loc[::23, "income"] = np.nan
+    spec = make_spec(statistic, **overrides)
+    out = engine.release(df, spec)
+    reference, _ = run_pandas(df, spec)
+    assert released(out) == released(reference)
+
+
+def test_diagnostics_count_each_dropped_row_once(engine):
+    df = pd.DataFrame(
+        {
+            "state": pd.array([0, None, 9, 1, None, 2, 3], dtype="Int64"),
+            "sex": [None, "f", "m", "q", "m", "f", "m"],
+            "income": [1.0, 2.0, 3.0, 4.0, 5.0, np.nan, np.inf],
+        }
+    )
+    _, (diagnostics,) = engine.aggregate(df, [make_spec("sum")])
+    assert diagnostics.rows_in == 7
+    assert diagnostics.rows_null_key == {"state": 2, "sex": 1}
+    assert diagnostics.rows_out_of_domain == {"state": 1, "sex": 1}
+    assert diagnostics.rows_invalid_value == 2
+    assert diagnostics.rows_used == 0
+    assert diagnostics.rows_dropped == 7
+
+
+def test_null_units_are_dropped_and_counted(engine):
+    df = pd.DataFrame(
+        {
+            "state": pd.array([0, 0, 1, 2, None, 3], dtype="Int64"),
+            "sex": ["f", "f", "m", "f", "m", "m"],
+            "unit": pd.array([4, None, None, 7, None, 9], dtype="Int64"),
+        }
+    )
+    (true,), (diagnostics,) = engine.aggregate(df, [make_spec(privacy_unit="unit")])
+    # The null key is counted first; the two other null-unit rows are dropped as such.
+    assert diagnostics.rows_null_key == {"state": 1, "sex": 0}
+    assert diagnostics.rows_null_unit == 2
+    assert diagnostics.rows_used == 3
+    expected = np.zeros(8, dtype=np.int64)
+    expected[[0 * 2 + 0, 2 * 2 + 0, 3 * 2 + 1]] = 1
+    assert np.array_equal(true["count"], expected)
+
+
+@pytest.mark.parametrize(
+    ("df", "statistic", "message"),
+    [
+        (
+            pd.DataFrame({"state": pd.array([0, None], dtype="Int64"), "sex": ["f", "m"]}),
+            "count",
+            "column 'state': some rows have a null key (on_invalid='error'; the message quotes "
+            "no count or value from the data",
+        ),
+        (
+            pd.DataFrame({"state": pd.array([0, 7], dtype="Int64"), "sex": ["f", "m"]}),
+            "count",
+            "column 'state': some rows have a key outside the declared domain "
+            "Domain('state', range(0, 4)) (on_invalid='error'",
+        ),
+        (
+            pd.DataFrame({"state": [0, 1], "sex": ["f", "m"], "income": [1.0, np.nan]}),
+            "sum",
+            "column 'income': some rows hold null, NaN or infinite values (on_invalid",
+        ),
+        (
+            pd.DataFrame({"state": [0, 1], "sex": ["f", "m"], "income": [np.inf, 1.0]}),
+            "sum",
+            "column 'income': some rows hold null, NaN or infinite values (on_invalid",
+        ),
+        (
+            pd.DataFrame(
+                {"state": [0, 1], "sex": ["f", "m"], "unit": pd.array([3, None], dtype="Int64")}
+            ),
+            "count",
+            "column 'unit': some rows have a null privacy unit (on_invalid",
+        ),
+    ],
+)
+def test_on_invalid_error_names_column_and_rule_but_no_data(engine, df, statistic, message):
+    unit = dict(privacy_unit="unit") if "unit" in df.columns else {}
+    spec = make_spec(statistic, on_invalid="error", **unit)
+    with pytest.raises(ValueError) as info:
+        engine.aggregate(df, [spec])
+    assert message in str(info.value)
+    assert not any(figure in str(info.value) for figure in ("1 row", "e.g.", "nan", " 7"))
+    with pytest.raises(ValueError) as pandas_info:
+        run_pandas(df, spec)
+    assert str(info.value) == str(pandas_info.value)  # the same message on every path
+
+
+def test_sums_are_clamped_and_rounded_to_granularity(engine):
+    df = pd.DataFrame({"state": [0] * 5, "sex": ["f"] * 5, "income": [-3.0, 0.26, 0.24, 7.75, 1e9]})
+    spec = make_spec("sum", bounds=(0, 10), granularity="1/2")
+    (true,), (diagnostics,) = engine.aggregate(df, [spec])
+    # units of 1/2: -3 -> 0 (clamped), 0.26 -> 1, 0.24 -> 0, 7.75 -> 16 (half-even), 1e9 -> 20
+    assert true["sum"][0] == 0 + 1 + 0 + 16 + 20
+    assert true["count"][0] == 5
+    assert diagnostics.rows_clamped == 2
+    out = engine.release(df, spec)
+    assert out["sum"].dtype == np.float64
+
+
+@pytest.mark.parametrize(("max_cells", "max_per_cell"), [(1, 1), (3, 2), (7, 5)])
+def test_contribution_bounds_hold_on_adversarial_data(engine, max_cells, max_per_cell):
+    df = adversary()
+    domains = {"state": range(25), "sex": ["f", "m"]}
+    for statistic in ("count", "sum"):
+        spec = make_spec(
+            statistic,
+            domains=domains,
+            privacy_unit="unit",
+            max_cells=max_cells,
+            max_per_cell=max_per_cell,
+            bounds=(0, 100) if statistic == "sum" else None,
+            column="income" if statistic == "sum" else None,
+        )
+        (true,), (diagnostics,) = engine.aggregate(df, [spec])
+        counts = true["count"]
+        assert (counts > 0).sum() == max_cells
+        assert counts.max() <= max_per_cell
+        assert diagnostics.rows_used == counts.sum() == max_cells * max_per_cell
+        assert diagnostics.unit_cells_removed_max_cells == 50 - max_cells
+        assert (
+            diagnostics.rows_used
+            + diagnostics.rows_removed_max_per_cell
+            + diagnostics.rows_removed_max_cells
+            == 1000
+        )
+        if statistic == "sum":
+            assert true["sum"].max() <= max_per_cell * 100
+            assert diagnostics.rows_clamped > 0
+
+
+def test_bounded_aggregates_are_exactly_what_the_rule_keeps(engine):
+    # Two units: "a" has 3 rows in cell 0 and 1 in cell 1; "b" has 2 rows in cell 2.
+    df = pd.DataFrame(
+        {
+            "unit": ["a", "a", "a", "a", "b", "b"],
+            "state": [0, 0, 0, 0, 1, 1],
+            "sex": ["f", "f", "f", "m", "f", "f"],
+            "income": [10.0, 20.0, 30.0, 40.0, 5.0, 7.0],
+        }
+    )
+    spec = make_spec("sum", privacy_unit="unit", max_cells=2, max_per_cell=2)
+    (true,), (diagnostics,) = engine.aggregate(df, [spec])
+    # Both units are within max_cells; "a" keeps 2 of its 3 rows of cell 0.
+    assert true["count"].tolist() == [2, 1, 2, 0, 0, 0, 0, 0]
+    assert diagnostics.rows_removed_max_per_cell == 1
+    assert diagnostics.rows_removed_max_cells == 0
+    kept = true["sum"][0]
+    assert kept in (10 + 20, 10 + 30, 20 + 30)
+    assert true["sum"].tolist()[1:3] == [40, 12]
+    assert true["sum"][3:].tolist() == [0] * 5
+
+
+def test_bounding_choice_depends_only_on_the_units_own_rows_and_the_key(engine):
+    mallory = adversary(200, 20)
+    others = frame(300, seed=5)[["unit", "state", "sex", "income"]]
+    others = others.assign(unit=others["unit"].astype(str))
+    spec = make_spec(
+        domains={"state": range(10), "sex": ["f", "m"]}, privacy_unit="unit", max_cells=2
+    )
+    (alone,), _ = engine.aggregate(mallory, [spec])
+    mixed = pd.concat([others, mallory]).sample(frac=1, random_state=2)
+    (with_others,), _ = engine.aggregate(mixed, [spec])
+    (others_only,), _ = engine.aggregate(others, [spec])
+    assert np.array_equal(with_others["count"] - others_only["count"], alone["count"])
+    other_key = make_spec(
+        domains=spec_domains(spec),
+        privacy_unit="unit",
+        max_cells=2,
+        key=MasterKey.from_hex("44" * 32),
+    )
+    (moved,), _ = engine.aggregate(mallory, [other_key])
+    # A different key chooses different cells (2 of 20: equal with probability ~1/190).
+    assert not np.array_equal(np.flatnonzero(alone["count"]), np.flatnonzero(moved["count"]))
+
+
+@pytest.mark.parametrize(("max_cells", "max_per_cell"), [(1, 3), (3, 2)])
+def test_one_units_rows_move_the_aggregates_within_the_declared_sensitivity(
+    engine, max_cells, max_per_cell
+):
+    """Adding one unit's rows changes the true vectors by at most the spec's sensitivity,
+    coordinate by coordinate (largest change against largest sensitivity), and the
+    heaviest unit reaches it."""
+    domains = {"state": range(10), "sex": ["f", "m"]}
+    others = frame(300, seed=6)[["unit", "state", "sex", "income"]]
+    others = others.assign(unit=others["unit"].astype(str))
+    mallory = adversary(400, 20, seed=3).assign(income=1000.0)  # every value clamps to U
+    specs = [
+        make_spec(
+            statistic,
+            table=statistic,
+            domains=domains,
+            privacy_unit="unit",
+            max_cells=max_cells,
+            max_per_cell=max_per_cell,
+        )
+        for statistic in ("count", "sum")
+    ]
+    without, _ = engine.aggregate(others, specs)
+    with_mallory, _ = engine.aggregate(pd.concat([others, mallory]), specs)
+    for vector, sensitivity in (
+        ("count", specs[0].count_sensitivity()),
+        ("sum", specs[1].sum_sensitivity()),
+    ):
+        index = 0 if vector == "count" else 1
+        change = np.abs(with_mallory[index][vector] - without[index][vector])
+        change = np.sort(change)[::-1]
+        bound = np.zeros(change.size, dtype=np.int64)
+        bound[: len(sensitivity)] = sensitivity
+        assert (change <= bound).all(), (vector, change[:5], sensitivity)
+        assert np.array_equal(change, bound), (vector, change[:5], sensitivity)  # reached
+
+
+def test_mean_is_noisy_sum_over_noisy_count_clipped(engine):
+    df = frame()
+    out = engine.release(df, make_spec("mean", bounds=(0, 100)))
+    expected = np.clip(out["sum"] / np.maximum(out["count"], 1), 0, 100)
+    assert np.array_equal(out["mean"].to_numpy(), expected.to_numpy())
