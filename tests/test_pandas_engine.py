@@ -8,28 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 import pytest
+from engine_queries import make_spec
 
-from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.engines.pandas.aggregate import run_pandas
-from dp_pipeline.query.spec import QuerySpec
-
-KEY = MasterKey.from_hex("33" * 32)
-DOMAINS = {"state": range(0, 4), "sex": ["f", "m"]}
-
-
-def make_spec(statistic="count", **overrides):
-    params = dict(
-        by=["state", "sex"],
-        domains=DOMAINS,
-        noise=DiscreteGaussian(9),
-        key=KEY,
-        release_id="rel-1",
-        table="persons",
-    )
-    if statistic != "count":
-        params.update(column="income", bounds=(0, 100))
-    params.update(overrides)
-    return QuerySpec.build(statistic, **params)
 
 
 @pytest.mark.parametrize(
