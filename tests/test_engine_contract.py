@@ -144,10 +144,11 @@ def one_row_units(df, specs) -> bool:
         pytest.param("parquet_pass", marks=pytest.mark.spark),
     ]
 )
-def engine(request, tmp_path, parquet_pass_calls):
+def engine(request, tmp_path):
     if request.param == "pandas":
-        return pandas_engine()
+        return pandas_engine()  # no Spark fixture: the core install has no PySpark
     spark = request.getfixturevalue("spark")
+    parquet_pass_calls = request.getfixturevalue("parquet_pass_calls")
     files = count()
 
     if request.param == "spark_sql":
