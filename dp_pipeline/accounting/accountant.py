@@ -120,6 +120,27 @@ class PrivacyAccountant:
             f"(it is described only by privacy_loss_pmfs()); use delta()/epsilon()"
         )
 
+    def _pure_split(self) -> tuple[Fraction, Fraction] | None:
+        """(Σ pure ε of the pure-DP events, ρ of the others), or None if an event has
+        neither: basic composition of the two parts gives δ(ε) <= δ_ρ(ε - Σ ε)."""
+        pure_total, rho_rest = Fraction(0), Fraction(0)
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteLaplace):
+                pure_total += (
+                    event.count * sum(Fraction(m) for m in event.sensitivity) / (mechanism.scale)
+                )
+                continue
+            pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
+            if pure is not None:
+                pure_total += event.count * (pure if isinstance(pure, Fraction) else Fraction(pure))
+                continue
+            try:
+                rho_rest += event.count * self._event_rho(event)
+            except ValueError:
+                return None
+        return pure_total, rho_rest
+
     def _rho_or_none(self) -> float | None:
         try:
             return float(self.rho())
@@ -168,6 +189,9 @@ class PrivacyAccountant:
         delta_of, name = self._composition()
         rho = self._rho_or_none()
         high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
+        split = self._pure_split()
+        if split is not None:
+            high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
         return epsilon_from_delta_function(delta_of, delta, high, name)
 
     @property
@@ -183,7 +207,8 @@ class PrivacyAccountant:
         self._require_events()
         self._composition()
         if "methods" not in self._cache:
-            self._cache["methods"] = ("mgf_inversion", self._cache["fallback"]())
+            fallback = self._cache["fallback"]()
+            self._cache["methods"] = ("mgf_inversion",) + ((fallback,) if fallback else ())
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -229,7 +254,7 @@ class PrivacyAccountant:
             delta_of, name = single
             self._cache["methods"] = (name,)
         elif inversion is None:
-            delta_of, name = fft_composition(self._events)
+            delta_of, name = fft_composition(self._events) or self._no_path(rho)
             self._cache["methods"] = (name,)
         else:
             built: list = []  # the FFT paths are built only if the MGF inversion is loose
@@ -243,22 +268,45 @@ class PrivacyAccountant:
 
             def fallback_name():
                 fallback(1.0)
-                return built[0][1]
+                return None if built[0] is None else built[0][1]
 
             self._cache["fallback"] = fallback_name
             delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
 
         if rho is None:
             return delta_of, name
+        split = self._pure_split()
+        pure_total = None if split is None or split[0] == 0 else float(split[0])
 
         def capped(eps):
             bound = delta_of(eps)
             zcdp = zcdp_to_delta(rho, eps)
             if zcdp < bound.upper:
-                return DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+            if pure_total is not None and eps > pure_total * (1 + 1e-12):
+                # basic composition of the pure part and the zCDP of the rest (ε rounded
+                # down by the factor, so the pure part's ε is not below its exact value)
+                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
+                if rest < bound.upper:
+                    bound = DeltaBound(
+                        min(bound.lower, rest), rest, f"pure_dp + zcdp (tighter than {name})"
+                    )
             return bound
 
         return capped, name
+
+    @staticmethod
+    def _no_path(rho: float | None):
+        """The bound when no composition path fits in memory: the zCDP conversion (CKS
+        Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
+        trivial lower bound 0, labelled as such."""
+
+        def delta_of(eps: float) -> DeltaBound:
+            if rho is None:
+                return DeltaBound(0.0, 1.0, "trivial")
+            return DeltaBound(0.0, zcdp_to_delta(rho, eps), "zcdp")
+
+        return delta_of, "zcdp" if rho is not None else "trivial"
 
     def to_dict(self) -> dict:
         """JSON-safe description of the events (Fractions as "p/q" strings)."""

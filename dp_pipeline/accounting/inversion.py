@@ -71,7 +71,8 @@ SMOOTH_SIGMA2 = 36.5  # π²σ²/8 >= 45: the comb between the lattice returns i
 THETA_SIGMA2 = 1.0  # a support Gaussian this wide is summed by Poisson summation (w_1 < e^-19)
 _THETA_OMIT = 80.0  # Poisson terms farther than (K+1)P from u: below e^-80 relative, bounded
 _TARGET = 1e-15  # each of the discretisation and truncation errors, relative to δ
-_MAX_NODES = 1 << 15
+_NODE_WORK = 1 << 19  # terms summed over all nodes of one δ evaluation (time and memory)
+_MIN_NODES, _MAX_NODES = 1 << 9, 1 << 18
 _STAGES = 4  # spans of the staged outer tail (`InversionComposition._outer_tail`)
 _LOG_TINY = math.log(TINY)
 
@@ -248,6 +249,11 @@ class InversionComposition:
         self._thetas = [_Theta.of(g) for g in self.groups if g.gaussian is not None]
         direct = [g for g in self.groups if g.gaussian is None]
         self._buckets = _buckets(direct)
+        self._work_per_node = (
+            4
+            + sum(b.losses.shape[0] * b.losses.shape[1] for b in self._buckets)
+            + sum(2 * t.reach + 3 for t in self._thetas)
+        )
         log_finite = 0.0
         log_kept = 0.0
         for group in direct:  # a Poisson-summed Gaussian has no dropped mass
@@ -350,15 +356,31 @@ class InversionComposition:
                 return high
         if slope(low) >= 0:
             return low
-        # bisection in log c, then a few Newton steps
-        for _ in range(200):
-            middle = math.sqrt(low * high) if low > 0 else high / 2
+
+        # bisection in log c down to a factor 1.5, then safeguarded Newton (the slope is
+        # increasing: K is convex, -log(c(c+1)) too), bisecting when a step leaves the bracket
+        def slope_and_curvature(c):
+            _, first, second = self._log_mgf(c, epsilon)
+            curvature = float(second[0]) + 1 / c**2 + 1 / (c + 1) ** 2
+            return float(first[0]) - 1 / c - 1 / (c + 1), curvature
+
+        while high > 1.5 * low:
+            middle = math.sqrt(low * high)
             if slope(middle) < 0:
                 low = middle
             else:
                 high = middle
+        c = math.sqrt(low * high)
+        for _ in range(30):
+            value, curvature = slope_and_curvature(c)
+            if value < 0:
+                low = c
+            else:
+                high = c
             if high - low <= 1e-4 * high:
                 break
+            step = c - value / curvature
+            c = step if low < step < high else 0.5 * (low + high)
         return 0.5 * (low + high)
 
     # ------------------------------------------------------------------ δ(ε)
@@ -402,6 +424,8 @@ class InversionComposition:
                 / (edge * edge * -math.expm1(-2 * rho_low * h * edge))
             )
 
+        # more nodes where the terms per node are few (a tiny ρ decays slowly)
+        max_nodes = min(_MAX_NODES, max(_MIN_NODES, _NODE_WORK // self._work_per_node))
         nodes = 1
         while True:
             edge = (nodes + 1) * h
@@ -409,12 +433,16 @@ class InversionComposition:
                 band = 0.0
                 break
             band = band_tail(edge)
-            if band <= _TARGET * estimate or nodes >= _MAX_NODES:
+            if band <= _TARGET * estimate or nodes >= max_nodes:
                 break
-            grown = min(_MAX_NODES, max(nodes + 1, int(nodes * 1.25)), int(limit / h) - 1)
+            grown = min(max_nodes, max(nodes + 1, int(nodes * 1.25)), int(limit / h) - 1)
             if grown <= nodes:
                 break
             nodes = grown
+        if nodes >= max_nodes and band > estimate:
+            # the bracket would be wider than δ itself: not worth the nodes (this happens
+            # with the saddle point near the pole at 0, i.e. δ near P[L > ε])
+            return self.infinite_lower, 1.0
         outer = self._outer_tail(h)
         # the tail bounds are relative to e^{K(c)} with the float ρ; the exact ρ may exceed
         # it by rho_error, which scales e^{ρ(c²+c)} by at most this factor
@@ -433,10 +461,11 @@ class InversionComposition:
         lower_ratio = total - error
         slack = 16 * _U * (abs(k0) + 1)
         log_upper = k0 + math.log(upper_ratio) + slack if upper_ratio > 0 else -math.inf
-        upper = TINY if log_upper < _LOG_TINY else min(1.0, math.exp(log_upper) * (1 + 4 * _U))
+        upper = TINY if log_upper < _LOG_TINY else math.exp(min(log_upper, 0.0)) * (1 + 4 * _U)
+        upper = min(1.0, upper)
         lower = 0.0
         if lower_ratio > 0:
-            log_lower = k0 + math.log(lower_ratio) - slack
+            log_lower = min(k0 + math.log(lower_ratio) - slack, 0.0)
             lower = math.exp(log_lower) * (1 - 4 * _U) if log_lower > _LOG_TINY + 1 else 0.0
         upper = min(1.0, upper + self.infinite_upper * (1 + 4 * _U))
         lower = max(0.0, (lower + self.infinite_lower) * (1 - 4 * _U))

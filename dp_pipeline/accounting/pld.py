@@ -49,12 +49,32 @@ from dp_pipeline.accounting.events import pure_epsilon_of
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import positive_rational
 
-__all__ = ["PrivacyLossDistribution", "pld_from_lattice_components"]
+__all__ = [
+    "MAX_GRID_POINTS",
+    "GridTooLargeError",
+    "PrivacyLossDistribution",
+    "pld_from_lattice_components",
+]
 
 DEFAULT_STEP = 1e-4
 TRUNCATION_MASS = 1e-20
+MAX_GRID_POINTS = 1 << 23  # 64 MiB of float64 per array: beyond, GridTooLargeError, no allocation
 _UNIT_ROUNDOFF = 2.0**-53
 _DIRECT_CONVOLUTION = 64
+
+
+class GridTooLargeError(ValueError):
+    """A grid PLD would need more than `MAX_GRID_POINTS` points (raised before allocating)."""
+
+
+def check_grid_size(points: float, what: str) -> None:
+    """Raise `GridTooLargeError` naming ``what`` if ``points`` exceeds `MAX_GRID_POINTS`."""
+    if not points <= MAX_GRID_POINTS:
+        raise GridTooLargeError(
+            f"{what} needs {points:.3g} grid points, over the limit of {MAX_GRID_POINTS} "
+            f"(memory); use a coarser step or PrivacyAccountant, which falls back to a "
+            f"rigorous labelled bound"
+        )
 
 
 @dataclass(frozen=True)
@@ -70,6 +90,7 @@ class _GridLoss:
 
     def convolve(self, other: _GridLoss) -> _GridLoss:
         a, b = self.probabilities, other.probabilities
+        check_grid_size(_fast_length(len(a) + len(b) - 1), "the convolution of two PLDs")
         if min(len(a), len(b)) <= _DIRECT_CONVOLUTION:
             result = np.convolve(a, b)
             error = 0.0
@@ -159,6 +180,7 @@ def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, st
     """Upper (split) and lower (floor) grid pmfs of a finite-support loss distribution."""
     keep = masses > 0
     losses, masses = losses[keep], masses[keep]
+    check_grid_size((float(np.max(losses)) - float(np.min(losses))) / step + 2, "a loss pmf")
     index = np.floor(losses / step).astype(np.int64)
     offset = losses - index * step
     index = np.where(offset < 0, index - 1, index)
@@ -181,6 +203,7 @@ def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, st
 def _discrete_gaussian_losses(sigma2: Fraction, shift: int):
     """Loss values (μ² + 2μy)/(2σ²), P-masses and the bounded tail mass beyond ±T."""
     s2 = float(sigma2)
+    check_grid_size(2 * math.sqrt(2 * s2 * 50) + 5, f"N_Z(0, σ² = {s2:.6g}) summed term by term")
     limit = math.ceil(math.sqrt(2 * s2 * 50)) + 1
     ys = np.arange(-limit, limit + 1, dtype=np.float64)
     log_normalizer = discrete_gaussian_log_normalizer(s2)
