@@ -28,6 +28,7 @@ maximised over the shifts 1..Δ.
 
 from __future__ import annotations
 
+import math
 import numbers
 from fractions import Fraction
 
@@ -50,6 +51,8 @@ from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
+
+_NEGLIGIBLE_SHIFT = 1e-6  # largest ε given to discrete Gaussians of negligible total ρ
 
 
 class PrivacyAccountant:
@@ -248,6 +251,9 @@ class PrivacyAccountant:
 
     def _build_composition(self):
         rho = self._rho_or_none()
+        negligible = self._negligible_gaussians()
+        if negligible is not None:
+            return negligible
         single = single_coordinate(self._events)
         inversion = None if single is not None else (inversion_of(self._events) or None)
         if single is not None:
@@ -294,6 +300,37 @@ class PrivacyAccountant:
             return bound
 
         return capped, name
+
+    def _negligible_gaussians(self):
+        """The composition without its discrete Gaussians when their total ρ is so small
+        that they move ε by at most t <= `_NEGLIGIBLE_SHIFT` (their zCDP δ at that ε is below
+        the float range), or None. Without them the inversion would have no decay to
+        work with; with them the bound is, by basic composition and post-processing,
+        δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t)."""
+        gaussians = [e for e in self._events if isinstance(e.mechanism, DiscreteGaussian)]
+        if not gaussians or len(gaussians) == len(self._events):
+            return None
+        rho_gaussians = float(sum(e.count * self._event_rho(e) for e in gaussians))
+        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
+        shift = 2 * rho_gaussians + 2 * math.sqrt(800 * rho_gaussians)
+        if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho_gaussians, shift) > 5e-324:
+            return None
+        rest = PrivacyAccountant()
+        rest._events = [e for e in self._events if not isinstance(e.mechanism, DiscreteGaussian)]
+        inner_name = rest.method
+        name = f"{inner_name} + negligible discrete gaussians"
+        self._cache["methods"] = (name,)
+
+        def delta_of(eps: float) -> DeltaBound:
+            lower = rest.delta(eps).lower
+            if eps <= shift:
+                return DeltaBound(lower, 1.0, name)
+            # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
+            inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
+            upper = min(1.0, inner.upper + 5e-324)
+            return DeltaBound(min(lower, upper), upper, f"{inner.method} + negligible gaussians")
+
+        return delta_of, name
 
     @staticmethod
     def _no_path(rho: float | None):

@@ -60,6 +60,7 @@ _MAX_SUPPORT = 4096  # finite-support components larger than this are rounded (r
 _MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
 _SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
 _MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
+_MAX_LATTICE_SUPPORT = 1 << 15  # finite-support lattice components larger go to the grid PLD
 _MAX_PLD_POINTS = 1 << 20  # grid PLD parts larger than this are not built (time and memory)
 
 
@@ -68,6 +69,10 @@ def fft_composition(events, exact_only: bool = False):
     with ``exact_only``, the exact lattice FFT or None. None also when no FFT path fits
     in memory (every grid is capped; see `pld_of`)."""
     components = lattice_components(events)
+    if components is not None and any(
+        len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components
+    ):
+        components = None  # its tail bound alone would sum that support at every λ tried
     loss = None
     if components is not None:
         loss = lattice_loss(
