@@ -265,11 +265,15 @@ class PrivacyAccountant:
         else:
             built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
+            tried: set = set()  # which of the two builds were attempted (each once)
+
             def fallback(eps, exact_only=False):
                 if not built:
                     built.append(fft_composition(self._events, exact_only=True))
-                if built[0] is None and not exact_only:
+                    tried.add("exact")
+                if built[0] is None and not exact_only and "any" not in tried:
                     built[0] = fft_composition(self._events)
+                    tried.add("any")
                 return None if built[0] is None else built[0][0](eps)
 
             def fallback_name():
