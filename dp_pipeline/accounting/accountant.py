@@ -10,7 +10,7 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    composition by inverting its moment generating function (`inversion`, "mgf_inversion"):
    no discretisation, every error term a rigorous bound, relative precision independent
    of δ (down to the float range);
-3. if that bracket is wider than 1e-6 relative: also the exact lattice FFT of CKS §4 when
+3. if that bracket is wider than 1e-4 relative: also the exact lattice FFT of CKS §4 when
    everything sits on a common rational lattice of practical size, and if the bracket is
    wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
    else the grid privacy-loss distribution); the brackets are intersected (each is
@@ -18,8 +18,18 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
 4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
-conversion (CKS Corollary 13), which is always valid. Each answer names its method and
-carries a lower bound (the gap says how tight the upper bound is).
+conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
+conversion of the others ("pure_dp + zcdp"), both always valid.
+
+Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
+own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
+ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible
+gaussians": δ_rest(ε) <= δ <= δ_rest(ε - t) + 5e-324); every FFT grid is capped in memory
+and a path that does not fit is skipped, and if none fits the bound is the zCDP conversion
+with lower bound 0, labelled "zcdp" (or "trivial" without a finite ρ).
+
+Each answer names its method and carries a lower bound (the gap says how tight the upper
+bound is).
 
 Sensitivity vectors are taken as the worst-case neighbour difference (the engines compute
 it from the contribution bounds); a scalar sensitivity Δ of a single one-coordinate event is
