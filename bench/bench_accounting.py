@@ -168,7 +168,7 @@ def _moderate_eight():
 
 def _lattice_six():
     """Four Gaussians, a discrete Laplace and a pure-DP mechanism on a common lattice."""
-    from dp_pipeline.accounting.accountant import PureDP
+    from dp_pipeline.accounting.events import PureDP
 
     accountant = PrivacyAccountant()
     accountant.add(DiscreteGaussian(3), [1, 1])

@@ -341,7 +341,7 @@ class PrivacyAccountant:
                 return DeltaBound(lower, 1.0, name)
             # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
             inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
-            upper = min(1.0, inner.upper + 5e-324)
+            upper = min(1.0, math.nextafter(inner.upper, 2.0))  # + at least 5e-324 >= δ_G(t)
             return DeltaBound(min(lower, upper), upper, f"{inner.method} + negligible gaussians")
 
         return delta_of, name
