@@ -52,19 +52,7 @@ def demo_tables(counties: int, seed: int):
     persons = int(1.3 * counties * 232)
     weights = 1.0 / np.arange(1, counties + 1) ** 0.9
     weights = rng.permutation(weights / weights.sum())
-    county = rng.choice(counties, persons, p=weights)
     ages = np.where(np.arange(116) < 65, 1.0, np.exp(-(np.arange(116) - 65) / 9.0))
-    age = rng.choice(116, persons, p=ages / ages.sum())
-    columns = {
-        "county": county,
-        "state": parent[county],
-        "age": age,
-        "sex": rng.integers(0, 2, persons),
-        "race": rng.choice(7, persons, p=[0.6, 0.13, 0.01, 0.06, 0.003, 0.087, 0.11]),
-        "hispanic": (rng.random(persons) < 0.19).astype(np.int64),
-        "household_size": np.minimum(rng.poisson(1.6, persons), 6),
-        "tenure": rng.choice(3, persons, p=[0.64, 0.33, 0.03]),
-    }
     sizes = {"county": counties, "state": STATES, "age": 116, "sex": 2, "race": 7}
     sizes |= {"hispanic": 2, "household_size": 7, "tenure": 3}
     keys = {
@@ -74,15 +62,30 @@ def demo_tables(counties: int, seed: int):
         "county_household_size": ("county", "household_size"),
         "state_tenure": ("state", "tenure"),
     }
-    tables, truth = [], {}
+    truth = {n: np.zeros(int(np.prod([sizes[k] for k in ks])), np.int64) for n, ks in keys.items()}
+    for start in range(0, persons, 1_000_000):  # in chunks: bounded memory at 10 M cells
+        rows = min(1_000_000, persons - start)
+        county = rng.choice(counties, rows, p=weights)
+        columns = {
+            "county": county,
+            "state": parent[county],
+            "age": rng.choice(116, rows, p=ages / ages.sum()),
+            "sex": rng.integers(0, 2, rows),
+            "race": rng.choice(7, rows, p=[0.6, 0.13, 0.01, 0.06, 0.003, 0.087, 0.11]),
+            "hispanic": (rng.random(rows) < 0.19).astype(np.int64),
+            "household_size": np.minimum(rng.poisson(1.6, rows), 6),
+            "tenure": rng.choice(3, rows, p=[0.64, 0.33, 0.03]),
+        }
+        for name, ks in keys.items():
+            dims = tuple(sizes[k] for k in ks)
+            cell = np.ravel_multi_index(tuple(columns[k] for k in ks), dims)
+            truth[name] += np.bincount(cell, minlength=truth[name].size)
+    tables = []
     for name, ks in keys.items():
         dims = tuple(sizes[k] for k in ks)
-        cell = np.ravel_multi_index(tuple(columns[k] for k in ks), dims)
-        true = np.bincount(cell, minlength=int(np.prod(dims))).astype(np.int64)
         sd = float(VARIANCES[name]) ** 0.5
-        noisy = true + np.rint(rng.normal(0.0, sd, true.size)).astype(np.int64)
-        tables.append(NoisyCounts(name, ks, dims, noisy, VARIANCES[name]))
-        truth[name] = true
+        noise = np.rint(rng.normal(0.0, sd, truth[name].size)).astype(np.int64)
+        tables.append(NoisyCounts(name, ks, dims, truth[name] + noise, VARIANCES[name]))
     return hierarchy, tables, truth
 
 

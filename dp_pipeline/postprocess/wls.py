@@ -42,28 +42,37 @@ class WlsResult:
     max_residual: float  # max |C z| over all constraint cells, in counts
 
 
-def _constraint_matrix(
+def _transposed_constraints(
     structures: Sequence[TableStructure],
     constraints: Sequence[Constraint],
     hierarchy: Hierarchy | None,
-    offsets: np.ndarray,
 ) -> sp.csr_matrix:
-    rows, cols, vals = [], [], []
-    row0 = 0
-    for c in constraints:
-        size = margin_size(c.margin, list(structures), hierarchy)
-        for t, sign in ((c.a, 1.0), (c.b, -1.0)):
-            idx = margin_index(structures[t], c.margin, hierarchy)
-            rows.append(idx + row0)
-            cols.append(np.arange(idx.size, dtype=np.int64) + offsets[t])
-            vals.append(np.full(idx.size, sign))
-        row0 += size
-    n = int(offsets[-1])
-    if not constraints:
-        return sp.csr_matrix((0, n))
-    return sp.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row0, n)
+    """C^T as CSR (one row per cell, one column per constraint cell), built directly.
+
+    Each cell of a table has one +-1 in every constraint the table is part of, so
+    every table's block has a fixed number of entries per row and needs no sort.
+    """
+    starts = np.cumsum(
+        [0] + [margin_size(c.margin, list(structures), hierarchy) for c in constraints]
     )
+    blocks = []
+    for t, s in enumerate(structures):
+        mine = [
+            (ci, 1.0 if c.a == t else -1.0) for ci, c in enumerate(constraints) if t in (c.a, c.b)
+        ]
+        n, k = s.cells, len(mine)
+        indices = np.empty((n, k), dtype=np.int64)
+        data = np.empty((n, k))
+        for j, (ci, sign) in enumerate(mine):
+            indices[:, j] = margin_index(s, constraints[ci].margin, hierarchy) + starts[ci]
+            data[:, j] = sign
+        indptr = np.arange(n + 1, dtype=np.int64) * k
+        blocks.append(
+            sp.csr_matrix(
+                (data.reshape(-1), indices.reshape(-1), indptr), shape=(n, int(starts[-1]))
+            )
+        )
+    return sp.vstack(blocks, format="csr")
 
 
 def solve_wls(
@@ -80,12 +89,12 @@ def solve_wls(
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     y = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
     v = np.concatenate([np.full(n, float(w)) for n, w in zip(sizes, variances, strict=True)])
-    C = _constraint_matrix(structures, constraints, hierarchy, offsets)
-    CT = C.T.tocsr()
-    if C.shape[0] == 0:
+    if not constraints:
         return WlsResult([y[offsets[i] : offsets[i + 1]].copy() for i in range(len(sizes))], 0, 0.0)
+    CT = _transposed_constraints(structures, constraints, hierarchy)
+    C = CT.T  # CSC view: C @ x without a conversion
     # diag(C V C^T): C has one +-1 per (row, cell), so this is the variance-weighted count.
-    diag = (C.multiply(C)) @ v
+    diag = abs(C) @ v
     inv_diag = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
 
     def normal(p: np.ndarray) -> np.ndarray:
