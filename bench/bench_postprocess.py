@@ -8,11 +8,12 @@ cells) and synthetic persons (about 1.3 per county x age x sex cell, Zipf-like
 county sizes; test data from numpy) are tabulated into county_age_sex,
 state_age_sex, state_race_hispanic, county_household_size and state_tenure,
 with rounded normal noise of the demo's variances (σ² 18.5 for the county
-table at share 1/2, and so on). Prints the fastest of ``--rounds`` wall-clock
-runs of ``make_consistent`` per stage, ns per cell, and ratios against two
-baselines measured in the same run over the same number of cells: one
-``np.sort`` of a float64 vector and one CSR mat-vec of the least squares
-constraint matrix. Then the RMSE against the truth per table, before and after.
+table at share 1/2, and so on). Prints the fastest of ``--rounds``
+wall-clock runs of ``make_consistent`` (stages from that run), ns per cell,
+and ratios against two baselines measured in the same run, in alternating
+rounds, over the same number of cells: one ``np.sort`` of a float64 vector
+and one CSR mat-vec with two entries per cell (the shape of the least squares
+constraint matrix). Then the RMSE against the truth per table, before and after.
 """
 
 from __future__ import annotations
@@ -89,30 +90,30 @@ def demo_tables(counties: int, seed: int):
     return hierarchy, tables, truth
 
 
-def fastest(function, rounds: int):
-    """(fastest wall time, the result of that run) over ``rounds`` runs."""
-    best, out = float("inf"), None
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        result = function()
-        elapsed = time.perf_counter() - t0
-        if elapsed < best:
-            best, out = elapsed, result
-    return best, out
-
-
-def baselines(cells: int, rounds: int) -> tuple[float, float]:
+def baseline_functions(cells: int):
+    """One np.sort of float64 and one CSR mat-vec (two entries per cell), over ``cells``."""
     rng = np.random.default_rng(0)
     x = rng.normal(size=cells)
-    sort_s, _ = fastest(lambda: np.sort(x), rounds)
-    # A constraint-shaped CSR matrix: every cell in two margins (like the county table).
+    # A constraint-shaped matrix: every cell in two margins (like the county table).
     cols = np.arange(cells)
     rows = np.concatenate([cols // 232, cells // 232 + 1 + cols % 97])
-    C = sp.csr_matrix((np.ones(2 * cells), (rows, np.concatenate([cols, cols]))))
-    y = rng.normal(size=C.shape[0])
-    CT = C.T.tocsr()
-    matvec_s, _ = fastest(lambda: CT @ y, rounds)
-    return sort_s, matvec_s
+    CT = sp.csr_matrix((np.ones(2 * cells), (rows, np.concatenate([cols, cols])))).T.tocsr()
+    y = rng.normal(size=CT.shape[1])
+    return partial(np.sort, x), partial(CT.dot, y)
+
+
+def interleaved(functions, rounds: int):
+    """Fastest time (and result of that run) of each function, rounds alternating between them,
+    so that a change of load on the shared machine lands on all of them alike."""
+    best = [(float("inf"), None)] * len(functions)
+    for _ in range(rounds):
+        for i, function in enumerate(functions):
+            t0 = time.perf_counter()
+            result = function()
+            elapsed = time.perf_counter() - t0
+            if elapsed < best[i][0]:
+                best[i] = (elapsed, result)
+    return best
 
 
 def main() -> None:
@@ -131,9 +132,10 @@ def main() -> None:
         counties = counties_for(target)
         hierarchy, tables, truth = demo_tables(counties, args.seed)
         cells = sum(t.values.size for t in tables)
-        rounds = args.rounds if cells <= 2_000_000 else 1
-        seconds, result = fastest(partial(make_consistent, tables, hierarchy), rounds)
-        sort_s, matvec_s = baselines(cells, rounds)
+        sort, matvec = baseline_functions(cells)
+        (seconds, result), (sort_s, _), (matvec_s, _) = interleaved(
+            [partial(make_consistent, tables, hierarchy), sort, matvec], args.rounds
+        )
         st = result.seconds
         print(
             f"| {cells:,} | {counties:,} | {seconds:.3f} | {st['wls']:.3f} | "

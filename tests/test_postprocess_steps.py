@@ -202,3 +202,34 @@ def test_one_group_is_solved_alone_and_ignores_the_others():
     for t in sub.fixed:
         np.testing.assert_array_equal(sub.fixed[t], sub2.fixed[t])
     assert taken[0] is not None and taken[2] is None
+
+
+@pytest.mark.parametrize(
+    "nonnegative, integer, method, dtype",
+    [
+        (False, False, "wls", np.float64),
+        (True, False, "wls+topdown-nonnegative-real", np.float64),
+        (False, True, "wls+topdown-integer", np.int64),
+        (True, True, "wls+topdown-nonnegative-integer", np.int64),
+    ],
+)
+def test_option_combinations(nonnegative, integer, method, dtype):
+    tables, hierarchy = _three_level()
+    result = make_consistent(tables, hierarchy, nonnegative=nonnegative, integer=integer)
+    assert result.method == method
+    for t in tables:
+        out = result.values[t.name]
+        assert out.dtype == dtype and out.shape == t.values.shape
+        if nonnegative:
+            assert out.min() >= 0
+    tract = result.values["tract_age"].reshape(15, 4).sum(axis=0)
+    cas = result.values["county_age_sex"].reshape(4, 14).sum(axis=1)
+    np.testing.assert_allclose(tract, cas, atol=0 if integer else 1e-6)
+
+
+def test_inputs_are_not_modified():
+    tables, hierarchy = _three_level()
+    before = [t.values.copy() for t in tables]
+    make_consistent(tables, hierarchy)
+    for t, b in zip(tables, before, strict=True):
+        np.testing.assert_array_equal(t.values, b)

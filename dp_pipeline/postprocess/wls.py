@@ -55,24 +55,28 @@ def _transposed_constraints(
     starts = np.cumsum(
         [0] + [margin_size(c.margin, list(structures), hierarchy) for c in constraints]
     )
-    blocks = []
+    # 32-bit indices when they fit: half the memory traffic of every mat-vec.
+    nnz = sum(s.cells * sum(t in (c.a, c.b) for c in constraints) for t, s in enumerate(structures))
+    index_type = np.int32 if max(int(starts[-1]), nnz) < 2**31 - 1 else np.int64
+    # One CSR built from concatenated rows (sp.vstack copies through COO, 5x slower).
+    indices_parts, sign_parts, counts = [], [], []
     for t, s in enumerate(structures):
-        mine = [
-            (ci, 1.0 if c.a == t else -1.0) for ci, c in enumerate(constraints) if t in (c.a, c.b)
-        ]
-        n, k = s.cells, len(mine)
-        indices = np.empty((n, k), dtype=np.int64)
-        data = np.empty((n, k))
-        for j, (ci, sign) in enumerate(mine):
+        mine = [ci for ci, c in enumerate(constraints) if t in (c.a, c.b)]
+        indices = np.empty((s.cells, len(mine)), dtype=index_type)
+        signs = np.empty((s.cells, len(mine)))
+        for j, ci in enumerate(mine):
             indices[:, j] = margin_index(s, constraints[ci].margin, hierarchy) + starts[ci]
-            data[:, j] = sign
-        indptr = np.arange(n + 1, dtype=np.int64) * k
-        blocks.append(
-            sp.csr_matrix(
-                (data.reshape(-1), indices.reshape(-1), indptr), shape=(n, int(starts[-1]))
-            )
-        )
-    return sp.vstack(blocks, format="csr")
+            # +1 in the first table of a constraint, -1 in the second.
+            signs[:, j] = 1.0 if constraints[ci].a == t else -1.0
+        indices_parts.append(indices.reshape(-1))
+        sign_parts.append(signs.reshape(-1))
+        counts.append(np.full(s.cells, len(mine), dtype=np.int64))
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(index_type)
+    signs = np.concatenate(sign_parts)
+    return sp.csr_matrix(
+        (signs, np.concatenate(indices_parts), indptr),
+        shape=(int(indptr.size - 1), int(starts[-1])),
+    )
 
 
 def solve_wls(
