@@ -233,3 +233,22 @@ def test_inputs_are_not_modified():
     make_consistent(tables, hierarchy)
     for t, b in zip(tables, before, strict=True):
         np.testing.assert_array_equal(t.values, b)
+
+
+def test_all_negative_noise_gives_all_zero_tables():
+    tables, hierarchy = _three_level()
+    negative = [
+        NoisyCounts(t.name, t.keys, t.sizes, -np.abs(t.values) - 1, t.variance) for t in tables
+    ]
+    result = make_consistent(negative, hierarchy)
+    for t in negative:
+        np.testing.assert_array_equal(result.values[t.name], 0)
+
+
+def test_scalar_and_keyless_tables():
+    total = NoisyCounts("total", (), (), np.array([103]), Fraction(1))
+    by_sex = NoisyCounts("sex", ("sex",), (2,), np.array([40, 50]), Fraction(1))
+    result = make_consistent([total, by_sex], None)
+    # Equal variances per cell: the total's own measurement counts as much as both cells.
+    assert result.values["total"].tolist() == [result.values["sex"].sum()]
+    assert result.values["total"][0] == 99  # 103 - (103 - 90) / 3 = 98.67, rounded half up
