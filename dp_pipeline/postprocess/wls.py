@@ -4,7 +4,7 @@ Minimises sum_t sum_cells (z - y)^2 / v_t subject to C z = 0, where each block o
 rows of C says that two tables agree on one common margin. With V = diag(v) the
 solution is z = y - V C^T lambda, where lambda solves the normal equations
 (C V C^T) lambda = C y (Hay, Rastogi, Miklau and Suciu 2010, "Boosting the
-accuracy of differentially private histograms through consistency", section 4,
+accuracy of differentially private histograms through consistency",
 generalised from a tree of equal variances to arbitrary margins with unequal
 public variances). The system is positive semi-definite and consistent; it is
 solved by Jacobi-preconditioned conjugate gradients in constraint space. Null
