@@ -57,8 +57,16 @@ def fit_two_way(
         return x, 1
     x = np.maximum(z, POSITIVE_START)
     x[(R[row] <= 0) | (C[col] <= 0)] = 0.0
-    steps = 0
     tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
+    if z.size == nr * nc:
+        # Every row meets every column (one block, e.g. the counties of one state by the
+        # age-sex cells): rake a dense matrix, axis sums instead of scattered bincounts.
+        place = row.astype(np.int64) * nc + col
+        dense = np.empty(nr * nc)
+        dense[place] = x
+        dense, steps = _rake_dense(dense.reshape(nr, nc), R, C, tolerance)
+        return dense.reshape(-1)[place], steps
+    steps = 0
     cols_ok = np.max(np.abs(np.bincount(col, x, nc) - C), initial=0.0) <= tolerance
     while steps < MAX_RAKING_STEPS:
         rs = np.bincount(row, x, nr)
@@ -69,6 +77,21 @@ def fit_two_way(
         x *= np.divide(R, rs, out=np.zeros(nr), where=rs > 0)[row]
         cs = np.bincount(col, x, nc)
         x *= np.divide(C, cs, out=np.zeros(nc), where=cs > 0)[col]
+        cols_ok = True
+    return x, steps
+
+
+def _rake_dense(x: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: float):
+    steps = 0
+    cols_ok = np.max(np.abs(x.sum(axis=0) - C), initial=0.0) <= tolerance
+    while steps < MAX_RAKING_STEPS:
+        rs = x.sum(axis=1)
+        if cols_ok and np.max(np.abs(rs - R), initial=0.0) <= tolerance:
+            break
+        steps += 1
+        x *= np.divide(R, rs, out=np.zeros_like(R), where=rs > 0)[:, None]
+        cs = x.sum(axis=0)
+        x *= np.divide(C, cs, out=np.zeros_like(C), where=cs > 0)[None, :]
         cols_ok = True
     return x, steps
 
