@@ -252,3 +252,20 @@ def test_scalar_and_keyless_tables():
     # Equal variances per cell: the total's own measurement counts as much as both cells.
     assert result.values["total"].tolist() == [result.values["sex"].sum()]
     assert result.values["total"][0] == 99  # 103 - (103 - 90) / 3 = 98.67, rounded half up
+
+
+def test_two_blocks_rake_like_each_block_alone():
+    """Two independent blocks (scattered path) fit as each block does alone (dense path)."""
+    z1, row1, col1, R1, C1 = _two_way_instance(1)
+    z2, row2, col2, R2, C2 = _two_way_instance(2, rows=4, cols=5)
+    z = np.concatenate([z1, z2])
+    row = np.concatenate([row1, row2 + 7])
+    col = np.concatenate([col1, col2 + 9])
+    R, C = np.concatenate([R1, R2]), np.concatenate([C1, C2])
+    both, _ = fit_two_way(z, row, col, R, C, nonnegative=True)
+    alone1, _ = fit_two_way(z1, row1, col1, R1, C1, nonnegative=True)
+    alone2, _ = fit_two_way(z2, row2, col2, R2, C2, nonnegative=True)
+    np.testing.assert_allclose(both, np.concatenate([alone1, alone2]), atol=1e-6)
+    out = controlled_round(both, row, col, R, C, nonnegative=True)
+    np.testing.assert_array_equal(np.bincount(row, out).astype(np.int64), R)
+    np.testing.assert_array_equal(np.bincount(col, out).astype(np.int64), C)
