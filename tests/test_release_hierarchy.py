@@ -258,3 +258,21 @@ def test_identity_names_a_changed_mapping_and_post_processing(tmp_path):
     del doc["hierarchy"], doc["postprocess"]
     plain = release_identity(parse_spec(doc), {}, "input", "key")
     assert "hierarchy" not in plain.parts and "post-processing" not in plain.parts
+
+
+def test_structures_that_cannot_agree_exactly_are_refused_before_any_budget(tmp_path):
+    write_mapping(tmp_path, GOOD_ROWS)
+    doc = document()
+    doc["domains"]["tenure"] = ["owned", "rented"]
+    doc["tables"] = [
+        {"name": name, "keys": keys, "share": "1/4"}
+        for name, keys in (
+            ("sex_tenure", ["sex", "tenure"]),
+            ("state_sex", ["state", "sex"]),
+            ("state_tenure", ["state", "tenure"]),
+            ("state_sex_tenure", ["state", "sex", "tenure"]),
+        )
+    ]
+    message = problems_of(doc, tmp_path)
+    assert "postprocess: the count tables cannot be combined: table 'state_sex_tenure'" in message
+    assert "3 fixed margins that are not nested" in message

@@ -232,7 +232,7 @@ def parse_spec(
             "(consistent = true) or remove [hierarchy]"
         )
     if postprocess_flags is not None and tables and len(tables) == len(sections["tables"]):
-        combined = check_combined_tables(tables, hierarchy, unit_column, problems)
+        combined = check_combined_tables(tables, domains, hierarchy, unit_column, problems)
         postprocess = PostprocessSpec(**postprocess_flags, tables=combined)
     if each_row:
         for index, table in enumerate(tables):

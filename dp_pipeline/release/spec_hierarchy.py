@@ -15,6 +15,7 @@ ledger.
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +38,9 @@ HIERARCHY_FIELDS = ("levels", "mapping")
 POSTPROCESS_FIELDS = ("consistent", "nonnegative", "integer", "sums")
 _INTEGER_TEXT = re.compile(r"^-?[0-9]+$")
 _SHOWN = 5  # values quoted in one problem before "..."
+# Cells of the union of the combined tables' keys (the shared bounding's row cells);
+# dp_pipeline.query.domain's largest cell domain.
+MAX_SHARED_CELLS = 2**40
 
 
 @dataclass(frozen=True)
@@ -261,7 +265,7 @@ def _some(items: list[str]) -> str:
     return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
-def check_combined_tables(tables, hierarchy, privacy_unit, problems) -> tuple[str, ...]:
+def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) -> tuple[str, ...]:
     """The count tables post-processing combines, after checking their margins can agree.
 
     Margins of two tables can only agree on the truth when every table counts
@@ -294,4 +298,46 @@ def check_combined_tables(tables, hierarchy, privacy_unit, problems) -> tuple[st
         combined.append(table.name)
     if not combined:
         problems.append("postprocess: the release has no count table to post-process")
+    union = {
+        key: size
+        for table in tables
+        if table.name in combined
+        for key, size in zip(table.keys, _sizes(table, domains), strict=True)
+    }
+    if privacy_unit is not None and math.prod(union.values()) > MAX_SHARED_CELLS:
+        problems.append(
+            f"postprocess: the combined tables' keys {list(union)} span "
+            f"{math.prod(union.values()):,} cells, above {MAX_SHARED_CELLS:,}; the bounding "
+            f"ranks each row by its cell over them, so combine fewer or coarser tables"
+        )
+    if combined and not problems:  # the shapes are only worth checking in a sound spec
+        _check_solvable(tables, combined, domains, hierarchy, problems)
     return tuple(combined)
+
+
+def _check_solvable(tables, combined, domains, hierarchy, problems) -> None:
+    """`dp_pipeline.postprocess.check_combinable` on the shapes: margins that can agree."""
+    import numpy as np
+
+    from dp_pipeline.postprocess import Hierarchy, PostprocessError, TableShape, check_combinable
+
+    shapes = [
+        TableShape(table.name, table.keys, tuple(_sizes(table, domains)))
+        for table in tables
+        if table.name in combined
+    ]
+    try:
+        solved = None
+        if hierarchy is not None:
+            solved = Hierarchy(
+                levels=hierarchy.levels,
+                sizes=tuple(len(domains[level]) for level in hierarchy.levels),
+                parents=tuple(np.asarray(p, dtype=np.int64) for p in hierarchy.parents),
+            )
+        check_combinable(shapes, solved)
+    except PostprocessError as error:
+        problems.append(f"postprocess: the count tables cannot be combined: {error}")
+
+
+def _sizes(table, domains) -> list[int]:
+    return [len(domains[key]) for key in table.keys]
