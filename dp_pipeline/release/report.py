@@ -20,6 +20,13 @@ import pandas as pd
 
 from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.plan import ReleasePlan
+from dp_pipeline.release.report_consistency import (
+    cell_errors,
+    margin_errors,
+    postprocessing_section,
+    rmse_figure,
+    whole,
+)
 
 __all__ = ["accuracy_summary", "html_report", "privacy_report"]
 
@@ -117,66 +124,29 @@ def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> lis
         if "true_value" not in frame:
             continue
         truth = frame["true_value"].to_numpy(np.int64)
-        error = _errors(frame["value"], truth)
+        error = cell_errors(frame["value"], truth)
         row = {
             "table": table.table.name,
             "cells": int(error.size),
             "mean_abs_error": float(np.abs(error).mean()),
             "rmse": float(np.sqrt((error**2).mean())),
-            "max_abs_error": _whole(np.abs(error).max()),
+            "max_abs_error": whole(np.abs(error).max()),
             "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
             "margin_of_error": table.margin_of_error,
             "sigma": table.noise_sd,
         }
         if RAW_COLUMN in frame:
             # Post-processed: value is the consistent estimate, raw_value the noisy count.
-            raw = _errors(frame[RAW_COLUMN], truth)
+            raw = cell_errors(frame[RAW_COLUMN], truth)
             row["raw"] = {
                 "mean_abs_error": float(np.abs(raw).mean()),
                 "rmse": float(np.sqrt((raw**2).mean())),
-                "max_abs_error": _whole(np.abs(raw).max()),
+                "max_abs_error": whole(np.abs(raw).max()),
                 "within_margin": float((np.abs(raw) <= table.margin_of_error).mean()),
             }
-            row["margins"] = _margin_errors(plan, table, frame, truth)
+            row["margins"] = margin_errors(plan, table, frame, truth)
         rows.append(row)
     return rows
-
-
-def _errors(values: pd.Series, truth: np.ndarray) -> np.ndarray:
-    """value − truth per cell (float64: estimates may be fractional without ``integer``)."""
-    return values.to_numpy(np.float64) - truth
-
-
-def _whole(value) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def _margin_errors(plan: ReleasePlan, table, frame: pd.DataFrame, truth: np.ndarray) -> dict:
-    """Errors of the table's coarsest geography margin and national total, raw vs after.
-
-    The geography key is rolled up the hierarchy to its top level (counties to
-    states), where combining tables helps most; the truth is the table's own.
-    """
-    keys = list(table.table.keys)
-    hierarchy = plan.spec.hierarchy
-    levels = [k for k in keys if hierarchy is not None and k in hierarchy.levels]
-    shape = [len(plan.spec.domains[k]) for k in keys]
-    result = {}
-    for label, column in (("raw", RAW_COLUMN), ("consistent", "value")):
-        error = (frame[column].to_numpy(np.float64) - truth).reshape(shape)
-        figures = {"national_abs_error": float(abs(error.sum()))}
-        if levels:
-            axis = keys.index(levels[0])
-            other = tuple(i for i in range(len(keys)) if i != axis)
-            by_geography = error.sum(axis=other) if other else error
-            depth = hierarchy.levels.index(levels[0])
-            for parents in reversed(hierarchy.parents[:depth]):
-                rolled = np.zeros(max(parents) + 1)
-                np.add.at(rolled, np.asarray(parents), by_geography)
-                by_geography = rolled
-            figures[f"{hierarchy.levels[0]}_rmse"] = float(np.sqrt((by_geography**2).mean()))
-        result[label] = figures
-    return result
 
 
 def _png(figure) -> str:
@@ -224,10 +194,10 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
         for axis, summary in zip(axes.ravel(), accuracy, strict=False):
             frame = results[summary["table"]]
             truth = frame["true_value"].to_numpy(np.int64)
-            error = _errors(frame["value"], truth)
+            error = cell_errors(frame["value"], truth)
             margin = summary["margin_of_error"]
             if "raw" in summary:
-                raw = _errors(frame[RAW_COLUMN], truth)
+                raw = cell_errors(frame[RAW_COLUMN], truth)
                 edges = np.histogram_bin_edges(np.concatenate([raw, error]), bins=60)
                 axis.hist(raw, bins=edges, color="#bbbbbb", label="raw noisy")
                 axis.hist(error, bins=edges, color="#228833", alpha=0.7, label="consistent")
@@ -242,29 +212,8 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
             axis.axis("off")
         figure.tight_layout()
         figures["accuracy"] = _png(figure)
-    processed = [row for row in accuracy if "raw" in row]
-    if processed:
-        figure, axis = plt.subplots(figsize=(7, 0.6 * len(processed) + 1))
-        positions = np.arange(len(processed))
-        axis.barh(
-            positions - 0.2,
-            [r["raw"]["rmse"] for r in processed],
-            0.4,
-            color="#bbbbbb",
-            label="raw noisy",
-        )
-        axis.barh(
-            positions + 0.2,
-            [r["rmse"] for r in processed],
-            0.4,
-            color="#228833",
-            label="consistent",
-        )
-        axis.set_yticks(positions, [r["table"] for r in processed])
-        axis.set_xlabel("RMSE per cell against the truth")
-        axis.invert_yaxis()
-        axis.legend(fontsize=8)
-        figures["postprocessing"] = _png(figure)
+    if any("raw" in row for row in accuracy):
+        figures["postprocessing"] = _png(rmse_figure(plt, accuracy))
     return figures
 
 
@@ -388,7 +337,7 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
                 f"<td>{row['within_margin']:.2%}</td></tr>"
             )
         parts.append("</table>")
-        parts.extend(_postprocessing_section(report, cell_rows, figures))
+        parts.extend(postprocessing_section(report, cell_rows, figures))
         if "accuracy" in figures:
             parts.append(
                 "<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>"
@@ -413,42 +362,6 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
     )
     parts.append("</body></html>")
     return "\n".join(part for part in parts if part)
-
-
-def _postprocessing_section(report: dict, cell_rows: list[dict], figures: dict) -> list[str]:
-    """Accuracy of the post-processed tables before (raw noisy) and after (consistent)."""
-    rows = [row for row in cell_rows if "raw" in row]
-    if not rows:
-        return []
-    method = html.escape(report.get("postprocessing", {}).get("method", ""))
-    parts = [
-        "<h3>Post-processing: raw noisy counts and consistent estimates</h3>",
-        f"<p>The count tables were made consistent ({method}): every shared margin agrees "
-        "exactly. Post-processing reads only the noisy tables and public facts, so it costs "
-        "no privacy. <code>value</code> is the consistent estimate, <code>raw_value</code> "
-        "the unbiased noisy count (its margin of error above).</p>",
-        "<table><tr><th>table</th><th>RMSE raw</th><th>RMSE consistent</th>"
-        "<th>geography margin RMSE raw</th><th>consistent</th>"
-        "<th>|national error| raw</th><th>consistent</th></tr>",
-    ]
-    for row in rows:
-        raw, after = row["margins"]["raw"], row["margins"]["consistent"]
-        geography = next((k for k in raw if k.endswith("_rmse")), None)
-        shown = (f"{raw[geography]:.3g}", f"{after[geography]:.3g}") if geography else ("–", "–")
-        parts.append(
-            f"<tr><td>{html.escape(row['table'])}</td><td>{row['raw']['rmse']:.3g}</td>"
-            f"<td>{row['rmse']:.3g}</td><td>{shown[0]}</td><td>{shown[1]}</td>"
-            f"<td>{raw['national_abs_error']:.3g}</td>"
-            f"<td>{after['national_abs_error']:.3g}</td></tr>"
-        )
-    parts.append("</table>")
-    if "postprocessing" in figures:
-        parts.append(
-            "<img alt='RMSE before and after post-processing' src='data:image/png;base64,"
-            + figures["postprocessing"]
-            + "'>"
-        )
-    return parts
 
 
 def _selection_section(plan: ReleasePlan) -> list[str]:
