@@ -146,8 +146,8 @@ def _order(structures: Sequence[TableStructure], hierarchy: Hierarchy | None):
             raise PostprocessError(
                 f"table {s.name!r} cannot be made consistent exactly: its cells would have "
                 f"to match {len(fixed)} fixed margins that are not nested ({names}); "
-                "at most two (a two-way table) can be matched exactly. Drop one of these "
-                "tables from the consistency step, or add the table that crosses them"
+                "at most two can be matched exactly (a two-way table); leave one of the "
+                "tables named here out of the consistency step"
             )
         if len(fixed) == 2:
             fixed.sort(key=lambda f: (-f.margin.level, f.source is not None, f.source or 0))

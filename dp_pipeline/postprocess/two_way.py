@@ -59,11 +59,12 @@ def fit_two_way(
     x[(R[row] <= 0) | (C[col] <= 0)] = 0.0
     steps = 0
     tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
-    while True:
+    while steps < MAX_RAKING_STEPS:
         rs = np.bincount(row, x, nr)
-        if np.max(np.abs(rs - R), initial=0.0) <= tolerance:
-            break
-        if steps >= MAX_RAKING_STEPS:
+        cs = np.bincount(col, x, nc)
+        if max(np.max(np.abs(rs - R), initial=0.0), np.max(np.abs(cs - C), initial=0.0)) <= (
+            tolerance
+        ):
             break
         steps += 1
         x *= np.divide(R, rs, out=np.zeros(nr), where=rs > 0)[row]
@@ -88,8 +89,15 @@ def _flow(low, cap, row, col, r_need, c_need):
     out = low.copy()
     if result.flow_value != int(r_need.sum()):
         return None
-    flow = result.flow.tocsr()
-    out[live] += np.asarray(flow[1 + row[live], 1 + nr + col[live]]).ravel().astype(np.int64)
+    flow = result.flow.tocoo()
+    nodes = np.int64(sink + 1)
+    keys = flow.row.astype(np.int64) * nodes + flow.col
+    order = np.argsort(keys, kind="stable")
+    keys, data = keys[order], flow.data[order]
+    wanted = (1 + row[live]) * nodes + (1 + nr + col[live])
+    at = np.minimum(np.searchsorted(keys, wanted), max(keys.size - 1, 0))
+    found = (keys.size > 0) & (keys[at] == wanted) if keys.size else np.zeros(wanted.size, bool)
+    out[live] += np.where(found, data[at] if keys.size else 0, 0).astype(np.int64)
     return out
 
 
