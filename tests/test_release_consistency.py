@@ -170,3 +170,24 @@ def test_pandas_and_spark_publish_the_same_consistent_tables_bit_for_bit(tmp_pat
             assert frame[column].astype(object).tolist() == (
                 spark_tables[name][column].astype(object).tolist()
             ), (name, column)
+
+
+def test_discrete_laplace_tables_are_weighted_by_their_exact_variance(tmp_path):
+    from dp_pipeline.mechanisms import DiscreteLaplace
+    from dp_pipeline.release.consistency import noise_variance
+    from dp_pipeline.release.plan import plan_release
+
+    spec = geo_spec(tmp_path)
+    text = (
+        (tmp_path / "geo.toml")
+        .read_text()
+        .replace("noise_partitions = 3", 'noise_partitions = 3\nnoise = "discrete_laplace"')
+    )
+    (tmp_path / "geo.toml").write_text(text)
+    spec = load_spec(tmp_path / "geo.toml")
+    plan = plan_release(spec)
+    table = plan.tables[0]
+    assert isinstance(table.mechanism, DiscreteLaplace)
+    q = np.exp(-1 / float(table.mechanism.scale))
+    assert float(noise_variance(table)) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-12)
+    check_consistent(read_release(run_release(spec, progress=QUIET).output))
