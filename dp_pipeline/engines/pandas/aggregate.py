@@ -81,8 +81,9 @@ def _shared_row_cells(df: pd.DataFrame, spec: QuerySpec, valid: np.ndarray) -> n
     for domain in union.domains:
         series = input_column(df, domain.column, "key")
         _check_key_dtype(series, domain)
-        null = series.isna().to_numpy()[valid]
-        values = _key_values(series, domain, series.isna().to_numpy())[valid]
+        null_rows = series.isna().to_numpy()
+        null = null_rows[valid]
+        values = _key_values(series, domain, null_rows)[valid]
         pos = np.full(values.size, -1, dtype=np.int64)
         pos[~null] = domain.positions(values[~null])
         defined &= pos >= 0

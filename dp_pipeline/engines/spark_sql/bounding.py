@@ -99,7 +99,10 @@ def _shared_pairs(rows, spec: QuerySpec):
     valid = sf.col(CELL_COLUMN) >= 0
     zero = sf.lit(0).cast("long")
     salt = BoundingSalt.derive_shared(spec.master_key(), spec.release_id, spec.shared_rows.group)
-    row_cell = sf.col(ROW_CELL_COLUMN)
+    # Every undefined row cell is -1, whatever the reason code: the numpy rule's value.
+    row_cell = sf.when(sf.col(ROW_CELL_COLUMN) >= 0, sf.col(ROW_CELL_COLUMN)).otherwise(
+        sf.lit(-1).cast("long")
+    )
     rank = sf.xxhash64(sf.lit(salt.seed_rows).cast("long"), unit_key(salt), row_cell)
     window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(
         (row_cell < 0).asc(), rank, row_cell, sf.col(CELL_COLUMN)
