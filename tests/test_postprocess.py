@@ -100,3 +100,4 @@ def test_deterministic_bit_for_bit(truth, demo):
         assert np.array_equal(arr, again.values[name]), name
     assert result.method == again.method == "wls+topdown-nonnegative-integer"
     assert result.groups == 51
+    assert result.wls_max_residual <= 1e-7

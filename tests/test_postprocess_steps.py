@@ -202,3 +202,53 @@ def test_one_group_is_solved_alone_and_ignores_the_others():
     for t in sub.fixed:
         np.testing.assert_array_equal(sub.fixed[t], sub2.fixed[t])
     assert taken[0] is not None and taken[2] is None
+
+
+@pytest.mark.parametrize(
+    "nonnegative, integer, method, dtype",
+    [
+        (False, False, "wls", np.float64),
+        (True, False, "wls+topdown-nonnegative-real", np.float64),
+        (False, True, "wls+topdown-integer", np.int64),
+        (True, True, "wls+topdown-nonnegative-integer", np.int64),
+    ],
+)
+def test_option_combinations(nonnegative, integer, method, dtype):
+    tables, hierarchy = _three_level()
+    result = make_consistent(tables, hierarchy, nonnegative=nonnegative, integer=integer)
+    assert result.method == method
+    for t in tables:
+        out = result.values[t.name]
+        assert out.dtype == dtype and out.shape == t.values.shape
+        if nonnegative:
+            assert out.min() >= 0
+    tract = result.values["tract_age"].reshape(15, 4).sum(axis=0)
+    cas = result.values["county_age_sex"].reshape(4, 14).sum(axis=1)
+    np.testing.assert_allclose(tract, cas, atol=0 if integer else 1e-6)
+
+
+def test_inputs_are_not_modified():
+    tables, hierarchy = _three_level()
+    before = [t.values.copy() for t in tables]
+    make_consistent(tables, hierarchy)
+    for t, b in zip(tables, before, strict=True):
+        np.testing.assert_array_equal(t.values, b)
+
+
+def test_all_negative_noise_gives_all_zero_tables():
+    tables, hierarchy = _three_level()
+    negative = [
+        NoisyCounts(t.name, t.keys, t.sizes, -np.abs(t.values) - 1, t.variance) for t in tables
+    ]
+    result = make_consistent(negative, hierarchy)
+    for t in negative:
+        np.testing.assert_array_equal(result.values[t.name], 0)
+
+
+def test_scalar_and_keyless_tables():
+    total = NoisyCounts("total", (), (), np.array([103]), Fraction(1))
+    by_sex = NoisyCounts("sex", ("sex",), (2,), np.array([40, 50]), Fraction(1))
+    result = make_consistent([total, by_sex], None)
+    # Equal variances per cell: the total's own measurement counts as much as both cells.
+    assert result.values["total"].tolist() == [result.values["sex"].sum()]
+    assert result.values["total"][0] == 99  # 103 - (103 - 90) / 3 = 98.67, rounded half up

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .structure import (
-    NATIONAL,
     HasShape,
     Hierarchy,
     Margin,
@@ -26,7 +25,7 @@ from .structure import (
     validate_shapes,
 )
 
-__all__ = ["Constraint", "FixedMargin", "TablePlan", "check_combinable", "plan"]
+__all__ = ["Constraint", "FixedMargin", "Plan", "TablePlan", "check_combinable", "plan"]
 
 GEOGRAPHY = "geography totals"
 
@@ -170,6 +169,3 @@ def check_combinable(tables: Sequence[HasShape], hierarchy: Hierarchy | None) ->
     no values are read, so this runs before any budget is spent.
     """
     plan(tables, hierarchy)
-
-
-__all__ += ["NATIONAL", "Plan"]

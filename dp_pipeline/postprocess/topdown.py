@@ -138,6 +138,8 @@ def _fit_table(problem: Problem, tp: TablePlan, options: FitOptions) -> np.ndarr
     problem.raking_steps = max(problem.raking_steps, steps)
     if options.integer:
         x = controlled_round(x, row, col, R, C, nonnegative=options.nonnegative)
+    if pseudo.cells == s.cells:
+        return x[to_inner]  # the two-way table is the table itself, in another cell order
     return _children(z, to_inner, x, options)
 
 

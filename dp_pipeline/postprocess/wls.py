@@ -4,7 +4,7 @@ Minimises sum_t sum_cells (z - y)^2 / v_t subject to C z = 0, where each block o
 rows of C says that two tables agree on one common margin. With V = diag(v) the
 solution is z = y - V C^T lambda, where lambda solves the normal equations
 (C V C^T) lambda = C y (Hay, Rastogi, Miklau and Suciu 2010, "Boosting the
-accuracy of differentially private histograms through consistency", section 4,
+accuracy of differentially private histograms through consistency",
 generalised from a tree of equal variances to arbitrary margins with unequal
 public variances). The system is positive semi-definite and consistent; it is
 solved by Jacobi-preconditioned conjugate gradients in constraint space. Null
@@ -42,27 +42,40 @@ class WlsResult:
     max_residual: float  # max |C z| over all constraint cells, in counts
 
 
-def _constraint_matrix(
+def _transposed_constraints(
     structures: Sequence[TableStructure],
     constraints: Sequence[Constraint],
     hierarchy: Hierarchy | None,
-    offsets: np.ndarray,
 ) -> sp.csr_matrix:
-    rows, cols, vals = [], [], []
-    row0 = 0
-    for c in constraints:
-        size = margin_size(c.margin, list(structures), hierarchy)
-        for t, sign in ((c.a, 1.0), (c.b, -1.0)):
-            idx = margin_index(structures[t], c.margin, hierarchy)
-            rows.append(idx + row0)
-            cols.append(np.arange(idx.size, dtype=np.int64) + offsets[t])
-            vals.append(np.full(idx.size, sign))
-        row0 += size
-    n = int(offsets[-1])
-    if not constraints:
-        return sp.csr_matrix((0, n))
+    """C^T as CSR (one row per cell, one column per constraint cell), built directly.
+
+    Each cell of a table has one +-1 in every constraint the table is part of, so
+    every table's block has a fixed number of entries per row and needs no sort.
+    """
+    starts = np.cumsum(
+        [0] + [margin_size(c.margin, list(structures), hierarchy) for c in constraints]
+    )
+    # 32-bit indices when they fit: half the memory traffic of every mat-vec.
+    nnz = sum(s.cells * sum(t in (c.a, c.b) for c in constraints) for t, s in enumerate(structures))
+    index_type = np.int32 if max(int(starts[-1]), nnz) < 2**31 - 1 else np.int64
+    # One CSR built from concatenated rows (sp.vstack copies through COO, 5x slower).
+    indices_parts, sign_parts, counts = [], [], []
+    for t, s in enumerate(structures):
+        mine = [ci for ci, c in enumerate(constraints) if t in (c.a, c.b)]
+        indices = np.empty((s.cells, len(mine)), dtype=index_type)
+        signs = np.empty((s.cells, len(mine)))
+        for j, ci in enumerate(mine):
+            indices[:, j] = margin_index(s, constraints[ci].margin, hierarchy) + starts[ci]
+            # +1 in the first table of a constraint, -1 in the second.
+            signs[:, j] = 1.0 if constraints[ci].a == t else -1.0
+        indices_parts.append(indices.reshape(-1))
+        sign_parts.append(signs.reshape(-1))
+        counts.append(np.full(s.cells, len(mine), dtype=np.int64))
+    indptr = np.concatenate([[0], np.cumsum(np.concatenate(counts))]).astype(index_type)
+    signs = np.concatenate(sign_parts)
     return sp.csr_matrix(
-        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(row0, n)
+        (signs, np.concatenate(indices_parts), indptr),
+        shape=(int(indptr.size - 1), int(starts[-1])),
     )
 
 
@@ -80,12 +93,12 @@ def solve_wls(
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     y = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
     v = np.concatenate([np.full(n, float(w)) for n, w in zip(sizes, variances, strict=True)])
-    C = _constraint_matrix(structures, constraints, hierarchy, offsets)
-    CT = C.T.tocsr()
-    if C.shape[0] == 0:
+    if not constraints:
         return WlsResult([y[offsets[i] : offsets[i + 1]].copy() for i in range(len(sizes))], 0, 0.0)
+    CT = _transposed_constraints(structures, constraints, hierarchy)
+    C = CT.T  # CSC view: C @ x without a conversion
     # diag(C V C^T): C has one +-1 per (row, cell), so this is the variance-weighted count.
-    diag = (C.multiply(C)) @ v
+    diag = abs(C) @ v
     inv_diag = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
 
     def normal(p: np.ndarray) -> np.ndarray:
