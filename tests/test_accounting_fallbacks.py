@@ -16,7 +16,8 @@ import mpmath
 import pytest
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyLossDistribution, zcdp_to_delta
-from dp_pipeline.accounting.inversion import InversionComposition, smooth_gaussian
+from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+from dp_pipeline.accounting.inversion import InversionComposition, SupportGroup, smooth_gaussian
 from dp_pipeline.accounting.paths import inversion_of, pld_of
 from dp_pipeline.accounting.pld import GridTooLargeError
 from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_group
@@ -83,9 +84,6 @@ def test_rounded_group_moves_every_loss_the_stated_way():
     assert len(group.masses) <= 4096
     original = inversion_of(PrivacyAccountant().add(DiscreteLaplace(30), 9000).events)
     assert original == []  # no smooth Gaussian: the inversion does not apply alone
-    from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
-    from dp_pipeline.accounting.inversion import SupportGroup
-
     values, masses = discrete_laplace_loss_pmf(Fraction(30), 9000)
     losses = (-9000 + 2.0 * values) / 30
     full = SupportGroup(masses=masses, losses=losses, count=1, loss_error=1e-12)
