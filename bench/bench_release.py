@@ -133,9 +133,9 @@ def main(argv=None) -> int:
     )
     arguments = parser.parse_args(argv)
     if arguments.general_path:
-        import dp_pipeline.engines.spark.aggregate
+        from dp_pipeline.engines.spark import parquet_plan
 
-        dp_pipeline.engines.spark.aggregate._ONE_PASS_CELLS = 0  # _parquet_pieces then declines
+        parquet_plan.ONE_PASS_CELLS = 0  # parquet_pieces then declines: the Spark SQL path
 
     from dp_pipeline.release.engines import spark_session
 

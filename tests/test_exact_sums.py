@@ -462,3 +462,104 @@ def test_the_spark_clamp_of_decimal_totals(spark):
         SUM_LIMIT,
         12345,
     ]
+
+
+# --- the Spark SQL path's limb sums (two longs) and their DECIMAL(38,0) fallback -------------
+
+# Every value at a limb boundary: ±2**31 units (the bound), around ±2**16 (the low limb's
+# width) and -1 (high limb -1, low limb 2**16 - 1).
+LIMB_EDGES = [2**31, -(2**31), 2**31 - 1, -(2**31) + 1, 2**16, 2**16 - 1, -(2**16), -1, 0, 1]
+
+
+def limb_frame():
+    """Cell 0: units with several rows of every edge value; cell 1: single-row units at ±2**31."""
+    rows = []
+    for unit in range(30):
+        for value in LIMB_EDGES:
+            rows += [(0, unit, float(value))] * 3
+    for unit in range(100, 140):
+        rows.append((1, unit, float(2**31 if unit % 3 else -(2**31))))
+    return pd.DataFrame(rows, columns=["k", "u", "v"])
+
+
+def limb_spec(**overrides):
+    return QuerySpec.build(
+        "sum",
+        **params(bounds=(-(2**31), 2**31), privacy_unit="u", max_per_cell=20, **overrides),
+    )
+
+
+def spark_sql_sums(spark, df, spec):
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
+
+    aggregates, _ = aggregate_queries(spark.createDataFrame(df), [spec])
+    rows = aggregates.select("_cell", "s", "true_s").collect()
+    aggregates.unpersist()
+    return {row["_cell"]: (row["s"], row["true_s"]) for row in rows if row["_cell"] >= 0}
+
+
+@pytest.mark.spark
+def test_spark_sql_limb_sums_at_the_bound_equal_python_ints_and_the_numpy_rule(spark):
+    df = limb_frame()
+    spec = limb_spec()
+    # Each unit has 30 rows in cell 0: max_per_cell 20 keeps 20 of them (keyed choice).
+    sums = spark_sql_sums(spark, df, spec)
+    true_sums = [sum(int(v) for v in df["v"][df["k"] == cell].astype(np.int64)) for cell in (0, 1)]
+    assert [sums[cell][1] for cell in (0, 1)] == true_sums
+    expected = aggregate_pandas(df, spec)[0]["sum"].tolist()
+    assert [sums[cell][0] for cell in (0, 1)] == expected
+    assert expected[1] == true_sums[1] == (27 - 13) * 2**31
+
+
+@pytest.mark.spark
+def test_spark_sql_sums_beyond_int64_recombine_the_limbs_exactly(spark):
+    from pyspark.sql import functions as sf
+
+    from dp_pipeline.engines.spark_sql.coding import SumRule, clamped_sum
+
+    # Long partials summed as limbs: the totals leave int64 on both sides, then clamp.
+    partials = spark.createDataFrame(
+        [(0, 2**62)] * 5 + [(1, -(2**62))] * 3 + [(2, -(2**31))] * 4 + [(3, 2**31)],
+        "k long, v long",
+    )
+    rule = SumRule.limbs()
+    high, low = rule.terms(sf.col("v"))
+    high_sum, low_sum = rule.sums(high, low)
+    sums = partials.groupBy("k").agg(high_sum.alias("h"), low_sum.alias("l"))
+    exact = rule.exact(sf.col("h"), sf.col("l"))
+    rows = sums.select("k", exact.alias("exact"), clamped_sum(exact).alias("c")).collect()
+    assert {row["k"]: (int(row["exact"]), row["c"]) for row in rows} == {
+        0: (5 * 2**62, SUM_LIMIT),
+        1: (-3 * 2**62, -SUM_LIMIT),
+        2: (-4 * 2**31, -4 * 2**31),
+        3: (2**31, 2**31),
+    }
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("privacy_unit", ["u", None])
+def test_inputs_beyond_the_limb_row_limit_are_summed_again_as_decimals(
+    spark, monkeypatch, privacy_unit
+):
+    import dp_pipeline.engines.spark.aggregate as spark_aggregate
+    from dp_pipeline.engines.spark.aggregate import aggregate_queries
+
+    df = limb_frame()
+    if privacy_unit is None:
+        spec = QuerySpec.build("sum", **params(bounds=(-(2**31), 2**31)))
+    else:
+        spec = limb_spec()
+    limbs = spark_sql_sums(spark, df, spec)
+    # The limit as if the input had more rows than two long limbs sum exactly.
+    monkeypatch.setattr(spark_aggregate, "LIMB_ROWS", len(df) - 1)
+    decimals = spark_sql_sums(spark, df, spec)
+    assert decimals == limbs
+    assert [decimals[cell][0] for cell in (0, 1)] == aggregate_pandas(df, spec)[0]["sum"].tolist()
+    if privacy_unit is None:  # no deferred rows: the first aggregates are the result
+        aggregates, _ = aggregate_queries(spark.createDataFrame(df), [spec])
+        assert dict(aggregates.dtypes)["_dp_s_high"] == "decimal(38,0)"
+        aggregates.unpersist()
+        monkeypatch.setattr(spark_aggregate, "LIMB_ROWS", len(df))
+        aggregates, _ = aggregate_queries(spark.createDataFrame(df), [spec])
+        assert dict(aggregates.dtypes)["_dp_s_high"] == "bigint"
+        aggregates.unpersist()

@@ -33,14 +33,16 @@ from dp_pipeline.engines.spark_sql.coding import (
     AGGREGATE_COLUMNS,
     CLAMPED_COLUMN,
     DEFERRED_COLUMN,
-    EXACT_TYPE,
-    S_EXACT_COLUMN,
-    TRUE_S_EXACT_COLUMN,
+    LIMB_ROWS,
+    S_HIGH_COLUMN,
+    S_LOW_COLUMN,
+    TRUE_S_HIGH_COLUMN,
+    TRUE_S_LOW_COLUMN,
     VALUE_UNITS_COLUMN,
+    SumRule,
     check_schema,
     clamped_sum,
     coded_rows,
-    exact_sum,
     table_tag,
     with_derived,
 )
@@ -137,7 +139,7 @@ def aggregate_queries(
         return [
             sf.lit(index).alias(TABLE_COLUMN),
             sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN),
-            # A count's rows sum nothing: null skips the DECIMAL(38,0) addition (~25% of it).
+            # A count's rows sum nothing: null skips the limb additions.
             (sf.col(VALUE_UNITS_COLUMN + tag) if is_sum else sf.lit(None).cast("long")).alias(
                 VALUE_UNITS_COLUMN
             ),
@@ -161,31 +163,18 @@ def aggregate_queries(
         for index, spec in enumerate(specs):
             part = coded.select(DEFERRED_COLUMN, *per_table(index, spec))
             rows = part if rows is None else rows.unionByName(part)
-    valid = sf.col(CELL_COLUMN) >= 0
-    counters = ("removed_per_cell", "removed_cells", "pairs_removed")
-    first = (
-        rows.groupBy(TABLE_COLUMN, CELL_COLUMN, DEFERRED_COLUMN)
-        .agg(
-            sf.count(sf.lit(1)).alias("n"),
-            exact_sum(sf.col(VALUE_UNITS_COLUMN)).alias(S_EXACT_COLUMN),
-            sf.coalesce(sf.sum(CLAMPED_COLUMN).cast("long"), zero).alias("clamped"),
-        )
-        .select(
-            TABLE_COLUMN,
-            CELL_COLUMN,
-            DEFERRED_COLUMN,
-            "n",
-            clamped_sum(sf.col(S_EXACT_COLUMN)).alias("s"),
-            "clamped",
-            *[zero.alias(name) for name in counters],
-            sf.when(valid, sf.col("n")).otherwise(zero).alias("true_n"),
-            sf.when(valid, clamped_sum(sf.col(S_EXACT_COLUMN))).otherwise(zero).alias("true_s"),
-            S_EXACT_COLUMN,  # the exact total, for the re-aggregation of deferred units below
-        )
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
+    # Sums as two long limbs; if some cell could hold more rows than they sum exactly
+    # (the input has more than LIMB_ROWS rows), again as DECIMAL(38,0): same results.
+    rule = SumRule.limbs()
+    first = first_aggregates(rows, rule)
     # One small job: the reason-code totals of every table, and whether any row is deferred.
     summary = code_summary(first)
+    if input_rows(summary) > LIMB_ROWS:
+        first.unpersist()
+        rule = SumRule.decimal()
+        first = first_aggregates(rows, rule)
+        summary = code_summary(first)
+    valid = sf.col(CELL_COLUMN) >= 0
     if not any(row[DEFERRED_COLUMN] for row in summary):
         try:
             diagnostics = query_diagnostics(summary, specs, coded)
@@ -220,24 +209,34 @@ def aggregate_queries(
     multi = (
         coded.filter(sf.col(DEFERRED_COLUMN)).select(*columns).persist(StorageLevel.MEMORY_AND_DISK)
     )
-    # The union carries exact DECIMAL(38,0) sums; the final totals are clamped once.
-    exact_zero = zero.cast(EXACT_TYPE)
+    # The union carries exact limb sums; the final totals are combined and clamped once.
+    zero_high, zero_low = rule.zeros()
+    sum_columns = (S_HIGH_COLUMN, S_LOW_COLUMN)
+    true_sum_columns = (TRUE_S_HIGH_COLUMN, TRUE_S_LOW_COLUMN)
     direct = first.filter(~sf.col(DEFERRED_COLUMN)).select(
         TABLE_COLUMN,
         CELL_COLUMN,
-        *[sf.col(S_EXACT_COLUMN if name == "s" else name) for name in AGGREGATE_COLUMNS],
+        *[name for name in AGGREGATE_COLUMNS if name != "s"],
+        *sum_columns,
         "true_n",
-        sf.when(valid, sf.col(S_EXACT_COLUMN)).otherwise(exact_zero).alias(TRUE_S_EXACT_COLUMN),
+        *[
+            sf.when(valid, sf.col(name)).otherwise(zero).alias(true_name)
+            for name, zero, true_name in zip(
+                sum_columns, (zero_high, zero_low), true_sum_columns, strict=True
+            )
+        ],
     )
     unbounded = first.filter(sf.col(DEFERRED_COLUMN) & valid).select(
         TABLE_COLUMN,
         CELL_COLUMN,
-        *[
-            (exact_zero.alias(S_EXACT_COLUMN) if name == "s" else zero.alias(name))
-            for name in AGGREGATE_COLUMNS
-        ],
+        *[zero.alias(name) for name in AGGREGATE_COLUMNS if name != "s"],
+        zero_high.alias(S_HIGH_COLUMN),
+        zero_low.alias(S_LOW_COLUMN),
         "true_n",
-        sf.col(S_EXACT_COLUMN).alias(TRUE_S_EXACT_COLUMN),
+        *[
+            sf.col(name).alias(true)
+            for name, true in zip(sum_columns, true_sum_columns, strict=True)
+        ],
     )
     combined = direct.unionByName(unbounded)
     for index, spec in enumerate(specs):
@@ -254,20 +253,19 @@ def aggregate_queries(
             row_cell = CELL_COLUMN + groups[spec.shared_rows.group]
             sums = [sf.col(row_cell).alias(ROW_CELL_COLUMN)]
         view = multi.select(sf.col(unit), sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN), *sums)
-        bounded = bounded_pairs(view, spec).select(
+        bounded = bounded_pairs(view, spec, rule).select(
             sf.lit(index).alias(TABLE_COLUMN),
             CELL_COLUMN,
-            *[
-                sf.col(name).alias(S_EXACT_COLUMN if name == "s" else name)
-                for name in AGGREGATE_COLUMNS
-            ],
+            *[name for name in AGGREGATE_COLUMNS if name != "s"],
+            *sum_columns,
             zero.alias("true_n"),
-            exact_zero.alias(TRUE_S_EXACT_COLUMN),
+            zero_high.alias(TRUE_S_HIGH_COLUMN),
+            zero_low.alias(TRUE_S_LOW_COLUMN),
         )
         combined = combined.unionByName(bounded)
     totals = {
-        "s": clamped_sum(sf.sum(S_EXACT_COLUMN)),
-        "true_s": clamped_sum(sf.sum(TRUE_S_EXACT_COLUMN)),
+        "s": clamped_sum(rule.exact(*rule.sums(*map(sf.col, sum_columns)))),
+        "true_s": clamped_sum(rule.exact(*rule.sums(*map(sf.col, true_sum_columns)))),
     }
     aggregates = (
         combined.groupBy(TABLE_COLUMN, CELL_COLUMN)
@@ -289,6 +287,59 @@ def aggregate_queries(
         first.unpersist()
         multi.unpersist()
     return aggregates, diagnostics
+
+
+def first_aggregates(rows, rule: SumRule):
+    """Persisted per (table, cell, deferred) aggregates of the coded ``rows`` of every table.
+
+    ``s`` / ``true_s`` are the clamped exact totals (``true_s`` zero for reason codes);
+    ``_dp_s_high`` / ``_dp_s_low`` keep the exact limb sums of ``rule`` for the
+    re-aggregation of deferred units. Valid while no cell has more than `LIMB_ROWS`
+    rows if ``rule`` is the limb rule (`input_rows` of the summary tells).
+    """
+    zero = sf.lit(0).cast("long")
+    valid = sf.col(CELL_COLUMN) >= 0
+    counters = ("removed_per_cell", "removed_cells", "pairs_removed")
+    high, low = rule.terms(sf.col(VALUE_UNITS_COLUMN))
+    s_high, s_low = rule.sums(high, low)
+    exact = rule.exact(sf.col(S_HIGH_COLUMN), sf.col(S_LOW_COLUMN))
+    return (
+        rows.groupBy(TABLE_COLUMN, CELL_COLUMN, DEFERRED_COLUMN)
+        .agg(
+            sf.count(sf.lit(1)).alias("n"),
+            s_high.alias(S_HIGH_COLUMN),
+            s_low.alias(S_LOW_COLUMN),
+            sf.coalesce(sf.sum(CLAMPED_COLUMN).cast("long"), zero).alias("clamped"),
+        )
+        .select(
+            TABLE_COLUMN,
+            CELL_COLUMN,
+            DEFERRED_COLUMN,
+            "n",
+            clamped_sum(exact).alias("s"),
+            "clamped",
+            *[zero.alias(name) for name in counters],
+            sf.when(valid, sf.col("n")).otherwise(zero).alias("true_n"),
+            sf.when(valid, clamped_sum(exact)).otherwise(zero).alias("true_s"),
+            S_HIGH_COLUMN,
+            S_LOW_COLUMN,
+        )
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
+def input_rows(summary: list[dict]) -> int:
+    """The number of input rows, from `code_summary` rows: every table codes every row once.
+
+    A bound on every cell's row count (the condition of the limb sums, `LIMB_ROWS`).
+    """
+    return max(
+        (
+            sum(int(row["n"] or 0) for row in summary if row[TABLE_COLUMN] == table)
+            for table in {row[TABLE_COLUMN] for row in summary}
+        ),
+        default=0,
+    )
 
 
 aggregate = aggregate_queries

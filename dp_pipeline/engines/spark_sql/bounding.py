@@ -15,10 +15,11 @@ from pyspark.sql import functions as sf
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.engines.spark_sql.coding import (
     CLAMPED_COLUMN,
-    EXACT_TYPE,
+    S_HIGH_COLUMN,
+    S_LOW_COLUMN,
     UNIT_COLUMN,
     VALUE_UNITS_COLUMN,
-    exact_sum,
+    SumRule,
 )
 from dp_pipeline.errors import InternalError
 from dp_pipeline.query.spec import QuerySpec
@@ -36,12 +37,14 @@ def unit_key(salt: BoundingSalt):
     return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
 
 
-def bounded_pairs(coded, spec: QuerySpec):
+def bounded_pairs(coded, spec: QuerySpec, rule: SumRule):
     """The general bounding rule in Spark SQL: per-cell aggregates of ``coded`` (one table).
 
     Only the rows of units with several rows come here (there is a privacy unit).
     ``coded`` has the untagged columns of `coded_rows`. Output: ``_cell``, ``n``,
-    ``s`` (the exact DECIMAL(38,0) sum, pair partials exact too), ``clamped``,
+    ``_dp_s_high`` / ``_dp_s_low`` (the exact sum as summed by ``rule``, pair
+    partials exact too; exact while no cell has more than `LIMB_ROWS` rows under
+    the limb rule, as every partial sums a subset of one cell's rows), ``clamped``,
     ``removed_per_cell``, ``removed_cells``, ``pairs_removed``; negative
     ``_cell`` rows count dropped rows by reason.
     """
@@ -53,7 +56,7 @@ def bounded_pairs(coded, spec: QuerySpec):
     zero = sf.lit(0).cast("long")
     rows = coded.withColumn(UNIT_COLUMN, sf.col(spec.privacy_unit))
     if spec.shared_rows is not None:
-        return _summed(_shared_pairs(rows, spec))
+        return _summed(_shared_pairs(rows, spec, rule), rule)
     salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
     m = spec.max_per_cell
     if is_sum:
@@ -69,27 +72,31 @@ def bounded_pairs(coded, spec: QuerySpec):
         )
         rows = rows.withColumn("_dp_row_rank", sf.row_number().over(window))
         kept = sf.col("_dp_row_rank") <= m
+        s_high, s_low = rule.sums(*rule.terms(sf.when(kept, sf.col(VALUE_UNITS_COLUMN))))
         pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
             sf.count(sf.lit(1)).alias("n_all"),
             sf.sum(sf.when(kept, 1).otherwise(0)).cast("long").alias("n_kept"),
-            exact_sum(sf.when(kept, sf.col(VALUE_UNITS_COLUMN)).otherwise(zero)).alias("s_kept"),
+            s_high.alias("s_kept_high"),
+            s_low.alias("s_kept_low"),
             sf.sum(CLAMPED_COLUMN).alias("clamped"),
         )
     else:
+        zero_high, zero_low = rule.zeros()
         pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(sf.count(sf.lit(1)).alias("n_all"))
         pairs = pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(m).cast("long")))
-        pairs = pairs.withColumn("s_kept", zero.cast(EXACT_TYPE)).withColumn("clamped", zero)
+        pairs = pairs.withColumn("s_kept_high", zero_high).withColumn("s_kept_low", zero_low)
+        pairs = pairs.withColumn("clamped", zero)
     cell_rank = sf.xxhash64(
         sf.lit(salt.seed_cells).cast("long"), unit_key(salt), sf.col(CELL_COLUMN)
     )
     window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
     pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))
     return _summed(
-        pairs.withColumn("_dp_keep", valid & (sf.col("_dp_cell_rank") <= spec.max_cells))
+        pairs.withColumn("_dp_keep", valid & (sf.col("_dp_cell_rank") <= spec.max_cells)), rule
     )
 
 
-def _shared_pairs(rows, spec: QuerySpec):
+def _shared_pairs(rows, spec: QuerySpec, rule: SumRule):
     """(unit, cell) pairs with ``_dp_keep``: the cell of the unit's best row (shared rows).
 
     Rows rank by ``xxhash64(seed_rows, unit_key, row cell)`` under the group's
@@ -111,25 +118,31 @@ def _shared_pairs(rows, spec: QuerySpec):
     pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
         sf.count(sf.lit(1)).alias("n_all"), sf.max("_dp_best").alias("_dp_best")
     )
+    zero_high, zero_low = rule.zeros()
     return (
         pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(1).cast("long")))
-        .withColumn("s_kept", zero.cast(EXACT_TYPE))
+        .withColumn("s_kept_high", zero_high)
+        .withColumn("s_kept_low", zero_low)
         .withColumn("clamped", zero)
         .withColumn("_dp_keep", valid & (sf.col("_dp_best") == 1))
     )
 
 
-def _summed(pairs):
+def _summed(pairs, rule: SumRule):
     """Per-cell totals of bounded pairs (``_dp_keep`` marks the kept ones) and what was removed."""
     valid = sf.col(CELL_COLUMN) >= 0
     zero = sf.lit(0).cast("long")
     keep = sf.col("_dp_keep")
     dropped = valid & ~keep
+    s_high, s_low = rule.sums(
+        sf.when(keep, sf.col("s_kept_high")), sf.when(keep, sf.col("s_kept_low"))
+    )
     return pairs.groupBy(CELL_COLUMN).agg(
         sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(
             "n"
         ),
-        exact_sum(sf.when(keep, sf.col("s_kept"))).alias("s"),
+        s_high.alias(S_HIGH_COLUMN),
+        s_low.alias(S_LOW_COLUMN),
         sf.sum("clamped").alias("clamped"),
         sf.sum(sf.when(keep, sf.col("n_all") - sf.col("n_kept")).otherwise(zero)).alias(
             "removed_per_cell"

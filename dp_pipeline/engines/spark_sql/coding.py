@@ -7,6 +7,8 @@ reason codes and clamped value units. No Python runs per row.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
     ByteType,
@@ -17,7 +19,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
-from dp_pipeline.query.exact_sums import SUM_LIMIT
+from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN
@@ -34,12 +36,78 @@ CASE_LIST_LIMIT = 64
 
 
 INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
-# Value units are summed as DECIMAL(38,0): a bigint sum raises (ANSI) or wraps.
+# The decimal sums (`SumRule.decimal`) use DECIMAL(38,0): a bigint sum raises (ANSI) or wraps.
 EXACT_TYPE = "decimal(38,0)"
-S_EXACT_COLUMN = "_dp_s_exact"
-TRUE_S_EXACT_COLUMN = "_dp_true_s_exact"
+S_HIGH_COLUMN = "_dp_s_high"
+S_LOW_COLUMN = "_dp_s_low"
+TRUE_S_HIGH_COLUMN = "_dp_true_s_high"
+TRUE_S_LOW_COLUMN = "_dp_true_s_low"
 AGGREGATE_COLUMNS = ("n", "s", "clamped", "removed_per_cell", "removed_cells", "pairs_removed")
 TRUE_COLUMNS = ("true_n", "true_s")
+
+# Value units v (|v| <= MAX_SUM_UNITS = 2**31) are summed as two long limbs,
+# v = high * 2**LIMB_BITS + low with 0 <= low < 2**LIMB_BITS, so |high| <= 2**15.
+LIMB_BITS = 16
+# Limb sums of at most this many rows are exact: sum(low) <= 2**47 * (2**16 - 1) < 2**63
+# and |sum(high)| <= 2**47 * 2**15 = 2**62. Every partial Spark forms sums a subset of
+# one cell's rows, so no partial wraps or raises either.
+LIMB_ROWS = 2**47
+assert MAX_SUM_UNITS >> LIMB_BITS <= 2**15 and LIMB_ROWS * (2**LIMB_BITS - 1) < 2**63
+
+
+@dataclass(frozen=True)
+class SumRule:
+    """How the Spark SQL path sums value units exactly: two long limbs, or DECIMAL(38,0).
+
+    Both give the exact integer total of every cell (then `clamped_sum`), so the
+    choice changes speed, never results. A limb sum (`limbs`) is exact while a
+    cell has at most `LIMB_ROWS` rows, and costs about half a DECIMAL(38,0) sum;
+    `decimal` is exact for any row count (below ``2**63`` rows a total is under
+    ``2**94 < 10**38``). Each sum is a pair of columns (high, low), the total
+    ``high * scale + low``; the decimal rule keeps its sum in ``high`` and a null
+    ``low``. Limb sums use ``try_sum`` so a cell beyond `LIMB_ROWS` rows yields a
+    null instead of raising; the caller checks the row counts and then sums again
+    with `decimal`.
+    """
+
+    high_type: str
+    scale: int
+
+    @classmethod
+    def limbs(cls) -> SumRule:
+        return cls("long", 2**LIMB_BITS)
+
+    @classmethod
+    def decimal(cls) -> SumRule:
+        return cls(EXACT_TYPE, 1)
+
+    @property
+    def is_limbs(self) -> bool:
+        return self.scale != 1
+
+    def terms(self, value) -> tuple:
+        """(high, low) row terms of a long column of value units (nulls stay null)."""
+        if self.is_limbs:
+            low_mask = sf.lit(2**LIMB_BITS - 1).cast("long")
+            return sf.shiftright(value, LIMB_BITS), value.bitwiseAND(low_mask)
+        return value.cast(EXACT_TYPE), sf.lit(None).cast("long")
+
+    def zeros(self) -> tuple:
+        """(high, low) of an empty sum."""
+        return sf.lit(0).cast(self.high_type), sf.lit(0).cast("long")
+
+    def sums(self, high, low) -> tuple:
+        """(high, low) aggregate columns summing the terms (or partial sums) ``high``, ``low``."""
+        total = sf.try_sum if self.is_limbs else sf.sum
+        zero_high, zero_low = self.zeros()
+        return (
+            sf.coalesce(total(high), zero_high),
+            sf.coalesce(total(low), zero_low),
+        )
+
+    def exact(self, high, low):
+        """The exact DECIMAL(38,0) total ``high * scale + low`` of summed limbs (per cell)."""
+        return high.cast(EXACT_TYPE) * sf.lit(self.scale).cast(EXACT_TYPE) + low.cast(EXACT_TYPE)
 
 
 def table_tag(index: int) -> str:
