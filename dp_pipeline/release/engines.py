@@ -28,9 +28,9 @@ import pyarrow.compute as pc
 
 from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
 from dp_pipeline.query.quantile_grid import GridPosition
-from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
+from dp_pipeline.release.queries import table_spec
 from dp_pipeline.release.selections import (
     aggregation_spec,
     position_column,
@@ -43,7 +43,6 @@ __all__ = [
     "InputChangedError",
     "OpenedInput",
     "compute_tables",
-    "engine_arguments",
     "open_input",
     "true_values_pandas",
 ]
@@ -125,31 +124,6 @@ def _read_pandas(source: OpenedInput) -> pd.DataFrame:
         options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
     dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
     return dataset.to_table().to_pandas()
-
-
-def engine_arguments(
-    spec: ReleaseSpec, table_plan: TablePlan, master, release_digest: str = ""
-) -> dict:
-    """Keyword arguments shared by ``df.dp.count/sum`` and ``dp_pipeline.spark.dp_count/sum``."""
-    table = table_plan.table
-    arguments = dict(
-        by=list(table.keys),
-        domains={key: spec.domains[key] for key in table.keys},
-        noise=table_plan.mechanism,
-        key=master,
-        release_id=spec.release_id,
-        table=table.name,
-        privacy_unit=spec.privacy_unit,
-        max_cells=table.max_cells,
-        max_per_cell=table.max_per_cell,
-        neighbouring=spec.neighbouring,
-        noise_partitions=spec.noise_partitions,
-        cell_limit=spec.cell_limit,
-        release_digest=release_digest,
-    )
-    if table.statistic == "sum":
-        arguments.update(column=table.value, bounds=(table.lower, table.upper))
-    return arguments
 
 
 def _full_index(spec: ReleaseSpec, keys) -> pd.MultiIndex:
@@ -244,8 +218,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             )
             progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
             continue
-        arguments = engine_arguments(spec, table_plan, master, release_digest)
-        query = QuerySpec.build(table_plan.table.statistic, **arguments)
+        query = table_spec(spec, table, table_plan.mechanism, master, release_digest)
         released, _ = run_pandas(frame, query)
         released = released.rename(columns={_statistic_column(table_plan): "value"})
         released = released[[*table_plan.table.keys, "value"]]
@@ -289,9 +262,7 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
         }
         # Noised tables first: their indices into `specs` are the noise job's table indices.
         specs = [
-            QuerySpec.build(
-                plan_.table.statistic, **engine_arguments(spec, plan_, master, release_digest)
-            )
+            table_spec(spec, plan_.table, plan_.mechanism, master, release_digest)
             for plan_ in noised
         ] + [
             aggregation_spec(spec, plan_, master, index, release_digest)

@@ -46,6 +46,8 @@ __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"
 CONFIDENCE = Fraction(95, 100)
 # The δ at which a ρ-budget release reports its ε when neither budget nor cap names one.
 DEFAULT_REPORT_DELTA = Fraction(1, 10**10)
+# Tables whose vector is noised (a top_k: its candidates' counts, one-shot noise).
+NOISED = ("count", "sum", "top_k")
 
 
 def _accounting():
@@ -206,7 +208,7 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     started = time.perf_counter()
     calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
 
-    vectors = {t.name: sensitivity_vector(t, spec.neighbouring) for t in spec.tables}
+    vectors = {t.name: sensitivity_vector(spec, t) for t in spec.tables if t.statistic in NOISED}
     noised = [t for t in spec.tables if not t.is_selection]
     selections = [t for t in spec.tables if t.is_selection]
     budget = spec.budget
@@ -218,8 +220,8 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
 
         def builder(table):
             def build(rho):
-                epsilon = selection_epsilon_for_rho(table, spec.neighbouring, rho)
-                return selection_event(table, spec.neighbouring, epsilon)
+                epsilon = selection_epsilon_for_rho(spec, table, rho)
+                return selection_event(spec, table, epsilon)
 
             return build
 
@@ -245,9 +247,7 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
             for table, scale in zip(noised, scales, strict=True):
                 events[table.name] = (DiscreteLaplace(scale), vectors[table.name], 1)
         for table in selections:
-            events[table.name] = selection_event(
-                table, spec.neighbouring, table.share * budget.epsilon
-            )
+            events[table.name] = selection_event(spec, table, table.share * budget.epsilon)
 
     accountant = accountant_type()()
     tables = []
