@@ -16,7 +16,7 @@ calibrated from their sensitivity) and then `with_noise`.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from typing import ClassVar
 
@@ -91,9 +91,6 @@ class Aggregation:
         confidence: object,
         delta: object,
         allow_no_noise: bool,
-        column: str | None = None,
-        value_bounds: ValueBounds | None = None,
-        count_noise: Mechanism | None = None,
     ) -> Aggregation:
         noise = _checked_noise(noise, "noise", allow_no_noise)
         cells = build_cell_domain(by, domains, cell_limit)
@@ -117,14 +114,16 @@ class Aggregation:
             privacy_unit=privacy_unit,
             max_cells=positive_int(max_cells, "max_cells"),
             max_per_cell=positive_int(max_per_cell, "max_per_cell"),
-            column=column,
-            value_bounds=value_bounds,
-            count_noise=count_noise,
             neighbouring=neighbouring,
             on_invalid=on_invalid,
             confidence=confidence,
             delta=delta,
         )
+
+    @classmethod
+    def _retyped(cls, query: Aggregation) -> Aggregation:
+        """``query``'s parameters as a ``cls`` (a sum's or mean's cells are a count's)."""
+        return cls(**{field.name: getattr(query, field.name) for field in fields(query)})
 
     def with_noise(self, noise: Mechanism, count_noise: Mechanism | None = None) -> Aggregation:
         """This query with its (calibrated) mechanisms; a mean's count defaults to ``noise``."""
@@ -262,6 +261,11 @@ class CountQuery(Aggregation):
         """Validate everything that does not need the data; raise before any work."""
         return cls._checked(**_without_cls(locals()))
 
+    @classmethod
+    def parameter_sources(cls) -> tuple:
+        """The builds whose parameters make this statistic's public signature."""
+        return (CountQuery.build,)
+
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         return (("count", self.mechanism(), self.count_sensitivity()),)
 
@@ -277,38 +281,25 @@ class SumQuery(Aggregation):
     statistic: ClassVar[str] = "sum"
 
     @classmethod
-    def build(
-        cls,
-        column: str,
-        *,
-        bounds,
-        by,
-        domains,
-        noise,
-        granularity=1,
-        privacy_unit: str | None = None,
-        max_cells: int = 1,
-        max_per_cell: int = 1,
-        neighbouring: str = "add_remove",
-        on_invalid: str = "drop",
-        cell_limit: int = DEFAULT_CELL_LIMIT,
-        confidence=DEFAULT_CONFIDENCE,
-        delta=DEFAULT_REPORT_DELTA,
-        allow_no_noise: bool = False,
-    ) -> SumQuery:
-        """Validate everything that does not need the data; raise before any work."""
-        arguments = _without_cls(locals())
-        bounds, granularity = arguments.pop("bounds"), arguments.pop("granularity")
-        query = cls._checked(**arguments)
-        _check_summed_column(cls.statistic, column, query.cells, privacy_unit, bounds)
-        return replace(query, value_bounds=_value_bounds(query, bounds, granularity))
+    def build(cls, column: str, *, bounds, granularity=1, **cells) -> SumQuery:
+        """Validate everything that does not need the data; raise before any work.
+
+        ``cells``: the arguments of `CountQuery.build` (cells, noise, contribution bounds).
+        """
+        query = cls._retyped(CountQuery.build(**cells))
+        _check_summed_column(cls.statistic, column, query.cells, query.privacy_unit, bounds)
+        return replace(query, column=column, value_bounds=_value_bounds(query, bounds, granularity))
+
+    @classmethod
+    def parameter_sources(cls) -> tuple:
+        return (SumQuery.build, *CountQuery.parameter_sources())
 
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         return (("sum", self.mechanism(), self.sum_sensitivity()),)
 
 
 @dataclass(frozen=True)
-class MeanQuery(Aggregation):
+class MeanQuery(SumQuery):
     """Noisy sum, noisy count and mean = sum / max(count, 1) clipped into bounds.
 
     The budget is split between the sum (``noise``) and the count
@@ -319,37 +310,18 @@ class MeanQuery(Aggregation):
     statistic: ClassVar[str] = "mean"
 
     @classmethod
-    def build(
-        cls,
-        column: str,
-        *,
-        bounds,
-        by,
-        domains,
-        noise,
-        granularity=1,
-        count_noise=None,
-        privacy_unit: str | None = None,
-        max_cells: int = 1,
-        max_per_cell: int = 1,
-        neighbouring: str = "add_remove",
-        on_invalid: str = "drop",
-        cell_limit: int = DEFAULT_CELL_LIMIT,
-        confidence=DEFAULT_CONFIDENCE,
-        delta=DEFAULT_REPORT_DELTA,
-        allow_no_noise: bool = False,
-    ) -> MeanQuery:
-        """Validate everything that does not need the data; raise before any work."""
-        arguments = _without_cls(locals())
-        bounds, granularity = arguments.pop("bounds"), arguments.pop("granularity")
-        count_noise = _checked_noise(arguments.pop("count_noise"), "count_noise", True)
-        query = cls._checked(**arguments)
-        _check_summed_column(cls.statistic, column, query.cells, privacy_unit, bounds)
-        return replace(
-            query,
-            value_bounds=_value_bounds(query, bounds, granularity),
-            count_noise=count_noise if count_noise is not None else query.noise,
-        )
+    def build(cls, column: str, *, count_noise=None, **sum_arguments) -> MeanQuery:
+        """Validate everything that does not need the data; raise before any work.
+
+        ``sum_arguments``: the arguments of `SumQuery.build` but its column.
+        """
+        count_noise = _checked_noise(count_noise, "count_noise", True)
+        query = super().build(column, **sum_arguments)
+        return replace(query, count_noise=count_noise if count_noise is not None else query.noise)
+
+    @classmethod
+    def parameter_sources(cls) -> tuple:
+        return (MeanQuery.build, *SumQuery.parameter_sources())
 
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         count_noise = self.count_noise if self.count_noise is not None else self.mechanism()

@@ -205,22 +205,13 @@ class TopKSelection:
 
     @classmethod
     def build(
-        cls,
-        column: str,
-        k: int,
-        *,
-        candidates,
-        epsilon,
-        method: str = "peeling",
-        privacy_unit: str | None = None,
-        max_candidates: int = 1,
-        max_per_candidate: int = 1,
-        neighbouring: str = "add_remove",
-        on_invalid: str = "drop",
-        cell_limit: int = DEFAULT_CELL_LIMIT,
-        confidence=Fraction(95, 100),
+        cls, column: str, k: int, *, candidates, epsilon, method: str = "peeling", **count_bounds
     ) -> TopKSelection:
-        """Validate everything that does not need the data; raise before any work."""
+        """Validate everything that does not need the data; raise before any work.
+
+        ``count_bounds``: the arguments of `top_k_counts` (privacy unit, contribution
+        bounds, neighbouring, invalid rows, cell limit, confidence).
+        """
         if not isinstance(column, str) or not column:
             raise TypeError(f"column must be a column name, got {column!r}")
         check_positive_int(k, "k")
@@ -231,17 +222,7 @@ class TopKSelection:
             raise ValueError(
                 f"candidates for column {column!r} is empty: top-k needs at least one candidate"
             )
-        counts = top_k_counts(
-            column,
-            candidates,
-            privacy_unit=privacy_unit,
-            max_candidates=max_candidates,
-            max_per_candidate=max_per_candidate,
-            neighbouring=neighbouring,
-            on_invalid=on_invalid,
-            cell_limit=cell_limit,
-            confidence=confidence,
-        )
+        counts = top_k_counts(column, candidates, **count_bounds)
         if k > counts.cells.total:
             raise ValueError(
                 f"k = {k} is larger than the number of candidates ({counts.cells.total})"
@@ -261,6 +242,11 @@ class TopKSelection:
         return cls(
             column=column, k=k, method=method, counts=counts, mechanism=mechanism, epsilon=epsilon
         )
+
+    @classmethod
+    def parameter_sources(cls) -> tuple:
+        """The builds whose parameters make the public signature."""
+        return (TopKSelection.build, top_k_counts)
 
     def labels(self) -> list:
         """The candidates in cell-index order (the order of the count arrays)."""
