@@ -71,6 +71,24 @@ class DPAccessor:
     def __init__(self, df: pd.DataFrame) -> None:
         self._df = df
 
+    @property
+    def info(self):
+        """What this result spent and how precise it is: ``attrs["dp"]`` of a ``df.dp`` result
+        (a `ReleaseInfo`, or a `SelectionInfo` for quantile / median / top-k)."""
+        info = self._df.attrs.get("dp")
+        if info is None:
+            raise ValueError(
+                "this DataFrame carries no attrs['dp']: .dp.info and .dp.margin_of_error "
+                "belong to the results of df.dp.count/sum/mean/quantile/median/top_k"
+            )
+        return info
+
+    @property
+    def margin_of_error(self):
+        """The result's margins at its confidence: {column: m} for a count, sum or mean
+        (a mean's ``sum`` and ``count``); a selection's rank error (None for peeling top-k)."""
+        return self.info.margin_of_error
+
     def _run(self, statistic: str, arguments: dict) -> pd.DataFrame:
         spec = QuerySpec.build(statistic, **arguments)
         info = release_info(spec)  # the cost is known before the data is touched

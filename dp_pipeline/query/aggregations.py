@@ -105,7 +105,7 @@ class Aggregation:
         confidence = exact_rational(confidence, "confidence")
         if not 0 < confidence < 1:
             raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-        delta = exact_rational(delta, "delta")
+        delta = DEFAULT_REPORT_DELTA if delta is None else exact_rational(delta, "delta")
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
         return cls(
@@ -247,7 +247,7 @@ class CountQuery(Aggregation):
         *,
         by,
         domains,
-        noise,
+        noise=None,
         privacy_unit: str | None = None,
         max_cells: int = 1,
         max_per_cell: int = 1,
@@ -255,7 +255,7 @@ class CountQuery(Aggregation):
         on_invalid: str = "drop",
         cell_limit: int = DEFAULT_CELL_LIMIT,
         confidence=DEFAULT_CONFIDENCE,
-        delta=DEFAULT_REPORT_DELTA,
+        delta=None,
         allow_no_noise: bool = False,
     ) -> CountQuery:
         """Validate everything that does not need the data; raise before any work."""

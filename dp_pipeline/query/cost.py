@@ -58,6 +58,16 @@ class ReleaseInfo:
     def mechanism(self) -> str:
         return ", ".join(f"{m.value}: {m.mechanism.name}" for m in self.measures)
 
+    @property
+    def margin_of_error(self) -> dict[str, int | Fraction]:
+        """{released column: m}: each noisy column's margin of error at ``confidence``.
+
+        In the column's units (a sum's in its value units): P[|noise| <= m] >=
+        confidence, from the exact noise distribution. A mean has one for its
+        ``sum`` and one for its ``count``.
+        """
+        return {m.value: m.margin_of_error for m in self.measures}
+
     def with_diagnostics(self, diagnostics: Diagnostics) -> ReleaseInfo:
         return ReleaseInfo(
             statistic=self.statistic,

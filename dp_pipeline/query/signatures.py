@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 
 from dp_pipeline.errors import InternalError
 from dp_pipeline.query.aggregations import AGGREGATIONS
+from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
 
 __all__ = ["PARAMETER_DOCS", "aggregation_signature", "public_doc", "public_signature", "shim"]
@@ -36,10 +37,14 @@ PARAMETER_DOCS = {
     "granularity": "values are rounded to integer multiples of it (an exact rational)",
     "candidates": "the public candidate values (a list or range); other rows are dropped "
     "or refused",
-    "noise": "a DiscreteGaussian or DiscreteLaplace (exact rational parameters)",
+    "noise": "a DiscreteGaussian or DiscreteLaplace (exact rational parameters); or give "
+    "a budget instead (epsilon, delta, rho), never both",
+    "rho": "a zCDP budget: the least discrete Gaussian σ² meeting it (exact, rounded up)",
     "count_noise": "the mechanism of a mean's count (default: the same as noise)",
-    "epsilon": "the target pure ε of the exponential mechanism (spent: its pure_epsilon, "
-    "never above) or a ready BaseTwoExponential",
+    "epsilon": "the budget ε of this one query, calibrated by the accountant: a count, sum "
+    "or mean gets with delta the least discrete Gaussian σ² meeting (ε, δ), alone discrete "
+    "Laplace at pure ε; a selection the exponential mechanism at pure ε (spent: its "
+    "pure_epsilon, never above; or pass a ready BaseTwoExponential)",
     "method": '"peeling" (k exponential-mechanism rounds at ε/k) or "one_shot" (discrete '
     "Laplace noisy counts at scale Δ₁/ε and their top k)",
     "key": "a MasterKey (the noise is reproducible under the same key and labels)",
@@ -57,7 +62,8 @@ PARAMETER_DOCS = {
     "noise_partitions": "how many noise partitions (streams) the cells are dealt to",
     "cell_limit": "the most cells a query may declare",
     "confidence": "of the margins of error",
-    "delta": "the δ at which ε is reported",
+    "delta": "with epsilon, the budget's δ (the least discrete Gaussian σ² whose tight δ at "
+    "epsilon is at most it); with noise or rho, the δ at which ε is reported (default 1e-6)",
 }
 
 
@@ -127,6 +133,7 @@ def aggregation_signature(
     """The public signature of a count, sum or mean: its build's and the run context's."""
     return public_signature(
         *AGGREGATIONS[statistic].parameter_sources(),
+        QueryBudget.build,
         RunContext.build,
         positional=positional,
         leading=leading,

@@ -16,8 +16,9 @@ from fractions import Fraction
 from functools import cached_property
 
 from dp_pipeline.digest import digest_of
-from dp_pipeline.query.aggregations import Aggregation, Mechanism, aggregation_query
+from dp_pipeline.query.aggregations import Aggregation, Mechanism
 from dp_pipeline.query.bounds import ValueBounds
+from dp_pipeline.query.budget import query_with_budget
 from dp_pipeline.query.context import DEFAULT_NOISE_PARTITIONS, RunContext
 from dp_pipeline.query.domain import CellDomain
 from dp_pipeline.randomness import MasterKey
@@ -39,10 +40,11 @@ class QuerySpec:
         """Validate the parameters of ``statistic`` and the run context; raise before any work.
 
         ``arguments``: those of `CountQuery.build` / `SumQuery.build` /
-        `MeanQuery.build` and of `RunContext.build`.
+        `MeanQuery.build`, of `RunContext.build`, and ``noise`` or a budget
+        (`dp_pipeline.query.budget.QueryBudget`: ``epsilon``, ``delta``, ``rho``).
         """
         context_arguments = {k: arguments.pop(k) for k in _CONTEXT_ARGUMENTS if k in arguments}
-        query = aggregation_query(statistic, **arguments)
+        query = query_with_budget(statistic, **arguments)
         return cls(query, RunContext.build(**context_arguments))
 
     @classmethod
