@@ -17,7 +17,8 @@ import pytest
 from engine_queries import KEY, make_spec
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.engines.backend import aggregate as backend_aggregate
+from dp_pipeline.engines.pandas.aggregate import run_pandas
 from dp_pipeline.randomness import derive_stream
 
 
@@ -71,10 +72,14 @@ class Engine:
     release: object
 
 
+def unpack(aggregates) -> tuple[list[dict], list]:
+    """The backend's `CellAggregates` as (vectors, diagnostics) lists."""
+    return [a.vectors() for a in aggregates], [a.diagnostics for a in aggregates]
+
+
 def pandas_engine() -> Engine:
     def aggregate(df, specs):
-        results = [aggregate_pandas(df, spec) for spec in specs]
-        return [true for true, _, _ in results], [diagnostics for _, _, diagnostics in results]
+        return unpack(backend_aggregate(df, specs))
 
     def release(df, spec):
         out, _ = run_pandas(df, spec)
@@ -87,36 +92,13 @@ def spark_engine(name, spark, to_spark, check_path, spark_calls) -> Engine:
     """A Spark path: ``to_spark(df)`` gives its input, ``check_path(df, specs, calls)``
     asserts that the path meant to run did (``calls``: the new entries of ``spark_calls``,
     the `parquet_pass` recorder)."""
-    from pyspark.sql import functions as sf
-
-    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.spark import run_queries
-    from dp_pipeline.udfs.noise import CELL_COLUMN
 
     def aggregate(df, specs):
         before = len(spark_calls)
-        aggregates, diagnostics = aggregate_queries(to_spark(df), specs)
-        try:
-            rows = (
-                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
-                .select(TABLE_COLUMN, CELL_COLUMN, "n", "s")
-                .toPandas()
-            )
-        finally:
-            aggregates.unpersist()
+        result = unpack(backend_aggregate(to_spark(df), specs))
         check_path(df, specs, spark_calls[before:])
-        trues = []
-        for index, spec in enumerate(specs):
-            mine = rows[rows[TABLE_COLUMN] == index]
-            cells = mine[CELL_COLUMN].to_numpy(dtype=np.int64)
-            counts = np.zeros(spec.cells.total, dtype=np.int64)
-            counts[cells] = mine["n"].to_numpy(dtype=np.int64)
-            sums = None
-            if spec.column is not None:
-                sums = np.zeros(spec.cells.total, dtype=np.int64)
-                sums[cells] = np.array([int(s) for s in mine["s"]], dtype=np.int64)
-            trues.append({"count": counts, "sum": sums})
-        return trues, list(diagnostics)
+        return result
 
     def release(df, spec):
         before = len(spark_calls)

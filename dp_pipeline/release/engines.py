@@ -26,7 +26,8 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.pandas.aggregate import run_pandas
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
@@ -205,14 +206,14 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             if table.statistic != "top_k":
                 frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
             counts_spec = aggregation_spec(spec, table_plan, master, index - 1, release_digest)
-            true_values, _, diagnostics = aggregate_pandas(frame, counts_spec)
+            (true,) = aggregate(frame, [counts_spec])
             results[table.name] = release_selection(
                 spec,
                 table_plan,
                 master,
                 counts_spec,
-                true_values["count"],
-                diagnostics,
+                true.count,
+                true.diagnostics,
                 with_truth=with_truth,
                 release_digest=release_digest,
             )

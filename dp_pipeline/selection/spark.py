@@ -28,14 +28,13 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.engines.spark.aggregate import aggregate_queries
+from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
 from dp_pipeline.spark import run_spark
-from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
     "check_numeric_column",
@@ -140,10 +139,5 @@ def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
         positions = domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
         counts[positions] = [int(row[1]) for row in released]
         return query.release(counts, diagnostics)
-    agg, (diagnostics,) = aggregate_queries(df, [spec])
-    try:
-        for row in agg.filter(sf.col(CELL_COLUMN) >= 0).select(CELL_COLUMN, "n").collect():
-            counts[int(row[0])] = int(row[1])
-    finally:
-        agg.unpersist()
-    return query.release(counts, diagnostics)
+    (true,) = aggregate(df, [spec])
+    return query.release(true.count, true.diagnostics)

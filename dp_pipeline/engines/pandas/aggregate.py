@@ -8,9 +8,12 @@ bit-identical release on pandas and Spark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.engines.base import CellAggregates
 from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions, unit_keys
 from dp_pipeline.engines.numpy_rules import cell_sums, value_units
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
@@ -206,4 +209,10 @@ def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnos
     return pd.DataFrame(columns), diagnostics
 
 
-aggregate = aggregate_pandas
+def aggregate(df: pd.DataFrame, queries: Sequence[QuerySpec]) -> list[CellAggregates]:
+    """The pandas engine behind `dp_pipeline.engines.backend.aggregate`."""
+    results = []
+    for query in queries:
+        true_values, _, diagnostics = aggregate_pandas(df, query)
+        results.append(CellAggregates(true_values["count"], true_values["sum"], diagnostics))
+    return results

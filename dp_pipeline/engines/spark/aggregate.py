@@ -47,7 +47,7 @@ from dp_pipeline.engines.spark_sql.diagnostics import code_summary, query_diagno
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
-__all__ = ["TABLE_COLUMN", "aggregate", "aggregate_queries"]
+__all__ = ["TABLE_COLUMN", "aggregate_queries"]
 
 
 def stable_input(df, specs: Sequence[QuerySpec]):
@@ -271,6 +271,3 @@ def aggregate_queries(
         first.unpersist()
         multi.unpersist()
     return aggregates, diagnostics
-
-
-aggregate = aggregate_queries
