@@ -17,7 +17,8 @@ from fractions import Fraction
 
 import pandas as pd
 
-from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import release_info
 from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
@@ -92,8 +93,9 @@ class DPAccessor:
     def _run(self, statistic: str, arguments: dict) -> pd.DataFrame:
         spec = QuerySpec.build(statistic, **arguments)
         info = release_info(spec)  # the cost is known before the data is touched
-        result, diagnostics = run_pandas(self._df, spec)
-        result.attrs["dp"] = info.with_diagnostics(diagnostics)
+        (true,) = aggregate(self._df, [spec])
+        result = release_frame(self._df, spec, true)
+        result.attrs["dp"] = info.with_diagnostics(true.diagnostics)
         return result
 
     count = _aggregation("count")

@@ -21,7 +21,7 @@ from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
-__all__ = ["aggregate", "aggregate_pandas", "input_column", "run_pandas"]
+__all__ = ["aggregate", "aggregate_pandas", "input_column", "release_frame", "run_pandas"]
 
 
 def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
@@ -193,20 +193,24 @@ def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnos
 
     The release has one row per declared cell, in cell-index order.
     """
-    true_values, key_series, diagnostics = aggregate_pandas(df, spec)
-    cells = spec.cells
-    total = cells.total
-    released = release_columns(spec, noisy_dense(spec, true_values))
+    (true,) = aggregate(df, [spec])
+    return release_frame(df, spec, true), true.diagnostics
 
-    keys = cells.decode(np.arange(total, dtype=np.int64))
+
+def release_frame(df: pd.DataFrame, spec: QuerySpec, true: CellAggregates) -> pd.DataFrame:
+    """The noisy release of ``true`` (``spec``'s aggregates of ``df``): every declared cell,
+    in cell-index order, its key columns with the input's dtypes, then the value columns."""
+    cells = spec.cells
+    released = release_columns(spec, noisy_dense(spec, true.vectors()))
+    keys = cells.decode(np.arange(cells.total, dtype=np.int64))
     columns = {}
-    for series, domain, values in zip(key_series, cells.domains, keys, strict=True):
-        dtype = series.dtype
+    for domain, values in zip(cells.domains, keys, strict=True):
+        dtype = df[domain.column].dtype
         if domain.kind == "int" and isinstance(dtype, pd.api.extensions.ExtensionDtype):
             dtype = np.dtype(np.int64)
         columns[domain.column] = pd.array(values, dtype=dtype)
     columns.update(released)
-    return pd.DataFrame(columns), diagnostics
+    return pd.DataFrame(columns)
 
 
 def aggregate(df: pd.DataFrame, queries: Sequence[QuerySpec]) -> list[CellAggregates]:
