@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting import (
+    PrivacyEvent,
     calibrate_discrete_laplace,
     calibrate_zcdp_shares,
     margin_of_error,
@@ -66,12 +67,23 @@ class TablePlan:
     """
 
     table: TableSpec
-    mechanism: DiscreteGaussian | DiscreteLaplace | BaseTwoExponential
-    sensitivity: tuple[int, ...]
+    event: PrivacyEvent  # what the table costs: the one record the accountant and ledger take
     rho: Fraction | None  # zCDP ρ of this table (None in a pure-ε, discrete Laplace release)
     margin_of_error: int | None
-    runs: int = 1  # independent runs of the mechanism one unit can influence
     epsilon: Fraction | None = None  # pure ε of a selection table (all runs)
+
+    @property
+    def mechanism(self) -> DiscreteGaussian | DiscreteLaplace | BaseTwoExponential:
+        return self.event.mechanism
+
+    @property
+    def sensitivity(self) -> tuple[int, ...]:
+        return self.event.sensitivity
+
+    @property
+    def runs(self) -> int:
+        """Independent runs of the mechanism one unit can influence."""
+        return self.event.count
 
     @property
     def parameter(self) -> Fraction:
@@ -253,15 +265,16 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     tables = []
     for table in spec.tables:
         mechanism, sensitivity, runs = events[table.name]
-        accountant.add(mechanism, sensitivity=sensitivity, count=runs)
+        event = PrivacyEvent(mechanism, tuple(sensitivity), runs)
+        accountant.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
         rho = None
         if spec.noise == "discrete_gaussian":
             rho = Fraction(accountant_type()().add(mechanism, sensitivity, runs).rho())
         if table.is_selection:
-            tables.append(_selection_plan(table, mechanism, sensitivity, runs, rho, confidence))
+            tables.append(_selection_plan(table, event, rho, confidence))
         else:
             margin = int(margin_of_error(mechanism, confidence))
-            tables.append(TablePlan(table, mechanism, sensitivity, rho, margin))
+            tables.append(TablePlan(table, event, rho, margin))
 
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
@@ -298,7 +311,8 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     )
 
 
-def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> TablePlan:
+def _selection_plan(table, event: PrivacyEvent, rho, confidence) -> TablePlan:
+    mechanism, sensitivity, runs = event.mechanism, event.sensitivity, event.count
     if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
         epsilon = Fraction(sum(sensitivity)) / mechanism.scale
         margin = int(margin_of_error(mechanism, confidence))
@@ -307,7 +321,7 @@ def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> Tab
         margin = None
         if table.statistic in ("quantile", "median"):
             margin = quantile_rank_error_bound(mechanism, table.candidates, 1 - confidence)
-    return TablePlan(table, mechanism, sensitivity, rho, margin, runs=runs, epsilon=epsilon)
+    return TablePlan(table, event, rho, margin, epsilon=epsilon)
 
 
 def _report_delta(spec: ReleaseSpec) -> Fraction:

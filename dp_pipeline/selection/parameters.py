@@ -22,7 +22,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting import margin_of_error
+from dp_pipeline.accounting import PrivacyEvent, margin_of_error
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.aggregations import CountQuery
@@ -173,9 +173,7 @@ class QuantileSelection:
         return SelectionInfo(
             statistic=self.statistic,
             method="exponential",
-            mechanism=self.mechanism,
-            runs=1,
-            sensitivity=(1,),
+            event=PrivacyEvent(self.mechanism, (1,), 1),
             epsilon=self.mechanism.pure_epsilon,
             candidates=len(self.candidates),
             margin_of_error=quantile_rank_error_bound(self.mechanism, len(self.candidates), beta),
@@ -260,9 +258,7 @@ class TopKSelection:
             return SelectionInfo(
                 statistic="top_k",
                 method="peeling",
-                mechanism=self.mechanism,
-                runs=self.k,
-                sensitivity=(1,),
+                event=PrivacyEvent(self.mechanism, (1,), self.k),
                 epsilon=self.k * self.mechanism.pure_epsilon,
                 candidates=counts.cells.total,
                 margin_of_error=None,
@@ -272,9 +268,7 @@ class TopKSelection:
         return SelectionInfo(
             statistic="top_k",
             method="one_shot",
-            mechanism=self.mechanism,
-            runs=1,
-            sensitivity=sensitivity,
+            event=PrivacyEvent(self.mechanism, tuple(sensitivity), 1),
             epsilon=Fraction(sum(sensitivity)) / self.mechanism.scale,
             candidates=counts.cells.total,
             margin_of_error=margin_of_error(self.mechanism, confidence=counts.confidence),
