@@ -118,3 +118,40 @@ def test_spark_functions_take_the_same_budgets(spark):
     assert query.info.margin_of_error == local.dp.margin_of_error
     released = query(spark.createDataFrame(PEOPLE)).toPandas().sort_values("g")
     assert released["sum"].tolist() == local["sum"].tolist()
+
+
+def test_selections_take_rho_as_the_largest_pure_epsilon_within_it():
+    people = pd.DataFrame({"age": np.arange(200) % 90, "county": np.arange(200) % 4})
+    common = dict(key=KEY, release_id="r", table="s")
+    median = people.dp.median("age", bounds=(0, 100), granularity=1, rho=Fraction(1, 8), **common)
+    epsilon = median.dp.info.epsilon
+    assert epsilon**2 / 8 <= Fraction(1, 8) and epsilon > Fraction(99, 100)  # ε ≈ 1
+    top = people.dp.top_k("county", 2, candidates=range(4), rho=Fraction(1, 2), **common)
+    assert top.dp.info.epsilon**2 / (8 * 2) <= Fraction(1, 2)  # 2 rounds at ε/2
+    one_shot = people.dp.top_k(
+        "county", 2, candidates=range(4), rho=Fraction(1, 2), method="one_shot", **common
+    )
+    (shift,) = one_shot.dp.info.sensitivity
+    scale = one_shot.dp.info.mechanism.scale
+    assert Fraction(shift) ** 2 / (2 * scale**2) <= Fraction(1, 2)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        ({}, r"a selection needs a budget: epsilon= \(pure ε\) or rho= \(zCDP\)"),
+        ({"epsilon": 1, "rho": 1}, r"give epsilon= or rho=, not both: got epsilon=1, rho=1"),
+        ({"rho": -1}, r"rho must be > 0, got -1"),
+        ({"rho": "1/8"}, r"rho must be a number .* got '1/8' \(str\)"),
+    ],
+)
+def test_bad_selection_budgets_are_refused_by_name(arguments, message):
+    people = pd.DataFrame({"age": [1, 2, 3]})
+    with pytest.raises((ValueError, TypeError), match=message):
+        people.dp.median(
+            "age", bounds=(0, 10), granularity=1, key=KEY, release_id="r", table="s", **arguments
+        )
+    with pytest.raises((ValueError, TypeError), match=message):
+        people.dp.top_k(
+            "age", 1, candidates=range(5), key=KEY, release_id="r", table="s", **arguments
+        )

@@ -25,7 +25,7 @@ from dp_pipeline.accounting import calibrate_discrete_gaussian, calibrate_discre
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.aggregations import AGGREGATIONS, Aggregation, aggregation_query
 
-__all__ = ["QueryBudget", "budget_value", "query_with_budget"]
+__all__ = ["QueryBudget", "budget_value", "query_with_budget", "selection_epsilon", "sqrt_down"]
 
 
 def budget_value(value: object, name: str) -> Fraction:
@@ -45,6 +45,38 @@ def budget_value(value: object, name: str) -> Fraction:
     if not math.isfinite(as_float):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return min(Fraction(repr(as_float)), Fraction(as_float))
+
+
+def sqrt_down(value: Fraction) -> Fraction:
+    """The largest multiple of 10^-k (~15 significant digits) not above sqrt(value) >= 0."""
+    # ~15 significant digits of the root, sized from the value's decimal magnitude.
+    magnitude = len(str(value.denominator)) - len(str(value.numerator))
+    digits = max(15, 16 + magnitude // 2)
+    scale = 10**digits
+    return Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
+
+
+def selection_epsilon(epsilon, rho, rho_per_epsilon_squared: Fraction):
+    """The pure ε a selection spends: ``epsilon`` itself, or the largest ε (rounded down)
+    whose zCDP cost ``rho_per_epsilon_squared``·ε² is at most ``rho``.
+
+    The exponential mechanism is ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021):
+    r runs at ε/r cost ε²/(8r); discrete Laplace of scale Δ₁/ε on shifts m_i costs
+    Σ(m_i·ε/Δ₁)²/2. Exactly one of ``epsilon`` and ``rho``.
+    """
+    if epsilon is not None and rho is not None:
+        raise ValueError(f"give epsilon= or rho=, not both: got epsilon={epsilon!r}, rho={rho!r}")
+    if rho is None:
+        if epsilon is None:
+            raise ValueError("a selection needs a budget: epsilon= (pure ε) or rho= (zCDP)")
+        return epsilon
+    checked = budget_value(rho, "rho")
+    if checked <= 0:
+        raise ValueError(f"rho must be > 0, got {rho!r}")
+    root = sqrt_down(checked / rho_per_epsilon_squared)
+    if root <= 0:
+        raise ValueError(f"rho = {rho!r} is too small for any selection")
+    return root
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,9 @@ PARAMETER_DOCS = {
     "or refused",
     "noise": "a DiscreteGaussian or DiscreteLaplace (exact rational parameters); or give "
     "a budget instead (epsilon, delta, rho), never both",
-    "rho": "a zCDP budget: the least discrete Gaussian σ² meeting it (exact, rounded up)",
+    "rho": "a zCDP budget instead of epsilon: a count, sum or mean gets the least discrete "
+    "Gaussian σ² meeting it (exact, rounded up); a selection the largest pure ε whose "
+    "zCDP cost is at most rho (ε²/8 per exponential-mechanism run)",
     "count_noise": "the mechanism of a mean's count (default: the same as noise)",
     "epsilon": "the budget ε of this one query, calibrated by the accountant: a count, sum "
     "or mean gets with delta the least discrete Gaussian σ² meeting (ε, δ), alone discrete "

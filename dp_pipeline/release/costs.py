@@ -7,10 +7,10 @@ the exponential-mechanism event and the pure ε that fits a zCDP share.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from dp_pipeline.mechanisms import DiscreteLaplace
+from dp_pipeline.query.budget import sqrt_down as query_sqrt_down
 from dp_pipeline.release.queries import table_sensitivity
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
@@ -58,11 +58,7 @@ def selection_runs(table: TableSpec, neighbouring: str) -> int:
 
 def sqrt_down(value: Fraction, what: str) -> Fraction:
     """The largest multiple of 10^-15 (relative to the value's size) not above sqrt(value)."""
-    # ~15 significant digits of the root, sized from the value's decimal magnitude.
-    magnitude = len(str(value.denominator)) - len(str(value.numerator))
-    digits = max(15, 16 + magnitude // 2)
-    scale = 10**digits
-    root = Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
+    root = query_sqrt_down(value)
     if root <= 0:
         raise PlanError(f"{what}: the budget share is too small for any selection ({value})")
     return root

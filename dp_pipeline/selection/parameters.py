@@ -26,6 +26,7 @@ from dp_pipeline.accounting import PrivacyEvent, margin_of_error
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.aggregations import CountQuery
+from dp_pipeline.query.budget import selection_epsilon
 from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
 from dp_pipeline.query.quantile_grid import (
     TOP_K_METHODS,
@@ -121,7 +122,8 @@ class QuantileSelection:
         q,
         bounds,
         granularity,
-        epsilon,
+        epsilon=None,
+        rho=None,
         on_invalid: str = "drop",
         confidence=Fraction(95, 100),
     ) -> QuantileSelection:
@@ -140,7 +142,7 @@ class QuantileSelection:
         low, high = check_value_bounds(bounds)
         step = positive_rational(granularity, "granularity")
         candidates = tuple(quantile_candidates((low, high), step))
-        mechanism = checked_quantile_mechanism(epsilon)
+        mechanism = checked_quantile_mechanism(selection_epsilon(epsilon, rho, Fraction(1, 8)))
         return cls(
             statistic=statistic,
             column=column,
@@ -203,7 +205,15 @@ class TopKSelection:
 
     @classmethod
     def build(
-        cls, column: str, k: int, *, candidates, epsilon, method: str = "peeling", **count_bounds
+        cls,
+        column: str,
+        k: int,
+        *,
+        candidates,
+        epsilon=None,
+        rho=None,
+        method: str = "peeling",
+        **count_bounds,
     ) -> TopKSelection:
         """Validate everything that does not need the data; raise before any work.
 
@@ -215,7 +225,8 @@ class TopKSelection:
         check_positive_int(k, "k")
         if method not in TOP_K_METHODS:
             raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
-        epsilon = positive_rational(epsilon, "epsilon")
+        if epsilon is not None or rho is None:
+            epsilon = positive_rational(selection_epsilon(epsilon, rho, Fraction(1)), "epsilon")
         if isinstance(candidates, list | tuple | range) and len(candidates) == 0:
             raise ValueError(
                 f"candidates for column {column!r} is empty: top-k needs at least one candidate"
@@ -225,7 +236,15 @@ class TopKSelection:
             raise ValueError(
                 f"k = {k} is larger than the number of candidates ({counts.cells.total})"
             )
-        l1 = sum(counts.count_sensitivity())
+        vector = counts.count_sensitivity()
+        l1 = sum(vector)
+        if epsilon is None:  # a zCDP budget: peeling k·(ε/k)²/8, one-shot Σm²ε²/(2·Δ₁²)
+            per_epsilon2 = (
+                Fraction(1, 8 * k)
+                if method == "peeling"
+                else Fraction(sum(m * m for m in vector), 2 * l1 * l1)
+            )
+            epsilon = selection_epsilon(None, rho, per_epsilon2)
         noise = DiscreteLaplace(one_shot_scale(epsilon, l1))
         counts = counts.with_noise(noise)
         if method == "peeling":
