@@ -67,7 +67,7 @@ def _lemire32(stream, bound: int, size: int) -> np.ndarray:
 
 
 def _masked64(stream, bound: int, size: int) -> np.ndarray:
-    return _masked_each(stream, np.full(size, bound, dtype=np.uint64))
+    return _masked(stream, np.uint64(bound), np.uint64(_smear(bound - 1)), size)
 
 
 def _smear_mask(values: np.ndarray) -> np.ndarray:
@@ -79,19 +79,30 @@ def _smear_mask(values: np.ndarray) -> np.ndarray:
 
 
 def _masked_each(stream, bounds: np.ndarray) -> np.ndarray:
-    """Masked rejection on 64-bit words, per-element bounds in [1, 2^63] (uint64): each
-    round redraws the rejected elements in order."""
-    shape = bounds.shape
-    bounds = bounds.ravel()
-    masks = _smear_mask(bounds - np.uint64(1))
-    out = np.empty(bounds.size, dtype=np.uint64)
-    pending = np.arange(bounds.size)
+    """Per-element bounds in [1, 2^63] (uint64 array of any shape)."""
+    flat = bounds.ravel()
+    return _masked(stream, flat, _smear_mask(flat - np.uint64(1)), flat.size).reshape(bounds.shape)
+
+
+def _masked(stream, bounds, masks, size: int) -> np.ndarray:
+    """Masked rejection on 64-bit words: each round redraws the rejected elements, in order.
+
+    ``bounds`` / ``masks``: one uint64 each (a scalar bound) or one per element.
+    """
+    per_element = isinstance(bounds, np.ndarray)
+    out = np.empty(size, dtype=np.uint64)
+    pending = np.arange(size)
     while pending.size:
-        draws = stream.random_uint64(pending.size) & masks[pending]
-        accepted = draws < bounds[pending]
+        draws = stream.random_uint64(pending.size)
+        if per_element:
+            draws &= masks[pending]
+            accepted = draws < bounds[pending]
+        else:
+            draws &= masks
+            accepted = draws < bounds
         out[pending[accepted]] = draws[accepted]
         pending = pending[~accepted]
-    return out.astype(np.int64).reshape(shape)
+    return out.astype(np.int64)
 
 
 def uniform_below_int(stream, bound: int) -> int:
