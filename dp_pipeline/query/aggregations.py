@@ -34,6 +34,7 @@ __all__ = [
     "CountQuery",
     "MeanQuery",
     "Mechanism",
+    "SharedRows",
     "SumQuery",
     "aggregation_query",
 ]
@@ -52,6 +53,23 @@ def _checked_noise(noise: object, name: str, allow_none: bool) -> Mechanism | No
             f"{name} must be a DiscreteGaussian or DiscreteLaplace, got {type(noise).__name__}"
         )
     return noise
+
+
+@dataclass(frozen=True)
+class SharedRows:
+    """Count tables of one group keep the same row of every privacy unit.
+
+    ``cells`` is the product of the union of the group's key columns: each row
+    is ranked by its cell index there (the same in every table of the group),
+    with one keyed salt for the ``group``, so every table keeps the unit's best
+    row and the tables' true margins agree. Needs ``max_cells = max_per_cell = 1``.
+    """
+
+    cells: CellDomain
+    group: str
+
+    def canonical(self) -> dict:
+        return {"cells": [d.canonical() for d in self.cells.domains], "group": self.group}
 
 
 @dataclass(frozen=True)
@@ -74,6 +92,8 @@ class Aggregation:
     on_invalid: str = "drop"
     confidence: Fraction = DEFAULT_CONFIDENCE
     delta: Fraction = DEFAULT_REPORT_DELTA
+    # Tables combined by post-processing rank rows alike (None: the table's own rule).
+    shared_rows: SharedRows | None = None
 
     @classmethod
     def _checked(
@@ -125,6 +145,26 @@ class Aggregation:
         """``query``'s parameters as a ``cls`` (a sum's or mean's cells are a count's)."""
         return cls(**{field.name: getattr(query, field.name) for field in fields(query)})
 
+    def with_shared_rows(self, shared_rows: SharedRows, table: str) -> Aggregation:
+        """This count ranking each unit's rows as its group does (``table`` names errors)."""
+        if not isinstance(shared_rows, SharedRows):
+            raise TypeError(f"shared_rows must be a SharedRows, got {shared_rows!r}")
+        if self.statistic != "count" or (self.max_cells, self.max_per_cell) != (1, 1):
+            raise ValueError(
+                f"table {table!r}: shared rows need a count with max_cells = max_per_cell "
+                f"= 1, got {self.statistic} with {self.max_cells} and {self.max_per_cell}"
+            )
+        missing = [c for c in self.cells.columns if c not in shared_rows.cells.columns]
+        if missing:
+            raise ValueError(f"table {table!r}: shared rows lack the key(s) {missing}")
+        return replace(self, shared_rows=shared_rows)
+
+    def counting_cells(self, cells: CellDomain) -> CountQuery:
+        """A count over ``cells`` with this query's unit, bounds and noise, own row rule."""
+        values = {field.name: getattr(self, field.name) for field in fields(self)}
+        values.update(cells=cells, column=None, value_bounds=None, count_noise=None)
+        return CountQuery(**{**values, "shared_rows": None})
+
     def with_noise(self, noise: Mechanism, count_noise: Mechanism | None = None) -> Aggregation:
         """This query with its (calibrated) mechanisms; a mean's count defaults to ``noise``."""
         noise = _checked_noise(noise, "noise", False)
@@ -163,6 +203,8 @@ class Aggregation:
             if bounds is None
             else [str(bounds.lower), str(bounds.upper), str(bounds.granularity)],
             "neighbouring": self.neighbouring,
+            # Only when set, so every other query keeps its digest (and its noise).
+            **({} if self.shared_rows is None else {"shared_rows": self.shared_rows.canonical()}),
         }
 
     @property

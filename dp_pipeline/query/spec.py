@@ -16,14 +16,14 @@ from fractions import Fraction
 from functools import cached_property
 
 from dp_pipeline.digest import digest_of
-from dp_pipeline.query.aggregations import Aggregation, Mechanism
+from dp_pipeline.query.aggregations import Aggregation, Mechanism, SharedRows
 from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.budget import query_with_budget
 from dp_pipeline.query.context import DEFAULT_NOISE_PARTITIONS, RunContext
 from dp_pipeline.query.domain import CellDomain
 from dp_pipeline.randomness import MasterKey
 
-__all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec"]
+__all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec", "SharedRows"]
 
 _CONTEXT_ARGUMENTS = ("key", "release_id", "table", "noise_partitions", "release_digest")
 
@@ -44,8 +44,12 @@ class QuerySpec:
         (`dp_pipeline.query.budget.QueryBudget`: ``epsilon``, ``delta``, ``rho``).
         """
         context_arguments = {k: arguments.pop(k) for k in _CONTEXT_ARGUMENTS if k in arguments}
+        shared_rows = arguments.pop("shared_rows", None)
         query = query_with_budget(statistic, **arguments)
-        return cls(query, RunContext.build(**context_arguments))
+        context = RunContext.build(**context_arguments)
+        if shared_rows is not None:
+            query = query.with_shared_rows(shared_rows, context.table)
+        return cls(query, context)
 
     @classmethod
     def bind(cls, query: Aggregation, context: RunContext) -> QuerySpec:
@@ -108,6 +112,14 @@ class QuerySpec:
     @property
     def value_bounds(self) -> ValueBounds | None:
         return self.query.value_bounds
+
+    @property
+    def shared_rows(self) -> SharedRows | None:
+        return self.query.shared_rows
+
+    def counting_cells(self, cells: CellDomain) -> QuerySpec:
+        """A count over ``cells`` with this query's bounds and context (its own row rule)."""
+        return replace(self, query=self.query.counting_cells(cells))
 
     @property
     def neighbouring(self) -> str:

@@ -9,14 +9,15 @@ engines enforce.
 
 from __future__ import annotations
 
-from dp_pipeline.query.aggregations import Aggregation, CountQuery, SumQuery
+from dp_pipeline.query.aggregations import Aggregation, CountQuery, SharedRows, SumQuery
 from dp_pipeline.query.context import RunContext
+from dp_pipeline.query.domain import MAX_CELL_LIMIT, build_cell_domain
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.parameters import top_k_counts
 
-__all__ = ["run_context", "table_query", "table_sensitivity", "table_spec"]
+__all__ = ["run_context", "shared_rows", "table_query", "table_sensitivity", "table_spec"]
 
 
 def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
@@ -51,8 +52,28 @@ def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
     if table.statistic == "sum":
         return SumQuery.build(table.value, bounds=(table.lower, table.upper), **cells)
     if table.statistic == "count":
-        return CountQuery.build(**cells)
+        query = CountQuery.build(**cells)
+        shared = shared_rows(spec)
+        if shared is not None and table.name in spec.postprocess.tables:
+            query = query.with_shared_rows(shared, table.name)
+        return query
     raise ValueError(f"table {table.name!r}: a {table.statistic} table has no noised query")
+
+
+def shared_rows(spec: ReleaseSpec) -> SharedRows | None:
+    """The bounding group of the tables post-processing combines (None: no group needed).
+
+    With a privacy-unit column, a unit with several rows must keep the same row in
+    every combined table, or their true margins differ: the tables rank rows by
+    their cell over the union of the tables' keys (`dp_pipeline.engines.bounding`).
+    """
+    if spec.postprocess is None or spec.privacy_unit is None:
+        return None
+    keys = list(
+        dict.fromkeys(key for name in spec.postprocess.tables for key in spec.table(name).keys)
+    )
+    cells = build_cell_domain(keys, {k: spec.domains[k] for k in keys}, MAX_CELL_LIMIT)
+    return SharedRows(cells=cells, group="postprocess")
 
 
 def table_sensitivity(spec: ReleaseSpec, table: TableSpec) -> tuple[int, ...]:

@@ -12,7 +12,9 @@ Order matters for privacy and for crashes:
 3. Only then is the data read, bounded, aggregated over the full declared
    domain and noised by the engine (deterministic in master key, release id,
    table and noise partition).
-4. Outputs go to a hidden temporary folder; the ledger records that
+4. The count tables of ``[postprocess]`` are made consistent on the driver
+   (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
+5. Outputs go to a hidden temporary folder; the ledger records that
    publication starts, the folder is renamed into place, and only then is the
    ledger entry committed. A job killed anywhere leaves
    either no release or a complete one, and a reservation that the next run
@@ -33,6 +35,7 @@ import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.release import engines
+from dp_pipeline.release.consistency import RAW_COLUMN, consistent_results
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
@@ -199,6 +202,14 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             )
         _checkpoint("after_noise")
         started = time.perf_counter()
+        results, postprocessing = consistent_results(spec, plan, results)
+        if postprocessing:
+            timings["postprocess"] = time.perf_counter() - started
+            progress(
+                f"post-processed {len(postprocessing['tables'])} count table(s) into one "
+                f"consistent set ({postprocessing['method']}) in {timings['postprocess']:.2f} s"
+            )
+        started = time.perf_counter()
         report = _write_outputs(
             final,
             plan,
@@ -207,6 +218,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             fingerprint,
             identity,
             results,
+            postprocessing,
             progress,
             start_publishing,
         )
@@ -225,7 +237,16 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
 
 
 def _write_outputs(
-    final, plan, reservation, master, fingerprint, identity, results, progress, start_publishing
+    final,
+    plan,
+    reservation,
+    master,
+    fingerprint,
+    identity,
+    results,
+    postprocessing,
+    progress,
+    start_publishing,
 ) -> dict:
     files = {}
     directory = AtomicReleaseDirectory(final)
@@ -235,6 +256,8 @@ def _write_outputs(
             frame = results[name].copy()
             frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
             columns = output_columns(table.table)
+            if RAW_COLUMN in frame:
+                columns.append(RAW_COLUMN)
             arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
             write_table(arrow, folder / f"{name}.parquet")
             files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
@@ -242,6 +265,8 @@ def _write_outputs(
         report = privacy_report(plan, reservation, master.fingerprint, files)
         report["input_fingerprint"] = fingerprint
         report["release_digest"] = identity.digest
+        if postprocessing:
+            report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
         accuracy = accuracy_summary(plan, results)
         if accuracy:
