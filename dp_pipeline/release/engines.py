@@ -27,9 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
+from dp_pipeline.release.input_schema import read_csv_pandas, spark_csv_schema
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.selections import (
     aggregation_spec,
@@ -114,12 +116,12 @@ def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark
     return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
 
 
-def _read_pandas(source: OpenedInput) -> pd.DataFrame:
-    """The input read from exactly the listed files."""
+def _read_pandas(spec: ReleaseSpec, source: OpenedInput) -> pd.DataFrame:
+    """The input read from exactly the listed files (CSV: typed from the spec)."""
     import pyarrow.dataset as ds
 
     if source.format == "csv":
-        return pd.read_csv(source.files[0])
+        return read_csv_pandas(spec, source.files[0])
     options = {}
     if source.path.is_dir():
         options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
@@ -180,11 +182,13 @@ def compute_tables(
     *,
     with_truth: bool,
     progress,
-) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
+) -> tuple[dict[str, pd.DataFrame], dict[str, float], dict[str, Diagnostics]]:
     """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``]).
 
     ``source`` is read from exactly its listed files; ``release_digest`` (the
-    release's identity) labels every noise stream.
+    release's identity) labels every noise stream. Also returns the phase timings
+    and each table's `Diagnostics` (rows read, dropped as invalid by reason, clamped,
+    removed by bounding): exact counts of the private data, never published.
     """
     if source.engine == "pandas":
         return _pandas(spec, plan, master, source, release_digest, with_truth, progress)
@@ -219,11 +223,12 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
     timings = {}
     started = time.perf_counter()
     progress(f"pandas: reading {source.path}")
-    frame = _read_pandas(source)
+    frame = _read_pandas(spec, source)
     timings["read"] = time.perf_counter() - started
     # No row count here: progress lines are not a release, and carry no confidential figure.
     progress(f"pandas: read the input in {timings['read']:.1f} s")
     results = {}
+    found = {}
     started = time.perf_counter()
     for index, table_plan in enumerate(plan.tables, 1):
         table = table_plan.table
@@ -232,6 +237,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
                 frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
             counts_spec = aggregation_spec(spec, table_plan, master, index - 1, release_digest)
             true_values, _, diagnostics = aggregate_pandas(frame, counts_spec)
+            found[table.name] = diagnostics
             results[table.name] = release_selection(
                 spec,
                 table_plan,
@@ -246,7 +252,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             continue
         arguments = engine_arguments(spec, table_plan, master, release_digest)
         query = QuerySpec.build(table_plan.table.statistic, **arguments)
-        released, _ = run_pandas(frame, query)
+        released, found[table.name] = run_pandas(frame, query)
         released = released.rename(columns={_statistic_column(table_plan): "value"})
         released = released[[*table_plan.table.keys, "value"]]
         if with_truth:
@@ -257,7 +263,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             f"({len(released):,} cells)"
         )
     timings["aggregate_noise"] = time.perf_counter() - started
-    return results, timings
+    return results, timings, found
 
 
 def _spark(spec, plan, master, source, release_digest, with_truth, progress):
@@ -271,7 +277,10 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
         started = time.perf_counter()
         reader = spark.read
         if source.format == "csv":
-            frame = reader.option("header", True).option("inferSchema", True).csv(str(source.path))
+            # An explicit schema from the spec: no inference pass over the file, and the
+            # same column types as the pandas engine's CSV reader.
+            schema = spark_csv_schema(spec, source.files[0])
+            frame = reader.schema(schema).option("header", True).csv(str(source.path))
         else:
             frame = reader.parquet(str(source.path))
         # The DataFrame's own file index must be the one fingerprinted.
@@ -312,6 +321,8 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
             persisted.unpersist()
         tables = aggregates.column(TABLE_COLUMN)
         results = {}
+        in_order = [*noised, *(table_plan for _, table_plan in selections)]
+        found = {p.table.name: d for p, d in zip(in_order, diagnostics, strict=True)}
         noisy = truth = None
         if noised:
             # Noised tables come first in `specs`. The driver adds their noise (a Spark job
@@ -361,7 +372,7 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
     finally:
         if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
             aggregates.unpersist()
-    return results, timings
+    return results, timings, found
 
 
 def _grid_position(frame, table):

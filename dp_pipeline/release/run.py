@@ -25,17 +25,18 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
+from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
+from dp_pipeline.release.input_schema import published_table
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
@@ -81,6 +82,9 @@ class RunResult:
     reservation: Reservation
     report: dict
     timings: dict[str, float]
+    # Per table: what the engine did to the rows (invalid rows dropped by reason,
+    # clamping, bounding). Exact counts of the private data: never published or logged.
+    diagnostics: dict[str, Diagnostics] = field(default_factory=dict)
 
 
 def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
@@ -177,7 +181,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         publishing.append(True)
 
     try:
-        results, engine_timings = engines.compute_tables(
+        results, engine_timings, diagnostics = engines.compute_tables(
             spec,
             plan,
             master,
@@ -221,7 +225,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         raise
     timings["total"] = time.perf_counter() - clock
     progress(f"release written to {final} in {timings['total']:.1f} s")
-    return RunResult(final, reservation.outcome, plan, reservation, report, timings)
+    return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
 
 
 def _write_outputs(
@@ -232,10 +236,8 @@ def _write_outputs(
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
-            frame = results[name].copy()
-            frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
             columns = output_columns(table.table)
-            arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
+            arrow = published_table(plan.spec, table.table, results[name])
             write_table(arrow, folder / f"{name}.parquet")
             files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
             progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")
