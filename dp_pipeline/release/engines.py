@@ -31,7 +31,12 @@ from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
-from dp_pipeline.release.input_schema import read_csv_pandas, spark_csv_schema
+from dp_pipeline.release.input_schema import (
+    arrow_frame,
+    csv_columns,
+    read_csv_pandas,
+    spark_csv_schema,
+)
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.selections import (
     aggregation_spec,
@@ -116,6 +121,22 @@ def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark
     return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
 
 
+# Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
+DRIVER_INPUT_BYTES = 16 * 2**20
+
+
+def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
+    """The columns the release uses of a Spark DataFrame, collected (one job) as pandas."""
+    needed = list(csv_columns(spec))
+    missing = [name for name in needed if name not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"column(s) {missing} used by the spec are not in the input; its columns are "
+            f"{frame.columns}"
+        )
+    return arrow_frame(frame.select(*needed).toArrow())
+
+
 def _read_pandas(spec: ReleaseSpec, source: OpenedInput) -> pd.DataFrame:
     """The input read from exactly the listed files (CSV: typed from the spec)."""
     import pyarrow.dataset as ds
@@ -126,7 +147,7 @@ def _read_pandas(spec: ReleaseSpec, source: OpenedInput) -> pd.DataFrame:
     if source.path.is_dir():
         options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
     dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
-    return dataset.to_table().to_pandas()
+    return arrow_frame(dataset.to_table())
 
 
 def engine_arguments(
@@ -227,6 +248,13 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
     timings["read"] = time.perf_counter() - started
     # No row count here: progress lines are not a release, and carry no confidential figure.
     progress(f"pandas: read the input in {timings['read']:.1f} s")
+    return _numpy_tables(
+        spec, plan, master, frame, release_digest, with_truth, progress, timings, "pandas"
+    )
+
+
+def _numpy_tables(spec, plan, master, frame, release_digest, with_truth, progress, timings, engine):
+    """Every table of ``frame`` (a pandas DataFrame) by the pandas engine's numpy rules."""
     results = {}
     found = {}
     started = time.perf_counter()
@@ -248,7 +276,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
                 with_truth=with_truth,
                 release_digest=release_digest,
             )
-            progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
+            progress(f"{engine}: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
             continue
         arguments = engine_arguments(spec, table_plan, master, release_digest)
         query = QuerySpec.build(table_plan.table.statistic, **arguments)
@@ -259,7 +287,7 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             released["true_value"] = true_values_pandas(frame, spec, table_plan.table)
         results[table_plan.table.name] = released
         progress(
-            f"pandas: table {index}/{len(plan.tables)} {table_plan.table.name} "
+            f"{engine}: table {index}/{len(plan.tables)} {table_plan.table.name} "
             f"({len(released):,} cells)"
         )
     timings["aggregate_noise"] = time.perf_counter() - started
@@ -285,6 +313,21 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
             frame = reader.parquet(str(source.path))
         # The DataFrame's own file index must be the one fingerprinted.
         source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
+        size = sum(path.stat().st_size for path in source.files)
+        if size <= DRIVER_INPUT_BYTES:
+            # A small input: Spark reads it (its readers, the schema above) in one job and
+            # the driver aggregates it with the numpy rules every engine path shares
+            # (tests/test_engine_contract.py), which gives the same tables bit for bit,
+            # without the dozens of small jobs the Spark SQL path costs on a few MB.
+            local = driver_frame(frame, spec)
+            timings["read"] = time.perf_counter() - started
+            progress(
+                f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
+                f"a small input is aggregated on the driver"
+            )
+            return _numpy_tables(
+                spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
+            )
         timings["read"] = time.perf_counter() - started
         started = time.perf_counter()
         noised = [p for p in plan.tables if not p.table.is_selection]

@@ -32,6 +32,7 @@ from dp_pipeline.release.selections import output_columns, quantile_grid
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 
 __all__ = [
+    "arrow_frame",
     "csv_columns",
     "published_table",
     "read_csv_pandas",
@@ -182,3 +183,24 @@ def published_table(spec: ReleaseSpec, table: TableSpec, frame: pd.DataFrame) ->
     released.attrs = {}  # engine metadata is reported in privacy_report.json instead
     arrow = pa.Table.from_pandas(released, schema=schema, preserve_index=False)
     return arrow.replace_schema_metadata(None)
+
+
+_NULLABLE_INTEGERS = {
+    pa.int8(): pd.Int8Dtype(),
+    pa.int16(): pd.Int16Dtype(),
+    pa.int32(): pd.Int32Dtype(),
+    pa.int64(): pd.Int64Dtype(),
+    pa.uint8(): pd.UInt8Dtype(),
+    pa.uint16(): pd.UInt16Dtype(),
+    pa.uint32(): pd.UInt32Dtype(),
+    pa.uint64(): pd.UInt64Dtype(),
+}
+
+
+def arrow_frame(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table as pandas, integer columns nullable (a null id stays an integer column).
+
+    pyarrow's default turns an integer column with a null into float64, which would
+    make a unit id 5 hash as "5.0" (Spark hashes "5") and a key column float.
+    """
+    return table.to_pandas(types_mapper=_NULLABLE_INTEGERS.get)
