@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -289,3 +291,42 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
         folders[engine] = file_digests(result.output)
     assert folders["pandas"] == folders["spark"]
     assert len(folders["spark"]) == 3
+
+
+JVM_NOISE = ("WARN", "log4j", "NativeCodeLoader", "incubator", "loopback", "SPARK_LOCAL_IP")
+
+
+def dp_release(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "dp_pipeline.release", "run", *arguments]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.spark
+def test_the_cli_prints_its_own_lines_but_no_jvm_or_spark_warnings(tmp_path):
+    csv_path, _ = write_inputs(tmp_path)
+    make_spec(tmp_path, csv_path, "spark")
+    done = dp_release("spec-spark-csv.toml", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    for noise in JVM_NOISE:
+        assert noise not in done.stderr and noise not in done.stdout, noise
+    assert "spark: starting a session on local[1]" in done.stderr
+    assert "(see --verbose)" in done.stderr
+    assert "release written to" in done.stderr
+    assert "release people-1: published and committed (new spend)" in done.stdout
+    # An error still reaches the user: a column the spec needs is not in the file.
+    csv_path.write_text("pid,yr,sex,spend\n1,2001,F,5\n")
+    failed = dp_release("spec-spark-csv.toml", "--release-id", "people-2", cwd=tmp_path)
+    assert failed.returncode != 0
+    assert "column(s) ['year'] used by the spec are not in the CSV header" in failed.stderr
+    for noise in JVM_NOISE:
+        assert noise not in failed.stderr, noise
+
+
+@pytest.mark.spark
+def test_the_cli_shows_the_jvms_lines_with_verbose(tmp_path):
+    csv_path, _ = write_inputs(tmp_path)
+    make_spec(tmp_path, csv_path, "spark")
+    done = dp_release("spec-spark-csv.toml", "--verbose", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "log4j" in done.stderr
+    assert "release written to" in done.stderr

@@ -96,8 +96,14 @@ class OpenedInput:
             self.spark = None
 
 
-def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None):
-    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none)."""
+def open_input(
+    spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None, *, verbose=False
+):
+    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none).
+
+    A session started here writes the JVM's and Spark's own lines to a log file
+    (named in a progress line) unless ``verbose``.
+    """
     if spec.engine == "pandas":
         return OpenedInput(Path(path), input_format, "pandas", input_files(path, input_format))
     from pyspark.sql import SparkSession
@@ -109,7 +115,14 @@ def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark
     own_session = spark is None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
-        spark = spark_session(spec.master)
+        if verbose:
+            spark = spark_session(spec.master)
+        else:
+            from dp_pipeline.engines.spark.quiet import jvm_output_to_file
+
+            with jvm_output_to_file() as log:
+                spark = spark_session(spec.master)
+            progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
     try:

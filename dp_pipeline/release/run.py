@@ -108,11 +108,12 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     return replace(spec, **changes) if changes else spec
 
 
-def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
+def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) -> RunResult:
     """Run ``spec`` end to end (see the module docstring for the order of steps).
 
     ``spark`` is an existing SparkSession to use (engine "spark"); by default
-    one is started in local mode (or on ``spec.master``) and stopped afterwards.
+    one is started in local mode (or on ``spec.master``) and stopped afterwards,
+    its JVM's own log lines written to a file unless ``verbose``.
     """
     progress = progress or Progress()
     timings: dict[str, float] = {}
@@ -140,7 +141,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read.
-    source = open_input(spec, input_path, input_format, progress, spark)
+    source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         return _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
     finally:
