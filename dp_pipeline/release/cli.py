@@ -93,9 +93,7 @@ def _run(arguments) -> int:
         key_file=arguments.key_file,
         synthetic_persons=arguments.synthetic_persons,
     )
-    result = run_release(
-        spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose
-    )
+    result = run_release(spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose)
     cumulative = result.reservation.cumulative
     outcome = {
         "reserved": "published and committed (new spend)",

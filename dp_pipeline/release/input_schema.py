@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.selections import output_columns, quantile_grid
@@ -43,9 +44,11 @@ __all__ = [
 # Column kinds of a release's input.
 INTEGER_KEY, STRING_KEY, NUMBER, UNIT = "integer key", "string key", "number", "unit"
 
-_INTEGER = r"[+-]?[0-9]+"
 # Double.parseDouble's decimal forms (it trims characters <= U+0020 and takes a d/f suffix).
-_DECIMAL = r"[\x00-\x20]*([+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)[dDfF]?[\x00-\x20]*"
+_DECIMAL = (
+    r"[\x00-\x20]*(?P<number>[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)"
+    r"[dDfF]?[\x00-\x20]*"
+)
 _INT64 = (-(2**63), 2**63 - 1)
 
 
@@ -107,49 +110,66 @@ def read_csv_pandas(spec: ReleaseSpec, path: Path) -> pd.DataFrame:
     """The spec's columns of a CSV file, typed as `spark_csv_schema` types them on Spark.
 
     Integer keys: nullable ``Int64``; numbers: float64 (NaN where missing); string
-    keys and units: strings (None where missing). An empty field is missing.
+    keys and units: strings (None where missing). An empty field is missing. The
+    file is read as text by pyarrow's CSV reader and parsed with Arrow kernels.
     """
+    import pyarrow.csv as pcsv
+
     kinds = csv_columns(spec)
     _check_header(csv_header(path), kinds, path)
-    text = pd.read_csv(
+    text = pcsv.read_csv(
         path,
-        usecols=list(kinds),
-        dtype=str,
-        keep_default_na=False,
-        na_values=[""],
-        encoding="utf-8",
+        convert_options=pcsv.ConvertOptions(
+            include_columns=list(kinds),
+            column_types=dict.fromkeys(kinds, pa.string()),
+            strings_can_be_null=True,
+            null_values=[""],
+        ),
     )
     columns = {}
     for name, kind in kinds.items():
+        strings = text.column(name).combine_chunks()
         if kind == INTEGER_KEY:
-            columns[name] = parse_integers(text[name])
+            columns[name] = parse_integers(strings)
         elif kind == NUMBER:
-            columns[name] = parse_decimals(text[name])
+            columns[name] = parse_decimals(strings)
         else:
-            columns[name] = text[name].astype(object).where(text[name].notna(), None)
+            columns[name] = strings.to_pandas()  # object strings, None where missing
     return pd.DataFrame(columns)
 
 
-def parse_integers(text: pd.Series) -> pd.arrays.IntegerArray:
+def _strings(text: pd.Series | pa.Array) -> pa.Array:
+    if isinstance(text, pa.Array):
+        return text
+    return pa.array(text.to_numpy(dtype=object, na_value=None), type=pa.string())
+
+
+def _mask(condition: pa.Array) -> np.ndarray:
+    return pc.fill_null(condition, False).to_numpy(zero_copy_only=False)
+
+
+def parse_integers(text: pd.Series | pa.Array) -> pd.arrays.IntegerArray:
     """``Long.parseLong`` of every string (missing where it fails), as a nullable Int64 array."""
-    strings = text.to_numpy(dtype=object, na_value=None)
+    strings = _strings(text)
     values = np.zeros(len(strings), dtype=np.int64)
-    valid = np.zeros(len(strings), dtype=bool)
-    matched = text.str.fullmatch(_INTEGER).to_numpy(dtype=bool, na_value=False)
-    short = matched & (text.str.len().fillna(0).to_numpy() <= 18)  # at most 18 digits: int64
-    values[short] = text[short].astype(np.int64).to_numpy()
-    valid[short] = True
-    for row in np.flatnonzero(matched & ~short):  # rare: many digits, maybe beyond int64
-        number = int(strings[row])
+    # Up to 18 digits always fit in int64; Arrow's cast takes no leading "+".
+    short = _mask(pc.match_substring_regex(strings, r"^[+-]?[0-9]{1,18}$"))
+    if short.any():
+        unsigned = pc.replace_substring_regex(strings, r"^\+", "")
+        values[short] = pc.cast(pc.filter(unsigned, pa.array(short)), pa.int64()).to_numpy()
+    valid = short.copy()
+    longer = _mask(pc.match_substring_regex(strings, r"^[+-]?[0-9]{19,}$"))
+    for row in np.flatnonzero(longer):  # rare: many digits, maybe beyond int64
+        number = int(strings[int(row)].as_py())
         if _INT64[0] <= number <= _INT64[1]:
             values[row], valid[row] = number, True
     return pd.arrays.IntegerArray(values, ~valid)
 
 
-def parse_decimals(text: pd.Series) -> np.ndarray:
+def parse_decimals(text: pd.Series | pa.Array) -> np.ndarray:
     """``Double.parseDouble`` of every string in decimal notation (NaN where missing or not)."""
-    core = text.str.extract(f"^{_DECIMAL}$", expand=False)
-    return pd.to_numeric(core, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    core = pc.struct_field(pc.extract_regex(_strings(text), f"^{_DECIMAL}$"), [0])
+    return pc.cast(core, pa.float64()).to_numpy(zero_copy_only=False)
 
 
 def table_schema(spec: ReleaseSpec, table: TableSpec) -> pa.Schema:
