@@ -229,6 +229,8 @@ def test_bad_values_in_a_csv_are_dropped_and_counted_not_an_abort(tmp_path):
     assert tables["year_sex"].num_rows == 10  # every declared cell (stop is inclusive)
     assert tables["median_spend"].schema.field("value").type == pa.int64()
     assert tables["year_sex"].schema.metadata is None  # no engine or pandas metadata
+    html = (result.output / "report.html").read_text()
+    assert "<img alt='Margins of error' src='data:image/png;base64," in html  # plots
     counts = result.diagnostics["year_sex"]
     assert counts.rows_in == len(people()) + len(BAD_ROWS)
     assert counts.rows_null_key == {"year": 4, "sex": 1}
