@@ -10,6 +10,7 @@ counted, never an abort.
 from __future__ import annotations
 
 import hashlib
+import io
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec import load_spec
 
 QUIET = Progress(quiet=True)
+DRIVER_INPUT_BYTES = engines.DRIVER_INPUT_BYTES  # before tests/conftest.py sets it to 0
 KEY = MasterKey.from_hex("5a" * 32)
 
 SPEC = """
@@ -254,11 +256,8 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
     csv_path, parquet_path = write_inputs(tmp_path)
     published, diagnostics = {}, {}
     for input_path in (csv_path, parquet_path):
-        for engine, driver_bytes in (("pandas", None), ("spark", None), ("spark", 0)):
-            if driver_bytes is not None:
-                monkeypatch.setattr(engines, "DRIVER_INPUT_BYTES", driver_bytes)
-            else:
-                monkeypatch.undo()
+        for engine, driver_bytes in (("pandas", 0), ("spark", DRIVER_INPUT_BYTES), ("spark", 0)):
+            monkeypatch.setattr(engines, "DRIVER_INPUT_BYTES", driver_bytes)
             spec = make_spec(tmp_path, input_path, engine)
             plan = plan_release(spec)
             source = engines.open_input(spec, input_path, spec.input_format, QUIET, spark)
@@ -281,6 +280,7 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
 
 
 @pytest.mark.spark
+@pytest.mark.driver_aggregation
 def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spark):
     csv_path, _ = write_inputs(tmp_path)
     folders = {}
@@ -289,8 +289,12 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
         root.mkdir()
         if engine == "spark":  # the same master key, a fresh ledger and output folder
             shutil.copy2(tmp_path / "pandas" / "master.key", root / "master.key")
-        result = run_release(make_spec(root, csv_path, engine), progress=QUIET, spark=spark)
+        lines = io.StringIO()
+        spec = make_spec(root, csv_path, engine)
+        result = run_release(spec, progress=Progress(stream=lines), spark=spark)
         folders[engine] = file_digests(result.output)
+    assert "spark: read the input" in lines.getvalue()
+    assert "a small input is aggregated on the driver" in lines.getvalue()
     assert folders["pandas"] == folders["spark"]
     assert len(folders["spark"]) == 3
 
