@@ -199,13 +199,16 @@ def main(argv=None) -> int:
     )
     names = list(best)
     print(f"{'phase':<12}" + "".join(f"{n:>27}" for n in names))
-    for phase in ("plan", "setup", "read", "aggregate", "noise", "write", "total"):
+    for phase in ("plan", "setup", "read", "aggregate", "noise", "postprocess", "write", "total"):
         cells = []
         for name in names:
             value = best[name].get(phase)
             cells.append(f"{value:>27.2f}" if value is not None else f"{'–':>27}")
         print(f"{phase:<12}" + "".join(cells))
     print(f"planning (accountant) {private['plan']:.3f} s (goal < 1 s)")
+    if "postprocess" in private:
+        share = private["postprocess"] / private["total"]
+        print(f"post-processing / private total = {share:.3f} (goal <= 0.10)")
     for name in names[1:]:
         ratio = private["total"] / best[name]["total"]
         print(f"total ratio private / {name} = {ratio:.2f}")

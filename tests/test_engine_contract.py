@@ -14,7 +14,7 @@ from itertools import count
 import numpy as np
 import pandas as pd
 import pytest
-from engine_queries import KEY, make_spec
+from engine_queries import DOMAINS, KEY, make_spec
 
 from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
@@ -490,3 +490,102 @@ def test_mean_is_noisy_sum_over_noisy_count_clipped(engine):
     out = engine.release(df, make_spec("mean", bounds=(0, 100)))
     expected = np.clip(out["sum"] / np.maximum(out["count"], 1), 0, 100)
     assert np.array_equal(out["mean"].to_numpy(), expected.to_numpy())
+
+
+def shared_frame(n=600, seed=7):
+    """Units with many rows each over state x sex x tenure; some tenures null."""
+    rng = np.random.default_rng(seed)
+    tenure = rng.choice(["owned", "rented"], n).astype(object)
+    tenure[rng.random(n) < 0.1] = None
+    return pd.DataFrame(
+        {
+            "unit": rng.integers(0, 60, n),
+            "state": pd.array(rng.integers(0, 4, n), dtype="Int64"),
+            "sex": rng.choice(["f", "m"], n).astype(object),
+            "tenure": tenure,
+        }
+    )
+
+
+SHARED_DOMAINS = {"state": range(0, 4), "sex": ["f", "m"], "tenure": ["owned", "rented"]}
+
+
+def shared_specs(shared: bool):
+    from dp_pipeline.query.domain import build_cell_domain
+    from dp_pipeline.query.spec import SharedRows
+
+    union = build_cell_domain(["state", "sex", "tenure"], SHARED_DOMAINS)
+    rows = SharedRows(cells=union, group="postprocess") if shared else None
+    return [
+        make_spec(
+            by=keys,
+            domains={k: SHARED_DOMAINS[k] for k in keys},
+            privacy_unit="unit",
+            shared_rows=rows,
+            table=t,
+        )
+        for t, keys in (
+            ("state_sex", ["state", "sex"]),
+            ("state_tenure", ["state", "tenure"]),
+            ("sex", ["sex"]),
+        )
+    ]
+
+
+def margins(trues):
+    state_sex, state_tenure, sex = (t["count"] for t in trues)
+    return state_sex.reshape(4, 2), state_tenure.reshape(4, 2), sex
+
+
+def test_shared_rows_tables_keep_the_same_row_of_each_unit_so_margins_agree(engine):
+    df = shared_frame()
+    state_sex, state_tenure, sex = margins(engine.aggregate(df, shared_specs(True))[0])
+    # Every unit keeps one row, the same in each table (its tenure defined: 60 units
+    # with ~9 rows each all have one), so every shared margin agrees exactly.
+    assert state_sex.sum() == state_tenure.sum() == sex.sum() == df["unit"].nunique()
+    assert np.array_equal(state_sex.sum(axis=1), state_tenure.sum(axis=1))
+    assert np.array_equal(state_sex.sum(axis=0), sex)
+    # Each table's own rule ranks rows with its own salt and cells: the margins differ.
+    state_sex, state_tenure, sex = margins(engine.aggregate(df, shared_specs(False))[0])
+    assert not np.array_equal(state_sex.sum(axis=1), state_tenure.sum(axis=1))
+
+
+def test_shared_rows_give_every_path_the_same_aggregates_and_diagnostics(engine):
+    df = shared_frame(seed=8)
+    reference, reference_diagnostics = pandas_engine().aggregate(df, shared_specs(True))
+    trues, diagnostics = engine.aggregate(df, shared_specs(True))
+    for mine, theirs in zip(trues, reference, strict=True):
+        assert np.array_equal(mine["count"], theirs["count"])
+    for mine, theirs in zip(diagnostics, reference_diagnostics, strict=True):
+        assert mine.rows_used == theirs.rows_used
+        assert mine.rows_removed_max_per_cell == theirs.rows_removed_max_per_cell
+        assert mine.rows_removed_max_cells == theirs.rows_removed_max_cells
+        assert mine.unit_cells_removed_max_cells == theirs.unit_cells_removed_max_cells
+        assert mine.rows_null_key == theirs.rows_null_key
+    # A unit whose only rows have a null tenure keeps a row of state_sex all the same.
+    # Unit 99's rows have no union cell for different reasons (null, out of domain):
+    # they rank alike on every path, so each path keeps the same one of them.
+    lonely = pd.DataFrame(
+        {
+            "unit": [99, 99, 99, 100],
+            "state": pd.array([1, 2, 3, 3], dtype="Int64"),
+            "sex": ["f", "m", "f", "f"],
+            "tenure": [None, "leased", None, "owned"],
+        }
+    )
+    lonely = lonely.astype({"sex": object, "tenure": object})
+    (state_sex, state_tenure, _), _ = engine.aggregate(lonely, shared_specs(True))
+    (expected, _, _), _ = pandas_engine().aggregate(lonely, shared_specs(True))
+    assert state_sex["count"].sum() == 2 and state_tenure["count"].sum() == 1
+    assert np.array_equal(state_sex["count"], expected["count"])
+
+
+def test_tables_outside_a_shared_group_are_bounded_as_before(engine):
+    df = shared_frame(seed=9)
+    alone = make_spec(by=["state", "sex"], domains=DOMAINS, privacy_unit="unit", max_cells=2)
+    (before,), _ = engine.aggregate(df, [alone])
+    (after, *_), _ = engine.aggregate(df, [alone, *shared_specs(True)])
+    assert np.array_equal(before["count"], after["count"])
+    # The query digest (a noise stream label) only changes for tables that share rows.
+    plain, shared = shared_specs(False)[0], shared_specs(True)[0]
+    assert "shared_rows" not in plain.canonical() and plain.digest != shared.digest

@@ -20,6 +20,16 @@ rule:
 below is a numpy transcription, checked against Spark in the tests. The salt
 and seeds come from ``key.hmac_sha256(b"bounding", labels(release_id, table))``;
 they appear in Spark plans, so they are derived values, never the master key.
+
+Shared rows (count tables combined by post-processing, ``max_cells =
+max_per_cell = 1``, `dp_pipeline.query.spec.SharedRows`): one salt for the
+group, ``key.hmac_sha256(b"bounding", labels(release_id, "shared rows",
+group))``, and each row ranked by ``xxhash64(seed_rows, unit_key, row_cell)``
+where ``row_cell`` is its cell index in the product of the union of the group's
+keys (−1 when one of those keys is null or outside its domain; such rows rank
+last). A unit keeps the cell of its best row (rank, then row_cell, then cell):
+a pair ranks by its best row, and since the best row is the same in every
+table of the group, every table keeps it and the true margins agree exactly.
 """
 
 from __future__ import annotations
@@ -33,7 +43,14 @@ import pandas as pd
 from dp_pipeline.errors import InternalError
 from dp_pipeline.randomness import MasterKey, encode_labels
 
-__all__ = ["BoundingResult", "BoundingSalt", "bound_contributions", "spark_xxhash64", "unit_keys"]
+__all__ = [
+    "BoundingResult",
+    "BoundingSalt",
+    "bound_contributions",
+    "bound_shared_rows",
+    "spark_xxhash64",
+    "unit_keys",
+]
 
 _P1 = np.uint64(0x9E3779B185EBCA87)
 _P2 = np.uint64(0xC2B2AE3D27D4EB4F)
@@ -53,7 +70,17 @@ class BoundingSalt:
 
     @classmethod
     def derive(cls, key: MasterKey, release_id: str, table: str) -> BoundingSalt:
-        digest = key.hmac_sha256(b"bounding", encode_labels((release_id, table)))
+        return cls._of(key.hmac_sha256(b"bounding", encode_labels((release_id, table))))
+
+    @classmethod
+    def derive_shared(cls, key: MasterKey, release_id: str, group: str) -> BoundingSalt:
+        """The one salt of a group of tables that keep the same rows (three labels, so
+        never equal to a table's two-label salt)."""
+        labels = encode_labels((release_id, "shared rows", group))
+        return cls._of(key.hmac_sha256(b"bounding", labels))
+
+    @classmethod
+    def _of(cls, digest: bytes) -> BoundingSalt:
         return cls(
             unit_salt=digest[:16].hex(),
             seed_cells=int.from_bytes(digest[16:24], "little", signed=True),
@@ -198,4 +225,39 @@ def bound_contributions(
         rows_removed_max_per_cell=int((n_all - n_kept)[keep_pair].sum()),
         rows_removed_max_cells=int(n_all[~keep_pair].sum()),
         pairs_removed_max_cells=int((~keep_pair).sum()),
+    )
+
+
+def bound_shared_rows(
+    unit_codes: np.ndarray,
+    unit_key: np.ndarray,
+    cells: np.ndarray,
+    row_cells: np.ndarray,
+    salt: BoundingSalt,
+) -> BoundingResult:
+    """The shared-rows rule of this module (counts, one row per unit), vectorized.
+
+    ``unit_key`` comes from the group's salt (`BoundingSalt.derive_shared`);
+    ``row_cells`` is each row's cell index over the union of the group's keys
+    (−1 if undefined). Every table of the group given the same rows keeps, for
+    each unit, the cell of the same row.
+    """
+    rank = spark_xxhash64(salt.seed_rows, unit_key, row_cells)
+    undefined = row_cells < 0
+    order = np.lexsort((cells, row_cells, rank, undefined, unit_codes))
+    s_units, s_cells = unit_codes[order], cells[order]
+    unit_starts = _group_starts(s_units)
+    best_cell = s_cells[unit_starts]
+    unit_id = np.cumsum(unit_starts) - 1
+    in_best = s_cells == best_cell[unit_id]
+    rows_in_best = np.bincount(unit_id, weights=in_best, minlength=best_cell.size)
+    pair_order = np.lexsort((s_cells, s_units))
+    pairs = int(_group_starts(s_units[pair_order], s_cells[pair_order]).sum())
+    return BoundingResult(
+        cells=best_cell,
+        counts=np.ones(best_cell.size, dtype=np.int64),
+        sums=None,
+        rows_removed_max_per_cell=int(rows_in_best.sum()) - best_cell.size,
+        rows_removed_max_cells=int(cells.size - rows_in_best.sum()),
+        pairs_removed_max_cells=pairs - best_cell.size,
     )

@@ -30,7 +30,7 @@ from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.rational import exact_rational
 
-__all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec"]
+__all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec", "SharedRows"]
 
 DEFAULT_NOISE_PARTITIONS = 16
 # Granularity units must be exact in float64 so both engines clamp identically.
@@ -38,6 +38,23 @@ STATISTICS = ("count", "sum", "mean")
 Mechanism = DiscreteGaussian | DiscreteLaplace
 NEIGHBOURING = ("add_remove", "replace")
 ON_INVALID = ("drop", "error")
+
+
+@dataclass(frozen=True)
+class SharedRows:
+    """Count tables of one group keep the same row of every privacy unit.
+
+    ``cells`` is the product of the union of the group's key columns: each row
+    is ranked by its cell index there (the same in every table of the group),
+    with one keyed salt for the ``group``, so every table keeps the unit's best
+    row and the tables' true margins agree. Needs ``max_cells = max_per_cell = 1``.
+    """
+
+    cells: CellDomain
+    group: str
+
+    def canonical(self) -> dict:
+        return {"cells": [d.canonical() for d in self.cells.domains], "group": self.group}
 
 
 # Stated in every refusal of the sum limits of `dp_pipeline.query.exact_sums`.
@@ -65,6 +82,8 @@ class QuerySpec:
     # The digest of the release this query belongs to (`dp_pipeline.release.identity`);
     # empty in the library API, where the query's own digest identifies it.
     release_digest: str = ""
+    # Tables combined by post-processing rank rows alike (None: the table's own rule).
+    shared_rows: SharedRows | None = None
 
     @classmethod
     def build(
@@ -91,6 +110,7 @@ class QuerySpec:
         confidence: object = Fraction(95, 100),
         delta: object = Fraction(1, 10**6),
         release_digest: str = "",
+        shared_rows: SharedRows | None = None,
     ) -> QuerySpec:
         """Validate everything that does not need the data; raise before any work."""
         if statistic not in STATISTICS:
@@ -156,6 +176,17 @@ class QuerySpec:
         delta = exact_rational(delta, "delta")
         if not 0 < delta < 1:
             raise ValueError(f"delta must be in (0, 1), got {delta}")
+        if shared_rows is not None:
+            if not isinstance(shared_rows, SharedRows):
+                raise TypeError(f"shared_rows must be a SharedRows, got {shared_rows!r}")
+            if statistic != "count" or (max_cells, max_per_cell) != (1, 1):
+                raise ValueError(
+                    f"table {table!r}: shared rows need a count with max_cells = max_per_cell "
+                    f"= 1, got {statistic} with {max_cells} and {max_per_cell}"
+                )
+            missing = [c for c in cells.columns if c not in shared_rows.cells.columns]
+            if missing:
+                raise ValueError(f"table {table!r}: shared rows lack the key(s) {missing}")
         return cls(
             statistic=statistic,
             cells=cells,
@@ -177,6 +208,7 @@ class QuerySpec:
             confidence=confidence,
             delta=delta,
             release_digest=release_digest,
+            shared_rows=shared_rows,
         )
 
     def without_key(self) -> QuerySpec:
@@ -218,6 +250,8 @@ class QuerySpec:
             else [str(bounds.lower), str(bounds.upper), str(bounds.granularity)],
             "neighbouring": self.neighbouring,
             "noise_partitions": self.noise_partitions,
+            # Only when set, so every other query keeps its digest (and its noise).
+            **({} if self.shared_rows is None else {"shared_rows": self.shared_rows.canonical()}),
         }
 
     @cached_property

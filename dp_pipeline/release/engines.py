@@ -28,8 +28,9 @@ import pyarrow.compute as pc
 
 from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import MAX_CELL_LIMIT, build_cell_domain
 from dp_pipeline.query.quantile_grid import GridPosition
-from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.spec import QuerySpec, SharedRows
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
 from dp_pipeline.release.input_schema import (
     arrow_frame,
@@ -185,7 +186,26 @@ def engine_arguments(
     )
     if table.statistic == "sum":
         arguments.update(column=table.value, bounds=(table.lower, table.upper))
+    shared = shared_rows(spec)
+    if shared is not None and table.name in spec.postprocess.tables:
+        arguments["shared_rows"] = shared
     return arguments
+
+
+def shared_rows(spec: ReleaseSpec) -> SharedRows | None:
+    """The bounding group of the tables post-processing combines (None: no group needed).
+
+    With a privacy-unit column, a unit with several rows must keep the same row in
+    every combined table, or their true margins differ: the tables rank rows by
+    their cell over the union of the tables' keys (`dp_pipeline.engines.bounding`).
+    """
+    if spec.postprocess is None or spec.privacy_unit is None:
+        return None
+    keys = list(
+        dict.fromkeys(key for name in spec.postprocess.tables for key in spec.table(name).keys)
+    )
+    cells = build_cell_domain(keys, {k: spec.domains[k] for k in keys}, MAX_CELL_LIMIT)
+    return SharedRows(cells=cells, group="postprocess")
 
 
 def _full_index(spec: ReleaseSpec, keys) -> pd.MultiIndex:

@@ -4,7 +4,8 @@ A release is a value: its canonical spec (every table with its keys, the
 domains of those keys in their declared order, statistic, value column,
 bounds, granularity, contribution bounds, quantile level, k and method; the
 privacy unit, the neighbouring relation, the noise family and partitions, the
-budget and the planned mechanisms), the keyed fingerprint of exactly the
+budget and the planned mechanisms; the hierarchy's levels and the content
+digest of its mapping, and the post-processing section), the keyed fingerprint of exactly the
 files the engine reads, and the public fingerprint of the master key. Output
 folder, engine and Spark master are not part of it: every engine publishes
 the same numbers for the same identity.
@@ -138,6 +139,14 @@ def release_identity(
     }
     for position, table in enumerate(spec.tables):
         described.update(_table_parts(position, table, spec))
+    # Present only when declared, so a release without them keeps its identity (and noise).
+    if spec.hierarchy is not None:
+        described["hierarchy"] = {
+            "levels": list(spec.hierarchy.levels),
+            "mapping content": spec.hierarchy.digest,
+        }
+    if spec.postprocess is not None:
+        described["post-processing"] = spec.postprocess.to_dict()
     described["input format"] = spec.input_format
     described["input data"] = input_fingerprint
     described["master key"] = key_fingerprint

@@ -29,6 +29,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.selections import output_columns, quantile_grid
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 
@@ -172,14 +173,16 @@ def parse_decimals(text: pd.Series | pa.Array) -> np.ndarray:
     return pc.cast(core, pa.float64()).to_numpy(zero_copy_only=False)
 
 
-def table_schema(spec: ReleaseSpec, table: TableSpec) -> pa.Schema:
+def table_schema(spec: ReleaseSpec, table: TableSpec, raw: bool = False) -> pa.Schema:
     """The Arrow schema of ``table``'s published file, from the spec alone.
 
     Keys: int64 for integer domains, string for value lists. Values: int64, except
     a quantile or median on a fractional grid (float64, as `release_selection` makes it).
+    ``raw``: the table also publishes its noisy values before the consistency step
+    (``raw_value``, int64; `dp_pipeline.release.consistency`).
     """
     fields = []
-    for column in output_columns(table):
+    for column in [*output_columns(table), *([RAW_COLUMN] if raw else [])]:
         if column in table.keys:
             integer = key_kind(spec, column) == INTEGER_KEY
             fields.append(pa.field(column, pa.int64() if integer else pa.string()))
@@ -198,7 +201,7 @@ def published_table(spec: ReleaseSpec, table: TableSpec, frame: pd.DataFrame) ->
     the file carries no pandas metadata, so the same released values give
     byte-identical files whichever engine and input format produced them.
     """
-    schema = table_schema(spec, table)
+    schema = table_schema(spec, table, raw=RAW_COLUMN in frame)
     released = frame[schema.names].copy()
     released.attrs = {}  # engine metadata is reported in privacy_report.json instead
     arrow = pa.Table.from_pandas(released, schema=schema, preserve_index=False)

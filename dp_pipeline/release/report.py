@@ -18,7 +18,15 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.plan import ReleasePlan
+from dp_pipeline.release.report_consistency import (
+    cell_errors,
+    margin_errors,
+    postprocessing_section,
+    rmse_figure,
+    whole,
+)
 
 __all__ = ["accuracy_summary", "html_report", "privacy_report"]
 
@@ -115,19 +123,29 @@ def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> lis
             continue
         if "true_value" not in frame:
             continue
-        error = frame["value"].to_numpy(np.int64) - frame["true_value"].to_numpy(np.int64)
-        rows.append(
-            {
-                "table": table.table.name,
-                "cells": int(error.size),
-                "mean_abs_error": float(np.abs(error).mean()),
-                "rmse": float(np.sqrt((error.astype(float) ** 2).mean())),
-                "max_abs_error": int(np.abs(error).max()),
-                "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
-                "margin_of_error": table.margin_of_error,
-                "sigma": table.noise_sd,
+        truth = frame["true_value"].to_numpy(np.int64)
+        error = cell_errors(frame["value"], truth)
+        row = {
+            "table": table.table.name,
+            "cells": int(error.size),
+            "mean_abs_error": float(np.abs(error).mean()),
+            "rmse": float(np.sqrt((error**2).mean())),
+            "max_abs_error": whole(np.abs(error).max()),
+            "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
+            "margin_of_error": table.margin_of_error,
+            "sigma": table.noise_sd,
+        }
+        if RAW_COLUMN in frame:
+            # Post-processed: value is the consistent estimate, raw_value the noisy count.
+            raw = cell_errors(frame[RAW_COLUMN], truth)
+            row["raw"] = {
+                "mean_abs_error": float(np.abs(raw).mean()),
+                "rmse": float(np.sqrt((raw**2).mean())),
+                "max_abs_error": whole(np.abs(raw).max()),
+                "within_margin": float((np.abs(raw) <= table.margin_of_error).mean()),
             }
-        )
+            row["margins"] = margin_errors(plan, table, frame, truth)
+        rows.append(row)
     return rows
 
 
@@ -175,16 +193,27 @@ def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
         figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
         for axis, summary in zip(axes.ravel(), accuracy, strict=False):
             frame = results[summary["table"]]
-            error = frame["value"].to_numpy(np.int64) - frame["true_value"].to_numpy(np.int64)
-            axis.hist(error, bins=60, color="#228833")
+            truth = frame["true_value"].to_numpy(np.int64)
+            error = cell_errors(frame["value"], truth)
             margin = summary["margin_of_error"]
+            if "raw" in summary:
+                raw = cell_errors(frame[RAW_COLUMN], truth)
+                edges = np.histogram_bin_edges(np.concatenate([raw, error]), bins=60)
+                axis.hist(raw, bins=edges, color="#bbbbbb", label="raw noisy")
+                axis.hist(error, bins=edges, color="#228833", alpha=0.7, label="consistent")
+                axis.legend(fontsize=7)
+                axis.set_title(f"{summary['table']}: estimate − true", fontsize=9)
+            else:
+                axis.hist(error, bins=60, color="#228833")
+                axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
             axis.axvline(-margin, color="k", linestyle="--", linewidth=1)
             axis.axvline(margin, color="k", linestyle="--", linewidth=1)
-            axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
         for axis in axes.ravel()[len(accuracy) :]:
             axis.axis("off")
         figure.tight_layout()
         figures["accuracy"] = _png(figure)
+    if any("raw" in row for row in accuracy):
+        figures["postprocessing"] = _png(rmse_figure(plt, accuracy))
     return figures
 
 
@@ -308,6 +337,7 @@ def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) 
                 f"<td>{row['within_margin']:.2%}</td></tr>"
             )
         parts.append("</table>")
+        parts.extend(postprocessing_section(report, cell_rows, figures))
         if "accuracy" in figures:
             parts.append(
                 "<img alt='errors' src='data:image/png;base64," + figures["accuracy"] + "'>"

@@ -12,7 +12,9 @@ Order matters for privacy and for crashes:
 3. Only then is the data read, bounded, aggregated over the full declared
    domain and noised by the engine (deterministic in master key, release id,
    table and noise partition).
-4. Outputs go to a hidden temporary folder; the ledger records that
+4. The count tables of ``[postprocess]`` are made consistent on the driver
+   (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
+5. Outputs go to a hidden temporary folder; the ledger records that
    publication starts, the folder is renamed into place, and only then is the
    ledger entry committed. A job killed anywhere leaves
    either no release or a complete one, and a reservation that the next run
@@ -33,6 +35,7 @@ import pandas as pd
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
+from dp_pipeline.release.consistency import consistent_results
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
@@ -43,7 +46,6 @@ from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
-from dp_pipeline.release.selections import output_columns
 from dp_pipeline.release.spec_model import ENGINES, ReleaseSpec, SpecError
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
@@ -204,6 +206,14 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             )
         _checkpoint("after_noise")
         started = time.perf_counter()
+        results, postprocessing = consistent_results(spec, plan, results)
+        if postprocessing:
+            timings["postprocess"] = time.perf_counter() - started
+            progress(
+                f"post-processed {len(postprocessing['tables'])} count table(s) into one "
+                f"consistent set ({postprocessing['method']}) in {timings['postprocess']:.2f} s"
+            )
+        started = time.perf_counter()
         report = _write_outputs(
             final,
             plan,
@@ -212,6 +222,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             fingerprint,
             identity,
             results,
+            postprocessing,
             progress,
             start_publishing,
         )
@@ -230,21 +241,32 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
 
 
 def _write_outputs(
-    final, plan, reservation, master, fingerprint, identity, results, progress, start_publishing
+    final,
+    plan,
+    reservation,
+    master,
+    fingerprint,
+    identity,
+    results,
+    postprocessing,
+    progress,
+    start_publishing,
 ) -> dict:
     files = {}
     directory = AtomicReleaseDirectory(final)
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
-            columns = output_columns(table.table)
             arrow = published_table(plan.spec, table.table, results[name])
+            columns = arrow.schema.names
             write_table(arrow, folder / f"{name}.parquet")
             files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
             progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")
         report = privacy_report(plan, reservation, master.fingerprint, files)
         report["input_fingerprint"] = fingerprint
         report["release_digest"] = identity.digest
+        if postprocessing:
+            report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
         accuracy = accuracy_summary(plan, results)
         if accuracy:

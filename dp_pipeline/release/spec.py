@@ -32,6 +32,14 @@ from dp_pipeline.release.spec_fields import (
     read_string,
     show_value,
 )
+from dp_pipeline.release.spec_hierarchy import (
+    HIERARCHY_FIELDS,
+    POSTPROCESS_FIELDS,
+    PostprocessSpec,
+    check_combined_tables,
+    read_hierarchy,
+    read_postprocess,
+)
 from dp_pipeline.release.spec_model import (
     DEFAULT_RELEASE_CELL_LIMIT,
     ENGINES,
@@ -58,7 +66,7 @@ def load_spec(path: str | Path) -> ReleaseSpec:
         raise SpecError([f"spec file {str(path)!r} does not exist"], str(path)) from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError([f"not valid TOML: {error}"], str(path)) from None
-    return parse_spec(document, source=str(path))
+    return parse_spec(document, source=str(path), base_dir=path.parent)
 
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
@@ -77,13 +85,22 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "output": ("dir",),
     "run": ("engine", "master", "ledger", "key_file"),
     "domains": (),  # free-form: one entry per key column
+    "hierarchy": HIERARCHY_FIELDS,
+    "postprocess": POSTPROCESS_FIELDS,
     "tables": (),  # array of tables, checked below
 }
 _REQUIRED_SECTIONS = ("release", "population", "privacy_unit", "domains", "tables")
 
 
-def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
-    """Validate a parsed TOML document; raise `SpecError` listing every problem."""
+def parse_spec(
+    document: dict[str, Any], source: str = "spec", base_dir: str | Path | None = None
+) -> ReleaseSpec:
+    """Validate a parsed TOML document; raise `SpecError` listing every problem.
+
+    ``base_dir`` is the folder that files named by the spec (the hierarchy's
+    mapping) are relative to: the spec file's folder (`load_spec`), else the
+    working directory.
+    """
     problems: list[str] = []
     if not isinstance(document, dict):
         raise SpecError([f"the spec must be a TOML table, got {type(document).__name__}"], source)
@@ -206,6 +223,17 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
                 f"tables[{index}].value = {table.value!r}: the {table.statistic}'s column "
                 "cannot also be one of its group keys"
             )
+    hierarchy = read_hierarchy(sections["hierarchy"], domains, Path(base_dir or "."), problems)
+    postprocess_flags = read_postprocess(sections["postprocess"], problems)
+    postprocess = None
+    if sections["hierarchy"] and postprocess_flags is None:
+        problems.append(
+            "hierarchy: only post-processing uses the hierarchy; add a [postprocess] section "
+            "(consistent = true) or remove [hierarchy]"
+        )
+    if postprocess_flags is not None and tables and len(tables) == len(sections["tables"]):
+        combined = check_combined_tables(tables, domains, hierarchy, unit_column, problems)
+        postprocess = PostprocessSpec(**postprocess_flags, tables=combined)
     if each_row:
         for index, table in enumerate(tables):
             for name in ("max_cells", "max_per_cell"):
@@ -293,6 +321,8 @@ def parse_spec(document: dict[str, Any], source: str = "spec") -> ReleaseSpec:
         key_file=key_file,
         cell_limit=cell_limit,
         source=source,
+        hierarchy=hierarchy,
+        postprocess=postprocess,
     )
 
 

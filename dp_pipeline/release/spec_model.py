@@ -13,6 +13,7 @@ from typing import Any
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec_fields import check_token
+from dp_pipeline.release.spec_hierarchy import HierarchySpec, PostprocessSpec
 
 __all__ = [
     "DEFAULT_RELEASE_CELL_LIMIT",
@@ -164,6 +165,8 @@ class ReleaseSpec:
     key_file: str
     cell_limit: int  # release.max_cells: cells one table may declare (not an L0 bound)
     source: str = "spec"
+    hierarchy: HierarchySpec | None = None  # [hierarchy]: public geography levels
+    postprocess: PostprocessSpec | None = None  # [postprocess]: consistent count tables
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""

@@ -11,7 +11,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.engines.bounding import BoundingSalt, bound_contributions, unit_keys
+from dp_pipeline.engines.bounding import (
+    BoundingSalt,
+    bound_contributions,
+    bound_shared_rows,
+    unit_keys,
+)
 from dp_pipeline.engines.numpy_rules import cell_sums, integral_keys, value_units
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.domain import Domain
@@ -77,6 +82,21 @@ def _unit_values(units: pd.Series) -> np.ndarray:
     if pd.api.types.is_integer_dtype(units.dtype):
         return units.to_numpy(dtype=np.int64, na_value=0)
     return units.to_numpy(dtype=object)
+
+
+def _shared_row_cells(df: pd.DataFrame, spec: QuerySpec, valid: np.ndarray) -> np.ndarray:
+    """Each valid row's cell index over the union of its group's keys (-1 if undefined)."""
+    union = spec.shared_rows.cells
+    positions = []
+    defined = np.ones(int(valid.sum()), dtype=bool)
+    for domain in union.domains:
+        series = input_column(df, domain.column, "key")
+        _check_key_dtype(series, domain)
+        null_rows, positions_all = _key_positions(series, domain)
+        pos = np.where(null_rows, -1, positions_all)[valid]
+        defined &= pos >= 0
+        positions.append(np.where(defined, pos, 0))
+    return np.where(defined, union.cell_index(positions), -1)
 
 
 def aggregate_pandas(
@@ -161,11 +181,19 @@ def aggregate_pandas(
         sums = None if units is None else cell_sums(row_cells, units, total)
         rows_used = int(row_cells.size)
     else:
-        salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
-        codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
-        bounded = bound_contributions(
-            codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
-        )
+        if spec.shared_rows is not None:
+            salt = BoundingSalt.derive_shared(
+                spec.master_key(), spec.release_id, spec.shared_rows.group
+            )
+            codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
+            shared_cells = _shared_row_cells(df, spec, valid)
+            bounded = bound_shared_rows(codes, ukeys, row_cells, shared_cells, salt)
+        else:
+            salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
+            codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
+            bounded = bound_contributions(
+                codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
+            )
         counts = np.bincount(bounded.cells, weights=bounded.counts, minlength=total).astype(
             np.int64
         )

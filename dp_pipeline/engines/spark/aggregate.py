@@ -21,13 +21,14 @@ own unit and step 1 and 3 do not run. No Python runs per row.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from pyspark import StorageLevel
 from pyspark.sql import functions as sf
 
 from dp_pipeline.engines.spark.parquet_plan import parquet_pass
 from dp_pipeline.engines.spark.units import check_units, mark_deferred
-from dp_pipeline.engines.spark_sql.bounding import bounded_pairs
+from dp_pipeline.engines.spark_sql.bounding import ROW_CELL_COLUMN, bounded_pairs
 from dp_pipeline.engines.spark_sql.coding import (
     AGGREGATE_COLUMNS,
     CLAMPED_COLUMN,
@@ -193,8 +194,22 @@ def aggregate_queries(
             raise
         return first, diagnostics
 
-    # Rows of units with several rows: the general rule, table by table.
-    columns = [sf.col(unit)]
+    # Rows of units with several rows: the general rule, table by table. Tables that
+    # share rows rank them by their cell over the union of the group's keys.
+    groups = {}
+    for spec in specs:
+        if spec.shared_rows is not None and spec.shared_rows.group not in groups:
+            tag = f"_shared{len(groups)}"
+            groups[spec.shared_rows.group] = tag
+            union = replace(
+                spec,
+                cells=spec.shared_rows.cells,
+                column=None,
+                value_bounds=None,
+                shared_rows=None,
+            )
+            coded = coded_rows(coded, union, tag, null_units=False)
+    columns = [sf.col(unit), *[sf.col(CELL_COLUMN + tag) for tag in groups.values()]]
     for index, spec in enumerate(specs):
         columns.append(sf.col(CELL_COLUMN + table_tag(index)))
         if spec.column is not None:
@@ -235,6 +250,9 @@ def aggregate_queries(
             if spec.column is not None
             else []
         )
+        if spec.shared_rows is not None:
+            row_cell = CELL_COLUMN + groups[spec.shared_rows.group]
+            sums = [sf.col(row_cell).alias(ROW_CELL_COLUMN)]
         view = multi.select(sf.col(unit), sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN), *sums)
         bounded = bounded_pairs(view, spec).select(
             sf.lit(index).alias(TABLE_COLUMN),

@@ -2,7 +2,9 @@
 
 Window functions ranked by the keyed hashes of `dp_pipeline.engines.bounding`
 (the same Spark xxhash64 the numpy rule reimplements), so both engines keep
-the same rows of every privacy unit.
+the same rows of every privacy unit. Tables that share rows (post-processing
+combines them) rank each row by its cell over the union of their keys
+(``ROW_CELL_COLUMN``), with the group's salt, as the numpy rule does.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ from dp_pipeline.engines.spark_sql.coding import (
 from dp_pipeline.errors import InternalError
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN
+
+# A deferred row's cell over the union of its shared-rows group's keys (negative: undefined).
+ROW_CELL_COLUMN = "_dp_row_cell"
 
 
 def unit_key(salt: BoundingSalt):
@@ -46,8 +51,10 @@ def bounded_pairs(coded, spec: QuerySpec):
     is_sum = spec.column is not None
     valid = sf.col(CELL_COLUMN) >= 0
     zero = sf.lit(0).cast("long")
-    salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
     rows = coded.withColumn(UNIT_COLUMN, sf.col(spec.privacy_unit))
+    if spec.shared_rows is not None:
+        return _summed(_shared_pairs(rows, spec))
+    salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
     m = spec.max_per_cell
     if is_sum:
         rows = rows.withColumn("_dp_unit_key", unit_key(salt))
@@ -77,7 +84,46 @@ def bounded_pairs(coded, spec: QuerySpec):
     )
     window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(cell_rank, sf.col(CELL_COLUMN))
     pairs = pairs.withColumn("_dp_cell_rank", sf.row_number().over(window))
-    keep = valid & (sf.col("_dp_cell_rank") <= spec.max_cells)
+    return _summed(
+        pairs.withColumn("_dp_keep", valid & (sf.col("_dp_cell_rank") <= spec.max_cells))
+    )
+
+
+def _shared_pairs(rows, spec: QuerySpec):
+    """(unit, cell) pairs with ``_dp_keep``: the cell of the unit's best row (shared rows).
+
+    Rows rank by ``xxhash64(seed_rows, unit_key, row cell)`` under the group's
+    salt, undefined row cells last, then by row cell and cell: the order of
+    `dp_pipeline.engines.bounding.bound_shared_rows`.
+    """
+    valid = sf.col(CELL_COLUMN) >= 0
+    zero = sf.lit(0).cast("long")
+    salt = BoundingSalt.derive_shared(spec.master_key(), spec.release_id, spec.shared_rows.group)
+    # Every undefined row cell is -1, whatever the reason code: the numpy rule's value.
+    row_cell = sf.when(sf.col(ROW_CELL_COLUMN) >= 0, sf.col(ROW_CELL_COLUMN)).otherwise(
+        sf.lit(-1).cast("long")
+    )
+    rank = sf.xxhash64(sf.lit(salt.seed_rows).cast("long"), unit_key(salt), row_cell)
+    window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(
+        (row_cell < 0).asc(), rank, row_cell, sf.col(CELL_COLUMN)
+    )
+    rows = rows.withColumn("_dp_best", (sf.row_number().over(window) == 1).cast("int"))
+    pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
+        sf.count(sf.lit(1)).alias("n_all"), sf.max("_dp_best").alias("_dp_best")
+    )
+    return (
+        pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(1).cast("long")))
+        .withColumn("s_kept", zero.cast(EXACT_TYPE))
+        .withColumn("clamped", zero)
+        .withColumn("_dp_keep", valid & (sf.col("_dp_best") == 1))
+    )
+
+
+def _summed(pairs):
+    """Per-cell totals of bounded pairs (``_dp_keep`` marks the kept ones) and what was removed."""
+    valid = sf.col(CELL_COLUMN) >= 0
+    zero = sf.lit(0).cast("long")
+    keep = sf.col("_dp_keep")
     dropped = valid & ~keep
     return pairs.groupBy(CELL_COLUMN).agg(
         sf.sum(sf.when(~valid, sf.col("n_all")).when(keep, sf.col("n_kept")).otherwise(zero)).alias(

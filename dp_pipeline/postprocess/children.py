@@ -1,0 +1,89 @@
+"""Children summing to a fixed parent: simplex projection and largest-remainder rounding.
+
+For every group g (a parent cell with fixed total P_g) the children's estimates z
+are replaced by the closest point, in Euclidean distance, of {x >= 0, sum x = P_g}
+(the scaled simplex; Held, Wolfe and Crowder 1974, the sorting algorithm of Duchi,
+Shalev-Shwartz, Singer and Chandra 2008), or of {sum x = P_g} when negatives are
+allowed (an equal shift). Integers then come from largest-remainder rounding:
+every child gets floor(x); the P_g - sum floor(x) largest fractional parts get one
+more, ties going to the lower cell index. The result is the integer vector
+closest to x in L1 and L-infinity among those with the right sum and every cell
+within one of x. All groups are processed at once with sorts and bincounts.
+
+Pure post-processing of noisy values; deterministic (stable sorts, fixed ties).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import InternalError
+
+__all__ = ["fit_children", "round_children"]
+
+
+def _group_rank(groups: np.ndarray, order: np.ndarray):
+    """For positions sorted by group: 1-based rank within the group, group, start, size."""
+    g_sorted = groups[order]
+    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    sizes = np.diff(np.r_[starts, g_sorted.size])
+    rank = np.arange(g_sorted.size) - np.repeat(starts, sizes) + 1
+    return rank, g_sorted, starts, sizes
+
+
+def fit_children(
+    z: np.ndarray, groups: np.ndarray, targets: np.ndarray, *, nonnegative: bool
+) -> np.ndarray:
+    """Closest x to z (Euclidean) with sum over each group equal to targets[group].
+
+    ``groups`` gives each child's parent (0..len(targets)-1); with ``nonnegative``
+    every x is >= 0 (requires targets >= 0).
+    """
+    z = np.asarray(z, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.float64)
+    n_groups = targets.size
+    counts = np.bincount(groups, minlength=n_groups)
+    if not nonnegative:
+        shift = (targets - np.bincount(groups, z, n_groups)) / np.maximum(counts, 1)
+        return z + shift[groups]
+    if np.any(targets < 0):
+        raise InternalError("a fixed parent total is negative under nonnegative=True")
+    order = np.lexsort((-z, groups))
+    rank, g_sorted, starts, sizes = _group_rank(groups, order)
+    zs = z[order]
+    csum = np.cumsum(zs)
+    # Cumulative sum within each group: subtract the running total before the group starts.
+    within = csum - np.repeat(np.r_[0.0, csum][starts], sizes)
+    # rho = number of children kept positive: zs_k - (within_k - P) / k > 0 holds on a prefix.
+    keep = zs * rank - (within - targets[g_sorted]) > 0
+    rho = np.bincount(g_sorted, keep.astype(np.float64), n_groups).astype(np.int64)
+    first = np.zeros(n_groups, dtype=np.int64)
+    first[g_sorted[starts]] = starts
+    theta = np.zeros(n_groups)
+    has = (rho > 0) & (targets > 0)
+    last = first[has] + rho[has] - 1
+    theta[has] = (within[last] - targets[has]) / rho[has]
+    x = np.maximum(z - theta[groups], 0.0)
+    x[targets[groups] <= 0] = 0.0
+    return x
+
+
+def round_children(x: np.ndarray, groups: np.ndarray, targets: np.ndarray) -> np.ndarray:
+    """Integers within one of x, summing exactly to integer targets[group] in every group."""
+    x = np.asarray(x, dtype=np.float64)
+    targets = np.asarray(targets, dtype=np.int64)
+    n_groups = targets.size
+    base = np.floor(x).astype(np.int64)
+    frac = x - base
+    deficit = targets - np.bincount(groups, base, n_groups).astype(np.int64)
+    counts = np.bincount(groups, minlength=n_groups)
+    if np.any(deficit < 0) or np.any(deficit > counts):
+        raise InternalError("largest-remainder rounding: estimates do not sum to their parent")
+    order = np.lexsort((np.arange(x.size), -frac, groups))
+    rank, g_sorted, _, _ = _group_rank(groups, order)
+    up = np.zeros(x.size, dtype=np.int64)
+    up[order] = rank <= deficit[g_sorted]
+    out = base + up
+    if not np.array_equal(np.bincount(groups, out, n_groups).astype(np.int64), targets):
+        raise InternalError("largest-remainder rounding: children do not sum to their parent")
+    return out

@@ -1,0 +1,193 @@
+"""Releases with [hierarchy] and [postprocess]: consistent published tables on both engines."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from dp_pipeline.release.ledger_records import ReleaseIdReuseError
+from dp_pipeline.release.run import Progress, read_release, run_release
+from dp_pipeline.release.spec import load_spec
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = Progress(quiet=True)
+
+SPEC = """
+[release]
+id = "geo-1"
+noise_partitions = 3
+
+[population]
+name = "geo-people"
+cap = {{ epsilon = 8, delta = 1e-8 }}
+
+[privacy_unit]
+column = "person_id"
+
+[budget]
+epsilon = 2
+delta = 1e-9
+
+[input]
+synthetic_persons = 4000
+
+[output]
+dir = "{tmp}/out"
+
+[run]
+engine = "{engine}"
+master = "local[1]"
+ledger = "{tmp}/ledger.sqlite"
+key_file = "{tmp}/master.key"
+
+[domains]
+county = {{ start = 1, stop = 3143 }}
+state = {{ start = 1, stop = 51 }}
+sex = ["F", "M"]
+tenure = ["owned", "rented", "group_quarters"]
+
+[hierarchy]
+levels = ["state", "county"]
+mapping = "counties.csv"
+
+[postprocess]
+consistent = true
+
+[[tables]]
+name = "county_sex"
+keys = ["county", "sex"]
+share = "1/4"
+
+[[tables]]
+name = "state_sex"
+keys = ["state", "sex"]
+share = "1/4"
+
+[[tables]]
+name = "state_tenure"
+keys = ["state", "tenure"]
+share = "1/4"
+
+[[tables]]
+name = "state_income"
+keys = ["state"]
+statistic = "sum"
+value = "income"
+lower = 0
+upper = 100000
+share = "1/4"
+"""
+
+
+@pytest.fixture(autouse=True)
+def fixed_key(monkeypatch):
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "5a" * 32)
+
+
+def geo_spec(folder: Path, engine: str = "pandas", mapping: Path | None = None):
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copy(mapping or ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
+    (folder / "geo.toml").write_text(SPEC.format(tmp=folder, engine=engine))
+    return load_spec(folder / "geo.toml")
+
+
+def state_of_county() -> np.ndarray:
+    return np.arange(3143) * 51 // 3143
+
+
+def check_consistent(tables) -> None:
+    county = tables["county_sex"]["value"].to_numpy().reshape(3143, 2)
+    state = tables["state_sex"]["value"].to_numpy().reshape(51, 2)
+    tenure = tables["state_tenure"]["value"].to_numpy().reshape(51, 3)
+    by_state = np.zeros((51, 2), dtype=county.dtype)
+    np.add.at(by_state, state_of_county(), county)
+    assert np.array_equal(by_state, state)  # counties sum to their state's cells
+    assert np.array_equal(state.sum(axis=1), tenure.sum(axis=1))  # same state totals
+    assert county.sum() == state.sum() == tenure.sum()  # one national total
+    for name in ("county_sex", "state_sex", "state_tenure"):
+        frame = tables[name]
+        assert frame["value"].dtype.kind == "i" and (frame["value"] >= 0).all()
+        assert frame["raw_value"].dtype.kind == "i"
+        assert list(frame.columns)[-2:] == ["value", "raw_value"]
+    # The raw noisy counts do not agree (that is why post-processing exists).
+    raw = tables["county_sex"]["raw_value"].to_numpy().reshape(3143, 2)
+    assert (raw < 0).any()
+    assert "raw_value" not in tables["state_income"]
+
+
+def test_published_margins_agree_exactly_and_cost_no_privacy(tmp_path):
+    spec = geo_spec(tmp_path)
+    result = run_release(spec, progress=QUIET)
+    tables = read_release(result.output)
+    check_consistent(tables)
+    report = json.loads((result.output / "privacy_report.json").read_text())
+    assert report["postprocessing"]["tables"] == ["county_sex", "state_sex", "state_tenure"]
+    assert report["postprocessing"]["privacy_cost"].startswith("none: post-processing")
+    accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
+    rows = {row["table"]: row for row in accuracy}
+    for name in ("county_sex", "state_sex", "state_tenure"):
+        assert rows[name]["raw"]["rmse"] > 0 and rows[name]["rmse"] > 0
+        assert "state_rmse" in rows[name]["margins"]["consistent"]
+    assert "raw" not in rows["state_income"]
+    html = (result.output / "report.html").read_text()
+    assert "Post-processing: raw noisy counts and consistent estimates" in html
+    assert "costs no privacy" in html
+
+
+def test_rerunning_a_committed_release_publishes_the_same_files(tmp_path):
+    spec = geo_spec(tmp_path)
+    first = run_release(spec, progress=QUIET)
+    before = {p.name: p.read_bytes() for p in first.output.iterdir()}
+    again = run_release(spec, progress=QUIET)
+    assert again.outcome == "already_committed"
+    assert {p.name: p.read_bytes() for p in again.output.iterdir()} == before
+
+
+def test_a_committed_release_id_with_a_changed_mapping_is_refused(tmp_path):
+    spec = geo_spec(tmp_path)
+    run_release(spec, progress=QUIET)
+    moved = tmp_path / "moved.csv"
+    lines = (ROOT / "conf" / "census_demo_counties.csv").read_text().splitlines()
+    lines[1] = "1,2"  # county 1 now in state 2
+    moved.write_text("\n".join(lines) + "\n")
+    changed = geo_spec(tmp_path, mapping=moved)
+    with pytest.raises(ReleaseIdReuseError, match="these parts differ: hierarchy changed"):
+        run_release(changed, progress=QUIET)
+
+
+@pytest.mark.spark
+def test_pandas_and_spark_publish_the_same_consistent_tables_bit_for_bit(tmp_path, spark):
+    pandas_run = run_release(geo_spec(tmp_path / "p"), progress=QUIET)
+    spark_run = run_release(geo_spec(tmp_path / "s", engine="spark"), progress=QUIET, spark=spark)
+    pandas_tables, spark_tables = read_release(pandas_run.output), read_release(spark_run.output)
+    check_consistent(spark_tables)
+    for name, frame in pandas_tables.items():
+        for column in frame.columns:
+            assert frame[column].astype(object).tolist() == (
+                spark_tables[name][column].astype(object).tolist()
+            ), (name, column)
+
+
+def test_discrete_laplace_tables_are_weighted_by_their_exact_variance(tmp_path):
+    from dp_pipeline.mechanisms import DiscreteLaplace
+    from dp_pipeline.release.consistency import noise_variance
+    from dp_pipeline.release.plan import plan_release
+
+    spec = geo_spec(tmp_path)
+    text = (
+        (tmp_path / "geo.toml")
+        .read_text()
+        .replace("noise_partitions = 3", 'noise_partitions = 3\nnoise = "discrete_laplace"')
+    )
+    (tmp_path / "geo.toml").write_text(text)
+    spec = load_spec(tmp_path / "geo.toml")
+    plan = plan_release(spec)
+    table = plan.tables[0]
+    assert isinstance(table.mechanism, DiscreteLaplace)
+    q = np.exp(-1 / float(table.mechanism.scale))
+    assert float(noise_variance(table)) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-12)
+    check_consistent(read_release(run_release(spec, progress=QUIET).output))
