@@ -1,7 +1,7 @@
 """Accounting benchmarks: our accountants vs Google's dp_accounting and vs the zCDP conversion.
 
 Run: PYTHONPATH=. python bench/bench_accounting.py   (from the repository root)
-Prints two Markdown tables:
+Prints two Markdown tables (``--only SUBSTRING`` limits the speed table to matching rows):
 
 1. speed: wall-clock seconds (best of up to 3 runs, each side; a side that needs more than
    20 s per run is run once) of the same computation by us and by dp_accounting
@@ -33,6 +33,7 @@ from dp_pipeline.accounting import (
     calibrate_discrete_gaussian,
     zcdp_to_epsilon,
 )
+from dp_pipeline.accounting.paths import pld_of
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 REPEATS = 3
@@ -167,7 +168,7 @@ def _moderate_eight():
 
 def _lattice_six():
     """Four Gaussians, a discrete Laplace and a pure-DP mechanism on a common lattice."""
-    from dp_pipeline.accounting.accountant import PureDP
+    from dp_pipeline.accounting.events import PureDP
 
     accountant = PrivacyAccountant()
     accountant.add(DiscreteGaussian(3), [1, 1])
@@ -196,6 +197,45 @@ def _google_tables_all(count: int, epsilon: float, delta: float, interval: float
         part = pld.from_discrete_gaussian_mechanism(sigma, value_discretization_interval=interval)
         total = part if total is None else total.compose(part)
     return total.get_delta_for_epsilon(epsilon), total.get_epsilon_for_delta(delta)
+
+
+def _log_uniform(rng, low: float, high: float) -> float:
+    return 10 ** rng.uniform(math.log10(low), math.log10(high))
+
+
+def _random_plan(seed: int) -> PrivacyAccountant:
+    """A random release plan of 1-10 tables (seeded): discrete Gaussians (σ² log-uniform in
+    1e-4..1e40, 1-3 coordinates with shifts log-uniform in 1..1e6), discrete Laplaces
+    (scale 1e-2..1e8, shift 1..1e6) and base-2 exponential mechanisms (ε 1e-2..2)."""
+    import random
+
+    from dp_pipeline.mechanisms import BaseTwoExponential
+
+    rng = random.Random(seed)
+    accountant = PrivacyAccountant()
+    for _ in range(rng.randint(1, 10)):
+        kind = rng.choices(["gaussian", "laplace", "exponential"], [6, 2, 2])[0]
+        if kind == "gaussian":
+            sigma2 = Fraction(_log_uniform(rng, 1e-4, 1e40)).limit_denominator(10**6)
+            shifts = [max(1, round(_log_uniform(rng, 1, 1e6))) for _ in range(rng.randint(1, 3))]
+            accountant.add(DiscreteGaussian(max(sigma2, Fraction(1, 10**4))), shifts)
+        elif kind == "laplace":
+            scale = Fraction(_log_uniform(rng, 1e-2, 1e8)).limit_denominator(1000)
+            shift = max(1, round(_log_uniform(rng, 1, 1e6)))
+            accountant.add(DiscreteLaplace(max(scale, Fraction(1, 100))), shift)
+        else:
+            epsilon = Fraction(_log_uniform(rng, 1e-2, 2)).limit_denominator(1000)
+            accountant.add(BaseTwoExponential(epsilon))
+    return accountant
+
+
+def _random_plan_query(seed: int):
+    accountant = _random_plan(seed)
+    return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
+
+
+# the first 16 seeds, and later seeds that were slow or failed (MemoryError, > 5 s)
+RANDOM_PLAN_SEEDS = [*range(16), 17, 22, 26, 35, 36]
 
 
 def _plan(path: str):
@@ -232,7 +272,7 @@ SPEED_ROWS = [
     ),
     (
         "1,000 × (Lap_Z(200) ∘ N_Z(0, 40000)), grid PLD, δ(ε=1)",
-        lambda: _laplace_gaussian(1000)._pld().delta_bound(1.0).upper,
+        lambda: pld_of(_laplace_gaussian(1000).events).delta_bound(1.0).upper,
         lambda: _google_laplace_gaussian(1000, 1.0),
     ),
     ("census demo plan: calibrate + ε(1e-10) + δ(2)", _census_plan, None),
@@ -251,6 +291,13 @@ SPEED_ROWS = [
         None,
     ),
     ("plan_release conf/monthly_example.toml", lambda: _plan("conf/monthly_example.toml"), None),
+] + [
+    (
+        f"random plan {seed} (≤ 10 tables, σ² 1e-4..1e40, Δ ≤ 1e6): ε(1e-10) + δ(2)",
+        lambda seed=seed: _random_plan_query(seed),
+        None,
+    )
+    for seed in RANDOM_PLAN_SEEDS
 ]
 
 
@@ -266,7 +313,10 @@ def _speed_table() -> None:
         "| speed-up | ours/theirs |"
     )
     print("|---|---|---|---|---|---|---|")
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv[1:-1] else None
     for name, ours, theirs in SPEED_ROWS:
+        if only is not None and only not in name:
+            continue
         our_value, our_time, our_runs = _best(ours)
         if theirs is None:
             print(
@@ -386,8 +436,9 @@ def main() -> None:
         print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
         return
     _speed_table()
-    print()
-    _saving_table()
+    if "--only" not in sys.argv[1:]:
+        print()
+        _saving_table()
     print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
 
 

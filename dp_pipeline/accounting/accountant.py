@@ -10,7 +10,7 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    composition by inverting its moment generating function (`inversion`, "mgf_inversion"):
    no discretisation, every error term a rigorous bound, relative precision independent
    of δ (down to the float range);
-3. if that bracket is wider than 1e-6 relative: also the exact lattice FFT of CKS §4 when
+3. if that bracket is wider than 1e-4 relative: also the exact lattice FFT of CKS §4 when
    everything sits on a common rational lattice of practical size, and if the bracket is
    wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
    else the grid privacy-loss distribution); the brackets are intersected (each is
@@ -18,8 +18,18 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
 4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
-conversion (CKS Corollary 13), which is always valid. Each answer names its method and
-carries a lower bound (the gap says how tight the upper bound is).
+conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
+conversion of the others ("pure_dp + zcdp"), both always valid.
+
+Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
+own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
+ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible
+gaussians": δ_rest(ε) <= δ <= δ_rest(ε - t) + 5e-324); every FFT grid is capped in memory
+and a path that does not fit is skipped, and if none fits the bound is the zCDP conversion
+with lower bound 0, labelled "zcdp" (or "trivial" without a finite ρ).
+
+Each answer names its method and carries a lower bound (the gap says how tight the upper
+bound is).
 
 Sensitivity vectors are taken as the worst-case neighbour difference (the engines compute
 it from the contribution bounds); a scalar sensitivity Δ of a single one-coordinate event is
@@ -28,6 +38,7 @@ maximised over the shifts 1..Δ.
 
 from __future__ import annotations
 
+import math
 import numbers
 from fractions import Fraction
 
@@ -50,6 +61,8 @@ from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
+
+_NEGLIGIBLE_SHIFT = 1e-6  # largest ε given to discrete Gaussians of negligible total ρ
 
 
 class PrivacyAccountant:
@@ -120,6 +133,27 @@ class PrivacyAccountant:
             f"(it is described only by privacy_loss_pmfs()); use delta()/epsilon()"
         )
 
+    def _pure_split(self) -> tuple[Fraction, Fraction] | None:
+        """(Σ pure ε of the pure-DP events, ρ of the others), or None if an event has
+        neither: basic composition of the two parts gives δ(ε) <= δ_ρ(ε - Σ ε)."""
+        pure_total, rho_rest = Fraction(0), Fraction(0)
+        for event in self._events:
+            mechanism = event.mechanism
+            if isinstance(mechanism, DiscreteLaplace):
+                pure_total += (
+                    event.count * sum(Fraction(m) for m in event.sensitivity) / (mechanism.scale)
+                )
+                continue
+            pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
+            if pure is not None:
+                pure_total += event.count * (pure if isinstance(pure, Fraction) else Fraction(pure))
+                continue
+            try:
+                rho_rest += event.count * self._event_rho(event)
+            except ValueError:
+                return None
+        return pure_total, rho_rest
+
     def _rho_or_none(self) -> float | None:
         try:
             return float(self.rho())
@@ -168,6 +202,9 @@ class PrivacyAccountant:
         delta_of, name = self._composition()
         rho = self._rho_or_none()
         high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
+        split = self._pure_split()
+        if split is not None:
+            high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
         return epsilon_from_delta_function(delta_of, delta, high, name)
 
     @property
@@ -183,7 +220,8 @@ class PrivacyAccountant:
         self._require_events()
         self._composition()
         if "methods" not in self._cache:
-            self._cache["methods"] = ("mgf_inversion", self._cache["fallback"]())
+            fallback = self._cache["fallback"]()
+            self._cache["methods"] = ("mgf_inversion",) + ((fallback,) if fallback else ())
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -223,42 +261,103 @@ class PrivacyAccountant:
 
     def _build_composition(self):
         rho = self._rho_or_none()
+        negligible = self._negligible_gaussians()
+        if negligible is not None:
+            return negligible
         single = single_coordinate(self._events)
         inversion = None if single is not None else (inversion_of(self._events) or None)
         if single is not None:
             delta_of, name = single
             self._cache["methods"] = (name,)
         elif inversion is None:
-            delta_of, name = fft_composition(self._events)
+            delta_of, name = fft_composition(self._events) or self._no_path(rho)
             self._cache["methods"] = (name,)
         else:
             built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
+            tried: set = set()  # which of the two builds were attempted (each once)
+
             def fallback(eps, exact_only=False):
                 if not built:
                     built.append(fft_composition(self._events, exact_only=True))
-                if built[0] is None and not exact_only:
+                    tried.add("exact")
+                if built[0] is None and not exact_only and "any" not in tried:
                     built[0] = fft_composition(self._events)
+                    tried.add("any")
                 return None if built[0] is None else built[0][0](eps)
 
             def fallback_name():
                 fallback(1.0)
-                return built[0][1]
+                return None if built[0] is None else built[0][1]
 
             self._cache["fallback"] = fallback_name
             delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
 
         if rho is None:
             return delta_of, name
+        split = self._pure_split()
+        pure_total = None if split is None or split[0] == 0 else float(split[0])
 
         def capped(eps):
             bound = delta_of(eps)
             zcdp = zcdp_to_delta(rho, eps)
             if zcdp < bound.upper:
-                return DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+            if pure_total is not None and eps > pure_total * (1 + 1e-12):
+                # basic composition of the pure part and the zCDP of the rest (ε rounded
+                # down by the factor, so the pure part's ε is not below its exact value)
+                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
+                if rest < bound.upper:
+                    bound = DeltaBound(
+                        min(bound.lower, rest), rest, f"pure_dp + zcdp (tighter than {name})"
+                    )
             return bound
 
         return capped, name
+
+    def _negligible_gaussians(self):
+        """The composition without its discrete Gaussians when their total ρ is so small
+        that they move ε by at most t <= `_NEGLIGIBLE_SHIFT` (their zCDP δ at that ε is below
+        the float range), or None. Without them the inversion would have no decay to
+        work with; with them the bound is, by basic composition and post-processing,
+        δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t)."""
+        gaussians = [e for e in self._events if isinstance(e.mechanism, DiscreteGaussian)]
+        if not gaussians or len(gaussians) == len(self._events):
+            return None
+        rho_gaussians = float(sum(e.count * self._event_rho(e) for e in gaussians))
+        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
+        shift = 2 * rho_gaussians + 2 * math.sqrt(800 * rho_gaussians)
+        if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho_gaussians, shift) > 5e-324:
+            return None
+        rest = PrivacyAccountant()
+        rest._events = [e for e in self._events if not isinstance(e.mechanism, DiscreteGaussian)]
+        inner_name = rest.method
+        name = f"{inner_name} + negligible discrete gaussians"
+        self._cache["methods"] = (name,)
+
+        def delta_of(eps: float) -> DeltaBound:
+            lower = rest.delta(eps).lower
+            if eps <= shift:
+                return DeltaBound(lower, 1.0, name)
+            # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
+            inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
+            upper = min(1.0, math.nextafter(inner.upper, 2.0))  # + at least 5e-324 >= δ_G(t)
+            return DeltaBound(min(lower, upper), upper, f"{inner.method} + negligible gaussians")
+
+        return delta_of, name
+
+    @staticmethod
+    def _no_path(rho: float | None):
+        """The bound when no composition path fits in memory: the zCDP conversion (CKS
+        Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
+        trivial lower bound 0, labelled as such."""
+
+        def delta_of(eps: float) -> DeltaBound:
+            if rho is None:
+                return DeltaBound(0.0, 1.0, "trivial")
+            return DeltaBound(0.0, zcdp_to_delta(rho, eps), "zcdp")
+
+        return delta_of, "zcdp" if rho is not None else "trivial"
 
     def to_dict(self) -> dict:
         """JSON-safe description of the events (Fractions as "p/q" strings)."""

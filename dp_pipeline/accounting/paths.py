@@ -37,7 +37,8 @@ from dp_pipeline.accounting.inversion import (
     smooth_gaussian,
 )
 from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
-from dp_pipeline.accounting.pld import PrivacyLossDistribution
+from dp_pipeline.accounting.pld import GridTooLargeError, PrivacyLossDistribution
+from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_group
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
@@ -55,16 +56,23 @@ _MAX_LATTICE_WORK = 1 << 26  # FFT size × number of distinct components
 _MAX_EXACT_FFT = 1 << 20  # beyond, the coarsened lattice (2^15-2^19 points) is faster and tighter
 _PLD_RESOLUTION = 1000  # grid points per standard deviation of the composed loss
 _EXHAUSTIVE_SHIFTS = 64  # one coordinate: Theorem 7 maximised over shifts 1..Δ up to this Δ
-_MAX_SUPPORT = 4096  # finite-support components larger than this are left to the FFT paths
+_MAX_SUPPORT = 4096  # finite-support components larger than this are rounded (rounded_support)
 _MAX_TOTAL_SUPPORT = 1 << 16  # support points summed at every node of the MGF inversion
 _SUPPORT_SIGMA2 = 10_000  # below, a discrete Gaussian may be summed exactly as a support
 _MAX_SPLIT_SUPPORT = 4096  # ... while such supports total at most this many points
+_MAX_LATTICE_SUPPORT = 1 << 15  # finite-support lattice components larger go to the grid PLD
+_MAX_PLD_POINTS = 1 << 20  # grid PLD parts larger than this are not built (time and memory)
 
 
 def fft_composition(events, exact_only: bool = False):
     """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
-    with ``exact_only``, the exact lattice FFT or None."""
+    with ``exact_only``, the exact lattice FFT or None. None also when no FFT path fits
+    in memory (every grid is capped; see `pld_of`)."""
     components = lattice_components(events)
+    if components is not None and any(
+        len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components
+    ):
+        components = None  # its tail bound alone would sum that support at every λ tried
     loss = None
     if components is not None:
         loss = lattice_loss(
@@ -81,7 +89,8 @@ def fft_composition(events, exact_only: bool = False):
         if coarse is not None:
             name = "multivariate_fft_coarsened"
             return (lambda eps: coarse.delta_bound(eps, name)), name
-    return pld_of(events).delta_bound, "pld_fft"
+    pld = pld_of(events)
+    return None if pld is None else (pld.delta_bound, "pld_fft")
 
 
 def single_coordinate(events):
@@ -175,8 +184,6 @@ def inversion_split(events, support_below):
             continue
         if isinstance(mechanism, DiscreteLaplace):
             for shift, multiplicity in shifts.items():
-                if shift > _MAX_SUPPORT:
-                    return None
                 values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
                 losses = (-shift + 2.0 * values) / float(mechanism.scale)
                 group = SupportGroup(
@@ -192,7 +199,7 @@ def inversion_split(events, support_below):
             continue
         if hasattr(mechanism, "privacy_loss_pmfs"):
             p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
-            if len(p) > _MAX_SUPPORT or p.shape != q.shape:
+            if p.shape != q.shape:
                 return None
             one, two = pmf_group(p, q, event.count), pmf_group(q, p, event.count)
             support_size += len(one.masses)
@@ -212,12 +219,31 @@ def inversion_split(events, support_below):
             support_size += 2
             forward.append(group)
             backward.append(group)
-    if not gaussians or support_size > _MAX_TOTAL_SUPPORT:
+    if not gaussians:
         return None
-    directions = [InversionComposition(gaussians, forward)]
-    if asymmetric:
-        directions.append(InversionComposition(gaussians, backward))
-    return directions
+    rounded = any(len(g.masses) > _MAX_SUPPORT for g in forward + backward)
+    if rounded:
+        ups = [_rounded(forward, True), _rounded(backward, True)]
+        downs = [_rounded(forward, False), _rounded(backward, False)]
+        support_size = sum(len(g.masses) for g in ups[0])
+    if support_size > _MAX_TOTAL_SUPPORT:
+        return None
+    if not rounded:
+        directions = [InversionComposition(gaussians, forward)]
+        if asymmetric:
+            directions.append(InversionComposition(gaussians, backward))
+        return directions
+    return [
+        RoundedComposition(
+            InversionComposition(gaussians, up), InversionComposition(gaussians, down)
+        )
+        for up, down in list(zip(ups, downs, strict=True))[: 2 if asymmetric else 1]
+    ]
+
+
+def _rounded(groups, up: bool) -> list[SupportGroup]:
+    """The groups with supports over `_MAX_SUPPORT` rounded (`rounded_support`)."""
+    return [rounded_group(g, up) if len(g.masses) > _MAX_SUPPORT else g for g in groups]
 
 
 def lattice_components(events) -> list[LatticeComponent] | None:
@@ -274,7 +300,10 @@ def lattice_components(events) -> list[LatticeComponent] | None:
     return components or None
 
 
-def pld_of(events):
+def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution | None:
+    """The grid PLD of the events (step: 1/1000 of the composed loss's standard deviation),
+    or None if a part would need more than ``max_points`` grid points or the composition
+    more than `pld.MAX_GRID_POINTS` (checked before anything that large is allocated)."""
     parts_spec = []
     variance = 0.0
     for event in events:
@@ -291,16 +320,37 @@ def pld_of(events):
             pure = pure_epsilon_of(mechanism)
             variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
     step = max(math.sqrt(variance) / _PLD_RESOLUTION, 1e-7)
-    parts = []
+    if not math.isfinite(step):
+        return None
     for mechanism, shift, count in parts_spec:
-        part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
-        parts.append(part.self_compose(count) if count > 1 else part)
-    while len(parts) > 1:
-        parts = [
-            parts[i].compose(parts[i + 1]) if i + 1 < len(parts) else parts[i]
-            for i in range(0, len(parts), 2)
-        ]
+        if _pld_points(mechanism, shift, count, step) > max_points:
+            return None
+    try:
+        parts = []
+        for mechanism, shift, count in parts_spec:
+            part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
+            parts.append(part.self_compose(count) if count > 1 else part)
+        while len(parts) > 1:
+            parts = [
+                parts[i].compose(parts[i + 1]) if i + 1 < len(parts) else parts[i]
+                for i in range(0, len(parts), 2)
+            ]
+    except GridTooLargeError:
+        return None
     return parts[0]
+
+
+def _pld_points(mechanism, shift: int, count: int, step: float) -> float:
+    """An upper estimate of the points a grid PLD part needs: its terms, its loss range on
+    the grid (times ``count``, its self-composition)."""
+    if isinstance(mechanism, DiscreteGaussian):
+        sigma2 = float(mechanism.sigma2)
+        terms = 2 * math.sqrt(100 * sigma2) + 5
+        return max(terms, count * 2 * math.sqrt(100 * sigma2) * shift / sigma2 / step)
+    if isinstance(mechanism, DiscreteLaplace):
+        return max(shift + 1.0, count * 2 * shift / float(mechanism.scale) / step)
+    pure = pure_epsilon_of(mechanism)
+    return count * 2 * float(pure) / step + 2 if pure is not None else 0.0
 
 
 # ----------------------------------------------------------------- persistence

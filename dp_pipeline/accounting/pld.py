@@ -28,7 +28,7 @@ composed; δ is the larger one.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from fractions import Fraction
 
 import numpy as np
@@ -37,7 +37,6 @@ from dp_pipeline.accounting._checks import (
     check_delta,
     check_epsilon,
     check_integer_sensitivity,
-    round_up,
 )
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.discrete_gaussian import (
@@ -46,141 +45,29 @@ from dp_pipeline.accounting.discrete_gaussian import (
 )
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of
+from dp_pipeline.accounting.pld_grid import (
+    DEFAULT_STEP,
+    MAX_GRID_POINTS,
+    GridLoss,
+    GridTooLargeError,
+    check_grid_size,
+    discretise,
+)
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import positive_rational
 
-__all__ = ["PrivacyLossDistribution", "pld_from_lattice_components"]
-
-DEFAULT_STEP = 1e-4
-TRUNCATION_MASS = 1e-20
-_UNIT_ROUNDOFF = 2.0**-53
-_DIRECT_CONVOLUTION = 64
-
-
-@dataclass(frozen=True)
-class _GridLoss:
-    """Loss pmf on the grid: mass probabilities[i] at loss (first + i)·step, plus P[L = ∞]."""
-
-    step: float
-    first: int
-    probabilities: np.ndarray
-    infinite_mass: float
-    roundoff: float
-    upper: bool  # which rounding: upper (dominating) or lower (dominated)
-
-    def convolve(self, other: _GridLoss) -> _GridLoss:
-        a, b = self.probabilities, other.probabilities
-        if min(len(a), len(b)) <= _DIRECT_CONVOLUTION:
-            result = np.convolve(a, b)
-            error = 0.0
-        else:
-            result = _fft_convolve(a, b)
-            size = _fast_length(len(result))  # the transform length sets the round-off
-            error = (
-                4
-                * _UNIT_ROUNDOFF
-                * math.log2(size)
-                * math.sqrt(size)
-                * (math.sqrt(float(np.sum(a * a))) + math.sqrt(float(np.sum(b * b))))
-            )
-            np.clip(result, 0.0, None, out=result)
-        infinite = 1 - (1 - self.infinite_mass) * (1 - other.infinite_mass)
-        grid = _GridLoss(
-            self.step,
-            self.first + other.first,
-            result,
-            infinite,
-            self.roundoff + other.roundoff + error,
-            self.upper,
-        )
-        return grid.truncated()
-
-    def truncated(self, mass: float = TRUNCATION_MASS) -> _GridLoss:
-        p = self.probabilities
-        cumulative = np.cumsum(p)
-        low = int(np.searchsorted(cumulative, mass, side="right"))
-        reverse = np.cumsum(p[::-1])
-        high_drop = int(np.searchsorted(reverse, mass, side="right"))
-        high = len(p) - high_drop
-        if low >= high:
-            return self
-        kept = p[low:high].copy()
-        low_mass = float(cumulative[low - 1]) if low > 0 else 0.0
-        high_mass = float(reverse[high_drop - 1]) if high_drop > 0 else 0.0
-        infinite = self.infinite_mass
-        if self.upper:
-            kept[0] += low_mass
-            infinite += high_mass
-        else:
-            kept[-1] += high_mass
-        return _GridLoss(self.step, self.first + low, kept, infinite, self.roundoff, self.upper)
-
-    def power(self, count: int) -> _GridLoss:
-        result: _GridLoss | None = None
-        base = self
-        while count:
-            if count & 1:
-                result = base if result is None else result.convolve(base)
-            count >>= 1
-            if count:
-                base = base.convolve(base)
-        return result
-
-    def delta(self, epsilon: float) -> float:
-        losses = (self.first + np.arange(len(self.probabilities))) * self.step
-        start = int(np.searchsorted(losses, epsilon, side="right"))
-        finite = float(np.sum(self.probabilities[start:] * -np.expm1(epsilon - losses[start:])))
-        if self.upper:
-            return min(1.0, round_up(self.infinite_mass + finite + self.roundoff))
-        return max(0.0, self.infinite_mass + finite - self.roundoff)
-
-
-def _fast_length(size: int) -> int:
-    """Smallest 2^i·3^j >= size (numpy's pocketfft is fast on such lengths)."""
-    best = 1 << max(0, (size - 1).bit_length())
-    power3 = 1
-    while power3 < best:
-        candidate = power3 << max(0, (-(-size // power3) - 1).bit_length())
-        best = min(best, candidate)
-        power3 *= 3
-    return best
-
-
-def _fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Full linear convolution of two real vectors by real FFTs (numpy.fft: no scipy import,
-    which costs tens of seconds on a cold disk)."""
-    size = len(a) + len(b) - 1
-    length = _fast_length(size)
-    spectrum = np.fft.rfft(a, length) * np.fft.rfft(b, length)
-    return np.fft.irfft(spectrum, length)[:size]
-
-
-def _discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, step: float):
-    """Upper (split) and lower (floor) grid pmfs of a finite-support loss distribution."""
-    keep = masses > 0
-    losses, masses = losses[keep], masses[keep]
-    index = np.floor(losses / step).astype(np.int64)
-    offset = losses - index * step
-    index = np.where(offset < 0, index - 1, index)
-    index = np.where(offset > step, index + 1, index)
-    offset = np.clip(losses - index * step, 0.0, step)
-    first = int(index.min())
-    size = int(index.max()) - first + 2
-    upper_share = np.clip(np.expm1(-offset) / math.expm1(-step), 0.0, 1.0)
-    slots = index - first
-    # bincount sums repeated slots like np.add.at, an order of magnitude faster.
-    upper = np.bincount(slots, masses * (1 - upper_share), minlength=size)
-    upper += np.bincount(slots + 1, masses * upper_share, minlength=size)
-    lower = np.bincount(slots, masses, minlength=size)
-    return (
-        _GridLoss(step, first, upper, infinite_mass, 0.0, True).truncated(),
-        _GridLoss(step, first, lower, infinite_mass, 0.0, False).truncated(),
-    )
+__all__ = [
+    "MAX_GRID_POINTS",
+    "GridTooLargeError",
+    "PrivacyLossDistribution",
+    "pld_from_lattice_components",
+]
 
 
 def _discrete_gaussian_losses(sigma2: Fraction, shift: int):
     """Loss values (μ² + 2μy)/(2σ²), P-masses and the bounded tail mass beyond ±T."""
     s2 = float(sigma2)
+    check_grid_size(2 * math.sqrt(2 * s2 * 50) + 5, f"N_Z(0, σ² = {s2:.6g}) summed term by term")
     limit = math.ceil(math.sqrt(2 * s2 * 50)) + 1
     ys = np.arange(-limit, limit + 1, dtype=np.float64)
     log_normalizer = discrete_gaussian_log_normalizer(s2)
@@ -204,7 +91,7 @@ class PrivacyLossDistribution:
     `delta_bound`/`epsilon_bound` (upper and lower). All parts must share one ``step``.
     """
 
-    def __init__(self, forward: tuple[_GridLoss, _GridLoss], backward=None):
+    def __init__(self, forward: tuple[GridLoss, GridLoss], backward=None):
         self._forward = forward
         self._backward = backward  # None: symmetric (same distribution both ways)
 
@@ -223,7 +110,7 @@ class PrivacyLossDistribution:
         step = _check_step(step)
         losses = np.asarray(losses, dtype=np.float64)
         masses = np.asarray(masses, dtype=np.float64)
-        return cls(_discretise(losses, masses, float(infinite_mass), step))
+        return cls(discretise(losses, masses, float(infinite_mass), step))
 
     @classmethod
     def from_pmfs(cls, p, q, step: float = DEFAULT_STEP, symmetric: bool = False):
@@ -378,7 +265,7 @@ def _pair_losses(p: np.ndarray, q: np.ndarray, step: float):
     both = (p > 0) & (q > 0)
     infinite = float(p[(p > 0) & (q == 0)].sum())
     losses = np.log(p[both]) - np.log(q[both])
-    return _discretise(losses, p[both], infinite, step)
+    return discretise(losses, p[both], infinite, step)
 
 
 def pld_from_lattice_components(components, step: float | None = None) -> PrivacyLossDistribution:
