@@ -91,8 +91,8 @@ def check_input_columns(
     Reads only the CSV header or the Parquet footer of the first listed file; a
     Parquet folder's ``name=value`` directories count as columns (Spark reads them).
     """
-    if not files:
-        return
+    if not files or not files[0].is_file():
+        return  # nothing local to look at: the engine names the missing column
     if input_format == "csv":
         _check_header(csv_header(files[0]), csv_columns(spec), files[0])
         return
