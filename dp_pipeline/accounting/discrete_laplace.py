@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -60,11 +61,14 @@ def discrete_laplace_rho(scale: object, sensitivity: object = 1) -> Fraction:
     return discrete_laplace_pure_epsilon(scale, sensitivity) ** 2 / 2
 
 
+@lru_cache(maxsize=32)
 def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, np.ndarray]:
     """Values K = 0..Δ and P[K] where the privacy loss is -Δ/b + (2/b)·K (y ~ Lap_Z(b)).
 
     K = Δ - clip(y, 0, Δ): P[K=Δ] = P[y<=0] = 1/(1+q), P[K=0] = P[y>=Δ] = q^Δ/(1+q),
-    P[K=Δ-y] = (1-q)/(1+q)·q^y for 0 < y < Δ, with q = e^{-1/b}.
+    P[K=Δ-y] = (1-q)/(1+q)·q^y for 0 < y < Δ, with q = e^{-1/b}. Cached (read-only arrays):
+    one release's paths and δ evaluations ask for the same (b, Δ) many times, and a large
+    Δ costs Δ powers.
     """
     q = math.exp(-1 / float(scale))
     one_plus_q = 1 + q
@@ -74,7 +78,10 @@ def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, 
     if shift > 1:
         ys = np.arange(1, shift)
         probabilities[shift - ys] = -math.expm1(-1 / float(scale)) / one_plus_q * q**ys
-    return np.arange(shift + 1), probabilities
+    values = np.arange(shift + 1)
+    values.flags.writeable = False
+    probabilities.flags.writeable = False
+    return values, probabilities
 
 
 def _bounds_one_shift(scale: Fraction, shift: int, epsilon: float) -> tuple[float, float]:
