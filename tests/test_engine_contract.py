@@ -262,6 +262,40 @@ def test_diagnostics_count_each_dropped_row_once(engine):
     assert diagnostics.rows_dropped == 7
 
 
+def test_a_float_integer_key_holding_nan_and_non_integers_gives_invalid_rows(engine):
+    # An integer column with a missing value is float64 in pandas and in Parquet files
+    # pandas writes: NaN is a null key; 1.5, inf and 1e300 are outside the domain.
+    df = pd.DataFrame(
+        {
+            "state": [0.0, 1.0, np.nan, 1.5, 3.0, np.inf, -np.inf, 1e300, 9.0, 2.0, np.nan],
+            "sex": ["f", "m", "f", "m", "m", "f", "f", "m", "f", None, "m"],
+            "income": [5.0, 7.0, 1.0, 1.0, 50.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    (true,), (diagnostics,) = engine.aggregate(df, [make_spec("sum")])
+    assert diagnostics.rows_in == 11
+    assert diagnostics.rows_null_key == {"state": 2, "sex": 1}
+    assert diagnostics.rows_out_of_domain == {"state": 5, "sex": 0}
+    assert diagnostics.rows_used == 3
+    expected = np.zeros(8, dtype=np.int64)
+    expected[[0 * 2 + 0, 1 * 2 + 1, 3 * 2 + 1]] = 1
+    assert np.array_equal(true["count"], expected)
+    assert true["sum"][[0, 3, 7]].tolist() == [5, 7, 50]
+    out = engine.release(df, make_spec("sum"))
+    assert out["state"].tolist() == [s for s in range(4) for _ in range(2)]
+    assert out["state"].dtype == np.int64  # keys from the domain, not the float input
+
+
+def test_a_float_integer_key_with_only_integers_is_released_like_an_integer_key(engine):
+    rng = np.random.default_rng(3)
+    integers = pd.DataFrame(
+        {"state": rng.integers(0, 4, 200), "sex": rng.choice(["f", "m"], 200).astype(object)}
+    )
+    floats = integers.assign(state=integers["state"].astype(np.float64))
+    spec = make_spec()
+    assert released(engine.release(floats, spec)) == released(engine.release(integers, spec))
+
+
 def test_null_units_are_dropped_and_counted(engine):
     df = pd.DataFrame(
         {

@@ -17,10 +17,11 @@ from dp_pipeline.engines.pandas.aggregate import run_pandas
     ("df", "statistic", "error", "message"),
     [
         (
-            pd.DataFrame({"state": [0.0], "sex": ["f"]}),
+            pd.DataFrame({"state": ["0"], "sex": ["f"]}),
             "count",
             TypeError,
-            "key column 'state' has dtype float64 but its domain holds integers",
+            "key column 'state' has dtype object but its domain holds integers; it must have "
+            "an integer dtype (or a float dtype holding integers and NaN)",
         ),
         (
             pd.DataFrame({"state": [0], "sex": [1]}),

@@ -52,6 +52,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
     run.add_argument("--key-file", help="master key file (created if absent)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show the JVM's and Spark's own log lines (by default written to a file)",
+    )
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
     ledger.add_argument("--ledger", dest="ledger_path", default=DEFAULT_LEDGER)
@@ -88,7 +93,7 @@ def _run(arguments) -> int:
         key_file=arguments.key_file,
         synthetic_persons=arguments.synthetic_persons,
     )
-    result = run_release(spec, progress=Progress(quiet=arguments.quiet))
+    result = run_release(spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose)
     cumulative = result.reservation.cumulative
     outcome = {
         "reserved": "published and committed (new spend)",
