@@ -25,16 +25,19 @@ import pytest
 from dp_pipeline import MasterKey
 from dp_pipeline.release import engines
 from dp_pipeline.release.input_schema import (
+    check_input_columns,
     parse_decimals,
     parse_integers,
     published_table,
     read_csv_pandas,
     spark_csv_schema,
 )
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.outputs import write_table
 from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.run import Progress, run_release
+from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec_model import SpecError
 
 QUIET = Progress(quiet=True)
 DRIVER_INPUT_BYTES = engines.DRIVER_INPUT_BYTES  # before tests/conftest.py sets it to 0
@@ -212,11 +215,12 @@ def test_a_column_missing_from_the_csv_header_is_named(tmp_path):
     csv_path = tmp_path / "people.csv"
     csv_path.write_text("pid,yr,sex,spend\n1,2001,F,5\n")
     spec = make_spec(tmp_path, csv_path)
-    with pytest.raises(ValueError) as info:
+    with pytest.raises(SpecError) as info:
         read_csv_pandas(spec, csv_path)
     assert str(info.value) == (
-        f"input {str(csv_path)!r}: column(s) ['year'] used by the spec are not in the CSV "
-        f"header; its columns are ['pid', 'yr', 'sex', 'spend']"
+        f"input {str(csv_path)!r}: 1 problem(s):\n"
+        "  - column(s) ['year'] used by the spec are not in the CSV "
+        "header; its columns are ['pid', 'yr', 'sex', 'spend']"
     )
 
 
@@ -322,7 +326,8 @@ def test_the_cli_prints_its_own_lines_but_no_jvm_or_spark_warnings(tmp_path):
     # An error still reaches the user: a column the spec needs is not in the file.
     csv_path.write_text("pid,yr,sex,spend\n1,2001,F,5\n")
     failed = dp_release("spec-spark-csv.toml", "--release-id", "people-2", cwd=tmp_path)
-    assert failed.returncode != 0
+    assert failed.returncode == 2, failed.stderr
+    assert "Traceback" not in failed.stderr
     assert "column(s) ['year'] used by the spec are not in the CSV header" in failed.stderr
     for noise in JVM_NOISE:
         assert noise not in failed.stderr, noise
@@ -336,3 +341,45 @@ def test_the_cli_shows_the_jvms_lines_with_verbose(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "log4j" in done.stderr
     assert "release written to" in done.stderr
+
+
+def test_a_csv_path_names_its_format_unless_one_is_given(tmp_path):
+    csv_path, parquet_path = write_inputs(tmp_path)
+    spec_path = tmp_path / "no-format.toml"
+    text = SPEC.format(tmp=tmp_path, input=csv_path, format="csv", engine="pandas")
+    spec_path.write_text(text.replace('format = "csv"\n', ""))
+    assert "format" not in spec_path.read_text().split("[input]")[1].split("[")[0]
+    spec = load_spec(spec_path)
+    assert spec.input_format == "csv"
+    # --input brings the format its name says; --format decides first; else the spec's.
+    parquet_spec = apply_overrides(spec, input_path=str(parquet_path))
+    assert parquet_spec.input_format == "parquet"
+    assert apply_overrides(parquet_spec, input_path=str(csv_path)).input_format == "csv"
+    folder = tmp_path / "parts"
+    assert apply_overrides(spec, input_path=str(folder)).input_format == "csv"
+    assert apply_overrides(parquet_spec, input_path=str(folder)).input_format == "parquet"
+    forced = apply_overrides(spec, input_path=str(csv_path), input_format="parquet")
+    assert forced.input_format == "parquet"
+    with pytest.raises(SpecError) as info:
+        apply_overrides(spec, input_path=str(csv_path), input_format="json")
+    assert "--format 'json': must be one of parquet, csv" in str(info.value)
+
+
+def test_an_input_without_a_spec_column_is_refused_before_the_reservation(tmp_path):
+    _, parquet_path = write_inputs(tmp_path)
+    pq.write_table(pq.read_table(parquet_path).drop(["year"]), parquet_path)
+    spec = make_spec(tmp_path, parquet_path)
+    with pytest.raises(SpecError) as info:
+        run_release(spec, Progress(quiet=True))
+    assert str(info.value) == (
+        f"input {str(parquet_path)!r}: 1 problem(s):\n"
+        "  - column(s) ['year'] used by the spec are not in the Parquet schema; "
+        "its columns are ['extra', 'pid', 'sex', 'spend']"
+    )
+    # Nothing was reserved: the ledger holds no row for the release.
+    assert Ledger(spec.ledger_path).entry(spec.release_id) is None
+    # A partition folder's name=value directory is a column the engines read.
+    folder = tmp_path / "parts" / "year=2001"
+    folder.mkdir(parents=True)
+    pq.write_table(pq.read_table(parquet_path), folder / "part-0.parquet")
+    check_input_columns(spec, tmp_path / "parts", (folder / "part-0.parquet",), "parquet")

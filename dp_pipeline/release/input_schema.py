@@ -27,14 +27,16 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.selections import output_columns, quantile_grid
-from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, SpecError, TableSpec
 
 __all__ = [
     "arrow_frame",
+    "check_input_columns",
     "csv_columns",
     "published_table",
     "read_csv_pandas",
@@ -81,12 +83,45 @@ def csv_header(path: Path) -> list[str]:
         return next(csv.reader(handle), [])
 
 
+def check_input_columns(
+    spec: ReleaseSpec, root: Path, files: tuple[Path, ...], input_format: str
+) -> None:
+    """Refuse, before any budget is reserved, an input that lacks a column the spec uses.
+
+    Reads only the CSV header or the Parquet footer of the first listed file; a
+    Parquet folder's ``name=value`` directories count as columns (Spark reads them).
+    """
+    if not files or not files[0].is_file():
+        return  # nothing local to look at: the engine names the missing column
+    if input_format == "csv":
+        _check_header(csv_header(files[0]), csv_columns(spec), files[0])
+        return
+    names = set(pq.read_schema(files[0]).names)
+    try:
+        relative = files[0].parent.relative_to(root)
+    except ValueError:
+        relative = Path()
+    names |= {part.split("=", 1)[0] for part in relative.parts if "=" in part}
+    missing = [name for name in csv_columns(spec) if name not in names]
+    if missing:
+        raise SpecError(
+            [
+                f"column(s) {missing} used by the spec are not in the Parquet schema; "
+                f"its columns are {sorted(names)}"
+            ],
+            source=f"input {str(files[0])!r}",
+        )
+
+
 def _check_header(header: list[str], kinds: dict[str, str], path: Path) -> None:
     missing = [name for name in kinds if name not in header]
     if missing:
-        raise ValueError(
-            f"input {str(path)!r}: column(s) {missing} used by the spec are not in the CSV "
-            f"header; its columns are {header}"
+        raise SpecError(
+            [
+                f"column(s) {missing} used by the spec are not in the CSV header; "
+                f"its columns are {header}"
+            ],
+            source=f"input {str(path)!r}",
         )
 
 

@@ -39,14 +39,20 @@ from dp_pipeline.release.consistency import consistent_results
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
-from dp_pipeline.release.input_schema import published_table
+from dp_pipeline.release.input_schema import check_input_columns, published_table
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
-from dp_pipeline.release.spec_model import ENGINES, ReleaseSpec, SpecError
+from dp_pipeline.release.spec_model import (
+    ENGINES,
+    INPUT_FORMATS,
+    ReleaseSpec,
+    SpecError,
+    format_of_path,
+)
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
@@ -103,6 +109,19 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
         "synthetic_persons": "synthetic_persons",
     }
     changes = {field: overrides[name] for name, field in mapping.items() if overrides.get(name)}
+    # A new input path brings its own format: --format, else what its name says
+    # (``*.csv``, ``*.parquet``), else the spec's.
+    if overrides.get("input_format"):
+        if overrides["input_format"] not in INPUT_FORMATS:
+            raise SpecError(
+                [
+                    f"--format {overrides['input_format']!r}: must be one of "
+                    f"{', '.join(INPUT_FORMATS)}"
+                ]
+            )
+        changes["input_format"] = overrides["input_format"]
+    elif "input_path" in changes and format_of_path(changes["input_path"]):
+        changes["input_format"] = format_of_path(changes["input_path"])
     if "engine" in changes and changes["engine"] not in ENGINES:
         raise SpecError([f"--engine {changes['engine']!r}: must be one of {', '.join(ENGINES)}"])
     if "synthetic_persons" in changes and changes["synthetic_persons"] < 1:
@@ -151,6 +170,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 
 
 def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
+    check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
     ledger = Ledger(spec.ledger_path)
