@@ -10,6 +10,11 @@ Prints two Markdown tables (``--only SUBSTRING`` limits the speed table to match
 2. saving: ε(δ) of our tight accountant vs the zCDP conversion (CKS Cor. 13) of the same
    mechanisms, i.e. how much of the budget the tight accounting gives back.
 
+With ``--random-plans FIRST-LAST`` it prints instead the planning time (ε(1e-10) + δ(2),
+best of 3) of every seeded random plan in that range, each also as a ratio to the census
+demo plan timed in the same run (a fixed workload: the ratio is what load does not move),
+and the slowest.
+
 With ``--equal-tightness [ROW-SUBSTRING ...]`` it prints instead the speed at equal
 tightness (of the rows whose names contain a substring, or all): dp_accounting's
 value_discretization_interval is refined (1e-4 down to 3e-7) until its upper bound is at
@@ -235,7 +240,7 @@ def _random_plan_query(seed: int):
 
 
 # the first 16 seeds, and later seeds that were slow or failed (MemoryError, > 5 s)
-RANDOM_PLAN_SEEDS = [*range(16), 17, 22, 26, 35, 36]
+RANDOM_PLAN_SEEDS = [*range(16), 17, 22, 26, 35, 36, 48, 60, 96]
 
 
 def _plan(path: str):
@@ -429,8 +434,33 @@ def _tightness_table() -> None:
         )
 
 
+def _random_plans_table(first: int, last: int) -> None:
+    """Planning time of the random plans ``first..last`` (ε(1e-10) + δ(2), best of 3)."""
+    _, reference, _ = _best(_census_plan)
+    print(f"census demo plan (reference): {reference:.3f} s\n")
+    print("| seed | tables | ε(1e-10) (method) | s (runs) | ÷ census demo plan |")
+    print("|---|---|---|---|---|")
+    slowest = (0.0, None)
+    for seed in range(first, last + 1):
+        (epsilon, _), elapsed, runs = _best(lambda seed=seed: _random_plan_query(seed))
+        accountant = _random_plan(seed)
+        method = accountant.epsilon(1e-10).method
+        print(
+            f"| {seed} | {len(accountant.events)} | {epsilon:.6g} ({method}) | "
+            f"{elapsed:.3f} ({runs}) | {elapsed / reference:.2f} |",
+            flush=True,
+        )
+        slowest = max(slowest, (elapsed, seed), key=lambda pair: pair[0])
+    print(f"\nslowest: seed {slowest[1]}, {slowest[0]:.3f} s ({slowest[0] / reference:.2f}x)")
+
+
 def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)\n")
+    if "--random-plans" in sys.argv[1:-1]:
+        first, last = sys.argv[sys.argv.index("--random-plans") + 1].split("-")
+        _random_plans_table(int(first), int(last))
+        print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
+        return
     if "--equal-tightness" in sys.argv[1:]:
         _tightness_table()
         print(f"\nload average at end: {os.getloadavg()[0]:.1f}")

@@ -227,16 +227,9 @@ def derive_stream(master: MasterKey, *labels: str | int | bytes) -> SecureStream
     return derive_stream_key(master, *labels).stream()
 
 
-def _smear_mask(values: np.ndarray) -> np.ndarray:
-    """Smallest all-ones bit mask >= each value (uint64, exact integer ops)."""
-    mask = values.copy()
-    for shift in (1, 2, 4, 8, 16, 32):
-        mask |= mask >> np.uint64(shift)
-    return mask
-
-
 class SecureStream:
-    """A ChaCha20 keystream read as bytes, unsigned integers and exact uniform draws.
+    """A ChaCha20 keystream read as bytes and unsigned integers (`dp_pipeline.noise.uniform`
+    turns them into exact uniform integers and Bernoulli draws).
 
     Every method consumes the keystream in order, so the same key and the same
     sequence of calls always give the same values.
@@ -308,79 +301,3 @@ class SecureStream:
         if _BIG_ENDIAN:
             out.byteswap(inplace=True)
         return out
-
-    def random_below_int(self, bound: int) -> int:
-        """One exact uniform integer in [0, bound) for an arbitrary-precision ``bound`` >= 1."""
-        if bound < 1:
-            raise ValueError(f"bound must be >= 1, got {bound}")
-        bits = (bound - 1).bit_length()
-        if bits == 0:
-            return 0
-        nbytes = (bits + 7) // 8
-        excess = 8 * nbytes - bits
-        while True:
-            candidate = int.from_bytes(self.random_bytes(nbytes), "little") >> excess
-            if candidate < bound:
-                return candidate
-
-    def uniform_below(self, bounds, size: int | None = None) -> np.ndarray | int:
-        """Exact uniform integers in [0, b): rejection sampling on masked keystream words.
-
-        ``bounds`` is a positive int (with ``size`` for an array of draws) or an
-        integer array of per-element bounds. Bounds up to 2**63 take the
-        vectorized uint64 path and return int64; larger Python ints return an
-        object array of exact ints. Never uses ``%`` or floats, so each value
-        has probability exactly 1/b.
-        """
-        if isinstance(bounds, bool):
-            raise TypeError("bounds must be an integer or an integer array, got bool")
-        if isinstance(bounds, int | np.integer):
-            bound = int(bounds)
-            if bound < 1:
-                raise ValueError(f"bounds must be >= 1, got {bound}")
-            if size is None:
-                return self.random_below_int(bound)
-            if bound > 2**63:
-                return np.array([self.random_below_int(bound) for _ in range(size)], dtype=object)
-            return self._uniform_below_array(np.full(size, bound, dtype=np.uint64))
-        array = np.asarray(bounds)
-        if array.dtype == object:
-            flat = [int(b) for b in array.ravel()]
-            if any(b < 1 for b in flat):
-                raise ValueError("bounds must all be >= 1")
-            if all(b <= 2**63 for b in flat):
-                return self._uniform_below_array(
-                    np.array(flat, dtype=np.uint64).reshape(array.shape)
-                )
-            out = np.array([self.random_below_int(b) for b in flat], dtype=object)
-            return out.reshape(array.shape)
-        if not np.issubdtype(array.dtype, np.integer):
-            raise TypeError(f"bounds must be integers, got dtype {array.dtype}")
-        if array.size and array.min() < 1:
-            raise ValueError(f"bounds must all be >= 1, got minimum {array.min()}")
-        return self._uniform_below_array(array.astype(np.uint64))
-
-    def _uniform_below_array(self, bounds: np.ndarray) -> np.ndarray:
-        shape = bounds.shape
-        bounds = bounds.ravel()
-        masks = _smear_mask(bounds - np.uint64(1))
-        out = np.empty(bounds.size, dtype=np.uint64)
-        pending = np.arange(bounds.size)
-        while pending.size:
-            draws = self.random_uint64(pending.size) & masks[pending]
-            accepted = draws < bounds[pending]
-            out[pending[accepted]] = draws[accepted]
-            pending = pending[~accepted]
-        return out.astype(np.int64).reshape(shape)
-
-    def bernoulli(self, num, den, size: int | None = None):
-        """Exact Bernoulli(num/den) as ``uniform_below(den) < num`` (0 <= num <= den)."""
-        if isinstance(num, int | np.integer) and isinstance(den, int | np.integer):
-            num, den = int(num), int(den)
-            if den < 1 or not 0 <= num <= den:
-                raise ValueError(f"bernoulli needs 0 <= num <= den and den >= 1, got {num}/{den}")
-            draws = self.uniform_below(den, size)
-            return draws < num
-        num_array, den_array = np.asarray(num), np.asarray(den)
-        draws = self.uniform_below(den_array)
-        return np.asarray(draws < num_array, dtype=bool)

@@ -17,8 +17,6 @@ at ``transform`` time with ``on_invalid="error"``; the noisy DataFrame is lazy.
 
 from __future__ import annotations
 
-from fractions import Fraction
-
 from dp_pipeline.engines.spark.noise import (
     DRIVER_NOISE_CELLS,
     collect_noisy_cells,
@@ -28,10 +26,11 @@ from dp_pipeline.engines.spark.noise import (
     run_spark,
 )
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
-from dp_pipeline.query.spec import DEFAULT_NOISE_PARTITIONS, QuerySpec
+from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
+from dp_pipeline.query.spec import QuerySpec
 
 __all__ = [
     "DRIVER_NOISE_CELLS",
@@ -88,85 +87,22 @@ class SparkDPQuery:
         )
 
 
-def _query(statistic: str, params: dict) -> SparkDPQuery:
-    return SparkDPQuery(QuerySpec.build(statistic, **params))
+_RETURNS = (
+    "a SparkDPQuery: a DataFrame -> DataFrame function for df.transform; the same inputs "
+    "as df.dp give a bit-identical release."
+)
 
 
-def dp_count(
-    *,
-    by,
-    domains,
-    noise,
-    key,
-    release_id: str,
-    table: str,
-    privacy_unit: str | None = None,
-    max_cells: int = 1,
-    max_per_cell: int = 1,
-    neighbouring: str = "add_remove",
-    on_invalid: str = "drop",
-    noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
-    cell_limit: int = DEFAULT_CELL_LIMIT,
-    confidence=Fraction(95, 100),
-    delta=Fraction(1, 10**6),
-) -> SparkDPQuery:
-    """A DataFrame -> DataFrame function: noisy count of every declared cell (by + count).
+def _aggregation(statistic: str):
+    signature = aggregation_signature(statistic, positional=(), returns=SparkDPQuery)
+    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
 
-    Parameters as in ``df.dp.count`` (`dp_pipeline.engines.pandas.aggregate`); the same
-    inputs give a bit-identical release.
-    """
-    return _query("count", dict(locals()))
+    def run(**arguments) -> SparkDPQuery:
+        return SparkDPQuery(QuerySpec.build(statistic, **arguments))
+
+    return shim(f"dp_{statistic}", signature, doc, run, __name__)
 
 
-def dp_sum(
-    *,
-    column: str,
-    bounds,
-    by,
-    domains,
-    noise,
-    key,
-    release_id: str,
-    table: str,
-    granularity=1,
-    privacy_unit: str | None = None,
-    max_cells: int = 1,
-    max_per_cell: int = 1,
-    neighbouring: str = "add_remove",
-    on_invalid: str = "drop",
-    noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
-    cell_limit: int = DEFAULT_CELL_LIMIT,
-    confidence=Fraction(95, 100),
-    delta=Fraction(1, 10**6),
-) -> SparkDPQuery:
-    """A DataFrame -> DataFrame function: noisy clamped sum of ``column`` per cell (by + sum)."""
-    return _query("sum", dict(locals()))
-
-
-def dp_mean(
-    *,
-    column: str,
-    bounds,
-    by,
-    domains,
-    noise,
-    key,
-    release_id: str,
-    table: str,
-    granularity=1,
-    count_noise=None,
-    privacy_unit: str | None = None,
-    max_cells: int = 1,
-    max_per_cell: int = 1,
-    neighbouring: str = "add_remove",
-    on_invalid: str = "drop",
-    noise_partitions: int = DEFAULT_NOISE_PARTITIONS,
-    cell_limit: int = DEFAULT_CELL_LIMIT,
-    confidence=Fraction(95, 100),
-    delta=Fraction(1, 10**6),
-) -> SparkDPQuery:
-    """A DataFrame -> DataFrame function: noisy sum and count per cell, and their ratio.
-
-    Output: by + sum, count, mean (see ``df.dp.mean`` for the budget split).
-    """
-    return _query("mean", dict(locals()))
+dp_count = _aggregation("count")
+dp_sum = _aggregation("sum")
+dp_mean = _aggregation("mean")

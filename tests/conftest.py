@@ -77,3 +77,18 @@ def parquet_pass_calls(monkeypatch):
 
     monkeypatch.setattr(spark_aggregate, "parquet_pass", recording)
     return calls
+
+
+@pytest.fixture(autouse=True)
+def spark_releases_take_the_spark_paths(request, monkeypatch):
+    """Spark releases in tests run Spark's own aggregation paths, not the driver's.
+
+    Test inputs are small, and a Spark release aggregates a small input on the driver
+    (`dp_pipeline.release.engines.DRIVER_INPUT_BYTES`); tests marked
+    ``driver_aggregation`` keep that rule (tests/test_release_inputs.py).
+    """
+    if "driver_aggregation" in request.keywords:
+        return
+    import dp_pipeline.release.engines as release_engines
+
+    monkeypatch.setattr(release_engines, "DRIVER_INPUT_BYTES", 0)

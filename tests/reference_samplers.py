@@ -2,7 +2,7 @@
 
 Used only by the tests, as an independent implementation to compare the vectorized
 samplers against. Randomness comes from the same `SecureStream` (exact uniform
-integers via `random_below_int`), so Bernoulli(n/d) is ``uniform_below(d) < n``.
+integers via `uniform_below_int`), so Bernoulli(n/d) is ``uniform_below(d) < n``.
 """
 
 from __future__ import annotations
@@ -10,9 +10,11 @@ from __future__ import annotations
 from fractions import Fraction
 from math import floor, isqrt
 
+from dp_pipeline.noise.uniform import uniform_below_int
+
 
 def bernoulli(stream, p: Fraction) -> int:
-    return int(stream.random_below_int(p.denominator) < p.numerator)
+    return int(uniform_below_int(stream, p.denominator) < p.numerator)
 
 
 def bernoulli_exp(stream, gamma: Fraction) -> int:
@@ -32,7 +34,7 @@ def discrete_laplace(stream, scale: Fraction) -> int:
     """CKS Algorithm 2: P[Z = z] ∝ exp(-|z|/scale), scale = t/s."""
     t, s = scale.numerator, scale.denominator
     while True:
-        u = stream.random_below_int(t)
+        u = uniform_below_int(stream, t)
         if not bernoulli_exp(stream, Fraction(u, t)):
             continue
         v = 0

@@ -28,7 +28,11 @@ def _examples(language: str) -> list:
     cases = []
     for path in DOCS:
         for index, code in enumerate(blocks(path, language), 1):
-            spark = "dp_pipeline.spark" in code or "conf/census_demo.toml" in code
+            spark = (
+                "dp_pipeline.spark" in code
+                or "conf/census_demo.toml" in code
+                or '"--engine", "spark"' in code
+            )
             marks = [pytest.mark.spark] if spark else []
             cases.append(pytest.param(path, code, id=f"{path.name}-{index}", marks=marks))
     return cases

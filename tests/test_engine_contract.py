@@ -17,7 +17,8 @@ import pytest
 from engine_queries import DOMAINS, KEY, make_spec
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
+from dp_pipeline.engines.backend import aggregate as backend_aggregate
+from dp_pipeline.engines.pandas.aggregate import run_pandas
 from dp_pipeline.randomness import derive_stream
 
 
@@ -71,10 +72,14 @@ class Engine:
     release: object
 
 
+def unpack(aggregates) -> tuple[list[dict], list]:
+    """The backend's `CellAggregates` as (vectors, diagnostics) lists."""
+    return [a.vectors() for a in aggregates], [a.diagnostics for a in aggregates]
+
+
 def pandas_engine() -> Engine:
     def aggregate(df, specs):
-        results = [aggregate_pandas(df, spec) for spec in specs]
-        return [true for true, _, _ in results], [diagnostics for _, _, diagnostics in results]
+        return unpack(backend_aggregate(df, specs))
 
     def release(df, spec):
         out, _ = run_pandas(df, spec)
@@ -87,36 +92,13 @@ def spark_engine(name, spark, to_spark, check_path, spark_calls) -> Engine:
     """A Spark path: ``to_spark(df)`` gives its input, ``check_path(df, specs, calls)``
     asserts that the path meant to run did (``calls``: the new entries of ``spark_calls``,
     the `parquet_pass` recorder)."""
-    from pyspark.sql import functions as sf
-
-    from dp_pipeline.engines.spark.aggregate import TABLE_COLUMN, aggregate_queries
     from dp_pipeline.spark import run_queries
-    from dp_pipeline.udfs.noise import CELL_COLUMN
 
     def aggregate(df, specs):
         before = len(spark_calls)
-        aggregates, diagnostics = aggregate_queries(to_spark(df), specs)
-        try:
-            rows = (
-                aggregates.filter(sf.col(CELL_COLUMN) >= 0)
-                .select(TABLE_COLUMN, CELL_COLUMN, "n", "s")
-                .toPandas()
-            )
-        finally:
-            aggregates.unpersist()
+        result = unpack(backend_aggregate(to_spark(df), specs))
         check_path(df, specs, spark_calls[before:])
-        trues = []
-        for index, spec in enumerate(specs):
-            mine = rows[rows[TABLE_COLUMN] == index]
-            cells = mine[CELL_COLUMN].to_numpy(dtype=np.int64)
-            counts = np.zeros(spec.cells.total, dtype=np.int64)
-            counts[cells] = mine["n"].to_numpy(dtype=np.int64)
-            sums = None
-            if spec.column is not None:
-                sums = np.zeros(spec.cells.total, dtype=np.int64)
-                sums[cells] = np.array([int(s) for s in mine["s"]], dtype=np.int64)
-            trues.append({"count": counts, "sum": sums})
-        return trues, list(diagnostics)
+        return result
 
     def release(df, spec):
         before = len(spark_calls)
@@ -260,6 +242,40 @@ def test_diagnostics_count_each_dropped_row_once(engine):
     assert diagnostics.rows_invalid_value == 2
     assert diagnostics.rows_used == 0
     assert diagnostics.rows_dropped == 7
+
+
+def test_a_float_integer_key_holding_nan_and_non_integers_gives_invalid_rows(engine):
+    # An integer column with a missing value is float64 in pandas and in Parquet files
+    # pandas writes: NaN is a null key; 1.5, inf and 1e300 are outside the domain.
+    df = pd.DataFrame(
+        {
+            "state": [0.0, 1.0, np.nan, 1.5, 3.0, np.inf, -np.inf, 1e300, 9.0, 2.0, np.nan],
+            "sex": ["f", "m", "f", "m", "m", "f", "f", "m", "f", None, "m"],
+            "income": [5.0, 7.0, 1.0, 1.0, 50.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    (true,), (diagnostics,) = engine.aggregate(df, [make_spec("sum")])
+    assert diagnostics.rows_in == 11
+    assert diagnostics.rows_null_key == {"state": 2, "sex": 1}
+    assert diagnostics.rows_out_of_domain == {"state": 5, "sex": 0}
+    assert diagnostics.rows_used == 3
+    expected = np.zeros(8, dtype=np.int64)
+    expected[[0 * 2 + 0, 1 * 2 + 1, 3 * 2 + 1]] = 1
+    assert np.array_equal(true["count"], expected)
+    assert true["sum"][[0, 3, 7]].tolist() == [5, 7, 50]
+    out = engine.release(df, make_spec("sum"))
+    assert out["state"].tolist() == [s for s in range(4) for _ in range(2)]
+    assert out["state"].dtype == np.int64  # keys from the domain, not the float input
+
+
+def test_a_float_integer_key_with_only_integers_is_released_like_an_integer_key(engine):
+    rng = np.random.default_rng(3)
+    integers = pd.DataFrame(
+        {"state": rng.integers(0, 4, 200), "sex": rng.choice(["f", "m"], 200).astype(object)}
+    )
+    floats = integers.assign(state=integers["state"].astype(np.float64))
+    spec = make_spec()
+    assert released(engine.release(floats, spec)) == released(engine.release(integers, spec))
 
 
 def test_null_units_are_dropped_and_counted(engine):

@@ -42,8 +42,8 @@ from scipy import stats
 from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
 from dp_pipeline.noise import bernoulli_exp, discrete_gaussian, discrete_laplace
 from dp_pipeline.noise._exp_digits import floor_scaled_exp_neg, geometric_exp_neg_one
-from dp_pipeline.noise._uniform import bernoulli_ratio, uniform_below, uniform_below_big
 from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_fraction_prefixed, bernoulli_exp_quotient
+from dp_pipeline.noise.uniform import bernoulli_ratio, uniform_below, uniform_below_big
 from dp_pipeline.randomness import derive_stream
 
 KEY_HEX = "5a" * 16 + "c3" * 16

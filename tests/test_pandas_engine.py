@@ -17,10 +17,11 @@ from dp_pipeline.engines.pandas.aggregate import run_pandas
     ("df", "statistic", "error", "message"),
     [
         (
-            pd.DataFrame({"state": [0.0], "sex": ["f"]}),
+            pd.DataFrame({"state": ["0"], "sex": ["f"]}),
             "count",
             TypeError,
-            "key column 'state' has dtype float64 but its domain holds integers",
+            "key column 'state' has dtype object but its domain holds integers; it must have "
+            "an integer dtype (or a float dtype holding integers and NaN)",
         ),
         (
             pd.DataFrame({"state": [0], "sex": [1]}),
@@ -59,3 +60,18 @@ def test_empty_dataframe_releases_every_cell_with_noise_only():
     out, diagnostics = run_pandas(df, make_spec())
     assert len(out) == 8
     assert diagnostics.rows_in == 0 and diagnostics.rows_used == 0
+
+
+def test_the_backend_returns_dense_cell_aggregates_that_keep_their_values_out_of_reprs():
+    from dp_pipeline.engines.backend import CellAggregates, aggregate
+
+    df = pd.DataFrame({"state": [1, 1, 3], "sex": ["m", "m", "f"], "income": [5.0, 7.0, 1.0]})
+    count, total = make_spec(), make_spec("sum")
+    results = aggregate(df, [count, total])
+    assert all(isinstance(result, CellAggregates) for result in results)
+    assert results[0].count.tolist() == [0, 0, 0, 2, 0, 0, 1, 0] and results[0].sum is None
+    assert results[1].sum.tolist() == [0, 0, 0, 12, 0, 0, 1, 0]
+    assert results[1].diagnostics.rows_used == 3
+    assert repr(results[1]) == "CellAggregates(8 cells, sum=True)"
+    with pytest.raises(ValueError, match="derived columns are for Spark inputs"):
+        aggregate(df, [count], derived={"x": None})

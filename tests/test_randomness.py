@@ -11,6 +11,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from scipy import stats
 
+from dp_pipeline.noise.uniform import (
+    bernoulli_ratio,
+    uniform_below,
+    uniform_below_each,
+    uniform_below_int,
+)
 from dp_pipeline.randomness import (
     MasterKey,
     SecureStream,
@@ -154,22 +160,22 @@ def test_stream_key_pickles_and_opens_the_same_stream(key):
 
 @pytest.mark.parametrize("bound", [1, 2, 3, 7, 10, 1000, 2**32 + 15, 2**63])
 def test_uniform_below_range(key, bound):
-    draws = derive_stream(key, "u", bound).uniform_below(bound, size=20_000)
-    assert draws.dtype == np.int64 or bound == 2**63
+    draws = uniform_below(derive_stream(key, "u", bound), bound, 20_000)
+    assert draws.dtype == np.int64
     assert int(np.min(draws)) >= 0 and int(np.max(draws)) <= bound - 1
 
 
 def test_uniform_below_is_uniform_chi_square(key):
     # 7 cells, 700k draws: a 1% relative distortion of one cell shifts chi-square
     # by ~7 on 6 dof; the test threshold is p < 1e-4 (false-positive rate 1e-4).
-    draws = derive_stream(key, "chi").uniform_below(7, size=700_000)
+    draws = uniform_below_each(derive_stream(key, "chi"), np.full(700_000, 7))
     counts = np.bincount(draws, minlength=7)
     assert stats.chisquare(counts).pvalue > 1e-4
 
 
 def test_uniform_below_per_element_bounds(key):
     bounds = np.array([1, 2, 3, 5, 1000] * 20_000)
-    draws = derive_stream(key, "pe").uniform_below(bounds)
+    draws = uniform_below_each(derive_stream(key, "pe"), bounds)
     assert np.all(draws < bounds) and np.all(draws >= 0)
     fives = draws[bounds == 5]
     assert stats.chisquare(np.bincount(fives, minlength=5)).pvalue > 1e-4
@@ -177,27 +183,33 @@ def test_uniform_below_per_element_bounds(key):
 
 def test_uniform_below_big_bounds_are_exact_ints(key):
     bound = 10**40 + 7
-    draws = derive_stream(key, "big").uniform_below(np.array([bound] * 2000, dtype=object))
+    draws = uniform_below_each(derive_stream(key, "big"), np.array([bound] * 2000, dtype=object))
     assert draws.dtype == object
     assert all(0 <= int(x) < bound for x in draws)
     # The top decile is hit with probability ~1/10 per draw.
     top = sum(int(x) >= bound * 9 // 10 for x in draws)
     assert 130 < top < 270
+    scalar = uniform_below_int(derive_stream(key, "one"), bound)
+    assert 0 <= scalar < bound
 
 
 def test_bernoulli_rational(key):
     n = 400_000
-    hits = int(derive_stream(key, "b").bernoulli(3, 7, size=n).sum())
+    hits = int(bernoulli_ratio(derive_stream(key, "b"), np.full(n, 3), 7).sum())
     assert stats.binomtest(hits, n, 3 / 7).pvalue > 1e-4
 
 
 @pytest.mark.parametrize(
     "call, exc, message",
     [
-        (lambda s: s.uniform_below(0, size=3), ValueError, "bounds must be >= 1, got 0"),
-        (lambda s: s.uniform_below(np.array([1.5])), TypeError, "bounds must be integers"),
-        (lambda s: s.uniform_below(True), TypeError, "got bool"),
-        (lambda s: s.bernoulli(5, 3), ValueError, "0 <= num <= den"),
+        (
+            lambda s: uniform_below_each(s, np.zeros(3, dtype=int)),
+            ValueError,
+            "bounds must all be >= 1, got minimum 0",
+        ),
+        (lambda s: uniform_below_each(s, np.array([1.5])), TypeError, "bounds must be integers"),
+        (lambda s: uniform_below_each(s, True), TypeError, "got bool"),
+        (lambda s: uniform_below_int(s, 0), ValueError, "bound must be >= 1, got 0"),
     ],
 )
 def test_bad_uniform_arguments(key, call, exc, message):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from fractions import Fraction
 from pathlib import Path
@@ -69,21 +70,23 @@ def test_explicit_sigma2_above_budget_is_refused_before_data():
 
 def test_sensitivity_vectors():
     spec = parse_spec(small_document())
+    replace = dataclasses.replace(spec, neighbouring="replace")
     count, total = spec.table("age_sex"), spec.table("income")
-    assert sensitivity_vector(count, "add_remove") == (1,)
-    assert sensitivity_vector(count, "replace") == (1, 1)
-    assert sensitivity_vector(total, "add_remove") == (100,)
+    assert sensitivity_vector(spec, count) == (1,)
+    assert sensitivity_vector(replace, count) == (1, 1)
+    assert sensitivity_vector(spec, total) == (100,)
     # Replace within one cell can move a sum from -10 to 100: 110 in one coordinate.
-    assert sensitivity_vector(total, "replace") == (110, 110)
+    assert sensitivity_vector(replace, total) == (110, 110)
 
 
 def test_replace_never_counts_more_coordinates_than_cells():
     document = small_document()
     document["domains"]["one"] = ["x"]
     document["tables"][0].update(keys=["one"])
-    table = parse_spec(document).table("age_sex")
+    spec = dataclasses.replace(parse_spec(document), neighbouring="replace")
+    table = spec.table("age_sex")
     assert table.cells == 1
-    assert sensitivity_vector(table, "replace") == (1,)  # leaving and entering the same cell
+    assert sensitivity_vector(spec, table) == (1,)  # leaving and entering the same cell
 
 
 def test_noise_sd_is_the_standard_deviation_of_the_noise():

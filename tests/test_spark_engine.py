@@ -135,8 +135,8 @@ def test_spark_bad_input_errors_name_column_and_value(spark):
     df = data()
     with pytest.raises(ValueError, match=r"column 'state': some rows have a key outside"):
         run_spark(spark.createDataFrame(df), spec("count", on_invalid="error"))
-    with pytest.raises(TypeError, match="key column 'state' has Spark type double"):
-        run_spark(spark.createDataFrame(df.astype({"state": float})), spec("count"))
+    with pytest.raises(TypeError, match="key column 'state' has Spark type string but its"):
+        run_spark(spark.createDataFrame(df.astype({"state": str})), spec("count"))
     with pytest.raises(ValueError, match="key column 'sex' is not in the DataFrame"):
         run_spark(spark.createDataFrame(df.drop(columns="sex")), spec("count"))
 

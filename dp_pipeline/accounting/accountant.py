@@ -48,6 +48,7 @@ from dp_pipeline.accounting.brackets import (
     intersect_brackets,
     inversion_delta,
 )
+from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
 from dp_pipeline.accounting.events import (
     PrivacyEvent,
     event_mechanism_from_dict,
@@ -55,7 +56,6 @@ from dp_pipeline.accounting.events import (
     pure_epsilon_of,
     sensitivity_tuple,
 )
-from dp_pipeline.accounting.multivariate import epsilon_from_delta_function
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -63,6 +63,7 @@ from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
 
 _NEGLIGIBLE_SHIFT = 1e-6  # largest ε given to discrete Gaussians of negligible total ρ
+_CAPPED = "(tighter than"  # in the method of a bound given by a closed-form cap (`capped`)
 
 
 class PrivacyAccountant:
@@ -205,7 +206,11 @@ class PrivacyAccountant:
         split = self._pure_split()
         if split is not None:
             high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
-        return epsilon_from_delta_function(delta_of, delta, high, name)
+        # the start is the closed-form cap's ε: where the cap gives the bound there, the
+        # answer is usually the start itself (`epsilon_search`)
+        return epsilon_from_delta_function(
+            delta_of, delta, high, name, probe=lambda bound: _CAPPED in bound.method
+        )
 
     @property
     def method(self) -> str:
@@ -282,7 +287,7 @@ class PrivacyAccountant:
                     built.append(fft_composition(self._events, exact_only=True))
                     tried.add("exact")
                 if built[0] is None and not exact_only and "any" not in tried:
-                    built[0] = fft_composition(self._events)
+                    built[0] = fft_composition(self._events, skip_exact=True)
                     tried.add("any")
                 return None if built[0] is None else built[0][0](eps)
 
@@ -302,14 +307,14 @@ class PrivacyAccountant:
             bound = delta_of(eps)
             zcdp = zcdp_to_delta(rho, eps)
             if zcdp < bound.upper:
-                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp (tighter than {name})")
+                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
             if pure_total is not None and eps > pure_total * (1 + 1e-12):
                 # basic composition of the pure part and the zCDP of the rest (ε rounded
                 # down by the factor, so the pure part's ε is not below its exact value)
                 rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
                 if rest < bound.upper:
                     bound = DeltaBound(
-                        min(bound.lower, rest), rest, f"pure_dp + zcdp (tighter than {name})"
+                        min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
                     )
             return bound
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from functools import lru_cache
 
 import numpy as np
 
@@ -64,8 +65,29 @@ def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, 
     """Values K = 0..Δ and P[K] where the privacy loss is -Δ/b + (2/b)·K (y ~ Lap_Z(b)).
 
     K = Δ - clip(y, 0, Δ): P[K=Δ] = P[y<=0] = 1/(1+q), P[K=0] = P[y>=Δ] = q^Δ/(1+q),
-    P[K=Δ-y] = (1-q)/(1+q)·q^y for 0 < y < Δ, with q = e^{-1/b}.
+    P[K=Δ-y] = (1-q)/(1+q)·q^y for 0 < y < Δ, with q = e^{-1/b}. Cached (read-only arrays):
+    one release's paths and δ evaluations ask for the same (b, Δ) many times, and a large
+    Δ costs Δ powers; only the last few large supports are kept (16 MB each at Δ = 10^6).
     """
+    if shift <= _SMALL_SHIFT:
+        return _small_loss_pmf(scale, shift)
+    return _large_loss_pmf(scale, shift)
+
+
+_SMALL_SHIFT = 4096
+
+
+@lru_cache(maxsize=256)
+def _small_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    return _loss_pmf(scale, shift)
+
+
+@lru_cache(maxsize=4)
+def _large_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    return _loss_pmf(scale, shift)
+
+
+def _loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, np.ndarray]:
     q = math.exp(-1 / float(scale))
     one_plus_q = 1 + q
     probabilities = np.empty(shift + 1)
@@ -74,7 +96,10 @@ def discrete_laplace_loss_pmf(scale: Fraction, shift: int) -> tuple[np.ndarray, 
     if shift > 1:
         ys = np.arange(1, shift)
         probabilities[shift - ys] = -math.expm1(-1 / float(scale)) / one_plus_q * q**ys
-    return np.arange(shift + 1), probabilities
+    values = np.arange(shift + 1)
+    values.flags.writeable = False
+    probabilities.flags.writeable = False
+    return values, probabilities
 
 
 def _bounds_one_shift(scale: Fraction, shift: int, epsilon: float) -> tuple[float, float]:

@@ -286,19 +286,30 @@ class InversionComposition:
 
         # more nodes where the terms per node are few (a tiny ρ decays slowly)
         max_nodes = min(_MAX_NODES, max(_MIN_NODES, _NODE_WORK // self._work_per_node))
-        nodes = 1
+        nodes, short = 1, 0  # short: a count known to miss the target
         while True:
             edge = (nodes + 1) * h
             if edge > limit:
                 band = 0.0
                 break
             band = band_tail(edge)
-            if band <= _TARGET * estimate or nodes >= max_nodes:
+            if band <= _TARGET * estimate:
+                # the growth overshoots by up to 25%: bisect to the smallest count that meets
+                # the target (the band tail decreases with the edge), the node sums dominate
+                while nodes - short > 1:
+                    middle = (short + nodes) // 2
+                    middle_band = band_tail((middle + 1) * h)
+                    if middle_band <= _TARGET * estimate:
+                        nodes, band = middle, middle_band
+                    else:
+                        short = middle
+                break
+            if nodes >= max_nodes:
                 break
             grown = min(max_nodes, max(nodes + 1, int(nodes * 1.25)), int(limit / h) - 1)
             if grown <= nodes:
                 break
-            nodes = grown
+            short, nodes = nodes, grown
         if nodes >= max_nodes and band > estimate:
             # the bracket would be wider than δ itself: not worth the nodes (this happens
             # with the saddle point near the pole at 0, i.e. δ near P[L > ε])

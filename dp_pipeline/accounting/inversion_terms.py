@@ -258,8 +258,9 @@ def node_values(buckets, thetas, smooth: tuple, node: tuple):
     s = c + 1j * u
     quadratic = rho * s * (s + 1)
     linear = s * epsilon
-    log_value = quadratic - linear - np.log(s) - np.log(s + 1) - k0
-    magnitude_terms = np.abs(quadratic) + np.abs(linear) + np.abs(np.log(s)) + np.abs(np.log(s + 1))
+    log_s, log_s1 = np.log(s), np.log(s + 1)
+    log_value = quadratic - linear - log_s - log_s1 - k0
+    magnitude_terms = np.abs(quadratic) + np.abs(linear) + np.abs(log_s) + np.abs(log_s1)
     error = 8 * _U * (magnitude_terms + abs(k0) + 1)
     error += rho_error * np.abs(s * (s + 1)) * 1.01 + model_error * 1.01
     log_with_error = log_value.real.copy()
@@ -284,7 +285,8 @@ def node_values(buckets, thetas, smooth: tuple, node: tuple):
                 np.max(finite_log, axis=1)[None]
                 + np.max(np.abs(c * bucket.losses), axis=1)[None]
                 + np.abs(top)
-                + np.max(np.abs(u[:, None, None] * bucket.losses[None]), axis=2)
+                # max_a |u·l_a| = u·max_a |l_a| exactly (u >= 0, rounding is monotone)
+                + u[:, None] * np.max(np.abs(bucket.losses), axis=1)[None]
                 + 2
             )
         )

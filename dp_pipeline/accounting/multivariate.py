@@ -19,14 +19,14 @@ Result: lower = computed - error (clipped at 0), upper = computed + error.
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
 
-from dp_pipeline.accounting._checks import check_delta, check_epsilon, round_up
+from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
     InversionComposition,
@@ -133,110 +133,6 @@ def _inversion_of(components: Sequence[LatticeComponent]):
                 discrete_gaussian_support(float(component.sigma2), shift, component.count)
             )
     return InversionComposition(smooth, support) if smooth else None
-
-
-def epsilon_from_delta_function(delta_bound_of, delta: float, high: float, method: str):
-    """EpsilonBound from a δ(ε) bound function (both non-increasing in ε).
-
-    upper: an ε with δ_upper(ε) <= δ (the guarantee), within ~1e-7 relative of the
-    smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
-    Each is the end of a bracket shrunk by regula falsi on log δ (Illinois), which needs a
-    handful of evaluations where bisection needs about fifty. Every bracket end is a
-    direct evaluation of ``delta_bound_of``; evaluations are shared between the two
-    searches (the lower search starts from the largest ε already seen with δ_lower > δ),
-    and ε = 0 is evaluated only when the searches come near it.
-    """
-    seen: dict = {}
-
-    def bound_at(eps: float):
-        if eps not in seen:
-            seen[eps] = delta_bound_of(eps)
-        return seen[eps]
-
-    while bound_at(high).upper > delta:
-        high = 2 * high + 1
-    upper = _solve(lambda eps: bound_at(eps).upper, delta, high, feasible_end=True)
-    below = [eps for eps, bound in seen.items() if eps < upper and bound.lower > delta]
-    lower = _solve(
-        lambda eps: bound_at(eps).lower,
-        delta,
-        upper,
-        feasible_end=False,
-        low=max(below) if below else None,
-    )
-    return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
-
-
-def _solve(
-    delta_of,
-    delta: float,
-    high: float,
-    feasible_end: bool,
-    rtol: float = 1e-7,
-    low: float | None = None,
-):
-    """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
-    the feasible end (δ_of <= δ) or the infeasible end (δ_of > δ, 0.0 if none).
-
-    ``low``: an ε known to have δ_of(low) > δ, if any; otherwise one is looked for below
-    ``high`` (secant steps on log δ, each at least 5% of the way down), and ε = 0 is tried
-    once the search has come below a quarter of ``high``.
-    """
-    target = math.log(delta)
-
-    def excess(eps: float) -> float:
-        value = delta_of(eps)
-        return math.log(value) - target if value > 0 else -math.inf
-
-    f_high = excess(high)
-    if low is None:
-        start = high
-        trial, f_trial = 0.9 * high, None
-        while True:
-            if trial <= 0.25 * start:
-                low, f_low = 0.0, excess(0.0)
-                if f_low <= 0:
-                    return 0.0
-                break
-            f_trial = excess(trial)
-            if f_trial > 0:
-                low, f_low = trial, f_trial
-                break
-            # both feasible: extrapolate the secant of log δ to its crossing, overshooting
-            previous, f_previous = high, f_high
-            high, f_high = trial, f_trial
-            slope = (f_previous - f_high) / (previous - high)
-            if math.isfinite(slope) and slope < 0:
-                guess = high - 1.5 * f_high / slope
-                trial = min(0.95 * high, max(guess, 0.5 * high))
-            else:
-                trial = 0.5 * high
-    else:
-        f_low = excess(low)
-    side = 0
-    for _ in range(200):
-        if high - low <= rtol * high + 1e-300:
-            break
-        if math.isfinite(f_low) and math.isfinite(f_high) and f_low != f_high:
-            trial = high - f_high * (high - low) / (f_high - f_low)
-            margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
-            trial = min(max(trial, low + margin), high - margin)
-        else:
-            trial = 0.5 * (low + high)
-        if not low < trial < high:
-            trial = 0.5 * (low + high)
-        value = excess(trial)
-        if value <= 0:
-            high, f_high = trial, value
-            if side == 1:
-                f_low /= 2
-            side = 1
-        else:
-            low, f_low = trial, value
-            if side == -1:
-                f_high /= 2
-            side = -1
-    return round_up(high) if feasible_end else low
 
 
 def multivariate_epsilon(

@@ -64,17 +64,18 @@ _MAX_LATTICE_SUPPORT = 1 << 15  # finite-support lattice components larger go to
 _MAX_PLD_POINTS = 1 << 20  # grid PLD parts larger than this are not built (time and memory)
 
 
-def fft_composition(events, exact_only: bool = False):
+def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
     """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
-    with ``exact_only``, the exact lattice FFT or None. None also when no FFT path fits
-    in memory (every grid is capped; see `pld_of`)."""
+    with ``exact_only``, the exact lattice FFT or None; with ``skip_exact``, the paths
+    after the exact lattice FFT (for a caller that found it does not fit). None also when
+    no FFT path fits in memory (every grid is capped; see `pld_of`)."""
     components = lattice_components(events)
     if components is not None and any(
         len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components
     ):
         components = None  # its tail bound alone would sum that support at every λ tried
     loss = None
-    if components is not None:
+    if components is not None and not skip_exact:
         loss = lattice_loss(
             components,
             _LATTICE_TOLERANCE,
@@ -134,8 +135,9 @@ def inversion_of(events):
     """
     candidates = []
     threshold = support_threshold(events)
+    shared: dict = {}  # the splits differ only in their Gaussians: build the rest once
     for split in (threshold, None) if threshold is not None else (None,):
-        directions = inversion_split(events, split)
+        directions = inversion_split(events, split, shared)
         if directions is not None:
             candidates.append(directions)
     return candidates
@@ -162,7 +164,11 @@ def support_threshold(events) -> Fraction | None:
     return threshold
 
 
-def inversion_split(events, support_below):
+def inversion_split(events, support_below, shared: dict | None = None):
+    """One candidate of `inversion_of`: discrete Gaussians with σ² >= ``support_below``
+    (all if None) smooth, the rest finite supports. ``shared`` caches the finite-support
+    groups of the other events and their rounded versions between calls (same events)."""
+    shared = {} if shared is None else shared
     gaussians, forward, backward = [], [], []
     asymmetric = False
     unit = 2.0**-53
@@ -184,24 +190,31 @@ def inversion_split(events, support_below):
             continue
         if isinstance(mechanism, DiscreteLaplace):
             for shift, multiplicity in shifts.items():
-                values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
-                losses = (-shift + 2.0 * values) / float(mechanism.scale)
-                group = SupportGroup(
-                    masses=probabilities,
-                    losses=losses,
-                    count=multiplicity * event.count,
-                    loss_error=8 * unit * float(np.max(np.abs(losses))),
-                    mass_error=8 * unit * (shift + 4),
-                )
+                key = ("laplace", mechanism.scale, shift, multiplicity * event.count)
+                if key not in shared:
+                    values, probabilities = discrete_laplace_loss_pmf(mechanism.scale, shift)
+                    losses = (-shift + 2.0 * values) / float(mechanism.scale)
+                    shared[key] = SupportGroup(
+                        masses=probabilities,
+                        losses=losses,
+                        count=multiplicity * event.count,
+                        loss_error=8 * unit * float(np.max(np.abs(losses))),
+                        mass_error=8 * unit * (shift + 4),
+                    )
+                group = shared[key]
                 support_size += len(group.masses)
                 forward.append(group)
                 backward.append(group)
             continue
         if hasattr(mechanism, "privacy_loss_pmfs"):
-            p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
-            if p.shape != q.shape:
-                return None
-            one, two = pmf_group(p, q, event.count), pmf_group(q, p, event.count)
+            key = ("pmf", id(mechanism), event.count)
+            if key not in shared:
+                p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
+                if p.shape != q.shape:
+                    return None
+                pair = pmf_group(p, q, event.count), pmf_group(q, p, event.count)
+                shared[key] = (mechanism, pair)  # the mechanism keeps its id alive
+            one, two = shared[key][1]
             support_size += len(one.masses)
             forward.append(one)
             backward.append(two)
@@ -223,8 +236,8 @@ def inversion_split(events, support_below):
         return None
     rounded = any(len(g.masses) > _MAX_SUPPORT for g in forward + backward)
     if rounded:
-        ups = [_rounded(forward, True), _rounded(backward, True)]
-        downs = [_rounded(forward, False), _rounded(backward, False)]
+        ups = [_rounded(forward, True, shared), _rounded(backward, True, shared)]
+        downs = [_rounded(forward, False, shared), _rounded(backward, False, shared)]
         support_size = sum(len(g.masses) for g in ups[0])
     if support_size > _MAX_TOTAL_SUPPORT:
         return None
@@ -241,9 +254,19 @@ def inversion_split(events, support_below):
     ]
 
 
-def _rounded(groups, up: bool) -> list[SupportGroup]:
-    """The groups with supports over `_MAX_SUPPORT` rounded (`rounded_support`)."""
-    return [rounded_group(g, up) if len(g.masses) > _MAX_SUPPORT else g for g in groups]
+def _rounded(groups, up: bool, shared: dict) -> list[SupportGroup]:
+    """The groups with supports over `_MAX_SUPPORT` rounded (`rounded_support`); a group
+    met again (both directions of a symmetric loss, both splits) is rounded once."""
+    rounded = []
+    for group in groups:
+        if len(group.masses) <= _MAX_SUPPORT:
+            rounded.append(group)
+            continue
+        key = ("rounded", id(group), up)
+        if key not in shared:
+            shared[key] = (group, rounded_group(group, up))  # the group keeps its id alive
+        rounded.append(shared[key][1])
+    return rounded
 
 
 def lattice_components(events) -> list[LatticeComponent] | None:
@@ -284,7 +307,7 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                     offset=-Fraction(shift) / value,
                     step=2 / value,
                     count=count,
-                    probabilities=tuple(float(p) for p in probabilities),
+                    probabilities=tuple(probabilities.tolist()),  # the same floats, fast
                 )
             )
         else:

@@ -130,9 +130,11 @@ def unit_keys(units: pd.Series | np.ndarray, salt: BoundingSalt) -> tuple[np.nda
     """
     codes, uniques = pd.factorize(np.asarray(units), sort=False)
     prefix = salt.unit_salt + "|"
+    # The first 15 hex digits of the digest are its first 60 bits: the top of its first
+    # 8 bytes (no hex string to build and parse per unit).
     keys = np.fromiter(
         (
-            int(hashlib.sha256((prefix + str(u)).encode("utf-8")).hexdigest()[:15], 16)
+            int.from_bytes(hashlib.sha256((prefix + str(u)).encode("utf-8")).digest()[:8]) >> 4
             for u in uniques
         ),
         dtype=np.int64,

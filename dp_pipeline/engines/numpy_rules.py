@@ -14,7 +14,19 @@ import numpy as np
 from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.exact_sums import cell_totals
 
-__all__ = ["cell_sums", "clip_units", "first_reason_codes", "rounded_units", "value_units"]
+__all__ = [
+    "KEY_LIMIT",
+    "cell_sums",
+    "clip_units",
+    "first_reason_codes",
+    "integral_keys",
+    "rounded_units",
+    "value_units",
+]
+
+# Integer domains lie within [-2**62, 2**62] (`dp_pipeline.query.domain`): a floating-point
+# key beyond that is outside every domain, and every one within it converts to int64 exactly.
+KEY_LIMIT = float(2**62)
 
 
 def rounded_units(values: np.ndarray, bounds: ValueBounds) -> tuple[np.ndarray, np.ndarray]:
@@ -52,3 +64,20 @@ def first_reason_codes(conditions: list[tuple[np.ndarray | None, int]], size: in
 def cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray:
     """Exact per-cell sums, clamped into [-2**62, 2**62] before noise (`query.exact_sums`)."""
     return cell_totals(cells, weights, total).clamped()
+
+
+def integral_keys(values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(int64 keys, missing mask, not-an-integer mask) of a floating-point integer-key column.
+
+    A float column holds what an integer column with a missing value becomes in pandas
+    or Parquet: NaN is a missing key (a null key); a value that is not an integer
+    (``1.5``, ±inf) or lies beyond ±2**62 is outside every integer domain. The Spark SQL
+    dialect (`dp_pipeline.engines.spark_sql.coding`) applies the same rule. Keys of the
+    masked rows are 0 (placeholders, never looked up).
+    """
+    values = np.asarray(values, dtype=np.float64)
+    missing = np.isnan(values)
+    with np.errstate(invalid="ignore"):
+        integral = (np.rint(values) == values) & (np.abs(values) <= KEY_LIMIT)
+    keys = np.where(integral, values, 0.0).astype(np.int64)
+    return keys, missing, ~missing & ~integral

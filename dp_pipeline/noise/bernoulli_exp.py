@@ -5,12 +5,12 @@ from __future__ import annotations
 import numpy as np
 
 from dp_pipeline.noise._exp_digits import bernoulli_exp_neg_integer, geometric_exp_neg_one
-from dp_pipeline.noise._uniform import (
+from dp_pipeline.noise._validate import check_size, check_stream, nonnegative_rational
+from dp_pipeline.noise.uniform import (
     bernoulli_from_prefixes,
     bernoulli_ratio,
     fraction_prefixes,
 )
-from dp_pipeline.noise._validate import check_size, check_stream, nonnegative_rational
 
 __all__ = [
     "bernoulli_exp",

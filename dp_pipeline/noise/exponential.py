@@ -106,6 +106,7 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.errors import InternalError
+from dp_pipeline.noise.uniform import uniform_below_each
 from dp_pipeline.noise.weight_tree import WeightTree
 
 __all__ = [
@@ -316,11 +317,11 @@ def round_ups(remainders: np.ndarray, denominator: int, bound: int, stream) -> n
         return (top < remainders.astype(np.uint64)).astype(np.int64)
     scale = bound // denominator
     if bound <= 1 << 63:
-        draws = stream.uniform_below(np.full(size, bound, dtype=np.int64))
+        draws = uniform_below_each(stream, np.full(size, bound, dtype=np.int64))
         if remainders.dtype != object:
             return (draws < remainders * scale).astype(np.int64)
     else:
-        draws = stream.uniform_below(np.full(size, bound, dtype=object))
+        draws = uniform_below_each(stream, np.full(size, bound, dtype=object))
     return np.array(
         [int(d) < int(r) * scale for d, r in zip(draws, remainders, strict=True)],
         dtype=np.int64,

@@ -6,10 +6,10 @@ from math import isqrt
 
 import numpy as np
 
-from dp_pipeline.noise._uniform import INT64_MAX
 from dp_pipeline.noise._validate import check_size, check_stream, positive_rational
 from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_quotient, bernoulli_exp_split
 from dp_pipeline.noise.laplace import FAST_MAX_T, apply_sign, fill_in_batches, laplace_magnitudes
+from dp_pipeline.noise.uniform import INT64_MAX
 
 __all__ = ["discrete_gaussian", "gaussian_accept"]
 

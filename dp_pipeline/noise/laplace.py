@@ -6,9 +6,9 @@ import numpy as np
 
 from dp_pipeline.errors import InternalError
 from dp_pipeline.noise._exp_digits import geometric_exp_neg_one
-from dp_pipeline.noise._uniform import INT64_MAX, uniform_below, uniform_below_big
 from dp_pipeline.noise._validate import check_size, check_stream, positive_rational
 from dp_pipeline.noise.bernoulli_exp import bernoulli_exp_fraction
+from dp_pipeline.noise.uniform import INT64_MAX, uniform_below, uniform_below_big
 
 __all__ = ["discrete_laplace", "fill_in_batches", "laplace_magnitudes"]
 

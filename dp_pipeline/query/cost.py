@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dp_pipeline.accounting import PrivacyAccountant, margin_of_error
+from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent, margin_of_error
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
@@ -30,10 +30,17 @@ class MeasureInfo:
     """
 
     value: str
-    mechanism: DiscreteGaussian | DiscreteLaplace
-    sensitivity: tuple[int, ...]
+    event: PrivacyEvent  # the mechanism, its sensitivity vector, one run
     margin_of_error: int | Fraction
     rho: object
+
+    @property
+    def mechanism(self) -> DiscreteGaussian | DiscreteLaplace:
+        return self.event.mechanism
+
+    @property
+    def sensitivity(self) -> tuple[int, ...]:
+        return self.event.sensitivity
 
 
 @dataclass(frozen=True)
@@ -57,6 +64,21 @@ class ReleaseInfo:
     @property
     def mechanism(self) -> str:
         return ", ".join(f"{m.value}: {m.mechanism.name}" for m in self.measures)
+
+    @property
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        """What this aggregation costs, one `PrivacyEvent` per noised vector."""
+        return tuple(m.event for m in self.measures)
+
+    @property
+    def margin_of_error(self) -> dict[str, int | Fraction]:
+        """{released column: m}: each noisy column's margin of error at ``confidence``.
+
+        In the column's units (a sum's in its value units): P[|noise| <= m] >=
+        confidence, from the exact noise distribution. A mean has one for its
+        ``sum`` and one for its ``count``.
+        """
+        return {m.value: m.margin_of_error for m in self.measures}
 
     def with_diagnostics(self, diagnostics: Diagnostics) -> ReleaseInfo:
         return ReleaseInfo(
@@ -116,8 +138,7 @@ def release_info(spec: QuerySpec) -> ReleaseInfo:
         measures.append(
             MeasureInfo(
                 value=value,
-                mechanism=mechanism,
-                sensitivity=sensitivity,
+                event=PrivacyEvent(mechanism, tuple(sensitivity), 1),
                 margin_of_error=margin,
                 rho=_accountant_rho(mechanism, sensitivity),
             )

@@ -1,8 +1,9 @@
 """``dp-release``: plan, run and audit census-style releases from a TOML spec.
 
     dp-release plan SPEC [--release-id ID]
-    dp-release run SPEC [--input PATH] [--output DIR] [--engine spark|pandas] [--master URL]
-                        [--release-id ID] [--persons N] [--ledger PATH] [--key-file PATH]
+    dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
+                        [--engine spark|pandas] [--master URL] [--release-id ID]
+                        [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
 
 User errors (bad spec, refused budget, reused release id) print one clear
@@ -22,7 +23,7 @@ from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import ENGINES, SpecError
+from dp_pipeline.release.spec_model import ENGINES, INPUT_FORMATS, SpecError
 
 __all__ = ["main"]
 
@@ -44,6 +45,12 @@ def _parser() -> argparse.ArgumentParser:
     run = commands.add_parser("run", help="run a release and write out/<release id>/")
     run.add_argument("spec", help="release spec (TOML)")
     run.add_argument("--input", dest="input_path", help="input Parquet/CSV (default: synthetic)")
+    run.add_argument(
+        "--format",
+        dest="input_format",
+        choices=INPUT_FORMATS,
+        help="input format (default: spec; csv for a *.csv --input)",
+    )
     run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
@@ -52,6 +59,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
     run.add_argument("--key-file", help="master key file (created if absent)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--verbose",
+        action="store_true",
+        help="also show the JVM's and Spark's own log lines (by default written to a file)",
+    )
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
     ledger.add_argument("--ledger", dest="ledger_path", default=DEFAULT_LEDGER)
@@ -81,6 +93,7 @@ def _run(arguments) -> int:
         load_spec(arguments.spec),
         release_id=arguments.release_id,
         input_path=arguments.input_path,
+        input_format=arguments.input_format,
         output_dir=arguments.output_dir,
         engine=arguments.engine,
         master=arguments.master,
@@ -88,7 +101,7 @@ def _run(arguments) -> int:
         key_file=arguments.key_file,
         synthetic_persons=arguments.synthetic_persons,
     )
-    result = run_release(spec, progress=Progress(quiet=arguments.quiet))
+    result = run_release(spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose)
     cumulative = result.reservation.cumulative
     outcome = {
         "reserved": "published and committed (new spend)",

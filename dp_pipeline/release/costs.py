@@ -7,12 +7,12 @@ the exponential-mechanism event and the pure ε that fits a zCDP share.
 
 from __future__ import annotations
 
-import math
 from fractions import Fraction
 
 from dp_pipeline.mechanisms import DiscreteLaplace
-from dp_pipeline.query.sensitivity import sensitivity_vector as query_sensitivity_vector
-from dp_pipeline.release.spec_model import TableSpec
+from dp_pipeline.query.budget import sqrt_down as query_sqrt_down
+from dp_pipeline.release.queries import table_sensitivity
+from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
     one_shot_scale,
     quantile_mechanism,
@@ -33,25 +33,14 @@ class PlanError(ValueError):
     """The spec's noise parameters do not meet its budget (nothing was read or spent)."""
 
 
-def sensitivity_vector(table: TableSpec, neighbouring: str) -> tuple[int, ...]:
+def sensitivity_vector(spec: ReleaseSpec, table: TableSpec) -> tuple[int, ...]:
     """Per-coordinate bound on how much one privacy unit can change the table's cells.
 
-    The table's bounds through `dp_pipeline.query.sensitivity.sensitivity_vector`, the
-    function the engines' `QuerySpec` calls, so plan and release agree. The spec's
-    ``max_cells``/``max_per_cell`` are already those of its unit (``each_row`` gives 1
-    and 1). For a top_k table these are its candidates' counts (what one-shot noise is
-    added to).
+    The sensitivity of the table's key-free query (`dp_pipeline.release.queries`), the
+    object the engines run, so plan and release agree. For a top_k table these are its
+    candidates' counts (what one-shot noise is added to).
     """
-    statistic = "sum" if table.statistic == "sum" else "count"
-    return query_sensitivity_vector(
-        statistic,
-        max_cells=table.max_cells,
-        max_per_cell=table.max_per_cell,
-        neighbouring=neighbouring,
-        cells=table.cells,
-        lower=table.lower if statistic == "sum" else None,
-        upper=table.upper if statistic == "sum" else None,
-    )
+    return table_sensitivity(spec, table)
 
 
 def selection_runs(table: TableSpec, neighbouring: str) -> int:
@@ -69,23 +58,20 @@ def selection_runs(table: TableSpec, neighbouring: str) -> int:
 
 def sqrt_down(value: Fraction, what: str) -> Fraction:
     """The largest multiple of 10^-15 (relative to the value's size) not above sqrt(value)."""
-    # ~15 significant digits of the root, sized from the value's decimal magnitude.
-    magnitude = len(str(value.denominator)) - len(str(value.numerator))
-    digits = max(15, 16 + magnitude // 2)
-    scale = 10**digits
-    root = Fraction(math.isqrt(value.numerator * scale * scale // value.denominator), scale)
+    root = query_sqrt_down(value)
     if root <= 0:
         raise PlanError(f"{what}: the budget share is too small for any selection ({value})")
     return root
 
 
-def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
+def selection_event(spec: ReleaseSpec, table: TableSpec, epsilon: Fraction):
     """(mechanism, sensitivity, runs) of a selection table spending at most pure ``epsilon``.
 
     quantile / median: `BaseTwoExponential` (Δu = 1, not monotone) at ε/runs per run.
     top_k peeling: k rounds at ε/k, Δu = max_per_cell, monotone under add/remove.
     top_k one-shot: discrete Laplace of scale Δ₁/ε on every candidate's count.
     """
+    neighbouring = spec.neighbouring
     runs = selection_runs(table, neighbouring)
     if table.statistic in ("quantile", "median"):
         return quantile_mechanism(epsilon / runs), (1,), runs
@@ -97,11 +83,11 @@ def selection_event(table: TableSpec, neighbouring: str, epsilon: Fraction):
             monotone=neighbouring == "add_remove",
         )
         return mechanism, (1,), runs
-    vector = sensitivity_vector(table, neighbouring)
+    vector = sensitivity_vector(spec, table)
     return DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1
 
 
-def selection_epsilon_for_rho(table: TableSpec, neighbouring: str, rho: Fraction) -> Fraction:
+def selection_epsilon_for_rho(spec: ReleaseSpec, table: TableSpec, rho: Fraction) -> Fraction:
     """The pure ε whose `selection_event` is at most ``rho``-zCDP (rounded down).
 
     The exponential mechanism is ε-bounded-range, hence ε²/8-zCDP (Cesar & Rogers 2021):
@@ -110,6 +96,6 @@ def selection_epsilon_for_rho(table: TableSpec, neighbouring: str, rho: Fraction
     """
     what = f"table {table.name!r}"
     if table.statistic == "top_k" and table.method == "one_shot":
-        vector = sensitivity_vector(table, neighbouring)
+        vector = sensitivity_vector(spec, table)
         return sqrt_down(2 * rho * sum(vector) ** 2 / sum(m * m for m in vector), what)
-    return sqrt_down(8 * selection_runs(table, neighbouring) * rho, what)
+    return sqrt_down(8 * selection_runs(table, spec.neighbouring) * rho, what)

@@ -26,12 +26,19 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, run_pandas
-from dp_pipeline.query.domain import MAX_CELL_LIMIT, build_cell_domain
+from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.quantile_grid import GridPosition
-from dp_pipeline.query.spec import QuerySpec, SharedRows
 from dp_pipeline.release.fingerprint import input_files, local_files, spark_input_files
+from dp_pipeline.release.input_schema import (
+    arrow_frame,
+    csv_columns,
+    read_csv_pandas,
+    spark_csv_schema,
+)
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
+from dp_pipeline.release.queries import table_spec
 from dp_pipeline.release.selections import (
     aggregation_spec,
     position_column,
@@ -44,7 +51,6 @@ __all__ = [
     "InputChangedError",
     "OpenedInput",
     "compute_tables",
-    "engine_arguments",
     "open_input",
     "true_values_pandas",
 ]
@@ -90,8 +96,14 @@ class OpenedInput:
             self.spark = None
 
 
-def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None):
-    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none)."""
+def open_input(
+    spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None, *, verbose=False
+):
+    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none).
+
+    A session started here writes the JVM's and Spark's own lines to a log file
+    (named in a progress line) unless ``verbose``.
+    """
     if spec.engine == "pandas":
         return OpenedInput(Path(path), input_format, "pandas", input_files(path, input_format))
     from pyspark.sql import SparkSession
@@ -103,7 +115,14 @@ def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark
     own_session = spark is None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
-        spark = spark_session(spec.master)
+        if verbose:
+            spark = spark_session(spec.master)
+        else:
+            from dp_pipeline.engines.spark.quiet import jvm_output_to_file
+
+            with jvm_output_to_file() as log:
+                spark = spark_session(spec.master)
+            progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
     try:
@@ -115,61 +134,35 @@ def open_input(spec: ReleaseSpec, path: Path, input_format: str, progress, spark
     return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
 
 
-def _read_pandas(source: OpenedInput) -> pd.DataFrame:
-    """The input read from exactly the listed files."""
+# Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
+# Below the README's 1-million-person demo input (about 13 MB), which the Parquet pass
+# aggregates faster on the executors.
+DRIVER_INPUT_BYTES = 8 * 2**20
+
+
+def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
+    """The columns the release uses of a Spark DataFrame, collected (one job) as pandas."""
+    needed = list(csv_columns(spec))
+    missing = [name for name in needed if name not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"column(s) {missing} used by the spec are not in the input; its columns are "
+            f"{frame.columns}"
+        )
+    return arrow_frame(frame.select(*needed).toArrow())
+
+
+def _read_pandas(spec: ReleaseSpec, source: OpenedInput) -> pd.DataFrame:
+    """The input read from exactly the listed files (CSV: typed from the spec)."""
     import pyarrow.dataset as ds
 
     if source.format == "csv":
-        return pd.read_csv(source.files[0])
+        return read_csv_pandas(spec, source.files[0])
     options = {}
     if source.path.is_dir():
         options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
     dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
-    return dataset.to_table().to_pandas()
-
-
-def engine_arguments(
-    spec: ReleaseSpec, table_plan: TablePlan, master, release_digest: str = ""
-) -> dict:
-    """Keyword arguments shared by ``df.dp.count/sum`` and ``dp_pipeline.spark.dp_count/sum``."""
-    table = table_plan.table
-    arguments = dict(
-        by=list(table.keys),
-        domains={key: spec.domains[key] for key in table.keys},
-        noise=table_plan.mechanism,
-        key=master,
-        release_id=spec.release_id,
-        table=table.name,
-        privacy_unit=spec.privacy_unit,
-        max_cells=table.max_cells,
-        max_per_cell=table.max_per_cell,
-        neighbouring=spec.neighbouring,
-        noise_partitions=spec.noise_partitions,
-        cell_limit=spec.cell_limit,
-        release_digest=release_digest,
-    )
-    if table.statistic == "sum":
-        arguments.update(column=table.value, bounds=(table.lower, table.upper))
-    shared = shared_rows(spec)
-    if shared is not None and table.name in spec.postprocess.tables:
-        arguments["shared_rows"] = shared
-    return arguments
-
-
-def shared_rows(spec: ReleaseSpec) -> SharedRows | None:
-    """The bounding group of the tables post-processing combines (None: no group needed).
-
-    With a privacy-unit column, a unit with several rows must keep the same row in
-    every combined table, or their true margins differ: the tables rank rows by
-    their cell over the union of the tables' keys (`dp_pipeline.engines.bounding`).
-    """
-    if spec.postprocess is None or spec.privacy_unit is None:
-        return None
-    keys = list(
-        dict.fromkeys(key for name in spec.postprocess.tables for key in spec.table(name).keys)
-    )
-    cells = build_cell_domain(keys, {k: spec.domains[k] for k in keys}, MAX_CELL_LIMIT)
-    return SharedRows(cells=cells, group="postprocess")
+    return arrow_frame(dataset.to_table())
 
 
 def _full_index(spec: ReleaseSpec, keys) -> pd.MultiIndex:
@@ -200,11 +193,13 @@ def compute_tables(
     *,
     with_truth: bool,
     progress,
-) -> tuple[dict[str, pd.DataFrame], dict[str, float]]:
+) -> tuple[dict[str, pd.DataFrame], dict[str, float], dict[str, Diagnostics]]:
     """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``]).
 
     ``source`` is read from exactly its listed files; ``release_digest`` (the
-    release's identity) labels every noise stream.
+    release's identity) labels every noise stream. Also returns the phase timings
+    and each table's `Diagnostics` (rows read, dropped as invalid by reason, clamped,
+    removed by bounding): exact counts of the private data, never published.
     """
     if source.engine == "pandas":
         return _pandas(spec, plan, master, source, release_digest, with_truth, progress)
@@ -239,11 +234,19 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
     timings = {}
     started = time.perf_counter()
     progress(f"pandas: reading {source.path}")
-    frame = _read_pandas(source)
+    frame = _read_pandas(spec, source)
     timings["read"] = time.perf_counter() - started
     # No row count here: progress lines are not a release, and carry no confidential figure.
     progress(f"pandas: read the input in {timings['read']:.1f} s")
+    return _numpy_tables(
+        spec, plan, master, frame, release_digest, with_truth, progress, timings, "pandas"
+    )
+
+
+def _numpy_tables(spec, plan, master, frame, release_digest, with_truth, progress, timings, engine):
+    """Every table of ``frame`` (a pandas DataFrame) by the pandas engine's numpy rules."""
     results = {}
+    found = {}
     started = time.perf_counter()
     for index, table_plan in enumerate(plan.tables, 1):
         table = table_plan.table
@@ -251,33 +254,33 @@ def _pandas(spec, plan, master, source, release_digest, with_truth, progress):
             if table.statistic != "top_k":
                 frame[position_column(index - 1)] = _quantile_values_pandas(frame, table)
             counts_spec = aggregation_spec(spec, table_plan, master, index - 1, release_digest)
-            true_values, _, diagnostics = aggregate_pandas(frame, counts_spec)
+            (true,) = aggregate(frame, [counts_spec])
+            found[table.name] = true.diagnostics
             results[table.name] = release_selection(
                 spec,
                 table_plan,
                 master,
                 counts_spec,
-                true_values["count"],
-                diagnostics,
+                true.count,
+                true.diagnostics,
                 with_truth=with_truth,
                 release_digest=release_digest,
             )
-            progress(f"pandas: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
+            progress(f"{engine}: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
             continue
-        arguments = engine_arguments(spec, table_plan, master, release_digest)
-        query = QuerySpec.build(table_plan.table.statistic, **arguments)
-        released, _ = run_pandas(frame, query)
+        query = table_spec(spec, table, table_plan.mechanism, master, release_digest)
+        released, found[table.name] = run_pandas(frame, query)
         released = released.rename(columns={_statistic_column(table_plan): "value"})
         released = released[[*table_plan.table.keys, "value"]]
         if with_truth:
             released["true_value"] = true_values_pandas(frame, spec, table_plan.table)
         results[table_plan.table.name] = released
         progress(
-            f"pandas: table {index}/{len(plan.tables)} {table_plan.table.name} "
+            f"{engine}: table {index}/{len(plan.tables)} {table_plan.table.name} "
             f"({len(released):,} cells)"
         )
     timings["aggregate_noise"] = time.perf_counter() - started
-    return results, timings
+    return results, timings, found
 
 
 def _spark(spec, plan, master, source, release_digest, with_truth, progress):
@@ -291,11 +294,29 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
         started = time.perf_counter()
         reader = spark.read
         if source.format == "csv":
-            frame = reader.option("header", True).option("inferSchema", True).csv(str(source.path))
+            # An explicit schema from the spec: no inference pass over the file, and the
+            # same column types as the pandas engine's CSV reader.
+            schema = spark_csv_schema(spec, source.files[0])
+            frame = reader.schema(schema).option("header", True).csv(str(source.path))
         else:
             frame = reader.parquet(str(source.path))
         # The DataFrame's own file index must be the one fingerprinted.
         source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
+        size = sum(path.stat().st_size for path in source.files)
+        if size <= DRIVER_INPUT_BYTES:
+            # A small input: Spark reads it (its readers, the schema above) in one job and
+            # the driver aggregates it with the numpy rules every engine path shares
+            # (tests/test_engine_contract.py), which gives the same tables bit for bit,
+            # without the dozens of small jobs the Spark SQL path costs on a few MB.
+            local = driver_frame(frame, spec)
+            timings["read"] = time.perf_counter() - started
+            progress(
+                f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
+                f"a small input is aggregated on the driver"
+            )
+            return _numpy_tables(
+                spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
+            )
         timings["read"] = time.perf_counter() - started
         started = time.perf_counter()
         noised = [p for p in plan.tables if not p.table.is_selection]
@@ -309,9 +330,7 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
         }
         # Noised tables first: their indices into `specs` are the noise job's table indices.
         specs = [
-            QuerySpec.build(
-                plan_.table.statistic, **engine_arguments(spec, plan_, master, release_digest)
-            )
+            table_spec(spec, plan_.table, plan_.mechanism, master, release_digest)
             for plan_ in noised
         ] + [
             aggregation_spec(spec, plan_, master, index, release_digest)
@@ -332,6 +351,8 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
             persisted.unpersist()
         tables = aggregates.column(TABLE_COLUMN)
         results = {}
+        in_order = [*noised, *(table_plan for _, table_plan in selections)]
+        found = {p.table.name: d for p, d in zip(in_order, diagnostics, strict=True)}
         noisy = truth = None
         if noised:
             # Noised tables come first in `specs`. The driver adds their noise (a Spark job
@@ -381,7 +402,7 @@ def _spark(spec, plan, master, source, release_digest, with_truth, progress):
     finally:
         if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
             aggregates.unpersist()
-    return results, timings
+    return results, timings, found
 
 
 def _grid_position(frame, table):

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting import (
+    PrivacyEvent,
     calibrate_discrete_laplace,
     calibrate_zcdp_shares,
     margin_of_error,
@@ -46,6 +47,8 @@ __all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"
 CONFIDENCE = Fraction(95, 100)
 # The δ at which a ρ-budget release reports its ε when neither budget nor cap names one.
 DEFAULT_REPORT_DELTA = Fraction(1, 10**10)
+# Tables whose vector is noised (a top_k: its candidates' counts, one-shot noise).
+NOISED = ("count", "sum", "top_k")
 
 
 def _accounting():
@@ -64,12 +67,23 @@ class TablePlan:
     """
 
     table: TableSpec
-    mechanism: DiscreteGaussian | DiscreteLaplace | BaseTwoExponential
-    sensitivity: tuple[int, ...]
+    event: PrivacyEvent  # what the table costs: the one record the accountant and ledger take
     rho: Fraction | None  # zCDP ρ of this table (None in a pure-ε, discrete Laplace release)
     margin_of_error: int | None
-    runs: int = 1  # independent runs of the mechanism one unit can influence
     epsilon: Fraction | None = None  # pure ε of a selection table (all runs)
+
+    @property
+    def mechanism(self) -> DiscreteGaussian | DiscreteLaplace | BaseTwoExponential:
+        return self.event.mechanism
+
+    @property
+    def sensitivity(self) -> tuple[int, ...]:
+        return self.event.sensitivity
+
+    @property
+    def runs(self) -> int:
+        """Independent runs of the mechanism one unit can influence."""
+        return self.event.count
 
     @property
     def parameter(self) -> Fraction:
@@ -206,7 +220,7 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     started = time.perf_counter()
     calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
 
-    vectors = {t.name: sensitivity_vector(t, spec.neighbouring) for t in spec.tables}
+    vectors = {t.name: sensitivity_vector(spec, t) for t in spec.tables if t.statistic in NOISED}
     noised = [t for t in spec.tables if not t.is_selection]
     selections = [t for t in spec.tables if t.is_selection]
     budget = spec.budget
@@ -218,8 +232,8 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
 
         def builder(table):
             def build(rho):
-                epsilon = selection_epsilon_for_rho(table, spec.neighbouring, rho)
-                return selection_event(table, spec.neighbouring, epsilon)
+                epsilon = selection_epsilon_for_rho(spec, table, rho)
+                return selection_event(spec, table, epsilon)
 
             return build
 
@@ -245,23 +259,22 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
             for table, scale in zip(noised, scales, strict=True):
                 events[table.name] = (DiscreteLaplace(scale), vectors[table.name], 1)
         for table in selections:
-            events[table.name] = selection_event(
-                table, spec.neighbouring, table.share * budget.epsilon
-            )
+            events[table.name] = selection_event(spec, table, table.share * budget.epsilon)
 
     accountant = accountant_type()()
     tables = []
     for table in spec.tables:
         mechanism, sensitivity, runs = events[table.name]
-        accountant.add(mechanism, sensitivity=sensitivity, count=runs)
+        event = PrivacyEvent(mechanism, tuple(sensitivity), runs)
+        accountant.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
         rho = None
         if spec.noise == "discrete_gaussian":
             rho = Fraction(accountant_type()().add(mechanism, sensitivity, runs).rho())
         if table.is_selection:
-            tables.append(_selection_plan(table, mechanism, sensitivity, runs, rho, confidence))
+            tables.append(_selection_plan(table, event, rho, confidence))
         else:
             margin = int(margin_of_error(mechanism, confidence))
-            tables.append(TablePlan(table, mechanism, sensitivity, rho, margin))
+            tables.append(TablePlan(table, event, rho, margin))
 
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
@@ -298,7 +311,8 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     )
 
 
-def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> TablePlan:
+def _selection_plan(table, event: PrivacyEvent, rho, confidence) -> TablePlan:
+    mechanism, sensitivity, runs = event.mechanism, event.sensitivity, event.count
     if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
         epsilon = Fraction(sum(sensitivity)) / mechanism.scale
         margin = int(margin_of_error(mechanism, confidence))
@@ -307,7 +321,7 @@ def _selection_plan(table, mechanism, sensitivity, runs, rho, confidence) -> Tab
         margin = None
         if table.statistic in ("quantile", "median"):
             margin = quantile_rank_error_bound(mechanism, table.candidates, 1 - confidence)
-    return TablePlan(table, mechanism, sensitivity, rho, margin, runs=runs, epsilon=epsilon)
+    return TablePlan(table, event, rho, margin, epsilon=epsilon)
 
 
 def _report_delta(spec: ReleaseSpec) -> Fraction:

@@ -27,26 +27,32 @@ import os
 import signal
 import sys
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
-import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
+from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
-from dp_pipeline.release.consistency import RAW_COLUMN, consistent_results
+from dp_pipeline.release.consistency import consistent_results
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
+from dp_pipeline.release.input_schema import check_input_columns, published_table
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
-from dp_pipeline.release.selections import output_columns
-from dp_pipeline.release.spec_model import ENGINES, ReleaseSpec, SpecError
+from dp_pipeline.release.spec_model import (
+    ENGINES,
+    INPUT_FORMATS,
+    ReleaseSpec,
+    SpecError,
+    format_of_path,
+)
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
@@ -84,6 +90,9 @@ class RunResult:
     reservation: Reservation
     report: dict
     timings: dict[str, float]
+    # Per table: what the engine did to the rows (invalid rows dropped by reason,
+    # clamping, bounding). Exact counts of the private data: never published or logged.
+    diagnostics: dict[str, Diagnostics] = field(default_factory=dict)
 
 
 def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
@@ -100,6 +109,19 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
         "synthetic_persons": "synthetic_persons",
     }
     changes = {field: overrides[name] for name, field in mapping.items() if overrides.get(name)}
+    # A new input path brings its own format: --format, else what its name says
+    # (``*.csv``, ``*.parquet``), else the spec's.
+    if overrides.get("input_format"):
+        if overrides["input_format"] not in INPUT_FORMATS:
+            raise SpecError(
+                [
+                    f"--format {overrides['input_format']!r}: must be one of "
+                    f"{', '.join(INPUT_FORMATS)}"
+                ]
+            )
+        changes["input_format"] = overrides["input_format"]
+    elif "input_path" in changes and format_of_path(changes["input_path"]):
+        changes["input_format"] = format_of_path(changes["input_path"])
     if "engine" in changes and changes["engine"] not in ENGINES:
         raise SpecError([f"--engine {changes['engine']!r}: must be one of {', '.join(ENGINES)}"])
     if "synthetic_persons" in changes and changes["synthetic_persons"] < 1:
@@ -107,11 +129,12 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     return replace(spec, **changes) if changes else spec
 
 
-def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
+def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) -> RunResult:
     """Run ``spec`` end to end (see the module docstring for the order of steps).
 
     ``spark`` is an existing SparkSession to use (engine "spark"); by default
-    one is started in local mode (or on ``spec.master``) and stopped afterwards.
+    one is started in local mode (or on ``spec.master``) and stopped afterwards,
+    its JVM's own log lines written to a file unless ``verbose``.
     """
     progress = progress or Progress()
     timings: dict[str, float] = {}
@@ -139,7 +162,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read.
-    source = open_input(spec, input_path, input_format, progress, spark)
+    source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         return _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
     finally:
@@ -147,6 +170,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None) -> RunResult:
 
 
 def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
+    check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
     ledger = Ledger(spec.ledger_path)
@@ -180,7 +204,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         publishing.append(True)
 
     try:
-        results, engine_timings = engines.compute_tables(
+        results, engine_timings, diagnostics = engines.compute_tables(
             spec,
             plan,
             master,
@@ -233,7 +257,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         raise
     timings["total"] = time.perf_counter() - clock
     progress(f"release written to {final} in {timings['total']:.1f} s")
-    return RunResult(final, reservation.outcome, plan, reservation, report, timings)
+    return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
 
 
 def _write_outputs(
@@ -253,12 +277,8 @@ def _write_outputs(
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
-            frame = results[name].copy()
-            frame.attrs = {}  # engine metadata is reported in privacy_report.json instead
-            columns = output_columns(table.table)
-            if RAW_COLUMN in frame:
-                columns.append(RAW_COLUMN)
-            arrow = pa.Table.from_pandas(frame[columns], preserve_index=False)
+            arrow = published_table(plan.spec, table.table, results[name])
+            columns = arrow.schema.names
             write_table(arrow, folder / f"{name}.parquet")
             files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
             progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")

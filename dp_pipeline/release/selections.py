@@ -26,7 +26,6 @@ names alone, and equal no library call's.
 
 from __future__ import annotations
 
-import dataclasses
 from fractions import Fraction
 
 import numpy as np
@@ -34,6 +33,7 @@ import pandas as pd
 
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteLaplace
+from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.domain import build_cell_domain
 from dp_pipeline.query.quantile_grid import quantile_candidates
@@ -42,6 +42,7 @@ from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan import TablePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import quantile_losses, select_quantile
+from dp_pipeline.selection.parameters import TopKSelection
 from dp_pipeline.selection.query import TopKQuery
 from dp_pipeline.udfs.noise import noisy_dense
 
@@ -78,14 +79,12 @@ def _top_k_query(
     spec: ReleaseSpec, plan: TablePlan, master: MasterKey, release_digest: str
 ) -> TopKQuery:
     table = plan.table
-    query = TopKQuery.build(
-        column=table.keys[0],
-        k=table.k,
-        candidates=spec.domains[table.keys[0]],
+    (column,) = table.keys
+    selection = TopKSelection.build(
+        column,
+        table.k,
+        candidates=spec.domains[column],
         epsilon=plan.epsilon,
-        key=master,
-        release_id=spec.release_id,
-        table=table.name,
         method=table.method,
         privacy_unit=spec.privacy_unit,
         max_candidates=table.max_cells,
@@ -94,16 +93,17 @@ def _top_k_query(
         cell_limit=spec.cell_limit,
     )
     # The plan proved its own mechanism; the query must run exactly that one.
-    counts = query.counts
-    if table.method == "one_shot":
-        if tuple(counts.count_sensitivity()) != plan.sensitivity:
-            raise InternalError(
-                f"table {table.name!r}: the count engine's sensitivity "
-                f"{counts.count_sensitivity()} differs from the plan's {plan.sensitivity}"
-            )
-        counts = dataclasses.replace(counts, noise=plan.mechanism)
-    counts = dataclasses.replace(counts, release_digest=release_digest)
-    return dataclasses.replace(query, mechanism=plan.mechanism, counts=counts)
+    if table.method == "one_shot" and selection.counts.count_sensitivity() != plan.sensitivity:
+        raise InternalError(
+            f"table {table.name!r}: the count engine's sensitivity "
+            f"{selection.counts.count_sensitivity()} differs from the plan's {plan.sensitivity}"
+        )
+    # The library's default noise partitions: top-k counts are labelled as ``df.dp.top_k``'s.
+    context = RunContext.build(
+        key=master, release_id=spec.release_id, table=table.name, release_digest=release_digest
+    )
+    one_shot_noise = plan.mechanism if table.method == "one_shot" else None
+    return TopKQuery(selection, context).with_plan(plan.mechanism, one_shot_noise)
 
 
 def aggregation_spec(

@@ -50,6 +50,7 @@ from dp_pipeline.release.spec_model import (
     Budget,
     ReleaseSpec,
     SpecError,
+    format_of_path,
 )
 from dp_pipeline.release.spec_tables import read_tables
 
@@ -281,7 +282,9 @@ def parse_spec(
 
     inputs = sections["input"]
     input_path = read_string(inputs, "path", "input", problems) or ""
-    input_format = read_choice(inputs, "format", "input", INPUT_FORMATS, "parquet", problems)
+    input_format = read_choice(
+        inputs, "format", "input", INPUT_FORMATS, format_of_path(input_path) or "parquet", problems
+    )
     synthetic_persons = read_integer(
         inputs, "synthetic_persons", "input", problems, default=1_000_000
     )

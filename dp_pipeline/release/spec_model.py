@@ -29,6 +29,7 @@ __all__ = [
     "ReleaseSpec",
     "SpecError",
     "TableSpec",
+    "format_of_path",
     "fraction_text",
     "replaced",
 ]
@@ -42,6 +43,18 @@ SELECTIONS = ("quantile", "median", "top_k")
 TOP_K_METHODS = ("peeling", "one_shot")
 ENGINES = ("spark", "pandas")
 INPUT_FORMATS = ("parquet", "csv")
+
+
+def format_of_path(path: str) -> str | None:
+    """The input format a path's name says (``*.csv``, ``*.parquet``), or None."""
+    name = str(path).lower()
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith(".parquet"):
+        return "parquet"
+    return None
+
+
 # A release id names output directories and keys noise streams: keep it a plain token.
 
 

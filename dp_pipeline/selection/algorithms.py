@@ -166,13 +166,21 @@ def quantile_losses(bucket_counts, q) -> np.ndarray:
     if target.denominator == 1:
         whole = int(target)
         return np.maximum(0, np.maximum(below - whole, whole - through))
-    return np.array(
-        [
-            max(Fraction(0), b - target, target - t)
-            for b, t in zip(below.tolist(), through.tolist(), strict=True)
-        ],
-        dtype=object,
+    # The same Fractions from exact integers: d·u_j = max(0, d·below_j - p, p - d·through_j)
+    # with q·n = p/d (|d·through_j| <= d·n, far below 2**63 for any real n and q).
+    numerator, denominator = target.numerator, target.denominator
+    if int(counts.sum()) * denominator >= 2**62:
+        return np.array(
+            [
+                max(Fraction(0), b - target, target - t)
+                for b, t in zip(below.tolist(), through.tolist(), strict=True)
+            ],
+            dtype=object,
+        )
+    scaled = np.maximum(
+        0, np.maximum(below * denominator - numerator, numerator - through * denominator)
     )
+    return np.array([Fraction(int(u), denominator) for u in scaled.tolist()], dtype=object)
 
 
 def dp_quantile(values, q, bounds, granularity, mechanism, stream):

@@ -11,7 +11,7 @@ import dataclasses
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 
@@ -35,14 +35,28 @@ class SelectionInfo:
 
     statistic: str
     method: str
-    mechanism: BaseTwoExponential | DiscreteLaplace
-    runs: int
-    sensitivity: tuple[int, ...]
+    event: PrivacyEvent  # mechanism, sensitivity and runs: what the selection costs
     epsilon: Fraction
     candidates: int
     margin_of_error: int | None
     confidence: Fraction
     diagnostics: Diagnostics | None = None
+
+    @property
+    def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:
+        return self.event.mechanism
+
+    @property
+    def runs(self) -> int:
+        return self.event.count
+
+    @property
+    def sensitivity(self) -> tuple[int, ...]:
+        return self.event.sensitivity
+
+    @property
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        return (self.event,)
 
     def accountant(self):
         """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""

@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.engines.pandas.aggregate import aggregate_pandas, input_column, run_pandas
+from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.pandas.aggregate import input_column, run_pandas
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
@@ -46,5 +47,5 @@ def run_top_k_pandas(df: pd.DataFrame, query: TopKQuery) -> pd.DataFrame:
     if query.method == "one_shot":
         noisy, diagnostics = run_pandas(df, query.counts)
         return query.release(noisy["count"].to_numpy(dtype=np.int64), diagnostics)
-    true_values, _, diagnostics = aggregate_pandas(df, query.counts)
-    return query.release(true_values["count"], diagnostics)
+    (counts,) = aggregate(df, [query.counts])
+    return query.release(counts.count, counts.diagnostics)

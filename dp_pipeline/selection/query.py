@@ -1,19 +1,17 @@
-"""Validated DP selection queries (quantile, median, top-k), shared by both engines.
+"""DP selection queries bound to their run context: `QuantileQuery`, `TopKQuery`.
 
-A query is built and checked whole before any data is read (bad input raises
-naming the argument, the value and the rule; nothing is drawn). The engines
-(``df.dp.quantile / median / top_k`` in `dp_pipeline.engines.pandas.aggregate`,
-`dp_pipeline.selection.spark`) only compute the utilities' inputs:
+What is computed is key-free (`dp_pipeline.selection.parameters`); this module
+joins it to a `dp_pipeline.query.context.RunContext` (key, release id, table)
+and runs the selection on the driver. The engines only compute the utilities'
+inputs:
 
 - quantile / median: the number of values at each grid position
   (`dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
   both engines); the driver then runs `select_quantile`.
-- top-k: the bounded per-candidate counts of the count engine (a `QuerySpec`
-  ``count by [column]`` over the candidate domain, so privacy units,
-  ``max_candidates`` / ``max_per_candidate`` bounding and invalid-row rules
-  are the count engine's). ``peeling`` runs on the true bounded counts;
-  ``one_shot`` is the count engine's noisy count release (discrete Laplace
-  at `one_shot_scale`), of which the top k are post-processing.
+- top-k: the bounded per-candidate counts of the count engine (``counts``, a
+  `QuerySpec`, so privacy units, bounding and invalid-row rules are the count
+  engine's). ``peeling`` runs on the true bounded counts; ``one_shot`` is the
+  count engine's noisy count release, of which the top k are post-processing.
 
 Randomness: the exponential mechanism draws from
 ``derive_stream(key, release_id, table, "selection", statistic)``; the
@@ -27,179 +25,98 @@ The result is a small pandas DataFrame whose ``attrs["dp"]`` is a
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.accounting import margin_of_error
 from dp_pipeline.digest import digest_of
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
-from dp_pipeline.query.quantile_grid import (
-    TOP_K_METHODS,
-    check_positive_int,
-    check_value_bounds,
-    quantile_candidates,
-    quantile_positions,
-)
 from dp_pipeline.query.spec import QuerySpec
-from dp_pipeline.randomness import MasterKey, SecureStream, derive_stream
-from dp_pipeline.rational import exact_rational, positive_rational
-from dp_pipeline.selection.algorithms import (
-    checked_quantile_mechanism,
-    one_shot_scale,
-    one_shot_top_k,
-    peel_top_k,
-    quantile_rank_error_bound,
-    select_quantile,
-    top_k_mechanism,
-)
+from dp_pipeline.randomness import SecureStream, derive_stream
+from dp_pipeline.selection.algorithms import one_shot_top_k, peel_top_k, select_quantile
 from dp_pipeline.selection.info import SelectionInfo
+from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
 
 __all__ = ["QuantileQuery", "TopKQuery"]
 
-_ON_INVALID = ("drop", "error")
+_CONTEXT_ARGUMENTS = ("key", "release_id", "table")
 
 
-def _check_common(key, release_id, table, on_invalid, confidence) -> Fraction:
-    if not isinstance(key, MasterKey):
-        raise TypeError(f"key must be a dp_pipeline MasterKey, got {type(key).__name__}")
-    for name, value in (("release_id", release_id), ("table", table)):
-        if not isinstance(value, str) or not value:
-            raise ValueError(f"{name} must be a non-empty string, got {value!r}")
-    if on_invalid not in _ON_INVALID:
-        raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
-    confidence = exact_rational(confidence, "confidence")
-    if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-    return confidence
+def _split_context(arguments: dict) -> RunContext:
+    return RunContext.build(**{name: arguments.pop(name) for name in _CONTEXT_ARGUMENTS})
 
 
 @dataclass(frozen=True)
 class QuantileQuery:
-    """A validated DP quantile (or median) of one numeric column; rows are the privacy units.
+    """A `QuantileSelection` in its run context: what both engines' quantiles run."""
 
-    Each row contributes one value (no ``privacy_unit``: use one row per
-    person). Candidates: the public grid ``lo, lo + g, ... <= hi``. Mechanism:
-    `BaseTwoExponential` with Δu = 1, not monotone (``ε = 2·η·ln2``), see
-    `dp_pipeline.selection.algorithms`.
-    """
-
-    statistic: str
-    column: str
-    q: Fraction
-    bounds: tuple[Fraction, Fraction]
-    granularity: Fraction
-    candidates: tuple[Fraction, ...]
-    mechanism: BaseTwoExponential
-    key: MasterKey
-    release_id: str
-    table: str
-    on_invalid: str
-    confidence: Fraction
+    selection: QuantileSelection
+    context: RunContext
 
     @classmethod
-    def build(
-        cls,
-        statistic: str,
-        *,
-        column,
-        q,
-        bounds,
-        granularity,
-        epsilon,
-        key,
-        release_id,
-        table,
-        on_invalid="drop",
-        confidence=Fraction(95, 100),
-    ) -> QuantileQuery:
-        """Validate everything that does not need the data; raise before any work.
+    def build(cls, statistic: str, **arguments) -> QuantileQuery:
+        """`QuantileSelection.build`'s arguments plus key, release_id and table, validated."""
+        context = _split_context(arguments)
+        return cls(QuantileSelection.build(statistic, **arguments), context)
 
-        ``epsilon`` is a target ε (the mechanism's `pure_epsilon` is what is
-        spent, never more) or a ready `BaseTwoExponential` (Δu >= 1, not monotone).
-        """
-        if statistic not in ("quantile", "median"):
-            raise ValueError(f"statistic must be 'quantile' or 'median', got {statistic!r}")
-        if not isinstance(column, str) or not column:
-            raise TypeError(f"column must be a column name, got {column!r}")
-        q_exact = exact_rational(q, "q")
-        if not 0 <= q_exact <= 1:
-            raise ValueError(f"q must be in [0, 1], got {q!r}")
-        low, high = check_value_bounds(bounds)
-        step = positive_rational(granularity, "granularity")
-        candidates = tuple(quantile_candidates((low, high), step))
-        mechanism = checked_quantile_mechanism(epsilon)
-        confidence = _check_common(key, release_id, table, on_invalid, confidence)
-        return cls(
-            statistic=statistic,
-            column=column,
-            q=q_exact,
-            bounds=(low, high),
-            granularity=step,
-            candidates=candidates,
-            mechanism=mechanism,
-            key=key,
-            release_id=release_id,
-            table=table,
-            on_invalid=on_invalid,
-            confidence=confidence,
-        )
+    @property
+    def column(self) -> str:
+        return self.selection.column
 
-    def canonical(self) -> dict:
-        """Every parameter that can change the selected value (not the key or the names)."""
-        return {
-            "statistic": self.statistic,
-            "column": self.column,
-            "q": str(self.q),
-            "bounds": [str(self.bounds[0]), str(self.bounds[1])],
-            "granularity": str(self.granularity),
-            "mechanism": mechanism_to_dict(self.mechanism),
-        }
+    @property
+    def bounds(self) -> tuple[Fraction, Fraction]:
+        return self.selection.bounds
+
+    @property
+    def granularity(self) -> Fraction:
+        return self.selection.granularity
+
+    @property
+    def candidates(self) -> tuple[Fraction, ...]:
+        return self.selection.candidates
+
+    @property
+    def on_invalid(self) -> str:
+        return self.selection.on_invalid
+
+    @property
+    def mechanism(self) -> BaseTwoExponential:
+        return self.selection.mechanism
 
     @property
     def labels(self) -> tuple[str | int, ...]:
         """(release id, table, "selection", statistic, query digest): what is measured."""
-        measured = digest_of(self.canonical())
-        return (self.release_id, self.table, "selection", self.statistic, measured)
+        measured = digest_of(self.selection.canonical())
+        context = self.context
+        return (context.release_id, context.table, "selection", self.selection.statistic, measured)
 
     def stream(self) -> SecureStream:
-        return derive_stream(self.key, *self.labels)
+        return derive_stream(self.context.master_key(), *self.labels)
 
     def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Grid position of each finite value and the out-of-bounds mask (`quantile_positions`)."""
-        return quantile_positions(values, self.bounds, self.granularity)
+        """Grid position of each finite value and the out-of-bounds mask."""
+        return self.selection.positions(values)
 
     def info(self) -> SelectionInfo:
-        beta = 1 - self.confidence
-        return SelectionInfo(
-            statistic=self.statistic,
-            method="exponential",
-            mechanism=self.mechanism,
-            runs=1,
-            sensitivity=(1,),
-            epsilon=self.mechanism.pure_epsilon,
-            candidates=len(self.candidates),
-            margin_of_error=quantile_rank_error_bound(self.mechanism, len(self.candidates), beta),
-            confidence=self.confidence,
-        )
+        return self.selection.info()
 
     def release(self, bucket_counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
         """Run the mechanism on the driver; the one-row result with ``attrs["dp"]``."""
+        selection = self.selection
         index = select_quantile(
-            bucket_counts, self.q, list(self.candidates), self.mechanism, self.stream()
+            bucket_counts, selection.q, list(selection.candidates), self.mechanism, self.stream()
         )
-        chosen = self.candidates[index]
-        integer_grid = all(c.denominator == 1 for c in (self.bounds[0], self.granularity))
+        chosen = selection.candidates[index]
+        integer_grid = all(c.denominator == 1 for c in (selection.bounds[0], self.granularity))
         value = int(chosen) if integer_grid else float(chosen)
         frame = pd.DataFrame(
             {
-                "quantile": np.array([float(self.q)]),
+                "quantile": np.array([float(selection.q)]),
                 self.column: np.array([value], dtype=np.int64 if integer_grid else np.float64),
             }
         )
@@ -209,104 +126,64 @@ class QuantileQuery:
 
 @dataclass(frozen=True)
 class TopKQuery:
-    """A validated DP top-k over a public candidate list of one column.
+    """A `TopKSelection` in its run context; ``counts`` is its count engine `QuerySpec`."""
 
-    ``counts`` is the count engine's `QuerySpec` (``count by [column]``,
-    domain = candidates; ``max_candidates`` = ``max_cells``,
-    ``max_per_candidate`` = ``max_per_cell``); its noise is the one-shot
-    discrete Laplace (used only by ``method="one_shot"``). ``mechanism`` is
-    the per-round `BaseTwoExponential` (peeling) or that discrete Laplace.
-    """
-
-    column: str
-    k: int
-    method: str
-    counts: QuerySpec
-    mechanism: BaseTwoExponential | DiscreteLaplace
-    epsilon: Fraction
+    selection: TopKSelection
+    context: RunContext
 
     @classmethod
-    def build(
-        cls,
-        *,
-        column,
-        k,
-        candidates,
-        epsilon,
-        key,
-        release_id,
-        table,
-        method="peeling",
-        privacy_unit=None,
-        max_candidates=1,
-        max_per_candidate=1,
-        neighbouring="add_remove",
-        on_invalid="drop",
-        cell_limit=DEFAULT_CELL_LIMIT,
-        confidence=Fraction(95, 100),
-    ) -> TopKQuery:
-        """Validate everything that does not need the data; raise before any work."""
-        if not isinstance(column, str) or not column:
-            raise TypeError(f"column must be a column name, got {column!r}")
-        check_positive_int(k, "k")
-        if method not in TOP_K_METHODS:
-            raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
-        epsilon = positive_rational(epsilon, "epsilon")
-        if isinstance(candidates, list | tuple | range) and len(candidates) == 0:
-            raise ValueError(
-                f"candidates for column {column!r} is empty: top-k needs at least one candidate"
-            )
-        spec = QuerySpec.build(
-            "count",
-            by=[column],
-            domains={column: candidates},
-            noise=DiscreteLaplace(1),
-            key=key,
-            release_id=release_id,
-            table=table,
-            privacy_unit=privacy_unit,
-            max_cells=max_candidates,
-            max_per_cell=max_per_candidate,
-            neighbouring=neighbouring,
-            on_invalid=on_invalid,
-            cell_limit=cell_limit,
-            confidence=confidence,
-        )
-        if k > spec.cells.total:
-            raise ValueError(
-                f"k = {k} is larger than the number of candidates ({spec.cells.total})"
-            )
-        l1 = sum(spec.count_sensitivity())
-        noise = DiscreteLaplace(one_shot_scale(epsilon, l1))
-        spec = dataclasses.replace(spec, noise=noise)
-        if method == "peeling":
-            mechanism = top_k_mechanism(
-                epsilon,
-                k,
-                utility_sensitivity=spec.effective_max_per_cell,
-                monotone=spec.neighbouring == "add_remove",
-            )
-        else:
-            mechanism = noise
-        return cls(
-            column=column, k=k, method=method, counts=spec, mechanism=mechanism, epsilon=epsilon
-        )
+    def build(cls, **arguments) -> TopKQuery:
+        """`TopKSelection.build`'s arguments plus key, release_id and table, validated."""
+        context = _split_context(arguments)
+        return cls(TopKSelection.build(**arguments), context)
+
+    def with_plan(self, mechanism, counts_noise: DiscreteLaplace | None) -> TopKQuery:
+        """The same selection running a release plan's proved mechanism (and one-shot noise)."""
+        counts = self.selection.counts
+        if counts_noise is not None:
+            counts = counts.with_noise(counts_noise)
+        return replace(self, selection=replace(self.selection, mechanism=mechanism, counts=counts))
+
+    @property
+    def column(self) -> str:
+        return self.selection.column
+
+    @property
+    def k(self) -> int:
+        return self.selection.k
+
+    @property
+    def method(self) -> str:
+        return self.selection.method
+
+    @property
+    def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:
+        return self.selection.mechanism
+
+    @property
+    def epsilon(self) -> Fraction:
+        return self.selection.epsilon
+
+    @property
+    def counts(self) -> QuerySpec:
+        """The count engine's query of the candidates' bounded counts, in this run context."""
+        return QuerySpec.bind(self.selection.counts, self.context)
 
     def stream(self) -> SecureStream:
         """The peeling stream: labelled by the names, then what is measured (a digest)."""
-        spec = self.counts
+        context = self.context
         measured = {
-            "counts": spec.digest,
+            "counts": self.counts.digest,
             "column": self.column,
             "k": self.k,
             "method": self.method,
             "mechanism": mechanism_to_dict(self.mechanism),
         }
         return derive_stream(
-            spec.master_key(),
-            spec.release_id,
-            spec.table,
-            spec.release_digest,
+            context.master_key(),
+            context.release_id,
+            context.table,
+            context.release_digest,
             "selection",
             "top_k",
             digest_of(measured),
@@ -314,36 +191,10 @@ class TopKQuery:
 
     def labels(self) -> list:
         """The candidates in cell-index order (the order of the count arrays)."""
-        cells = self.counts.cells
-        (values,) = cells.decode(np.arange(cells.total, dtype=np.int64))
-        return [v.item() if isinstance(v, np.generic) else v for v in values]
+        return self.selection.labels()
 
     def info(self) -> SelectionInfo:
-        spec = self.counts
-        if self.method == "peeling":
-            return SelectionInfo(
-                statistic="top_k",
-                method="peeling",
-                mechanism=self.mechanism,
-                runs=self.k,
-                sensitivity=(1,),
-                epsilon=self.k * self.mechanism.pure_epsilon,
-                candidates=spec.cells.total,
-                margin_of_error=None,
-                confidence=spec.confidence,
-            )
-        sensitivity = spec.count_sensitivity()
-        return SelectionInfo(
-            statistic="top_k",
-            method="one_shot",
-            mechanism=self.mechanism,
-            runs=1,
-            sensitivity=sensitivity,
-            epsilon=Fraction(sum(sensitivity)) / self.mechanism.scale,
-            candidates=spec.cells.total,
-            margin_of_error=margin_of_error(self.mechanism, confidence=spec.confidence),
-            confidence=spec.confidence,
-        )
+        return self.selection.info()
 
     def select(self, counts: np.ndarray) -> list[int]:
         """Indices chosen from the true bounded counts (peeling) or the noisy counts (one-shot)."""

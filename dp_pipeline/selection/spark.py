@@ -28,13 +28,13 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.engines.spark.aggregate import aggregate_queries
+from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
+from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
 from dp_pipeline.spark import run_spark
-from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
     "check_numeric_column",
@@ -49,105 +49,29 @@ _POSITION = "_dp_position"
 _OUTSIDE = "_dp_outside"
 
 
-def dp_quantile(
-    df,
-    column: str,
-    q,
-    *,
-    bounds,
-    granularity,
-    epsilon,
-    key,
-    release_id: str,
-    table: str,
-    on_invalid: str = "drop",
-    confidence=Fraction(95, 100),
-) -> pd.DataFrame:
-    """ε-DP ``q``-quantile of ``column`` of the Spark DataFrame ``df``; see ``df.dp.quantile``."""
-    query = QuantileQuery.build(
-        "quantile",
-        column=column,
-        q=q,
-        bounds=bounds,
-        granularity=granularity,
-        epsilon=epsilon,
-        key=key,
-        release_id=release_id,
-        table=table,
-        on_invalid=on_invalid,
-        confidence=confidence,
-    )
-    return run_quantile_spark(df, query)
+def _quantile(statistic: str):
+    signature = quantile_signature(statistic, leading=("df",))
+
+    def run(df, **arguments) -> pd.DataFrame:
+        if statistic == "median":
+            arguments["q"] = Fraction(1, 2)
+        return run_quantile_spark(df, QuantileQuery.build(statistic, **arguments))
+
+    return shim(f"dp_{statistic}", signature, selection_doc(statistic, signature), run, __name__)
 
 
-def dp_median(
-    df,
-    column: str,
-    *,
-    bounds,
-    granularity,
-    epsilon,
-    key,
-    release_id: str,
-    table: str,
-    on_invalid: str = "drop",
-    confidence=Fraction(95, 100),
-) -> pd.DataFrame:
-    """`dp_quantile` at q = 1/2 (stream label "median"); see ``df.dp.median``."""
-    query = QuantileQuery.build(
-        "median",
-        column=column,
-        q=Fraction(1, 2),
-        bounds=bounds,
-        granularity=granularity,
-        epsilon=epsilon,
-        key=key,
-        release_id=release_id,
-        table=table,
-        on_invalid=on_invalid,
-        confidence=confidence,
-    )
-    return run_quantile_spark(df, query)
+def _top_k():
+    signature = top_k_signature(leading=("df",))
+
+    def run(df, **arguments) -> pd.DataFrame:
+        return run_top_k_spark(df, TopKQuery.build(**arguments))
+
+    return shim("dp_top_k", signature, selection_doc("top_k", signature), run, __name__)
 
 
-def dp_top_k(
-    df,
-    column: str,
-    k: int,
-    *,
-    candidates,
-    epsilon,
-    key,
-    release_id: str,
-    table: str,
-    method: str = "peeling",
-    privacy_unit: str | None = None,
-    max_candidates: int = 1,
-    max_per_candidate: int = 1,
-    neighbouring: str = "add_remove",
-    on_invalid: str = "drop",
-    cell_limit: int = DEFAULT_CELL_LIMIT,
-    confidence=Fraction(95, 100),
-) -> pd.DataFrame:
-    """ε-DP top ``k`` of ``column`` among ``candidates``; see ``df.dp.top_k``."""
-    query = TopKQuery.build(
-        column=column,
-        k=k,
-        candidates=candidates,
-        epsilon=epsilon,
-        key=key,
-        release_id=release_id,
-        table=table,
-        method=method,
-        privacy_unit=privacy_unit,
-        max_candidates=max_candidates,
-        max_per_candidate=max_per_candidate,
-        neighbouring=neighbouring,
-        on_invalid=on_invalid,
-        cell_limit=cell_limit,
-        confidence=confidence,
-    )
-    return run_top_k_spark(df, query)
+dp_quantile = _quantile("quantile")
+dp_median = _quantile("median")
+dp_top_k = _top_k()
 
 
 def check_numeric_column(df, column: str, role: str) -> None:
@@ -215,10 +139,5 @@ def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
         positions = domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
         counts[positions] = [int(row[1]) for row in released]
         return query.release(counts, diagnostics)
-    agg, (diagnostics,) = aggregate_queries(df, [spec])
-    try:
-        for row in agg.filter(sf.col(CELL_COLUMN) >= 0).select(CELL_COLUMN, "n").collect():
-            counts[int(row[0])] = int(row[1])
-    finally:
-        agg.unpersist()
-    return query.release(counts, diagnostics)
+    (true,) = aggregate(df, [spec])
+    return query.release(true.count, true.diagnostics)

@@ -8,22 +8,25 @@ bit-identical release on pandas and Spark.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.engines.base import CellAggregates
 from dp_pipeline.engines.bounding import (
     BoundingSalt,
     bound_contributions,
     bound_shared_rows,
     unit_keys,
 )
-from dp_pipeline.engines.numpy_rules import cell_sums, value_units
+from dp_pipeline.engines.numpy_rules import cell_sums, integral_keys, value_units
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
-__all__ = ["aggregate", "aggregate_pandas", "input_column", "run_pandas"]
+__all__ = ["aggregate", "aggregate_pandas", "input_column", "release_frame", "run_pandas"]
 
 
 def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
@@ -37,15 +40,12 @@ def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
 def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
     dtype = series.dtype
     if domain.kind == "int":
-        if not pd.api.types.is_integer_dtype(dtype):
-            hint = (
-                "; cast with .astype('Int64') to keep nulls"
-                if pd.api.types.is_float_dtype(dtype)
-                else ""
-            )
+        # A float column is an integer column with missing values (NaN), as pandas and
+        # Parquet writers make it: its NaN rows are null keys, non-integers out of domain.
+        if not (pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype)):
             raise TypeError(
                 f"key column {domain.column!r} has dtype {dtype} but its domain holds integers; "
-                f"it must have an integer dtype{hint}"
+                f"it must have an integer dtype (or a float dtype holding integers and NaN)"
             )
     elif not (pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype)):
         raise TypeError(
@@ -54,11 +54,25 @@ def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
         )
 
 
-def _key_values(series: pd.Series, domain: Domain, null: np.ndarray) -> np.ndarray:
+def _key_positions(series: pd.Series, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+    """(null mask, position of every row's key in ``domain``: -1 outside, anything if null)."""
+    if domain.kind == "int" and pd.api.types.is_float_dtype(series.dtype):
+        values, null, not_integral = integral_keys(
+            series.to_numpy(dtype=np.float64, na_value=np.nan)
+        )
+        pos = domain.positions(values)
+        pos[not_integral] = -1
+        return null, pos
+    null = series.isna().to_numpy()
     if domain.kind == "int":
-        return series.to_numpy(dtype=np.int64, na_value=0)
-    values = series.to_numpy(dtype=object)
-    return np.where(null, "", values)
+        values = series.to_numpy(dtype=np.int64, na_value=0)
+    else:
+        values = np.where(null, "", series.to_numpy(dtype=object))
+    if not null.any():  # the common case: no masked copies of 10^7-row columns
+        return null, domain.positions(values)
+    pos = np.full(len(values), -1, dtype=np.int64)
+    pos[~null] = domain.positions(values[~null])
+    return null, pos
 
 
 def _unit_values(units: pd.Series) -> np.ndarray:
@@ -81,11 +95,8 @@ def _shared_row_cells(df: pd.DataFrame, spec: QuerySpec, valid: np.ndarray) -> n
     for domain in union.domains:
         series = input_column(df, domain.column, "key")
         _check_key_dtype(series, domain)
-        null_rows = series.isna().to_numpy()
-        null = null_rows[valid]
-        values = _key_values(series, domain, null_rows)[valid]
-        pos = np.full(values.size, -1, dtype=np.int64)
-        pos[~null] = domain.positions(values[~null])
+        null_rows, positions_all = _key_positions(series, domain)
+        pos = np.where(null_rows, -1, positions_all)[valid]
         defined &= pos >= 0
         positions.append(np.where(defined, pos, 0))
     return np.where(defined, union.cell_index(positions), -1)
@@ -128,13 +139,7 @@ def aggregate_pandas(
     null_counts: dict[str, int] = {}
     ood_counts: dict[str, int] = {}
     for series, domain in zip(key_series, cells.domains, strict=True):
-        null = series.isna().to_numpy()
-        values = _key_values(series, domain, null)
-        if null.any():
-            pos = np.full(n, -1, dtype=np.int64)
-            pos[~null] = domain.positions(values[~null])
-        else:  # the common case: no masked copies of 10^7-row columns
-            pos = domain.positions(values)
+        null, pos = _key_positions(series, domain)
         dropped_null = valid & null
         dropped_ood = valid & ~null & (pos < 0)
         null_counts[domain.column] = int(dropped_null.sum())
@@ -221,20 +226,32 @@ def run_pandas(df: pd.DataFrame, spec: QuerySpec) -> tuple[pd.DataFrame, Diagnos
 
     The release has one row per declared cell, in cell-index order.
     """
-    true_values, key_series, diagnostics = aggregate_pandas(df, spec)
-    cells = spec.cells
-    total = cells.total
-    released = release_columns(spec, noisy_dense(spec, true_values))
+    (true,) = aggregate(df, [spec])
+    return release_frame(df, spec, true), true.diagnostics
 
-    keys = cells.decode(np.arange(total, dtype=np.int64))
+
+def release_frame(df: pd.DataFrame, spec: QuerySpec, true: CellAggregates) -> pd.DataFrame:
+    """The noisy release of ``true`` (``spec``'s aggregates of ``df``): every declared cell,
+    in cell-index order, its key columns with the input's dtypes, then the value columns."""
+    cells = spec.cells
+    released = release_columns(spec, noisy_dense(spec, true.vectors()))
+    keys = cells.decode(np.arange(cells.total, dtype=np.int64))
     columns = {}
-    for series, domain, values in zip(key_series, cells.domains, keys, strict=True):
-        dtype = series.dtype
-        if domain.kind == "int" and isinstance(dtype, pd.api.extensions.ExtensionDtype):
+    for domain, values in zip(cells.domains, keys, strict=True):
+        dtype = df[domain.column].dtype
+        if domain.kind == "int" and not (
+            isinstance(dtype, np.dtype) and np.issubdtype(dtype, np.integer)
+        ):  # nullable or float input: the released keys hold no nulls
             dtype = np.dtype(np.int64)
         columns[domain.column] = pd.array(values, dtype=dtype)
     columns.update(released)
-    return pd.DataFrame(columns), diagnostics
+    return pd.DataFrame(columns)
 
 
-aggregate = aggregate_pandas
+def aggregate(df: pd.DataFrame, queries: Sequence[QuerySpec]) -> list[CellAggregates]:
+    """The pandas engine behind `dp_pipeline.engines.backend.aggregate`."""
+    results = []
+    for query in queries:
+        true_values, _, diagnostics = aggregate_pandas(df, query)
+        results.append(CellAggregates(true_values["count"], true_values["sum"], diagnostics))
+    return results

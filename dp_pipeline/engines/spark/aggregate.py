@@ -21,7 +21,6 @@ own unit and step 1 and 3 do not run. No Python runs per row.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 
 from pyspark import StorageLevel
 from pyspark.sql import functions as sf
@@ -50,7 +49,7 @@ from dp_pipeline.engines.spark_sql.diagnostics import code_summary, query_diagno
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
-__all__ = ["TABLE_COLUMN", "aggregate", "aggregate_queries"]
+__all__ = ["TABLE_COLUMN", "aggregate_queries"]
 
 
 def stable_input(df, specs: Sequence[QuerySpec]):
@@ -190,13 +189,7 @@ def aggregate_queries(
         if spec.shared_rows is not None and spec.shared_rows.group not in groups:
             tag = f"_shared{len(groups)}"
             groups[spec.shared_rows.group] = tag
-            union = replace(
-                spec,
-                cells=spec.shared_rows.cells,
-                column=None,
-                value_bounds=None,
-                shared_rows=None,
-            )
+            union = spec.counting_cells(spec.shared_rows.cells)
             coded = coded_rows(coded, union, tag, null_units=False)
     columns = [sf.col(unit), *[sf.col(CELL_COLUMN + tag) for tag in groups.values()]]
     for index, spec in enumerate(specs):
@@ -340,6 +333,3 @@ def input_rows(summary: list[dict]) -> int:
         ),
         default=0,
     )
-
-
-aggregate = aggregate_queries

@@ -19,6 +19,7 @@ from pyspark.sql.types import (
     DoubleType,
     IntegerType,
     LongType,
+    StringType,
     StructField,
     StructType,
 )
@@ -61,8 +62,13 @@ def output_schema(df, spec: QuerySpec):
     """(Spark schema of ``spec``'s released table over ``df``, Arrow types of its key columns)."""
     from pyspark.sql.pandas.types import to_arrow_type
 
-    fields = {f.name: f for f in df.schema.fields}
-    key_fields = [StructField(c, fields[c].dataType, nullable=False) for c in spec.cells.columns]
+    # Key types come from the domains, not the input: int64 or string whatever the
+    # input's column types (int32 from a CSV, float64 with NaN from pandas), so every
+    # engine and input format publishes the same schema.
+    key_fields = [
+        StructField(d.column, LongType() if d.kind == "int" else StringType(), nullable=False)
+        for d in spec.cells.domains
+    ]
     value_fields = [
         StructField(
             name,

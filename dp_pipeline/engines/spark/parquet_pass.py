@@ -23,7 +23,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dp_pipeline.engines.numpy_rules import clip_units, first_reason_codes, rounded_units
+from dp_pipeline.engines.numpy_rules import (
+    clip_units,
+    first_reason_codes,
+    integral_keys,
+    rounded_units,
+)
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.exact_sums import CellTotals, cell_totals
 from dp_pipeline.query.spec import QuerySpec
@@ -216,6 +221,7 @@ def parquet_partials_function(
     strings = sorted(
         {d.column for d in domains.values() if d.kind == "str"} - {*value_columns, unit}
     )
+    integer_keys = sorted({d.column for d in domains.values() if d.kind == "int"} - set(derived))
     needed = sorted({*key_columns, *value_columns, *sources, *([unit] if unit else [])})
 
     def partials(pieces: Iterator[tuple[str, int]]) -> Iterator[dict]:
@@ -247,8 +253,18 @@ def parquet_partials_function(
             for name, grid in derived.items():
                 positions, finite = grid.positions(_as_double(chunk.column(grid.column).chunk(0)))
                 columns[name] = pa.array(positions, mask=~finite)
+            outside = {}
+            for name in integer_keys:
+                if pa.types.is_floating(columns[name].type):
+                    # The pandas engine's rule for float integer keys: NaN is null,
+                    # a non-integer is outside the domain.
+                    keys, missing, outside[name] = integral_keys(_as_double(columns[name]))
+                    columns[name] = pa.array(keys, mask=missing)
             nulls = {c: _null_mask(a) for c, a in columns.items()}
             positions = {sig: _positions(d, columns[d.column]) for sig, d in domains.items()}
+            for sig, domain in domains.items():
+                if domain.column in outside:
+                    positions[sig][outside[domain.column]] = -1
             values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
             for table in tables:
                 table.add(positions, nulls, unit_null, values, size)

@@ -36,8 +36,8 @@ def parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: di
     Only ``spark.read.parquet(...)`` of local (``file:``) files without
     partition columns qualifies (no projection or filter: every row of every
     file is an input row), and only when pyarrow reads every column the
-    queries use with the type Spark gives it: integer keys and units, string
-    keys, integer or floating-point summed columns.
+    queries use with the type Spark gives it: integer (or floating-point) keys of
+    integer domains, integer units, string keys, integer or floating-point summed columns.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -67,7 +67,7 @@ def parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: di
             if domain.column in derived:
                 continue
             checks[domain.column] = (
-                pa.types.is_integer
+                (lambda t: pa.types.is_integer(t) or pa.types.is_floating(t))
                 if domain.kind == "int"
                 else (lambda t: pa.types.is_string(t) or pa.types.is_large_string(t))
             )

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
     ByteType,
+    DoubleType,
+    FloatType,
     IntegerType,
     LongType,
     NumericType,
@@ -19,6 +21,7 @@ from pyspark.sql.types import (
     StringType,
 )
 
+from dp_pipeline.engines.numpy_rules import KEY_LIMIT
 from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.spec import QuerySpec
@@ -36,6 +39,8 @@ CASE_LIST_LIMIT = 64
 
 
 INTEGRAL_TYPES = (ByteType, ShortType, IntegerType, LongType)
+# An integer key column with missing values often arrives as floating point (pandas, Parquet).
+FRACTIONAL_TYPES = (FloatType, DoubleType)
 # The decimal sums (`SumRule.decimal`) use DECIMAL(38,0): a bigint sum raises (ANSI) or wraps.
 EXACT_TYPE = "decimal(38,0)"
 S_HIGH_COLUMN = "_dp_s_high"
@@ -145,10 +150,11 @@ def check_schema(df, spec: QuerySpec) -> None:
 
     for domain in spec.cells.domains:
         kind = need(domain.column, "key")
-        if domain.kind == "int" and not isinstance(kind, INTEGRAL_TYPES):
+        if domain.kind == "int" and not isinstance(kind, (*INTEGRAL_TYPES, *FRACTIONAL_TYPES)):
             raise TypeError(
                 f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
-                f"domain holds integers; it must have an integer type"
+                f"domain holds integers; it must have an integer type (or a floating-point "
+                f"type holding integers and NaN)"
             )
         if domain.kind == "str" and not isinstance(kind, StringType):
             raise TypeError(
@@ -251,6 +257,13 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     k = len(spec.cells.columns)
     for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
         column = sf.col(domain.column)
+        missing = column.isNull()
+        if domain.kind == "int" and isinstance(df.schema[domain.column].dataType, FRACTIONAL_TYPES):
+            # `dp_pipeline.engines.numpy_rules.integral_keys`: NaN is a null key, a
+            # non-integer (or ±inf, or beyond ±2**62) is outside the domain.
+            missing = missing | sf.isnan(column)
+            integral = (sf.rint(column) == column) & (sf.abs(column) <= sf.lit(KEY_LIMIT))
+            column = sf.when(integral, column.cast("long"))
         if domain.is_range:
             pos = sf.when(
                 (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
@@ -259,7 +272,7 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
         else:
             df, pos = list_position(df, domain, column, tag, i)
         cell = cell + pos * sf.lit(stride).cast("long")
-        null_branch = (column.isNull(), sf.lit(-(2 * i + 1)).cast("long"))
+        null_branch = (missing, sf.lit(-(2 * i + 1)).cast("long"))
         ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
         for condition, value in (null_branch, ood_branch):
             code = sf.when(condition, value) if code is None else code.when(condition, value)

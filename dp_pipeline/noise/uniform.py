@@ -1,4 +1,5 @@
-"""Exact uniform integers and rational Bernoulli draws as numpy array programs.
+"""Exact uniform integers and rational Bernoulli draws as numpy array programs: the one
+implementation (the keyed stream of `dp_pipeline.randomness` only produces keystream words).
 
 Two representations, chosen by the caller from bounds proven in advance:
 
@@ -25,6 +26,8 @@ __all__ = [
     "fraction_prefixes",
     "uniform_below",
     "uniform_below_big",
+    "uniform_below_each",
+    "uniform_below_int",
 ]
 
 INT64_MAX = (1 << 63) - 1
@@ -64,13 +67,83 @@ def _lemire32(stream, bound: int, size: int) -> np.ndarray:
 
 
 def _masked64(stream, bound: int, size: int) -> np.ndarray:
-    mask = np.uint64(_smear(bound - 1))
-    limit = np.uint64(bound)
-    values = stream.random_uint64(size) & mask
-    rejected = np.flatnonzero(values >= limit)
-    if rejected.size:
-        values[rejected] = _masked64(stream, bound, rejected.size).astype(np.uint64)
-    return values.astype(np.int64)
+    return _masked(stream, np.uint64(bound), np.uint64(_smear(bound - 1)), size)
+
+
+def _smear_mask(values: np.ndarray) -> np.ndarray:
+    """Smallest all-ones bit mask >= each value (uint64, exact integer ops)."""
+    mask = values.copy()
+    for shift in (1, 2, 4, 8, 16, 32):
+        mask |= mask >> np.uint64(shift)
+    return mask
+
+
+def _masked_each(stream, bounds: np.ndarray) -> np.ndarray:
+    """Per-element bounds in [1, 2^63] (uint64 array of any shape)."""
+    flat = bounds.ravel()
+    return _masked(stream, flat, _smear_mask(flat - np.uint64(1)), flat.size).reshape(bounds.shape)
+
+
+def _masked(stream, bounds, masks, size: int) -> np.ndarray:
+    """Masked rejection on 64-bit words: each round redraws the rejected elements, in order.
+
+    ``bounds`` / ``masks``: one uint64 each (a scalar bound) or one per element.
+    """
+    per_element = isinstance(bounds, np.ndarray)
+    out = np.empty(size, dtype=np.uint64)
+    pending = np.arange(size)
+    while pending.size:
+        draws = stream.random_uint64(pending.size)
+        if per_element:
+            draws &= masks[pending]
+            accepted = draws < bounds[pending]
+        else:
+            draws &= masks
+            accepted = draws < bounds
+        out[pending[accepted]] = draws[accepted]
+        pending = pending[~accepted]
+    return out.astype(np.int64)
+
+
+def uniform_below_int(stream, bound: int) -> int:
+    """One exact uniform integer in [0, bound) for an arbitrary-precision ``bound`` >= 1
+    (masked rejection on the fewest keystream bytes)."""
+    if bound < 1:
+        raise ValueError(f"bound must be >= 1, got {bound}")
+    bits = (bound - 1).bit_length()
+    if bits == 0:
+        return 0
+    nbytes = (bits + 7) // 8
+    excess = 8 * nbytes - bits
+    while True:
+        candidate = int.from_bytes(stream.random_bytes(nbytes), "little") >> excess
+        if candidate < bound:
+            return candidate
+
+
+def uniform_below_each(stream, bounds) -> np.ndarray:
+    """Exact uniform integers in [0, b) for each element b of the integer array ``bounds``.
+
+    Bounds up to 2^63 take masked rejection on 64-bit words and return int64; an
+    object array with larger Python ints returns exact ints (`uniform_below_int`
+    per element). Never ``%`` or floats: each value has probability exactly 1/b.
+    """
+    if isinstance(bounds, bool):
+        raise TypeError("bounds must be an integer array, got bool")
+    array = np.asarray(bounds)
+    if array.dtype == object:
+        flat = [int(b) for b in array.ravel()]
+        if any(b < 1 for b in flat):
+            raise ValueError("bounds must all be >= 1")
+        if all(b <= 1 << 63 for b in flat):
+            return _masked_each(stream, np.array(flat, dtype=np.uint64).reshape(array.shape))
+        out = np.array([uniform_below_int(stream, b) for b in flat], dtype=object)
+        return out.reshape(array.shape)
+    if not np.issubdtype(array.dtype, np.integer):
+        raise TypeError(f"bounds must be integers, got dtype {array.dtype}")
+    if array.size and array.min() < 1:
+        raise ValueError(f"bounds must all be >= 1, got minimum {array.min()}")
+    return _masked_each(stream, array.astype(np.uint64))
 
 
 def uniform_below_big(stream, bound: int, size: int) -> np.ndarray:
@@ -135,7 +208,7 @@ def bernoulli_from_prefixes(
     result = words < prefixes
     for index in np.flatnonzero(words == prefixes):
         remainder = (numerator_at(int(index)) << bits) - int(prefixes[index]) * denominator
-        result[index] = stream.random_below_int(denominator) < remainder
+        result[index] = uniform_below_int(stream, denominator) < remainder
     return result
 
 

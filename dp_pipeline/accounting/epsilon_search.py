@@ -1,0 +1,151 @@
+"""ε(δ) from a rigorous δ(ε) bracket: the two ends searched by safeguarded regula falsi.
+
+Every end returned is certified by a direct evaluation of the bracket function: the upper
+end is an ε with δ_upper(ε) <= δ (rounded up 4 ulps), the lower end an ε with
+δ_lower(ε) > δ (or 0). Only their tightness relies on the bounds being non-increasing in ε,
+as the true δ(ε) is: the upper end is within ``rtol`` = 1e-7 relative of the smallest ε
+with δ_upper(ε) <= δ and the lower end within 1e-7 of the largest with δ_lower(ε) > δ.
+
+A δ evaluation of a large composition is the expensive part, so the search saves them:
+the closed-form starting ε (the zCDP conversion) is nudged up by a relative 2^-30 at a
+time, growing, when its own rounding leaves it just infeasible; when the bound at the
+start came from that closed form (``probe``), the start itself is usually the answer and
+one evaluation 1e-7 below it settles the bracket; the steps are regula falsi on log δ
+(Illinois); the lower search starts from the largest ε the upper one saw with
+δ_lower > δ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+from dp_pipeline.accounting._checks import round_up
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+
+__all__ = ["RTOL", "epsilon_from_delta_function"]
+
+RTOL = 1e-7  # relative width of the final bracket of each end
+_FIRST_GROWTH = 2.0**-30  # first relative step up from an infeasible starting ε
+
+
+def epsilon_from_delta_function(
+    delta_bound_of: Callable[[float], DeltaBound],
+    delta: float,
+    high: float,
+    method: str,
+    probe: Callable[[DeltaBound], bool] | None = None,
+) -> EpsilonBound:
+    """EpsilonBound from a δ(ε) bound function (both ends non-increasing in ε).
+
+    upper: an ε with δ_upper(ε) <= δ (the guarantee), within ~1e-7 relative of the
+    smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
+    ``high``: a starting ε expected to be feasible (raised until it is); ``probe(bound)``:
+    whether the bound at the start says the answer is likely the start itself (then ε is
+    tried 1e-7 below it first). Evaluations are shared between the two searches, and
+    ε = 0 is evaluated only when the searches come near it.
+    """
+    seen: dict = {}
+
+    def bound_at(eps: float) -> DeltaBound:
+        if eps not in seen:
+            seen[eps] = delta_bound_of(eps)
+        return seen[eps]
+
+    growth = _FIRST_GROWTH
+    while bound_at(high).upper > delta:
+        high = high * (1 + growth) + growth
+        growth = min(16 * growth, 1.0)  # from the 4th step on, as fast as doubling
+    first_trial = None
+    if probe is not None and probe(bound_at(high)):
+        first_trial = high * (1 - 0.5 * RTOL)
+    upper = _solve(
+        lambda eps: bound_at(eps).upper, delta, high, feasible_end=True, first_trial=first_trial
+    )
+    # the lower end starts from the largest ε seen with δ_lower > δ (δ_lower <= δ_upper:
+    # none above the upper end); ε seen with δ_lower <= δ say nothing below them, as a
+    # loose bracket there may have δ_lower = 0
+    below = [eps for eps, b in seen.items() if eps < upper and b.lower > delta]
+    lower = _solve(
+        lambda eps: bound_at(eps).lower,
+        delta,
+        upper,
+        feasible_end=False,
+        low=max(below) if below else None,
+    )
+    return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
+
+
+def _solve(
+    delta_of,
+    delta: float,
+    high: float,
+    feasible_end: bool,
+    rtol: float = RTOL,
+    low: float | None = None,
+    first_trial: float | None = None,
+):
+    """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
+    the feasible end (δ_of <= δ, rounded up 4 ulps) or the infeasible end (δ_of > δ, 0.0
+    if none).
+
+    ``low``: an ε known to have δ_of(low) > δ, if any; otherwise one is looked for below
+    ``high`` (from ``first_trial`` if given, else 0.9·high, then secant steps on log δ,
+    each at least 5% of the way down), and ε = 0 is tried once the search has come below
+    a quarter of ``high``.
+    """
+    target = math.log(delta)
+
+    def excess(eps: float) -> float:
+        value = delta_of(eps)
+        return math.log(value) - target if value > 0 else -math.inf
+
+    f_high = excess(high)
+    if low is None:
+        start = high
+        trial = 0.9 * high if first_trial is None else first_trial
+        while True:
+            if trial <= 0.25 * start:
+                low, f_low = 0.0, excess(0.0)
+                if f_low <= 0:
+                    return 0.0
+                break
+            f_trial = excess(trial)
+            if f_trial > 0:
+                low, f_low = trial, f_trial
+                break
+            # both feasible: extrapolate the secant of log δ to its crossing, overshooting
+            previous, f_previous = high, f_high
+            high, f_high = trial, f_trial
+            slope = (f_previous - f_high) / (previous - high)
+            if math.isfinite(slope) and slope < 0:
+                guess = high - 1.5 * f_high / slope
+                trial = min(0.95 * high, max(guess, 0.5 * high))
+            else:
+                trial = 0.5 * high
+    else:
+        f_low = excess(low)
+    side = 0
+    for _ in range(200):
+        if high - low <= rtol * high + 1e-300:
+            break
+        if math.isfinite(f_low) and math.isfinite(f_high) and f_low != f_high:
+            trial = high - f_high * (high - low) / (f_high - f_low)
+            margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
+            trial = min(max(trial, low + margin), high - margin)
+        else:
+            trial = 0.5 * (low + high)
+        if not low < trial < high:
+            trial = 0.5 * (low + high)
+        value = excess(trial)
+        if value <= 0:
+            high, f_high = trial, value
+            if side == 1:
+                f_low /= 2
+            side = 1
+        else:
+            low, f_low = trial, value
+            if side == -1:
+                f_high /= 2
+            side = -1
+    return round_up(high) if feasible_end else low

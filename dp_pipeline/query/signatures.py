@@ -1,0 +1,143 @@
+"""Public call signatures and docstrings generated from the parameter objects' ``build``.
+
+``df.dp.*``, ``dp_pipeline.spark.dp_*`` and ``dp_pipeline.selection.spark.dp_*``
+are thin shims: their parameters are those of a parameter object's ``build``
+(`dp_pipeline.query.aggregations`, `dp_pipeline.selection.parameters`) and of
+`dp_pipeline.query.context.RunContext.build`, merged by `public_signature`; each
+parameter is described once, in `PARAMETER_DOCS`. A shim binds its call with
+that signature (so a wrong argument fails as it would on a written-out function)
+and ``inspect.signature`` / ``help()`` show the real parameters.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Sequence
+
+from dp_pipeline.errors import InternalError
+from dp_pipeline.query.aggregations import AGGREGATIONS
+from dp_pipeline.query.budget import QueryBudget
+from dp_pipeline.query.context import RunContext
+
+__all__ = ["PARAMETER_DOCS", "aggregation_signature", "public_doc", "public_signature", "shim"]
+
+# Arguments of the builds that no public call takes.
+INTERNAL = ("statistic", "allow_no_noise", "release_digest")
+
+PARAMETER_DOCS = {
+    "self": "",
+    "df": "the Spark DataFrame read (eagerly) by this call",
+    "column": "the summed (quantile, top-k: selected) column",
+    "q": "the quantile level in [0, 1] (an exact rational or a string such as '1/4')",
+    "k": "how many candidates are selected",
+    "by": "key columns (a name or a list of names)",
+    "domains": "{column: range or list}: the declared cells, every one released",
+    "bounds": "(lower, upper) of the values; values are clamped into them, never taken "
+    "from the data",
+    "granularity": "values are rounded to integer multiples of it (an exact rational)",
+    "candidates": "the public candidate values (a list or range); other rows are dropped "
+    "or refused",
+    "noise": "a DiscreteGaussian or DiscreteLaplace (exact rational parameters); or give "
+    "a budget instead (epsilon, delta, rho), never both",
+    "rho": "a zCDP budget instead of epsilon: a count, sum or mean gets the least discrete "
+    "Gaussian σ² meeting it (exact, rounded up); a selection the largest pure ε whose "
+    "zCDP cost is at most rho (ε²/8 per exponential-mechanism run)",
+    "count_noise": "the mechanism of a mean's count (default: the same as noise)",
+    "epsilon": "the budget ε of this one query, calibrated by the accountant: a count, sum "
+    "or mean gets with delta the least discrete Gaussian σ² meeting (ε, δ), alone discrete "
+    "Laplace at pure ε; a selection the exponential mechanism at pure ε (spent: its "
+    "pure_epsilon, never above; or pass a ready BaseTwoExponential)",
+    "method": '"peeling" (k exponential-mechanism rounds at ε/k) or "one_shot" (discrete '
+    "Laplace noisy counts at scale Δ₁/ε and their top k)",
+    "key": "a MasterKey (the noise is reproducible under the same key and labels)",
+    "release_id": "names the noise streams, with table and what is measured (the statistic "
+    "and a digest of the query): the same query under the same key and labels redraws the "
+    "same noise, any other query draws independent noise and spends its own budget",
+    "table": "names the noise streams, with release_id",
+    "privacy_unit": "the column whose value is one privacy unit (None: every row is a unit)",
+    "max_cells": "L0 bound: cells of this table one unit may contribute to",
+    "max_per_cell": "L∞ bound: rows one unit may contribute to one cell",
+    "max_candidates": "L0 bound: candidates one unit may count in",
+    "max_per_candidate": "L∞ bound: times one unit may count in one candidate",
+    "neighbouring": '"add_remove" (a unit is added or removed) or "replace"',
+    "on_invalid": '"drop" (counted in the diagnostics) or "error" (refused, naming the column)',
+    "noise_partitions": "how many noise partitions (streams) the cells are dealt to",
+    "cell_limit": "the most cells a query may declare",
+    "confidence": "of the margins of error",
+    "delta": "with epsilon, the budget's δ (the least discrete Gaussian σ² whose tight δ at "
+    "epsilon is at most it); with noise or rho, the δ at which ε is reported (default 1e-6)",
+}
+
+
+def public_signature(
+    *builds: Callable,
+    positional: Sequence[str] = (),
+    leading: Sequence[str] = (),
+    exclude: Sequence[str] = (),
+    returns: object = inspect.Signature.empty,
+) -> inspect.Signature:
+    """The merged signature of ``builds``: ``leading`` then ``positional`` parameters, then
+    keyword-only ones (required first, each group in the builds' order). A build that
+    forwards ``**arguments`` to the next one lists only its own parameters."""
+    merged: dict[str, inspect.Parameter] = {}
+    for build in builds:
+        for parameter in inspect.signature(build, eval_str=True).parameters.values():
+            if parameter.name in (*INTERNAL, *exclude) or parameter.kind is parameter.VAR_KEYWORD:
+                continue
+            known = merged.setdefault(parameter.name, parameter)
+            if known.default != parameter.default:  # a build forwarding to another
+                raise InternalError(f"parameter {parameter.name!r} has two defaults")
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    front = [inspect.Parameter(name, kind) for name in leading]
+    front += [merged.pop(name).replace(kind=kind) for name in positional]
+    rest = [p.replace(kind=inspect.Parameter.KEYWORD_ONLY) for p in merged.values()]
+    required = [p for p in rest if p.default is inspect.Parameter.empty]
+    optional = [p for p in rest if p.default is not inspect.Parameter.empty]
+    return inspect.Signature([*front, *required, *optional], return_annotation=returns)
+
+
+def public_doc(summary: str | None, signature: inspect.Signature, returns: str = "") -> str:
+    """``summary`` (a parameter object's docstring), the return value, then one line per
+    parameter of ``signature`` from `PARAMETER_DOCS`."""
+    lines = [inspect.cleandoc(summary or ""), ""]
+    if returns:
+        lines += [f"Returns {returns}", ""]
+    lines += ["Parameters:"]
+    for name, parameter in signature.parameters.items():
+        if name == "self":
+            continue
+        if name not in PARAMETER_DOCS:
+            raise InternalError(f"parameter {name!r} has no entry in PARAMETER_DOCS")
+        default = "" if parameter.default is inspect.Parameter.empty else " (optional)"
+        lines.append(f"    {name}{default}: {PARAMETER_DOCS[name]}")
+    return "\n".join(lines) + "\n"
+
+
+def shim(name: str, signature: inspect.Signature, doc: str, run: Callable, module: str) -> Callable:
+    """A function ``module.name`` called as ``signature`` says, calling ``run(**arguments)``
+    with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``."""
+
+    def call(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        return run(**bound.arguments)
+
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc
+    call.__signature__ = signature
+    call.__module__ = module
+    return call
+
+
+def aggregation_signature(
+    statistic: str, *, positional: Sequence[str], leading: Sequence[str] = (), returns: object
+) -> inspect.Signature:
+    """The public signature of a count, sum or mean: its build's and the run context's."""
+    return public_signature(
+        *AGGREGATIONS[statistic].parameter_sources(),
+        QueryBudget.build,
+        RunContext.build,
+        positional=positional,
+        leading=leading,
+        returns=returns,
+    )

@@ -1,0 +1,295 @@
+"""What a DP selection computes, key-free: `QuantileSelection` (quantile, median), `TopKSelection`.
+
+Built and checked whole before any data is read (bad input raises naming the
+argument, the value and the rule); no master key, labels or partitions: those are
+the run context (`dp_pipeline.query.context.RunContext`), joined to a selection by
+`dp_pipeline.selection.query`.
+
+- quantile / median: candidates are the public grid ``lo, lo + g, ... <= hi``;
+  `BaseTwoExponential` with Δu = 1, not monotone (``ε = 2·η·ln2``); each row
+  is one privacy unit (one value per person).
+- top-k: the bounded per-candidate counts of a `CountQuery` (``count by
+  [column]`` over the candidate domain, ``max_candidates`` = ``max_cells``,
+  ``max_per_candidate`` = ``max_per_cell``); its noise is the one-shot discrete
+  Laplace at `one_shot_scale` (used only by ``method="one_shot"``).
+  ``mechanism`` is the per-round `BaseTwoExponential` (peeling) or that Laplace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+
+from dp_pipeline.accounting import PrivacyEvent, margin_of_error
+from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
+from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.aggregations import CountQuery
+from dp_pipeline.query.budget import selection_epsilon
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.quantile_grid import (
+    TOP_K_METHODS,
+    check_positive_int,
+    check_value_bounds,
+    quantile_candidates,
+    quantile_positions,
+)
+from dp_pipeline.rational import exact_rational, positive_rational
+from dp_pipeline.selection.algorithms import (
+    checked_quantile_mechanism,
+    one_shot_scale,
+    quantile_rank_error_bound,
+    top_k_mechanism,
+)
+from dp_pipeline.selection.info import SelectionInfo
+
+__all__ = ["QuantileSelection", "TopKSelection", "top_k_counts"]
+
+_ON_INVALID = ("drop", "error")
+
+
+def _check_common(on_invalid, confidence) -> Fraction:
+    if on_invalid not in _ON_INVALID:
+        raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
+    confidence = exact_rational(confidence, "confidence")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    return confidence
+
+
+def top_k_counts(
+    column: str,
+    candidates,
+    *,
+    privacy_unit: str | None = None,
+    max_candidates: int = 1,
+    max_per_candidate: int = 1,
+    neighbouring: str = "add_remove",
+    on_invalid: str = "drop",
+    cell_limit: int = DEFAULT_CELL_LIMIT,
+    confidence=Fraction(95, 100),
+) -> CountQuery:
+    """The bounded per-candidate counts a top-k selects from, before its noise is set.
+
+    ``count by [column]`` over the candidates, with ``max_candidates`` as L0 and
+    ``max_per_candidate`` as L∞: the release planner costs exactly this query.
+    """
+    return CountQuery.build(
+        by=[column],
+        domains={column: candidates},
+        noise=None,
+        privacy_unit=privacy_unit,
+        max_cells=max_candidates,
+        max_per_cell=max_per_candidate,
+        neighbouring=neighbouring,
+        on_invalid=on_invalid,
+        cell_limit=cell_limit,
+        confidence=confidence,
+        allow_no_noise=True,
+    )
+
+
+@dataclass(frozen=True)
+class QuantileSelection:
+    """ε-DP ``q``-quantile of ``column`` (base-2 exponential mechanism): quantile, column.
+
+    Candidates are the public grid ``lo, lo + granularity, ... <= hi`` of
+    ``bounds``; values are clamped into ``bounds``; each row is one privacy
+    unit (one value per person). ``epsilon`` is the target (the spent
+    ``attrs["dp"].epsilon`` is the mechanism's pure ε, never above it) or a
+    `BaseTwoExponential`. Null, NaN and ±inf values are dropped (counted in
+    the diagnostics) or, with ``on_invalid="error"``, refused.
+    ``attrs["dp"].margin_of_error`` is the rank error at ``confidence``.
+    """
+
+    statistic: str
+    column: str
+    q: Fraction
+    bounds: tuple[Fraction, Fraction]
+    granularity: Fraction
+    candidates: tuple[Fraction, ...]
+    mechanism: BaseTwoExponential
+    on_invalid: str
+    confidence: Fraction
+
+    @classmethod
+    def build(
+        cls,
+        statistic: str,
+        *,
+        column: str,
+        q,
+        bounds,
+        granularity,
+        epsilon=None,
+        rho=None,
+        on_invalid: str = "drop",
+        confidence=Fraction(95, 100),
+    ) -> QuantileSelection:
+        """Validate everything that does not need the data; raise before any work.
+
+        ``epsilon`` is a target ε (the mechanism's `pure_epsilon` is what is
+        spent, never more) or a ready `BaseTwoExponential` (Δu >= 1, not monotone).
+        """
+        if statistic not in ("quantile", "median"):
+            raise ValueError(f"statistic must be 'quantile' or 'median', got {statistic!r}")
+        if not isinstance(column, str) or not column:
+            raise TypeError(f"column must be a column name, got {column!r}")
+        q_exact = exact_rational(q, "q")
+        if not 0 <= q_exact <= 1:
+            raise ValueError(f"q must be in [0, 1], got {q!r}")
+        low, high = check_value_bounds(bounds)
+        step = positive_rational(granularity, "granularity")
+        candidates = tuple(quantile_candidates((low, high), step))
+        mechanism = checked_quantile_mechanism(selection_epsilon(epsilon, rho, Fraction(1, 8)))
+        return cls(
+            statistic=statistic,
+            column=column,
+            q=q_exact,
+            bounds=(low, high),
+            granularity=step,
+            candidates=candidates,
+            mechanism=mechanism,
+            on_invalid=on_invalid,
+            confidence=_check_common(on_invalid, confidence),
+        )
+
+    def canonical(self) -> dict:
+        """Every parameter that can change the selected value (not the key or the names)."""
+        return {
+            "statistic": self.statistic,
+            "column": self.column,
+            "q": str(self.q),
+            "bounds": [str(self.bounds[0]), str(self.bounds[1])],
+            "granularity": str(self.granularity),
+            "mechanism": mechanism_to_dict(self.mechanism),
+        }
+
+    def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Grid position of each finite value and the out-of-bounds mask (`quantile_positions`)."""
+        return quantile_positions(values, self.bounds, self.granularity)
+
+    def info(self) -> SelectionInfo:
+        beta = 1 - self.confidence
+        return SelectionInfo(
+            statistic=self.statistic,
+            method="exponential",
+            event=PrivacyEvent(self.mechanism, (1,), 1),
+            epsilon=self.mechanism.pure_epsilon,
+            candidates=len(self.candidates),
+            margin_of_error=quantile_rank_error_bound(self.mechanism, len(self.candidates), beta),
+            confidence=self.confidence,
+        )
+
+
+@dataclass(frozen=True)
+class TopKSelection:
+    """ε-DP ``k`` most frequent ``column`` values among ``candidates``: rank, column[, count].
+
+    ``candidates`` is the public domain (list or range); rows outside it
+    are dropped (or refused). Each unit counts in at most ``max_candidates``
+    candidates, at most ``max_per_candidate`` times each (enforced as in
+    ``df.dp.count``). ``method="peeling"``: k exponential-mechanism rounds
+    at ε/k; ``"one_shot"``: discrete Laplace noisy counts at scale Δ₁/ε
+    and their top k (the winners' noisy counts are returned in ``count``).
+    See `dp_pipeline.selection.algorithms` for when to prefer which.
+    """
+
+    column: str
+    k: int
+    method: str
+    counts: CountQuery
+    mechanism: BaseTwoExponential | DiscreteLaplace
+    epsilon: Fraction
+
+    @classmethod
+    def build(
+        cls,
+        column: str,
+        k: int,
+        *,
+        candidates,
+        epsilon=None,
+        rho=None,
+        method: str = "peeling",
+        **count_bounds,
+    ) -> TopKSelection:
+        """Validate everything that does not need the data; raise before any work.
+
+        ``count_bounds``: the arguments of `top_k_counts` (privacy unit, contribution
+        bounds, neighbouring, invalid rows, cell limit, confidence).
+        """
+        if not isinstance(column, str) or not column:
+            raise TypeError(f"column must be a column name, got {column!r}")
+        check_positive_int(k, "k")
+        if method not in TOP_K_METHODS:
+            raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
+        if epsilon is not None or rho is None:
+            epsilon = positive_rational(selection_epsilon(epsilon, rho, Fraction(1)), "epsilon")
+        if isinstance(candidates, list | tuple | range) and len(candidates) == 0:
+            raise ValueError(
+                f"candidates for column {column!r} is empty: top-k needs at least one candidate"
+            )
+        counts = top_k_counts(column, candidates, **count_bounds)
+        if k > counts.cells.total:
+            raise ValueError(
+                f"k = {k} is larger than the number of candidates ({counts.cells.total})"
+            )
+        vector = counts.count_sensitivity()
+        l1 = sum(vector)
+        if epsilon is None:  # a zCDP budget: peeling k·(ε/k)²/8, one-shot Σm²ε²/(2·Δ₁²)
+            per_epsilon2 = (
+                Fraction(1, 8 * k)
+                if method == "peeling"
+                else Fraction(sum(m * m for m in vector), 2 * l1 * l1)
+            )
+            epsilon = selection_epsilon(None, rho, per_epsilon2)
+        noise = DiscreteLaplace(one_shot_scale(epsilon, l1))
+        counts = counts.with_noise(noise)
+        if method == "peeling":
+            mechanism = top_k_mechanism(
+                epsilon,
+                k,
+                utility_sensitivity=counts.effective_max_per_cell,
+                monotone=counts.neighbouring == "add_remove",
+            )
+        else:
+            mechanism = noise
+        return cls(
+            column=column, k=k, method=method, counts=counts, mechanism=mechanism, epsilon=epsilon
+        )
+
+    @classmethod
+    def parameter_sources(cls) -> tuple:
+        """The builds whose parameters make the public signature."""
+        return (TopKSelection.build, top_k_counts)
+
+    def labels(self) -> list:
+        """The candidates in cell-index order (the order of the count arrays)."""
+        cells = self.counts.cells
+        (values,) = cells.decode(np.arange(cells.total, dtype=np.int64))
+        return [v.item() if isinstance(v, np.generic) else v for v in values]
+
+    def info(self) -> SelectionInfo:
+        counts = self.counts
+        if self.method == "peeling":
+            return SelectionInfo(
+                statistic="top_k",
+                method="peeling",
+                event=PrivacyEvent(self.mechanism, (1,), self.k),
+                epsilon=self.k * self.mechanism.pure_epsilon,
+                candidates=counts.cells.total,
+                margin_of_error=None,
+                confidence=counts.confidence,
+            )
+        sensitivity = counts.count_sensitivity()
+        return SelectionInfo(
+            statistic="top_k",
+            method="one_shot",
+            event=PrivacyEvent(self.mechanism, tuple(sensitivity), 1),
+            epsilon=Fraction(sum(sensitivity)) / self.mechanism.scale,
+            candidates=counts.cells.total,
+            margin_of_error=margin_of_error(self.mechanism, confidence=counts.confidence),
+            confidence=counts.confidence,
+        )
