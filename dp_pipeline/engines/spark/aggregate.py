@@ -213,8 +213,8 @@ def aggregate_queries(
         *sum_columns,
         "true_n",
         *[
-            sf.when(valid, sf.col(name)).otherwise(zero).alias(true_name)
-            for name, zero, true_name in zip(
+            sf.when(valid, sf.col(name)).otherwise(empty).alias(true_name)
+            for name, empty, true_name in zip(
                 sum_columns, (zero_high, zero_low), true_sum_columns, strict=True
             )
         ],
