@@ -31,7 +31,7 @@ def _examples(language: str) -> list:
             spark = (
                 "dp_pipeline.spark" in code
                 or "conf/census_demo.toml" in code
-                or '"--engine", "spark"' in code
+                or re.search(r'"--engine",\s*"spark"', code) is not None
             )
             marks = [pytest.mark.spark] if spark else []
             cases.append(pytest.param(path, code, id=f"{path.name}-{index}", marks=marks))

@@ -20,8 +20,9 @@ from dp_pipeline.engines.pandas.aggregate import run_pandas
             pd.DataFrame({"state": ["0"], "sex": ["f"]}),
             "count",
             TypeError,
-            "key column 'state' has dtype object but its domain holds integers; it must have "
-            "an integer dtype (or a float dtype holding integers and NaN)",
+            # object on pandas 2, str on pandas 3
+            f"key column 'state' has dtype {pd.Series(['0']).dtype} but its domain holds "
+            "integers; it must have an integer dtype (or a float dtype holding integers and NaN)",
         ),
         (
             pd.DataFrame({"state": [0], "sex": [1]}),

@@ -155,7 +155,7 @@ def write_inputs(tmp_path: Path) -> tuple[Path, Path]:
         {
             "extra": pa.array(["x"] * len(rows)),
             "spend": pa.array(rows["spend"], type=pa.float64()),
-            "sex": pa.array(rows["sex"].tolist(), type=pa.string()),
+            "sex": pa.array(rows["sex"], type=pa.string(), from_pandas=True),
             "year": pa.array(rows["year"], type=pa.float64(), from_pandas=True),
             "pid": pa.array(rows["pid"], type=pa.int64(), from_pandas=True),
         }
@@ -204,7 +204,7 @@ def test_the_csv_reader_types_the_specs_columns_and_reads_no_others(tmp_path):
     assert list(frame.columns) == ["year", "sex", "spend", "pid"]  # no "note"
     assert str(frame["year"].dtype) == "Int64"
     assert frame["spend"].dtype == np.float64
-    assert frame["pid"].dtype == object and frame["pid"].iloc[0] == "0"
+    assert pd.api.types.is_string_dtype(frame["pid"]) and frame["pid"].iloc[0] == "0"
     assert frame["year"].isna().sum() == 4
     assert spark_csv_schema(spec, csv_path) == (
         "`pid` STRING, `year` BIGINT, `sex` STRING, `spend` DOUBLE, `note` STRING"
