@@ -204,7 +204,7 @@ def test_the_csv_reader_types_the_specs_columns_and_reads_no_others(tmp_path):
     assert list(frame.columns) == ["year", "sex", "spend", "pid"]  # no "note"
     assert str(frame["year"].dtype) == "Int64"
     assert frame["spend"].dtype == np.float64
-    assert pd.api.types.is_string_dtype(frame["pid"]) and frame["pid"].iloc[0] == "0"
+    assert pd.api.types.is_string_dtype(frame["pid"].dtype) and frame["pid"].iloc[0] == "0"
     assert frame["year"].isna().sum() == 4
     assert spark_csv_schema(spec, csv_path) == (
         "`pid` STRING, `year` BIGINT, `sex` STRING, `spend` DOUBLE, `note` STRING"
