@@ -137,6 +137,8 @@ def test_lattice_plan_delta_against_the_exact_lattice_fft(epsilon):
     assert bound.lower <= exact.upper and exact.lower <= bound.upper
     # the inversion alone (within brackets.TIGHT, no FFT built): ~2e-5 relative here
     assert bound.upper - bound.lower <= 1e-4 * bound.upper
+    # and the upper bound a user is told sits within 5e-5 of the exact FFT's (3e-5 here)
+    assert bound.upper <= exact.upper * (1 + 5e-5)
 
 
 def test_lattice_plan_epsilon_against_the_exact_lattice_fft():
