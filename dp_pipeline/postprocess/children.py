@@ -77,8 +77,17 @@ class _Stacked:
         )
 
     def split(self, values: np.ndarray) -> list[np.ndarray]:
-        bounds = self.cell_offsets
-        return [values[a:b] for a, b in pairwise(bounds)]
+        return [values[a:b] for a, b in pairwise(self.cell_offsets)]
+
+    def lexsort(self, *keys: np.ndarray) -> np.ndarray:
+        """``np.lexsort(keys)`` when ``keys[-1]`` is ``groups``: one small sort per problem.
+
+        Parents are numbered apart and in problem order, so the global order is the
+        problems' own orders end to end (many small sorts are cheaper than one large).
+        """
+        return np.concatenate(
+            [np.lexsort([k[a:b] for k in keys]) + a for a, b in pairwise(self.cell_offsets)]
+        )
 
 
 def fit_children(
@@ -112,7 +121,7 @@ def fit_children_many(
         return st.split(z + shift[groups])
     if np.any(targets < 0):
         raise InternalError("a fixed parent total is negative under nonnegative=True")
-    order = np.lexsort((-z, groups))
+    order = st.lexsort(-z, groups)
     rank, g_sorted, starts, sizes = _group_rank(groups, order)
     zs = z[order]
     # Parents are numbered apart per problem, so each problem's children stay together in
@@ -159,7 +168,7 @@ def round_children_many(problems: Sequence[ChildrenProblem]) -> list[np.ndarray]
     counts = np.bincount(groups, minlength=n_groups)
     if np.any(deficit < 0) or np.any(deficit > counts):
         raise InternalError("largest-remainder rounding: estimates do not sum to their parent")
-    order = np.lexsort((np.arange(x.size), -frac, groups))
+    order = st.lexsort(np.arange(x.size), -frac, groups)
     rank, g_sorted, _, _ = _group_rank(groups, order)
     up = np.zeros(x.size, dtype=np.int64)
     up[order] = rank <= deficit[g_sorted]

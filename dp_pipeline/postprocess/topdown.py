@@ -33,7 +33,7 @@ from .structure import (
     margin_index,
     margin_size,
 )
-from .two_way import RoundingProblem, controlled_round_many, fit_two_way
+from .two_way import TwoWayTable, controlled_round_many, fit_two_way_many
 
 __all__ = [
     "FitOptions",
@@ -121,16 +121,15 @@ def _pseudo_table(name: str, margin: Margin, problem: Problem) -> TableStructure
 
 @dataclass(frozen=True)
 class _TwoWay:
-    """A two-way table fitted in reals, waiting for its integers (see :func:`_two_way_fit`)."""
+    """A two-way table: its cells on its two margins' common refinement (``pseudo``)."""
 
     table: TableStructure
     pseudo: TableStructure
     to_inner: np.ndarray | None  # None: the two-way table is the table, in the same order
-    rounding: RoundingProblem
+    cells: TwoWayTable  # the estimates, row and column of each cell, the two margins
 
 
-def _two_way_fit(problem: Problem, tp: TablePlan, options: FitOptions) -> _TwoWay:
-    """The real fit of a two-way table on the cells of its two margins' common refinement."""
+def _two_way(problem: Problem, tp: TablePlan) -> _TwoWay:
     s = problem.structures[tp.table]
     z = problem.estimates[tp.table]
     h = problem.hierarchy
@@ -150,13 +149,11 @@ def _two_way_fit(problem: Problem, tp: TablePlan, options: FitOptions) -> _TwoWa
     col = margin_index(pseudo, b.margin, h)
     R = _margin_values(problem, a.margin, a.source)
     C = _margin_values(problem, b.margin, b.source)
-    x, steps = fit_two_way(z_inner, row, col, R, C, nonnegative=options.nonnegative)
-    problem.raking_steps = max(problem.raking_steps, steps)
-    return _TwoWay(s, pseudo, to_inner, RoundingProblem(x, row, col, R, C))
+    return _TwoWay(s, pseudo, to_inner, TwoWayTable(z_inner, row, col, R, C))
 
 
 def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions):
-    """Table ``tp`` of each problem, the problems' sorts and maximum flows done together."""
+    """Table ``tp`` of each problem; the problems' raking, sorts and maximum flows together."""
     if not tp.two_way:
         (only,) = tp.fixed
         asks = [
@@ -168,20 +165,24 @@ def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions)
             for p in problems
         ]
         return _children_many(asks, options)
-    fits = [_two_way_fit(p, tp, options) for p in problems]
+    two_ways = [_two_way(p, tp) for p in problems]
+    fitted = fit_two_way_many([w.cells for w in two_ways], nonnegative=options.nonnegative)
+    for p, (_, steps) in zip(problems, fitted, strict=True):
+        p.raking_steps = max(p.raking_steps, steps)
+    tables = [replace(w.cells, values=x) for w, (x, _) in zip(two_ways, fitted, strict=True)]
     if options.integer:
-        rounded = controlled_round_many([f.rounding for f in fits], nonnegative=options.nonnegative)
+        rounded = controlled_round_many(tables, nonnegative=options.nonnegative)
     else:
-        rounded = [f.rounding.x for f in fits]
-    out: list[np.ndarray | None] = [None] * len(fits)
+        rounded = [t.values for t in tables]
+    out: list[np.ndarray | None] = [None] * len(two_ways)
     asks, asked = [], []
-    for k, (p, f, x) in enumerate(zip(problems, fits, rounded, strict=True)):
-        if f.to_inner is None:
+    for k, (p, w, x) in enumerate(zip(problems, two_ways, rounded, strict=True)):
+        if w.to_inner is None:
             out[k] = x
-        elif f.pseudo.cells == f.table.cells:
-            out[k] = x[f.to_inner]  # the two-way table is the table, in another cell order
+        elif w.pseudo.cells == w.table.cells:
+            out[k] = x[w.to_inner]  # the two-way table is the table, in another cell order
         else:
-            asks.append(ChildrenProblem(p.estimates[tp.table], f.to_inner, x))
+            asks.append(ChildrenProblem(p.estimates[tp.table], w.to_inner, x))
             asked.append(k)
     for k, cells in zip(asked, _children_many(asks, options), strict=True):
         out[k] = cells

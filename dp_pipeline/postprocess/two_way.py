@@ -6,12 +6,8 @@ column margin). The real fit matches both margins: from a strictly positive
 start by iterative proportional fitting (Deming and Stephan 1940; Sinkhorn) when
 cells must be non-negative, otherwise by the additive least squares adjustment
 x = z + a_row + b_col (closed form). Integers come from controlled rounding
-(Cox 1987, "A constructive procedure for unbiased controlled rounding"): each
-cell becomes floor(x) or ceil(x) and both margins stay exact. Such a rounding
-exists for any real table with integer margins (the transportation polytope is
-integral); it is found as an integer maximum flow source -> row -> column -> sink
-(``scipy.sparse.csgraph.maximum_flow``, Dinic's algorithm), each row -> column
-edge carrying the cell's choice of ceil over floor.
+(:mod:`.rounding`): each cell becomes floor(x) or ceil(x) and both margins stay
+exact.
 
 Pure post-processing of noisy values; deterministic.
 """
@@ -19,21 +15,23 @@ Pure post-processing of noisy values; deterministic.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import pairwise
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import maximum_flow
 
-from ..errors import InternalError
+from .rounding import SNAP, TwoWayTable, controlled_round, controlled_round_many
 
-__all__ = ["RoundingProblem", "controlled_round", "controlled_round_many", "fit_two_way"]
+__all__ = [
+    "SNAP",
+    "TwoWayTable",
+    "controlled_round",
+    "controlled_round_many",
+    "fit_two_way",
+    "fit_two_way_many",
+]
 
 POSITIVE_START = 1e-3  # counts; the fit's start for cells the noise pushed to or below zero
 RAKING_TOLERANCE = 1e-12  # relative to the largest row target, after a column step
 MAX_RAKING_STEPS = 20_000
-SNAP = 1e-7  # an estimate this close to an integer is that integer
 
 
 def fit_two_way(
@@ -49,27 +47,74 @@ def fit_two_way(
 
     Requires equal totals of row and column targets within every connected block.
     """
-    z = np.asarray(z, dtype=np.float64)
-    R = np.asarray(row_targets, dtype=np.float64)
-    C = np.asarray(col_targets, dtype=np.float64)
-    nr, nc = R.size, C.size
-    if not nonnegative:
-        per_row = np.bincount(row, minlength=nr)
-        x = z + ((R - np.bincount(row, z, nr)) / np.maximum(per_row, 1))[row]
-        per_col = np.bincount(col, minlength=nc)
-        x += ((C - np.bincount(col, x, nc)) / np.maximum(per_col, 1))[col]
-        return x, 1
-    x = np.maximum(z, POSITIVE_START)
-    x[(R[row] <= 0) | (C[col] <= 0)] = 0.0
-    tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
-    if z.size == nr * nc:
+    table = TwoWayTable(z, row, col, row_targets, col_targets)
+    ((x, steps),) = fit_two_way_many([table], nonnegative=nonnegative)
+    return x, steps
+
+
+def fit_two_way_many(
+    tables: Sequence[TwoWayTable], *, nonnegative: bool
+) -> list[tuple[np.ndarray, int]]:
+    """:func:`fit_two_way` of each table; complete tables (every row meets every column)
+    with the same number of columns rake together, one array of them all.
+
+    Bit for bit each table's own result: every table keeps its own sums (a table's
+    padding rows are zeros, added last), tolerance and number of steps; a table done
+    raking is multiplied by exactly 1.0 until the others are done.
+    """
+    out: list[tuple[np.ndarray, int] | None] = [None] * len(tables)
+    dense: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, float]]] = {}
+    for k, t in enumerate(tables):
+        z = np.asarray(t.values, dtype=np.float64)
+        R = np.asarray(t.row_targets, dtype=np.float64)
+        C = np.asarray(t.col_targets, dtype=np.float64)
+        nr, nc = R.size, C.size
+        if not nonnegative:
+            out[k] = (_additive_fit(z, t.row, t.col, R, C), 1)
+            continue
+        x = np.maximum(z, POSITIVE_START)
+        x[(R[t.row] <= 0) | (C[t.col] <= 0)] = 0.0
+        tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
+        if z.size != nr * nc:
+            out[k] = _rake_scattered(x, t.row, t.col, R, C, tolerance)
+            continue
         # Every row meets every column (one block, e.g. the counties of one state by the
         # age-sex cells): rake a dense matrix, axis sums instead of scattered bincounts.
-        place = row.astype(np.int64) * nc + col
-        dense = np.empty(nr * nc)
-        dense[place] = x
-        dense, steps = _rake_dense(dense.reshape(nr, nc), R, C, tolerance)
-        return dense.reshape(-1)[place], steps
+        place = t.row.astype(np.int64) * nc + t.col
+        if nr < 2 or nc < 2:  # numpy would sum a single row or column pairwise
+            matrix = np.empty(nr * nc)
+            matrix[place] = x
+            matrix, steps = _rake_dense(matrix.reshape(1, nr, nc), R[None], C[None], [tolerance])
+            out[k] = (matrix.reshape(-1)[place], int(steps[0]))
+            continue
+        dense.setdefault(nc, []).append((k, x, place, R, C, tolerance))
+    for nc, block in dense.items():
+        rows = max(R.size for _, _, _, R, _, _ in block)
+        stack = np.zeros((len(block), rows, nc))
+        R_stack = np.zeros((len(block), rows))
+        flat = stack.reshape(len(block), -1)
+        for g, (_, x, place, R, _, _) in enumerate(block):
+            flat[g, place] = x
+            R_stack[g, : R.size] = R
+        C_stack = np.stack([C for *_, C, _ in block])
+        stack, steps = _rake_dense(stack, R_stack, C_stack, [b[-1] for b in block])
+        for g, (k, _, place, _, _, _) in enumerate(block):
+            out[k] = (flat[g, place], int(steps[g]))
+    return out
+
+
+def _additive_fit(z, row, col, R, C) -> np.ndarray:
+    """The least squares x = z + a_row + b_col with the target margins (closed form)."""
+    nr, nc = R.size, C.size
+    per_row = np.bincount(row, minlength=nr)
+    x = z + ((R - np.bincount(row, z, nr)) / np.maximum(per_row, 1))[row]
+    per_col = np.bincount(col, minlength=nc)
+    x += ((C - np.bincount(col, x, nc)) / np.maximum(per_col, 1))[col]
+    return x
+
+
+def _rake_scattered(x, row, col, R, C, tolerance) -> tuple[np.ndarray, int]:
+    nr, nc = R.size, C.size
     steps = 0
     cols_ok = np.max(np.abs(np.bincount(col, x, nc) - C), initial=0.0) <= tolerance
     while steps < MAX_RAKING_STEPS:
@@ -85,222 +130,31 @@ def fit_two_way(
     return x, steps
 
 
-def _rake_dense(x: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: float):
-    steps = 0
-    cols_ok = np.max(np.abs(x.sum(axis=0) - C), initial=0.0) <= tolerance
-    while steps < MAX_RAKING_STEPS:
-        rs = x.sum(axis=1)
-        if cols_ok and np.max(np.abs(rs - R), initial=0.0) <= tolerance:
+def _rake_dense(x: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance):
+    """Rake matrices x[g] (rows x columns) to row targets R[g] and column targets C[g].
+
+    Each matrix stops at its own tolerance; after that it is multiplied by 1.0 (exactly
+    itself) while others go on. Returns (x, steps per matrix).
+    """
+    tolerance = np.asarray(tolerance, dtype=np.float64)
+    steps = np.zeros(x.shape[0], dtype=np.int64)
+    cols_ok = np.max(np.abs(x.sum(axis=1) - C), axis=1, initial=0.0) <= tolerance
+    going = np.ones(x.shape[0], dtype=bool)
+    while True:
+        going &= steps < MAX_RAKING_STEPS
+        if not going.any():
             break
-        steps += 1
-        x *= np.divide(R, rs, out=np.zeros_like(R), where=rs > 0)[:, None]
-        cs = x.sum(axis=0)
-        x *= np.divide(C, cs, out=np.zeros_like(C), where=cs > 0)[None, :]
-        cols_ok = True
+        rs = x.sum(axis=2)
+        going &= ~(cols_ok & (np.max(np.abs(rs - R), axis=1, initial=0.0) <= tolerance))
+        if not going.any():
+            break
+        steps += going
+        factor = np.divide(R, rs, out=np.zeros_like(R), where=rs > 0)
+        factor[~going] = 1.0
+        x *= factor[:, :, None]
+        cs = x.sum(axis=1)
+        factor = np.divide(C, cs, out=np.zeros_like(C), where=cs > 0)
+        factor[~going] = 1.0
+        x *= factor[:, None, :]
+        cols_ok[:] = True
     return x, steps
-
-
-@dataclass(frozen=True)
-class RoundingProblem:
-    """One two-way table to round: real cells ``x`` at (``row``, ``col``), integer targets."""
-
-    x: np.ndarray
-    row: np.ndarray
-    col: np.ndarray
-    row_targets: np.ndarray
-    col_targets: np.ndarray
-
-
-@dataclass(frozen=True)
-class _Stacked:
-    """Several rounding problems laid end to end: rows, columns and cells renumbered apart."""
-
-    x: np.ndarray
-    row: np.ndarray
-    col: np.ndarray
-    R: np.ndarray
-    C: np.ndarray
-    n_cells: np.ndarray  # per problem
-    row_problem: np.ndarray  # the problem of each row
-    col_problem: np.ndarray
-
-    @classmethod
-    def of(cls, problems: Sequence[RoundingProblem]) -> _Stacked:
-        def sizes(arrays):
-            return np.array([np.size(a) for a in arrays], dtype=np.int64)
-
-        def join(arrays, dtype):
-            return np.concatenate([np.asarray(a, dtype=dtype).reshape(-1) for a in arrays])
-
-        n_cells = sizes([p.x for p in problems])
-        n_rows = sizes([p.row_targets for p in problems])
-        n_cols = sizes([p.col_targets for p in problems])
-        row = join([p.row for p in problems], np.int64)
-        col = join([p.col for p in problems], np.int64)
-        if len(problems) > 1:
-            row += np.repeat(np.cumsum(n_rows) - n_rows, n_cells)
-            col += np.repeat(np.cumsum(n_cols) - n_cols, n_cells)
-        labels = np.arange(len(problems))
-        return cls(
-            x=join([p.x for p in problems], np.float64),
-            row=row,
-            col=col,
-            R=join([p.row_targets for p in problems], np.int64),
-            C=join([p.col_targets for p in problems], np.int64),
-            n_cells=n_cells,
-            row_problem=np.repeat(labels, n_rows),
-            col_problem=np.repeat(labels, n_cols),
-        )
-
-    def per_cell(self, per_problem: np.ndarray) -> np.ndarray:
-        return np.repeat(per_problem, self.n_cells)
-
-    def split(self, values: np.ndarray) -> list[np.ndarray]:
-        return [values[a:b] for a, b in pairwise(np.concatenate([[0], np.cumsum(self.n_cells)]))]
-
-
-def _flow(low, cap, row, col, r_need, c_need):
-    """The flow f on each cell, 0 <= f <= cap, and on each row, of one maximum flow
-    source -> row -> column -> sink (row capacities r_need, column capacities c_need).
-
-    The integer cells low + f have margins low's plus r_need and c_need when the flow
-    saturates every row (the caller checks, per problem).
-    """
-    nr, nc = r_need.size, c_need.size
-    sink = nr + nc + 1
-    live = np.flatnonzero(cap)
-    live_row, live_col = row[live], col[live]
-    key = live_row * nc
-    key += live_col
-    if key.size > 1 and not np.all(key[1:] > key[:-1]):
-        by_cell = np.argsort(key, kind="stable")
-        live, live_row, live_col = live[by_cell], live_row[by_cell], live_col[by_cell]
-    del key
-    # The graph in CSR form, built directly: node 0 the source, 1..nr the rows, then
-    # the columns, then the sink; each node's edges sorted by head, zero capacities left out.
-    src_rows = np.flatnonzero(r_need > 0)
-    sink_cols = np.flatnonzero(c_need > 0)
-    per_row = np.bincount(live_row, minlength=nr)
-    out_degree = np.concatenate([[src_rows.size], per_row, (c_need > 0).astype(np.int64), [0]])
-    indptr = np.concatenate([[0], np.cumsum(out_degree)]).astype(np.int32)
-    cells = slice(src_rows.size, src_rows.size + live.size)
-    indices = np.empty(int(indptr[-1]), dtype=np.int32)
-    indices[: cells.start] = 1 + src_rows
-    indices[cells] = live_col
-    indices[cells] += 1 + nr
-    indices[cells.stop :] = sink
-    data = np.empty(indices.size, dtype=np.int32)
-    data[: cells.start] = r_need[src_rows]
-    data[cells] = cap[live]
-    data[cells.stop :] = c_need[sink_cols]
-    graph = sp.csr_matrix((data, indices, indptr), shape=(sink + 1, sink + 1))
-    graph.has_sorted_indices = True
-    flow = maximum_flow(graph, 0, sink, method="dinic").flow
-    # In the residual graph a row's edges are the reverse edge to the source (if the
-    # source feeds it), then its cells in column order: the cells' flows sit at fixed places.
-    first_of_row = np.cumsum(per_row) - per_row
-    row_start = flow.indptr[1 : nr + 1].astype(np.int64) + (r_need > 0) - first_of_row
-    place = row_start[live_row]
-    place += np.arange(live.size)
-    if not np.array_equal(flow.indices[place], indices[cells]):
-        raise InternalError("controlled rounding: unexpected layout of the maximum flow")
-    cell_flow = np.zeros(cap.size, dtype=np.int64)
-    cell_flow[live] = flow.data[place]
-    row_flow = np.zeros(nr, dtype=np.int64)
-    row_flow[src_rows] = flow.data[flow.indptr[0] : flow.indptr[1]]
-    return cell_flow, row_flow
-
-
-def _boxes(x: np.ndarray, nonnegative: bool):
-    """The floor/ceil boxes to try in turn, as (low, cap) integer arrays, made when needed.
-
-    First the strict box (near-integers fixed, others floor or ceil); if float error in
-    the fit made it infeasible, near-integers may also move by one either way.
-    """
-    nearest = np.rint(x)
-    distance = x - nearest
-    np.abs(distance, out=distance)
-    snapped = distance <= SNAP
-    del distance
-    # floor(x) or the nearest integer; ceil(x) - floor(x) = 1 off the integers. (When
-    # ``nonnegative`` x >= 0 already, so clamping the floor at zero changes nothing.)
-    low = np.floor(x)
-    np.copyto(low, nearest, where=snapped)
-    del nearest
-    yield low.astype(np.int64), np.logical_not(snapped).view(np.int8)
-    low_f, high_f = np.floor(x - 2 * SNAP), np.ceil(x + 2 * SNAP)
-    if nonnegative:
-        low_f = np.maximum(low_f, 0.0)
-    yield low_f.astype(np.int64), (high_f - low_f).astype(np.int64)
-
-
-def controlled_round_many(
-    problems: Sequence[RoundingProblem], *, nonnegative: bool
-) -> list[np.ndarray]:
-    """:func:`controlled_round` of each problem, with one maximum flow for all of them.
-
-    The problems share no row or column, so the flow network is their disjoint union.
-    Dinic's algorithm (scipy) on a disjoint union finds in each component the flow it
-    finds on that component alone: every phase's level graph restricts to the
-    component's own, no augmenting path leaves it, and nodes keep their relative order.
-    So every result is bit for bit the single-problem result.
-    """
-    if not problems:
-        return []
-    st = _Stacked.of(problems)
-    n = len(problems)
-    x = np.maximum(st.x, 0.0) if nonnegative else st.x
-    out = None
-    pending = np.ones(n, dtype=bool)
-    for low, cap in _boxes(x, nonnegative):
-        r_need = st.R - np.bincount(st.row, low, st.R.size).astype(np.int64)
-        c_need = st.C - np.bincount(st.col, low, st.C.size).astype(np.int64)
-        r_sum = np.bincount(st.row_problem, r_need, n)
-        feasible = (
-            pending
-            & (np.bincount(st.row_problem, r_need < 0, n) == 0)
-            & (np.bincount(st.col_problem, c_need < 0, n) == 0)
-            & (r_sum == np.bincount(st.col_problem, c_need, n))
-        )
-        if not feasible.any():
-            continue
-        if not feasible.all():
-            # Problems not tried now get no edges: isolated nodes, untouched by the flow.
-            cap = np.where(st.per_cell(feasible), cap, 0)
-            r_need = np.where(feasible[st.row_problem], r_need, 0)
-            c_need = np.where(feasible[st.col_problem], c_need, 0)
-        cell_flow, row_flow = _flow(low, cap, st.row, st.col, r_need, c_need)
-        solved = feasible & (np.bincount(st.row_problem, row_flow, n) == r_sum)
-        low += cell_flow
-        if out is None and solved.all():
-            out = low
-            break
-        if out is None:
-            out = np.zeros(x.size, dtype=np.int64)
-        take = st.per_cell(solved)
-        out[take] = low[take]
-        pending &= ~solved
-        if not pending.any():
-            break
-    else:
-        raise InternalError("controlled rounding found no rounding matching both margins")
-    if not (
-        np.array_equal(np.bincount(st.row, out, st.R.size).astype(np.int64), st.R)
-        and np.array_equal(np.bincount(st.col, out, st.C.size).astype(np.int64), st.C)
-    ):
-        raise InternalError("controlled rounding: a margin does not match its target")
-    return st.split(out)
-
-
-def controlled_round(
-    x: np.ndarray,
-    row: np.ndarray,
-    col: np.ndarray,
-    row_targets: np.ndarray,
-    col_targets: np.ndarray,
-    *,
-    nonnegative: bool,
-) -> np.ndarray:
-    """Each cell floor(x) or ceil(x), row and column sums exactly the integer targets."""
-    problem = RoundingProblem(x, row, col, row_targets, col_targets)
-    return controlled_round_many([problem], nonnegative=nonnegative)[0]
