@@ -36,7 +36,7 @@ __all__ = [
 def _group_rank(groups: np.ndarray, order: np.ndarray):
     """For positions sorted by group: 1-based rank within the group, group, start, size."""
     g_sorted = groups[order]
-    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]])
+    starts = np.flatnonzero(np.r_[True, g_sorted[1:] != g_sorted[:-1]][: g_sorted.size])
     sizes = np.diff(np.r_[starts, g_sorted.size])
     rank = np.arange(g_sorted.size) - np.repeat(starts, sizes) + 1
     return rank, g_sorted, starts, sizes
