@@ -92,8 +92,9 @@ class _Stacked:
 
 
 def _flow(low, cap, row, col, r_need, c_need):
-    """The flow f on each cell, 0 <= f <= cap, and on each row, of one maximum flow
-    source -> row -> column -> sink (row capacities r_need, column capacities c_need).
+    """Add to ``low`` the flow f, 0 <= f <= cap, of each cell in one maximum flow
+    source -> row -> column -> sink (row capacities r_need, column capacities c_need);
+    return the flow into each row.
 
     The integer cells low + f have margins low's plus r_need and c_need when the flow
     saturates every row (the caller checks, per problem).
@@ -136,11 +137,10 @@ def _flow(low, cap, row, col, r_need, c_need):
     place += np.arange(live.size)
     if not np.array_equal(flow.indices[place], indices[cells]):
         raise InternalError("controlled rounding: unexpected layout of the maximum flow")
-    cell_flow = np.zeros(cap.size, dtype=np.int64)
-    cell_flow[live] = flow.data[place]
+    low[live] += flow.data[place]
     row_flow = np.zeros(nr, dtype=np.int64)
     row_flow[src_rows] = flow.data[flow.indptr[0] : flow.indptr[1]]
-    return cell_flow, row_flow
+    return row_flow
 
 
 def _boxes(x: np.ndarray, nonnegative: bool):
@@ -203,9 +203,8 @@ def controlled_round_many(
             cap = np.where(st.per_cell(feasible), cap, 0)
             r_need = np.where(feasible[st.row_problem], r_need, 0)
             c_need = np.where(feasible[st.col_problem], c_need, 0)
-        cell_flow, row_flow = _flow(low, cap, st.row, st.col, r_need, c_need)
+        row_flow = _flow(low, cap, st.row, st.col, r_need, c_need)
         solved = feasible & (np.bincount(st.row_problem, row_flow, n) == r_sum)
-        low += cell_flow
         if out is None and solved.all():
             out = low
             break

@@ -73,18 +73,19 @@ def fit_two_way_many(
             out[k] = (_additive_fit(z, t.row, t.col, R, C), 1)
             continue
         x = np.maximum(z, POSITIVE_START)
-        x[(R[t.row] <= 0) | (C[t.col] <= 0)] = 0.0
         tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
         if z.size != nr * nc:
+            x[(R[t.row] <= 0) | (C[t.col] <= 0)] = 0.0
             out[k] = _rake_scattered(x, t.row, t.col, R, C, tolerance)
             continue
         # Every row meets every column (one block, e.g. the counties of one state by the
         # age-sex cells): rake a dense matrix, axis sums instead of scattered bincounts.
         place = t.row.astype(np.int64) * nc + t.col
         if nr < 2 or nc < 2:  # numpy would sum a single row or column pairwise
-            matrix = np.empty(nr * nc)
-            matrix[place] = x
-            matrix, steps = _rake_dense(matrix.reshape(1, nr, nc), R[None], C[None], [tolerance])
+            matrix = np.empty((1, nr, nc))
+            matrix.reshape(-1)[place] = x
+            _zero_empty_margins(matrix[0], R, C)
+            matrix, steps = _rake_dense(matrix, R[None], C[None], [tolerance])
             out[k] = (matrix.reshape(-1)[place], int(steps[0]))
             continue
         dense.setdefault(nc, []).append((k, x, place, R, C, tolerance))
@@ -93,14 +94,21 @@ def fit_two_way_many(
         stack = np.zeros((len(block), rows, nc))
         R_stack = np.zeros((len(block), rows))
         flat = stack.reshape(len(block), -1)
-        for g, (_, x, place, R, _, _) in enumerate(block):
+        for g, (_, x, place, R, C, _) in enumerate(block):
             flat[g, place] = x
+            _zero_empty_margins(stack[g, : R.size], R, C)
             R_stack[g, : R.size] = R
         C_stack = np.stack([C for *_, C, _ in block])
         stack, steps = _rake_dense(stack, R_stack, C_stack, [b[-1] for b in block])
         for g, (k, _, place, _, _, _) in enumerate(block):
             out[k] = (flat[g, place], int(steps[g]))
     return out
+
+
+def _zero_empty_margins(matrix: np.ndarray, R: np.ndarray, C: np.ndarray) -> None:
+    """Cells of a row or column whose target is zero (or less) are zero: raking keeps them."""
+    matrix[R <= 0, :] = 0.0
+    matrix[:, C <= 0] = 0.0
 
 
 def _additive_fit(z, row, col, R, C) -> np.ndarray:
