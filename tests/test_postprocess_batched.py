@@ -9,6 +9,7 @@ top-down step on Spark solves one group per task with the single-group functions
 from __future__ import annotations
 
 from fractions import Fraction
+from itertools import pairwise
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from dp_pipeline.postprocess.children import (
     round_children_many,
 )
 from dp_pipeline.postprocess.plan import plan
+from dp_pipeline.postprocess.rounding import BATCH_CELLS, batches
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
     Problem,
@@ -160,6 +162,40 @@ def test_a_table_with_no_rounding_is_refused_beside_good_ones():
     good = _two_way(1, 3, 3)
     with pytest.raises(InternalError, match="controlled rounding found no rounding"):
         controlled_round_many([good, bad], nonnegative=True)
+
+
+def test_batches_are_consecutive_and_bounded():
+    assert batches([3, 4, 2, 9, 1, 1], limit=8) == [[0, 1], [2], [3], [4, 5]]
+    assert batches([20], limit=8) == [[0]]
+    assert batches([], limit=8) == []
+    sizes = np.random.default_rng(0).integers(1, 50, 200).tolist()
+    runs = batches(sizes, limit=120)
+    assert [k for run in runs for k in run] == list(range(200))
+    assert all(sum(sizes[k] for k in run) <= 120 for run in runs)
+    # A run ends only where the next size would not fit.
+    assert all(sum(sizes[k] for k in a) + sizes[b[0]] > 120 for a, b in pairwise(runs))
+
+
+def test_a_table_larger_than_a_batch_gets_its_own_integers_beside_small_ones():
+    rows = BATCH_CELLS // 400 + 1
+    large = _two_way(7, rows, 400)
+    tables = [_two_way(1, 5, 400), large, _two_way(2, 3, 400)]
+    fitted = fit_two_way_many(tables, nonnegative=True)
+    assert np.array_equal(
+        fitted[1][0],
+        fit_two_way(*(large.values, large.row, large.col), *_targets(large), nonnegative=True)[0],
+    )
+    real = [
+        TwoWayTable(x, t.row, t.col, t.row_targets, t.col_targets)
+        for t, (x, _) in zip(tables, fitted, strict=True)
+    ]
+    for t, out in zip(real, controlled_round_many(real, nonnegative=True), strict=True):
+        alone = controlled_round(t.values, t.row, t.col, *_targets(t), nonnegative=True)
+        assert np.array_equal(out, alone)
+
+
+def _targets(t: TwoWayTable):
+    return t.row_targets, t.col_targets
 
 
 def _census_like(seed: int, states: int = 6):

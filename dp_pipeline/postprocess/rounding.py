@@ -25,9 +25,36 @@ from scipy.sparse.csgraph import maximum_flow
 
 from ..errors import InternalError
 
-__all__ = ["SNAP", "TwoWayTable", "controlled_round", "controlled_round_many"]
+__all__ = [
+    "BATCH_CELLS",
+    "SNAP",
+    "TwoWayTable",
+    "batches",
+    "controlled_round",
+    "controlled_round_many",
+]
 
 SNAP = 1e-7  # an estimate this close to an integer is that integer
+# Cells solved together at most (2 MB per float array): small tables (states with few
+# counties) share one maximum flow or raking array, saving numpy's per-call cost; a
+# large table is solved alone, its arrays staying in cache (a union of large networks
+# also runs as many Dinic phases over all of them as its slowest part needs). On the
+# demo's 51 states, 1 << 18 took 0.09 s of top-down CPU time; every state alone 0.13 s,
+# all in one batch 0.11 s (one run, load about 10).
+BATCH_CELLS = 1 << 18
+
+
+def batches(sizes: Sequence[int], limit: int = BATCH_CELLS) -> list[list[int]]:
+    """Consecutive positions of ``sizes`` in runs of total at most ``limit`` (or one)."""
+    out: list[list[int]] = []
+    total = limit
+    for k, size in enumerate(sizes):
+        if total + size > limit:
+            out.append([])
+            total = 0
+        out[-1].append(k)
+        total += size
+    return out
 
 
 @dataclass(frozen=True)
@@ -170,16 +197,21 @@ def _boxes(x: np.ndarray, nonnegative: bool):
 def controlled_round_many(
     problems: Sequence[TwoWayTable], *, nonnegative: bool
 ) -> list[np.ndarray]:
-    """:func:`controlled_round` of each problem, with one maximum flow for all of them.
+    """:func:`controlled_round` of each problem, small ones sharing one maximum flow.
 
-    The problems share no row or column, so the flow network is their disjoint union.
+    Problems share no row or column, so their flow network is the disjoint union.
     Dinic's algorithm (scipy) on a disjoint union finds in each component the flow it
     finds on that component alone: every phase's level graph restricts to the
     component's own, no augmenting path leaves it, and nodes keep their relative order.
     So every result is bit for bit the single-problem result.
     """
-    if not problems:
-        return []
+    out: list[np.ndarray] = []
+    for batch in batches([np.size(p.values) for p in problems]):
+        out.extend(_round_together([problems[k] for k in batch], nonnegative))
+    return out
+
+
+def _round_together(problems: Sequence[TwoWayTable], nonnegative: bool) -> list[np.ndarray]:
     st = _Stacked.of(problems)
     n = len(problems)
     x = np.maximum(st.x, 0.0) if nonnegative else st.x

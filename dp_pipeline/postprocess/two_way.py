@@ -18,7 +18,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from .rounding import SNAP, TwoWayTable, controlled_round, controlled_round_many
+from .rounding import SNAP, TwoWayTable, batches, controlled_round, controlled_round_many
 
 __all__ = [
     "SNAP",
@@ -55,8 +55,8 @@ def fit_two_way(
 def fit_two_way_many(
     tables: Sequence[TwoWayTable], *, nonnegative: bool
 ) -> list[tuple[np.ndarray, int]]:
-    """:func:`fit_two_way` of each table; complete tables (every row meets every column)
-    with the same number of columns rake together, one array of them all.
+    """:func:`fit_two_way` of each table; small complete tables (every row meets every
+    column) with the same number of columns rake together, in one array.
 
     Bit for bit each table's own result: every table keeps its own sums (a table's
     padding rows are zeros, added last), tolerance and number of steps; a table done
@@ -89,20 +89,27 @@ def fit_two_way_many(
             out[k] = (matrix.reshape(-1)[place], int(steps[0]))
             continue
         dense.setdefault(nc, []).append((k, x, place, R, C, tolerance))
-    for nc, block in dense.items():
-        rows = max(R.size for _, _, _, R, _, _ in block)
-        stack = np.zeros((len(block), rows, nc))
-        R_stack = np.zeros((len(block), rows))
-        flat = stack.reshape(len(block), -1)
-        for g, (_, x, place, R, C, _) in enumerate(block):
-            flat[g, place] = x
-            _zero_empty_margins(stack[g, : R.size], R, C)
-            R_stack[g, : R.size] = R
-        C_stack = np.stack([C for *_, C, _ in block])
-        stack, steps = _rake_dense(stack, R_stack, C_stack, [b[-1] for b in block])
-        for g, (k, _, place, _, _, _) in enumerate(block):
-            out[k] = (flat[g, place], int(steps[g]))
+    for same_width in dense.values():
+        for batch in batches([b[1].size for b in same_width]):
+            _rake_together([same_width[i] for i in batch], out)
     return out
+
+
+def _rake_together(block, out) -> None:
+    """Rake complete tables of one width in one array (rows padded with zeros)."""
+    nc = block[0][4].size
+    rows = max(R.size for _, _, _, R, _, _ in block)
+    stack = np.zeros((len(block), rows, nc))
+    R_stack = np.zeros((len(block), rows))
+    flat = stack.reshape(len(block), -1)
+    for g, (_, x, place, R, C, _) in enumerate(block):
+        flat[g, place] = x
+        _zero_empty_margins(stack[g, : R.size], R, C)
+        R_stack[g, : R.size] = R
+    C_stack = np.stack([C for *_, C, _ in block])
+    stack, steps = _rake_dense(stack, R_stack, C_stack, [b[-1] for b in block])
+    for g, (k, _, place, _, _, _) in enumerate(block):
+        out[k] = (flat[g, place], int(steps[g]))
 
 
 def _zero_empty_margins(matrix: np.ndarray, R: np.ndarray, C: np.ndarray) -> None:
