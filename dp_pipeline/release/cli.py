@@ -169,6 +169,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[arguments.command](arguments)
     except (SpecError, PlanError, LedgerError, KeyFileError) as error:
         print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
+        for note in getattr(error, "__notes__", ()):
+            print(f"  {note}", file=sys.stderr)
         return 2
 
 

@@ -74,6 +74,7 @@ class OpenedInput:
     files: tuple[Path, ...]
     spark: Any = None
     own_session: bool = False
+    jvm_log: str | None = None  # the session's JVM log file (not --verbose)
 
     def list_files(self) -> tuple[Path, ...]:
         """The engine's file list now (compared with `files` by the mid-run check)."""
@@ -90,10 +91,18 @@ class OpenedInput:
                 f"written to"
             )
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> str | None:
+        """Stop a session started here; delete its JVM log unless ``failed`` (returned then)."""
         if self.own_session and self.spark is not None:
             self.spark.stop()
             self.spark = None
+        if failed:
+            return self.jvm_log
+        from dp_pipeline.engines.spark.quiet import discard_log
+
+        discard_log(self.jvm_log)
+        self.jvm_log = None
+        return None
 
 
 def open_input(
@@ -113,6 +122,7 @@ def open_input(
         # left running; only a session this call starts is stopped at the end.
         spark = SparkSession.getActiveSession()
     own_session = spark is None
+    log = None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
         if verbose:
@@ -121,17 +131,27 @@ def open_input(
             from dp_pipeline.engines.spark.quiet import jvm_output_to_file
 
             with jvm_output_to_file() as log:
-                spark = spark_session(spec.master)
+                try:
+                    spark = spark_session(spec.master)
+                except BaseException as error:
+                    kept_log(error, log)  # why the JVM did not start is in its log
+                    raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
     try:
-        files = spark_input_files(spark, path, input_format)
-    except BaseException:
-        if own_session:
-            spark.stop()
+        opened.files = spark_input_files(spark, path, input_format)
+    except BaseException as error:
+        kept_log(error, opened.close(failed=True))
         raise
-    return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
+    return opened
+
+
+def kept_log(error: BaseException, log: str | None) -> None:
+    """Name the JVM log kept after ``error`` in the error's message (CLI and tracebacks)."""
+    if log is not None:
+        error.add_note(f"the JVM's and Spark's own log lines of this run are kept in {log}")
 
 
 # Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
