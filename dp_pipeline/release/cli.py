@@ -62,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--verbose",
         action="store_true",
-        help="also show the JVM's and Spark's own log lines (by default written to a file)",
+        help=(
+            "also show the JVM's and Spark's own log lines (by default written to a "
+            "temporary file, deleted after a run that went well and named after an error)"
+        ),
     )
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
