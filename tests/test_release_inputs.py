@@ -37,11 +37,11 @@ from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.outputs import write_table
 from dp_pipeline.release.plan import plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.source import OpenedInput, kept_log
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import SpecError
 
 QUIET = Progress(quiet=True)
-DRIVER_INPUT_BYTES = engines.DRIVER_INPUT_BYTES  # before tests/conftest.py sets it to 0
 KEY = MasterKey.from_hex("5a" * 32)
 
 SPEC = """
@@ -250,6 +250,7 @@ def test_bad_values_in_a_csv_are_dropped_and_counted_not_an_abort(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.driver_aggregation  # sets DRIVER_INPUT_BYTES itself, for each engine path
 def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spark, monkeypatch):
     """The engine step of one release (one digest labels the noise) on every input and engine.
 
@@ -258,11 +259,14 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
     digest, every combination must publish the same bytes. Spark runs both its
     paths: the small-input driver aggregation and the Spark SQL jobs.
     """
+    import dp_pipeline.release.spark_tables as spark_tables
+
+    driver_input_bytes = spark_tables.DRIVER_INPUT_BYTES
     csv_path, parquet_path = write_inputs(tmp_path)
     published, diagnostics = {}, {}
     for input_path in (csv_path, parquet_path):
-        for engine, driver_bytes in (("pandas", 0), ("spark", DRIVER_INPUT_BYTES), ("spark", 0)):
-            monkeypatch.setattr(engines, "DRIVER_INPUT_BYTES", driver_bytes)
+        for engine, driver_bytes in (("pandas", 0), ("spark", driver_input_bytes), ("spark", 0)):
+            monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", driver_bytes)
             spec = make_spec(tmp_path, input_path, engine)
             plan = plan_release(spec)
             source = engines.open_input(spec, input_path, spec.input_format, QUIET, spark)
@@ -406,13 +410,13 @@ def test_closing_an_input_deletes_its_jvm_log_unless_the_run_failed(tmp_path):
     for failed in (False, True):
         log = tmp_path / f"dp_pipeline-spark-{failed}.log"
         log.write_text("WARN NativeCodeLoader\n")
-        opened = engines.OpenedInput(tmp_path, "csv", "spark", (), jvm_log=str(log))
+        opened = OpenedInput(tmp_path, "csv", "spark", (), jvm_log=str(log))
         logs.append((opened.close(failed=failed), log.exists()))
     assert logs == [(None, False), (str(tmp_path / "dp_pipeline-spark-True.log"), True)]
     error = ValueError("the run failed")
-    engines.kept_log(error, logs[1][0])
+    kept_log(error, logs[1][0])
     assert error.__notes__ == [
         f"the JVM's and Spark's own log lines of this run are kept in {logs[1][0]}"
     ]
-    engines.kept_log(error, None)  # --verbose or a session not started here: no log
+    kept_log(error, None)  # --verbose or a session not started here: no log
     assert len(error.__notes__) == 1

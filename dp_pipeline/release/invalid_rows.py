@@ -57,9 +57,9 @@ def refuse_invalid_rows(spec: ReleaseSpec, source) -> None:
     checks = row_checks(spec)
     if source.engine == "pandas":
         from dp_pipeline.engines.pandas.invalid_rows import first_broken_check
-        from dp_pipeline.release.engines import _read_pandas
+        from dp_pipeline.release.pandas_tables import read_pandas
 
-        broken = first_broken_check(_read_pandas(spec, source), checks)
+        broken = first_broken_check(read_pandas(spec, source), checks)
     else:
         from dp_pipeline.engines.spark.invalid_rows import first_broken_check
 

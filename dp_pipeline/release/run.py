@@ -47,6 +47,7 @@ from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
     ENGINES,
     INPUT_FORMATS,
@@ -167,7 +168,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     try:
         result = _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
     except BaseException as error:
-        engines.kept_log(error, source.close(failed=True))
+        kept_log(error, source.close(failed=True))
         raise
     source.close()
     return result
