@@ -32,7 +32,7 @@ from dp_pipeline.release.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.source import OpenedInput
+from dp_pipeline.release.source import OpenedInput, kept_log
 from dp_pipeline.release.spec_model import ReleaseSpec
 from dp_pipeline.selection.spark import check_numeric_column
 
@@ -58,23 +58,28 @@ def open_spark_input(
         # left running; only a session this call starts is stopped at the end.
         spark = SparkSession.getActiveSession()
     own_session = spark is None
+    log = None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
         if verbose:
             spark = spark_session(spec.master)
         else:
             with jvm_output_to_file() as log:
-                spark = spark_session(spec.master)
+                try:
+                    spark = spark_session(spec.master)
+                except BaseException as error:
+                    kept_log(error, log)  # why the JVM did not start is in its log
+                    raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
     try:
-        files = spark_input_files(spark, path, input_format)
-    except BaseException:
-        if own_session:
-            spark.stop()
+        opened.files = spark_input_files(spark, path, input_format)
+    except BaseException as error:
+        kept_log(error, opened.close(failed=True))
         raise
-    return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
+    return opened
 
 
 # Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
