@@ -209,8 +209,14 @@ class PrivacyAccountant:
             high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
         # the start is the closed-form cap's ε: where the cap gives the bound there, the
         # answer is usually the start itself (`epsilon_search`)
+        # the loss's standard deviation sqrt(2ρ) sets how far below the start to look first
         return epsilon_from_delta_function(
-            delta_of, delta, high, name, probe=lambda bound: _CAPPED in bound.method
+            delta_of,
+            delta,
+            high,
+            name,
+            probe=lambda bound: _CAPPED in bound.method,
+            spread=None if rho is None else math.sqrt(2 * rho),
         )
 
     @property
