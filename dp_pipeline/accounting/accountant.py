@@ -430,4 +430,4 @@ def _rest_summary(events) -> RestSummary | None:
     split = rest._pure_split()
     pure = None if split is None else (float(split[0]), math.nextafter(float(split[1]), math.inf))
     # ρ rounded up: the caps of the rest are then upper bounds for the exact ρ too
-    return RestSummary(rest.delta, math.nextafter(rho, math.inf), pure, rest.method)
+    return RestSummary(rest.delta, math.nextafter(rho, math.inf), pure, lambda: rest.method)

@@ -66,13 +66,18 @@ class RestSummary:
     """What conditioning needs of the other events: their δ bracket and closed-form caps.
 
     ``rho``: their total zCDP ρ; ``pure``: (Σ pure ε, ρ of the others) or None;
-    ``method``: the method of their composition.
+    ``method_of()``: the method of their composition (building it: asked only once the
+    conditioning applies).
     """
 
     delta: Callable[[float], DeltaBound]
     rho: float
     pure: tuple[float, float] | None
-    method: str
+    method_of: Callable[[], str]
+
+    @property
+    def method(self) -> str:
+        return self.method_of()
 
     def cap(self, t: float) -> float:
         """Closed-form upper bound on δ_R(t), t >= 0 (CKS Cor. 13; basic composition)."""
@@ -173,8 +178,12 @@ class LatticeConditioning:
         sigma2, mu = self.sigma2, self.shift
         # first y with ℓ_y >= ε + T: from there on g = 1 - e^t within e^{-T}
         above = math.ceil(((eps + FAR_BELOW) * 2 * sigma2 - mu * mu) / (2 * mu))
-        tail_lower, tail_upper = discrete_gaussian_tail_bounds(sigma2, mu, epsilon, above)
-        upper = tail_upper * (1 + _ABOVE_SLACK) * (1 + 4 * _U)
+        # the sum starts at -R at the lowest: P[Y < -R] < e^{-800}·(1/(1 - e^{-(2R+1)/(2σ²)}))
+        # < 5e-324 for σ² <= 10^6, added to the upper bound as the smallest float
+        reach = math.isqrt(math.ceil(1600 * sigma2)) + 1
+        first = max(above, -reach)
+        tail_lower, tail_upper = discrete_gaussian_tail_bounds(sigma2, mu, epsilon, first)
+        upper = tail_upper * (1 + _ABOVE_SLACK) * (1 + 4 * _U) + (5e-324 if first > above else 0)
         lower = tail_lower
         high = self.rest.far_above()
         upper += self.rest.cap(high)  # the y whose t = ε - ℓ_y >= t_hi (P-mass <= 1)
