@@ -63,7 +63,7 @@ def _convolve(one, two):
     return [(p * q, a + b) for p, a in one for q, b in two]
 
 
-def _mp_delta(rest, epsilon: float) -> mpmath.mpf:
+def _mp_delta(rest, epsilon: float, sigma2: Fraction = SIGMA2, shift: int = SHIFT) -> mpmath.mpf:
     """δ(ε) = Σ_{y, j} p(y)·q_j·(1 - e^{ε - ℓ_y - r_j})_+ by prefix sums over the rest."""
     ordered = sorted(rest, key=lambda pair: pair[1])
     losses = [loss for _, loss in ordered]
@@ -75,7 +75,7 @@ def _mp_delta(rest, epsilon: float) -> mpmath.mpf:
         tilted[i] = tilted[i + 1] + q * mpmath.exp(-r)
     eps = mpmath.mpf(epsilon)
     total = mpmath.mpf(0)
-    for p, loss in _mp_gaussian(SIGMA2, SHIFT):
+    for p, loss in _mp_gaussian(sigma2, shift):
         t = eps - loss
         first = bisect.bisect_right(losses, t)  # rest outcomes with r_j > t
         total += p * (mass[first] - mpmath.exp(t) * tilted[first])
@@ -164,6 +164,21 @@ def test_seed_60_plan_agrees_with_the_inversion_bracket():
         assert ours.lower <= direct.upper and direct.lower <= ours.upper
         assert ours.upper - ours.lower <= 1e-9 * ours.upper
         assert ours.upper - ours.lower <= direct.upper - direct.lower
+
+
+def test_conditioning_of_a_narrow_gaussian_with_a_huge_shift():
+    # σ² ≈ 0.02, μ = 900,000: at ε = 2 the Theorem 7 tail starts at y ≈ -450,000, cut at -40σ
+    sigma2, shift = Fraction(20585, 986774), 900_000
+    accountant = PrivacyAccountant().add(DiscreteGaussian(sigma2), [shift])
+    accountant.add(PureDP(Fraction(1, 10)))
+    assert accountant.method.startswith("lattice_conditioning")
+    rest = _mp_pure(Fraction(1, 10))
+    centre = float(Fraction(shift * shift, 2) / sigma2)
+    for epsilon in (2.0, centre - 0.05, centre + 0.05):
+        bound = accountant._composition()[0](epsilon)
+        exact = _mp_delta(rest, epsilon, sigma2, shift)
+        assert mpmath.mpf(bound.lower) <= exact <= mpmath.mpf(bound.upper), (epsilon, bound)
+        assert bound.upper - bound.lower <= 1e-9 * bound.upper
 
 
 def test_no_conditioning_without_a_coarse_lattice():
