@@ -17,6 +17,12 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    rigorous) and the bound names the method that gave its upper end;
 4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
+before these, a discrete Gaussian coordinate whose loss lattice step μ/σ² exceeds the loss
+range of everything else (`conditioning`, "lattice_conditioning + <method of the rest>"):
+δ is the sum over its lattice of P[Y=y]·δ_rest(ε - ℓ_y), Theorem 7 tail sums where the
+rest is decided, one evaluation of the rest's bracket where it is not; a bracket wider
+than 1e-4 relative is intersected with the paths above;
+
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
 conversion of the others ("pure_dp + zcdp"), both always valid.
