@@ -163,10 +163,12 @@ class PrivacyAccountant:
         return pure_total, rho_rest
 
     def _rho_or_none(self) -> float | None:
-        try:
-            return float(self.rho())
-        except ValueError:
-            return None
+        if "rho" not in self._cache:  # an exact sum over every coordinate: once per plan
+            try:
+                self._cache["rho"] = float(self.rho())
+            except ValueError:
+                self._cache["rho"] = None
+        return self._cache["rho"]
 
     def pure_epsilon(self) -> Fraction:
         """Exact total pure ε (basic composition); errors if any event is not pure DP."""

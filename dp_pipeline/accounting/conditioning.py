@@ -135,6 +135,10 @@ def conditioning_coordinate(events, summarize: Callable[[list], RestSummary | No
         mechanism = event.mechanism
         if not isinstance(mechanism, DiscreteGaussian) or mechanism.sigma2 > _MAX_SIGMA2:
             continue
+        # a float pre-filter (σ² as a float is within 1e-15 relative): most steps are small
+        reach = FAR_BELOW * float(mechanism.sigma2) * (1 - 1e-9)
+        if max(event.sensitivity) <= reach:
+            continue
         held = Counter(s for s in event.sensitivity if s)
         for shift, multiplicity in held.items():
             step = Fraction(shift) / mechanism.sigma2
