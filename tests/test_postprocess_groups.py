@@ -7,7 +7,8 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp_pipeline.postprocess import Hierarchy, NoisyCounts, make_consistent
+from dp_pipeline.postprocess import Hierarchy, NoisyCounts, PostprocessError, make_consistent
+from dp_pipeline.postprocess.group_solver import group_solver
 from dp_pipeline.postprocess.groups import coupling_table
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.topdown import FitOptions, Problem, group_level, run_topdown
@@ -129,3 +130,12 @@ def test_a_national_table_keeps_the_global_solve():
     _, reference = _global([*tables, national], hierarchy)
     for t, table in enumerate([*tables, national]):
         np.testing.assert_array_equal(result.values[table.name], reference.fixed[t])
+
+
+def test_a_national_table_is_refused_per_group():
+    tables, hierarchy = _no_national()
+    national = NoisyCounts("sex", ("sex",), (2,), np.array([40, 41]), Fraction(20))
+    with pytest.raises(PostprocessError, match=r"table 'sex' has no hierarchy key.*couples"):
+        group_solver([*tables, national], hierarchy)
+    with pytest.raises(PostprocessError, match=r"table 'age_sex' has no hierarchy key"):
+        group_solver([NoisyCounts("age_sex", ("age",), (2,), np.array([1, 2]), Fraction(2))], None)
