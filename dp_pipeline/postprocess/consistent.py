@@ -107,7 +107,7 @@ def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnega
                 )
 
 
-def _method(nonnegative: bool, integer: bool) -> str:
+def method_name(nonnegative: bool, integer: bool) -> str:
     if not (nonnegative or integer):
         return "wls"
     sign = "nonnegative-" if nonnegative else ""
@@ -126,7 +126,7 @@ def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> Consiste
     names = [s.name for s in p.structures]
     return ConsistentTables(
         dict(zip(names, solved.values, strict=True)),
-        _method(nonnegative, integer),
+        method_name(nonnegative, integer),
         solved.iterations,
         solved.max_residual,
         solved.raking_steps,
@@ -180,7 +180,7 @@ def make_consistent(
         seconds["verify"] = time.perf_counter() - t0
     return ConsistentTables(
         dict(zip(names, out, strict=True)),
-        _method(nonnegative, integer),
+        method_name(nonnegative, integer),
         wls.iterations,
         wls.max_residual,
         problem.raking_steps,

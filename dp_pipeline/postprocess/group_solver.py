@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InternalError
-from .consistent import _checked_values
+from .consistent import _checked_values, method_name
 from .groups import (
     TOP,
     GroupPart,
@@ -58,6 +58,13 @@ class GroupSolver:
     @property
     def names(self) -> tuple[str, ...]:
         return tuple(s.name for s in self.plan.structures)
+
+    @property
+    def method(self) -> str:
+        """The method `make_consistent` reports for the same options."""
+        if self.options is None:
+            return method_name(False, False)
+        return method_name(self.options.nonnegative, self.options.integer)
 
     @property
     def groups(self) -> int:
