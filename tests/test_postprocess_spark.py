@@ -17,9 +17,9 @@ def _on_spark(spark, tables, hierarchy, **options):
     from dp_pipeline.engines.spark.postprocess import cells_frame, consistent_cells, table_values
 
     solver = group_solver(tables, hierarchy, **options)
-    frame = cells_frame(spark, solver.cells([t.values for t in tables]))
-    fitted, diagnostics = consistent_cells(frame, solver)
-    values = dict(table_values(fitted, [t.values.size for t in tables]))
+    with cells_frame(spark, solver.cells([t.values for t in tables])) as frame:
+        fitted, diagnostics = consistent_cells(frame, solver)
+        values = dict(table_values(fitted, [t.values.size for t in tables]))
     return {t.name: values[i] for i, t in enumerate(tables)}, diagnostics
 
 

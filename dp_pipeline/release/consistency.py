@@ -184,11 +184,9 @@ def consistent_results(
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
     """The same estimates as `make_consistent`, one Spark task per top-level group."""
-    from dp_pipeline.engines.spark.postprocess import cells_frame, consistent_cells, table_values
+    from dp_pipeline.engines.spark.postprocess import consistent_tables
     from dp_pipeline.postprocess.group_solver import group_solver
 
     solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
-    frame = cells_frame(spark, solver.cells([t.values for t in noisy]))
-    fitted, _ = consistent_cells(frame, solver)
-    values = table_values(fitted, [t.values.size for t in noisy])
+    values = consistent_tables(spark, solver, [t.values for t in noisy])
     return solver.method, {noisy[t].name: v for t, v in values}

