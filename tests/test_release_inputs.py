@@ -40,7 +40,6 @@ from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import SpecError
 
 QUIET = Progress(quiet=True)
-DRIVER_INPUT_BYTES = engines.DRIVER_INPUT_BYTES  # before tests/conftest.py sets it to 0
 KEY = MasterKey.from_hex("5a" * 32)
 
 SPEC = """
@@ -249,6 +248,7 @@ def test_bad_values_in_a_csv_are_dropped_and_counted_not_an_abort(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.driver_aggregation  # sets DRIVER_INPUT_BYTES itself, for each engine path
 def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spark, monkeypatch):
     """The engine step of one release (one digest labels the noise) on every input and engine.
 
@@ -257,11 +257,14 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
     digest, every combination must publish the same bytes. Spark runs both its
     paths: the small-input driver aggregation and the Spark SQL jobs.
     """
+    import dp_pipeline.release.spark_tables as spark_tables
+
+    driver_input_bytes = spark_tables.DRIVER_INPUT_BYTES
     csv_path, parquet_path = write_inputs(tmp_path)
     published, diagnostics = {}, {}
     for input_path in (csv_path, parquet_path):
-        for engine, driver_bytes in (("pandas", 0), ("spark", DRIVER_INPUT_BYTES), ("spark", 0)):
-            monkeypatch.setattr(engines, "DRIVER_INPUT_BYTES", driver_bytes)
+        for engine, driver_bytes in (("pandas", 0), ("spark", driver_input_bytes), ("spark", 0)):
+            monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", driver_bytes)
             spec = make_spec(tmp_path, input_path, engine)
             plan = plan_release(spec)
             source = engines.open_input(spec, input_path, spec.input_format, QUIET, spark)
