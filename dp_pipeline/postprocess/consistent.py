@@ -60,7 +60,7 @@ class ConsistentTables:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _checked_values(tables: Sequence[NoisyCounts], p: Plan) -> tuple[list, list]:
+def checked_values(tables: Sequence[NoisyCounts], p: Plan) -> tuple[list, list]:
     values, variances = [], []
     for table, s in zip(tables, p.structures, strict=True):
         arr = np.asarray(table.values)
@@ -154,7 +154,7 @@ def make_consistent(
     """
     started = time.perf_counter()
     p = plan(tables, hierarchy)
-    values, variances = _checked_values(tables, p)
+    values, variances = checked_values(tables, p)
     if coupling_table(p, hierarchy) is None:
         return _by_group(p, values, variances, hierarchy, nonnegative, integer)
     wls = solve_wls(p.structures, values, variances, p.constraints, hierarchy)

@@ -22,7 +22,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InternalError
-from .consistent import _checked_values, method_name
+from .consistent import checked_values, method_name
 from .groups import (
     TOP,
     GroupPart,
@@ -210,6 +210,6 @@ def group_solver(
             "hierarchy level (post-process it on the driver, or key it by the top level)"
         )
     if variances is None:
-        _, variances = _checked_values(tables, p)
+        _, variances = checked_values(tables, p)
     options = FitOptions(nonnegative, integer) if (nonnegative or integer) else None
     return GroupSolver(p, hierarchy, tuple(Fraction(v) for v in variances), options)

@@ -90,8 +90,14 @@ def group_structures(
 
 def group_cells(s: TableStructure, positions: Sequence[np.ndarray]) -> np.ndarray:
     """Cell indices (int64, increasing) of table ``s`` inside one group, in group order."""
-    cells = np.arange(s.cells, dtype=np.int64).reshape(s.sizes)
-    return np.take(cells, positions[s.level], axis=s.geo_axis).reshape(-1)
+    # C order over (keys before the geography, its positions, keys after): built
+    # from the group's own cells, not by slicing the whole table.
+    before = int(np.prod(s.sizes[: s.geo_axis], dtype=np.int64))
+    after = int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64))
+    geo = s.sizes[s.geo_axis]
+    pos = np.asarray(positions[s.level], dtype=np.int64)
+    rows = np.arange(before, dtype=np.int64)[:, None] * geo + pos[None, :]
+    return (rows[:, :, None] * after + np.arange(after, dtype=np.int64)[None, None, :]).ravel()
 
 
 @dataclass(frozen=True)
