@@ -12,7 +12,8 @@ Order matters for privacy and for crashes:
 3. Only then is the data read, bounded, aggregated over the full declared
    domain and noised by the engine (deterministic in master key, release id,
    table and noise partition).
-4. The count tables of ``[postprocess]`` are made consistent on the driver
+4. The count tables of ``[postprocess]`` are made consistent on the driver, or
+   on Spark one top-level geography per task when they are large
    (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
 5. Outputs go to a hidden temporary folder; the ledger records that
    publication starts, the folder is renamed into place, and only then is the
@@ -35,7 +36,11 @@ import pandas as pd
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
-from dp_pipeline.release.consistency import consistent_results
+from dp_pipeline.release.consistency import (
+    check_postprocess_engine,
+    consistent_results,
+    postprocess_on_spark,
+)
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
@@ -143,6 +148,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     clock = time.perf_counter()
 
     plan = plan_release(spec)
+    check_postprocess_engine(spec)
     timings["plan"] = plan.seconds
     progress(
         f"planned {len(plan.tables)} table(s), "
@@ -232,12 +238,14 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             )
         _checkpoint("after_noise")
         started = time.perf_counter()
-        results, postprocessing = consistent_results(spec, plan, results)
+        results, postprocessing = consistent_results(spec, plan, results, source.spark)
         if postprocessing:
             timings["postprocess"] = time.perf_counter() - started
+            where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
             progress(
                 f"post-processed {len(postprocessing['tables'])} count table(s) into one "
-                f"consistent set ({postprocessing['method']}) in {timings['postprocess']:.2f} s"
+                f"consistent set ({postprocessing['method']}) {where + ' ' if where else ''}"
+                f"in {timings['postprocess']:.2f} s"
             )
         started = time.perf_counter()
         report = _write_outputs(
