@@ -32,7 +32,7 @@ import numpy as np
 from ..errors import InternalError
 from .plan import Plan
 from .structure import Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
-from .topdown import FitOptions, Problem, fit_group, fit_top
+from .topdown import FitOptions, Problem, fit_group, fit_groups, fit_top
 from .wls import solve_wls
 
 __all__ = [
@@ -44,6 +44,7 @@ __all__ = [
     "fit_top_from_summaries",
     "group_cells",
     "group_hierarchy",
+    "group_problem",
     "solve_group_wls",
 ]
 
@@ -196,15 +197,27 @@ def fit_one_group(
     options: FitOptions,
 ) -> Problem:
     """The solved problem of one group: every table's cells inside it, fixed."""
+    sub = group_problem(p, sub_structures, sub_hierarchy, positions, estimates, top)
+    fit_group(sub, options)
+    return sub
+
+
+def group_problem(
+    p: Plan,
+    sub_structures: Sequence[TableStructure],
+    sub_hierarchy: Hierarchy,
+    positions: Sequence[np.ndarray],
+    estimates: Sequence[np.ndarray],
+    top: TopFixed,
+) -> Problem:
+    """One group's problem before its top-down step: the top's tables and totals taken."""
     fixed = {}
     for t, s in enumerate(p.structures):
         if t in top.fixed:
             fixed[t] = np.take(top.fixed[t].reshape(s.sizes), positions[TOP], axis=s.geo_axis)
             fixed[t] = fixed[t].reshape(-1)
     geo = {lv: v if lv < TOP else v[positions[lv]] for lv, v in top.geo_totals.items()}
-    sub = Problem(tuple(sub_structures), p.order, sub_hierarchy, list(estimates), fixed, geo)
-    fit_group(sub, options)
-    return sub
+    return Problem(tuple(sub_structures), p.order, sub_hierarchy, list(estimates), fixed, geo)
 
 
 def verify_group(p: Plan, sub: Problem, options: FitOptions) -> None:
@@ -267,8 +280,14 @@ def consistent_by_group(
     dtype = np.int64 if options.integer else np.float64
     out = [np.empty(s.cells, dtype=dtype) for s in p.structures]
     steps = top.raking_steps
-    for g, sub_h, positions, sub_s, cells, wls in groups:
-        sub = fit_one_group(g, p, sub_s, sub_h, positions, wls.estimates, top, options)
+    # All groups at once: small groups share sorts, raking arrays and maximum flows, and
+    # each gets what fit_one_group gives it alone (a Spark task), bit for bit.
+    subs = [
+        group_problem(p, sub_s, sub_h, positions, wls.estimates, top)
+        for _, sub_h, positions, sub_s, _, wls in groups
+    ]
+    fit_groups(subs, options)
+    for sub, (*_, cells, _) in zip(subs, groups, strict=True):
         steps = max(steps, sub.raking_steps)
         for t, c in enumerate(cells):
             out[t][c] = sub.fixed[t]
