@@ -176,6 +176,7 @@ def test_batches_are_consecutive_and_bounded():
     assert batches([3, 4, 2, 9, 1, 1], limit=8) == [[0, 1], [2], [3], [4, 5]]
     assert batches([20], limit=8) == [[0]]
     assert batches([], limit=8) == []
+    assert batches([0, 0, 5], limit=8) == [[0, 1, 2]]
     sizes = np.random.default_rng(0).integers(1, 50, 200).tolist()
     runs = batches(sizes, limit=120)
     assert [k for run in runs for k in run] == list(range(200))

@@ -47,9 +47,9 @@ BATCH_CELLS = 1 << 18
 def batches(sizes: Sequence[int], limit: int = BATCH_CELLS) -> list[list[int]]:
     """Consecutive positions of ``sizes`` in runs of total at most ``limit`` (or one)."""
     out: list[list[int]] = []
-    total = limit
+    total = 0
     for k, size in enumerate(sizes):
-        if total + size > limit:
+        if not out or total + size > limit:
             out.append([])
             total = 0
         out[-1].append(k)

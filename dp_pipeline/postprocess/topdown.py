@@ -25,6 +25,7 @@ import numpy as np
 from ..errors import InternalError
 from .children import ChildrenProblem, fit_children_many, round_children_many
 from .plan import Plan, TablePlan
+from .rounding import batches
 from .structure import (
     NATIONAL,
     Hierarchy,
@@ -231,21 +232,28 @@ def fit_group(problem: Problem, options: FitOptions) -> None:
 
 
 def fit_groups(problems: Sequence[Problem], options: FitOptions) -> None:
-    """:func:`fit_group` for each of several group problems of one plan, in lockstep.
+    """:func:`fit_group` for each of several group problems of one plan, small ones together.
 
-    Each level's totals and each table are fixed in every group before the next;
-    the groups' simplex projections and roundings are one sort and the controlled
-    roundings of a two-way table one maximum flow (the ``*_many`` functions of
-    :mod:`.children` and :mod:`.two_way`). Every group gets bit for bit what
-    :func:`fit_group` gives it alone.
+    Groups are taken in runs of at most :data:`.rounding.BATCH_CELLS` cells (a larger
+    group alone). Within a run each level's totals and each table are fixed in every
+    group before the next; the groups' simplex projections and roundings are one
+    sort, their raking one array and their controlled roundings one maximum flow
+    (the ``*_many`` functions of :mod:`.children` and :mod:`.two_way`). Every group
+    gets bit for bit what :func:`fit_group` gives it alone.
     """
     if not problems:
         return
     order = problems[0].order
     if any(p.order != order for p in problems):
         raise InternalError("fit_groups: the group problems come from different plans")
+    sizes = [sum(s.cells for t, s in enumerate(p.structures) if t not in p.fixed) for p in problems]
+    for run in batches(sizes):
+        _fit_together([problems[k] for k in run], options)
+
+
+def _fit_together(problems: Sequence[Problem], options: FitOptions) -> None:
     _fit_levels(problems, max(s.level for s in problems[0].structures), options)
-    for tp in order:
+    for tp in problems[0].order:
         todo = [p for p in problems if tp.table not in p.fixed]
         if todo:
             for p, fixed in zip(todo, _fit_tables(todo, tp, options), strict=True):
