@@ -45,12 +45,14 @@ from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
 from dp_pipeline.release.input_schema import check_input_columns, published_table
+from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
     ENGINES,
     INPUT_FORMATS,
@@ -170,15 +172,19 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     # any of their rows is read.
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
-        return _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
-    finally:
-        source.close()
+        result = _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
+    except BaseException as error:
+        kept_log(error, source.close(failed=True))
+        raise
+    source.close()
+    return result
 
 
 def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
+    refuse_invalid_rows(spec, source)  # on_invalid = "error": before the ledger is touched
     ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
     for leftover in clean_stale(final):
