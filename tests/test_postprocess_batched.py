@@ -32,7 +32,6 @@ from dp_pipeline.postprocess.topdown import (
     fit_groups,
     fit_top,
     group_level,
-    merge_group,
     split_groups,
 )
 from dp_pipeline.postprocess.two_way import (
@@ -255,19 +254,27 @@ def test_groups_fitted_together_are_each_groups_own(seed, options):
 
 def test_make_consistent_is_the_groups_solved_one_at_a_time():
     """The driver's batched top-down equals the loop a Spark job runs, group by group."""
+    from dp_pipeline.postprocess.group_solver import group_solver
+
     tables, hierarchy = _census_like(11, states=9)
     result = make_consistent(tables, hierarchy)
-    options = FitOptions()
-    problem = _top_fixed(tables, hierarchy, options)
-    groups = split_groups(problem, 0)
-    for t, s in enumerate(problem.structures):
-        if t not in problem.fixed:
-            problem.fixed[t] = np.zeros(s.cells, dtype=np.int64)
-    for sub, taken in groups:
-        fit_group(sub, options)
-        merge_group(problem, sub, taken)
-    for t, s in enumerate(problem.structures):
-        assert np.array_equal(result.values[s.name], problem.fixed[t]), s.name
+    solver = group_solver(tables, hierarchy)
+    cells = solver.cells([t.values for t in tables])
+    rows = [np.flatnonzero(cells["top"] == g) for g in range(9)]
+
+    def columns(g):
+        return g, cells["table"][rows[g]], cells["cell"][rows[g]], cells["value"][rows[g]]
+
+    parts = [solver.part(*columns(g)) for g in range(9)]
+    top = solver.top({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+    out = [np.full(t.values.size, -1, dtype=np.int64) for t in tables]
+    for g in range(9):  # one group at a time, each with fit_group alone
+        fitted = solver.fit(*columns(g), top)
+        for t in range(len(tables)):
+            mine = fitted["table"] == t
+            out[t][fitted["cell"][mine]] = fitted["value"][mine]
+    for t, table in enumerate(tables):
+        assert np.array_equal(result.values[table.name], out[t]), table.name
     assert result.groups == 9
 
 

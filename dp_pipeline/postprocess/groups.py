@@ -13,10 +13,12 @@ The top-down step then needs, from every group, only its small part: the
 estimates of the top-level tables (keyed by the top level itself) and every
 finer table's group total. :func:`fit_top_from_summaries` fixes the national
 total, the top-level totals and the top-level tables from those parts alone;
-:func:`fit_one_group` fixes the rest of one group. The driver
+:func:`group_problem` sets up the rest of one group. The driver
 (:func:`consistent_by_group`) and Spark (`dp_pipeline.engines.spark.postprocess`,
-one task per group) call the same functions on the same inputs, so they give
-the same integers bit for bit.
+one task per group) call the same functions on the same inputs (the driver
+fits all groups in lockstep with :func:`.topdown.fit_groups`, which gives each
+what :func:`.topdown.fit_group` gives it alone), so they give the same integers
+bit for bit.
 
 Pure post-processing of noisy values and public facts; deterministic.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from ..errors import InternalError
 from .plan import Plan
 from .structure import Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
-from .topdown import FitOptions, Problem, fit_group, fit_top
+from .topdown import FitOptions, Problem, fit_groups, fit_top
 from .wls import solve_wls
 
 __all__ = [
@@ -40,10 +42,10 @@ __all__ = [
     "TopFixed",
     "consistent_by_group",
     "coupling_table",
-    "fit_one_group",
     "fit_top_from_summaries",
     "group_cells",
     "group_hierarchy",
+    "group_problem",
     "solve_group_wls",
 ]
 
@@ -185,26 +187,26 @@ def fit_top_from_summaries(
     return TopFixed(geo, fixed, problem.raking_steps)
 
 
-def fit_one_group(
-    group: int,
+def group_problem(
     p: Plan,
     sub_structures: Sequence[TableStructure],
     sub_hierarchy: Hierarchy,
     positions: Sequence[np.ndarray],
     estimates: Sequence[np.ndarray],
     top: TopFixed,
-    options: FitOptions,
 ) -> Problem:
-    """The solved problem of one group: every table's cells inside it, fixed."""
+    """One group's top-down problem, its top-level tables and totals fixed by ``top``.
+
+    Solve it with :func:`.topdown.fit_group`, or several at once with
+    :func:`.topdown.fit_groups` (the same integers bit for bit).
+    """
     fixed = {}
     for t, s in enumerate(p.structures):
         if t in top.fixed:
             fixed[t] = np.take(top.fixed[t].reshape(s.sizes), positions[TOP], axis=s.geo_axis)
             fixed[t] = fixed[t].reshape(-1)
     geo = {lv: v if lv < TOP else v[positions[lv]] for lv, v in top.geo_totals.items()}
-    sub = Problem(tuple(sub_structures), p.order, sub_hierarchy, list(estimates), fixed, geo)
-    fit_group(sub, options)
-    return sub
+    return Problem(tuple(sub_structures), p.order, sub_hierarchy, list(estimates), fixed, geo)
 
 
 def verify_group(p: Plan, sub: Problem, options: FitOptions) -> None:
@@ -266,10 +268,13 @@ def consistent_by_group(
     top = fit_top_from_summaries(p, hierarchy, parts, options)
     dtype = np.int64 if options.integer else np.float64
     out = [np.empty(s.cells, dtype=dtype) for s in p.structures]
-    steps = top.raking_steps
-    for g, sub_h, positions, sub_s, cells, wls in groups:
-        sub = fit_one_group(g, p, sub_s, sub_h, positions, wls.estimates, top, options)
-        steps = max(steps, sub.raking_steps)
+    subs = [
+        group_problem(p, sub_s, sub_h, positions, wls.estimates, top)
+        for _, sub_h, positions, sub_s, _, wls in groups
+    ]
+    fit_groups(subs, options)  # all states in lockstep: what each gets alone, faster
+    steps = max([top.raking_steps, *(sub.raking_steps for sub in subs)])
+    for sub, (*_, cells, _) in zip(subs, groups, strict=True):
         for t, c in enumerate(cells):
             out[t][c] = sub.fixed[t]
     seconds["topdown"] = time.perf_counter() - started
