@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts, make_consistent
-from dp_pipeline.postprocess.consistent import _checked_values
+from dp_pipeline.postprocess.consistent import checked_values
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
@@ -138,7 +138,7 @@ def interleaved(functions, rounds: int):
 def topdown_functions(tables, hierarchy):
     """The top-down step on the least squares estimates: groups together, one at a time."""
     p = plan(tables, hierarchy)
-    values, variances = _checked_values(tables, p)
+    values, variances = checked_values(tables, p)
     estimates = solve_wls(p.structures, values, variances, p.constraints, hierarchy).estimates
     options, level = FitOptions(), group_level(p)
 
