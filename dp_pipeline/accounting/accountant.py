@@ -107,6 +107,12 @@ class PrivacyAccountant:
         self._cache.clear()
         return self
 
+    def add_event(self, event: PrivacyEvent) -> PrivacyAccountant:
+        """Record ``event``, the one cost record of queries, plans and ledgers (as `add`)."""
+        if not isinstance(event, PrivacyEvent):
+            raise TypeError(f"add_event takes a PrivacyEvent, got {type(event).__name__}")
+        return self.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
+
     @property
     def events(self) -> tuple[PrivacyEvent, ...]:
         return tuple(self._events)

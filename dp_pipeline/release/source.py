@@ -13,7 +13,7 @@ from typing import Any
 
 from dp_pipeline.release.fingerprint import input_files, spark_input_files
 
-__all__ = ["InputChangedError", "OpenedInput"]
+__all__ = ["InputChangedError", "OpenedInput", "kept_log"]
 
 
 class InputChangedError(RuntimeError):
@@ -34,6 +34,7 @@ class OpenedInput:
     files: tuple[Path, ...]
     spark: Any = None
     own_session: bool = False
+    jvm_log: str | None = None  # the session's JVM log file (not --verbose)
 
     def list_files(self) -> tuple[Path, ...]:
         """The engine's file list now (compared with `files` by the mid-run check)."""
@@ -50,7 +51,22 @@ class OpenedInput:
                 f"written to"
             )
 
-    def close(self) -> None:
+    def close(self, failed: bool = False) -> str | None:
+        """Stop a session started here; delete its JVM log unless ``failed`` (returned then)."""
         if self.own_session and self.spark is not None:
             self.spark.stop()
             self.spark = None
+        if failed:
+            return self.jvm_log
+        if self.jvm_log is not None:
+            from dp_pipeline.engines.spark.quiet import discard_log
+
+            discard_log(self.jvm_log)
+            self.jvm_log = None
+        return None
+
+
+def kept_log(error: BaseException, log: str | None) -> None:
+    """Name the JVM log kept after ``error`` in the error's message (CLI and tracebacks)."""
+    if log is not None:
+        error.add_note(f"the JVM's and Spark's own log lines of this run are kept in {log}")

@@ -16,14 +16,10 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 from pyspark.sql import SparkSession
 
-from dp_pipeline.engines.spark.aggregate import aggregate_queries
-from dp_pipeline.engines.spark.noise import collect_noisy_cells, output_schema
+from dp_pipeline.engines.backend import noisy_cells
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
 from dp_pipeline.query.quantile_grid import GridPosition
@@ -36,10 +32,9 @@ from dp_pipeline.release.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.source import OpenedInput
+from dp_pipeline.release.source import OpenedInput, kept_log
 from dp_pipeline.release.spec_model import ReleaseSpec
 from dp_pipeline.selection.spark import check_numeric_column
-from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN, released_table
 
 __all__ = [
     "DRIVER_INPUT_BYTES",
@@ -63,23 +58,28 @@ def open_spark_input(
         # left running; only a session this call starts is stopped at the end.
         spark = SparkSession.getActiveSession()
     own_session = spark is None
+    log = None
     if own_session:
         progress(f"spark: starting a session on {spec.master}")
         if verbose:
             spark = spark_session(spec.master)
         else:
             with jvm_output_to_file() as log:
-                spark = spark_session(spec.master)
+                try:
+                    spark = spark_session(spec.master)
+                except BaseException as error:
+                    kept_log(error, log)  # why the JVM did not start is in its log
+                    raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
     try:
-        files = spark_input_files(spark, path, input_format)
-    except BaseException:
-        if own_session:
-            spark.stop()
+        opened.files = spark_input_files(spark, path, input_format)
+    except BaseException as error:
+        kept_log(error, opened.close(failed=True))
         raise
-    return OpenedInput(Path(path), input_format, "spark", files, spark, own_session)
+    return opened
 
 
 # Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
@@ -101,121 +101,96 @@ def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
 
 
 def spark_tables(spec, plan, master, source, release_digest, with_truth, progress):
+    """`compute_tables` on the Spark engine: the small-input driver path, or one Spark pass.
+
+    A larger input is bounded and aggregated for every table in one pass
+    (`dp_pipeline.engines.backend.noisy_cells`); the noised tables are collected in
+    one noise step, the selections' bounded counts selected on the driver.
+    """
     timings = {}
-    spark = source.spark
-    aggregates = None
-    try:
-        started = time.perf_counter()
-        reader = spark.read
-        if source.format == "csv":
-            # An explicit schema from the spec: no inference pass over the file, and the
-            # same column types as the pandas engine's CSV reader.
-            schema = spark_csv_schema(spec, source.files[0])
-            frame = reader.schema(schema).option("header", True).csv(str(source.path))
-        else:
-            frame = reader.parquet(str(source.path))
-        # The DataFrame's own file index must be the one fingerprinted.
-        source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
-        size = sum(path.stat().st_size for path in source.files)
-        if size <= DRIVER_INPUT_BYTES:
-            # A small input: Spark reads it (its readers, the schema above) in one job and
-            # the driver aggregates it with the numpy rules every engine path shares
-            # (tests/test_engine_contract.py), which gives the same tables bit for bit,
-            # without the dozens of small jobs the Spark SQL path costs on a few MB.
-            local = driver_frame(frame, spec)
-            timings["read"] = time.perf_counter() - started
-            progress(
-                f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
-                f"a small input is aggregated on the driver"
-            )
-            return numpy_tables(
-                spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
-            )
+    started = time.perf_counter()
+    reader = source.spark.read
+    if source.format == "csv":
+        # An explicit schema from the spec: no inference pass over the file, and the
+        # same column types as the pandas engine's CSV reader.
+        schema = spark_csv_schema(spec, source.files[0])
+        frame = reader.schema(schema).option("header", True).csv(str(source.path))
+    else:
+        frame = reader.parquet(str(source.path))
+    # The DataFrame's own file index must be the one fingerprinted.
+    source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
+    size = sum(path.stat().st_size for path in source.files)
+    if size <= DRIVER_INPUT_BYTES:
+        # A small input: Spark reads it (its readers, the schema above) in one job and
+        # the driver aggregates it with the numpy rules every engine path shares
+        # (tests/test_engine_contract.py), which gives the same tables bit for bit,
+        # without the dozens of small jobs the Spark SQL path costs on a few MB.
+        local = driver_frame(frame, spec)
         timings["read"] = time.perf_counter() - started
-        started = time.perf_counter()
-        noised = [p for p in plan.tables if not p.table.is_selection]
-        selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
-        # Quantile tables group by the grid position of their value, a key both
-        # aggregation paths derive from the input (the Parquet pass included).
-        derived = {
-            position_column(index): _grid_position(frame, table_plan.table)
-            for index, table_plan in selections
-            if table_plan.table.statistic != "top_k"
-        }
-        # Noised tables first: their indices into `specs` are the noise job's table indices.
-        specs = [
-            table_spec(spec, plan_.table, plan_.mechanism, master, release_digest)
-            for plan_ in noised
-        ] + [
-            aggregation_spec(spec, plan_, master, index, release_digest)
-            for index, plan_ in selections
-        ]
-        # One pass over the input for all tables: read, code, bound, aggregate.
-        aggregates, diagnostics = aggregate_queries(frame, specs, collect=True, derived=derived)
+        progress(
+            f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
+            f"a small input is aggregated on the driver"
+        )
+        return numpy_tables(
+            spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
+        )
+    timings["read"] = time.perf_counter() - started
+    started = time.perf_counter()
+    noised = [p for p in plan.tables if not p.table.is_selection]
+    selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
+    # Quantile tables group by the grid position of their value, a key both
+    # aggregation paths derive from the input (the Parquet pass included).
+    derived = {
+        position_column(index): _grid_position(frame, table_plan.table)
+        for index, table_plan in selections
+        if table_plan.table.statistic != "top_k"
+    }
+    # Noised tables first: they are the first queries of the one noise step.
+    specs = [table_spec(spec, p.table, p.mechanism, master, release_digest) for p in noised]
+    specs += [aggregation_spec(spec, p, master, index, release_digest) for index, p in selections]
+    # One pass over the input for all tables: read, code, bound, aggregate.
+    with noisy_cells(frame, specs, collect=True, derived=derived) as cells:
         timings["aggregate"] = time.perf_counter() - started
         progress(
             f"spark: read, bounded and aggregated the input for {len(specs)} tables "
             f"in {timings['aggregate']:.1f} s"
         )
         started = time.perf_counter()
-        if not isinstance(aggregates, pa.Table):  # the Spark SQL path: one collect
-            persisted = aggregates
-            columns = [TABLE_COLUMN, CELL_COLUMN, "n", "s", "true_n", "true_s"]
-            aggregates = persisted.select(*columns).toArrow()
-            persisted.unpersist()
-        tables = aggregates.column(TABLE_COLUMN)
-        results = {}
         in_order = [*noised, *(table_plan for _, table_plan in selections)]
-        found = {p.table.name: d for p, d in zip(in_order, diagnostics, strict=True)}
-        noisy = truth = None
-        if noised:
-            # Noised tables come first in `specs`. The driver adds their noise (a Spark job
-            # does for very large releases), decodes the keys and orders the cells.
-            noisy, truth = collect_noisy_cells(
-                aggregates.filter(pc.less(tables, len(noised))),
-                specs[: len(noised)],
-                spark,
-                truth=with_truth,
-            )
-        for index, (table_plan, query) in enumerate(zip(noised, specs[: len(noised)], strict=True)):
-            released = _released_frame(noisy, index, query, output_schema(frame, query)[1])
-            released = released.rename(columns={statistic_column(table_plan): "value"})
-            released = released[[*table_plan.table.keys, "value"]]
-            if truth is not None:
+        found = {p.table.name: d for p, d in zip(in_order, cells.diagnostics, strict=True)}
+        results = {}
+        # The driver adds the noised tables' noise (a Spark job does for very large
+        # releases), decodes the keys and orders the cells.
+        released_cells = cells.collect_released(len(noised), truth=with_truth)
+        for index, (table_plan, released) in enumerate(zip(noised, released_cells, strict=True)):
+            table = released.table.rename(columns={statistic_column(table_plan): "value"})
+            table = table[[*table_plan.table.keys, "value"]]
+            if with_truth:
                 # Non-private values before bounding (synthetic data only).
-                column = "true_n" if table_plan.table.statistic == "count" else "true_s"
-                released["true_value"] = _dense(truth, index, query, column)
-            results[table_plan.table.name] = released
+                count = table_plan.table.statistic == "count"
+                table["true_value"] = released.true_count if count else released.true_sum
+            results[table_plan.table.name] = table
             progress(
                 f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
-                f"({len(released):,} cells)"
+                f"({len(table):,} cells)"
             )
-        if selections:
-            # The selections' bounded counts are small (groups x grid, or the candidates):
-            # collected once, selected on the driver.
-            counted = aggregates.filter(
-                pc.and_(
-                    pc.greater_equal(aggregates.column(CELL_COLUMN), 0),
-                    pc.greater_equal(tables, len(noised)),
-                )
+        # The selections' bounded counts are small (groups x grid, or the candidates):
+        # collected with the noised tables' cells, selected on the driver.
+        for offset, (_, table_plan) in enumerate(selections):
+            index = len(noised) + offset
+            counts = cells.true_aggregates(index)
+            results[table_plan.table.name] = release_selection(
+                spec,
+                table_plan,
+                master,
+                specs[index],
+                counts.count,
+                counts.diagnostics,
+                with_truth=with_truth,
+                release_digest=release_digest,
             )
-            for offset, (_, table_plan) in enumerate(selections):
-                index = len(noised) + offset
-                results[table_plan.table.name] = release_selection(
-                    spec,
-                    table_plan,
-                    master,
-                    specs[index],
-                    _dense(counted, index, specs[index], "n"),
-                    diagnostics[index],
-                    with_truth=with_truth,
-                    release_digest=release_digest,
-                )
-                progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
+            progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
         timings["noise"] = time.perf_counter() - started
-    finally:
-        if aggregates is not None and hasattr(aggregates, "unpersist"):  # not an Arrow table
-            aggregates.unpersist()
     return results, timings, found
 
 
@@ -223,34 +198,6 @@ def _grid_position(frame, table):
     """The grid-position key of a quantile table, after checking its column is numeric."""
     check_numeric_column(frame, table.value, f"table {table.name!r}: column")
     return GridPosition(table.value, (table.lower, table.upper), table.granularity)
-
-
-def _rows_of(table, index: int):
-
-    return table.filter(pc.equal(table.column(TABLE_COLUMN), index))
-
-
-def _released_frame(noisy, index: int, query, key_types) -> pd.DataFrame:
-    """Query ``index``'s released table from the collected noisy cells, in cell order."""
-
-    rows = _rows_of(noisy, index)
-    cells = rows.column(CELL_COLUMN).to_numpy()
-    order = np.argsort(cells, kind="stable")
-    if not np.array_equal(cells[order], np.arange(query.cells.total)):
-        raise RuntimeError(
-            f"table {query.table!r}: the Spark engine did not return exactly the declared cells"
-        )
-    measures = {name: rows.column(name).to_numpy()[order] for name, _, _ in query.measures()}
-    return released_table(query, cells[order], measures, key_types).to_pandas()
-
-
-def _dense(collected, index: int, query, column: str) -> np.ndarray:
-    """``column`` of query ``index``'s collected non-empty cells, dense by cell (0 elsewhere)."""
-
-    rows = _rows_of(collected, index)
-    dense = np.zeros(query.cells.total, dtype=np.int64)
-    dense[rows.column(CELL_COLUMN).to_numpy()] = rows.column(column).to_numpy()
-    return dense
 
 
 def spark_session(master: str):
