@@ -23,15 +23,6 @@ from dp_pipeline.postprocess.children import (
     round_children,
     round_children_many,
 )
-from dp_pipeline.postprocess.groups import (
-    fit_one_group,
-    fit_top_from_summaries,
-    group_cells,
-    group_hierarchy,
-    group_part,
-    group_structures,
-    solve_group_wls,
-)
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.rounding import BATCH_CELLS, batches
 from dp_pipeline.postprocess.topdown import (
@@ -263,30 +254,28 @@ def test_groups_fitted_together_are_each_groups_own(seed, options):
 
 
 def test_make_consistent_is_the_groups_solved_one_at_a_time():
-    """The driver's batched top-down equals the loop a Spark job runs, one group per task."""
+    """The driver's batched top-down equals the loop a Spark job runs, group by group."""
+    from dp_pipeline.postprocess.group_solver import group_solver
+
     tables, hierarchy = _census_like(11, states=9)
     result = make_consistent(tables, hierarchy)
-    options = FitOptions()
-    p = plan(tables, hierarchy)
-    variances = [t.variance for t in tables]
-    groups = []
-    for g in range(hierarchy.sizes[0]):
-        sub_h, positions = group_hierarchy(hierarchy, g)
-        sub_s = group_structures(p.structures, positions)
-        cells = [group_cells(s, positions) for s in p.structures]
-        own = [t.values[c] for t, c in zip(tables, cells, strict=True)]
-        groups.append(
-            (g, sub_h, positions, sub_s, cells, solve_group_wls(p, variances, sub_s, sub_h, own))
-        )
-    parts = [group_part(g, p, sub_s, sub_h, w) for g, sub_h, _, sub_s, _, w in groups]
-    top = fit_top_from_summaries(p, hierarchy, parts, options)
-    out = [np.zeros(s.cells, dtype=np.int64) for s in p.structures]
-    for g, sub_h, positions, sub_s, cells, wls in groups:
-        sub = fit_one_group(g, p, sub_s, sub_h, positions, wls.estimates, top, options)
-        for t, c in enumerate(cells):
-            out[t][c] = sub.fixed[t]
-    for t, s in enumerate(p.structures):
-        assert np.array_equal(result.values[s.name], out[t]), s.name
+    solver = group_solver(tables, hierarchy)
+    cells = solver.cells([t.values for t in tables])
+    rows = [np.flatnonzero(cells["top"] == g) for g in range(9)]
+
+    def columns(g):
+        return g, cells["table"][rows[g]], cells["cell"][rows[g]], cells["value"][rows[g]]
+
+    parts = [solver.part(*columns(g)) for g in range(9)]
+    top = solver.top({k: np.concatenate([p[k] for p in parts]) for k in parts[0]})
+    out = [np.full(t.values.size, -1, dtype=np.int64) for t in tables]
+    for g in range(9):  # one group at a time, each with fit_group alone
+        fitted = solver.fit(*columns(g), top)
+        for t in range(len(tables)):
+            mine = fitted["table"] == t
+            out[t][fitted["cell"][mine]] = fitted["value"][mine]
+    for t, table in enumerate(tables):
+        assert np.array_equal(result.values[table.name], out[t]), table.name
     assert result.groups == 9
 
 

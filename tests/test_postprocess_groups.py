@@ -139,3 +139,21 @@ def test_a_national_table_is_refused_per_group():
         group_solver([*tables, national], hierarchy)
     with pytest.raises(PostprocessError, match=r"table 'age_sex' has no hierarchy key"):
         group_solver([NoisyCounts("age_sex", ("age",), (2,), np.array([1, 2]), Fraction(2))], None)
+
+
+def test_a_group_missing_a_cell_is_an_error_naming_the_table():
+    from dp_pipeline.errors import InternalError
+
+    tables, hierarchy = _no_national()
+    solver = group_solver(tables, hierarchy)
+    columns = solver.cells([t.values for t in tables])
+    mine = columns["top"] == 1
+    keep = np.flatnonzero(mine)[1:]  # the group's first cell (of tract_age) is missing
+    missing = r"table 'tract_age': group 1 has 15 cells, expected 16"
+    with pytest.raises(InternalError, match=missing):
+        solver.part(1, columns["table"][keep], columns["cell"][keep], columns["value"][keep])
+    # The full group solves, and its part carries the top table and the finer totals.
+    rows = np.flatnonzero(mine)
+    part = solver.part(1, columns["table"][rows], columns["cell"][rows], columns["value"][rows])
+    assert sorted(set(part["table"].tolist())) == [0, 1, 2]
+    assert np.all(part["cell"][part["table"] != 2] == -1)

@@ -28,18 +28,18 @@ from .groups import (
     GroupPart,
     TopFixed,
     coupling_table,
-    fit_one_group,
     fit_top_from_summaries,
     group_cells,
     group_hierarchy,
     group_part,
+    group_problem,
     group_structures,
     solve_group_wls,
     verify_group,
 )
 from .plan import Plan, plan
 from .structure import Hierarchy, NoisyCounts, PostprocessError, TableShape
-from .topdown import FitOptions
+from .topdown import FitOptions, fit_group
 
 __all__ = ["GroupSolver", "group_solver"]
 
@@ -171,9 +171,8 @@ class GroupSolver:
         if self.options is None:
             fixed = wls.estimates
         else:
-            sub = fit_one_group(
-                group, self.plan, sub_s, sub_h, positions, wls.estimates, top, self.options
-            )
+            sub = group_problem(self.plan, sub_s, sub_h, positions, wls.estimates, top)
+            fit_group(sub, self.options)
             if self.options.integer:
                 verify_group(self.plan, sub, self.options)
             fixed = [sub.fixed[t] for t in range(len(sub_s))]

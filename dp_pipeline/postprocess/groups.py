@@ -13,10 +13,12 @@ The top-down step then needs, from every group, only its small part: the
 estimates of the top-level tables (keyed by the top level itself) and every
 finer table's group total. :func:`fit_top_from_summaries` fixes the national
 total, the top-level totals and the top-level tables from those parts alone;
-:func:`fit_one_group` fixes the rest of one group. The driver
+:func:`group_problem` sets up the rest of one group. The driver
 (:func:`consistent_by_group`) and Spark (`dp_pipeline.engines.spark.postprocess`,
-one task per group) call the same functions on the same inputs, so they give
-the same integers bit for bit.
+one task per group) call the same functions on the same inputs (the driver
+fits all groups in lockstep with :func:`.topdown.fit_groups`, which gives each
+what :func:`.topdown.fit_group` gives it alone), so they give the same integers
+bit for bit.
 
 Pure post-processing of noisy values and public facts; deterministic.
 """
@@ -32,7 +34,7 @@ import numpy as np
 from ..errors import InternalError
 from .plan import Plan
 from .structure import Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
-from .topdown import FitOptions, Problem, fit_group, fit_groups, fit_top
+from .topdown import FitOptions, Problem, fit_groups, fit_top
 from .wls import solve_wls
 
 __all__ = [
@@ -40,7 +42,6 @@ __all__ = [
     "TopFixed",
     "consistent_by_group",
     "coupling_table",
-    "fit_one_group",
     "fit_top_from_summaries",
     "group_cells",
     "group_hierarchy",
@@ -186,22 +187,6 @@ def fit_top_from_summaries(
     return TopFixed(geo, fixed, problem.raking_steps)
 
 
-def fit_one_group(
-    group: int,
-    p: Plan,
-    sub_structures: Sequence[TableStructure],
-    sub_hierarchy: Hierarchy,
-    positions: Sequence[np.ndarray],
-    estimates: Sequence[np.ndarray],
-    top: TopFixed,
-    options: FitOptions,
-) -> Problem:
-    """The solved problem of one group: every table's cells inside it, fixed."""
-    sub = group_problem(p, sub_structures, sub_hierarchy, positions, estimates, top)
-    fit_group(sub, options)
-    return sub
-
-
 def group_problem(
     p: Plan,
     sub_structures: Sequence[TableStructure],
@@ -210,7 +195,11 @@ def group_problem(
     estimates: Sequence[np.ndarray],
     top: TopFixed,
 ) -> Problem:
-    """One group's problem before its top-down step: the top's tables and totals taken."""
+    """One group's top-down problem, its top-level tables and totals fixed by ``top``.
+
+    Solve it with :func:`.topdown.fit_group`, or several at once with
+    :func:`.topdown.fit_groups` (the same integers bit for bit).
+    """
     fixed = {}
     for t, s in enumerate(p.structures):
         if t in top.fixed:
@@ -279,16 +268,13 @@ def consistent_by_group(
     top = fit_top_from_summaries(p, hierarchy, parts, options)
     dtype = np.int64 if options.integer else np.float64
     out = [np.empty(s.cells, dtype=dtype) for s in p.structures]
-    steps = top.raking_steps
-    # All groups at once: small groups share sorts, raking arrays and maximum flows, and
-    # each gets what fit_one_group gives it alone (a Spark task), bit for bit.
     subs = [
         group_problem(p, sub_s, sub_h, positions, wls.estimates, top)
         for _, sub_h, positions, sub_s, _, wls in groups
     ]
-    fit_groups(subs, options)
+    fit_groups(subs, options)  # all states in lockstep: what each gets alone, faster
+    steps = max([top.raking_steps, *(sub.raking_steps for sub in subs)])
     for sub, (*_, cells, _) in zip(subs, groups, strict=True):
-        steps = max(steps, sub.raking_steps)
         for t, c in enumerate(cells):
             out[t][c] = sub.fixed[t]
     seconds["topdown"] = time.perf_counter() - started
