@@ -15,8 +15,10 @@ nothing and published the same numbers (`dp_pipeline.release.identity`).
 
 from __future__ import annotations
 
+from dp_pipeline.engines.pandas.invalid_rows import first_broken_check as pandas_broken_check
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.input_schema import spark_csv_schema
+from dp_pipeline.release.pandas_tables import read_pandas
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
 __all__ = ["REASONS", "refuse_invalid_rows", "row_checks"]
@@ -56,10 +58,7 @@ def refuse_invalid_rows(spec: ReleaseSpec, source) -> None:
         return
     checks = row_checks(spec)
     if source.engine == "pandas":
-        from dp_pipeline.engines.pandas.invalid_rows import first_broken_check
-        from dp_pipeline.release.pandas_tables import read_pandas
-
-        broken = first_broken_check(read_pandas(spec, source), checks)
+        broken = pandas_broken_check(read_pandas(spec, source), checks)
     else:
         from dp_pipeline.engines.spark.invalid_rows import first_broken_check
 

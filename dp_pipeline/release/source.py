@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.release.fingerprint import input_files, spark_input_files
 
 __all__ = ["InputChangedError", "OpenedInput", "kept_log"]
@@ -59,8 +60,6 @@ class OpenedInput:
         if failed:
             return self.jvm_log
         if self.jvm_log is not None:
-            from dp_pipeline.engines.spark.quiet import discard_log
-
             discard_log(self.jvm_log)
             self.jvm_log = None
         return None

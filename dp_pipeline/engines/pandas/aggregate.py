@@ -37,7 +37,8 @@ def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
     return df[name]
 
 
-def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
+def check_key_dtype(series: pd.Series, domain: Domain) -> None:
+    """Raise `TypeError` naming the column when its dtype cannot hold ``domain``'s keys."""
     dtype = series.dtype
     if domain.kind == "int":
         # A float column is an integer column with missing values (NaN), as pandas and
@@ -54,7 +55,7 @@ def _check_key_dtype(series: pd.Series, domain: Domain) -> None:
         )
 
 
-def _key_positions(series: pd.Series, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
+def key_positions(series: pd.Series, domain: Domain) -> tuple[np.ndarray, np.ndarray]:
     """(null mask, position of every row's key in ``domain``: -1 outside, anything if null)."""
     if domain.kind == "int" and pd.api.types.is_float_dtype(series.dtype):
         values, null, not_integral = integral_keys(
@@ -94,8 +95,8 @@ def _shared_row_cells(df: pd.DataFrame, spec: QuerySpec, valid: np.ndarray) -> n
     defined = np.ones(int(valid.sum()), dtype=bool)
     for domain in union.domains:
         series = input_column(df, domain.column, "key")
-        _check_key_dtype(series, domain)
-        null_rows, positions_all = _key_positions(series, domain)
+        check_key_dtype(series, domain)
+        null_rows, positions_all = key_positions(series, domain)
         pos = np.where(null_rows, -1, positions_all)[valid]
         defined &= pos >= 0
         positions.append(np.where(defined, pos, 0))
@@ -114,7 +115,7 @@ def aggregate_pandas(
     cells = spec.cells
     key_series = [input_column(df, d.column, "key") for d in cells.domains]
     for series, domain in zip(key_series, cells.domains, strict=True):
-        _check_key_dtype(series, domain)
+        check_key_dtype(series, domain)
     unit_series = input_column(df, spec.privacy_unit, "privacy_unit") if spec.privacy_unit else None
     if unit_series is not None and not (
         pd.api.types.is_integer_dtype(unit_series.dtype)
@@ -139,7 +140,7 @@ def aggregate_pandas(
     null_counts: dict[str, int] = {}
     ood_counts: dict[str, int] = {}
     for series, domain in zip(key_series, cells.domains, strict=True):
-        null, pos = _key_positions(series, domain)
+        null, pos = key_positions(series, domain)
         dropped_null = valid & null
         dropped_ood = valid & ~null & (pos < 0)
         null_counts[domain.column] = int(dropped_null.sum())

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.engines.pandas.aggregate import _check_key_dtype, _key_positions, input_column
+from dp_pipeline.engines.pandas.aggregate import check_key_dtype, input_column, key_positions
 from dp_pipeline.query.domain import Domain
 
 __all__ = ["first_broken_check"]
@@ -33,8 +33,8 @@ def first_broken_check(
         if reason in ("null_key", "out_of_domain"):
             if column not in keys:
                 series = input_column(df, column, "key")
-                _check_key_dtype(series, domain)
-                keys[column] = _key_positions(series, domain)
+                check_key_dtype(series, domain)
+                keys[column] = key_positions(series, domain)
             null, positions = keys[column]
             broken = null if reason == "null_key" else ~null & (positions < 0)
         elif reason == "null_unit":
