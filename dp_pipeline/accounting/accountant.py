@@ -50,12 +50,14 @@ from fractions import Fraction
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
-from dp_pipeline.accounting.brackets import (
-    intersect_brackets,
-    inversion_delta,
-)
 from dp_pipeline.accounting.conditioning import RestSummary, conditioned_composition
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
+from dp_pipeline.accounting.event_totals import (
+    event_rho,
+    pure_dp_split,
+    total_pure_epsilon,
+    total_rho,
+)
 from dp_pipeline.accounting.events import (
     PrivacyEvent,
     event_mechanism_from_dict,
@@ -63,7 +65,7 @@ from dp_pipeline.accounting.events import (
     pure_epsilon_of,
     sensitivity_tuple,
 )
-from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
+from dp_pipeline.accounting.path_choice import direct_paths
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
@@ -121,52 +123,7 @@ class PrivacyAccountant:
     def rho(self) -> Fraction:
         """Exact zCDP ρ of the composition (sum over events and coordinates)."""
         self._require_events()
-        total = Fraction(0)
-        for event in self._events:
-            total += event.count * self._event_rho(event)
-        return total
-
-    @staticmethod
-    def _event_rho(event: PrivacyEvent) -> Fraction:
-        mechanism = event.mechanism
-        if isinstance(mechanism, DiscreteGaussian):
-            return sum((Fraction(m * m) for m in event.sensitivity), Fraction(0)) / (
-                2 * mechanism.sigma2
-            )
-        if isinstance(mechanism, DiscreteLaplace):
-            return sum((Fraction(m, 1) / mechanism.scale) ** 2 / 2 for m in event.sensitivity)
-        exact_rho = getattr(mechanism, "zcdp_rho", None)
-        if callable(exact_rho):  # the mechanism states its own exact ρ (a Fraction)
-            return Fraction(exact_rho())
-        pure = pure_epsilon_of(mechanism)
-        if pure is not None and not hasattr(mechanism, "privacy_loss_pmfs"):
-            pure_exact = pure if isinstance(pure, Fraction) else Fraction(pure)
-            return pure_exact**2 / 2
-        raise ValueError(
-            f"{type(mechanism).__name__} has no finite zCDP ρ known to the accountant "
-            f"(it is described only by privacy_loss_pmfs()); use delta()/epsilon()"
-        )
-
-    def _pure_split(self) -> tuple[Fraction, Fraction] | None:
-        """(Σ pure ε of the pure-DP events, ρ of the others), or None if an event has
-        neither: basic composition of the two parts gives δ(ε) <= δ_ρ(ε - Σ ε)."""
-        pure_total, rho_rest = Fraction(0), Fraction(0)
-        for event in self._events:
-            mechanism = event.mechanism
-            if isinstance(mechanism, DiscreteLaplace):
-                pure_total += (
-                    event.count * sum(Fraction(m) for m in event.sensitivity) / (mechanism.scale)
-                )
-                continue
-            pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
-            if pure is not None:
-                pure_total += event.count * (pure if isinstance(pure, Fraction) else Fraction(pure))
-                continue
-            try:
-                rho_rest += event.count * self._event_rho(event)
-            except ValueError:
-                return None
-        return pure_total, rho_rest
+        return total_rho(self._events)
 
     def _rho_or_none(self) -> float | None:
         if "rho" not in self._cache:  # an exact sum over every coordinate: once per plan
@@ -179,20 +136,7 @@ class PrivacyAccountant:
     def pure_epsilon(self) -> Fraction:
         """Exact total pure ε (basic composition); errors if any event is not pure DP."""
         self._require_events()
-        total = Fraction(0)
-        for event in self._events:
-            mechanism = event.mechanism
-            if isinstance(mechanism, DiscreteLaplace):
-                total += event.count * sum(Fraction(m) for m in event.sensitivity) / mechanism.scale
-                continue
-            pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
-            if pure is None:
-                raise ValueError(
-                    f"{type(mechanism).__name__} is not pure ε-DP; pure_epsilon() needs every "
-                    f"mechanism to be pure DP"
-                )
-            total += event.count * (pure if isinstance(pure, Fraction) else Fraction(pure))
-        return total
+        return total_pure_epsilon(self._events)
 
     # ----------------------------------------------------------------- (ε, δ)
     def delta(self, epsilon: float, method: str | None = None) -> DeltaBound:
@@ -218,7 +162,7 @@ class PrivacyAccountant:
         delta_of, name = self._composition()
         rho = self._rho_or_none()
         high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
-        split = self._pure_split()
+        split = pure_dp_split(self._events)
         if split is not None:
             high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
         # the start is the closed-form cap's ε: where the cap gives the bound there, the
@@ -303,7 +247,7 @@ class PrivacyAccountant:
 
         if rho is None:
             return delta_of, name
-        split = self._pure_split()
+        split = pure_dp_split(self._events)
         pure_total = None if split is None or split[0] == 0 else float(split[0])
 
         def capped(eps):
@@ -327,35 +271,12 @@ class PrivacyAccountant:
         """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
         if "paths" in self._cache:
             return self._cache["paths"]
-        rho = self._rho_or_none()
-        single = single_coordinate(self._events)
-        inversion = None if single is not None else (inversion_of(self._events) or None)
-        if single is not None:
-            delta_of, name = single
-            self._cache["methods"] = (name,)
-        elif inversion is None:
-            delta_of, name = fft_composition(self._events) or self._no_path(rho)
-            self._cache["methods"] = (name,)
+        paths = direct_paths(self._events, self._rho_or_none())
+        if paths.methods is None:
+            self._cache["fallback"] = paths.fallback_name
         else:
-            built: list = []  # the FFT paths are built only if the MGF inversion is loose
-
-            tried: set = set()  # which of the two builds were attempted (each once)
-
-            def fallback(eps, exact_only=False):
-                if not built:
-                    built.append(fft_composition(self._events, exact_only=True))
-                    tried.add("exact")
-                if built[0] is None and not exact_only and "any" not in tried:
-                    built[0] = fft_composition(self._events, skip_exact=True)
-                    tried.add("any")
-                return None if built[0] is None else built[0][0](eps)
-
-            def fallback_name():
-                fallback(1.0)
-                return None if built[0] is None else built[0][1]
-
-            self._cache["fallback"] = fallback_name
-            delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
+            self._cache["methods"] = paths.methods
+        delta_of, name = paths.delta_of, paths.name
         self._cache["paths"] = delta_of, name
         return delta_of, name
 
@@ -368,7 +289,7 @@ class PrivacyAccountant:
         gaussians = [e for e in self._events if isinstance(e.mechanism, DiscreteGaussian)]
         if not gaussians or len(gaussians) == len(self._events):
             return None
-        rho_gaussians = float(sum(e.count * self._event_rho(e) for e in gaussians))
+        rho_gaussians = float(sum(e.count * event_rho(e) for e in gaussians))
         # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
         shift = 2 * rho_gaussians + 2 * math.sqrt(800 * rho_gaussians)
         if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho_gaussians, shift) > 5e-324:
@@ -389,19 +310,6 @@ class PrivacyAccountant:
             return DeltaBound(min(lower, upper), upper, f"{inner.method} + negligible gaussians")
 
         return delta_of, name
-
-    @staticmethod
-    def _no_path(rho: float | None):
-        """The bound when no composition path fits in memory: the zCDP conversion (CKS
-        Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
-        trivial lower bound 0, labelled as such."""
-
-        def delta_of(eps: float) -> DeltaBound:
-            if rho is None:
-                return DeltaBound(0.0, 1.0, "trivial")
-            return DeltaBound(0.0, zcdp_to_delta(rho, eps), "zcdp")
-
-        return delta_of, "zcdp" if rho is not None else "trivial"
 
     def to_dict(self) -> dict:
         """JSON-safe description of the events (Fractions as "p/q" strings)."""
@@ -441,7 +349,7 @@ def _rest_summary(events) -> RestSummary | None:
     rho = rest._rho_or_none()
     if rho is None:
         return None
-    split = rest._pure_split()
+    split = pure_dp_split(rest._events)
     pure = None if split is None else (float(split[0]), math.nextafter(float(split[1]), math.inf))
     # ρ rounded up: the caps of the rest are then upper bounds for the exact ρ too
     return RestSummary(rest.delta, math.nextafter(rho, math.inf), pure, lambda: rest.method)

@@ -1,0 +1,79 @@
+"""Which direct path bounds a composition's δ(ε), before any cap (`PrivacyAccountant`, 1-4).
+
+The exact 1-D formula when one coordinate is all there is; otherwise the MGF
+inversion when it applies, intersected with the FFT paths built only once its
+bracket is loose; otherwise the FFT paths alone; and when no path fits in memory,
+the zCDP conversion (or the trivial δ <= 1) with lower bound 0. Each path is a
+rigorous bracket (`paths`); this module only chooses among them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.brackets import intersect_brackets, inversion_delta
+from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
+from dp_pipeline.accounting.zcdp import zcdp_to_delta
+
+__all__ = ["DirectPaths", "direct_paths", "no_path_bound"]
+
+
+@dataclass(frozen=True)
+class DirectPaths:
+    """The chosen path: ``delta_of(ε) -> DeltaBound`` and its ``name``.
+
+    ``methods`` is the one method it can use, or None when it is the MGF inversion
+    with an FFT fallback, whose name ``fallback_name()`` gives (building it if need be).
+    """
+
+    delta_of: Callable[[float], DeltaBound]
+    name: str
+    methods: tuple[str, ...] | None
+    fallback_name: Callable[[], str | None] | None
+
+
+def direct_paths(events, rho: float | None) -> DirectPaths:
+    """The direct path of ``events`` (a list of `PrivacyEvent`; ``rho`` their ρ as a float,
+    None if not finite), uncapped: every bound it gives is a rigorous δ(ε) bracket."""
+    single = single_coordinate(events)
+    inversion = None if single is not None else (inversion_of(events) or None)
+    if single is not None:
+        delta_of, name = single
+        return DirectPaths(delta_of, name, (name,), None)
+    if inversion is None:
+        delta_of, name = fft_composition(events) or no_path_bound(rho)
+        return DirectPaths(delta_of, name, (name,), None)
+    built: list = []  # the FFT paths are built only if the MGF inversion is loose
+
+    tried: set = set()  # which of the two builds were attempted (each once)
+
+    def fallback(eps, exact_only=False):
+        if not built:
+            built.append(fft_composition(events, exact_only=True))
+            tried.add("exact")
+        if built[0] is None and not exact_only and "any" not in tried:
+            built[0] = fft_composition(events, skip_exact=True)
+            tried.add("any")
+        return None if built[0] is None else built[0][0](eps)
+
+    def fallback_name():
+        fallback(1.0)
+        return None if built[0] is None else built[0][1]
+
+    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
+    return DirectPaths(delta_of, name, None, fallback_name)
+
+
+def no_path_bound(rho: float | None):
+    """The bound when no composition path fits in memory: the zCDP conversion (CKS
+    Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
+    trivial lower bound 0, labelled as such: (δ bound function, name)."""
+
+    def delta_of(eps: float) -> DeltaBound:
+        if rho is None:
+            return DeltaBound(0.0, 1.0, "trivial")
+        return DeltaBound(0.0, zcdp_to_delta(rho, eps), "zcdp")
+
+    return delta_of, "zcdp" if rho is not None else "trivial"
