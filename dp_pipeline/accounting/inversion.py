@@ -67,6 +67,7 @@ from dp_pipeline.accounting.inversion_terms import (
     smooth_gaussian,
     stack_buckets,
 )
+from dp_pipeline.accounting.saddle import saddle_point
 
 __all__ = [
     "SMOOTH_SIGMA2",
@@ -202,90 +203,12 @@ class InversionComposition:
             second + 2 * rho,
         )
 
-    def _saddle(self, epsilon: float) -> float:
-        """c > 0 minimising K(c) - log(c(c+1)) (any c > 0 is valid; this one is tight).
-
-        Newton on the slope K'(c) - 1/c - 1/(c+1) (increasing: K and -log(c(c+1)) are
-        convex) from the root of its Gaussian approximation v·c + (m - ε) - 1/c, m and v
-        the mean and variance of the loss (K' and K'' at 0): ~5 evaluations of K instead of
-        ~18 for the bracketing search (`_bracketed_saddle`), which remains the fallback.
-        """
-        _, first, second = self._log_mgf(np.array([0.0]), epsilon)
-        offset, variance = float(first[0]), float(second[0])
-        if not (variance > 0 and math.isfinite(offset) and math.isfinite(variance)):
-            return self._bracketed_saddle(epsilon)
-        root = math.sqrt(offset * offset + 4 * variance)
-        c = 2 / (offset + root) if offset > 0 else (root - offset) / (2 * variance)
-        low, high = 0.0, math.inf
-        for _ in range(40):
-            if not 1e-300 < c < 1e300:
-                break
-            _, first, second = self._log_mgf(c, epsilon)
-            value = float(first[0]) - 1 / c - 1 / (c + 1)
-            curvature = float(second[0]) + 1 / c**2 + 1 / (c + 1) ** 2
-            if value < 0:
-                low = c
-            else:
-                high = c
-            step = c - value / curvature
-            if not low < step < high:
-                step = (
-                    math.sqrt(low * high)
-                    if low > 0 and high < math.inf
-                    else (4 * c if high == math.inf else 0.25 * c)
-                )
-            if abs(step - c) <= 1e-6 * c:
-                return step
-            c = step
-        return self._bracketed_saddle(epsilon)
-
-    def _bracketed_saddle(self, epsilon: float) -> float:
-        """The saddle point by expansion, bisection in log c and safeguarded Newton."""
-        low, high = 1e-300, 1.0
-
-        def slope(c):
-            _, first, _ = self._log_mgf(c, epsilon)
-            return float(first[0]) - 1 / c - 1 / (c + 1)
-
-        while slope(high) < 0:
-            low, high = high, high * 4
-            if high > 1e300:
-                return high
-        if slope(low) >= 0:
-            return low
-
-        # bisection in log c down to a factor 1.5, then safeguarded Newton (the slope is
-        # increasing: K is convex, -log(c(c+1)) too), bisecting when a step leaves the bracket
-        def slope_and_curvature(c):
-            _, first, second = self._log_mgf(c, epsilon)
-            curvature = float(second[0]) + 1 / c**2 + 1 / (c + 1) ** 2
-            return float(first[0]) - 1 / c - 1 / (c + 1), curvature
-
-        while high > 1.5 * low:
-            middle = math.sqrt(low * high)
-            if slope(middle) < 0:
-                low = middle
-            else:
-                high = middle
-        c = math.sqrt(low * high)
-        for _ in range(30):
-            value, curvature = slope_and_curvature(c)
-            if value < 0:
-                low = c
-            else:
-                high = c
-            if high - low <= 1e-4 * high:
-                break
-            step = c - value / curvature
-            c = step if low < step < high else 0.5 * (low + high)
-        return 0.5 * (low + high)
-
     # ------------------------------------------------------------------ δ(ε)
     def delta_bounds(self, epsilon: float) -> tuple[float, float]:
         """Rigorous (lower, upper) on δ(ε) for ε >= 0."""
         if not self.usable:
             raise ValueError("the MGF inversion needs a smooth discrete Gaussian component")
-        c = self._saddle(epsilon)
+        c = saddle_point(self._log_mgf, epsilon)
         k0, _, k2 = (float(x[0]) for x in self._log_mgf(c, epsilon))
         # Laplace approximation of δ/e^{K(c)}: the scale the error targets are relative to.
         curvature = k2 + 1 / c**2 + 1 / (c + 1) ** 2
