@@ -10,9 +10,7 @@ time, PNGs without metadata) so a re-emitted release is byte-identical.
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 from fractions import Fraction
 
 import numpy as np
@@ -24,9 +22,9 @@ from dp_pipeline.release.report_consistency import (
     cell_errors,
     margin_errors,
     postprocessing_section,
-    rmse_figure,
     whole,
 )
+from dp_pipeline.release.report_figures import report_figures
 
 __all__ = ["accuracy_summary", "html_report", "privacy_report"]
 
@@ -149,74 +147,6 @@ def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> lis
     return rows
 
 
-def _png(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
-    import matplotlib.pyplot as plt
-
-    plt.close(figure)
-    return base64.b64encode(buffer.getvalue()).decode("ascii")
-
-
-def _figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
-    try:
-        import matplotlib
-    except ImportError:  # the 'report' extra is optional: tables without plots
-        return {}
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    names = [t.table.name for t in plan.tables]
-    noised = [t for t in plan.tables if not t.table.is_selection]
-    accuracy = [row for row in accuracy if "cells" in row]  # selections have no histogram
-    figures = {}
-    if plan.rho:
-        shares = [float(t.rho / plan.rho) for t in plan.tables]
-        figure, axis = plt.subplots(figsize=(7, 0.45 * len(names) + 1))
-        axis.barh(names, shares, color="#4477aa")
-        axis.set_xlabel("share of the release's zCDP ρ")
-        axis.invert_yaxis()
-        figures["budget"] = _png(figure)
-    if noised:
-        figure, axis = plt.subplots(figsize=(7, 0.45 * len(noised) + 1))
-        axis.barh(
-            [t.table.name for t in noised], [t.margin_of_error for t in noised], color="#ee7733"
-        )
-        axis.set_xscale("log")
-        axis.set_xlabel("95% margin of error per cell (log scale)")
-        axis.invert_yaxis()
-        figures["margins"] = _png(figure)
-    if accuracy:
-        columns = min(3, len(accuracy))
-        rows = (len(accuracy) + columns - 1) // columns
-        figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
-        for axis, summary in zip(axes.ravel(), accuracy, strict=False):
-            frame = results[summary["table"]]
-            truth = frame["true_value"].to_numpy(np.int64)
-            error = cell_errors(frame["value"], truth)
-            margin = summary["margin_of_error"]
-            if "raw" in summary:
-                raw = cell_errors(frame[RAW_COLUMN], truth)
-                edges = np.histogram_bin_edges(np.concatenate([raw, error]), bins=60)
-                axis.hist(raw, bins=edges, color="#bbbbbb", label="raw noisy")
-                axis.hist(error, bins=edges, color="#228833", alpha=0.7, label="consistent")
-                axis.legend(fontsize=7)
-                axis.set_title(f"{summary['table']}: estimate − true", fontsize=9)
-            else:
-                axis.hist(error, bins=60, color="#228833")
-                axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
-            axis.axvline(-margin, color="k", linestyle="--", linewidth=1)
-            axis.axvline(margin, color="k", linestyle="--", linewidth=1)
-        for axis in axes.ravel()[len(accuracy) :]:
-            axis.axis("off")
-        figure.tight_layout()
-        figures["accuracy"] = _png(figure)
-    if any("raw" in row for row in accuracy):
-        figures["postprocessing"] = _png(rmse_figure(plt, accuracy))
-    return figures
-
-
 def _number(value) -> str:
     if value is None:
         return "–"
@@ -230,7 +160,7 @@ def _number(value) -> str:
 def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) -> str:
     """A self-contained HTML page (plots embedded as PNG) a person can read and publish."""
     spec = plan.spec
-    figures = _figures(plan, results, accuracy)
+    figures = report_figures(plan, results, accuracy)
     guarantee = report["guarantee"]
     ledger = report["ledger"]
     bounds = guarantee.get("bounds") or privacy_bounds(report)

@@ -1,0 +1,94 @@
+"""The release report's plots, as PNGs without metadata (deterministic bytes), base64 for HTML.
+
+Plots of the plan (budget split, margins of error) and, for synthetic input only, of the
+errors against the truth. matplotlib is the optional ``report`` extra: without it the
+report has its tables and no plots.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+
+import numpy as np
+
+from dp_pipeline.release.consistency import RAW_COLUMN
+from dp_pipeline.release.plan import ReleasePlan
+from dp_pipeline.release.report_consistency import cell_errors, rmse_figure
+
+__all__ = ["report_figures"]
+
+
+def _png(figure) -> str:
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=90, bbox_inches="tight", metadata={"Software": None})
+    import matplotlib.pyplot as plt
+
+    plt.close(figure)
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def report_figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
+    """The report's plots as base64 PNGs by name (empty without matplotlib).
+
+    ``budget``: each table's share of the release's ρ; ``margins``: the 95% margin of
+    error per noised table; ``accuracy``: histograms of the cell errors (synthetic input
+    only, raw and consistent when post-processed); ``postprocessing``: RMSE before and
+    after post-processing. Post-processing of released figures: no privacy cost.
+    """
+    try:
+        import matplotlib
+    except ImportError:  # the 'report' extra is optional: tables without plots
+        return {}
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [t.table.name for t in plan.tables]
+    noised = [t for t in plan.tables if not t.table.is_selection]
+    accuracy = [row for row in accuracy if "cells" in row]  # selections have no histogram
+    figures = {}
+    if plan.rho:
+        shares = [float(t.rho / plan.rho) for t in plan.tables]
+        figure, axis = plt.subplots(figsize=(7, 0.45 * len(names) + 1))
+        axis.barh(names, shares, color="#4477aa")
+        axis.set_xlabel("share of the release's zCDP ρ")
+        axis.invert_yaxis()
+        figures["budget"] = _png(figure)
+    if noised:
+        figure, axis = plt.subplots(figsize=(7, 0.45 * len(noised) + 1))
+        axis.barh(
+            [t.table.name for t in noised], [t.margin_of_error for t in noised], color="#ee7733"
+        )
+        axis.set_xscale("log")
+        axis.set_xlabel("95% margin of error per cell (log scale)")
+        axis.invert_yaxis()
+        figures["margins"] = _png(figure)
+    if accuracy:
+        columns = min(3, len(accuracy))
+        rows = (len(accuracy) + columns - 1) // columns
+        figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
+        for axis, summary in zip(axes.ravel(), accuracy, strict=False):
+            frame = results[summary["table"]]
+            truth = frame["true_value"].to_numpy(np.int64)
+            error = cell_errors(frame["value"], truth)
+            margin = summary["margin_of_error"]
+            if "raw" in summary:
+                raw = cell_errors(frame[RAW_COLUMN], truth)
+                edges = np.histogram_bin_edges(np.concatenate([raw, error]), bins=60)
+                axis.hist(raw, bins=edges, color="#bbbbbb", label="raw noisy")
+                axis.hist(error, bins=edges, color="#228833", alpha=0.7, label="consistent")
+                axis.legend(fontsize=7)
+                axis.set_title(f"{summary['table']}: estimate − true", fontsize=9)
+            else:
+                axis.hist(error, bins=60, color="#228833")
+                axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
+            axis.axvline(-margin, color="k", linestyle="--", linewidth=1)
+            axis.axvline(margin, color="k", linestyle="--", linewidth=1)
+        for axis in axes.ravel()[len(accuracy) :]:
+            axis.axis("off")
+        figure.tight_layout()
+        figures["accuracy"] = _png(figure)
+    if any("raw" in row for row in accuracy):
+        figures["postprocessing"] = _png(rmse_figure(plt, accuracy))
+    return figures
