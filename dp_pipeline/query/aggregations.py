@@ -22,12 +22,19 @@ from typing import ClassVar
 
 from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.errors import InternalError
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
-from dp_pipeline.query.bounds import ValueBounds, sum_units_problem
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain, build_cell_domain, positive_int
-from dp_pipeline.query.sensitivity import NEIGHBOURING, sensitivity_vector
-from dp_pipeline.rational import exact_rational
+from dp_pipeline.query.aggregation_checks import (
+    DEFAULT_CONFIDENCE,
+    DEFAULT_REPORT_DELTA,
+    Mechanism,
+    check_summed_column,
+    checked_noise,
+    checked_parameters,
+    summed_value_bounds,
+)
+from dp_pipeline.query.bounds import ValueBounds
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain
+from dp_pipeline.query.sensitivity import sensitivity_vector
 
 __all__ = [
     "AGGREGATIONS",
@@ -39,21 +46,6 @@ __all__ = [
     "SumQuery",
     "aggregation_query",
 ]
-
-Mechanism = DiscreteGaussian | DiscreteLaplace
-ON_INVALID = ("drop", "error")
-DEFAULT_CONFIDENCE = Fraction(95, 100)
-DEFAULT_REPORT_DELTA = Fraction(1, 10**6)
-
-
-def _checked_noise(noise: object, name: str, allow_none: bool) -> Mechanism | None:
-    if noise is None and allow_none:
-        return None
-    if not isinstance(noise, DiscreteGaussian | DiscreteLaplace):
-        raise TypeError(
-            f"{name} must be a DiscreteGaussian or DiscreteLaplace, got {type(noise).__name__}"
-        )
-    return noise
 
 
 @dataclass(frozen=True)
@@ -97,49 +89,9 @@ class Aggregation:
     shared_rows: SharedRows | None = None
 
     @classmethod
-    def _checked(
-        cls,
-        *,
-        by: object,
-        domains: object,
-        noise: object,
-        privacy_unit: object,
-        max_cells: object,
-        max_per_cell: object,
-        neighbouring: object,
-        on_invalid: object,
-        cell_limit: object,
-        confidence: object,
-        delta: object,
-        allow_no_noise: bool,
-    ) -> Aggregation:
-        noise = _checked_noise(noise, "noise", allow_no_noise)
-        cells = build_cell_domain(by, domains, cell_limit)
-        if privacy_unit is not None and not isinstance(privacy_unit, str):
-            raise TypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
-        if privacy_unit in cells.columns:
-            raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
-        if neighbouring not in NEIGHBOURING:
-            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
-        if on_invalid not in ON_INVALID:
-            raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
-        confidence = exact_rational(confidence, "confidence")
-        if not 0 < confidence < 1:
-            raise ValueError(f"confidence must be in (0, 1), got {confidence}")
-        delta = DEFAULT_REPORT_DELTA if delta is None else exact_rational(delta, "delta")
-        if not 0 < delta < 1:
-            raise ValueError(f"delta must be in (0, 1), got {delta}")
-        return cls(
-            cells=cells,
-            noise=noise,
-            privacy_unit=privacy_unit,
-            max_cells=positive_int(max_cells, "max_cells"),
-            max_per_cell=positive_int(max_per_cell, "max_per_cell"),
-            neighbouring=neighbouring,
-            on_invalid=on_invalid,
-            confidence=confidence,
-            delta=delta,
-        )
+    def _checked(cls, **parameters) -> Aggregation:
+        """A ``cls`` of the parameters `checked_parameters` validates (the same keywords)."""
+        return cls(**checked_parameters(**parameters))
 
     @classmethod
     def _retyped(cls, query: Aggregation) -> Aggregation:
@@ -168,12 +120,12 @@ class Aggregation:
 
     def with_noise(self, noise: Mechanism, count_noise: Mechanism | None = None) -> Aggregation:
         """This query with its (calibrated) mechanisms; a mean's count defaults to ``noise``."""
-        noise = _checked_noise(noise, "noise", False)
+        noise = checked_noise(noise, "noise", False)
         if self.statistic != "mean":
             if count_noise is not None:
                 raise ValueError("count_noise is only used by mean")
             return replace(self, noise=noise)
-        count_noise = _checked_noise(count_noise, "count_noise", True)
+        count_noise = checked_noise(count_noise, "count_noise", True)
         return replace(self, noise=noise, count_noise=count_noise or noise)
 
     def mechanism(self) -> Mechanism:
@@ -254,30 +206,6 @@ class Aggregation:
         return tuple(PrivacyEvent(noise, tuple(shifts), 1) for _, noise, shifts in self.measures())
 
 
-def _check_summed_column(statistic, column, cells, privacy_unit, bounds) -> None:
-    if not isinstance(column, str):
-        raise TypeError(f"{statistic} needs column=<name of the summed column>, got {column!r}")
-    if column in cells.columns or column == privacy_unit:
-        raise ValueError(f"summed column {column!r} cannot be a key or privacy unit column")
-    if bounds is None:
-        raise ValueError(
-            f"{statistic} of column {column!r} needs bounds=(lower, upper); bounds are "
-            f"never taken from the data"
-        )
-
-
-def _value_bounds(query: Aggregation, bounds, granularity) -> ValueBounds:
-    value_bounds = ValueBounds.build(bounds, granularity)
-    problem = sum_units_problem(value_bounds.max_abs_units, query.effective_max_per_cell)
-    if problem is not None:
-        raise ValueError(
-            f"max_per_cell {query.max_per_cell} with bounds {bounds!r} and granularity "
-            f"{granularity!r}: {problem}; lower max_per_cell, use tighter bounds or a "
-            f"coarser granularity"
-        )
-    return value_bounds
-
-
 @dataclass(frozen=True)
 class CountQuery(Aggregation):
     """Noisy row count of every declared cell (zero counts included): columns by + count.
@@ -334,8 +262,10 @@ class SumQuery(Aggregation):
         ``cells``: the arguments of `CountQuery.build` (cells, noise, contribution bounds).
         """
         query = cls._retyped(CountQuery.build(**cells))
-        _check_summed_column(cls.statistic, column, query.cells, query.privacy_unit, bounds)
-        return replace(query, column=column, value_bounds=_value_bounds(query, bounds, granularity))
+        check_summed_column(cls.statistic, column, query.cells, query.privacy_unit, bounds)
+        return replace(
+            query, column=column, value_bounds=summed_value_bounds(query, bounds, granularity)
+        )
 
     @classmethod
     def parameter_sources(cls) -> tuple:
@@ -362,7 +292,7 @@ class MeanQuery(SumQuery):
 
         ``sum_arguments``: the arguments of `SumQuery.build` but its column.
         """
-        count_noise = _checked_noise(count_noise, "count_noise", True)
+        count_noise = checked_noise(count_noise, "count_noise", True)
         query = super().build(column, **sum_arguments)
         return replace(query, count_noise=count_noise if count_noise is not None else query.noise)
 
