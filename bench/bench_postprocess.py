@@ -13,12 +13,18 @@ wall-clock runs of ``make_consistent`` (stages from that run), ns per cell,
 and ratios against two baselines measured in the same run, in alternating
 rounds, over the same number of cells: one ``np.sort`` of a float64 vector
 and one CSR mat-vec with two entries per cell (the shape of the least squares
-constraint matrix). Then the RMSE against the truth per table, before and after.
+constraint matrix). Then the top-down step alone, its state groups solved together
+(what ``make_consistent`` does: one sort, one raking array and one maximum flow for
+all states) against the same groups solved one at a time (``fit_group`` per state,
+as a Spark job does per task), alternating rounds, with a check that both give the
+same integers. Then the RMSE against the truth per table, before and after. The
+load average is printed before and after.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from fractions import Fraction
 from functools import partial
@@ -27,6 +33,19 @@ import numpy as np
 import scipy.sparse as sp
 
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts, make_consistent
+from dp_pipeline.postprocess.consistent import _checked_values
+from dp_pipeline.postprocess.plan import plan
+from dp_pipeline.postprocess.topdown import (
+    FitOptions,
+    Problem,
+    fit_group,
+    fit_top,
+    group_level,
+    merge_group,
+    run_topdown,
+    split_groups,
+)
+from dp_pipeline.postprocess.wls import solve_wls
 
 STATES = 51
 DEMO_COUNTIES = 3143
@@ -116,18 +135,49 @@ def interleaved(functions, rounds: int):
     return best
 
 
+def topdown_functions(tables, hierarchy):
+    """The top-down step on the least squares estimates: groups together, one at a time."""
+    p = plan(tables, hierarchy)
+    values, variances = _checked_values(tables, p)
+    estimates = solve_wls(p.structures, values, variances, p.constraints, hierarchy).estimates
+    options, level = FitOptions(), group_level(p)
+
+    def together():
+        problem = Problem(p.structures, p.order, hierarchy, list(estimates))
+        run_topdown(problem, options, level)
+        return [problem.fixed[t] for t in range(len(p.structures))]
+
+    def one_at_a_time():
+        problem = Problem(p.structures, p.order, hierarchy, list(estimates))
+        fit_top(problem, level, options)
+        groups = split_groups(problem, level)
+        for t, s in enumerate(p.structures):
+            problem.fixed.setdefault(t, np.zeros(s.cells, dtype=np.int64))
+        for sub, taken in groups:
+            fit_group(sub, options)
+            merge_group(problem, sub, taken)
+        return [problem.fixed[t] for t in range(len(p.structures))]
+
+    return together, one_at_a_time
+
+
+def load() -> str:
+    return "load average " + " ".join(f"{v:.1f}" for v in os.getloadavg())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cells", default="100000,1000000,10000000")
     parser.add_argument("--rounds", type=int, default=3, help="runs per size (fastest)")
     parser.add_argument("--seed", type=int, default=2026)
     args = parser.parse_args()
+    print(load())
     print(
         "| cells | counties | make_consistent s | wls s | top-down s | verify s | ns/cell "
         "| / np.sort | / mat-vec | CG steps |"
     )
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    accuracy = []
+    accuracy, grouped = [], []
     for target in (int(c) for c in args.cells.split(",")):
         counties = counties_for(target)
         hierarchy, tables, truth = demo_tables(counties, args.seed)
@@ -147,11 +197,26 @@ def main() -> None:
             before = float(np.sqrt(np.mean((t.values - true) ** 2)))
             after = float(np.sqrt(np.mean((result.values[t.name] - true) ** 2)))
             accuracy.append((cells, t.name, before, after))
+        together, one_at_a_time = topdown_functions(tables, hierarchy)
+        (batched_s, batched), (single_s, single) = interleaved(
+            [together, one_at_a_time], args.rounds
+        )
+        same = all(np.array_equal(a, b) for a, b in zip(batched, single, strict=True))
+        grouped.append((cells, batched_s, single_s, same))
+    print()
+    print("| cells | top-down, groups together s | one group at a time s | ratio | same |")
+    print("|---:|---:|---:|---:|---|")
+    for cells, batched_s, single_s, same in grouped:
+        print(
+            f"| {cells:,} | {batched_s:.3f} | {single_s:.3f} | {single_s / batched_s:.2f} "
+            f"| {'yes' if same else 'NO'} |"
+        )
     print()
     print("| cells | table | RMSE noisy | RMSE consistent | after / before |")
     print("|---:|---|---:|---:|---:|")
     for cells, name, before, after in accuracy:
         print(f"| {cells:,} | {name} | {before:.2f} | {after:.2f} | {after / before:.2f} |")
+    print(load())
 
 
 if __name__ == "__main__":

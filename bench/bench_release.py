@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
-from dp_pipeline.release.engines import _full_index, true_values_pandas
 from dp_pipeline.release.outputs import write_table
+from dp_pipeline.release.pandas_tables import full_index, true_values_pandas
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
 
@@ -76,7 +76,7 @@ def plain_pipeline(spark, spec, input_path: Path, output: Path, cache: bool) -> 
             )
         grouped = frame.groupBy(*table.keys).agg(value.alias("value")).toPandas()
         full = grouped.set_index(list(table.keys))["value"].reindex(
-            _full_index(spec, table.keys), fill_value=0
+            full_index(spec, table.keys), fill_value=0
         )
         tables[table.name] = full.reset_index()
     timings["aggregate"] = time.perf_counter() - started
@@ -105,7 +105,7 @@ def plain_arrow_pipeline(spec, input_path: Path, output: Path) -> dict[str, floa
     tables = {}
     for table in spec.tables:
         # The pandas engine's own true-value computation (group by, complete the domain).
-        full = _full_index(spec, table.keys).to_frame(index=False)
+        full = full_index(spec, table.keys).to_frame(index=False)
         full["value"] = true_values_pandas(frame, spec, table)
         tables[table.name] = full
     timings["aggregate"] = time.perf_counter() - started
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
         parquet_plan.ONE_PASS_CELLS = 0  # parquet_pieces then declines: the Spark SQL path
 
-    from dp_pipeline.release.engines import spark_session
+    from dp_pipeline.release.spark_tables import spark_session
 
     progress = Progress()
     input_path = cached_census_sample(arguments.cache, arguments.persons, 2026, progress)

@@ -17,13 +17,16 @@ at ``transform`` time with ``on_invalid="error"``; the noisy DataFrame is lazy.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+
+from dp_pipeline.engines.backend import noisy_tables
+
+# The Spark engine's lower-level steps (true aggregates -> noisy cells) stay importable here.
 from dp_pipeline.engines.spark.noise import (
     DRIVER_NOISE_CELLS,
     collect_noisy_cells,
     noisy_cells,
     noisy_table,
-    run_queries,
-    run_spark,
 )
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
 from dp_pipeline.query.aggregations import AGGREGATIONS
@@ -46,6 +49,38 @@ __all__ = [
     "run_queries",
     "run_spark",
 ]
+
+
+def run_queries(
+    df,
+    specs: Sequence[QuerySpec],
+    *,
+    wrap_udf: Callable[[Callable], Callable] | None = None,
+):
+    """Bound, aggregate and noise several queries over ``df`` in one pass.
+
+    Returns a list of (lazy noisy DataFrame, diagnostics), one per query, in
+    order. The rows are read and bounded once for all queries
+    (`dp_pipeline.engines.backend.noisy_tables`); each query's release is identical
+    to running it alone, and to the pandas engine's. Queries must share the
+    privacy unit column and have distinct (release_id, table) stream labels.
+    ``wrap_udf`` wraps the noise function (tests use it to inject a one-time
+    task failure).
+    """
+    return noisy_tables(df, specs, wrap_udf=wrap_udf)
+
+
+def run_spark(
+    df,
+    spec: QuerySpec,
+    *,
+    wrap_udf: Callable[[Callable], Callable] | None = None,
+):
+    """Bound, aggregate and noise ``df`` per ``spec``: (lazy noisy DataFrame, diagnostics).
+
+    ``wrap_udf`` wraps the noise function (tests use it to inject a one-time task failure).
+    """
+    return run_queries(df, [spec], wrap_udf=wrap_udf)[0]
 
 
 class SparkDPQuery:

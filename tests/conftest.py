@@ -84,11 +84,11 @@ def spark_releases_take_the_spark_paths(request, monkeypatch):
     """Spark releases in tests run Spark's own aggregation paths, not the driver's.
 
     Test inputs are small, and a Spark release aggregates a small input on the driver
-    (`dp_pipeline.release.engines.DRIVER_INPUT_BYTES`); tests marked
+    (`dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES`); tests marked
     ``driver_aggregation`` keep that rule (tests/test_release_inputs.py).
     """
-    if "driver_aggregation" in request.keywords:
-        return
-    import dp_pipeline.release.engines as release_engines
+    if "spark" not in request.keywords or "driver_aggregation" in request.keywords:
+        return  # the fast tier never imports PySpark
+    import dp_pipeline.release.spark_tables as spark_tables
 
-    monkeypatch.setattr(release_engines, "DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)

@@ -44,6 +44,31 @@ def _mixed():
     return accountant
 
 
+def _large_rho():
+    # random plan 0 of bench/bench_accounting.py: ρ ≈ 9e6, a staircase-like δ(ε) near 1e-10
+    accountant = PrivacyAccountant()
+    accountant.add(DiscreteLaplace(Fraction(61345, 382)), 36)
+    accountant.add(DiscreteGaussian(Fraction(2100158276335495, 32)), [640914, 141])
+    accountant.add(BaseTwoExponential(Fraction(7, 220)))
+    accountant.add(DiscreteGaussian(Fraction(116253171, 825259)), [5131])
+    huge = Fraction(1068649440221556942585475405700923392)
+    accountant.add(DiscreteGaussian(huge), [72661, 258819, 73])
+    accountant.add(DiscreteLaplace(Fraction(4254654674, 437)), 12703)
+    accountant.add(DiscreteGaussian(Fraction(1052267, 390187)), [79, 6959])
+    return accountant
+
+
+def _coarse_lattice():
+    # random plan 60: a discrete Gaussian with Δ/σ ≈ 2,860 (conditioned on, `conditioning`)
+    accountant = PrivacyAccountant()
+    accountant.add(DiscreteGaussian(Fraction(579961577, 958029)), [70368])
+    accountant.add(DiscreteGaussian(Fraction(5602494291994047, 131072)), [56816])
+    accountant.add(BaseTwoExponential(Fraction(255, 749)))
+    accountant.add(DiscreteGaussian(Fraction(7347250449828789, 512)), [6811])
+    accountant.add(BaseTwoExponential(Fraction(37, 416)))
+    return accountant
+
+
 def _cks_figure_four():
     return PrivacyAccountant().add(DiscreteGaussian(2500), count=100)
 
@@ -59,7 +84,9 @@ def _bisect(is_feasible, infeasible: float, feasible: float, steps: int = 40) ->
     return infeasible, feasible
 
 
-@pytest.mark.parametrize("plan", [_one_gaussian, _capped_by_zcdp, _mixed, _cks_figure_four])
+@pytest.mark.parametrize(
+    "plan", [_one_gaussian, _capped_by_zcdp, _mixed, _cks_figure_four, _large_rho, _coarse_lattice]
+)
 def test_epsilon_ends_match_plain_bisection_on_the_same_bounds(plan):
     accountant = plan()
     result = accountant.epsilon(DELTA)
@@ -99,6 +126,24 @@ def test_probe_settles_a_capped_plan_in_a_few_evaluations():
     assert len(calls) <= 10
 
 
+def test_large_rho_plan_starts_within_two_standard_deviations():
+    # the first trial is 2·sqrt(2ρ) below the zCDP start, not 10%: 10 evaluations, not 14
+    accountant = _large_rho()
+    calls = []
+    original = accountant._composition()[0]
+
+    def counted(eps):
+        calls.append(eps)
+        return original(eps)
+
+    accountant._cache["composition"] = (counted, accountant.method)
+    result = accountant.epsilon(DELTA)
+    assert calls[1] == pytest.approx(calls[0] - 2 * math.sqrt(2 * float(accountant.rho())))
+    assert len(calls) <= 10
+    # the upper end rounded up is not evaluated again by the lower search
+    assert result.upper not in calls
+
+
 def _exponential_bracket(width: float):
     """δ(ε) = e^{-ε} bracketed by (1 - width, 1) times it: crossings known exactly."""
 
@@ -131,3 +176,16 @@ def test_probe_that_fails_falls_back_to_the_full_search():
         _exponential_bracket(1e-3), delta, 2 * crossing, "synthetic", probe=lambda b: True
     )
     assert crossing <= bound.upper <= crossing * (1 + 1.01 * RTOL)
+
+
+@pytest.mark.parametrize("spread", [1e-3, 0.5, 0.7])
+def test_search_with_a_spread_hint_certifies_both_ends(spread):
+    # a first trial feasible (spread 1e-3), at the crossing (0.5) or 0.4 below it (0.7)
+    delta = 1e-6
+    crossing = -math.log(delta)
+    bound = epsilon_from_delta_function(
+        _exponential_bracket(1e-3), delta, crossing + 1.0, "synthetic", spread=spread
+    )
+    assert crossing <= bound.upper <= crossing * (1 + 1.01 * RTOL)
+    lower_crossing = math.log(1 - 1e-3) - math.log(delta)
+    assert lower_crossing * (1 - 1.01 * RTOL) <= bound.lower <= lower_crossing

@@ -18,10 +18,17 @@ from counting_stream import CountingStream
 from scipy import stats
 
 from dp_pipeline import BaseTwoExponential, MasterKey
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms.exponential import DEFAULT_UTILITY_DENOMINATOR
 from dp_pipeline.mechanisms.exponential_base import choose_base, ln_bounds
-from dp_pipeline.noise.exponential import round_ups
-from dp_pipeline.noise.weight_tree import WeightTree, locate_by_linear_scan
+from dp_pipeline.noise.exponential import exponential_sample_scaled, round_ups
+from dp_pipeline.noise.weight_tree import (
+    PREFIX_BITS,
+    PrefixWeights,
+    WeightTree,
+    locate_by_linear_scan,
+    weights_for,
+)
 from dp_pipeline.randomness import derive_stream
 
 KEY = MasterKey(bytes(range(32)))
@@ -167,6 +174,64 @@ def test_tree_descent_agrees_with_the_literal_linear_scan():
             expected = locate_by_linear_scan(counts, a, shift, draw)
             assert tree.locate(draw) == expected
             assert tree.locate(draw, constant_work=False) == expected  # optimized descent
+
+
+def test_cumulative_sums_locate_every_draw_as_the_tree_and_the_literal_scan():
+    rng = np.random.default_rng(11)  # test data only
+    for a, shift, levels in [(3, 2, 1), (3, 2, 2), (39, 6, 13), (1, 1, 8), (845, 10, 262)]:
+        counts = [int(c) for c in rng.integers(0, 3, size=levels)]
+        counts[rng.integers(0, levels)] += 1
+        prefix, tree = PrefixWeights(counts, a, shift), WeightTree(counts, a, shift)
+        assert prefix.total == tree.total and prefix.level_count == levels
+        total = tree.total
+        draws = range(total) if total <= 2000 else [int(rng.integers(0, 2**62)) % total]
+        draws = list(draws) + [0, total - 1] + [(total * i) // 97 for i in range(97)]
+        for draw in draws:
+            expected = locate_by_linear_scan(counts, a, shift, draw)
+            assert prefix.locate(draw) == expected == tree.locate(draw)
+
+
+def test_the_layout_depends_on_the_public_level_count_and_shift_only():
+    assert isinstance(weights_for([0] * 261 + [1], 845, 10), PrefixWeights)
+    assert isinstance(weights_for([1] + [0] * 261, 845, 10), PrefixWeights)
+    wide = int((PREFIX_BITS // 10) ** 0.5) + 1
+    assert isinstance(weights_for([1] * wide, 845, 10), WeightTree)
+
+
+@pytest.mark.parametrize("q", [Fraction(1, 2), Fraction(9, 10), Fraction(1, 3)])
+def test_scaled_utilities_sample_what_the_fractions_sample(q):
+    mechanism = BaseTwoExponential("1/2", tail_bits=16)
+    rng = np.random.default_rng(5)  # test data only
+    for trial in range(30):
+        counts = rng.integers(0, 6, size=40)
+        n = int(counts.sum())
+        through = np.cumsum(counts)
+        below = through - counts
+        pairs = zip(below.tolist(), through.tolist(), strict=True)
+        losses = [max(Fraction(0), b - q * n, q * n - t) for b, t in pairs]
+        denominator = (q * n).denominator
+        numerators = np.array([int(u * denominator) for u in losses], dtype=np.int64)
+        for bound in (q.denominator, 2 * q.denominator):
+            labels = ("scaled", str(q), trial, bound)
+            expected = mechanism.sample(
+                np.array(losses, dtype=object), stream(*labels), utility_denominator=bound
+            )
+            got = exponential_sample_scaled(
+                mechanism, numerators, denominator, stream(*labels), utility_denominator=bound
+            )
+            assert got == expected
+
+
+def test_scaled_utilities_refuse_what_is_not_an_int64_vector():
+    mechanism = BaseTwoExponential(1)
+    with pytest.raises(InternalError, match="non-empty 1-D int64 array"):
+        exponential_sample_scaled(mechanism, np.array([1.5, 2.0]), 2, stream("bad"))
+    with pytest.raises(ValueError, match="denominator must be >= 1"):
+        exponential_sample_scaled(mechanism, np.array([1, 2]), 0, stream("bad"))
+    with pytest.raises(ValueError, match="does not divide utility_denominator=2"):
+        exponential_sample_scaled(
+            mechanism, np.array([1, 2]), 3, stream("bad"), utility_denominator=2
+        )
 
 
 # --------------------------------------------------------------- χ² of the sampler

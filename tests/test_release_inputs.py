@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import shutil
 import subprocess
 import sys
@@ -36,11 +37,11 @@ from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.outputs import write_table
 from dp_pipeline.release.plan import plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.source import OpenedInput, kept_log
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import SpecError
 
 QUIET = Progress(quiet=True)
-DRIVER_INPUT_BYTES = engines.DRIVER_INPUT_BYTES  # before tests/conftest.py sets it to 0
 KEY = MasterKey.from_hex("5a" * 32)
 
 SPEC = """
@@ -249,6 +250,7 @@ def test_bad_values_in_a_csv_are_dropped_and_counted_not_an_abort(tmp_path):
 
 
 @pytest.mark.spark
+@pytest.mark.driver_aggregation  # sets DRIVER_INPUT_BYTES itself, for each engine path
 def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spark, monkeypatch):
     """The engine step of one release (one digest labels the noise) on every input and engine.
 
@@ -257,11 +259,14 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
     digest, every combination must publish the same bytes. Spark runs both its
     paths: the small-input driver aggregation and the Spark SQL jobs.
     """
+    import dp_pipeline.release.spark_tables as spark_tables
+
+    driver_input_bytes = spark_tables.DRIVER_INPUT_BYTES
     csv_path, parquet_path = write_inputs(tmp_path)
     published, diagnostics = {}, {}
     for input_path in (csv_path, parquet_path):
-        for engine, driver_bytes in (("pandas", 0), ("spark", DRIVER_INPUT_BYTES), ("spark", 0)):
-            monkeypatch.setattr(engines, "DRIVER_INPUT_BYTES", driver_bytes)
+        for engine, driver_bytes in (("pandas", 0), ("spark", driver_input_bytes), ("spark", 0)):
+            monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", driver_bytes)
             spec = make_spec(tmp_path, input_path, engine)
             plan = plan_release(spec)
             source = engines.open_input(spec, input_path, spec.input_format, QUIET, spark)
@@ -306,16 +311,24 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
 JVM_NOISE = ("WARN", "log4j", "NativeCodeLoader", "incubator", "loopback", "SPARK_LOCAL_IP")
 
 
-def dp_release(*arguments: str, cwd: Path) -> subprocess.CompletedProcess:
+def dp_release(*arguments: str, cwd: Path, temp: Path | None = None):
+    """The CLI in a subprocess (``temp``: its temporary folder, where JVM logs go)."""
     command = [sys.executable, "-m", "dp_pipeline.release", "run", *arguments]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600)
+    env = None if temp is None else dict(os.environ, TMPDIR=str(temp))
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=600, env=env)
+
+
+def jvm_logs(folder: Path) -> list[Path]:
+    return sorted(folder.glob("dp_pipeline-spark-*.log"))
 
 
 @pytest.mark.spark
 def test_the_cli_prints_its_own_lines_but_no_jvm_or_spark_warnings(tmp_path):
     csv_path, _ = write_inputs(tmp_path)
     make_spec(tmp_path, csv_path, "spark")
-    done = dp_release("spec-spark-csv.toml", cwd=tmp_path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = dp_release("spec-spark-csv.toml", cwd=tmp_path, temp=temp)
     assert done.returncode == 0, done.stderr
     for noise in JVM_NOISE:
         assert noise not in done.stderr and noise not in done.stdout, noise
@@ -323,24 +336,31 @@ def test_the_cli_prints_its_own_lines_but_no_jvm_or_spark_warnings(tmp_path):
     assert "(see --verbose)" in done.stderr
     assert "release written to" in done.stderr
     assert "release people-1: published and committed (new spend)" in done.stdout
+    assert jvm_logs(temp) == []  # the run went well: its JVM log is deleted
     # An error still reaches the user: a column the spec needs is not in the file.
     csv_path.write_text("pid,yr,sex,spend\n1,2001,F,5\n")
-    failed = dp_release("spec-spark-csv.toml", "--release-id", "people-2", cwd=tmp_path)
+    failed = dp_release("spec-spark-csv.toml", "--release-id", "people-2", cwd=tmp_path, temp=temp)
     assert failed.returncode == 2, failed.stderr
     assert "Traceback" not in failed.stderr
     assert "column(s) ['year'] used by the spec are not in the CSV header" in failed.stderr
     for noise in JVM_NOISE:
         assert noise not in failed.stderr, noise
+    # After an error the JVM log is kept, and the message names it.
+    (kept,) = jvm_logs(temp)
+    assert f"the JVM's and Spark's own log lines of this run are kept in {kept}" in failed.stderr
 
 
 @pytest.mark.spark
 def test_the_cli_shows_the_jvms_lines_with_verbose(tmp_path):
     csv_path, _ = write_inputs(tmp_path)
     make_spec(tmp_path, csv_path, "spark")
-    done = dp_release("spec-spark-csv.toml", "--verbose", cwd=tmp_path)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = dp_release("spec-spark-csv.toml", "--verbose", cwd=tmp_path, temp=temp)
     assert done.returncode == 0, done.stderr
     assert "log4j" in done.stderr
     assert "release written to" in done.stderr
+    assert jvm_logs(temp) == []  # the lines went to the terminal, no log file
 
 
 def test_a_csv_path_names_its_format_unless_one_is_given(tmp_path):
@@ -383,3 +403,20 @@ def test_an_input_without_a_spec_column_is_refused_before_the_reservation(tmp_pa
     folder.mkdir(parents=True)
     pq.write_table(pq.read_table(parquet_path), folder / "part-0.parquet")
     check_input_columns(spec, tmp_path / "parts", (folder / "part-0.parquet",), "parquet")
+
+
+def test_closing_an_input_deletes_its_jvm_log_unless_the_run_failed(tmp_path):
+    logs = []
+    for failed in (False, True):
+        log = tmp_path / f"dp_pipeline-spark-{failed}.log"
+        log.write_text("WARN NativeCodeLoader\n")
+        opened = OpenedInput(tmp_path, "csv", "spark", (), jvm_log=str(log))
+        logs.append((opened.close(failed=failed), log.exists()))
+    assert logs == [(None, False), (str(tmp_path / "dp_pipeline-spark-True.log"), True)]
+    error = ValueError("the run failed")
+    kept_log(error, logs[1][0])
+    assert error.__notes__ == [
+        f"the JVM's and Spark's own log lines of this run are kept in {logs[1][0]}"
+    ]
+    kept_log(error, None)  # --verbose or a session not started here: no log
+    assert len(error.__notes__) == 1

@@ -136,6 +136,7 @@ CASES = [
     ("release.max_cells", 10, "tables[0]: 20 cells exceed release.max_cells = 10"),
     ("input.synthetic_persons", 0, "input.synthetic_persons = 0: must be >= 1"),
     ("input.format", "xlsx", "input.format = 'xlsx': must be one of parquet, csv"),
+    ("input.on_invalid", "skip", "input.on_invalid = 'skip': must be one of drop, error"),
     ("run.engine", "dask", "run.engine = 'dask': must be one of spark, pandas"),
 ]
 

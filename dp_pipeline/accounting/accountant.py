@@ -17,6 +17,12 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    rigorous) and the bound names the method that gave its upper end;
 4. without a smooth discrete Gaussian (pure-DP and Laplace compositions): steps 3's paths;
 
+before these, a discrete Gaussian coordinate whose loss lattice step μ/σ² exceeds the loss
+range of everything else (`conditioning`, "lattice_conditioning + <method of the rest>"):
+δ is the sum over its lattice of P[Y=y]·δ_rest(ε - ℓ_y), Theorem 7 tail sums where the
+rest is decided, one evaluation of the rest's bracket where it is not; a bracket wider
+than 1e-4 relative is intersected with the paths above;
+
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
 conversion of the others ("pure_dp + zcdp"), both always valid.
@@ -48,6 +54,7 @@ from dp_pipeline.accounting.brackets import (
     intersect_brackets,
     inversion_delta,
 )
+from dp_pipeline.accounting.conditioning import RestSummary, conditioned_composition
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
 from dp_pipeline.accounting.events import (
     PrivacyEvent,
@@ -99,6 +106,12 @@ class PrivacyAccountant:
         self._events.append(PrivacyEvent(mechanism, shifts, int(count)))
         self._cache.clear()
         return self
+
+    def add_event(self, event: PrivacyEvent) -> PrivacyAccountant:
+        """Record ``event``, the one cost record of queries, plans and ledgers (as `add`)."""
+        if not isinstance(event, PrivacyEvent):
+            raise TypeError(f"add_event takes a PrivacyEvent, got {type(event).__name__}")
+        return self.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
 
     @property
     def events(self) -> tuple[PrivacyEvent, ...]:
@@ -156,10 +169,12 @@ class PrivacyAccountant:
         return pure_total, rho_rest
 
     def _rho_or_none(self) -> float | None:
-        try:
-            return float(self.rho())
-        except ValueError:
-            return None
+        if "rho" not in self._cache:  # an exact sum over every coordinate: once per plan
+            try:
+                self._cache["rho"] = float(self.rho())
+            except ValueError:
+                self._cache["rho"] = None
+        return self._cache["rho"]
 
     def pure_epsilon(self) -> Fraction:
         """Exact total pure ε (basic composition); errors if any event is not pure DP."""
@@ -208,8 +223,14 @@ class PrivacyAccountant:
             high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
         # the start is the closed-form cap's ε: where the cap gives the bound there, the
         # answer is usually the start itself (`epsilon_search`)
+        # the loss's standard deviation sqrt(2ρ) sets how far below the start to look first
         return epsilon_from_delta_function(
-            delta_of, delta, high, name, probe=lambda bound: _CAPPED in bound.method
+            delta_of,
+            delta,
+            high,
+            name,
+            probe=lambda bound: _CAPPED in bound.method,
+            spread=None if rho is None else math.sqrt(2 * rho),
         )
 
     @property
@@ -225,8 +246,12 @@ class PrivacyAccountant:
         self._require_events()
         self._composition()
         if "methods" not in self._cache:
+            self._paths()  # after a conditioning, the paths a loose bracket falls back to
+        if "methods" not in self._cache:
             fallback = self._cache["fallback"]()
             self._cache["methods"] = ("mgf_inversion",) + ((fallback,) if fallback else ())
+        if "conditioned" in self._cache:
+            self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -269,6 +294,40 @@ class PrivacyAccountant:
         negligible = self._negligible_gaussians()
         if negligible is not None:
             return negligible
+        conditioned = conditioned_composition(self._events, _rest_summary, self._paths)
+        if conditioned is None:
+            delta_of, name = self._paths()
+        else:
+            delta_of, name = conditioned
+            self._cache["conditioned"] = name
+
+        if rho is None:
+            return delta_of, name
+        split = self._pure_split()
+        pure_total = None if split is None or split[0] == 0 else float(split[0])
+
+        def capped(eps):
+            bound = delta_of(eps)
+            zcdp = zcdp_to_delta(rho, eps)
+            if zcdp < bound.upper:
+                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
+            if pure_total is not None and eps > pure_total * (1 + 1e-12):
+                # basic composition of the pure part and the zCDP of the rest (ε rounded
+                # down by the factor, so the pure part's ε is not below its exact value)
+                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
+                if rest < bound.upper:
+                    bound = DeltaBound(
+                        min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
+                    )
+            return bound
+
+        return capped, name
+
+    def _paths(self):
+        """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
+        if "paths" in self._cache:
+            return self._cache["paths"]
+        rho = self._rho_or_none()
         single = single_coordinate(self._events)
         inversion = None if single is not None else (inversion_of(self._events) or None)
         if single is not None:
@@ -297,28 +356,8 @@ class PrivacyAccountant:
 
             self._cache["fallback"] = fallback_name
             delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
-
-        if rho is None:
-            return delta_of, name
-        split = self._pure_split()
-        pure_total = None if split is None or split[0] == 0 else float(split[0])
-
-        def capped(eps):
-            bound = delta_of(eps)
-            zcdp = zcdp_to_delta(rho, eps)
-            if zcdp < bound.upper:
-                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
-            if pure_total is not None and eps > pure_total * (1 + 1e-12):
-                # basic composition of the pure part and the zCDP of the rest (ε rounded
-                # down by the factor, so the pure part's ε is not below its exact value)
-                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
-                if rest < bound.upper:
-                    bound = DeltaBound(
-                        min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
-                    )
-            return bound
-
-        return capped, name
+        self._cache["paths"] = delta_of, name
+        return delta_of, name
 
     def _negligible_gaussians(self):
         """The composition without its discrete Gaussians when their total ρ is so small
@@ -393,3 +432,16 @@ class PrivacyAccountant:
             except (KeyError, TypeError) as error:
                 raise ValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
+
+
+def _rest_summary(events) -> RestSummary | None:
+    """The other events of a conditioning (`conditioning`), or None without a finite ρ."""
+    rest = PrivacyAccountant()
+    rest._events = list(events)
+    rho = rest._rho_or_none()
+    if rho is None:
+        return None
+    split = rest._pure_split()
+    pure = None if split is None else (float(split[0]), math.nextafter(float(split[1]), math.inf))
+    # ρ rounded up: the caps of the rest are then upper bounds for the exact ρ too
+    return RestSummary(rest.delta, math.nextafter(rho, math.inf), pure, lambda: rest.method)

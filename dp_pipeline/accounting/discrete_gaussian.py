@@ -37,7 +37,9 @@ __all__ = [
     "discrete_gaussian_delta_bounds",
     "discrete_gaussian_epsilon",
     "discrete_gaussian_log_normalizer",
+    "discrete_gaussian_pmf_bounds",
     "discrete_gaussian_rho",
+    "discrete_gaussian_tail_bounds",
     "exact_sigma2",
 ]
 
@@ -95,7 +97,11 @@ def _terms_needed(sigma2: Fraction, first: int) -> float:
 
 
 def _bounds_one_shift(
-    sigma2: Fraction, shift: int, epsilon: float, log_normalizer: float
+    sigma2: Fraction,
+    shift: int,
+    epsilon: float,
+    log_normalizer: float,
+    first: int | None = None,
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on Theorem 7's δ for one shift.
 
@@ -107,15 +113,21 @@ def _bounds_one_shift(
     u·log2(n). The terms beyond the last one summed (where P has fallen by e^{-46} from y0)
     are at most P[Y = last+1]/(1 - r), r = e^{-(2·last+3)/(2σ²)}, added to the upper bound.
     Beyond ~300,000 terms (σ ≳ 30,000), the MGF inversion of `inversion` is used instead
-    (cost independent of σ).
+    (cost independent of σ). With ``first`` given (an index with L(first) > ε), the same
+    sum from y0 = ``first`` on (`discrete_gaussian_tail_bounds`), always summed directly.
     """
     epsilon_exact = Fraction(epsilon)
-    threshold = epsilon_exact * sigma2 / shift - Fraction(shift, 2)
-    first = math.floor(threshold) + 1  # smallest y with L(y) > ε (strict)
+    partial = first is not None
+    if first is None:
+        threshold = epsilon_exact * sigma2 / shift - Fraction(shift, 2)
+        first = math.floor(threshold) + 1  # smallest y with L(y) > ε (strict)
     if first > 0 and Fraction(first * first) / (2 * sigma2) > 2000:
         # δ <= P[Y >= y0] <= e^{-y0²/(2σ²)}/(1 - e^{-(2y0+1)/(2σ²)}) < e^{-1900}.
         return 0.0, TINY
-    if _terms_needed(sigma2, first) > _DIRECT_TERMS and sigma2 >= SMOOTH_SIGMA2:
+    too_many = _terms_needed(sigma2, first) > _DIRECT_TERMS
+    if too_many and partial:
+        raise ValueError(f"a tail sum from y = {first} at sigma2 = {sigma2} is too long to sum")
+    if too_many and sigma2 >= SMOOTH_SIGMA2:
         return InversionComposition([smooth_gaussian(sigma2, shift, 1)], []).delta_bounds(epsilon)
     gap0 = Fraction(2 * first * shift + shift * shift) / (2 * sigma2) - epsilon_exact
     sigma2_float = float(sigma2)
@@ -146,6 +158,34 @@ def _bounds_one_shift(
     upper = total * (1 + relative) + tail * (1 + 4 * _UNIT)
     lower = total * (1 - relative)
     return max(0.0, lower), max(TINY, round_up(upper, 2))
+
+
+def discrete_gaussian_tail_bounds(
+    sigma2: Fraction, shift: int, epsilon: float, first: int
+) -> tuple[float, float]:
+    """Rigorous (lower, upper) on Σ_{y >= first} P[Y=y]·(1 - e^{ε - L(y)}), Y ~ N_Z(0, σ²),
+    L(y) = (μ² + 2μy)/(2σ²), for an index ``first`` with L(first) > ε (the terms of CKS
+    Thm. 7 from ``first`` on; error budget of `_bounds_one_shift`). Raises ValueError when
+    that needs more than ~300,000 terms."""
+    if Fraction(2 * first * shift + shift * shift, 2) / sigma2 <= Fraction(epsilon):
+        raise ValueError(f"the tail sum needs L(first) > epsilon, got first = {first}")
+    log_normalizer = discrete_gaussian_log_normalizer(float(sigma2))
+    return _bounds_one_shift(sigma2, shift, epsilon, log_normalizer, first)
+
+
+def discrete_gaussian_pmf_bounds(sigma2: Fraction, y: int) -> tuple[float, float]:
+    """Rigorous (lower, upper) on P[Y = y] for Y ~ N_Z(0, σ²) (the exponent's float error
+    as in `_bounds_one_shift`: 4u relative to its magnitude plus the normaliser's)."""
+    sigma2_float = float(sigma2)
+    log_normalizer = discrete_gaussian_log_normalizer(sigma2_float)
+    exponent = -(float(y) ** 2) / (2 * sigma2_float) - log_normalizer
+    error = (
+        4 * _UNIT * (abs(exponent) + abs(log_normalizer) + 1) * 1.01
+        + _log_normalizer_error(sigma2_float, log_normalizer) * 1.01
+    )
+    lower = math.exp(exponent - error) * (1 - 4 * _UNIT)
+    upper = math.exp(exponent + error) * (1 + 4 * _UNIT)
+    return max(0.0, lower), min(1.0, max(TINY, upper))
 
 
 def discrete_gaussian_delta_bounds(

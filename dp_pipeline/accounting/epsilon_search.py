@@ -35,6 +35,7 @@ def epsilon_from_delta_function(
     high: float,
     method: str,
     probe: Callable[[DeltaBound], bool] | None = None,
+    spread: float | None = None,
 ) -> EpsilonBound:
     """EpsilonBound from a δ(ε) bound function (both ends non-increasing in ε).
 
@@ -42,7 +43,9 @@ def epsilon_from_delta_function(
     smallest such; lower: an ε with δ_lower(ε) > δ, so the true ε(δ) is above it (or 0).
     ``high``: a starting ε expected to be feasible (raised until it is); ``probe(bound)``:
     whether the bound at the start says the answer is likely the start itself (then ε is
-    tried 1e-7 below it first). Evaluations are shared between the two searches, and
+    tried 1e-7 below it first); ``spread``: a scale of how far below the start the answer
+    may be (the loss's standard deviation; the first trial below the start is then at
+    most 2·spread below it, not 10%). Evaluations are shared between the two searches, and
     ε = 0 is evaluated only when the searches come near it.
     """
     seen: dict = {}
@@ -59,17 +62,20 @@ def epsilon_from_delta_function(
     first_trial = None
     if probe is not None and probe(bound_at(high)):
         first_trial = high * (1 - 0.5 * RTOL)
-    upper = _solve(
+    elif spread is not None and 0 < 2 * spread < 0.1 * high:
+        first_trial = high - 2 * spread
+    upper, feasible = _solve(
         lambda eps: bound_at(eps).upper, delta, high, feasible_end=True, first_trial=first_trial
     )
     # the lower end starts from the largest ε seen with δ_lower > δ (δ_lower <= δ_upper:
     # none above the upper end); ε seen with δ_lower <= δ say nothing below them, as a
     # loose bracket there may have δ_lower = 0
-    below = [eps for eps, b in seen.items() if eps < upper and b.lower > delta]
-    lower = _solve(
+    below = [eps for eps, b in seen.items() if eps < feasible and b.lower > delta]
+    # from the last feasible ε evaluated (``upper`` is it rounded up: not evaluated)
+    lower, _ = _solve(
         lambda eps: bound_at(eps).lower,
         delta,
-        upper,
+        feasible,
         feasible_end=False,
         low=max(below) if below else None,
     )
@@ -87,7 +93,7 @@ def _solve(
 ):
     """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
     the feasible end (δ_of <= δ, rounded up 4 ulps) or the infeasible end (δ_of > δ, 0.0
-    if none).
+    if none), and the final feasible end as evaluated.
 
     ``low``: an ε known to have δ_of(low) > δ, if any; otherwise one is looked for below
     ``high`` (from ``first_trial`` if given, else 0.9·high, then secant steps on log δ,
@@ -108,7 +114,7 @@ def _solve(
             if trial <= 0.25 * start:
                 low, f_low = 0.0, excess(0.0)
                 if f_low <= 0:
-                    return 0.0
+                    return 0.0, 0.0
                 break
             f_trial = excess(trial)
             if f_trial > 0:
@@ -148,4 +154,4 @@ def _solve(
             if side == -1:
                 f_high /= 2
             side = -1
-    return round_up(high) if feasible_end else low
+    return (round_up(high) if feasible_end else low), high

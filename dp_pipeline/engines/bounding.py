@@ -48,6 +48,7 @@ __all__ = [
     "BoundingSalt",
     "bound_contributions",
     "bound_shared_rows",
+    "first_least_per_group",
     "spark_xxhash64",
     "unit_keys",
 ]
@@ -130,16 +131,14 @@ def unit_keys(units: pd.Series | np.ndarray, salt: BoundingSalt) -> tuple[np.nda
     """
     codes, uniques = pd.factorize(np.asarray(units), sort=False)
     prefix = salt.unit_salt + "|"
+    sha256 = hashlib.sha256
     # The first 15 hex digits of the digest are its first 60 bits: the top of its first
-    # 8 bytes (no hex string to build and parse per unit).
-    keys = np.fromiter(
-        (
-            int.from_bytes(hashlib.sha256((prefix + str(u)).encode("utf-8")).digest()[:8]) >> 4
-            for u in uniques
-        ),
-        dtype=np.int64,
-        count=len(uniques),
+    # 8 bytes, read for all units at once as big-endian words (no per-unit int to build).
+    digests = b"".join(
+        [sha256((prefix + str(u)).encode("utf-8")).digest()[:8] for u in uniques.tolist()]
     )
+    words = np.frombuffer(digests, dtype=">u8")
+    keys = (words >> np.uint64(4)).astype(np.int64)
     return codes.astype(np.int64), keys[codes]
 
 
@@ -187,14 +186,17 @@ def bound_contributions(
     of at most ``B`` units, and `dp_pipeline.query.spec.QuerySpec` refuses
     ``max_per_cell * B > 2**62`` before any data is read, so no partial sum can wrap.
     """
-    if value_units is None:
-        order = np.lexsort((cells, unit_codes))
-    else:
-        row_rank = spark_xxhash64(salt.seed_rows, unit_key, cells, value_units)
-        order = np.lexsort((value_units, row_rank, cells, unit_codes))
+    order = np.lexsort((cells, unit_codes))
     s_units, s_cells = unit_codes[order], cells[order]
     starts = _group_starts(s_units, s_cells)
-    keep_row = _rank_within_groups(starts) < max_per_cell
+    rank_in_pair = _rank_within_groups(starts)
+    if value_units is not None and rank_in_pair.size and rank_in_pair.max() >= max_per_cell:
+        # Some pair has rows to drop: rank its rows by the keyed rule (which rows of a
+        # pair are summed matters; when every row is kept, their order does not).
+        row_rank = spark_xxhash64(salt.seed_rows, unit_key, cells, value_units)
+        order = np.lexsort((value_units, row_rank, cells, unit_codes))
+        s_units, s_cells = unit_codes[order], cells[order]
+    keep_row = rank_in_pair < max_per_cell  # the same (unit, cell) groups in either order
     group_id = np.cumsum(starts) - 1
     n_groups = int(starts.sum())
     n_all = np.bincount(group_id, minlength=n_groups).astype(np.int64)
@@ -212,12 +214,7 @@ def bound_contributions(
         sums = np.add.reduceat(kept_values, first) if first.size else np.zeros(0, np.int64)
     pair_unit = s_units[starts]
     pair_cell = s_cells[starts]
-    pair_key = unit_key[order][starts]
-    cell_rank = spark_xxhash64(salt.seed_cells, pair_key, pair_cell)
-    pair_order = np.lexsort((pair_cell, cell_rank, pair_unit))
-    pair_starts = _group_starts(pair_unit[pair_order])
-    keep_pair = np.zeros(n_groups, dtype=bool)
-    keep_pair[pair_order] = _rank_within_groups(pair_starts) < max_cells
+    keep_pair = _keep_pairs(pair_unit, pair_cell, unit_key[order][starts], max_cells, salt)
     return BoundingResult(
         cells=pair_cell[keep_pair],
         counts=n_kept[keep_pair],
@@ -226,6 +223,38 @@ def bound_contributions(
         rows_removed_max_cells=int(n_all[~keep_pair].sum()),
         pairs_removed_max_cells=int((~keep_pair).sum()),
     )
+
+
+def _keep_pairs(
+    pair_unit: np.ndarray, pair_cell: np.ndarray, pair_key: np.ndarray, max_cells: int, salt
+) -> np.ndarray:
+    """Mask of the (unit, cell) pairs kept: each unit's first ``max_cells`` by
+    ``(cell_rank, cell)``. Pairs come sorted by unit, then cell."""
+    unit_starts = _group_starts(pair_unit)
+    first = np.flatnonzero(unit_starts)
+    pairs_per_unit = np.diff(np.append(first, pair_unit.size))
+    if not pairs_per_unit.size or pairs_per_unit.max() <= max_cells:
+        return np.ones(pair_unit.size, dtype=bool)  # no unit has a pair to drop
+    cell_rank = spark_xxhash64(salt.seed_cells, pair_key, pair_cell)
+    if max_cells == 1:
+        return first_least_per_group(cell_rank, unit_starts)
+    pair_order = np.lexsort((pair_cell, cell_rank, pair_unit))
+    keep = np.zeros(pair_unit.size, dtype=bool)
+    keep[pair_order] = _rank_within_groups(_group_starts(pair_unit[pair_order])) < max_cells
+    return keep
+
+
+def first_least_per_group(rank: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Mask of each group's first element of least ``rank`` (groups contiguous, ``starts``
+    marking their first elements): the one pair a unit keeps at ``max_cells = 1``, its
+    pairs being in cell order, so rank ties go to the least cell. No sort of the ranks."""
+    first = np.flatnonzero(starts)
+    group_id = np.cumsum(starts) - 1
+    at_minimum = rank == np.minimum.reduceat(rank, first)[group_id]
+    position = np.where(at_minimum, np.arange(rank.size), rank.size)
+    keep = np.zeros(rank.size, dtype=bool)
+    keep[np.minimum.reduceat(position, first)] = True
+    return keep
 
 
 def bound_shared_rows(

@@ -56,13 +56,18 @@ down to a grid of step ``1/Q`` keeps an integer Δu).
 Sampling (Ilvento, Algorithm 2 and Section 3.3). Outcomes are grouped by
 their integer utility level ``j`` in ``[0, L)``; level ``j`` has count ``c_j``
 and each of its outcomes has the integer weight ``x**(z·j)·2**(y·z·(L-1-j))``
-(``base**j`` scaled by ``2**(y·z·(L-1))``). The cumulative weights are held
-in a complete binary tree over the ``L`` levels (a node stores the exact sum
-of its levels, in its own scale), built once per utility vector. One *pass*
-draws a uniform integer ``s`` below ``2**p``, the smallest power of two
-``>= W`` (the exact total weight), rejects it when ``s >= W``, and locates it
-by a root-to-leaf descent of the tree; inside the level, ``s`` is already a
-uniform index among that level's outcomes.
+(``base**j`` scaled by ``2**(y·z·(L-1))``). The exact cumulative weights
+are built once per utility vector, laid out by the public ``L`` and ``y·z``
+alone (`weight_tree.weights_for`): for a narrow range (``L²·y·z`` up to
+`weight_tree.PREFIX_BITS`, e.g. a quantile grid of a few hundred candidates)
+every cumulative sum, over per-level weights cached per ``(base, L)``, located
+by a binary search of fixed depth; otherwise a complete binary tree over the
+``L`` levels (a node stores the exact sum of its levels, in its own scale),
+located by a root-to-leaf descent. Both map every draw to the same
+``(level, offset)``. One *pass* draws a uniform integer ``s`` below ``2**p``,
+the smallest power of two ``>= W`` (the exact total weight), rejects it when
+``s >= W``, and locates it; inside the level, ``s`` is already a uniform index
+among that level's outcomes.
 
 Why a descent is as good as the paper's full scan (Ilvento Section 3.3: the
 early-exit scan of Algorithm 2 leaks how concentrated the weights are,
@@ -75,10 +80,12 @@ subtraction and division) before keeping one, so the sequence of integer
 operations of a pass is the same for every data set and every draw, as in
 the literal scan, at ``O(p·log L)`` instead of ``O(p·L)`` cost
 (`weight_tree.locate_by_linear_scan` is the literal scan; the tests check both agree on
-every draw). What remains, as in any implementation on Python integers, is
-that an operation's cost varies slightly with its operands' magnitudes,
-which are bounded by public quantities (``p`` bits) but not constant; this
-is not a cycle-exact constant-time implementation.
+every draw). The fixed-depth search over the cumulative sums makes one
+comparison and one addition per step whichever way it turns, then one
+subtraction and one division, for every draw alike. What remains, as in any
+implementation on Python integers, is that an operation's cost varies
+slightly with its operands' magnitudes, which are bounded by public quantities
+(``p`` bits) but not constant; this is not a cycle-exact constant-time implementation.
 
 Timing defence (Ilvento, Section 3.3, Proposition 3.8): by default the
 rejection loop runs at least ``min_passes`` (k = 20) passes whatever
@@ -107,7 +114,7 @@ import numpy as np
 
 from dp_pipeline.errors import InternalError
 from dp_pipeline.noise.uniform import uniform_below_each
-from dp_pipeline.noise.weight_tree import WeightTree
+from dp_pipeline.noise.weight_tree import PrefixWeights, WeightTree, weights_for
 
 __all__ = [
     "DEFAULT_UTILITY_DENOMINATOR",
@@ -115,6 +122,7 @@ __all__ = [
     "check_utility_denominator",
     "exact_utilities",
     "exponential_sample",
+    "exponential_sample_scaled",
     "exponential_sample_with_passes",
     "round_ups",
 ]
@@ -185,6 +193,32 @@ def exponential_sample_with_passes(
     return _sample_exact(mechanism, numerators, denominator, denominator_bound, stream)
 
 
+def exponential_sample_scaled(
+    mechanism,
+    numerators: np.ndarray,
+    denominator: int,
+    stream,
+    *,
+    utility_denominator: int = DEFAULT_UTILITY_DENOMINATOR,
+) -> int:
+    """`exponential_sample` of the utilities ``numerators / denominator``, given exactly.
+
+    For callers that hold their losses as integers over a known denominator (the
+    quantile loss: over the denominator of ``q·n``): no Fraction per outcome. The
+    sampled index is the one `exponential_sample` returns for the same rationals
+    and stream: the levels depend only on the values (a remainder ``r/d`` and
+    ``r·k/(d·k)`` round up on the same draws), and the keystream read only on the
+    outcome count and ``utility_denominator``.
+    """
+    denominator_bound = check_utility_denominator(utility_denominator)
+    numerators = np.asarray(numerators)
+    if numerators.ndim != 1 or numerators.size == 0 or numerators.dtype != np.int64:
+        raise InternalError(f"scaled utilities must be a non-empty 1-D int64 array: {numerators!r}")
+    _check_int(denominator, "denominator", 1)
+    _check_divides(numerators, denominator, denominator_bound)
+    return _sample_exact(mechanism, numerators, denominator, denominator_bound, stream)[0]
+
+
 def _sample_exact(
     mechanism, numerators: np.ndarray, denominator: int, denominator_bound: int, stream
 ) -> tuple[int, int]:
@@ -198,15 +232,16 @@ def _sample_exact(
 
 def _tree(
     mechanism, numerators, denominator, denominator_bound, stream
-) -> tuple[np.ndarray, WeightTree]:
+) -> tuple[np.ndarray, PrefixWeights | WeightTree]:
     levels, level_count = _levels(mechanism, numerators, denominator, denominator_bound, stream)
-    counts = [int(c) for c in np.bincount(levels, minlength=level_count)]
-    # The tree is ~2L small tuples; generational GC passes over them cost
+    counts = np.bincount(levels, minlength=level_count).tolist()
+    # A tree is ~2L small tuples; generational GC passes over them cost
     # more than the arithmetic, and they hold no reference cycles.
     collecting = gc.isenabled()
     gc.disable()
     try:
-        tree = WeightTree(counts, mechanism.base_numerator**mechanism.base_power, _shift(mechanism))
+        base = mechanism.base_numerator**mechanism.base_power
+        tree = weights_for(counts, base, _shift(mechanism))
     finally:
         if collecting:
             gc.enable()
@@ -265,7 +300,9 @@ def _clamp_limit(mechanism, numerators: np.ndarray, denominator: int) -> int:
     return smallest + (mechanism.relative_gap(numerators.size) + 1) * denominator
 
 
-def _select(mechanism, tree: WeightTree, stream, outcomes: int) -> tuple[int, int, int]:
+def _select(
+    mechanism, tree: PrefixWeights | WeightTree, stream, outcomes: int
+) -> tuple[int, int, int]:
     total = tree.total
     bits = (total - 1).bit_length()
     # Every pass reads the same number of keystream bytes, fixed by public

@@ -1,11 +1,28 @@
-"""Exact cumulative weights of the base-2 exponential mechanism, as a binary tree over levels.
+"""Exact cumulative weights of the base-2 exponential mechanism, over utility levels.
 
-`WeightTree.locate` descends with the same integer operations whichever way it
-turns (constant work per pass, up to operand sizes); `locate_by_linear_scan` is
-the literal full scan of Ilvento 2020, Algorithm 2, kept as its reference.
+Two layouts give the same ``(level, offset)`` for every draw (both are the
+exact cumulative weights; the tests check them against the literal scan):
+
+- `PrefixWeights`: every cumulative sum, for a narrow level range (a quantile
+  grid of a few hundred candidates). Built once per utility vector by one
+  C-level accumulate over the cached per-level weights; located by a binary
+  search of fixed depth ``ceil(log2 L)`` (one comparison per step whichever way
+  it turns) and one division. Memory about ``L²·shift`` bits.
+- `WeightTree`: a binary tree of partial sums, about ``L·shift·log2 L`` bits, for
+  wide ranges (tens of thousands of levels). `WeightTree.locate` descends with
+  the same integer operations whichever way it turns.
+
+`weights_for` picks one from the public ``L`` and ``shift`` alone (never the
+data). Both do constant work per pass, up to operand sizes;
+`locate_by_linear_scan` is the literal full scan of Ilvento 2020, Algorithm 2,
+kept as their reference.
 """
 
 from __future__ import annotations
+
+import functools
+import itertools
+import operator
 
 try:
     # GMP's subquadratic division: the tree descent divides numbers of up to
@@ -14,7 +31,72 @@ try:
 except ImportError:  # pragma: no cover - gmpy2 is a dependency; plain ints are exact too
     _exact_int = int
 
-__all__ = ["WeightTree", "locate_by_linear_scan"]
+__all__ = ["PREFIX_BITS", "PrefixWeights", "WeightTree", "locate_by_linear_scan", "weights_for"]
+
+# Largest ``L·L·shift`` (bits of all cumulative sums together, about 1 MiB) for which
+# `weights_for` keeps every cumulative sum: a 141-candidate median grid needs about 2**19.
+PREFIX_BITS = 1 << 23
+
+
+def weights_for(counts: list[int], a: int, shift: int) -> PrefixWeights | WeightTree:
+    """The exact cumulative weights of ``counts``, laid out by the public ``L`` and ``shift``."""
+    level_count = len(counts)
+    if level_count * level_count * shift <= PREFIX_BITS:
+        return PrefixWeights(counts, a, shift)
+    return WeightTree(counts, a, shift)
+
+
+@functools.lru_cache(maxsize=16)
+def _level_weights(a: int, shift: int, level_count: int) -> tuple[int, ...]:
+    """One outcome's weight at each level, ``a**j · 2**(shift·(L-1-j))`` (public: no data)."""
+    return tuple(a**j << (shift * (level_count - 1 - j)) for j in range(level_count))
+
+
+class PrefixWeights:
+    """Every exact cumulative weight ``P_j = Σ_{i<j} c_i·w_i`` over ``L`` levels.
+
+    ``w_j = a**j · 2**(shift·(L-1-j))`` as in `WeightTree`. `locate` is the same
+    map as `WeightTree.locate`: the level ``j`` with ``P_j <= draw < P_{j+1}`` and
+    ``(draw - P_j) // w_j``, the offset in units of one outcome's weight (the
+    tree's nested floors compose to this one floor).
+    """
+
+    __slots__ = ("_depth", "_padded", "_prefix", "_weights")
+
+    def __init__(self, counts: list[int], a: int, shift: int) -> None:
+        self._weights = _level_weights(a, shift, len(counts))
+        # One multiply and one add per level, zero counts included (the same work for
+        # every data set); map/accumulate run them without a Python frame per level.
+        self._prefix = list(
+            itertools.accumulate(map(operator.mul, counts, self._weights), initial=0)
+        )
+        self._depth = max(0, (len(counts) - 1).bit_length())
+        # Levels padded to 2**depth with the total, which no accepted draw reaches.
+        padding = (1 << self._depth) - len(counts)
+        self._padded = self._prefix[:-1] + [self._prefix[-1]] * padding
+
+    @property
+    def total(self) -> int:
+        return self._prefix[-1]
+
+    @property
+    def level_count(self) -> int:
+        return len(self._weights)
+
+    def locate(self, draw: int, constant_work: bool = True) -> tuple[int, int]:
+        """``(level, offset)`` with ``draw`` in the level's cumulative interval (0 <= draw < total).
+
+        A binary search of fixed depth: every step makes one comparison and one
+        addition whichever way it turns, so a pass's operations do not depend on
+        where the draw lands (``constant_work`` is accepted for the tree's
+        signature; the search has no cheaper path).
+        """
+        padded = self._padded
+        level = 0
+        for depth in range(self._depth - 1, -1, -1):
+            step = 1 << depth
+            level += step * (padded[level + step] <= draw)
+        return level, (draw - self._prefix[level]) // self._weights[level]
 
 
 class WeightTree:

@@ -25,6 +25,7 @@ from fractions import Fraction
 import numpy as np
 
 from ..errors import InternalError
+from .groups import consistent_by_group, coupling_table
 from .plan import Plan, plan
 from .structure import (
     Hierarchy,
@@ -59,7 +60,7 @@ class ConsistentTables:
     seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _checked_values(tables: Sequence[NoisyCounts], p: Plan) -> tuple[list, list]:
+def checked_values(tables: Sequence[NoisyCounts], p: Plan) -> tuple[list, list]:
     values, variances = [], []
     for table, s in zip(tables, p.structures, strict=True):
         arr = np.asarray(table.values)
@@ -106,6 +107,34 @@ def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnega
                 )
 
 
+def method_name(nonnegative: bool, integer: bool) -> str:
+    if not (nonnegative or integer):
+        return "wls"
+    sign = "nonnegative-" if nonnegative else ""
+    return "wls+topdown-" + sign + ("integer" if integer else "real")
+
+
+def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> ConsistentTables:
+    """Every table has a hierarchy key: one least squares and top-down per top-level group."""
+    options = FitOptions(nonnegative, integer) if (nonnegative or integer) else None
+    solved = consistent_by_group(p, values, variances, hierarchy, options)
+    seconds = dict(solved.seconds)
+    if integer:
+        t0 = time.perf_counter()
+        _verify(p, solved.values, hierarchy, nonnegative)
+        seconds["verify"] = time.perf_counter() - t0
+    names = [s.name for s in p.structures]
+    return ConsistentTables(
+        dict(zip(names, solved.values, strict=True)),
+        method_name(nonnegative, integer),
+        solved.iterations,
+        solved.max_residual,
+        solved.raking_steps,
+        hierarchy.sizes[0],
+        seconds,
+    )
+
+
 def make_consistent(
     tables: Sequence[NoisyCounts],
     hierarchy: Hierarchy | None,
@@ -125,7 +154,9 @@ def make_consistent(
     """
     started = time.perf_counter()
     p = plan(tables, hierarchy)
-    values, variances = _checked_values(tables, p)
+    values, variances = checked_values(tables, p)
+    if coupling_table(p, hierarchy) is None:
+        return _by_group(p, values, variances, hierarchy, nonnegative, integer)
     wls = solve_wls(p.structures, values, variances, p.constraints, hierarchy)
     seconds = {"wls": time.perf_counter() - started}
     names = [s.name for s in p.structures]
@@ -147,14 +178,9 @@ def make_consistent(
         t0 = time.perf_counter()
         _verify(p, out, hierarchy, nonnegative)
         seconds["verify"] = time.perf_counter() - t0
-    method = (
-        "wls+topdown-"
-        + ("nonnegative-" if nonnegative else "")
-        + ("integer" if integer else "real")
-    )
     return ConsistentTables(
         dict(zip(names, out, strict=True)),
-        method,
+        method_name(nonnegative, integer),
         wls.iterations,
         wls.max_residual,
         problem.raking_steps,

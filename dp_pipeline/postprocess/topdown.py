@@ -22,7 +22,8 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from .children import fit_children, round_children
+from ..errors import InternalError
+from .children import ChildrenProblem, fit_children_many, round_children_many
 from .plan import Plan, TablePlan
 from .structure import (
     NATIONAL,
@@ -32,12 +33,13 @@ from .structure import (
     margin_index,
     margin_size,
 )
-from .two_way import controlled_round, fit_two_way
+from .two_way import TwoWayTable, controlled_round_many, fit_two_way_many
 
 __all__ = [
     "FitOptions",
     "Problem",
     "fit_group",
+    "fit_groups",
     "fit_top",
     "group_level",
     "merge_group",
@@ -95,11 +97,13 @@ def _margin_values(problem: Problem, margin: Margin, source: int | None) -> np.n
     return out
 
 
-def _children(z, groups, targets, options: FitOptions) -> np.ndarray:
-    x = fit_children(z, groups, targets, nonnegative=options.nonnegative)
-    if options.integer:
-        return round_children(x, groups, targets)
-    return x
+def _children_many(asks: Sequence[ChildrenProblem], options: FitOptions) -> list[np.ndarray]:
+    xs = fit_children_many(asks, nonnegative=options.nonnegative)
+    if not options.integer:
+        return xs
+    return round_children_many(
+        [ChildrenProblem(x, ask.groups, ask.targets) for x, ask in zip(xs, asks, strict=True)]
+    )
 
 
 def _pseudo_table(name: str, margin: Margin, problem: Problem) -> TableStructure:
@@ -115,76 +119,137 @@ def _pseudo_table(name: str, margin: Margin, problem: Problem) -> TableStructure
     return TableStructure(name, tuple(keys), tuple(dims), margin.level, geo_axis)
 
 
-def _fit_table(problem: Problem, tp: TablePlan, options: FitOptions) -> np.ndarray:
+@dataclass(frozen=True)
+class _TwoWay:
+    """A two-way table: its cells on its two margins' common refinement (``pseudo``)."""
+
+    table: TableStructure
+    pseudo: TableStructure
+    to_inner: np.ndarray | None  # None: the two-way table is the table, in the same order
+    cells: TwoWayTable  # the estimates, row and column of each cell, the two margins
+
+
+def _two_way(problem: Problem, tp: TablePlan) -> _TwoWay:
     s = problem.structures[tp.table]
     z = problem.estimates[tp.table]
     h = problem.hierarchy
-    if not tp.two_way:
-        (only,) = tp.fixed
-        targets = _margin_values(problem, only.margin, only.source)
-        return _children(z, margin_index(s, only.margin, h), targets, options)
     a, b = tp.fixed
     inner = Margin(
         max(a.margin.level, b.margin.level), tuple(sorted({*a.margin.keys, *b.margin.keys}))
     )
     pseudo = _pseudo_table(s.name, inner, problem)
-    to_inner = margin_index(s, inner, h)
-    z_inner = np.bincount(to_inner, z, pseudo.cells)
+    if (pseudo.keys, pseudo.sizes) == (s.keys, s.sizes):
+        # Cell i of the table is cell i of the two-way table; adding 0.0 is what the
+        # scatter below does to a single value (a negative zero becomes +0.0).
+        to_inner, z_inner = None, z + 0.0
+    else:
+        to_inner = margin_index(s, inner, h)
+        z_inner = np.bincount(to_inner, z, pseudo.cells)
     row = margin_index(pseudo, a.margin, h)
     col = margin_index(pseudo, b.margin, h)
     R = _margin_values(problem, a.margin, a.source)
     C = _margin_values(problem, b.margin, b.source)
-    x, steps = fit_two_way(z_inner, row, col, R, C, nonnegative=options.nonnegative)
-    problem.raking_steps = max(problem.raking_steps, steps)
+    return _TwoWay(s, pseudo, to_inner, TwoWayTable(z_inner, row, col, R, C))
+
+
+def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions):
+    """Table ``tp`` of each problem; the problems' raking, sorts and maximum flows together."""
+    if not tp.two_way:
+        (only,) = tp.fixed
+        asks = [
+            ChildrenProblem(
+                p.estimates[tp.table],
+                margin_index(p.structures[tp.table], only.margin, p.hierarchy),
+                _margin_values(p, only.margin, only.source),
+            )
+            for p in problems
+        ]
+        return _children_many(asks, options)
+    two_ways = [_two_way(p, tp) for p in problems]
+    fitted = fit_two_way_many([w.cells for w in two_ways], nonnegative=options.nonnegative)
+    for p, (_, steps) in zip(problems, fitted, strict=True):
+        p.raking_steps = max(p.raking_steps, steps)
+    tables = [replace(w.cells, values=x) for w, (x, _) in zip(two_ways, fitted, strict=True)]
     if options.integer:
-        x = controlled_round(x, row, col, R, C, nonnegative=options.nonnegative)
-    if pseudo.cells == s.cells:
-        return x[to_inner]  # the two-way table is the table itself, in another cell order
-    return _children(z, to_inner, x, options)
+        rounded = controlled_round_many(tables, nonnegative=options.nonnegative)
+    else:
+        rounded = [t.values for t in tables]
+    out: list[np.ndarray | None] = [None] * len(two_ways)
+    asks, asked = [], []
+    for k, (p, w, x) in enumerate(zip(problems, two_ways, rounded, strict=True)):
+        if w.to_inner is None:
+            out[k] = x
+        elif w.pseudo.cells == w.table.cells:
+            out[k] = x[w.to_inner]  # the two-way table is the table, in another cell order
+        else:
+            asks.append(ChildrenProblem(p.estimates[tp.table], w.to_inner, x))
+            asked.append(k)
+    for k, cells in zip(asked, _children_many(asks, options), strict=True):
+        out[k] = cells
+    return out
 
 
-def _fit_levels(problem: Problem, upto: int, options: FitOptions) -> None:
+def _fit_levels(problems: Sequence[Problem], upto: int, options: FitOptions) -> None:
     """Totals of every geography level down to ``upto``, each the children of the one above."""
-    h = problem.hierarchy
     for level in range(NATIONAL, upto + 1):
-        if level in problem.geo_totals:
-            continue
-        source = next(
-            tp.table for tp in problem.order if problem.structures[tp.table].level >= level
-        )
-        s = problem.structures[source]
-        margin = Margin(level, ())
-        estimate = np.bincount(
-            margin_index(s, margin, h), problem.estimates[source], margin_size(margin, [s], h)
-        )
-        if level == NATIONAL:
-            total = float(estimate[0])
-            if options.nonnegative:
-                total = max(total, 0.0)
-            value = np.array([_round_half_up(total)] if options.integer else [total])
-            problem.geo_totals[level] = value.astype(np.int64 if options.integer else np.float64)
-            continue
-        parents = h.ancestors(level, level - 1)
-        problem.geo_totals[level] = _children(
-            estimate, parents, problem.geo_totals[level - 1], options
-        )
+        todo = [p for p in problems if level not in p.geo_totals]
+        asks = []
+        for p in todo:
+            h = p.hierarchy
+            source = next(tp.table for tp in p.order if p.structures[tp.table].level >= level)
+            s = p.structures[source]
+            margin = Margin(level, ())
+            estimate = np.bincount(
+                margin_index(s, margin, h), p.estimates[source], margin_size(margin, [s], h)
+            )
+            if level == NATIONAL:
+                total = float(estimate[0])
+                if options.nonnegative:
+                    total = max(total, 0.0)
+                value = np.array([_round_half_up(total)] if options.integer else [total])
+                p.geo_totals[level] = value.astype(np.int64 if options.integer else np.float64)
+                continue
+            asks.append(
+                ChildrenProblem(estimate, h.ancestors(level, level - 1), p.geo_totals[level - 1])
+            )
+        if level != NATIONAL:
+            for p, totals in zip(todo, _children_many(asks, options), strict=True):
+                p.geo_totals[level] = totals
 
 
 def fit_top(problem: Problem, level: int, options: FitOptions) -> None:
     """Fix the totals down to ``level`` and every table at or above it (in place)."""
-    _fit_levels(problem, level, options)
+    _fit_levels([problem], level, options)
     for tp in problem.order:
         if problem.structures[tp.table].level <= level and tp.table not in problem.fixed:
-            problem.fixed[tp.table] = _fit_table(problem, tp, options)
+            (problem.fixed[tp.table],) = _fit_tables([problem], tp, options)
 
 
 def fit_group(problem: Problem, options: FitOptions) -> None:
     """Fix all remaining levels and tables of one group problem (see :func:`split_groups`)."""
-    finest = max(s.level for s in problem.structures)
-    _fit_levels(problem, finest, options)
-    for tp in problem.order:
-        if tp.table not in problem.fixed:
-            problem.fixed[tp.table] = _fit_table(problem, tp, options)
+    fit_groups([problem], options)
+
+
+def fit_groups(problems: Sequence[Problem], options: FitOptions) -> None:
+    """:func:`fit_group` for each of several group problems of one plan, in lockstep.
+
+    Each level's totals and each table are fixed in every group before the next;
+    the groups' simplex projections and roundings are one sort and the controlled
+    roundings of a two-way table one maximum flow (the ``*_many`` functions of
+    :mod:`.children` and :mod:`.two_way`). Every group gets bit for bit what
+    :func:`fit_group` gives it alone.
+    """
+    if not problems:
+        return
+    order = problems[0].order
+    if any(p.order != order for p in problems):
+        raise InternalError("fit_groups: the group problems come from different plans")
+    _fit_levels(problems, max(s.level for s in problems[0].structures), options)
+    for tp in order:
+        todo = [p for p in problems if tp.table not in p.fixed]
+        if todo:
+            for p, fixed in zip(todo, _fit_tables(todo, tp, options), strict=True):
+                p.fixed[tp.table] = fixed
 
 
 def _take_geo(values: np.ndarray, s: TableStructure, positions: np.ndarray) -> np.ndarray:
@@ -252,7 +317,7 @@ def merge_group(problem: Problem, sub: Problem, taken: Sequence[np.ndarray | Non
 
 
 def run_topdown(problem: Problem, options: FitOptions, level: int) -> None:
-    """Top-down for the whole problem: the top, then every group of ``level`` in turn."""
+    """Top-down for the whole problem: the top, then every group of ``level`` (together)."""
     fit_top(problem, level, options)
     if level == NATIONAL or len(problem.fixed) == len(problem.structures):
         fit_group(problem, options)
@@ -262,6 +327,6 @@ def run_topdown(problem: Problem, options: FitOptions, level: int) -> None:
     for t, s in enumerate(problem.structures):
         if t not in problem.fixed:
             problem.fixed[t] = np.zeros(s.cells, dtype=dtype)
+    fit_groups([sub for sub, _ in groups], options)
     for sub, taken in groups:
-        fit_group(sub, options)
         merge_group(problem, sub, taken)

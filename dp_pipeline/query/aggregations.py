@@ -20,6 +20,7 @@ from dataclasses import dataclass, fields, replace
 from fractions import Fraction
 from typing import ClassVar
 
+from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
@@ -247,6 +248,10 @@ class Aggregation:
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         """(output value, mechanism, sensitivity vector) of every noised vector."""
         raise NotImplementedError
+
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        """What one run costs: a `PrivacyEvent` (mechanism, shifts, one run) per noised vector."""
+        return tuple(PrivacyEvent(noise, tuple(shifts), 1) for _, noise, shifts in self.measures())
 
 
 def _check_summed_column(statistic, column, cells, privacy_unit, bounds) -> None:

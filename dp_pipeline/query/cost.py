@@ -32,7 +32,11 @@ class MeasureInfo:
     value: str
     event: PrivacyEvent  # the mechanism, its sensitivity vector, one run
     margin_of_error: int | Fraction
-    rho: object
+
+    @property
+    def rho(self) -> Fraction:
+        """This vector's exact zCDP ρ, the accountant's reading of `event`."""
+        return PrivacyAccountant().add_event(self.event).rho()
 
     @property
     def mechanism(self) -> DiscreteGaussian | DiscreteLaplace:
@@ -118,31 +122,18 @@ class ReleaseInfo:
         }
 
 
-def _accountant_rho(mechanism, sensitivity):
-    accountant = PrivacyAccountant()
-    accountant.add(mechanism, sensitivity=list(sensitivity), count=1)
-    return accountant.rho()
-
-
 def release_info(spec: QuerySpec) -> ReleaseInfo:
     """Ask the accountant for the cost of ``spec`` (before any data is touched)."""
     measures = []
     accountant = PrivacyAccountant()
-    for value, mechanism, sensitivity in spec.measures():
-        accountant.add(mechanism, sensitivity=list(sensitivity), count=1)
-        margin = margin_of_error(mechanism, confidence=spec.confidence)
+    for (value, _, _), event in zip(spec.measures(), spec.events(), strict=True):
+        accountant.add_event(event)
+        margin = margin_of_error(event.mechanism, confidence=spec.confidence)
         if value == "sum":
             margin = margin * spec.value_bounds.granularity
             if margin.denominator == 1:
                 margin = int(margin)
-        measures.append(
-            MeasureInfo(
-                value=value,
-                event=PrivacyEvent(mechanism, tuple(sensitivity), 1),
-                margin_of_error=margin,
-                rho=_accountant_rho(mechanism, sensitivity),
-            )
-        )
+        measures.append(MeasureInfo(value=value, event=event, margin_of_error=margin))
     total_rho = accountant.rho()
     split: dict[str, object] = {}
     for measure in measures:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import cached_property
 
+from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.digest import digest_of
 from dp_pipeline.query.aggregations import Aggregation, Mechanism, SharedRows
 from dp_pipeline.query.bounds import ValueBounds
@@ -154,6 +155,10 @@ class QuerySpec:
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         """(output value, mechanism, sensitivity vector) of every noised vector."""
         return self.query.measures()
+
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        """One `PrivacyEvent` per noised vector: what one run of the query costs."""
+        return self.query.events()
 
     # Where it runs (`RunContext`).
     @property

@@ -42,7 +42,7 @@ def compose_accountants(states: Iterable[dict]):
     combined = kind()
     for state in states:
         for event in kind.from_dict(state).events:
-            combined.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
+            combined.add_event(event)
     return combined
 
 

@@ -62,7 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--verbose",
         action="store_true",
-        help="also show the JVM's and Spark's own log lines (by default written to a file)",
+        help=(
+            "also show the JVM's and Spark's own log lines (by default written to a "
+            "temporary file, deleted after a run that went well and named after an error)"
+        ),
     )
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
@@ -169,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         return handlers[arguments.command](arguments)
     except (SpecError, PlanError, LedgerError, KeyFileError) as error:
         print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
+        for note in getattr(error, "__notes__", ()):
+            print(f"  {note}", file=sys.stderr)
         return 2
 
 

@@ -1,11 +1,19 @@
-"""Post-processing of a release's noisy count tables into one consistent set (driver, numpy).
+"""Post-processing of a release's noisy count tables into one consistent set.
 
 After the engines have noised every table, the count tables that
 ``[postprocess]`` combines go through `dp_pipeline.postprocess.make_consistent`
 with their exact, public noise variances and the spec's public hierarchy. The
 result depends only on the noisy tables and public facts, so it costs no
 privacy (post-processing, Dwork & Roth 2014, Proposition 2.1) and, being
-deterministic numpy on the driver, is the same bit for bit on every engine.
+deterministic numpy, is the same bit for bit on every engine.
+
+Where it runs: on the driver, unless the Spark engine combines more than
+`DRIVER_POSTPROCESS_CELLS` cells, which are then made consistent on Spark, one
+task per top-level geography (`dp_pipeline.engines.spark.postprocess`; the
+same per-group functions as the driver, so the same published bytes), and
+read back one table at a time. That needs every combined table keyed by a
+hierarchy level; a table without one (a national table) couples every group
+and is refused by `check_postprocess_engine` before any budget is spent.
 
 Each post-processed table keeps its noisy count as ``raw_value`` (unbiased,
 with the plan's exact margin of error) and publishes the consistent estimate
@@ -22,11 +30,71 @@ import pandas as pd
 
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
-from dp_pipeline.release.spec_model import ReleaseSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
-__all__ = ["RAW_COLUMN", "consistent_results", "noise_variance"]
+__all__ = [
+    "DRIVER_POSTPROCESS_CELLS",
+    "RAW_COLUMN",
+    "check_postprocess_engine",
+    "consistent_results",
+    "noise_variance",
+]
 
 RAW_COLUMN = "raw_value"
+
+# Above this many combined cells (all post-processed tables together) a Spark release
+# makes them consistent on Spark, one task per top-level geography, rather than on the
+# driver. The driver's solve needs ~120 bytes per cell at its peak (the least squares'
+# sparse matrices and vectors), so 10 million cells is about 1.2 GB of driver memory.
+DRIVER_POSTPROCESS_CELLS = 10_000_000
+
+
+def _combined_cells(spec: ReleaseSpec) -> int:
+    tables = {t.name: t for t in spec.tables}
+    return sum(
+        math.prod(len(spec.domains[key]) for key in tables[name].keys)
+        for name in spec.postprocess.tables
+    )
+
+
+def postprocess_on_spark(spec: ReleaseSpec) -> bool:
+    """True when this release makes its combined tables consistent on Spark."""
+    settings = spec.postprocess
+    return (
+        spec.engine == "spark"
+        and settings is not None
+        and settings.consistent
+        and spec.hierarchy is not None
+        and _combined_cells(spec) > DRIVER_POSTPROCESS_CELLS
+    )
+
+
+def check_postprocess_engine(spec: ReleaseSpec) -> None:
+    """Raise `SpecError` when the combined tables must go to Spark but couple the groups.
+
+    Runs before any budget is spent: a table with no hierarchy key (national)
+    ties every top-level group together, so the per-group solve cannot take it.
+    """
+    settings = spec.postprocess
+    if settings is None or not settings.consistent or spec.engine != "spark":
+        return
+    cells = _combined_cells(spec)
+    if cells <= DRIVER_POSTPROCESS_CELLS:
+        return
+    tables = {t.name: t for t in spec.tables}
+    levels = set(spec.hierarchy.levels) if spec.hierarchy is not None else set()
+    for name in settings.tables:
+        if not levels & set(tables[name].keys):
+            raise SpecError(
+                [
+                    f"postprocess: table {name!r} has no hierarchy key "
+                    f"({', '.join(sorted(levels)) or 'no [hierarchy]'}), so it ties every "
+                    f"top-level group together; the combined tables have {cells:,} cells, "
+                    f"above the driver's {DRIVER_POSTPROCESS_CELLS:,}, so they are made "
+                    "consistent on Spark one top-level group at a time; key the table by "
+                    "a hierarchy level, or leave it out of [postprocess]"
+                ]
+            )
 
 
 def noise_variance(table_plan: TablePlan) -> Fraction:
@@ -60,13 +128,14 @@ def _hierarchy(spec: ReleaseSpec):
 
 
 def consistent_results(
-    spec: ReleaseSpec, plan: ReleasePlan, results: dict[str, pd.DataFrame]
+    spec: ReleaseSpec, plan: ReleasePlan, results: dict[str, pd.DataFrame], spark=None
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """``results`` with every post-processed table's ``value`` made consistent.
 
     Returns the new results (the other tables unchanged) and a summary for the
     privacy report: the method, the tables and settings, and that post-processing
-    costs no privacy (no timings: a re-emitted release is byte-identical).
+    costs no privacy (no timings: a re-emitted release is byte-identical, and the
+    same whether it ran on the driver or on Spark).
     """
     settings = spec.postprocess
     if settings is None:
@@ -88,11 +157,15 @@ def consistent_results(
             )
         )
     options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
-    if settings.consistent:
-        solved = [make_consistent(noisy, _hierarchy(spec), **options)]
+    if spark is not None and postprocess_on_spark(spec):
+        method, estimates = _on_spark(spark, noisy, _hierarchy(spec), options)
+    elif settings.consistent:
+        solved = make_consistent(noisy, _hierarchy(spec), **options)
+        method, estimates = solved.method, solved.values
     else:  # each table on its own: non-negative integers with the table's own total
         solved = [make_consistent([table], None, **options) for table in noisy]
-    estimates = {name: values for one in solved for name, values in one.values.items()}
+        method = solved[0].method
+        estimates = {name: values for one in solved for name, values in one.values.items()}
     updated = dict(results)
     for name in settings.tables:
         frame = results[name].copy()
@@ -100,10 +173,20 @@ def consistent_results(
         frame["value"] = estimates[name]
         updated[name] = frame
     summary = {
-        "method": solved[0].method,
+        "method": method,
         "tables": list(settings.tables),
         **settings.to_dict(),
         "privacy_cost": "none: post-processing of the noisy tables and public facts only "
         "(the hierarchy mapping, the domains and the noise variances)",
     }
     return updated, summary
+
+
+def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
+    """The same estimates as `make_consistent`, one Spark task per top-level group."""
+    from dp_pipeline.engines.spark.postprocess import consistent_tables
+    from dp_pipeline.postprocess.group_solver import group_solver
+
+    solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
+    values = consistent_tables(spark, solver, [t.values for t in noisy])
+    return solver.method, {noisy[t].name: v for t, v in values}

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.query.budget import sqrt_down as query_sqrt_down
 from dp_pipeline.release.queries import table_sensitivity
@@ -64,8 +65,8 @@ def sqrt_down(value: Fraction, what: str) -> Fraction:
     return root
 
 
-def selection_event(spec: ReleaseSpec, table: TableSpec, epsilon: Fraction):
-    """(mechanism, sensitivity, runs) of a selection table spending at most pure ``epsilon``.
+def selection_event(spec: ReleaseSpec, table: TableSpec, epsilon: Fraction) -> PrivacyEvent:
+    """The `PrivacyEvent` of a selection table spending at most pure ``epsilon``.
 
     quantile / median: `BaseTwoExponential` (Δu = 1, not monotone) at ε/runs per run.
     top_k peeling: k rounds at ε/k, Δu = max_per_cell, monotone under add/remove.
@@ -74,7 +75,7 @@ def selection_event(spec: ReleaseSpec, table: TableSpec, epsilon: Fraction):
     neighbouring = spec.neighbouring
     runs = selection_runs(table, neighbouring)
     if table.statistic in ("quantile", "median"):
-        return quantile_mechanism(epsilon / runs), (1,), runs
+        return PrivacyEvent(quantile_mechanism(epsilon / runs), (1,), runs)
     if table.method == "peeling":
         mechanism = top_k_mechanism(
             epsilon,
@@ -82,9 +83,9 @@ def selection_event(spec: ReleaseSpec, table: TableSpec, epsilon: Fraction):
             utility_sensitivity=table.max_per_cell,
             monotone=neighbouring == "add_remove",
         )
-        return mechanism, (1,), runs
+        return PrivacyEvent(mechanism, (1,), runs)
     vector = sensitivity_vector(spec, table)
-    return DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1
+    return PrivacyEvent(DiscreteLaplace(one_shot_scale(epsilon, sum(vector))), vector, 1)
 
 
 def selection_epsilon_for_rho(spec: ReleaseSpec, table: TableSpec, rho: Fraction) -> Fraction:

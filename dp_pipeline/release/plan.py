@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting import (
+    PrivacyAccountant,
     PrivacyEvent,
     calibrate_discrete_laplace,
     calibrate_zcdp_shares,
@@ -37,6 +38,7 @@ from dp_pipeline.release.costs import (
     selection_event,
     sensitivity_vector,
 )
+from dp_pipeline.release.queries import table_query
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
     quantile_rank_error_bound,
@@ -68,9 +70,20 @@ class TablePlan:
 
     table: TableSpec
     event: PrivacyEvent  # what the table costs: the one record the accountant and ledger take
-    rho: Fraction | None  # zCDP ρ of this table (None in a pure-ε, discrete Laplace release)
     margin_of_error: int | None
-    epsilon: Fraction | None = None  # pure ε of a selection table (all runs)
+
+    @property
+    def rho(self) -> Fraction:
+        """This table's exact zCDP ρ, the accountant's reading of `event` (a release
+        accounted in pure ε reports none: `ReleasePlan.rho` is None)."""
+        return Fraction(PrivacyAccountant().add_event(self.event).rho())
+
+    @property
+    def epsilon(self) -> Fraction | None:
+        """A selection table's pure ε (all runs), the accountant's reading of `event`."""
+        if not self.table.is_selection:
+            return None
+        return PrivacyAccountant().add_event(self.event).pure_epsilon()
 
     @property
     def mechanism(self) -> DiscreteGaussian | DiscreteLaplace | BaseTwoExponential:
@@ -146,7 +159,7 @@ class ReleasePlan:
             "budget": None if budget is None else budget.to_dict(),
             "cap": None if self.spec.cap is None else self.spec.cap.to_dict(),
             "confidence": str(CONFIDENCE),
-            "tables": [_table_dict(t) for t in self.tables],
+            "tables": [_table_dict(t, zcdp=self.rho is not None) for t in self.tables],
             "guarantee": {
                 "rho": None if self.rho is None else str(self.rho),
                 "delta_reference": str(self.report_delta),
@@ -164,7 +177,7 @@ class ReleasePlan:
         }
 
 
-def _table_dict(plan: TablePlan) -> dict:
+def _table_dict(plan: TablePlan, *, zcdp: bool) -> dict:
     table = plan.table
     entry = {
         "name": table.name,
@@ -175,7 +188,7 @@ def _table_dict(plan: TablePlan) -> dict:
         plan.parameter_name: str(plan.parameter),
         "sensitivity": list(plan.sensitivity),
         "share": None if table.share is None else str(table.share),
-        "rho": None if plan.rho is None else str(plan.rho),
+        "rho": str(plan.rho) if zcdp else None,
         "margin_of_error": plan.margin_of_error,
     }
     if table.is_selection:
@@ -224,16 +237,23 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     noised = [t for t in spec.tables if not t.is_selection]
     selections = [t for t in spec.tables if t.is_selection]
     budget = spec.budget
-    events: dict[str, tuple] = {}
+    # One PrivacyEvent per table: the record the accountant, the report and the ledger read.
+    events: dict[str, PrivacyEvent] = {}
+
+    def noised_event(table, mechanism) -> PrivacyEvent:
+        (event,) = table_query(spec, table).with_noise(mechanism).events()
+        return event
+
     if spec.noise == "discrete_gaussian" and noised and noised[0].sigma2 is not None:
         for table in noised:
-            events[table.name] = (DiscreteGaussian(table.sigma2), vectors[table.name], 1)
+            events[table.name] = noised_event(table, DiscreteGaussian(table.sigma2))
     elif spec.noise == "discrete_gaussian":
 
         def builder(table):
             def build(rho):
-                epsilon = selection_epsilon_for_rho(spec, table, rho)
-                return selection_event(spec, table, epsilon)
+                event = selection_event(spec, table, selection_epsilon_for_rho(spec, table, rho))
+                # The calibration takes (mechanism, sensitivity, count) triples.
+                return event.mechanism, event.sensitivity, event.count
 
             return build
 
@@ -245,9 +265,9 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
             others=[(t.share, builder(t)) for t in selections],
         )
         for table, sigma2 in zip(noised, sigma2s, strict=True):
-            events[table.name] = (DiscreteGaussian(sigma2), vectors[table.name], 1)
-        for table, event in zip(selections, built, strict=True):
-            events[table.name] = event
+            events[table.name] = noised_event(table, DiscreteGaussian(sigma2))
+        for table, (mechanism, sensitivity, runs) in zip(selections, built, strict=True):
+            events[table.name] = PrivacyEvent(mechanism, tuple(sensitivity), runs)
     else:
         # Pure ε composes additively: every table spends its share of ε.
         noised_share = sum((t.share for t in noised), Fraction(0))
@@ -257,24 +277,20 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
                 queries=[(t.share / noised_share, vectors[t.name]) for t in noised],
             )
             for table, scale in zip(noised, scales, strict=True):
-                events[table.name] = (DiscreteLaplace(scale), vectors[table.name], 1)
+                events[table.name] = noised_event(table, DiscreteLaplace(scale))
         for table in selections:
             events[table.name] = selection_event(spec, table, table.share * budget.epsilon)
 
     accountant = accountant_type()()
     tables = []
     for table in spec.tables:
-        mechanism, sensitivity, runs = events[table.name]
-        event = PrivacyEvent(mechanism, tuple(sensitivity), runs)
-        accountant.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
-        rho = None
-        if spec.noise == "discrete_gaussian":
-            rho = Fraction(accountant_type()().add(mechanism, sensitivity, runs).rho())
+        event = events[table.name]
+        accountant.add_event(event)
         if table.is_selection:
-            tables.append(_selection_plan(table, event, rho, confidence))
+            tables.append(_selection_plan(table, event, confidence))
         else:
-            margin = int(margin_of_error(mechanism, confidence))
-            tables.append(TablePlan(table, event, rho, margin))
+            margin = int(margin_of_error(event.mechanism, confidence))
+            tables.append(TablePlan(table, event, margin))
 
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
@@ -311,17 +327,15 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     )
 
 
-def _selection_plan(table, event: PrivacyEvent, rho, confidence) -> TablePlan:
-    mechanism, sensitivity, runs = event.mechanism, event.sensitivity, event.count
+def _selection_plan(table, event: PrivacyEvent, confidence) -> TablePlan:
+    mechanism = event.mechanism
     if isinstance(mechanism, DiscreteLaplace):  # one-shot top-k: a noisy histogram
-        epsilon = Fraction(sum(sensitivity)) / mechanism.scale
         margin = int(margin_of_error(mechanism, confidence))
     else:
-        epsilon = runs * mechanism.pure_epsilon
         margin = None
         if table.statistic in ("quantile", "median"):
             margin = quantile_rank_error_bound(mechanism, table.candidates, 1 - confidence)
-    return TablePlan(table, event, rho, margin, epsilon=epsilon)
+    return TablePlan(table, event, margin)
 
 
 def _report_delta(spec: ReleaseSpec) -> Fraction:

@@ -12,7 +12,8 @@ Order matters for privacy and for crashes:
 3. Only then is the data read, bounded, aggregated over the full declared
    domain and noised by the engine (deterministic in master key, release id,
    table and noise partition).
-4. The count tables of ``[postprocess]`` are made consistent on the driver
+4. The count tables of ``[postprocess]`` are made consistent on the driver, or
+   on Spark one top-level geography per task when they are large
    (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
 5. Outputs go to a hidden temporary folder; the ledger records that
    publication starts, the folder is renamed into place, and only then is the
@@ -35,17 +36,23 @@ import pandas as pd
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
-from dp_pipeline.release.consistency import consistent_results
+from dp_pipeline.release.consistency import (
+    check_postprocess_engine,
+    consistent_results,
+    postprocess_on_spark,
+)
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
 from dp_pipeline.release.input_schema import check_input_columns, published_table
+from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
     ENGINES,
     INPUT_FORMATS,
@@ -141,6 +148,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     clock = time.perf_counter()
 
     plan = plan_release(spec)
+    check_postprocess_engine(spec)
     timings["plan"] = plan.seconds
     progress(
         f"planned {len(plan.tables)} table(s), "
@@ -164,15 +172,19 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     # any of their rows is read.
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
-        return _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
-    finally:
-        source.close()
+        result = _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
+    except BaseException as error:
+        kept_log(error, source.close(failed=True))
+        raise
+    source.close()
+    return result
 
 
 def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
+    refuse_invalid_rows(spec, source)  # on_invalid = "error": before the ledger is touched
     ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
     for leftover in clean_stale(final):
@@ -226,12 +238,14 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             )
         _checkpoint("after_noise")
         started = time.perf_counter()
-        results, postprocessing = consistent_results(spec, plan, results)
+        results, postprocessing = consistent_results(spec, plan, results, source.spark)
         if postprocessing:
             timings["postprocess"] = time.perf_counter() - started
+            where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
             progress(
                 f"post-processed {len(postprocessing['tables'])} count table(s) into one "
-                f"consistent set ({postprocessing['method']}) in {timings['postprocess']:.2f} s"
+                f"consistent set ({postprocessing['method']}) {where + ' ' if where else ''}"
+                f"in {timings['postprocess']:.2f} s"
             )
         started = time.perf_counter()
         report = _write_outputs(

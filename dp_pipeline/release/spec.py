@@ -47,6 +47,7 @@ from dp_pipeline.release.spec_model import (
     MAX_NOISE_PARTITIONS,
     NEIGHBOURING_RELATIONS,
     NOISE_FAMILIES,
+    ON_INVALID_RULES,
     Budget,
     ReleaseSpec,
     SpecError,
@@ -82,7 +83,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "population": ("name", "cap"),
     "privacy_unit": ("column", "each_row", "max_cells_per_table", "max_per_cell"),
     "budget": ("rho", "epsilon", "delta"),
-    "input": ("path", "format", "synthetic_persons", "synthetic_seed"),
+    "input": ("path", "format", "synthetic_persons", "synthetic_seed", "on_invalid"),
     "output": ("dir",),
     "run": ("engine", "master", "ledger", "key_file"),
     "domains": (),  # free-form: one entry per key column
@@ -291,6 +292,9 @@ def parse_spec(
     if synthetic_persons is not None and synthetic_persons < 1:
         problems.append(f"input.synthetic_persons = {synthetic_persons}: must be >= 1")
     synthetic_seed = read_integer(inputs, "synthetic_seed", "input", problems, default=2026)
+    # Rows no table can use (null, unparsable or out-of-domain keys, null units, invalid
+    # values): dropped and counted, or the release refused before any budget is reserved.
+    on_invalid = read_choice(inputs, "on_invalid", "input", ON_INVALID_RULES, "drop", problems)
 
     output_dir = read_string(sections["output"], "dir", "output", problems) or "out"
     run = sections["run"]
@@ -317,6 +321,7 @@ def parse_spec(
         input_format=input_format,
         synthetic_persons=synthetic_persons,
         synthetic_seed=synthetic_seed,
+        on_invalid=on_invalid,
         output_dir=output_dir,
         engine=engine,
         master=master,

@@ -43,6 +43,9 @@ SELECTIONS = ("quantile", "median", "top_k")
 TOP_K_METHODS = ("peeling", "one_shot")
 ENGINES = ("spark", "pandas")
 INPUT_FORMATS = ("parquet", "csv")
+# input.on_invalid: "drop" invalid rows and count them in the non-private diagnostics,
+# or refuse ("error") a release whose input has any, before any budget is reserved.
+ON_INVALID_RULES = ("drop", "error")
 
 
 def format_of_path(path: str) -> str | None:
@@ -180,6 +183,7 @@ class ReleaseSpec:
     source: str = "spec"
     hierarchy: HierarchySpec | None = None  # [hierarchy]: public geography levels
     postprocess: PostprocessSpec | None = None  # [postprocess]: consistent count tables
+    on_invalid: str = "drop"  # input.on_invalid: a gate on publication, never on the numbers
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""

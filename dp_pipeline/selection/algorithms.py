@@ -68,6 +68,7 @@ import numpy as np
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
+from dp_pipeline.noise.exponential import exponential_sample_scaled
 from dp_pipeline.query.quantile_grid import (
     TOP_K_METHODS,
     check_positive_int,
@@ -148,8 +149,30 @@ def select_quantile(bucket_counts, q, candidates, mechanism, stream):
         )
     # Every loss is a multiple of 1/denominator(q) (q·n is), whatever n is: that
     # public denominator fixes the rounding's draws, not the data's parity.
+    scaled = scaled_quantile_losses(counts, q_exact)
+    if scaled is not None:
+        numerators, denominator = scaled
+        return exponential_sample_scaled(
+            mechanism, numerators, denominator, stream, utility_denominator=q_exact.denominator
+        )
     losses = quantile_losses(counts, q_exact)
     return int(mechanism.sample(losses, stream, utility_denominator=q_exact.denominator))
+
+
+def scaled_quantile_losses(bucket_counts, q: Fraction) -> tuple[np.ndarray, int] | None:
+    """The losses of `quantile_losses` as ``(int64 numerators, d)`` with ``q·n = p/d``,
+    or None when ``d·n`` could overflow int64 (then the Fractions are used)."""
+    counts = np.asarray(bucket_counts, dtype=np.int64)
+    target = q * int(counts.sum())
+    numerator, denominator = target.numerator, target.denominator
+    if int(counts.sum()) * denominator >= 2**62:
+        return None
+    through = np.cumsum(counts)
+    below = through - counts
+    scaled = np.maximum(
+        0, np.maximum(below * denominator - numerator, numerator - through * denominator)
+    )
+    return scaled.astype(np.int64), denominator
 
 
 def quantile_losses(bucket_counts, q) -> np.ndarray:

@@ -36,7 +36,6 @@ class SelectionInfo:
     statistic: str
     method: str
     event: PrivacyEvent  # mechanism, sensitivity and runs: what the selection costs
-    epsilon: Fraction
     candidates: int
     margin_of_error: int | None
     confidence: Fraction
@@ -45,6 +44,11 @@ class SelectionInfo:
     @property
     def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:
         return self.event.mechanism
+
+    @property
+    def epsilon(self) -> Fraction:
+        """The total pure ε of all runs: the accountant's exact reading of `event`."""
+        return self.accountant().pure_epsilon()
 
     @property
     def runs(self) -> int:
@@ -60,9 +64,7 @@ class SelectionInfo:
 
     def accountant(self):
         """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""
-        accountant = PrivacyAccountant()
-        accountant.add(self.mechanism, sensitivity=list(self.sensitivity), count=self.runs)
-        return accountant
+        return PrivacyAccountant().add_event(self.event)
 
     def with_diagnostics(self, diagnostics: Diagnostics) -> SelectionInfo:
         return dataclasses.replace(self, diagnostics=diagnostics)

@@ -28,13 +28,12 @@ import pandas as pd
 from pyspark.sql import functions as sf
 from pyspark.sql.types import NumericType
 
-from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.backend import aggregate, noisy_tables
 from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
-from dp_pipeline.spark import run_spark
 
 __all__ = [
     "check_numeric_column",
@@ -132,7 +131,7 @@ def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
     total = spec.cells.total
     counts = np.zeros(total, dtype=np.int64)
     if query.method == "one_shot":
-        noisy, diagnostics = run_spark(df, spec)
+        ((noisy, diagnostics),) = noisy_tables(df, [spec])
         (domain,) = spec.cells.domains
         released = noisy.select(query.column, "count").collect()
         keys = np.array([row[0] for row in released], dtype=object)

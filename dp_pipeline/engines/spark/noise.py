@@ -9,7 +9,7 @@ independent of executors, cores, shuffle partitions and task retries.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,6 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dp_pipeline.engines.spark.aggregate import aggregate_queries
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import (
     CELL_COLUMN,
@@ -43,8 +42,6 @@ __all__ = [
     "noisy_cells",
     "noisy_table",
     "output_schema",
-    "run_queries",
-    "run_spark",
 ]
 
 # Releases of up to this many declared cells (all tables together) are noised on the
@@ -230,53 +227,3 @@ def _noisy_on_driver(collected, specs: Sequence[QuerySpec]):
         arrays += [pa.array(noisy.get(name, zeros)) for name in MEASURES]
         parts.append(pa.Table.from_arrays(arrays, schema=_CELLS_SCHEMA))
     return pa.concat_tables(parts)
-
-
-def _check_distinct_streams(specs: Sequence[QuerySpec]) -> None:
-    seen = {}
-    for spec in specs:
-        labels = (spec.release_id, spec.table)
-        if labels in seen:
-            raise ValueError(
-                f"two queries use release_id {spec.release_id!r} and table {spec.table!r}: they "
-                f"would draw the same noise; give every query of a release its own table name"
-            )
-        seen[labels] = spec
-
-
-def run_queries(
-    df,
-    specs: Sequence[QuerySpec],
-    *,
-    wrap_udf: Callable[[Callable], Callable] | None = None,
-):
-    """Bound, aggregate and noise several queries over ``df`` in one pass.
-
-    Returns a list of (lazy noisy DataFrame, diagnostics), one per query, in
-    order. The rows are read and bounded once for all queries (see
-    `dp_pipeline.engines.spark.aggregate`); each query's release is identical to
-    running it alone, and to the pandas engine's. Queries must share the
-    privacy unit column and have distinct (release_id, table) stream labels.
-    ``wrap_udf`` wraps the noise function (tests use it to inject a one-time
-    task failure).
-    """
-    specs = list(specs)
-    _check_distinct_streams(specs)
-    aggregates, diagnostics = aggregate_queries(df, specs)
-    return [
-        (noisy_table(aggregates, index, spec, df, wrap_udf), diagnostics[index])
-        for index, spec in enumerate(specs)
-    ]
-
-
-def run_spark(
-    df,
-    spec: QuerySpec,
-    *,
-    wrap_udf: Callable[[Callable], Callable] | None = None,
-):
-    """Bound, aggregate and noise ``df`` per ``spec``: (lazy noisy DataFrame, diagnostics).
-
-    ``wrap_udf`` wraps the noise function (tests use it to inject a one-time task failure).
-    """
-    return run_queries(df, [spec], wrap_udf=wrap_udf)[0]

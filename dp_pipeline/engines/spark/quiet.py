@@ -6,6 +6,9 @@ native-hadoop). `jvm_output_to_file` points the process's file descriptor 2 at a
 log file while the JVM is launched, so the JVM (and every Python worker it
 starts) keeps writing there, and restores it for this process. Errors still reach
 the caller: a failed Spark job raises in Python with the Java error attached.
+
+The log file is the release's to clean up (`discard_log`): it is deleted when the
+session stops after a run that went well, and kept, and named, after an error.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
-__all__ = ["jvm_output_to_file"]
+__all__ = ["discard_log", "jvm_output_to_file"]
 
 
 @contextlib.contextmanager
@@ -37,3 +40,14 @@ def jvm_output_to_file() -> Iterator[str]:
         os.dup2(saved, 2)
         os.close(saved)
         os.close(handle)
+
+
+def discard_log(path: str | None) -> None:
+    """Delete a log file of `jvm_output_to_file` (nothing to do for None or a missing file).
+
+    A JVM still running keeps writing to the open file after it is unlinked; the
+    folder no longer lists it.
+    """
+    if path is not None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)

@@ -1,0 +1,181 @@
+"""Consistent tables on Spark: one task per top-level geography (a state).
+
+The noisy cells of the combined tables arrive as a DataFrame of ``top`` (the
+cell's top-level position), ``table`` (the table's position), ``cell`` (its
+index in the table's C order) and ``value`` (the noisy count). Two grouped
+``applyInArrow`` passes run a group solver's per-group functions: the first
+returns each group's small part (its top-level tables' least squares estimates
+and its finer tables' totals), from which the driver fixes the national total,
+the top-level totals and the top-level tables; the second solves each group
+against those and returns its consistent cells. The per-group functions are
+the ones the driver's `make_consistent` runs, on the same inputs, so the result
+is the same bit for bit and independent of executors, partitions and retries.
+
+The solver (`dp_pipeline.postprocess.group_solver.GroupSolver`, built by the
+release layer) is passed in: this module knows its four methods, not the
+post-processing package. Pure post-processing; no key, no privacy cost.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
+
+from dp_pipeline.errors import InternalError
+
+__all__ = [
+    "CELLS_SCHEMA",
+    "GroupSolverLike",
+    "cells_frame",
+    "consistent_cells",
+    "consistent_tables",
+    "table_values",
+]
+
+CELLS_SCHEMA = StructType(
+    [
+        StructField("top", IntegerType(), False),
+        StructField("table", IntegerType(), False),
+        StructField("cell", LongType(), False),
+        StructField("value", LongType(), False),
+    ]
+)
+_PART_SCHEMA = StructType(
+    [
+        StructField("top", IntegerType(), False),
+        StructField("table", IntegerType(), False),
+        StructField("cell", LongType(), False),
+        StructField("estimate", DoubleType(), False),
+        StructField("iterations", IntegerType(), False),
+        StructField("residual", DoubleType(), False),
+    ]
+)
+
+
+class GroupSolverLike(Protocol):
+    options: Any
+
+    def cells(self, values: list[np.ndarray]) -> dict[str, np.ndarray]: ...
+    def part(self, group: int, table, cell, value) -> dict[str, np.ndarray]: ...
+    def top(self, parts: dict[str, np.ndarray]) -> Any: ...
+    def fit(self, group: int, table, cell, value, top) -> dict[str, np.ndarray]: ...
+
+
+def _columns(table: pa.Table) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+    top = table.column("top").to_numpy()
+    return (
+        int(top[0]),
+        table.column("table").to_numpy(),
+        table.column("cell").to_numpy(),
+        table.column("value").to_numpy(),
+    )
+
+
+def _arrow(columns: dict[str, np.ndarray], schema: StructType) -> pa.Table:
+    return pa.table({f.name: columns[f.name] for f in schema.fields})
+
+
+def _fitted_schema(solver: GroupSolverLike) -> StructType:
+    integer = solver.options is not None and solver.options.integer
+    value = LongType() if integer else DoubleType()
+    return StructType([*CELLS_SCHEMA.fields[:3], StructField("value", value, False)])
+
+
+@contextmanager
+def cells_frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> Iterator[DataFrame]:
+    """The cells DataFrame (``CELLS_SCHEMA``) from numpy columns on the driver.
+
+    In local mode the cells are staged as one Parquet file in a private temporary
+    folder (removed on exit) and read back: 8x faster than sending the rows from
+    Python (a 1 M-row ``createDataFrame``: 11.8 s against 1.4 s under load, on two
+    cores). On a cluster, whose executors cannot see the driver's disk, the rows
+    are sent. Either way the frame is hash-partitioned by ``top`` once and
+    persisted, so both grouped passes read it without another shuffle.
+    """
+    table = _arrow(columns, CELLS_SCHEMA)
+    if not spark.sparkContext.master.startswith("local"):
+        frame = spark.createDataFrame(table)
+        yield _partitioned(frame)
+        return
+    with tempfile.TemporaryDirectory(prefix="dp-postprocess-") as folder:
+        pq.write_table(table, os.path.join(folder, "cells.parquet"))
+        yield _partitioned(spark.read.schema(CELLS_SCHEMA).parquet(folder))
+
+
+def _partitioned(frame: DataFrame) -> DataFrame:
+    return frame.repartition("top").persist(StorageLevel.MEMORY_AND_DISK)
+
+
+def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFrame, dict]:
+    """The consistent cells (top, table, cell, value) of every table, as a lazy DataFrame.
+
+    Runs the first pass and the top step now (one Spark job, a few rows per
+    group come back); the second pass runs when the result is read. Returns the
+    DataFrame and the diagnostics (most conjugate gradient steps of a group,
+    largest margin residual, raking steps of the top step).
+    """
+    diagnostics: dict = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0}
+    top = None
+    if solver.options is not None:
+
+        def part(table: pa.Table) -> pa.Table:
+            return _arrow(solver.part(*_columns(table)), _PART_SCHEMA)
+
+        parts = cells.groupBy("top").applyInArrow(part, _PART_SCHEMA).toArrow()
+        top = solver.top({name: parts.column(name).to_numpy() for name in parts.column_names})
+        diagnostics["iterations"] = int(np.max(parts.column("iterations").to_numpy()))
+        diagnostics["max_residual"] = float(np.max(parts.column("residual").to_numpy()))
+        diagnostics["raking_steps"] = int(top.raking_steps)
+    schema = _fitted_schema(solver)
+
+    def fit(table: pa.Table) -> pa.Table:
+        return _arrow(solver.fit(*_columns(table), top), schema)
+
+    return cells.groupBy("top").applyInArrow(fit, schema), diagnostics
+
+
+def consistent_tables(
+    spark: SparkSession, solver: GroupSolverLike, values: list[np.ndarray]
+) -> Iterator[tuple[int, np.ndarray]]:
+    """Each table's consistent values (position, cell order), solved on Spark per group."""
+    with cells_frame(spark, solver.cells(values)) as frame:
+        try:
+            fitted, _ = consistent_cells(frame, solver)
+            yield from table_values(fitted, [v.size for v in values])
+        finally:
+            frame.unpersist()
+
+
+def table_values(fitted: DataFrame, cells: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+    """Each table's consistent values in cell order, one table at a time.
+
+    ``cells`` gives each table's cell count. The fitted cells are persisted on the
+    executors (the second pass runs once); the driver holds one table at a time,
+    never the whole set, each read as Arrow batches and placed by cell index.
+    """
+    fitted = fitted.persist(StorageLevel.MEMORY_AND_DISK)
+    try:
+        for t, n in enumerate(cells):
+            rows = fitted.filter(fitted.table == t).select("cell", "value").toArrow()
+            cell = rows.column("cell").to_numpy()
+            value = rows.column("value").to_numpy()
+            if cell.size != n or np.any(np.bincount(cell, minlength=n) != 1):
+                raise InternalError(
+                    f"consistent table {t}: {cell.size} cells came back for {n}; every "
+                    "cell once is expected"
+                )
+            out = np.empty(n, dtype=value.dtype)
+            out[cell] = value
+            yield t, out
+    finally:
+        fitted.unpersist()

@@ -1,0 +1,85 @@
+"""``input.on_invalid = "error"``: refuse a release whose input has an invalid row.
+
+Invalid rows are those the engines drop and count under the default
+``"drop"``: a null (empty, unparsable) or out-of-domain key, a null privacy
+unit, a null, NaN or infinite summed or quantile value. Under ``"error"`` the
+input is read once before the ledger is touched (`refuse_invalid_rows`, called
+between the release's identity and its reservation): a release with any such row
+stops with an error naming the column, the reason code and the rule, and nothing
+is reserved or written. The message quotes no count or value from the data.
+
+The rule is a gate on publication, not part of the release's identity: a
+release it lets through has no invalid row, so ``"drop"`` would have dropped
+nothing and published the same numbers (`dp_pipeline.release.identity`).
+"""
+
+from __future__ import annotations
+
+from dp_pipeline.query.domain import Domain
+from dp_pipeline.release.input_schema import spark_csv_schema
+from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
+
+__all__ = ["REASONS", "refuse_invalid_rows", "row_checks"]
+
+# Reason code -> the rule a row breaks (the engines' `Diagnostics` count the same).
+REASONS = {
+    "null_key": "have a null (empty or unparsable) key",
+    "out_of_domain": "have a key outside the declared domain",
+    "null_unit": "have a null privacy unit",
+    "invalid_value": "hold a null, NaN or infinite value",
+}
+
+
+def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | None]]:
+    """Every ``(reason, column, domain)`` the spec's tables need, in table and key order."""
+    checks: dict[tuple[str, str], Domain | None] = {}
+    for table in spec.tables:
+        for key in table.keys:
+            domain = Domain.from_spec(key, spec.domains[key])
+            checks.setdefault(("null_key", key), domain)
+            checks.setdefault(("out_of_domain", key), domain)
+        if spec.privacy_unit is not None:
+            checks.setdefault(("null_unit", spec.privacy_unit), None)
+        if table.value is not None:
+            checks.setdefault(("invalid_value", table.value), None)
+    return [(reason, column, domain) for (reason, column), domain in checks.items()]
+
+
+def refuse_invalid_rows(spec: ReleaseSpec, source) -> None:
+    """Under ``on_invalid = "error"``, raise `SpecError` if a row of ``source`` is invalid.
+
+    ``source`` is the release's `dp_pipeline.release.engines.OpenedInput`; its
+    engine reads it (pandas, or Spark with the spec's CSV schema) exactly as the
+    release will. Does nothing under ``"drop"``.
+    """
+    if spec.on_invalid != "error":
+        return
+    checks = row_checks(spec)
+    if source.engine == "pandas":
+        from dp_pipeline.engines.pandas.invalid_rows import first_broken_check
+        from dp_pipeline.release.pandas_tables import read_pandas
+
+        broken = first_broken_check(read_pandas(spec, source), checks)
+    else:
+        from dp_pipeline.engines.spark.invalid_rows import first_broken_check
+
+        reader = source.spark.read
+        if source.format == "csv":
+            schema = spark_csv_schema(spec, source.files[0])
+            frame = reader.schema(schema).option("header", True).csv(str(source.path))
+        else:
+            frame = reader.parquet(str(source.path))
+        broken = first_broken_check(frame, checks)
+    if broken is None:
+        return
+    reason, column = broken
+    raise SpecError(
+        [
+            f"column {column!r}: some rows {REASONS[reason]} (reason code {reason}); "
+            f'input.on_invalid = "error" refuses a release with any invalid row, so nothing '
+            f"was reserved or written (the message quotes no count or value from the data); "
+            f'set input.on_invalid = "drop" to drop such rows and count them in the '
+            f"non-private diagnostics"
+        ],
+        source=f"release {spec.release_id!r}, input {str(source.path)!r}",
+    )

@@ -1,0 +1,214 @@
+"""Every table of a release plan computed by the Spark engine, and the session it runs in.
+
+A Spark input of at most `DRIVER_INPUT_BYTES` is read by Spark in one job and
+aggregated on the driver by the numpy rules every engine path shares
+(`dp_pipeline.release.pandas_tables.numpy_tables`); a larger one is read,
+bounded and aggregated for all tables in one pass on the executors. Either way
+the tables are bit-identical to the pandas engine's. PySpark is imported here,
+so this module is loaded only for the Spark engine.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+from pyspark.sql import SparkSession
+
+from dp_pipeline.engines.backend import noisy_cells
+from dp_pipeline.engines.spark.quiet import jvm_output_to_file
+from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.query.quantile_grid import GridPosition
+from dp_pipeline.release.fingerprint import local_files, spark_input_files
+from dp_pipeline.release.input_schema import arrow_frame, csv_columns, spark_csv_schema
+from dp_pipeline.release.pandas_tables import numpy_tables, statistic_column
+from dp_pipeline.release.queries import table_spec
+from dp_pipeline.release.selections import (
+    aggregation_spec,
+    position_column,
+    release_selection,
+)
+from dp_pipeline.release.source import OpenedInput, kept_log
+from dp_pipeline.release.spec_model import ReleaseSpec
+from dp_pipeline.selection.spark import check_numeric_column
+
+__all__ = [
+    "DRIVER_INPUT_BYTES",
+    "driver_frame",
+    "open_spark_input",
+    "spark_session",
+    "spark_tables",
+]
+
+
+def open_spark_input(
+    spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None, *, verbose=False
+) -> OpenedInput:
+    """The `OpenedInput` of ``path`` for the Spark engine (a session is started if none runs).
+
+    A session started here writes the JVM's and Spark's own lines to a log file
+    (named in a progress line) unless ``verbose``.
+    """
+    if spark is None:
+        # A session already running in this process (a notebook's, a test's) is used and
+        # left running; only a session this call starts is stopped at the end.
+        spark = SparkSession.getActiveSession()
+    own_session = spark is None
+    log = None
+    if own_session:
+        progress(f"spark: starting a session on {spec.master}")
+        if verbose:
+            spark = spark_session(spec.master)
+        else:
+            with jvm_output_to_file() as log:
+                try:
+                    spark = spark_session(spec.master)
+                except BaseException as error:
+                    kept_log(error, log)  # why the JVM did not start is in its log
+                    raise
+            progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
+    else:
+        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+    opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
+    try:
+        opened.files = spark_input_files(spark, path, input_format)
+    except BaseException as error:
+        kept_log(error, opened.close(failed=True))
+        raise
+    return opened
+
+
+# Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
+# Below the README's 1-million-person demo input (about 13 MB), which the Parquet pass
+# aggregates faster on the executors.
+DRIVER_INPUT_BYTES = 8 * 2**20
+
+
+def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
+    """The columns the release uses of a Spark DataFrame, collected (one job) as pandas."""
+    needed = list(csv_columns(spec))
+    missing = [name for name in needed if name not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"column(s) {missing} used by the spec are not in the input; its columns are "
+            f"{frame.columns}"
+        )
+    return arrow_frame(frame.select(*needed).toArrow())
+
+
+def spark_tables(spec, plan, master, source, release_digest, with_truth, progress):
+    """`compute_tables` on the Spark engine: the small-input driver path, or one Spark pass.
+
+    A larger input is bounded and aggregated for every table in one pass
+    (`dp_pipeline.engines.backend.noisy_cells`); the noised tables are collected in
+    one noise step, the selections' bounded counts selected on the driver.
+    """
+    timings = {}
+    started = time.perf_counter()
+    reader = source.spark.read
+    if source.format == "csv":
+        # An explicit schema from the spec: no inference pass over the file, and the
+        # same column types as the pandas engine's CSV reader.
+        schema = spark_csv_schema(spec, source.files[0])
+        frame = reader.schema(schema).option("header", True).csv(str(source.path))
+    else:
+        frame = reader.parquet(str(source.path))
+    # The DataFrame's own file index must be the one fingerprinted.
+    source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
+    size = sum(path.stat().st_size for path in source.files)
+    if size <= DRIVER_INPUT_BYTES:
+        # A small input: Spark reads it (its readers, the schema above) in one job and
+        # the driver aggregates it with the numpy rules every engine path shares
+        # (tests/test_engine_contract.py), which gives the same tables bit for bit,
+        # without the dozens of small jobs the Spark SQL path costs on a few MB.
+        local = driver_frame(frame, spec)
+        timings["read"] = time.perf_counter() - started
+        progress(
+            f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
+            f"a small input is aggregated on the driver"
+        )
+        return numpy_tables(
+            spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
+        )
+    timings["read"] = time.perf_counter() - started
+    started = time.perf_counter()
+    noised = [p for p in plan.tables if not p.table.is_selection]
+    selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
+    # Quantile tables group by the grid position of their value, a key both
+    # aggregation paths derive from the input (the Parquet pass included).
+    derived = {
+        position_column(index): _grid_position(frame, table_plan.table)
+        for index, table_plan in selections
+        if table_plan.table.statistic != "top_k"
+    }
+    # Noised tables first: they are the first queries of the one noise step.
+    specs = [table_spec(spec, p.table, p.mechanism, master, release_digest) for p in noised]
+    specs += [aggregation_spec(spec, p, master, index, release_digest) for index, p in selections]
+    # One pass over the input for all tables: read, code, bound, aggregate.
+    with noisy_cells(frame, specs, collect=True, derived=derived) as cells:
+        timings["aggregate"] = time.perf_counter() - started
+        progress(
+            f"spark: read, bounded and aggregated the input for {len(specs)} tables "
+            f"in {timings['aggregate']:.1f} s"
+        )
+        started = time.perf_counter()
+        in_order = [*noised, *(table_plan for _, table_plan in selections)]
+        found = {p.table.name: d for p, d in zip(in_order, cells.diagnostics, strict=True)}
+        results = {}
+        # The driver adds the noised tables' noise (a Spark job does for very large
+        # releases), decodes the keys and orders the cells.
+        released_cells = cells.collect_released(len(noised), truth=with_truth)
+        for index, (table_plan, released) in enumerate(zip(noised, released_cells, strict=True)):
+            table = released.table.rename(columns={statistic_column(table_plan): "value"})
+            table = table[[*table_plan.table.keys, "value"]]
+            if with_truth:
+                # Non-private values before bounding (synthetic data only).
+                count = table_plan.table.statistic == "count"
+                table["true_value"] = released.true_count if count else released.true_sum
+            results[table_plan.table.name] = table
+            progress(
+                f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
+                f"({len(table):,} cells)"
+            )
+        # The selections' bounded counts are small (groups x grid, or the candidates):
+        # collected with the noised tables' cells, selected on the driver.
+        for offset, (_, table_plan) in enumerate(selections):
+            index = len(noised) + offset
+            counts = cells.true_aggregates(index)
+            results[table_plan.table.name] = release_selection(
+                spec,
+                table_plan,
+                master,
+                specs[index],
+                counts.count,
+                counts.diagnostics,
+                with_truth=with_truth,
+                release_digest=release_digest,
+            )
+            progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
+        timings["noise"] = time.perf_counter() - started
+    return results, timings, found
+
+
+def _grid_position(frame, table):
+    """The grid-position key of a quantile table, after checking its column is numeric."""
+    check_numeric_column(frame, table.value, f"table {table.name!r}: column")
+    return GridPosition(table.value, (table.lower, table.upper), table.granularity)
+
+
+def spark_session(master: str):
+    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``."""
+    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
+    if match:
+        cores = match.group(1)
+        return local_session(None if cores in (None, "*") else int(cores))
+    ensure_java()
+    # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
+    # interpreter, which has dp_pipeline (right for workers on this machine or an image
+    # with the same layout; set PYSPARK_PYTHON otherwise).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
