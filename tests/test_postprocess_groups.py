@@ -9,10 +9,17 @@ import pytest
 
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts, PostprocessError, make_consistent
 from dp_pipeline.postprocess.group_solver import group_solver
-from dp_pipeline.postprocess.groups import coupling_table
+from dp_pipeline.postprocess.groups import (
+    coupling_table,
+    group_cells,
+    group_hierarchy,
+    group_structures,
+    solve_group_wls,
+)
 from dp_pipeline.postprocess.plan import plan
+from dp_pipeline.postprocess.structure import validate_shapes
 from dp_pipeline.postprocess.topdown import FitOptions, Problem, group_level, run_topdown
-from dp_pipeline.postprocess.wls import DEFAULT_TOLERANCE, solve_wls
+from dp_pipeline.postprocess.wls import DEFAULT_TOLERANCE, constraint_system, shape_key, solve_wls
 from tests.postprocess_cases import DEMO_HIERARCHY, demo_truth, noisy_demo
 
 PERSONS = 100_000
@@ -157,3 +164,42 @@ def test_a_group_missing_a_cell_is_an_error_naming_the_table():
     part = solver.part(1, columns["table"][rows], columns["cell"][rows], columns["value"][rows])
     assert sorted(set(part["table"].tolist())) == [0, 1, 2]
     assert np.all(part["cell"][part["table"] != 2] == -1)
+
+
+def test_groups_of_equal_shape_share_one_constraint_system_with_the_same_bits(tables):
+    """The cached system of a group equals a fresh one entry for entry, and so do the estimates."""
+    p = plan(tables, DEMO_HIERARCHY)
+    variances = [t.variance for t in tables]
+    systems: dict = {}
+    shapes = set()
+    for g in range(DEMO_HIERARCHY.sizes[0]):
+        sub_h, positions = group_hierarchy(DEMO_HIERARCHY, g)
+        sub_s = group_structures(p.structures, positions)
+        pairs = zip(tables, p.structures, strict=True)
+        own = [t.values[group_cells(s, positions)] for t, s in pairs]
+        cached = solve_group_wls(p, variances, sub_s, sub_h, own, systems)
+        fresh = solve_group_wls(p, variances, sub_s, sub_h, own)
+        assert cached.iterations == fresh.iterations
+        for a, b in zip(cached.estimates, fresh.estimates, strict=True):
+            assert a.tobytes() == b.tobytes()
+        key = shape_key(sub_s, sub_h)
+        shapes.add(key)
+        one = systems[key]
+        other = constraint_system(sub_s, variances, p.constraints, sub_h)
+        for name in ("CT", "C"):
+            x, y = getattr(one, name), getattr(other, name)
+            assert x.shape == y.shape
+            assert np.array_equal(x.indptr, y.indptr) and np.array_equal(x.indices, y.indices)
+            assert x.data.tobytes() == y.data.tobytes()
+        assert one.inv_diag.tobytes() == other.inv_diag.tobytes()
+    assert len(systems) == len(shapes) < DEMO_HIERARCHY.sizes[0]
+
+
+def test_shape_key_tells_apart_hierarchies_of_equal_sizes():
+    a = Hierarchy(("state", "county", "tract"), (1, 2, 4), ([0, 0], [0, 0, 0, 1]))
+    b = Hierarchy(("state", "county", "tract"), (1, 2, 4), ([0, 0], [0, 1, 1, 1]))
+    table = NoisyCounts("tract_t", ("tract",), (4,), np.zeros(4, np.int64), Fraction(1))
+    sa = validate_shapes([table], a)
+    sb = validate_shapes([table], b)
+    assert shape_key(sa, a) != shape_key(sb, b)
+    assert shape_key(sa, a) == shape_key(validate_shapes([table], a), a)

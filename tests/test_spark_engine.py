@@ -289,6 +289,37 @@ def test_sorted_unit_check_proves_uniqueness_only_when_it_holds(spark):
     assert sorted_and_unique(frame([None, None], [4]), "unit") == (True, True)
 
 
+def test_consecutive_unit_check_proves_uniqueness_only_when_it_holds(spark):
+    from dp_pipeline.engines.spark.units import check_units, consecutive_and_unique
+
+    def frame(*partitions):
+        # One Spark partition per list, rows in list order.
+        rows = spark.sparkContext.parallelize(partitions, len(partitions))
+        return spark.createDataFrame(rows.flatMap(lambda p: [(v,) for v in p]), "unit long")
+
+    assert consecutive_and_unique(frame([0, 1, 2], [3, 4]), "unit") == (True, False)
+    assert consecutive_and_unique(frame([7, 8], [], [0, 1]), "unit") == (True, False)
+    # A null takes its row's place: 0, 1, _, 3 are still numbered in row order.
+    assert consecutive_and_unique(frame([0, 1, None, 3], [None]), "unit") == (True, True)
+    lowest = -(2**63)
+    for unproven in (
+        frame([0, 1, 1]),  # a repeat
+        frame([0, 1, 2], [2, 3]),  # ranges overlap: 2 twice
+        frame([0, 2, 4]),  # sorted with gaps: another proof's job
+        frame([0, 1, None, 2]),  # the null's row number is skipped
+        frame([2, 1, 0]),
+        frame([lowest, lowest + 1]),  # no offset without overflow: proves nothing
+    ):
+        assert consecutive_and_unique(unproven, "unit")[0] is False
+    # Where it proves nothing the sorted-run proof still does, then the window finds repeats.
+    for proven, nulls in ((frame([0, 2, 4]), False), (frame([0, 1, None, 2]), True)):
+        check = check_units(proven, "unit")
+        assert (check.deferral, check.has_nulls) == ("none", nulls)
+    check = check_units(frame([0, 1, 1], [5, None]), "unit")
+    assert (check.deferral, check.has_nulls) == ("lookup", True)
+    assert [row["_dp_unit"] for row in check.lookup.collect()] == [1]
+
+
 def test_a_non_deterministic_input_is_evaluated_once_for_the_unit_check(spark):
     from pyspark.sql import functions as sf
 

@@ -128,9 +128,16 @@ def solve_group_wls(
     sub_structures: Sequence[TableStructure],
     sub_hierarchy: Hierarchy,
     values: Sequence[np.ndarray],
+    systems: dict | None = None,
 ):
-    """The least squares of one group (:func:`.wls.solve_wls` on its block)."""
-    return solve_wls(sub_structures, values, variances, p.constraints, sub_hierarchy)
+    """The least squares of one group (:func:`.wls.solve_wls` on its block).
+
+    ``systems`` caches constraint systems across the groups of one plan and
+    variances (groups of equal shape share one; the estimates are the same).
+    """
+    return solve_wls(
+        sub_structures, values, variances, p.constraints, sub_hierarchy, systems=systems
+    )
 
 
 def group_part(group: int, p: Plan, sub_structures, sub_hierarchy, wls) -> GroupPart:
@@ -246,13 +253,13 @@ def consistent_by_group(
     """
     started = time.perf_counter()
     values = [np.asarray(getattr(t, "values", t), dtype=np.int64) for t in tables]
-    groups = []
+    groups, systems = [], {}
     for g in range(hierarchy.sizes[TOP]):
         sub_h, positions = group_hierarchy(hierarchy, g)
         sub_s = group_structures(p.structures, positions)
         cells = [group_cells(s, positions) for s in p.structures]
         own = [v[c] for v, c in zip(values, cells, strict=True)]
-        wls = solve_group_wls(p, variances, sub_s, sub_h, own)
+        wls = solve_group_wls(p, variances, sub_s, sub_h, own, systems)
         groups.append((g, sub_h, positions, sub_s, cells, wls))
     iterations = max(w.iterations for *_, w in groups)
     residual = max(w.max_residual for *_, w in groups)

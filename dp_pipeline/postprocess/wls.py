@@ -29,7 +29,7 @@ from ..errors import InternalError
 from .plan import Constraint
 from .structure import Hierarchy, TableStructure, margin_index, margin_size
 
-__all__ = ["WlsResult", "solve_wls"]
+__all__ = ["ConstraintSystem", "WlsResult", "constraint_system", "shape_key", "solve_wls"]
 
 DEFAULT_TOLERANCE = 1e-7  # counts; far below the 1/2 that could move a rounding decision
 MAX_ITERATIONS = 5000
@@ -79,6 +79,48 @@ def _transposed_constraints(
     )
 
 
+@dataclass(frozen=True)
+class ConstraintSystem:
+    """C^T and C (CSR) with the Jacobi preconditioner: what the solve needs besides y."""
+
+    CT: sp.csr_matrix
+    C: sp.csr_matrix
+    v: np.ndarray  # per-cell variance
+    inv_diag: np.ndarray
+
+
+def shape_key(structures: Sequence[TableStructure], hierarchy: Hierarchy | None) -> tuple:
+    """A key equal for two problems exactly when their constraint systems are equal.
+
+    The system depends only on the tables' shapes and the hierarchy's parent maps
+    (with the same constraints and variances), so states of equal shape share one.
+    """
+    shapes = tuple((s.name, s.keys, s.sizes, s.level, s.geo_axis) for s in structures)
+    if hierarchy is None:
+        return shapes, None
+    parents = tuple(np.asarray(a, dtype=np.int64).tobytes() for a in hierarchy.parents)
+    return shapes, (hierarchy.levels, hierarchy.sizes, parents)
+
+
+def constraint_system(
+    structures: Sequence[TableStructure],
+    variances: Sequence[float],
+    constraints: Sequence[Constraint],
+    hierarchy: Hierarchy | None,
+) -> ConstraintSystem:
+    """The constraint matrices and preconditioner of one least squares problem."""
+    sizes = [s.cells for s in structures]
+    v = np.concatenate([np.full(n, float(w)) for n, w in zip(sizes, variances, strict=True)])
+    CT = _transposed_constraints(structures, constraints, hierarchy)
+    # C as CSR too: its mat-vec gathers per row (4x faster than the CSC view's scatter)
+    # and adds each row's terms in the same column order, so the sums are the same.
+    C = CT.T.tocsr()
+    # diag(C V C^T): C has one +-1 per (row, cell), so this is the variance-weighted count.
+    diag = abs(C) @ v
+    inv_diag = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
+    return ConstraintSystem(CT, C, v, inv_diag)
+
+
 def solve_wls(
     structures: Sequence[TableStructure],
     values: Sequence[np.ndarray],
@@ -87,21 +129,27 @@ def solve_wls(
     hierarchy: Hierarchy | None,
     *,
     tolerance: float = DEFAULT_TOLERANCE,
+    systems: dict | None = None,
 ) -> WlsResult:
-    """Weighted least squares estimates agreeing on every constrained margin (to ``tolerance``)."""
+    """Weighted least squares estimates agreeing on every constrained margin (to ``tolerance``).
+
+    ``systems``, when given, caches the constraint system by `shape_key` across
+    calls (for one set of constraints and variances): a cached system is equal to
+    a fresh one entry for entry, so the estimates are the same bit for bit.
+    """
     sizes = [s.cells for s in structures]
     offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
     y = np.concatenate([np.asarray(v, dtype=np.float64) for v in values])
-    v = np.concatenate([np.full(n, float(w)) for n, w in zip(sizes, variances, strict=True)])
     if not constraints:
         return WlsResult([y[offsets[i] : offsets[i + 1]].copy() for i in range(len(sizes))], 0, 0.0)
-    CT = _transposed_constraints(structures, constraints, hierarchy)
-    # C as CSR too: its mat-vec gathers per row (4x faster than the CSC view's scatter)
-    # and adds each row's terms in the same column order, so the sums are the same.
-    C = CT.T.tocsr()
-    # diag(C V C^T): C has one +-1 per (row, cell), so this is the variance-weighted count.
-    diag = abs(C) @ v
-    inv_diag = np.where(diag > 0, 1.0 / np.where(diag > 0, diag, 1.0), 0.0)
+    if systems is None:
+        system = constraint_system(structures, variances, constraints, hierarchy)
+    else:
+        key = shape_key(structures, hierarchy)
+        if key not in systems:
+            systems[key] = constraint_system(structures, variances, constraints, hierarchy)
+        system = systems[key]
+    CT, C, v, inv_diag = system.CT, system.C, system.v, system.inv_diag
 
     def normal(p: np.ndarray) -> np.ndarray:
         return C @ (v * (CT @ p))

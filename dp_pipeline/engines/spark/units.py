@@ -2,6 +2,9 @@
 
 A unit with one row satisfies every contribution bound, so only units with
 several rows take the general rule; sorted or provably unique unit ids skip it.
+Integer ids numbered consecutively in row order (row numbers, generated ids) are
+proven unique by one aggregate in the JVM; other sorted ids by a pass over them in
+Python (`sorted_and_unique`); anything else by a window over the unit.
 """
 
 from __future__ import annotations
@@ -69,6 +72,63 @@ def increasing_run(batches):
     )
 
 
+# `monotonically_increasing_id`: partition index above bit 33, row number within it below.
+ROW_NUMBER_BITS = 33
+
+
+def consecutive_and_unique(df, unit: str) -> tuple[bool, bool]:
+    """(every non-null integer unit provably occurs once, some unit is null), in one JVM aggregate.
+
+    Proof: `monotonically_increasing_id` gives every row a distinct id whose high
+    bits are its Spark partition and whose low `ROW_NUMBER_BITS` bits ``r`` count
+    the partition's rows. If ``unit - r`` is one constant over the non-null units
+    of a partition, distinct rows there have distinct ``r`` hence distinct units;
+    if moreover the partitions' [min, max] unit ranges are disjoint, no unit
+    occurs twice. A partition with ``2**ROW_NUMBER_BITS`` rows or more (its row
+    numbers could run into the next partition's ids) proves nothing. Holds for
+    ids numbered consecutively in row order within each partition (gaps at null
+    units allowed); anything else returns (False, _) and the caller tries
+    `sorted_and_unique`. Reads the unit column only; no Python, no shuffle of rows.
+    """
+    row_id = "_dp_row_id"
+    ids = df.select(
+        sf.col(unit).cast("long").alias(UNIT_COLUMN),
+        sf.monotonically_increasing_id().alias(row_id),
+    )
+    # Units within 2**ROW_NUMBER_BITS of the smallest long have no offset (the
+    # subtraction would overflow); a partition holding one proves nothing.
+    lowest = -(2**63) + 2**ROW_NUMBER_BITS
+    row_number = sf.col(row_id).bitwiseAND(sf.lit(2**ROW_NUMBER_BITS - 1).cast("long"))
+    offset = sf.when(
+        sf.col(UNIT_COLUMN) >= sf.lit(lowest).cast("long"), sf.col(UNIT_COLUMN) - row_number
+    )
+    runs = (
+        ids.groupBy(sf.shiftright(sf.col(row_id), ROW_NUMBER_BITS))
+        .agg(
+            sf.min(UNIT_COLUMN).alias("first"),
+            sf.max(UNIT_COLUMN).alias("last"),
+            sf.min(offset).alias("low_offset"),
+            sf.max(offset).alias("high_offset"),
+            sf.count(sf.lit(1)).alias("rows"),
+            sf.count(UNIT_COLUMN).alias("units"),
+        )
+        .collect()
+    )
+    return runs_prove_unique(
+        [
+            (
+                run["first"],
+                run["last"],
+                run["low_offset"] == run["high_offset"]
+                and run["rows"] < 2**ROW_NUMBER_BITS
+                and (run["first"] is None or run["first"] >= lowest),
+                run["rows"] - run["units"],
+            )
+            for run in runs
+        ]
+    )
+
+
 def sorted_and_unique(df, unit: str) -> tuple[bool, bool]:
     """(every non-null integer unit provably occurs once, some unit is null), no shuffle.
 
@@ -97,17 +157,18 @@ def runs_prove_unique(runs) -> tuple[bool, bool]:
 def check_units(df, unit: str) -> UnitCheck:
     """One job over the unit column alone: null units, and units with several rows.
 
-    Integer units sorted in the input are proven unique without a shuffle
-    (`sorted_and_unique`). Otherwise a window over the unit is the one shuffle
-    that bounding needs (the ids only, a few bytes a row). No unit with several
-    rows: no row is deferred and the tables need no shuffle by unit. Up to
-    `BROADCAST_UNITS` of them: a broadcast lookup marks their rows. More: the
-    rows themselves are windowed by unit.
+    Integer units numbered consecutively or sorted in the input are proven
+    unique without a shuffle (`consecutive_and_unique`, then `sorted_and_unique`).
+    Otherwise a window over the unit is the one shuffle that bounding needs (the
+    ids only, a few bytes a row). No unit with several rows: no row is deferred
+    and the tables need no shuffle by unit. Up to `BROADCAST_UNITS` of them: a
+    broadcast lookup marks their rows. More: the rows themselves are windowed by unit.
     """
     if isinstance(df.schema[unit].dataType, INTEGRAL_TYPES):
-        unique, has_nulls = sorted_and_unique(df, unit)
-        if unique:
-            return UnitCheck(has_nulls, "none")
+        for proof in (consecutive_and_unique, sorted_and_unique):
+            unique, has_nulls = proof(df, unit)
+            if unique:
+                return UnitCheck(has_nulls, "none")
     rows_of_unit = sf.count(sf.lit(1)).over(Window.partitionBy(sf.col(UNIT_COLUMN)))
     found = (
         df.select(sf.col(unit).alias(UNIT_COLUMN))

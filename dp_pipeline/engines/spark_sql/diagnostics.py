@@ -24,6 +24,43 @@ def code_summary(aggregates) -> list[dict]:
     return [row.asDict() for row in rows]
 
 
+def collected_code_summary(table) -> list[dict]:
+    """`code_summary` of collected aggregates without deferred rows (an Arrow table).
+
+    ``table`` has ``_dp_table``, ``_cell``, ``n`` and ``clamped``; the bounding
+    counters are zero (no unit had several rows).
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    cells = table.column(CELL_COLUMN)
+    codes = pc.if_else(pc.less(cells, 0), cells, pa.scalar(0, pa.int64()))
+    grouped = (
+        pa.table(
+            {
+                TABLE_COLUMN: table.column(TABLE_COLUMN),
+                "code": codes,
+                "n": table.column("n"),
+                "clamped": table.column("clamped"),
+            }
+        )
+        .group_by([TABLE_COLUMN, "code"])
+        .aggregate([("n", "sum"), ("clamped", "sum")])
+    )
+    zero = {name: 0 for name in DIAGNOSTIC_SUMS if name not in ("n", "clamped")}
+    return [
+        {
+            TABLE_COLUMN: row[TABLE_COLUMN],
+            "code": row["code"],
+            DEFERRED_COLUMN: False,
+            "n": row["n_sum"],
+            "clamped": row["clamped_sum"],
+            **zero,
+        }
+        for row in grouped.to_pylist()
+    ]
+
+
 def query_diagnostics(summary: list[dict], specs, coded) -> list[Diagnostics]:
     """Every query's `Diagnostics` from `code_summary` rows without deferred rows."""
     by_table: dict[int, dict[int, dict]] = {index: {} for index in range(len(specs))}
