@@ -10,6 +10,9 @@ import pyarrow.compute as pc
 
 from dp_pipeline.datasets.synthetic import COUNTIES, STATES, census_chunk
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts
+from dp_pipeline.postprocess.plan import plan
+from dp_pipeline.postprocess.topdown import Problem
+from dp_pipeline.postprocess.wls import solve_wls
 
 # The synthetic generator's county -> state map, as 0-based positions.
 COUNTY_PARENT = (np.arange(COUNTIES, dtype=np.int64) * STATES) // COUNTIES
@@ -60,3 +63,16 @@ def noisy_demo(truth, seed: int) -> list[NoisyCounts]:
         noise = np.rint(rng.normal(0.0, float(variance) ** 0.5, counts.size)).astype(np.int64)
         tables.append(NoisyCounts(name, keys, dims, counts + noise, variance))
     return tables
+
+
+def global_problem(tables, hierarchy):
+    """The plan and the top-down problem over the global least squares (the reference solve)."""
+    p = plan(tables, hierarchy)
+    wls = solve_wls(
+        p.structures,
+        [t.values for t in tables],
+        [t.variance for t in tables],
+        p.constraints,
+        hierarchy,
+    )
+    return p, wls, Problem(p.structures, p.order, hierarchy, wls.estimates)

@@ -23,11 +23,9 @@ from dp_pipeline.postprocess.children import (
     round_children,
     round_children_many,
 )
-from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.rounding import BATCH_CELLS, batches
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
-    Problem,
     fit_group,
     fit_groups,
     fit_top,
@@ -41,7 +39,7 @@ from dp_pipeline.postprocess.two_way import (
     fit_two_way,
     fit_two_way_many,
 )
-from dp_pipeline.postprocess.wls import solve_wls
+from tests.postprocess_cases import global_problem
 
 
 def _children_problems(seed: int, count: int) -> list[ChildrenProblem]:
@@ -221,15 +219,7 @@ def _census_like(seed: int, states: int = 6):
 
 
 def _top_fixed(tables, hierarchy, options):
-    p = plan(tables, hierarchy)
-    wls = solve_wls(
-        p.structures,
-        [t.values for t in tables],
-        [t.variance for t in tables],
-        p.constraints,
-        hierarchy,
-    )
-    problem = Problem(p.structures, p.order, hierarchy, wls.estimates)
+    p, _wls, problem = global_problem(tables, hierarchy)
     assert group_level(p) == 0
     fit_top(problem, 0, options)
     return problem

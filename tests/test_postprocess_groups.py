@@ -18,9 +18,9 @@ from dp_pipeline.postprocess.groups import (
 )
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.structure import validate_shapes
-from dp_pipeline.postprocess.topdown import FitOptions, Problem, group_level, run_topdown
-from dp_pipeline.postprocess.wls import DEFAULT_TOLERANCE, constraint_system, shape_key, solve_wls
-from tests.postprocess_cases import DEMO_HIERARCHY, demo_truth, noisy_demo
+from dp_pipeline.postprocess.topdown import FitOptions, group_level, run_topdown
+from dp_pipeline.postprocess.wls import DEFAULT_TOLERANCE, constraint_system, shape_key
+from tests.postprocess_cases import DEMO_HIERARCHY, demo_truth, global_problem, noisy_demo
 
 PERSONS = 100_000
 
@@ -37,15 +37,7 @@ def tables(truth):
 
 def _global(tables, hierarchy):
     """The least squares over all groups at once, then the top-down step (the reference)."""
-    p = plan(tables, hierarchy)
-    wls = solve_wls(
-        p.structures,
-        [t.values for t in tables],
-        [t.variance for t in tables],
-        p.constraints,
-        hierarchy,
-    )
-    problem = Problem(p.structures, p.order, hierarchy, wls.estimates)
+    p, wls, problem = global_problem(tables, hierarchy)
     run_topdown(problem, FitOptions(), group_level(p))
     return wls, problem
 

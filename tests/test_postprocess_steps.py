@@ -10,17 +10,15 @@ import pytest
 
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts, make_consistent
 from dp_pipeline.postprocess.children import fit_children, round_children
-from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
-    Problem,
     fit_group,
     fit_top,
     group_level,
     split_groups,
 )
 from dp_pipeline.postprocess.two_way import controlled_round, fit_two_way
-from dp_pipeline.postprocess.wls import solve_wls
+from tests.postprocess_cases import global_problem
 
 
 def _projection_by_bisection(z, total):
@@ -168,15 +166,7 @@ def test_a_national_margin_below_the_states_couples_them():
 
 
 def _groups_problem(tables, hierarchy):
-    p = plan(tables, hierarchy)
-    wls = solve_wls(
-        p.structures,
-        [t.values for t in tables],
-        [t.variance for t in tables],
-        p.constraints,
-        hierarchy,
-    )
-    problem = Problem(p.structures, p.order, hierarchy, wls.estimates)
+    p, _wls, problem = global_problem(tables, hierarchy)
     level = group_level(p)
     assert level == 0
     fit_top(problem, level, FitOptions())

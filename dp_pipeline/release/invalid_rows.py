@@ -17,7 +17,6 @@ from __future__ import annotations
 
 from dp_pipeline.engines.pandas.invalid_rows import first_broken_check as pandas_broken_check
 from dp_pipeline.query.domain import Domain
-from dp_pipeline.release.input_schema import spark_csv_schema
 from dp_pipeline.release.pandas_tables import read_pandas
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
@@ -60,15 +59,11 @@ def refuse_invalid_rows(spec: ReleaseSpec, source) -> None:
     if source.engine == "pandas":
         broken = pandas_broken_check(read_pandas(spec, source), checks)
     else:
+        # PySpark is optional: the Spark side loads only for a Spark release.
         from dp_pipeline.engines.spark.invalid_rows import first_broken_check
+        from dp_pipeline.release.spark_tables import spark_input_frame
 
-        reader = source.spark.read
-        if source.format == "csv":
-            schema = spark_csv_schema(spec, source.files[0])
-            frame = reader.schema(schema).option("header", True).csv(str(source.path))
-        else:
-            frame = reader.parquet(str(source.path))
-        broken = first_broken_check(frame, checks)
+        broken = first_broken_check(spark_input_frame(spec, source), checks)
     if broken is None:
         return
     reason, column = broken

@@ -100,6 +100,19 @@ def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
     return arrow_frame(frame.select(*needed).toArrow())
 
 
+def spark_input_frame(spec: ReleaseSpec, source: OpenedInput):
+    """The release's input as a Spark DataFrame, read as every Spark step of a release reads it.
+
+    CSV gets an explicit schema from the spec: no inference pass over the file, and
+    the same column types as the pandas engine's CSV reader.
+    """
+    reader = source.spark.read
+    if source.format == "csv":
+        schema = spark_csv_schema(spec, source.files[0])
+        return reader.schema(schema).option("header", True).csv(str(source.path))
+    return reader.parquet(str(source.path))
+
+
 def spark_tables(spec, plan, master, source, release_digest, with_truth, progress):
     """`compute_tables` on the Spark engine: the small-input driver path, or one Spark pass.
 
@@ -109,14 +122,7 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     """
     timings = {}
     started = time.perf_counter()
-    reader = source.spark.read
-    if source.format == "csv":
-        # An explicit schema from the spec: no inference pass over the file, and the
-        # same column types as the pandas engine's CSV reader.
-        schema = spark_csv_schema(spec, source.files[0])
-        frame = reader.schema(schema).option("header", True).csv(str(source.path))
-    else:
-        frame = reader.parquet(str(source.path))
+    frame = spark_input_frame(spec, source)
     # The DataFrame's own file index must be the one fingerprinted.
     source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
     size = sum(path.stat().st_size for path in source.files)
