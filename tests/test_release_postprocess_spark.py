@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import dp_pipeline.release.consistency as consistency
+import dp_pipeline.release.outputs as outputs
+import dp_pipeline.release.run as run
+import dp_pipeline.release.spark_tables as spark_tables
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import SpecError
@@ -60,3 +66,55 @@ def test_a_national_table_above_the_driver_limit_is_refused_before_any_spend(tmp
     assert not (tmp_path / "out").exists()
     monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 10**9)
     consistency.check_postprocess_engine(spec)  # on the driver the global solve takes it
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("rows", [1000, 1024 * 1024])
+def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
+    tmp_path, spark, monkeypatch, rows
+):
+    # The executors aggregate (no small-input shortcut) on both runs; the second keeps
+    # the combined tables on Spark from the noise to the writer, in ranges of ``rows``
+    # cells (1000: several row groups per county table, the same cut on both runs).
+    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", rows)
+    monkeypatch.setattr(run, "ROW_GROUP_ROWS", rows)
+    driver = run_release(geo_spec(tmp_path / "d", engine="spark"), progress=QUIET, spark=spark)
+    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    lines = []
+    kept = run_release(geo_spec(tmp_path / "s", engine="spark"), progress=lines.append, spark=spark)
+    assert any("kept there for post-processing" in line for line in lines)
+    published = _files(kept.output)
+    assert {"county_sex.parquet", "state_sex.parquet", "accuracy.json"} <= set(published)
+    if rows == 1000:
+        county = pq.ParquetFile(kept.output / "county_sex.parquet")
+        assert [county.metadata.row_group(i).num_rows for i in range(7)] == [1000] * 6 + [286]
+    assert published == _files(driver.output)
+    assert not spark.sparkContext._jsc.getPersistentRDDs()  # nothing left persisted
+
+
+def test_the_streaming_writer_cuts_row_groups_where_write_table_does(tmp_path):
+    size = outputs.ROW_GROUP_ROWS
+    table = pa.table(
+        {
+            "county": pa.array(np.arange(2 * size + 17) // 3, pa.int64()),
+            "sex": pa.array(np.where(np.arange(2 * size + 17) % 2, "F", "M")),
+        }
+    )
+    outputs.write_table(table, tmp_path / "whole.parquet")
+    pq.write_table(table, tmp_path / "default.parquet", compression="zstd")
+    batches = (table.slice(start, size) for start in range(0, table.num_rows, size))
+    assert outputs.write_batches(batches, tmp_path / "batches.parquet") == table.num_rows
+    whole = (tmp_path / "whole.parquet").read_bytes()
+    assert (tmp_path / "batches.parquet").read_bytes() == whole
+    assert (tmp_path / "default.parquet").read_bytes() == whole
+    assert pq.ParquetFile(tmp_path / "whole.parquet").metadata.num_row_groups == 3
+
+
+def test_the_streaming_writer_refuses_a_short_batch_before_the_last(tmp_path):
+    table = pa.table({"x": pa.array([1, 2, 3], pa.int64())})
+    batches = [table.slice(0, 1), table.slice(1, 2)]
+    with pytest.raises(ValueError, match=r"x\.parquet: batches must have \d+ rows, all but"):
+        outputs.write_batches(iter(batches), tmp_path / "x.parquet")
+    with pytest.raises(ValueError, match=r"y\.parquet: no batch to write"):
+        outputs.write_batches(iter([]), tmp_path / "y.parquet")

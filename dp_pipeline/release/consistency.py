@@ -10,10 +10,16 @@ deterministic numpy, is the same bit for bit on every engine.
 Where it runs: on the driver, unless the Spark engine combines more than
 `DRIVER_POSTPROCESS_CELLS` cells, which are then made consistent on Spark, one
 task per top-level geography (`dp_pipeline.engines.spark.postprocess`; the
-same per-group functions as the driver, so the same published bytes), and
-read back one table at a time. That needs every combined table keyed by a
-hierarchy level; a table without one (a national table) couples every group
-and is refused by `check_postprocess_engine` before any budget is spent.
+same per-group functions as the driver, so the same published bytes). When
+the Spark engine aggregated on the executors, the combined tables' noisy cells
+never left Spark (`dp_pipeline.release.streamed.OnSpark`): the cells DataFrame
+is built there, and each consistent table becomes a
+`dp_pipeline.release.streamed.StreamedTable` that the writer reads one range
+of cells at a time. When the driver aggregated a small input, its noisy tables
+are sent to Spark and read back one table at a time. Either way every combined
+table needs a hierarchy key; a table without one (a national table) couples
+every group and is refused by `check_postprocess_engine` before any budget is
+spent.
 
 Each post-processed table keeps its noisy count as ``raw_value`` (unbiased,
 with the plan's exact margin of error) and publishes the consistent estimate
@@ -31,6 +37,7 @@ import pandas as pd
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
+from dp_pipeline.release.streamed import OnSpark, StreamedTable
 
 __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
@@ -144,6 +151,15 @@ def consistent_results(
     from dp_pipeline.postprocess import NoisyCounts, make_consistent
 
     plans = {p.table.name: p for p in plan.tables}
+    summary = {
+        "tables": list(settings.tables),
+        **settings.to_dict(),
+        "privacy_cost": "none: post-processing of the noisy tables and public facts only "
+        "(the hierarchy mapping, the domains and the noise variances)",
+    }
+    if any(isinstance(results[name], OnSpark) for name in settings.tables):
+        method, streamed = _streamed_on_spark(spec, plans, results)
+        return {**results, **streamed}, {"method": method, **summary}
     noisy = []
     for name in settings.tables:
         table = plans[name].table
@@ -172,14 +188,7 @@ def consistent_results(
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
         updated[name] = frame
-    summary = {
-        "method": method,
-        "tables": list(settings.tables),
-        **settings.to_dict(),
-        "privacy_cost": "none: post-processing of the noisy tables and public facts only "
-        "(the hierarchy mapping, the domains and the noise variances)",
-    }
-    return updated, summary
+    return updated, {"method": method, **summary}
 
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
@@ -190,3 +199,64 @@ def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarr
     solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
     values = consistent_tables(spark, solver, [t.values for t in noisy])
     return solver.method, {noisy[t].name: v for t, v in values}
+
+
+def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTable]]:
+    """The same estimates as `make_consistent` from noisy cells that stay on Spark.
+
+    The cells DataFrame is built on the executors from the noise job's output
+    (each cell's top-level group from its index and the public hierarchy); the
+    consistent tables are read back by the writer one range of cells at a time.
+    """
+    from dp_pipeline.engines.spark.postprocess import FittedCells, TopLayout, top_cells
+    from dp_pipeline.postprocess.group_solver import group_solver
+    from dp_pipeline.postprocess.groups import TOP
+    from dp_pipeline.postprocess.structure import TableShape
+
+    settings = spec.postprocess
+    lazy = {results[name].tables for name in settings.tables}
+    if len(lazy) != 1 or not all(isinstance(results[n], OnSpark) for n in settings.tables):
+        raise TypeError("the combined tables must all be on Spark, from one noise step")
+    (noisy,) = lazy
+    if noisy.names != tuple(settings.tables):
+        raise TypeError(f"the Spark noisy tables are {noisy.names}, not {settings.tables}")
+    keys = {name: plans[name].table.keys for name in settings.tables}
+    shapes = [
+        TableShape(name, keys[name], tuple(len(spec.domains[k]) for k in keys[name]))
+        for name in settings.tables
+    ]
+    hierarchy = _hierarchy(spec)
+    variances = [noise_variance(plans[name]) for name in settings.tables]
+    options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
+    solver = group_solver(shapes, hierarchy, variances, **options)
+    layouts = [
+        TopLayout(
+            int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64)),
+            s.sizes[s.geo_axis],
+            hierarchy.ancestors(s.level, TOP).astype(np.int32),
+        )
+        for s in solver.plan.structures
+    ]
+    carry = {RAW_COLUMN: "value"} | ({"true_value": "true_n"} if noisy.truth else {})
+    cells = top_cells(noisy.frame, layouts, ["true_n"] if noisy.truth else [])
+    fitted = FittedCells(cells, solver, carry)
+
+    def close() -> None:
+        fitted.close()
+        noisy.close()
+
+    def reader(position: int, cells_in_table: int):
+        def batches(rows: int):
+            for got in fitted.batches(position, cells_in_table, rows):
+                columns = {name: got.column(name).to_numpy() for name in ("value", *carry)}
+                yield noisy.decoded(position, got.column("cell").to_numpy(), columns)
+
+        return batches
+
+    streamed = {
+        name: StreamedTable(name, shape_cells, noisy.truth, reader(position, shape_cells), close)
+        for position, (name, shape_cells) in enumerate(
+            (s.name, s.cells) for s in solver.plan.structures
+        )
+    }
+    return solver.method, streamed

@@ -15,12 +15,24 @@ import json
 import os
 import secrets
 import shutil
+from collections.abc import Iterable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-__all__ = ["AtomicReleaseDirectory", "clean_stale", "write_json", "write_table"]
+__all__ = [
+    "ROW_GROUP_ROWS",
+    "AtomicReleaseDirectory",
+    "clean_stale",
+    "write_batches",
+    "write_json",
+    "write_table",
+]
+
+# The rows of one Parquet row group: `pq.write_table`'s own cut (pyarrow's default),
+# which `write_batches` must repeat for the files to be the same bytes.
+ROW_GROUP_ROWS = 1024 * 1024
 
 
 def clean_stale(final: Path) -> list[Path]:
@@ -73,9 +85,42 @@ class AtomicReleaseDirectory:
             shutil.rmtree(self.temporary, ignore_errors=True)
 
 
+_OPTIONS = {"compression": "zstd", "write_statistics": True}
+
+
 def write_table(table: pa.Table, path: Path) -> None:
     """One Parquet file, deterministic bytes for the same table (no timestamps)."""
-    pq.write_table(table, path, compression="zstd", write_statistics=True)
+    pq.write_table(table, path, row_group_size=ROW_GROUP_ROWS, **_OPTIONS)
+
+
+def write_batches(batches: Iterable[pa.Table], path: Path) -> int:
+    """The Parquet file `write_table` writes for the concatenation of ``batches``; its rows.
+
+    Every batch but the last must have exactly `ROW_GROUP_ROWS` rows: each becomes
+    one row group, where `write_table` cuts them, so the bytes are the same while
+    only one batch is in memory at a time. A failure leaves a partial file, which
+    lives in the release's hidden temporary folder only.
+    """
+    writer = None
+    rows = 0
+    short = False
+    try:
+        for batch in batches:
+            if short or batch.num_rows > ROW_GROUP_ROWS:
+                raise ValueError(
+                    f"{path.name}: batches must have {ROW_GROUP_ROWS} rows, all but the last"
+                )
+            short = batch.num_rows < ROW_GROUP_ROWS
+            if writer is None:
+                writer = pq.ParquetWriter(path, batch.schema, **_OPTIONS)
+            writer.write_table(batch, row_group_size=ROW_GROUP_ROWS)
+            rows += batch.num_rows
+    finally:
+        if writer is not None:
+            writer.close()
+    if writer is None:
+        raise ValueError(f"{path.name}: no batch to write")
+    return rows
 
 
 def write_json(data: dict, path: Path) -> None:

@@ -14,8 +14,12 @@ Order matters for privacy and for crashes:
    table and noise partition).
 4. The count tables of ``[postprocess]`` are made consistent on the driver, or
    on Spark one top-level geography per task when they are large
-   (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
-5. Outputs go to a hidden temporary folder; the ledger records that
+   (`dp_pipeline.release.consistency`: post-processing, no privacy cost). A
+   Spark release that aggregated on the executors then keeps those tables on
+   Spark from the noise to the writer (`dp_pipeline.release.streamed`).
+5. Outputs go to a hidden temporary folder; a table kept on Spark is written
+   one row group at a time (`outputs.write_batches`, the same bytes as the
+   driver's one-call write), so the driver never holds it whole. The ledger records that
    publication starts, the folder is renamed into place, and only then is the
    ledger entry committed. A job killed anywhere leaves
    either no release or a complete one, and a reservation that the next run
@@ -49,7 +53,14 @@ from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
-from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
+from dp_pipeline.release.outputs import (
+    ROW_GROUP_ROWS,
+    AtomicReleaseDirectory,
+    clean_stale,
+    write_batches,
+    write_json,
+    write_table,
+)
 from dp_pipeline.release.plan import ReleasePlan, plan_release
 from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
 from dp_pipeline.release.source import kept_log
@@ -60,6 +71,7 @@ from dp_pipeline.release.spec_model import (
     SpecError,
     format_of_path,
 )
+from dp_pipeline.release.streamed import StreamedTable, close_tables
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
@@ -215,6 +227,7 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             ledger.mark_publishing(spec.release_id)
         publishing.append(True)
 
+    results: dict = {}
     try:
         results, engine_timings, diagnostics = engines.compute_tables(
             spec,
@@ -269,6 +282,8 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
             ledger.abort(spec.release_id)
             progress("ledger: aborted (nothing was published; the budget is returned)")
         raise
+    finally:
+        close_tables(results)  # what tables kept on Spark hold persisted there
     timings["total"] = time.perf_counter() - clock
     progress(f"release written to {final} in {timings['total']:.1f} s")
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
@@ -287,30 +302,55 @@ def _write_outputs(
     start_publishing,
 ) -> dict:
     files = {}
+    seen = dict(results)  # what the accuracy summary and the report read
     directory = AtomicReleaseDirectory(final)
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
-            arrow = published_table(plan.spec, table.table, results[name])
-            columns = arrow.schema.names
-            write_table(arrow, folder / f"{name}.parquet")
-            files[f"{name}.parquet"] = {"rows": arrow.num_rows, "columns": columns}
-            progress(f"wrote {name}.parquet ({arrow.num_rows:,} rows)")
+            path = folder / f"{name}.parquet"
+            if isinstance(results[name], StreamedTable):
+                rows, columns, seen[name] = _write_streamed(plan, table, results[name], path)
+            else:
+                arrow = published_table(plan.spec, table.table, results[name])
+                rows, columns = arrow.num_rows, arrow.schema.names
+                write_table(arrow, path)
+            files[f"{name}.parquet"] = {"rows": rows, "columns": columns}
+            progress(f"wrote {name}.parquet ({rows:,} rows)")
         report = privacy_report(plan, reservation, master.fingerprint, files)
         report["input_fingerprint"] = fingerprint
         report["release_digest"] = identity.digest
         if postprocessing:
             report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
-        accuracy = accuracy_summary(plan, results)
+        accuracy = accuracy_summary(plan, seen)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
-        (folder / "report.html").write_text(html_report(plan, report, results, accuracy))
+        (folder / "report.html").write_text(html_report(plan, report, seen, accuracy))
         _checkpoint("before_publish")
         start_publishing()
         directory.publish()
     return report
+
+
+def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
+    """Write a table kept on Spark one row group at a time.
+
+    Returns (rows, column names, what the report reads of it): without the truth
+    (a real input) an empty frame, which the accuracy summary skips; on synthetic
+    input the batches' report columns, concatenated.
+    """
+    columns, kept = [], []
+
+    def published():
+        for batch in streamed.batches(ROW_GROUP_ROWS):
+            arrow = published_table(plan.spec, table.table, batch)
+            columns[:] = arrow.schema.names
+            kept.append(batch if streamed.truth else batch.iloc[:0])
+            yield arrow
+
+    rows = write_batches(published(), path)
+    return rows, columns, pd.concat(kept, ignore_index=True)
 
 
 def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:

@@ -20,9 +20,11 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from dp_pipeline.engines.backend import noisy_cells
+from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
 from dp_pipeline.query.quantile_grid import GridPosition
+from dp_pipeline.release.consistency import postprocess_on_spark
 from dp_pipeline.release.fingerprint import local_files, spark_input_files
 from dp_pipeline.release.input_schema import arrow_frame, csv_columns, spark_csv_schema
 from dp_pipeline.release.pandas_tables import numpy_tables, statistic_column
@@ -34,6 +36,7 @@ from dp_pipeline.release.selections import (
 )
 from dp_pipeline.release.source import OpenedInput, kept_log
 from dp_pipeline.release.spec_model import ReleaseSpec
+from dp_pipeline.release.streamed import OnSpark, SparkNoisyTables
 from dp_pipeline.selection.spark import check_numeric_column
 
 __all__ = [
@@ -118,7 +121,11 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
 
     A larger input is bounded and aggregated for every table in one pass
     (`dp_pipeline.engines.backend.noisy_cells`); the noised tables are collected in
-    one noise step, the selections' bounded counts selected on the driver.
+    one noise step, the selections' bounded counts selected on the driver. When
+    the combined tables are post-processed on Spark (`postprocess_on_spark`) they
+    are not collected: they are noised by the Spark noise job (the same draws) and
+    returned as `dp_pipeline.release.streamed.OnSpark` entries, the aggregates
+    persisted until the release closes them.
     """
     timings = {}
     started = time.perf_counter()
@@ -154,8 +161,13 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     # Noised tables first: they are the first queries of the one noise step.
     specs = [table_spec(spec, p.table, p.mechanism, master, release_digest) for p in noised]
     specs += [aggregation_spec(spec, p, master, index, release_digest) for index, p in selections]
+    # Combined tables post-processed on Spark stay there: noised by the Spark noise
+    # job, their cells never collected (`dp_pipeline.release.streamed`).
+    on_spark = postprocess_on_spark(spec)
+    combined = [name for name in spec.postprocess.tables] if on_spark else []
     # One pass over the input for all tables: read, code, bound, aggregate.
-    with noisy_cells(frame, specs, collect=True, derived=derived) as cells:
+    cells = noisy_cells(frame, specs, collect=not on_spark, derived=derived)
+    try:
         timings["aggregate"] = time.perf_counter() - started
         progress(
             f"spark: read, bounded and aggregated the input for {len(specs)} tables "
@@ -164,11 +176,23 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
         started = time.perf_counter()
         in_order = [*noised, *(table_plan for _, table_plan in selections)]
         found = {p.table.name: d for p, d in zip(in_order, cells.diagnostics, strict=True)}
+        position = {p.table.name: index for index, p in enumerate(noised)}
         results = {}
-        # The driver adds the noised tables' noise (a Spark job does for very large
+        if combined:
+            results.update(
+                _kept_on_spark(cells, [position[n] for n in combined], combined, frame, with_truth)
+            )
+            progress(
+                f"spark: {len(combined)} combined table(s) noised on the executors, "
+                f"kept there for post-processing"
+            )
+        collected = [p for p in noised if p.table.name not in results]
+        # The driver adds the other noised tables' noise (a Spark job does for very large
         # releases), decodes the keys and orders the cells.
-        released_cells = cells.collect_released(len(noised), truth=with_truth)
-        for index, (table_plan, released) in enumerate(zip(noised, released_cells, strict=True)):
+        released_cells = cells.collect_released(
+            [position[p.table.name] for p in collected], truth=with_truth
+        )
+        for table_plan, released in zip(collected, released_cells, strict=True):
             table = released.table.rename(columns={statistic_column(table_plan): "value"})
             table = table[[*table_plan.table.keys, "value"]]
             if with_truth:
@@ -176,10 +200,7 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
                 count = table_plan.table.statistic == "count"
                 table["true_value"] = released.true_count if count else released.true_sum
             results[table_plan.table.name] = table
-            progress(
-                f"spark: table {index + 1}/{len(plan.tables)} {table_plan.table.name} "
-                f"({len(table):,} cells)"
-            )
+            progress(f"spark: table {table_plan.table.name} ({len(table):,} cells)")
         # The selections' bounded counts are small (groups x grid, or the candidates):
         # collected with the noised tables' cells, selected on the driver.
         for offset, (_, table_plan) in enumerate(selections):
@@ -197,7 +218,37 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
             )
             progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
         timings["noise"] = time.perf_counter() - started
-    return results, timings, found
+    except BaseException:
+        cells.close()
+        raise
+    if not combined:
+        cells.close()
+    return {p.table.name: results[p.table.name] for p in plan.tables}, timings, found
+
+
+def _kept_on_spark(cells, indices, names, frame, with_truth) -> dict[str, OnSpark]:
+    """The combined tables as `OnSpark` entries over one lazy noisy-cells DataFrame.
+
+    The aggregates stay persisted until the release closes its tables
+    (`dp_pipeline.release.streamed.close_tables`).
+    """
+    closed = []
+
+    def close() -> None:
+        if not closed:
+            closed.append(True)
+            cells.close()
+
+    queries = [cells.queries[i] for i in indices]
+    tables = SparkNoisyTables(
+        tuple(names),
+        cells.spark_noisy_cells(indices, truth=with_truth),
+        queries,
+        [output_schema(frame, query)[1] for query in queries],
+        with_truth,
+        close,
+    )
+    return {name: OnSpark(tables, position) for position, name in enumerate(names)}
 
 
 def _grid_position(frame, table):

@@ -10,7 +10,10 @@ per query, what callers above the engines layer need:
   where `dp_pipeline.engines.spark.noise.collect_noisy_cells` places the noise
   (the driver up to `DRIVER_NOISE_CELLS` declared cells, the Spark noise job above);
 - `NoisyCells.true_aggregates`: dense true bounded aggregates (what a selection
-  scores, or what the driver adds noise to).
+  scores, or what the driver adds noise to);
+- `NoisyCells.spark_noisy_cells`: the noisy integer vectors of some queries as a
+  lazy DataFrame (the Spark noise job), for post-processing that stays on the
+  executors; those queries are then left out of everything collected.
 
 Every form draws the same noise from the same keyed streams, so they agree bit
 for bit with each other and with the pandas engine. The true aggregates are not
@@ -36,6 +39,7 @@ from dp_pipeline.engines.spark.noise import (
     noisy_table,
     output_schema,
 )
+from dp_pipeline.engines.spark.noise import noisy_cells as spark_noise_job
 from dp_pipeline.errors import InternalError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
@@ -82,6 +86,7 @@ class NoisyCells:
         )
         self.diagnostics: list[Diagnostics] = list(diagnostics)
         self._collected: pa.Table | None = None
+        self._on_spark: frozenset[int] = frozenset()  # queries never collected
 
     def __enter__(self) -> NoisyCells:
         return self
@@ -114,32 +119,44 @@ class NoisyCells:
         if self._collected is None or (truth and "true_n" not in self._collected.column_names):
             columns = _AGGREGATE_COLUMNS if truth else _AGGREGATE_COLUMNS[:4]
             aggregates = self.aggregates
+            kept = sorted(set(range(len(self.queries))) - self._on_spark)
             if isinstance(aggregates, pa.Table):
                 rows = aggregates.filter(pc.greater_equal(aggregates.column(CELL_COLUMN), 0))
+                if self._on_spark:
+                    rows = rows.filter(pc.is_in(rows.column(TABLE_COLUMN), pa.array(kept)))
                 self._collected = rows.select(columns)
             else:
                 valid = aggregates.filter(sf.col(CELL_COLUMN) >= 0)
+                if self._on_spark:
+                    valid = valid.filter(sf.col(TABLE_COLUMN).isin(kept))
                 self._collected = valid.select(*columns).toArrow()
         return self._collected
 
-    def collect_released(self, count: int, *, truth: bool = False) -> list[ReleasedCells]:
-        """The released tables of queries ``0 .. count - 1``, collected in one noise step.
+    def collect_released(
+        self, queries: int | Sequence[int], *, truth: bool = False
+    ) -> list[ReleasedCells]:
+        """The released tables of ``queries`` (indices; an int n: ``0 .. n - 1``), collected
+        in one noise step.
 
         Noise placement is `collect_noisy_cells`' one rule: on the driver when these
         queries declare at most `DRIVER_NOISE_CELLS` cells together, by the Spark noise
-        job otherwise; the same draws either way. ``truth``: also their true values
-        before bounding (synthetic data only, for accuracy reports).
+        job otherwise; the same draws either way (the draws depend on each query's
+        stream labels, not on its index). ``truth``: also their true values before
+        bounding (synthetic data only, for accuracy reports).
         """
-        if count == 0:
+        indices = list(range(queries)) if isinstance(queries, int) else list(queries)
+        if not indices:
             return []
-        queries = self.queries[:count]
+        if self._on_spark & set(indices):
+            raise InternalError("queries kept on Spark cannot be collected")
+        chosen = [self.queries[i] for i in indices]
         # Collected once for every query (the selections' counts included), then noised
-        # on the driver or sent back to the Spark noise job.
+        # on the driver or sent back to the Spark noise job, numbered 0.. in ``indices``.
         collected = self._collect(truth=truth)
-        first = collected.filter(pc.less(collected.column(TABLE_COLUMN), count))
-        noisy, true_cells = collect_noisy_cells(first, queries, self.df.sparkSession, truth=truth)
+        first = _renumbered(collected, indices)
+        noisy, true_cells = collect_noisy_cells(first, chosen, self.df.sparkSession, truth=truth)
         released = []
-        for index, query in enumerate(queries):
+        for index, query in enumerate(chosen):
             table = _released_frame(noisy, index, query, output_schema(self.df, query)[1])
             true_count = true_sum = None
             if true_cells is not None:
@@ -147,6 +164,43 @@ class NoisyCells:
                 true_sum = _dense(true_cells, index, query, "true_s")
             released.append(ReleasedCells(table, true_count, true_sum))
         return released
+
+    def spark_noisy_cells(self, indices: Sequence[int], *, truth: bool = False):
+        """The noisy integer vectors of queries ``indices`` as a lazy DataFrame (Spark noise job).
+
+        Columns ``_dp_table`` (position in ``indices``), ``_cell`` (every declared cell),
+        ``count``, ``sum`` (`dp_pipeline.engines.spark.noise.noisy_cells`: the draws of
+        `collect_released`, bit for bit) and, with ``truth``, ``true_n``: the cell's
+        count before bounding (0 for empty cells; synthetic data only, never publish
+        it). These queries are left out of everything collected afterwards; call
+        before `collect_released` / `true_aggregates`.
+        """
+        indices = list(indices)
+        if self._collected is not None:
+            raise InternalError("spark_noisy_cells must be called before anything is collected")
+        self._on_spark = self._on_spark | frozenset(indices)
+        aggregates = self.aggregates
+        if isinstance(aggregates, pa.Table):
+            aggregates = self.df.sparkSession.createDataFrame(aggregates)
+        position = None
+        for offset, index in enumerate(indices):
+            condition = sf.col(TABLE_COLUMN) == sf.lit(index)
+            value = sf.lit(offset)
+            position = (
+                sf.when(condition, value) if position is None else position.when(condition, value)
+            )
+        mine = aggregates.filter(sf.col(TABLE_COLUMN).isin(indices)).withColumn(
+            TABLE_COLUMN, position.cast("int")
+        )
+        spark = self.df.sparkSession
+        noisy = spark_noise_job(mine, [self.queries[i] for i in indices], spark)
+        if not truth:
+            return noisy
+        true_counts = mine.filter(sf.col(CELL_COLUMN) >= 0).select(
+            TABLE_COLUMN, CELL_COLUMN, sf.col("true_n").cast("long").alias("true_n")
+        )
+        joined = noisy.join(true_counts, [TABLE_COLUMN, CELL_COLUMN], "left")
+        return joined.withColumn("true_n", sf.coalesce(sf.col("true_n"), sf.lit(0).cast("long")))
 
     def true_aggregates(self, index: int) -> CellAggregates:
         """Query ``index``'s dense true bounded aggregates, collected to the driver."""
@@ -202,6 +256,20 @@ def _check_distinct_streams(queries: Sequence[QuerySpec]) -> None:
                 f"name"
             )
         seen.add(labels)
+
+
+def _renumbered(table: pa.Table, indices: Sequence[int]) -> pa.Table:
+    """The rows of queries ``indices``, their ``_dp_table`` replaced by the position in it."""
+    if indices == list(range(len(indices))):
+        return table.filter(pc.less(table.column(TABLE_COLUMN), len(indices)))
+    tables = table.column(TABLE_COLUMN).to_numpy()
+    lookup = np.full(max(int(tables.max(initial=0)), *indices) + 1, -1, dtype=np.int64)
+    lookup[np.asarray(indices)] = np.arange(len(indices))
+    positions = lookup[tables]
+    rows = table.filter(pa.array(positions >= 0))
+    column = rows.schema.get_field_index(TABLE_COLUMN)
+    renumbered = pa.array(positions[positions >= 0].astype(np.int32))
+    return rows.set_column(column, TABLE_COLUMN, renumbered.cast(rows.schema.field(column).type))
 
 
 def _rows_of(table: pa.Table, index: int) -> pa.Table:

@@ -14,14 +14,21 @@ is the same bit for bit and independent of executors, partitions and retries.
 The solver (`dp_pipeline.postprocess.group_solver.GroupSolver`, built by the
 release layer) is passed in: this module knows its four methods, not the
 post-processing package. Pure post-processing; no key, no privacy cost.
+
+Two driver-side ends: `cells_frame` sends numpy columns from the driver and
+`table_values` reads each table back whole (the round trip of a release whose
+noisy tables are on the driver); `top_cells` builds the cells from the Spark
+noise job's lazy output and `FittedCells.batches` reads one table back in
+ranges of cells (a release that never holds a table whole on the driver).
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -32,14 +39,18 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
 
 from dp_pipeline.errors import InternalError
+from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
 __all__ = [
     "CELLS_SCHEMA",
+    "FittedCells",
     "GroupSolverLike",
+    "TopLayout",
     "cells_frame",
     "consistent_cells",
     "consistent_tables",
     "table_values",
+    "top_cells",
 ]
 
 CELLS_SCHEMA = StructType(
@@ -116,14 +127,19 @@ def _partitioned(frame: DataFrame) -> DataFrame:
     return frame.repartition("top").persist(StorageLevel.MEMORY_AND_DISK)
 
 
-def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFrame, dict]:
+def consistent_cells(
+    cells: DataFrame, solver: GroupSolverLike, carry: Mapping[str, str] | None = None
+) -> tuple[DataFrame, dict]:
     """The consistent cells (top, table, cell, value) of every table, as a lazy DataFrame.
 
     Runs the first pass and the top step now (one Spark job, a few rows per
     group come back); the second pass runs when the result is read. Returns the
     DataFrame and the diagnostics (most conjugate gradient steps of a group,
-    largest margin residual, raking steps of the top step).
+    largest margin residual, raking steps of the top step). ``carry``: {output
+    column: column of ``cells``} passed through to each fitted cell (the noisy
+    count as ``raw_value``, say), so no join is needed afterwards.
     """
+    carry = dict(carry or {})
     diagnostics: dict = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0}
     top = None
     if solver.options is not None:
@@ -137,9 +153,25 @@ def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFra
         diagnostics["max_residual"] = float(np.max(parts.column("residual").to_numpy()))
         diagnostics["raking_steps"] = int(top.raking_steps)
     schema = _fitted_schema(solver)
+    types = {f.name: f.dataType for f in cells.schema.fields}
+    schema = StructType(
+        [*schema.fields, *(StructField(out, types[name], False) for out, name in carry.items())]
+    )
 
     def fit(table: pa.Table) -> pa.Table:
-        return _arrow(solver.fit(*_columns(table), top), schema)
+        group, tables, cell, value = _columns(table)
+        fitted = solver.fit(group, tables, cell, value, top)
+        if carry:
+            # The solver returns the group's cells in (table, cell) order.
+            order = np.lexsort((cell, tables))
+            if not (
+                np.array_equal(fitted["table"], tables[order])
+                and np.array_equal(fitted["cell"], cell[order])
+            ):
+                raise InternalError(f"group {group}: the fitted cells are not the group's cells")
+            for out, name in carry.items():
+                fitted[out] = table.column(name).to_numpy()[order]
+        return _arrow(fitted, schema)
 
     return cells.groupBy("top").applyInArrow(fit, schema), diagnostics
 
@@ -179,3 +211,103 @@ def table_values(fitted: DataFrame, cells: list[int]) -> Iterator[tuple[int, np.
             yield t, out
     finally:
         fitted.unpersist()
+
+
+@dataclass(frozen=True)
+class TopLayout:
+    """Where a table's cells sit in the hierarchy: the top of cell c is
+    ``tops[(c // stride) % size]`` (its hierarchy key's axis in C order)."""
+
+    stride: int
+    size: int
+    tops: np.ndarray  # int32, one per position of the table's hierarchy level
+
+
+def top_cells(
+    noisy: DataFrame, layouts: Sequence[TopLayout], carry: Sequence[str] = ()
+) -> DataFrame:
+    """The cells DataFrame (``CELLS_SCHEMA``, then ``carry``) of the Spark noise job's output.
+
+    ``noisy``: ``_dp_table`` (the table's position, indexing ``layouts``),
+    ``_cell``, ``count`` (the noisy count) and the ``carry`` columns (long). The
+    top of every cell is derived on the executors from its index and the public
+    hierarchy (``layouts``); nothing comes to the driver. Hash-partitioned by
+    ``top`` and persisted, as `cells_frame`'s.
+    """
+    carry = list(carry)
+    schema = StructType([*CELLS_SCHEMA.fields, *(StructField(c, LongType(), False) for c in carry)])
+    shipped = [(int(x.stride), int(x.size), np.asarray(x.tops, dtype=np.int32)) for x in layouts]
+
+    def with_tops(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        for batch in batches:
+            table = batch.column(TABLE_COLUMN).to_numpy().astype(np.int32)
+            cell = batch.column(CELL_COLUMN).to_numpy().astype(np.int64)
+            top = np.empty(cell.size, dtype=np.int32)
+            for t, (stride, size, tops) in enumerate(shipped):
+                mine = table == t
+                top[mine] = tops[(cell[mine] // stride) % size]
+            columns = {"top": top, "table": table, "cell": cell}
+            columns["value"] = batch.column("count").to_numpy().astype(np.int64)
+            for name in carry:
+                columns[name] = batch.column(name).to_numpy().astype(np.int64)
+            yield pa.RecordBatch.from_pydict(columns, schema=_arrow_schema(schema))
+
+    selected = noisy.select(TABLE_COLUMN, CELL_COLUMN, "count", *carry)
+    return _partitioned(selected.mapInArrow(with_tops, schema))
+
+
+def _arrow_schema(schema: StructType) -> pa.Schema:
+    from pyspark.sql.pandas.types import to_arrow_type
+
+    return pa.schema(
+        [pa.field(f.name, to_arrow_type(f.dataType), nullable=False) for f in schema.fields]
+    )
+
+
+class FittedCells:
+    """The consistent cells of `consistent_cells`, persisted, read back one range at a time.
+
+    ``with FittedCells(cells, solver, carry) as fitted: fitted.batches(t, n, rows)``.
+    The second pass runs once (when the first range is read); the driver then
+    holds one range of one table at a time. Closing unpersists ``cells`` too.
+    """
+
+    def __init__(self, cells: DataFrame, solver: GroupSolverLike, carry=None) -> None:
+        self.cells = cells
+        fitted, self.diagnostics = consistent_cells(cells, solver, carry)
+        # Each group's output is in (table, cell) order, so the cached column batches'
+        # statistics let a range's filter skip most of them.
+        self.fitted = fitted.persist(StorageLevel.MEMORY_AND_DISK)
+
+    def __enter__(self) -> FittedCells:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.fitted.unpersist()
+        self.cells.unpersist()
+
+    def batches(self, table: int, cells: int, rows: int) -> Iterator[pa.Table]:
+        """Table ``table``'s fitted cells (``cells`` of them) in ranges of ``rows``, cell order.
+
+        Columns: ``cell``, ``value`` and the carried columns. Every cell comes once
+        (checked: a missing or repeated cell is an internal error, never a gap).
+        """
+        names = [n for n in self.fitted.columns if n not in ("top", "table")]
+        for start in range(0, cells, rows):
+            stop = min(start + rows, cells)
+            chosen = self.fitted.filter(
+                (self.fitted.table == table)
+                & (self.fitted.cell >= start)
+                & (self.fitted.cell < stop)
+            )
+            got = chosen.select(*names).toArrow()
+            got = got.take(np.argsort(got.column("cell").to_numpy(), kind="stable"))
+            if not np.array_equal(got.column("cell").to_numpy(), np.arange(start, stop)):
+                raise InternalError(
+                    f"consistent table {table}: cells {start}..{stop - 1} came back as "
+                    f"{got.num_rows} rows; every cell once is expected"
+                )
+            yield got
