@@ -118,3 +118,34 @@ def test_the_streaming_writer_refuses_a_short_batch_before_the_last(tmp_path):
         outputs.write_batches(iter(batches), tmp_path / "x.parquet")
     with pytest.raises(ValueError, match=r"y\.parquet: no batch to write"):
         outputs.write_batches(iter([]), tmp_path / "y.parquet")
+
+
+@pytest.mark.spark
+def test_a_failure_mid_table_publishes_nothing_and_returns_the_budget(tmp_path, spark, monkeypatch):
+    from dp_pipeline.engines.spark import postprocess
+    from dp_pipeline.release.ledger import Ledger
+
+    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    batches = postprocess.FittedCells.batches
+
+    def lost_after_one_range(self, table, cells, rows):
+        yield next(batches(self, table, cells, rows))
+        raise RuntimeError("executor lost while reading the consistent cells")
+
+    monkeypatch.setattr(postprocess.FittedCells, "batches", lost_after_one_range)
+    spec = geo_spec(tmp_path, engine="spark")
+    with pytest.raises(RuntimeError, match="executor lost while reading"):
+        run_release(spec, progress=QUIET, spark=spark)
+    out = tmp_path / "out"
+    assert not (out / spec.release_id).exists()
+    assert not list(out.glob(".*"))  # the hidden folder with the half-written file is gone
+    assert [e.status for e in Ledger(spec.ledger_path).history()] == ["aborted"]
+    assert not spark.sparkContext._jsc.getPersistentRDDs()
+    # The same release id then runs whole, from the same reservation rules.
+    monkeypatch.setattr(postprocess.FittedCells, "batches", batches)
+    result = run_release(spec, progress=QUIET, spark=spark)
+    assert result.outcome == "reserved"
+    assert pq.ParquetFile(result.output / "county_sex.parquet").metadata.num_rows == 6286
