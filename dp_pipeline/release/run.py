@@ -36,6 +36,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
@@ -48,7 +49,11 @@ from dp_pipeline.release.consistency import (
 from dp_pipeline.release.engines import InputChangedError, open_input
 from dp_pipeline.release.fingerprint import files_fingerprint
 from dp_pipeline.release.identity import release_identity
-from dp_pipeline.release.input_schema import check_input_columns, published_table
+from dp_pipeline.release.input_schema import (
+    check_input_columns,
+    published_table,
+    table_schema,
+)
 from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
@@ -336,21 +341,23 @@ def _write_outputs(
 def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
     """Write a table kept on Spark one row group at a time.
 
-    Returns (rows, column names, what the report reads of it): without the truth
-    (a real input) an empty frame, which the accuracy summary skips; on synthetic
-    input the batches' report columns, concatenated.
+    Each batch becomes the Arrow table `published_table` makes of the same rows
+    (`table_schema`, no metadata), so the file is the driver path's bytes. Returns
+    (rows, column names, what the report reads of it): without the truth (a real
+    input) an empty frame, which the accuracy summary skips; on synthetic input
+    the batches' rows as pandas, concatenated.
     """
-    columns, kept = [], []
+    schema = table_schema(plan.spec, table.table, raw=True)
+    kept = []
 
     def published():
         for batch in streamed.batches(ROW_GROUP_ROWS):
-            arrow = published_table(plan.spec, table.table, batch)
-            columns[:] = arrow.schema.names
-            kept.append(batch if streamed.truth else batch.iloc[:0])
-            yield arrow
+            arrow = pa.Table.from_arrays([batch.column(n) for n in schema.names], schema.names)
+            kept.append((batch if streamed.truth else batch.slice(0, 0)).to_pandas())
+            yield arrow.cast(schema)
 
     rows = write_batches(published(), path)
-    return rows, columns, pd.concat(kept, ignore_index=True)
+    return rows, schema.names, pd.concat(kept, ignore_index=True)
 
 
 def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import pandas as pd
+import numpy as np
 import pyarrow as pa
 
 __all__ = ["OnSpark", "SparkNoisyTables", "StreamedTable", "close_tables", "is_streamed"]
@@ -43,19 +43,27 @@ class SparkNoisyTables:
     def __repr__(self) -> str:
         return f"SparkNoisyTables({', '.join(self.names)})"
 
-    def decoded(self, position: int, cells, columns: dict[str, Any]) -> pd.DataFrame:
-        """Table ``position``'s rows for ``cells``: decoded key columns, then ``columns``."""
+    def decoded(self, position: int, cells: np.ndarray, columns: dict[str, Any]) -> pa.Table:
+        """Table ``position``'s rows for ``cells``: decoded key columns, then ``columns``.
+
+        Arrow throughout (a string key is its domain's values taken by position), so a
+        batch costs its Arrow buffers, not a Python object per key value.
+        """
         query = self.queries[position]
         types = self.key_types[position]
-        keys = query.cells.decode(cells)
-        arrays = {
-            column: pa.array(values, type=types[column])
-            for column, values in zip(query.cells.columns, keys, strict=True)
-        }
-        frame = pa.table(arrays).to_pandas()
+        arrays = {}
+        for column, domain, stride in zip(
+            query.cells.columns, query.cells.domains, query.cells.strides, strict=True
+        ):
+            positions = (cells // np.int64(stride)) % np.int64(domain.size)
+            if domain.is_range:
+                arrays[column] = pa.array(domain.values_at(positions), type=types[column])
+            else:
+                values = pa.array(list(domain.values), type=types[column])
+                arrays[column] = values.take(pa.array(positions))
         for name, values in columns.items():
-            frame[name] = values
-        return frame
+            arrays[name] = pa.array(values)
+        return pa.table(arrays)
 
 
 @dataclass(frozen=True, repr=False)
@@ -74,9 +82,9 @@ class OnSpark:
 
 @dataclass(frozen=True, repr=False)
 class StreamedTable:
-    """A released table read in ranges of cells: ``batches(rows)`` yields pandas frames.
+    """A released table read in ranges of cells: ``batches(rows)`` yields Arrow tables.
 
-    Every frame has the key columns, ``value``, ``raw_value`` and, with ``truth``,
+    Every batch has the key columns, ``value``, ``raw_value`` and, with ``truth``,
     ``true_value``, for consecutive cells in order; all of them together are the
     table, every declared cell once. ``close`` releases the Spark side.
     """
@@ -84,7 +92,7 @@ class StreamedTable:
     name: str
     cells: int
     truth: bool
-    batches: Callable[[int], Iterator[pd.DataFrame]]
+    batches: Callable[[int], Iterator[pa.Table]]
     close: Callable[[], None] = field(default=lambda: None)
 
     def __repr__(self) -> str:
