@@ -368,9 +368,41 @@ def test_a_table_with_missing_rows_is_refused(plan):
 
 def test_batches_with_different_columns_are_refused(plan):
     frame = released(plan, "state_sex", 1)
+    accuracy = accuracy_of(plan, "state_sex", [frame.iloc[:10]])
     with pytest.raises(ValueError, match="table 'state_sex': a batch has no 'raw_value' column"):
-        accuracy_of(plan, "state_sex", [frame.iloc[:10], frame.iloc[10:].drop(columns="raw_value")])
-    with pytest.raises(ValueError, match="table 'state_sex': a batch without true_value"):
-        accuracy_of(
-            plan, "state_sex", [frame.iloc[:10], frame.iloc[10:].drop(columns="true_value")]
-        )
+        accuracy.add(frame.iloc[10:].drop(columns="raw_value"))
+    with pytest.raises(
+        ValueError,
+        match="table 'state_sex': a batch has no 'true_value' column and earlier ones did;",
+    ):
+        accuracy.add(frame.iloc[10:].drop(columns="true_value"))
+    with pytest.raises(ValueError, match="table 'state_sex': a batch has no 'state' column"):
+        accuracy.add(frame.iloc[10:].drop(columns="state"))
+    accuracy.add(frame.iloc[10:])  # the refused batches left no trace
+    assert accuracy.summary() == accuracy_of(plan, "state_sex", [frame]).summary()
+    real = accuracy_of(plan, "state_sex", [frame.iloc[:10].drop(columns="true_value")])
+    with pytest.raises(
+        ValueError, match="a batch has 'true_value' column and earlier ones did not"
+    ):
+        real.add(frame.iloc[10:])
+
+
+def test_a_bad_batch_leaves_the_tallies_unchanged(plan):
+    frame = released(plan, "state_sex", 2)
+    accuracy = accuracy_of(plan, "state_sex", [frame.iloc[:40]])
+    bad = frame.iloc[40:].copy()
+    bad["raw_value"] = bad["raw_value"].astype("Int64")
+    bad.loc[bad.index[-1], "raw_value"] = pd.NA  # the second column checked
+    with pytest.raises(ValueError, match="column 'raw_value' has missing values"):
+        accuracy.add(bad)
+    accuracy.add(frame.iloc[40:])
+    assert accuracy.summary() == accuracy_of(plan, "state_sex", [frame]).summary()
+
+
+def test_a_fractional_truth_is_refused(plan):
+    frame = released(plan, "state_sex", 1)
+    frame["true_value"] = frame["true_value"] + 0.5
+    with pytest.raises(
+        ValueError, match="table 'state_sex': column 'true_value' has dtype float64; true cell"
+    ):
+        accuracy_of(plan, "state_sex", [frame])

@@ -23,6 +23,7 @@ from dp_pipeline.release.plan import ReleasePlan, TablePlan
 __all__ = ["HISTOGRAM_BINS", "TableAccuracy", "accuracy_summary", "table_accuracies"]
 
 HISTOGRAM_BINS = 60
+_COLUMN_OF = {"consistent": "value", "raw": RAW_COLUMN}
 _SELECTION_COLUMNS = {"top_k": "in_true_top_k", "quantile": "rank_error", "median": "rank_error"}
 
 
@@ -62,56 +63,66 @@ class TableAccuracy:
         self._tallies: dict[str, ErrorTally] | None = None  # set by the first batch
         self._has_truth: bool | None = None
         self._geography_level, self._top_of, self._groups = _geography(plan, table_plan)
-        self._domain = (
-            pd.Index(list(plan.spec.domains[self._geography_level]))
-            if self._geography_level
-            else None
-        )
+        domain = plan.spec.domains[self._geography_level] if self._geography_level else None
+        self._domain = domain
+        self._domain_index = pd.Index(list(domain)) if domain is not None else None
         self._top_name = plan.spec.hierarchy.levels[0] if self._geography_level else None
 
     def add(self, frame: pd.DataFrame) -> None:
         """Tally a batch of released rows (the table's key columns, ``value``, optionally
-        ``raw_value``, ``true_value``; a selection's comparison column)."""
+        ``raw_value``, ``true_value``; a selection's comparison column).
+
+        The batch is checked whole before anything is tallied: a bad batch raises
+        `ValueError` naming the table, the column and the value, and leaves the
+        tallies as they were.
+        """
         if self._selection_column is not None:
-            self._add_selection(frame)
+            self._check_truth(self._selection_column in frame, self._selection_column)
+            if self._has_truth:
+                self._selected.append(frame[self._selection_column].to_numpy(np.float64))
             return
-        has_truth = "true_value" in frame
-        if self._has_truth is None:
-            self._has_truth = has_truth
-            if has_truth:
-                columns = ["consistent", "raw"] if RAW_COLUMN in frame else ["consistent"]
-                margin = self.table_plan.margin_of_error
-                self._tallies = {c: ErrorTally(margin, self._groups) for c in columns}
-        elif has_truth != self._has_truth:
+        self._check_truth("true_value" in frame, "true_value")
+        if not self._has_truth:
+            return
+        if self._tallies is None:
+            columns = ["consistent", "raw"] if RAW_COLUMN in frame else ["consistent"]
+            margin = self.table_plan.margin_of_error
+            self._tallies = {label: ErrorTally(margin, self._groups) for label in columns}
+        needed = [_COLUMN_OF[label] for label in self._tallies]
+        if self._geography_level is not None:
+            needed.append(self._geography_level)
+        missing = [column for column in needed if column not in frame]
+        if missing:
             raise ValueError(
-                f"table {self.name!r}: a batch {'with' if has_truth else 'without'} "
-                "true_value after batches that differ; every batch needs the same columns"
+                f"table {self.name!r}: a batch has no {missing[0]!r} column (its columns: "
+                f"{list(frame.columns)}); every batch needs the same columns"
             )
-        if not has_truth:
-            return
         truth = self._integers(frame, "true_value")
         group_of = self._group_of(frame)
+        errors = {label: self._errors(frame, _COLUMN_OF[label], truth) for label in self._tallies}
         for label, tally in self._tallies.items():
-            column = "value" if label == "consistent" else RAW_COLUMN
-            if column not in frame:
-                raise ValueError(f"table {self.name!r}: a batch has no {column!r} column")
-            tally.add(self._errors(frame, column, truth), group_of)
+            tally.add(errors[label], group_of)
 
-    def _add_selection(self, frame: pd.DataFrame) -> None:
-        if self._selection_column not in frame:
-            if self._selected:
-                raise ValueError(
-                    f"table {self.name!r}: a batch has no {self._selection_column!r} column"
-                )
-            self._has_truth = False
-            return
-        self._has_truth = True
-        self._selected.append(frame[self._selection_column].to_numpy(np.float64))
+    def _check_truth(self, present: bool, column: str) -> None:
+        """Every batch has the comparison column, or none has (real input)."""
+        if self._has_truth is None:
+            self._has_truth = present
+        elif present != self._has_truth:
+            raise ValueError(
+                f"table {self.name!r}: a batch {'has' if present else 'has no'} {column!r} "
+                f"column and earlier ones {'did not' if present else 'did'}; every batch "
+                "needs the same columns"
+            )
 
     def _integers(self, frame: pd.DataFrame, column: str) -> np.ndarray:
         series = frame[column]
         if series.isna().any():
             raise ValueError(f"table {self.name!r}: column {column!r} has missing values")
+        if not pd.api.types.is_integer_dtype(series.dtype):
+            raise ValueError(
+                f"table {self.name!r}: column {column!r} has dtype {series.dtype}; true cell "
+                "values are integers"
+            )
         return series.to_numpy(np.int64)
 
     def _errors(self, frame: pd.DataFrame, column: str, truth: np.ndarray) -> np.ndarray:
@@ -119,7 +130,7 @@ class TableAccuracy:
         series = frame[column]
         if series.isna().any():
             raise ValueError(f"table {self.name!r}: column {column!r} has missing values")
-        if series.dtype.kind in "iu" or pd.api.types.is_integer_dtype(series.dtype):
+        if pd.api.types.is_integer_dtype(series.dtype):
             values = series.to_numpy(np.int64)
             if values.size and max(int(np.abs(values).max()), int(np.abs(truth).max())) >= 2**62:
                 return values.astype(object) - truth.astype(object)  # exact Python ints
@@ -136,9 +147,15 @@ class TableAccuracy:
         if self._geography_level is None:
             return None
         level = self._geography_level
-        positions = self._domain.get_indexer(frame[level].to_numpy())
+        keys = frame[level].to_numpy()
+        if isinstance(self._domain, range) and self._domain.step == 1 and keys.dtype.kind in "iu":
+            # Integer ranges (county codes): positions by subtraction, no hash lookup.
+            positions = keys.astype(np.int64) - self._domain.start
+            positions[(positions < 0) | (positions >= len(self._domain))] = -1
+        else:
+            positions = self._domain_index.get_indexer(keys)
         if (positions < 0).any():
-            bad = frame[level].to_numpy()[positions < 0][0]
+            bad = keys[positions < 0][0]
             bad = bad.item() if hasattr(bad, "item") else bad
             raise ValueError(
                 f"table {self.name!r}: column {level!r} has {bad!r}, which is not in its "

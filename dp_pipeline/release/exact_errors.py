@@ -154,8 +154,8 @@ class ErrorTally:
         if self.group_sums:
             for group, value in enumerate(exact_sums(errors, group_of, len(self.group_sums))):
                 self.group_sums[group] += value
-        values, counts = np.unique(errors, return_counts=True)
-        self._pending.append((values, counts.astype(np.int64)))
+        values, counts = _distinct(errors)
+        self._pending.append((values, counts))
         self._pending_size += values.size
         if self._pending_size > max(2 * self._values.size, 1 << 16):
             self._compact()
@@ -174,6 +174,19 @@ class ErrorTally:
         """The distinct errors (float64, ascending) and how many cells have each."""
         self._compact()
         return self._values.astype(np.float64), self._counts.copy()
+
+
+def _distinct(errors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The distinct errors, ascending, and their counts (integers over a narrow range:
+    one bincount, O(cells); otherwise one sort)."""
+    if errors.dtype.kind == "i":
+        smallest, largest = int(errors.min()), int(errors.max())
+        if largest - smallest <= 4 * errors.size + 1024:
+            counts = np.bincount(errors - smallest)
+            present = np.flatnonzero(counts)
+            return present + smallest, counts[present].astype(np.int64)
+    values, counts = np.unique(errors, return_counts=True)
+    return values, counts.astype(np.int64)
 
 
 def histogram_counts(values: np.ndarray, counts: np.ndarray, edges: np.ndarray) -> np.ndarray:
