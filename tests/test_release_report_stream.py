@@ -40,6 +40,7 @@ synthetic_persons = 1000
 dir = "{tmp}/out"
 
 [run]
+engine = "pandas"
 ledger = "{tmp}/ledger.sqlite"
 key_file = "{tmp}/master.key"
 
@@ -319,6 +320,20 @@ def released_counts(plan, table_plan, rng) -> pd.DataFrame:
     return frame
 
 
+def test_tables_fed_in_batches_join_the_whole_ones(plan):
+    frames = {t.table.name: released(plan, t.table.name, 4) for t in plan.tables}
+    whole = table_accuracies(plan, frames)
+    mixed = dict(
+        frames, county_sex=accuracy_of(plan, "county_sex", in_batches(frames["county_sex"], 4))
+    )
+    mixed = table_accuracies(plan, mixed)
+    assert mixed["county_sex"] is not whole["county_sex"]
+    assert accuracy_summary(plan, mixed) == accuracy_summary(plan, whole)
+    assert [row["table"] for row in accuracy_summary(plan, whole)] == [
+        t.table.name for t in plan.tables
+    ]
+
+
 def test_real_input_has_no_accuracy(plan):
     frames = {t.table.name: released(plan, t.table.name, 1) for t in plan.tables}
     real = {name: frame.drop(columns="true_value") for name, frame in frames.items()}
@@ -406,3 +421,22 @@ def test_a_fractional_truth_is_refused(plan):
         ValueError, match="table 'state_sex': column 'true_value' has dtype float64; true cell"
     ):
         accuracy_of(plan, "state_sex", [frame])
+
+
+def test_the_html_report_is_the_same_from_batches(plan, tmp_path, monkeypatch):
+    from dp_pipeline.release.report import html_report
+    from dp_pipeline.release.run import Progress, run_release
+
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "5a" * 32)
+    shutil.copy(ROOT / "conf" / "census_demo_counties.csv", tmp_path / "counties.csv")
+    (tmp_path / "acc.toml").write_text(SPEC.format(tmp=tmp_path))
+    result = run_release(load_spec(tmp_path / "acc.toml"), progress=Progress(quiet=True))
+    frames = {t.table.name: released(plan, t.table.name, 8) for t in plan.tables}
+    whole = table_accuracies(plan, frames)
+    batched = {
+        name: accuracy_of(plan, name, in_batches(frame, 8)) for name, frame in frames.items()
+    }
+    page = html_report(result.plan, result.report, whole, accuracy_summary(plan, whole))
+    assert page == html_report(result.plan, result.report, batched, accuracy_summary(plan, batched))
+    assert "alt='errors' src='data:image/png;base64," in page
+    assert "Post-processing: raw noisy counts and consistent estimates" in page

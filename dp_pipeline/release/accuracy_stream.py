@@ -257,13 +257,18 @@ def _geography(plan: ReleasePlan, table_plan: TablePlan):
     return level, top_of, groups
 
 
-def table_accuracies(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> dict:
-    """Every table's `TableAccuracy`, each fed its whole released frame as one batch."""
+def table_accuracies(plan: ReleasePlan, results: dict) -> dict[str, TableAccuracy]:
+    """Every table's `TableAccuracy`: a released frame is fed whole, as one batch; a
+    `TableAccuracy` (a table fed batch by batch as it was written) is taken as it is."""
     accuracies = {}
     for table_plan in plan.tables:
-        accuracy = TableAccuracy(plan, table_plan)
-        accuracy.add(results[table_plan.table.name])
-        accuracies[table_plan.table.name] = accuracy
+        name = table_plan.table.name
+        value = results[name]
+        if not isinstance(value, TableAccuracy):
+            accuracy = TableAccuracy(plan, table_plan)
+            accuracy.add(value)
+            value = accuracy
+        accuracies[name] = value
     return accuracies
 
 
