@@ -19,7 +19,7 @@ import numpy as np
 
 __all__ = ["ErrorTally", "exact_float_sums", "exact_sums", "histogram_counts"]
 
-# |value| below this keeps an int64 sum of a batch from overflowing (with the batch size).
+# An int64 sum of a batch cannot overflow while its largest |value| × its size is at most this.
 _INT64_LIMIT = 2**63 - 1
 # A float's 53-bit significand as two int64 halves: sums of up to 2**36 halves fit in int64.
 _HALF_BITS = 26
@@ -132,7 +132,7 @@ class ErrorTally:
         self.within = 0
         self.total: int | Fraction = 0
         self.group_sums: list[int | Fraction] = [0] * groups
-        self._values: np.ndarray = np.zeros(0)
+        self._values: np.ndarray = np.zeros(0, dtype=np.int64)
         self._counts: np.ndarray = np.zeros(0, dtype=np.int64)
         self._pending: list[tuple[np.ndarray, np.ndarray]] = []
         self._pending_size = 0
