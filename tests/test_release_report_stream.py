@@ -440,3 +440,44 @@ def test_the_html_report_is_the_same_from_batches(plan, tmp_path, monkeypatch):
     assert page == html_report(result.plan, result.report, batched, accuracy_summary(plan, batched))
     assert "alt='errors' src='data:image/png;base64," in page
     assert "Post-processing: raw noisy counts and consistent estimates" in page
+
+
+def test_a_missing_true_value_is_refused(plan):
+    frame = released(plan, "state_income", 1)
+    frame["true_value"] = frame["true_value"].astype("Int64")
+    frame.loc[0, "true_value"] = pd.NA
+    with pytest.raises(
+        ValueError, match="table 'state_income': column 'true_value' has missing values"
+    ):
+        accuracy_of(plan, "state_income", [frame])
+
+
+def test_a_key_outside_a_listed_domain_is_refused(plan):
+    frame = released(plan, "county_sex", 1)
+    frame["county"] = frame["county"].astype(str)  # '1' is not the domain's 1
+    with pytest.raises(ValueError, match="table 'county_sex': column 'county' has '1', which"):
+        accuracy_of(plan, "county_sex", [frame])
+
+
+def test_a_non_finite_value_has_no_exact_sum():
+    with pytest.raises(ValueError, match="a value of nan is not finite; exact sums need finite"):
+        exact_float_sums(np.array([1.0, np.nan]), np.zeros(2, dtype=np.int64), 1)
+
+
+def test_selection_batches_with_different_columns_are_refused(tmp_path):
+    from dp_pipeline.release.run import apply_overrides
+
+    spec = apply_overrides(
+        load_spec(ROOT / "conf" / "census_selections.toml"),
+        output_dir=str(tmp_path / "out"),
+        ledger_path=str(tmp_path / "ledger.sqlite"),
+        key_file=str(tmp_path / "master.key"),
+    )
+    plan = plan_release(spec)
+    name = next(t.table.name for t in plan.tables if t.table.statistic == "median")
+    accuracy = accuracy_of(plan, name, [pd.DataFrame({"rank_error": [1, 2]})])
+    with pytest.raises(
+        ValueError,
+        match=f"table '{name}': a batch has no 'rank_error' column and earlier ones did;",
+    ):
+        accuracy.add(pd.DataFrame({"value": [3]}))
