@@ -41,6 +41,11 @@ import pyarrow as pa
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
+from dp_pipeline.release.accuracy_stream import (
+    TableAccuracy,
+    accuracy_summary,
+    table_accuracies,
+)
 from dp_pipeline.release.consistency import (
     check_postprocess_engine,
     consistent_results,
@@ -67,7 +72,7 @@ from dp_pipeline.release.outputs import (
     write_table,
 )
 from dp_pipeline.release.plan import ReleasePlan, plan_release
-from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.report import html_report, privacy_report
 from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
     ENGINES,
@@ -260,9 +265,12 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         if postprocessing:
             timings["postprocess"] = time.perf_counter() - started
             where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
+            sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
             progress(
-                f"post-processed {len(postprocessing['tables'])} count table(s) into one "
-                f"consistent set ({postprocessing['method']}) {where + ' ' if where else ''}"
+                f"post-processed {len(postprocessing['tables'])} "
+                f"{'' if spec.postprocess.sums else 'count '}table(s) into "
+                f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
+                f"({postprocessing['method']}) {where + ' ' if where else ''}"
                 f"in {timings['postprocess']:.2f} s"
             )
         started = time.perf_counter()
@@ -307,7 +315,7 @@ def _write_outputs(
     start_publishing,
 ) -> dict:
     files = {}
-    seen = dict(results)  # what the accuracy summary and the report read
+    seen = dict(results)  # what the accuracy summary and the report read: tables or tallies
     directory = AtomicReleaseDirectory(final)
     with directory as folder:
         for table in plan.tables:
@@ -327,11 +335,12 @@ def _write_outputs(
         if postprocessing:
             report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
-        accuracy = accuracy_summary(plan, seen)
+        accuracies = table_accuracies(plan, seen)
+        accuracy = accuracy_summary(plan, accuracies)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
-        (folder / "report.html").write_text(html_report(plan, report, seen, accuracy))
+        (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
         _checkpoint("before_publish")
         start_publishing()
         directory.publish()
@@ -342,22 +351,23 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
     """Write a table kept on Spark one row group at a time.
 
     Each batch becomes the Arrow table `published_table` makes of the same rows
-    (`table_schema`, no metadata), so the file is the driver path's bytes. Returns
-    (rows, column names, what the report reads of it): without the truth (a real
-    input) an empty frame, which the accuracy summary skips; on synthetic input
-    the batches' rows as pandas, concatenated.
+    (`table_schema`, no metadata), so the file is the driver path's bytes, and is
+    tallied by the table's `TableAccuracy` (which keeps exact tallies, never the
+    rows; on real input, without the truth, it has no summary). Returns (rows,
+    column names, the `TableAccuracy`).
     """
     schema = table_schema(plan.spec, table.table, raw=True)
-    kept = []
+    accuracy = TableAccuracy(plan, table)
 
     def published():
         for batch in streamed.batches(ROW_GROUP_ROWS):
             arrow = pa.Table.from_arrays([batch.column(n) for n in schema.names], schema.names)
-            kept.append((batch if streamed.truth else batch.slice(0, 0)).to_pandas())
+            if streamed.truth:  # synthetic input: the batch's rows against the truth
+                accuracy.add(batch.to_pandas())
             yield arrow.cast(schema)
 
     rows = write_batches(published(), path)
-    return rows, schema.names, pd.concat(kept, ignore_index=True)
+    return rows, schema.names, accuracy
 
 
 def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
