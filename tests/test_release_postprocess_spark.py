@@ -69,13 +69,19 @@ def test_a_national_table_above_the_driver_limit_is_refused_before_any_spend(tmp
 
 
 @pytest.mark.spark
-@pytest.mark.parametrize("rows", [1000, 1024 * 1024])
+@pytest.mark.parametrize(("rows", "general"), [(1000, False), (1024 * 1024, False), (1000, True)])
 def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
-    tmp_path, spark, monkeypatch, rows
+    tmp_path, spark, monkeypatch, rows, general
 ):
     # The executors aggregate (no small-input shortcut) on both runs; the second keeps
     # the combined tables on Spark from the noise to the writer, in ranges of ``rows``
     # cells (1000: several row groups per county table, the same cut on both runs).
+    # ``general``: the Spark SQL aggregation (its aggregates a DataFrame from the
+    # start) instead of the pass over the Parquet row groups.
+    from dp_pipeline.engines.spark import parquet_plan
+
+    if general:
+        monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", 0)
     monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", rows)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", rows)
