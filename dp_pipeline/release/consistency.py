@@ -34,6 +34,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
@@ -249,10 +250,10 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
     settings = spec.postprocess
     lazy = {results[name].tables for name in settings.tables}
     if len(lazy) != 1 or not all(isinstance(results[n], OnSpark) for n in settings.tables):
-        raise TypeError("the combined tables must all be on Spark, from one noise step")
+        raise InternalError("the combined tables must all be on Spark, from one noise step")
     (noisy,) = lazy
     if noisy.names != tuple(settings.tables):
-        raise TypeError(f"the Spark noisy tables are {noisy.names}, not {settings.tables}")
+        raise InternalError(f"the Spark noisy tables are {noisy.names}, not {settings.tables}")
     keys = {name: plans[name].table.keys for name in settings.tables}
     shapes = [
         TableShape(name, keys[name], tuple(len(spec.domains[k]) for k in keys[name]))
@@ -272,7 +273,11 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
     ]
     carry = {RAW_COLUMN: "value"} | ({"true_value": "true_n"} if noisy.truth else {})
     cells = top_cells(noisy.frame, layouts, ["true_n"] if noisy.truth else [])
-    fitted = FittedCells(cells, solver, carry)
+    try:
+        fitted = FittedCells(cells, solver, carry)
+    except BaseException:
+        cells.unpersist()  # the noisy tables are closed by the release (close_tables)
+        raise
 
     def close() -> None:
         fitted.close()

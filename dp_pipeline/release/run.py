@@ -272,6 +272,11 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
                 f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
                 f"({postprocessing['method']}) {where + ' ' if where else ''}"
                 f"in {timings['postprocess']:.2f} s"
+                + (
+                    " (its second pass runs as the tables are written)"
+                    if any(isinstance(v, StreamedTable) for v in results.values())
+                    else ""
+                )
             )
         started = time.perf_counter()
         report = _write_outputs(
