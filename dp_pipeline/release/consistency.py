@@ -264,7 +264,10 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
     options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
     solver = group_solver(shapes, hierarchy, variances, **options)
     layouts = [
-        TopLayout(
+        # A table without a hierarchy key, where a solver takes one, is its own block.
+        TopLayout(1, 1, np.array([solver.groups], dtype=np.int32))
+        if s.geo_axis is None
+        else TopLayout(
             int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64)),
             s.sizes[s.geo_axis],
             hierarchy.ancestors(s.level, TOP).astype(np.int32),
