@@ -162,3 +162,60 @@ def test_a_failure_mid_table_publishes_nothing_and_returns_the_budget(tmp_path, 
     result = run_release(spec, progress=QUIET, spark=spark)
     assert result.outcome == "reserved"
     assert pq.ParquetFile(result.output / "county_sex.parquet").metadata.num_rows == 6286
+
+
+KILLED_RUN = """
+import sys
+import dp_pipeline.release.consistency as consistency
+import dp_pipeline.release.outputs as outputs
+import dp_pipeline.release.run as run
+import dp_pipeline.release.spark_tables as spark_tables
+from dp_pipeline.release.spec import load_spec
+
+consistency.DRIVER_POSTPROCESS_CELLS = 100
+spark_tables.DRIVER_INPUT_BYTES = 0
+outputs.ROW_GROUP_ROWS = run.ROW_GROUP_ROWS = 1000
+run.run_release(load_spec(sys.argv[1]), progress=run.Progress(quiet=True))
+"""
+
+
+@pytest.mark.spark
+def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path, monkeypatch):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from dp_pipeline.release.ledger import Ledger
+
+    spec = geo_spec(tmp_path, engine="spark")
+    environment = dict(
+        os.environ,
+        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
+        DP_PIPELINE_KILL_AT="mid_table",
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", KILLED_RUN, str(tmp_path / "geo.toml")],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert killed.returncode == -9, killed.stderr
+    out = tmp_path / "out"
+    assert not (out / spec.release_id).exists()
+    assert [p.name.startswith(f".{spec.release_id}.tmp-") for p in out.iterdir()] == [True]
+    ledger = Ledger(spec.ledger_path)
+    assert ledger.entry(spec.release_id).status == "reserved"  # still counts as spent
+    # The next run resumes the reservation (no new spend, the same noise) and publishes
+    # what a release that was never interrupted publishes.
+    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
+    resumed = run_release(spec, progress=QUIET)
+    assert resumed.outcome == "resumed"
+    assert ledger.entry(spec.release_id).status == "committed"
+    assert not list(out.glob(".*"))  # the killed run's hidden folder is removed
+    fresh = run_release(geo_spec(tmp_path / "fresh", engine="spark"), progress=QUIET)
+    assert _files(resumed.output) == _files(fresh.output)

@@ -370,6 +370,7 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
             if streamed.truth:  # synthetic input: the batch's rows against the truth
                 accuracy.add(batch.to_pandas())
             yield arrow.cast(schema)
+            _checkpoint("mid_table")  # a row group is in the hidden folder's file
 
     rows = write_batches(published(), path)
     return rows, schema.names, accuracy
