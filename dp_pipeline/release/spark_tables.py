@@ -164,7 +164,7 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     # Combined tables post-processed on Spark stay there: noised by the Spark noise
     # job, their cells never collected (`dp_pipeline.release.streamed`).
     on_spark = postprocess_on_spark(spec)
-    combined = [name for name in spec.postprocess.tables] if on_spark else []
+    combined = list(spec.postprocess.tables) if on_spark else []
     # One pass over the input for all tables: read, code, bound, aggregate.
     cells = noisy_cells(frame, specs, collect=not on_spark, derived=derived)
     try:
