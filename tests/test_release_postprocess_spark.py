@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import dp_pipeline.release.consistency as consistency
+from dp_pipeline.release.cli import main
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import SpecError
@@ -60,3 +61,16 @@ def test_a_national_table_above_the_driver_limit_is_refused_before_any_spend(tmp
     assert not (tmp_path / "out").exists()
     monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 10**9)
     consistency.check_postprocess_engine(spec)  # on the driver the global solve takes it
+
+
+def test_dp_release_plan_refuses_what_run_refuses(tmp_path, monkeypatch, capsys):
+    spec = _with_national_table(tmp_path)
+    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    with pytest.raises(SpecError) as refused:
+        run_release(spec, progress=QUIET)
+    assert main(["plan", str(tmp_path / "geo.toml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("dp-release plan: ")
+    assert str(refused.value) in err
+    assert "table 'sex_total' has no hierarchy key" in err
+    assert not (tmp_path / "ledger.sqlite").exists()

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
+
+if TYPE_CHECKING:  # the plan step calls check_postprocess_engine: no import back at run time
+    from dp_pipeline.release.plan import ReleasePlan, TablePlan
 
 __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
