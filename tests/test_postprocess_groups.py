@@ -275,3 +275,22 @@ def test_a_singular_block_with_a_national_table_equals_the_global_solve():
     np.testing.assert_array_equal(
         result.values["state_sex_race"].reshape(2, 2, 4).sum(axis=(0, 1)), result.values["race"]
     )
+
+
+def test_national_margins_too_large_for_the_driver_are_refused_per_group():
+    from dp_pipeline.postprocess import TableShape
+    from dp_pipeline.postprocess.coupled import MAX_COVARIANCE_ENTRIES
+
+    hierarchy = Hierarchy(("state", "county"), (2, 3), (np.array([0, 0, 1]),))
+    shapes = [TableShape("state_a", ("state", "a"), (2, 5000)), TableShape("a", ("a",), (5000,))]
+    assert MAX_COVARIANCE_ENTRIES < 3 * 5000**2
+    refused = (
+        r"per-group post-processing: the national table\(s\) 'a' share 5,000 margin cells with "
+        r"the grouped tables; .* \(3 blocks, 75,000,000 entries\) to the driver, above its "
+        r"limit of 67,108,864; use national tables with fewer cells"
+    )
+    with pytest.raises(PostprocessError, match=refused):
+        group_solver(shapes, hierarchy)
+    small = [TableShape("state_a", ("state", "a"), (2, 100)), TableShape("a", ("a",), (100,))]
+    solver = group_solver(small, hierarchy, [Fraction(1), Fraction(1)])
+    assert solver.coupling.size == 100 and solver.blocks == 3
