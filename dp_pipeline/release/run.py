@@ -240,9 +240,12 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         if postprocessing:
             timings["postprocess"] = time.perf_counter() - started
             where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
+            sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
             progress(
-                f"post-processed {len(postprocessing['tables'])} count table(s) into one "
-                f"consistent set ({postprocessing['method']}) {where + ' ' if where else ''}"
+                f"post-processed {len(postprocessing['tables'])} "
+                f"{'' if spec.postprocess.sums else 'count '}table(s) into "
+                f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
+                f"({postprocessing['method']}) {where + ' ' if where else ''}"
                 f"in {timings['postprocess']:.2f} s"
             )
         started = time.perf_counter()
