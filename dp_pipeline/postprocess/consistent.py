@@ -138,6 +138,11 @@ def make_consistent(
     otherwise the top-down step makes it non-negative and/or integer, with
     exact agreement when ``integer``. Raises :class:`PostprocessError` on bad
     input (before any work) and ``InternalError`` if a margin check fails.
+
+    Solved one top-level group at a time when every table has a hierarchy key;
+    with national tables too, as one more block combined exactly over their
+    shared margins (:mod:`.coupled`), unless :func:`.coupled.coupled_refusal`
+    says it cannot be (then, as without a hierarchy, one global solve).
     """
     started = time.perf_counter()
     p = plan(tables, hierarchy)

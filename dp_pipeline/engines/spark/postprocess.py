@@ -10,9 +10,13 @@ the top-level totals and the top-level tables; the second solves each group
 against those and returns its consistent cells. The per-group functions are
 the ones the driver's `make_consistent` runs, on the same inputs, so the result
 is the same bit for bit and independent of executors, partitions and retries.
+National tables (no hierarchy key) are one more group (``top`` equal to the
+number of groups); their parts carry a list column ``coupling`` (each row's
+sensitivity to the coupling multiplier, and the block's covariance rows), empty
+for a solver without national tables.
 
 The solver (`dp_pipeline.postprocess.group_solver.GroupSolver`, built by the
-release layer) is passed in: this module knows its four methods, not the
+release layer) is passed in: this module knows its four methods and ``two_pass``, not the
 post-processing package. Pure post-processing; no key, no privacy cost.
 """
 
