@@ -236,13 +236,15 @@ def block_system(
     coupling: Coupling,
     hierarchy: Hierarchy | None,
     systems: dict | None = None,
+    covariances: bool = True,
 ) -> BlockSystem:
     """Block ``tables`` (plan positions; ``structures`` their shapes inside the block).
 
     ``systems`` caches by shape (blocks of equal shape have equal systems, bit for bit).
+    Without ``covariances`` (a second pass) the covariance and sensitivity are empty.
     """
     key = (shape_key(structures, hierarchy), tuple(tables)) if systems is not None else None
-    if key is not None and key in systems:
+    if key is not None and key in systems and (systems[key].covariance.size or not covariances):
         return systems[key]
     local = {t: k for k, t in enumerate(tables)}
     own = [
@@ -258,12 +260,15 @@ def block_system(
     )
     H = (M @ sp.diags(v)).T.tocsr()  # V_b M_b^T, n x K
     MH, RH = (M @ H).toarray(), (rows @ H).toarray()
+    if not covariances:
+        MH, RH = np.zeros((0, 0)), np.zeros((0, 0))
     A = AT = factor = None
     refinements = 0
     if own:
         system = constraint_system(structures, block_variances, own, hierarchy)
         A, AT = system.C, system.CT
         factor = _Factor((A @ sp.diags(v) @ AT).tocsr())
+    if own and covariances:
         AH = (A @ H).toarray()
         scale = float(np.max(np.abs(AH))) if AH.size else 0.0
         lam, refinements, _ = factor.solve(AH, RELATIVE_TOLERANCE * max(scale, 1.0))

@@ -152,13 +152,20 @@ class GroupSolver:
         wls = solve_group_wls(self.plan, self.variances, sub_s, sub_h, values)
         return sub_h, positions, sub_s, expected, wls
 
-    def _block(self, group: int, split, systems: dict | None):
-        """Block ``group``'s tables (plan positions), its system and its own estimate."""
+    def _block(self, group: int, split, systems: dict | None, covariances: bool = True):
+        """Block ``group``'s tables (plan positions), its system and its data."""
         sub_h, _, sub_s, expected, values = split
         tables = [t for t, e in enumerate(expected) if e.size]
         structures = [sub_s[t] for t in tables]
         system = block_system(
-            structures, tables, self.variances, self.plan, self.coupling, sub_h, systems
+            structures,
+            tables,
+            self.variances,
+            self.plan,
+            self.coupling,
+            sub_h,
+            systems,
+            covariances,
         )
         y = np.concatenate([values[t] for t in tables]).astype(np.float64)
         return tables, system, y
@@ -317,7 +324,7 @@ class GroupSolver:
             sub_h, positions, sub_s, expected, _ = split
             if group == self.groups:
                 return expected, [top.fixed[t] if e.size else e for t, e in enumerate(expected)]
-            tables, system, y = self._block(group, split, systems)
+            tables, system, y = self._block(group, split, systems, covariances=False)
             estimate, _, _ = block_estimate(system, y, top.multiplier)
             bounds = np.cumsum([0, *(expected[t].size for t in tables)])
             estimates = [None] * len(expected)
