@@ -46,7 +46,8 @@ __all__ = ["ConsistentTables", "checked_values", "make_consistent", "solve_by_bl
 class ConsistentTables:
     """Consistent estimates per table (int64 when integer, else float64), input layout.
 
-    Diagnostics: ``wls_iterations`` (conjugate gradient steps), ``wls_max_residual``
+    Diagnostics: ``wls_iterations`` (conjugate gradient steps; with national tables
+    per block, the factorized solves' refinement steps), ``wls_max_residual``
     (largest margin disagreement before the top-down step, in counts),
     ``raking_steps`` (most proportional-fitting steps of a two-way table),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
