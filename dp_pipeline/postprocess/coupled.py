@@ -56,7 +56,14 @@ from scipy.sparse.linalg import splu
 
 from ..errors import InternalError
 from .plan import Constraint, Plan
-from .structure import Hierarchy, TableStructure, describe_margin, margin_index, margin_size
+from .structure import (
+    Hierarchy,
+    TableStructure,
+    common_margin,
+    describe_margin,
+    margin_index,
+    margin_size,
+)
 from .wls import DEFAULT_TOLERANCE, constraint_system, shape_key
 
 __all__ = [
@@ -68,6 +75,7 @@ __all__ = [
     "coupled_refusal",
     "coupling_multiplier",
     "coupling_of",
+    "verify_national",
 ]
 
 TOP = 0
@@ -319,3 +327,26 @@ def coupling_multiplier(
     # The residual of this system is the national margins' disagreement, in counts.
     mu, _, _ = _Factor(sp.csr_matrix(total)).solve(rhs, DEFAULT_TOLERANCE / 4)
     return mu
+
+
+def verify_national(
+    p: Plan, coupling: Coupling, fixed: dict[int, np.ndarray], hierarchy: Hierarchy
+) -> None:
+    """Every national table agrees exactly with every top-level table (``fixed``: full tables).
+
+    The groups' own margins are checked per group (:func:`.groups.verify_group`); these
+    join a national table and a top-level table, both fixed by the top step, and the
+    finer tables agree with them through the top-level tables.
+    """
+    structures = list(p.structures)
+    for n in coupling.national:
+        for t in fixed:
+            if t == n or structures[t].level > TOP:
+                continue
+            a, b = structures[n], structures[t]
+            margin = common_margin(a, b)
+            size = margin_size(margin, structures, hierarchy)
+            ma = np.bincount(margin_index(a, margin, hierarchy), fixed[n].astype(float), size)
+            mb = np.bincount(margin_index(b, margin, hierarchy), fixed[t].astype(float), size)
+            if not np.array_equal(ma, mb):
+                raise InternalError(f"tables {a.name!r} and {b.name!r} disagree on their margin")

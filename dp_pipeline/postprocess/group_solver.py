@@ -36,6 +36,7 @@ from .coupled import (
     coupled_refusal,
     coupling_multiplier,
     coupling_of,
+    verify_national,
 )
 from .groups import (
     TOP,
@@ -289,7 +290,10 @@ class GroupSolver:
                 parts.append(GroupPart(b, top_estimates, totals, 0, 0.0))
         if self.options is None:
             return TopFixed({}, national, 0, mu)
-        return fit_top_from_summaries(self.plan, self.hierarchy, parts, self.options, national, mu)
+        top = fit_top_from_summaries(self.plan, self.hierarchy, parts, self.options, national, mu)
+        if self.options.integer:
+            verify_national(self.plan, self.coupling, top.fixed, self.hierarchy)
+        return top
 
     def fit(
         self,

@@ -20,6 +20,10 @@ fits all groups in lockstep with :func:`.topdown.fit_groups`, which gives each
 what :func:`.topdown.fit_group` gives it alone), so they give the same integers
 bit for bit.
 
+A table with no hierarchy key (national) couples the groups; :mod:`.coupled`
+solves it with them exactly, as one more block, and these functions then take
+the national tables as fixed by the top step.
+
 Pure post-processing of noisy values and public facts; deterministic.
 """
 
@@ -118,7 +122,7 @@ class GroupPart:
 
 @dataclass(frozen=True)
 class TopFixed:
-    """The national total, the top-level totals and the top-level tables, fixed."""
+    """The national total, the top-level totals, the top-level and national tables, fixed."""
 
     geo_totals: dict[int, np.ndarray]
     fixed: dict[int, np.ndarray]  # top-level and national tables, full
