@@ -192,8 +192,13 @@ class PrivacyAccountant:
         if "methods" not in self._cache:
             self._paths()  # after a conditioning, the paths a loose bracket falls back to
         if "methods" not in self._cache:
+            middle = self._cache["middle"]()
             fallback = self._cache["fallback"]()
-            self._cache["methods"] = ("mgf_inversion",) + ((fallback,) if fallback else ())
+            self._cache["methods"] = (
+                ("mgf_inversion",)
+                + ((middle,) if middle else ())
+                + ((fallback,) if fallback else ())
+            )
         if "conditioned" in self._cache:
             self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
         return self._cache["methods"]
@@ -271,9 +276,10 @@ class PrivacyAccountant:
         """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
         if "paths" in self._cache:
             return self._cache["paths"]
-        paths = direct_paths(self._events, self._rho_or_none())
+        paths = direct_paths(self._events, self._rho_or_none(), _rest_summary)
         if paths.methods is None:
             self._cache["fallback"] = paths.fallback_name
+            self._cache["middle"] = paths.middle_name
         else:
             self._cache["methods"] = paths.methods
         delta_of, name = paths.delta_of, paths.name

@@ -73,10 +73,12 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback):
+def intersect_brackets(primary, fallback, middle=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
-    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
+    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
+    if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
+    intersection with the inversion is not tight either.
     """
 
     def delta_of(epsilon: float) -> DeltaBound:
@@ -86,12 +88,25 @@ def intersect_brackets(primary, fallback):
             return first
         if first.upper <= 5e-324:  # below the float range: no other path can improve it
             return first
+        if middle is not None:
+            # used only where it closes the bracket (in place of the FFT paths): elsewhere
+            # the bracket stays the inversion's, so that a search over ε takes the same
+            # steps as without it
+            closed = _intersection(first, middle(epsilon))
+            if closed.upper > 0 and closed.upper - closed.lower <= TIGHT * closed.upper:
+                return closed
         # the exact lattice FFT when it exists; the approximate FFT paths only if loose
         second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
         if second is None:
             return first
-        best = first if first.upper <= second.upper else second
-        lower = max(first.lower, second.lower)
-        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+        return _intersection(first, second)
 
     return delta_of, "mgf_inversion"
+
+
+def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
+    """The larger lower and the smaller upper, named by the method of the upper end (the
+    first on a tie)."""
+    best = first if first.upper <= second.upper else second
+    lower = max(first.lower, second.lower)
+    return DeltaBound(min(lower, best.upper), best.upper, best.method)
