@@ -34,7 +34,9 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
+from dp_pipeline.accounting._checks import round_up
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.conditioning import RestSummary
 from dp_pipeline.accounting.discrete_laplace import (
@@ -60,11 +62,17 @@ class LaplaceConditioning:
     shift: int
     rest: RestSummary
 
+    @cached_property
+    def _reach(self) -> tuple[Fraction, float]:
+        """t_hi (exact, the float it is) and the rest's cap there: the same at every ε."""
+        far = self.rest.far_above()
+        return Fraction(far), self.rest.cap(far)
+
     def delta_bound(self, epsilon: float) -> DeltaBound:
         """Rigorous (lower, upper) on δ(ε) of the whole composition, ε >= 0."""
         scale, shift = self.scale, self.shift
         lower, upper = discrete_laplace_shift_delta_bounds(scale, shift, epsilon)
-        reach = Fraction(self.rest.far_above())
+        reach, cap = self._reach
         eps = Fraction(epsilon)
         # ℓ_K >= ε - t_hi  <=>  K >= ((ε - t_hi)·b + Δ)/2, and ℓ_K <= ε + t_hi likewise
         first = max(0, math.floor(((eps - reach) * scale + shift) / 2))
@@ -75,7 +83,7 @@ class LaplaceConditioning:
             summed = math.fsum(masses[first : last + 1])
             relative = 4 * _U * (shift + 4) + 8 * _U
             middle = summed * (1 + relative) + 5e-324
-        upper = min(1.0, math.nextafter(upper + middle + self.rest.cap(float(reach)), 2.0))
+        upper = min(1.0, round_up(upper + middle + cap, 2))  # two float additions
         return DeltaBound(min(lower, upper), upper, METHOD)
 
 

@@ -12,6 +12,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from functools import cached_property
 
 import numpy as np
 
@@ -166,12 +167,16 @@ class LatticeLoss:
     offset: Fraction
     error: float  # bound on |computed δ - true δ| for every ε
 
+    @cached_property
+    def _losses(self) -> np.ndarray:
+        return self.losses()
+
     def losses(self) -> np.ndarray:
         w = np.arange(self.first, self.first + len(self.probabilities), dtype=np.float64)
         return float(self.offset) + float(self.gamma) * w
 
     def delta_bound(self, epsilon: float, method: str) -> DeltaBound:
-        losses = self.losses()
+        losses = self._losses  # computed once: a search evaluates many ε
         start = int(np.searchsorted(losses, epsilon, side="right"))
         tail = self.probabilities[start:]
         computed = float(np.sum(tail * -np.expm1(epsilon - losses[start:])))
@@ -181,11 +186,16 @@ class LatticeLoss:
 
 
 def lattice_loss(
-    components: Sequence[LatticeComponent], tolerance: float = 1e-13, max_size: int = MAX_FFT_SIZE
+    components: Sequence[LatticeComponent],
+    tolerance: float = 1e-13,
+    max_size: int = MAX_FFT_SIZE,
+    shared: dict | None = None,
 ) -> LatticeLoss | None:
     """Compose lattice components by FFT; ``None`` if the window would exceed ``max_size``.
 
-    ``tolerance`` bounds the aliasing error E (absolute, on δ).
+    ``tolerance`` bounds the aliasing error E (absolute, on δ). ``shared``: a dict kept by
+    a caller composing several variants of one composition (the coarsened lattice's two
+    roundings), where the discrete Gaussians' φ on equal grids are computed once.
     """
     components = [c for c in components if c.count > 0]
     gamma = fraction_gcd([c.step for c in components])
@@ -224,7 +234,7 @@ def lattice_loss(
         if aliasing <= tolerance:
             break
         size *= 2
-    spectrum, merge_error = _spectrum(components, multipliers, supports, size)
+    spectrum, merge_error = _spectrum(components, multipliers, supports, size, shared)
     residues = np.fft.irfft(spectrum, n=size)
     first = center - size // 2 + 1
     window = residues[(first + np.arange(size)) % size]
@@ -249,7 +259,9 @@ _MERGED_POINTS = 1 << 16  # sparse products this small are compacted before the 
 _MAX_PRODUCT = 1 << 23  # points of a direct convolution (memory: 16 bytes each)
 
 
-def _spectrum(components, multipliers, supports, size: int) -> tuple[np.ndarray, float]:
+def _spectrum(
+    components, multipliers, supports, size: int, shared: dict | None = None
+) -> tuple[np.ndarray, float]:
     """Π_j φ_j(θ_f)^count_j at θ_f = 2πf/size, f = 0..size/2 (W is real, so its
     characteristic function is Hermitian and this half determines it), and the L1 error
     of the masses convolved directly (``merge_error``).
@@ -269,10 +281,17 @@ def _spectrum(components, multipliers, supports, size: int) -> tuple[np.ndarray,
     sparse = []
     for component, n, support in zip(components, multipliers, supports, strict=True):
         if support is None:
-            index = (frequencies * (n % size)) % size
-            signed = np.where(index > size // 2, index - size, index)
-            theta = (2 * math.pi / size) * signed
-            log_phi += component.count * _discrete_gaussian_log_phi(theta, float(component.sigma2))
+            key = ("log_phi", component.sigma2, n % size, size)
+            if shared is None or key not in shared:
+                index = (frequencies * (n % size)) % size
+                signed = np.where(index > size // 2, index - size, index)
+                theta = (2 * math.pi / size) * signed
+                value = _discrete_gaussian_log_phi(theta, float(component.sigma2))
+                if shared is None:
+                    log_phi += component.count * value
+                    continue
+                shared[key] = value
+            log_phi += component.count * shared[key]
             continue
         kept = np.flatnonzero(support > 0)
         positions = (n * kept.astype(np.int64)) % size
