@@ -485,6 +485,8 @@ def shared_frame(n=600, seed=7):
             "state": pd.array(rng.integers(0, 4, n), dtype="Int64"),
             "sex": rng.choice(["f", "m"], n).astype(object),
             "tenure": tenure,
+            # Values tied within a unit's rows too, so the tie order is exercised.
+            "income": rng.choice([0, 7, 50, 120, -3], n),
         }
     )
 
@@ -560,6 +562,48 @@ def test_shared_rows_give_every_path_the_same_aggregates_and_diagnostics(engine)
     (expected, _, _), _ = pandas_engine().aggregate(lonely, shared_specs(True))
     assert state_sex["count"].sum() == 2 and state_tenure["count"].sum() == 1
     assert np.array_equal(state_sex["count"], expected["count"])
+
+
+def shared_sum_specs():
+    """Sums of one clamped column by state × sex and by state, sharing rows with a count."""
+    from dp_pipeline.query.domain import build_cell_domain
+    from dp_pipeline.query.spec import SharedRows
+
+    union = build_cell_domain(["state", "sex", "tenure"], SHARED_DOMAINS)
+    rows = SharedRows(cells=union, group="postprocess")
+    common = dict(privacy_unit="unit", shared_rows=rows)
+    return [
+        make_spec("sum", by=["state", "sex"], domains=DOMAINS, table="ss_income", **common),
+        make_spec(
+            "sum", by=["state"], domains={"state": DOMAINS["state"]}, table="s_income", **common
+        ),
+        make_spec(
+            by=["state", "tenure"],
+            domains={k: SHARED_DOMAINS[k] for k in ("state", "tenure")},
+            table="st",
+            **common,
+        ),
+    ]
+
+
+def test_shared_rows_sums_keep_the_same_row_so_sum_margins_agree(engine):
+    df = shared_frame(seed=10)
+    (by_sex, by_state, tenure), diagnostics = engine.aggregate(df, shared_sum_specs())
+    # Each unit's one kept row: its clamped value is summed by every sum of the group.
+    assert np.array_equal(by_sex["sum"].reshape(4, 2).sum(axis=1), by_state["sum"])
+    assert np.array_equal(by_sex["count"].reshape(4, 2).sum(axis=1), by_state["count"])
+    assert np.array_equal(by_state["count"], tenure["count"].reshape(4, 2).sum(axis=1))
+    assert by_state["count"].sum() == df["unit"].nunique()
+    reference, reference_diagnostics = pandas_engine().aggregate(df, shared_sum_specs())
+    for mine, theirs in zip((by_sex, by_state, tenure), reference, strict=True):
+        assert np.array_equal(mine["count"], theirs["count"])
+        if "sum" in theirs:
+            assert np.array_equal(mine["sum"], theirs["sum"])
+    for mine, theirs in zip(diagnostics, reference_diagnostics, strict=True):
+        assert mine.rows_used == theirs.rows_used
+        assert mine.rows_clamped == theirs.rows_clamped
+    # The kept row is one of the unit's rows, clamped: totals within the bounds.
+    assert 0 <= by_state["sum"].sum() <= 100 * df["unit"].nunique()
 
 
 def test_tables_outside_a_shared_group_are_bounded_as_before(engine):

@@ -200,8 +200,21 @@ SECTION_CASES = [
         "postprocess.integer = 'yes': must be true or false",
     ),
     (
-        lambda d: d["postprocess"].update(sums=True),
-        "postprocess.sums = True: post-processing sum tables is not supported",
+        lambda d: d["postprocess"].update(sums="yes"),
+        "postprocess.sums = 'yes': must be true or false",
+    ),
+    (
+        lambda d: d["postprocess"].update(sums=True) or d["tables"][2].update(max_per_cell=2),
+        "tables[2].max_per_cell = 2: post-processing combines the sum tables, which must all "
+        "keep the same single row of each 'person_id'",
+    ),
+    (
+        lambda d: (
+            d["postprocess"].update(sums=True)
+            or d["tables"].__setitem__(slice(0, 2), [])
+            or d["tables"][0].update(statistic="median", lower=0, upper=10, share=1)
+        ),
+        "postprocess: the release has no count or sum table to post-process",
     ),
     (
         lambda d: d.pop("postprocess"),

@@ -263,17 +263,22 @@ def bound_shared_rows(
     cells: np.ndarray,
     row_cells: np.ndarray,
     salt: BoundingSalt,
+    values: np.ndarray | None = None,
 ) -> BoundingResult:
-    """The shared-rows rule of this module (counts, one row per unit), vectorized.
+    """The shared-rows rule of this module (one row per unit), vectorized.
 
     ``unit_key`` comes from the group's salt (`BoundingSalt.derive_shared`);
     ``row_cells`` is each row's cell index over the union of the group's keys
     (−1 if undefined). Every table of the group given the same rows keeps, for
-    each unit, the cell of the same row.
+    each unit, the cell of the same row. A sum passes its rows' clamped
+    ``values`` (int64 units): the kept row's value is its unit's sum, rows
+    tied on rank, union cell and cell being taken in value order (the least),
+    so every sum of the group over the same column sums the same row.
     """
     rank = spark_xxhash64(salt.seed_rows, unit_key, row_cells)
     undefined = row_cells < 0
-    order = np.lexsort((cells, row_cells, rank, undefined, unit_codes))
+    tiebreak = () if values is None else (values,)
+    order = np.lexsort((*tiebreak, cells, row_cells, rank, undefined, unit_codes))
     s_units, s_cells = unit_codes[order], cells[order]
     unit_starts = _group_starts(s_units)
     best_cell = s_cells[unit_starts]
@@ -285,7 +290,7 @@ def bound_shared_rows(
     return BoundingResult(
         cells=best_cell,
         counts=np.ones(best_cell.size, dtype=np.int64),
-        sums=None,
+        sums=None if values is None else values[order][unit_starts],
         rows_removed_max_per_cell=int(rows_in_best.sum()) - best_cell.size,
         rows_removed_max_cells=int(cells.size - rows_in_best.sum()),
         pairs_removed_max_cells=pairs - best_cell.size,

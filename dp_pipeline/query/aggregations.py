@@ -99,13 +99,14 @@ class Aggregation:
         return cls(**{field.name: getattr(query, field.name) for field in fields(query)})
 
     def with_shared_rows(self, shared_rows: SharedRows, table: str) -> Aggregation:
-        """This count ranking each unit's rows as its group does (``table`` names errors)."""
+        """This count or sum ranking each unit's rows as its group does (``table`` names errors)."""
         if not isinstance(shared_rows, SharedRows):
             raise TypeError(f"shared_rows must be a SharedRows, got {shared_rows!r}")
-        if self.statistic != "count" or (self.max_cells, self.max_per_cell) != (1, 1):
+        if self.statistic not in ("count", "sum") or (self.max_cells, self.max_per_cell) != (1, 1):
             raise ValueError(
-                f"table {table!r}: shared rows need a count with max_cells = max_per_cell "
-                f"= 1, got {self.statistic} with {self.max_cells} and {self.max_per_cell}"
+                f"table {table!r}: shared rows need a count or sum with max_cells = "
+                f"max_per_cell = 1, got {self.statistic} with {self.max_cells} and "
+                f"{self.max_per_cell}"
             )
         missing = [c for c in self.cells.columns if c not in shared_rows.cells.columns]
         if missing:

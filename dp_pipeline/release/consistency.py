@@ -132,20 +132,60 @@ def consistent_results(
 ) -> tuple[dict[str, pd.DataFrame], dict]:
     """``results`` with every post-processed table's ``value`` made consistent.
 
-    Returns the new results (the other tables unchanged) and a summary for the
-    privacy report: the method, the tables and settings, and that post-processing
+    The count tables are one set; with ``sums``, each set of sum tables (one value
+    column, one pair of clamping bounds) is another, solved on its own by the same
+    functions, non-negative only when its lower bound is (otherwise a true sum may be
+    negative). Returns the new results (the other tables unchanged) and a summary for
+    the privacy report: the method, the tables and settings, and that post-processing
     costs no privacy (no timings: a re-emitted release is byte-identical, and the
     same whether it ran on the driver or on Spark).
     """
     settings = spec.postprocess
     if settings is None:
         return results, {}
-    # Imported here: only releases that post-process load the solver (and scipy).
-    from dp_pipeline.postprocess import NoisyCounts, make_consistent
-
     plans = {p.table.name: p for p in plan.tables}
+    method, estimates = "", {}
+    if settings.tables:
+        options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
+        noisy = _noisy_counts(spec, plans, results, settings.tables)
+        if spark is not None and postprocess_on_spark(spec):
+            method, estimates = _on_spark(spark, noisy, _hierarchy(spec), options)
+        else:
+            method, estimates = _on_driver(spec, noisy, options)
+    sum_sets = []
+    for names in settings.sum_sets:
+        nonnegative = settings.nonnegative and plans[names[0]].table.lower >= 0
+        options = {"nonnegative": nonnegative, "integer": settings.integer}
+        solved_method, solved = _on_driver(
+            spec, _noisy_counts(spec, plans, results, names), options
+        )
+        method = method or solved_method
+        estimates.update(solved)
+        sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
+    updated = dict(results)
+    for name in settings.combined:
+        frame = results[name].copy()
+        frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
+        frame["value"] = estimates[name]
+        updated[name] = frame
+    summary = {
+        "method": method,
+        **settings.to_dict(),
+        "tables": list(settings.combined),
+        "privacy_cost": "none: post-processing of the noisy tables and public facts only "
+        "(the hierarchy mapping, the domains and the noise variances)",
+    }
+    if settings.sums:
+        summary["sum_sets"] = sum_sets
+    return updated, summary
+
+
+def _noisy_counts(spec, plans, results, names):
+    # Imported here: only releases that post-process load the solver (and scipy).
+    from dp_pipeline.postprocess import NoisyCounts
+
     noisy = []
-    for name in settings.tables:
+    for name in names:
         table = plans[name].table
         noisy.append(
             NoisyCounts(
@@ -156,30 +196,19 @@ def consistent_results(
                 variance=noise_variance(plans[name]),
             )
         )
-    options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
-    if spark is not None and postprocess_on_spark(spec):
-        method, estimates = _on_spark(spark, noisy, _hierarchy(spec), options)
-    elif settings.consistent:
+    return noisy
+
+
+def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray]]:
+    """`make_consistent` on one set; without ``consistent``, each table on its own."""
+    from dp_pipeline.postprocess import make_consistent
+
+    if spec.postprocess.consistent:
         solved = make_consistent(noisy, _hierarchy(spec), **options)
-        method, estimates = solved.method, solved.values
-    else:  # each table on its own: non-negative integers with the table's own total
-        solved = [make_consistent([table], None, **options) for table in noisy]
-        method = solved[0].method
-        estimates = {name: values for one in solved for name, values in one.values.items()}
-    updated = dict(results)
-    for name in settings.tables:
-        frame = results[name].copy()
-        frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
-        frame["value"] = estimates[name]
-        updated[name] = frame
-    summary = {
-        "method": method,
-        "tables": list(settings.tables),
-        **settings.to_dict(),
-        "privacy_cost": "none: post-processing of the noisy tables and public facts only "
-        "(the hierarchy mapping, the domains and the noise variances)",
-    }
-    return updated, summary
+        return solved.method, solved.values
+    # Each table on its own: non-negative integers with the table's own total.
+    each = [make_consistent([table], None, **options) for table in noisy]
+    return each[0].method, {name: values for one in each for name, values in one.values.items()}
 
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:

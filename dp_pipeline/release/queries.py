@@ -50,14 +50,15 @@ def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
         **common,
     )
     if table.statistic == "sum":
-        return SumQuery.build(table.value, bounds=(table.lower, table.upper), **cells)
-    if table.statistic == "count":
+        query = SumQuery.build(table.value, bounds=(table.lower, table.upper), **cells)
+    elif table.statistic == "count":
         query = CountQuery.build(**cells)
-        shared = shared_rows(spec)
-        if shared is not None and table.name in spec.postprocess.tables:
-            query = query.with_shared_rows(shared, table.name)
-        return query
-    raise ValueError(f"table {table.name!r}: a {table.statistic} table has no noised query")
+    else:
+        raise ValueError(f"table {table.name!r}: a {table.statistic} table has no noised query")
+    shared = shared_rows(spec)
+    if shared is not None and table.name in spec.postprocess.combined:
+        query = query.with_shared_rows(shared, table.name)
+    return query
 
 
 def shared_rows(spec: ReleaseSpec) -> SharedRows | None:
@@ -70,7 +71,7 @@ def shared_rows(spec: ReleaseSpec) -> SharedRows | None:
     if spec.postprocess is None or spec.privacy_unit is None:
         return None
     keys = list(
-        dict.fromkeys(key for name in spec.postprocess.tables for key in spec.table(name).keys)
+        dict.fromkeys(key for name in spec.postprocess.combined for key in spec.table(name).keys)
     )
     cells = build_cell_domain(keys, {k: spec.domains[k] for k in keys}, MAX_CELL_LIMIT)
     return SharedRows(cells=cells, group="postprocess")

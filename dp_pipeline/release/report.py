@@ -13,20 +13,11 @@ from __future__ import annotations
 import html
 from fractions import Fraction
 
-import numpy as np
-import pandas as pd
-
-from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.plan import ReleasePlan
-from dp_pipeline.release.report_consistency import (
-    cell_errors,
-    margin_errors,
-    postprocessing_section,
-    whole,
-)
+from dp_pipeline.release.report_consistency import postprocessing_section
 from dp_pipeline.release.report_figures import report_figures
 
-__all__ = ["accuracy_summary", "html_report", "privacy_report"]
+__all__ = ["html_report", "privacy_report"]
 
 
 def privacy_report(plan: ReleasePlan, reservation, key_fingerprint: str, files: dict) -> dict:
@@ -82,71 +73,6 @@ def _bracket(bound: dict) -> str:
     return f"{_number(bound['upper'])} (lower bound {_number(bound['lower'])})"
 
 
-def accuracy_summary(plan: ReleasePlan, results: dict[str, pd.DataFrame]) -> list[dict]:
-    """Per table: how far the release is from the truth (synthetic input only).
-
-    Noised tables: mean/max absolute error and the share of cells within the margin of
-    error. quantile / median: the rank error per group (how many values lie between the
-    released value and the best candidate, beyond the best's own loss) and the share of
-    groups within the planned rank error. top_k: the share of reported candidates that
-    are in the true top k.
-    """
-    rows = []
-    for table in plan.tables:
-        frame = results[table.table.name]
-        statistic = table.table.statistic
-        if statistic == "top_k" and "in_true_top_k" in frame:
-            rows.append(
-                {
-                    "table": table.table.name,
-                    "statistic": statistic,
-                    "k": len(frame),
-                    "precision": float(frame["in_true_top_k"].mean()),
-                }
-            )
-            continue
-        if statistic in ("quantile", "median") and "rank_error" in frame:
-            errors = frame["rank_error"].to_numpy(np.float64)
-            rows.append(
-                {
-                    "table": table.table.name,
-                    "statistic": statistic,
-                    "groups": int(errors.size),
-                    "mean_rank_error": float(errors.mean()),
-                    "max_rank_error": float(errors.max()),
-                    "within_margin": float((errors < table.margin_of_error).mean()),
-                    "margin_of_error": table.margin_of_error,
-                }
-            )
-            continue
-        if "true_value" not in frame:
-            continue
-        truth = frame["true_value"].to_numpy(np.int64)
-        error = cell_errors(frame["value"], truth)
-        row = {
-            "table": table.table.name,
-            "cells": int(error.size),
-            "mean_abs_error": float(np.abs(error).mean()),
-            "rmse": float(np.sqrt((error**2).mean())),
-            "max_abs_error": whole(np.abs(error).max()),
-            "within_margin": float((np.abs(error) <= table.margin_of_error).mean()),
-            "margin_of_error": table.margin_of_error,
-            "sigma": table.noise_sd,
-        }
-        if RAW_COLUMN in frame:
-            # Post-processed: value is the consistent estimate, raw_value the noisy count.
-            raw = cell_errors(frame[RAW_COLUMN], truth)
-            row["raw"] = {
-                "mean_abs_error": float(np.abs(raw).mean()),
-                "rmse": float(np.sqrt((raw**2).mean())),
-                "max_abs_error": whole(np.abs(raw).max()),
-                "within_margin": float((np.abs(raw) <= table.margin_of_error).mean()),
-            }
-            row["margins"] = margin_errors(plan, table, frame, truth)
-        rows.append(row)
-    return rows
-
-
 def _number(value) -> str:
     if value is None:
         return "–"
@@ -157,10 +83,14 @@ def _number(value) -> str:
     return html.escape(str(value))
 
 
-def html_report(plan: ReleasePlan, report: dict, results, accuracy: list[dict]) -> str:
-    """A self-contained HTML page (plots embedded as PNG) a person can read and publish."""
+def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict]) -> str:
+    """A self-contained HTML page (plots embedded as PNG) a person can read and publish.
+
+    ``accuracies``: each table's `TableAccuracy` by name (its error histograms),
+    ``accuracy``: their `accuracy_summary` rows (empty for real input).
+    """
     spec = plan.spec
-    figures = report_figures(plan, results, accuracy)
+    figures = report_figures(plan, accuracies, accuracy)
     guarantee = report["guarantee"]
     ledger = report["ledger"]
     bounds = guarantee.get("bounds") or privacy_bounds(report)

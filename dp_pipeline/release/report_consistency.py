@@ -2,7 +2,8 @@
 
 Synthetic input only (the truth is never known for real data): per cell, for
 the coarsest geography margin and for the national total, before (``raw_value``)
-and after (``value``) post-processing, as figures, an HTML table and a bar plot.
+and after (``value``) post-processing, as an HTML table and a bar plot of the
+figures `dp_pipeline.release.accuracy_stream` computes.
 """
 
 from __future__ import annotations
@@ -10,48 +11,8 @@ from __future__ import annotations
 import html
 
 import numpy as np
-import pandas as pd
 
-from dp_pipeline.release.consistency import RAW_COLUMN
-
-__all__ = ["cell_errors", "margin_errors", "postprocessing_section", "rmse_figure", "whole"]
-
-
-def cell_errors(values: pd.Series, truth: np.ndarray) -> np.ndarray:
-    """value − truth per cell (float64: estimates may be fractional without ``integer``)."""
-    return values.to_numpy(np.float64) - truth
-
-
-def whole(value) -> int | float:
-    return int(value) if float(value).is_integer() else float(value)
-
-
-def margin_errors(plan, table, frame: pd.DataFrame, truth: np.ndarray) -> dict:
-    """Errors of the table's coarsest geography margin and national total, raw vs after.
-
-    The geography key is rolled up the hierarchy to its top level (counties to
-    states), where combining tables helps most; the truth is the table's own.
-    """
-    keys = list(table.table.keys)
-    hierarchy = plan.spec.hierarchy
-    levels = [k for k in keys if hierarchy is not None and k in hierarchy.levels]
-    shape = [len(plan.spec.domains[k]) for k in keys]
-    result = {}
-    for label, column in (("raw", RAW_COLUMN), ("consistent", "value")):
-        error = (frame[column].to_numpy(np.float64) - truth).reshape(shape)
-        figures = {"national_abs_error": float(abs(error.sum()))}
-        if levels:
-            axis = keys.index(levels[0])
-            other = tuple(i for i in range(len(keys)) if i != axis)
-            by_geography = error.sum(axis=other) if other else error
-            depth = hierarchy.levels.index(levels[0])
-            for parents in reversed(hierarchy.parents[:depth]):
-                rolled = np.zeros(max(parents) + 1)
-                np.add.at(rolled, np.asarray(parents), by_geography)
-                by_geography = rolled
-            figures[f"{hierarchy.levels[0]}_rmse"] = float(np.sqrt((by_geography**2).mean()))
-        result[label] = figures
-    return result
+__all__ = ["postprocessing_section", "rmse_figure"]
 
 
 def postprocessing_section(report: dict, cell_rows: list[dict], figures: dict) -> list[str]:

@@ -10,11 +10,8 @@ from __future__ import annotations
 import base64
 import io
 
-import numpy as np
-
-from dp_pipeline.release.consistency import RAW_COLUMN
 from dp_pipeline.release.plan import ReleasePlan
-from dp_pipeline.release.report_consistency import cell_errors, rmse_figure
+from dp_pipeline.release.report_consistency import rmse_figure
 
 __all__ = ["report_figures"]
 
@@ -28,13 +25,15 @@ def _png(figure) -> str:
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
-def report_figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
+def report_figures(plan: ReleasePlan, accuracies, accuracy) -> dict[str, str]:
     """The report's plots as base64 PNGs by name (empty without matplotlib).
 
     ``budget``: each table's share of the release's ρ; ``margins``: the 95% margin of
     error per noised table; ``accuracy``: histograms of the cell errors (synthetic input
-    only, raw and consistent when post-processed); ``postprocessing``: RMSE before and
-    after post-processing. Post-processing of released figures: no privacy cost.
+    only, raw and consistent when post-processed), drawn from each table's
+    `TableAccuracy.histogram` (``accuracies`` by table name: exact counts, whatever the
+    batches); ``postprocessing``: RMSE before and after post-processing (``accuracy``,
+    the rows of `accuracy_summary`). Post-processing of released figures: no privacy cost.
     """
     try:
         import matplotlib
@@ -69,19 +68,30 @@ def report_figures(plan: ReleasePlan, results, accuracy) -> dict[str, str]:
         rows = (len(accuracy) + columns - 1) // columns
         figure, axes = plt.subplots(rows, columns, figsize=(4 * columns, 3 * rows), squeeze=False)
         for axis, summary in zip(axes.ravel(), accuracy, strict=False):
-            frame = results[summary["table"]]
-            truth = frame["true_value"].to_numpy(np.int64)
-            error = cell_errors(frame["value"], truth)
+            histogram = accuracies[summary["table"]].histogram()
+            edges = histogram["edges"]
+            # One weight per bin at its left edge: the bars of the whole table's errors.
             margin = summary["margin_of_error"]
             if "raw" in summary:
-                raw = cell_errors(frame[RAW_COLUMN], truth)
-                edges = np.histogram_bin_edges(np.concatenate([raw, error]), bins=60)
-                axis.hist(raw, bins=edges, color="#bbbbbb", label="raw noisy")
-                axis.hist(error, bins=edges, color="#228833", alpha=0.7, label="consistent")
+                axis.hist(
+                    edges[:-1],
+                    bins=edges,
+                    weights=histogram["raw"],
+                    color="#bbbbbb",
+                    label="raw noisy",
+                )
+                axis.hist(
+                    edges[:-1],
+                    bins=edges,
+                    weights=histogram["consistent"],
+                    color="#228833",
+                    alpha=0.7,
+                    label="consistent",
+                )
                 axis.legend(fontsize=7)
                 axis.set_title(f"{summary['table']}: estimate − true", fontsize=9)
             else:
-                axis.hist(error, bins=60, color="#228833")
+                axis.hist(edges[:-1], bins=edges, weights=histogram["consistent"], color="#228833")
                 axis.set_title(f"{summary['table']}: noisy − true", fontsize=9)
             axis.axvline(-margin, color="k", linestyle="--", linewidth=1)
             axis.axvline(margin, color="k", linestyle="--", linewidth=1)

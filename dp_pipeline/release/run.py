@@ -36,6 +36,7 @@ import pandas as pd
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
+from dp_pipeline.release.accuracy_stream import accuracy_summary, table_accuracies
 from dp_pipeline.release.consistency import (
     check_postprocess_engine,
     consistent_results,
@@ -51,7 +52,7 @@ from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import AtomicReleaseDirectory, clean_stale, write_json, write_table
 from dp_pipeline.release.plan import ReleasePlan, plan_release
-from dp_pipeline.release.report import accuracy_summary, html_report, privacy_report
+from dp_pipeline.release.report import html_report, privacy_report
 from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
     ENGINES,
@@ -242,9 +243,12 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
         if postprocessing:
             timings["postprocess"] = time.perf_counter() - started
             where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
+            sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
             progress(
-                f"post-processed {len(postprocessing['tables'])} count table(s) into one "
-                f"consistent set ({postprocessing['method']}) {where + ' ' if where else ''}"
+                f"post-processed {len(postprocessing['tables'])} "
+                f"{'' if spec.postprocess.sums else 'count '}table(s) into "
+                f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
+                f"({postprocessing['method']}) {where + ' ' if where else ''}"
                 f"in {timings['postprocess']:.2f} s"
             )
         started = time.perf_counter()
@@ -302,11 +306,12 @@ def _write_outputs(
         if postprocessing:
             report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
-        accuracy = accuracy_summary(plan, results)
+        accuracies = table_accuracies(plan, results)
+        accuracy = accuracy_summary(plan, accuracies)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
-        (folder / "report.html").write_text(html_report(plan, report, results, accuracy))
+        (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
         _checkpoint("before_publish")
         start_publishing()
         directory.publish()

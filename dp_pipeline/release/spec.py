@@ -234,8 +234,10 @@ def parse_spec(
             "(consistent = true) or remove [hierarchy]"
         )
     if postprocess_flags is not None and tables and len(tables) == len(sections["tables"]):
-        combined = check_combined_tables(tables, domains, hierarchy, unit_column, problems)
-        postprocess = PostprocessSpec(**postprocess_flags, tables=combined)
+        combined, sum_sets = check_combined_tables(
+            tables, domains, hierarchy, unit_column, problems, sums=postprocess_flags["sums"]
+        )
+        postprocess = PostprocessSpec(**postprocess_flags, tables=combined, sum_sets=sum_sets)
     if each_row:
         for index, table in enumerate(tables):
             for name in ("max_cells", "max_per_cell"):

@@ -72,20 +72,36 @@ class PostprocessSpec:
     ``nonnegative`` and ``integer``: the published estimates are non-negative
     and whole, rounded top-down so that children still sum to their parent.
     ``tables``: the count tables post-processed, in spec order.
+    ``sums``: the sum tables are post-processed too, ``sum_sets`` being the sets
+    combined with each other: the sum tables of one value column and one pair of
+    clamping bounds (each row is clamped before it is summed, so the true sums of
+    children add up to their parent's); each set is solved apart from the counts
+    and from other sets, non-negative only where its lower bound is.
     """
 
     consistent: bool
     nonnegative: bool
     integer: bool
     tables: tuple[str, ...]
+    sums: bool = False
+    sum_sets: tuple[tuple[str, ...], ...] = ()
+
+    @property
+    def combined(self) -> tuple[str, ...]:
+        """Every post-processed table: the count tables, then each sum set's."""
+        return self.tables + tuple(name for names in self.sum_sets for name in names)
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "consistent": self.consistent,
             "nonnegative": self.nonnegative,
             "integer": self.integer,
             "tables": list(self.tables),
         }
+        if self.sums:  # absent when off, so a spec without sums keeps its identity
+            described["sums"] = True
+            described["sum_sets"] = [list(names) for names in self.sum_sets]
+        return described
 
 
 def read_postprocess(section: dict, problems: list[str]) -> dict[str, bool] | None:
@@ -100,13 +116,10 @@ def read_postprocess(section: dict, problems: list[str]) -> dict[str, bool] | No
             value = True
         flags[name] = value
     sums = section.get("sums", False)
-    if sums is not False:
-        problems.append(
-            f"postprocess.sums = {show_value(sums)}: post-processing sum tables is not "
-            "supported; sums stay as released (a sum's noise is scaled to its clamping "
-            "bounds, not to one person, and clamped sums of children do not add up to a "
-            "clamped sum of their parent), so only count tables are combined"
-        )
+    if not isinstance(sums, bool):
+        problems.append(f"postprocess.sums = {show_value(sums)}: must be true or false")
+        sums = False
+    flags["sums"] = sums
     return flags
 
 
@@ -265,8 +278,16 @@ def _some(items: list[str]) -> str:
     return shown + (f" and {len(items) - _SHOWN} more" if len(items) > _SHOWN else "")
 
 
-def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) -> tuple[str, ...]:
-    """The count tables post-processing combines, after checking their margins can agree.
+def check_combined_tables(
+    tables, domains, hierarchy, privacy_unit, problems, *, sums: bool = False
+) -> tuple[tuple[str, ...], tuple[tuple[str, ...], ...]]:
+    """The tables post-processing combines, after checking their margins can agree.
+
+    Returns the count tables and (with ``sums``) the sets of sum tables combined
+    with each other: one set per value column and pair of clamping bounds, since
+    only sums of the same clamped values add up (each row is clamped to
+    ``[lower, upper]`` before it is summed, so the true sums of a state's counties
+    are the state's true sum).
 
     Margins of two tables can only agree on the truth when every table counts
     the same rows: one privacy unit for the release, and (with a privacy-unit
@@ -275,9 +296,14 @@ def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) ->
     tables. A table keys at most one hierarchy level (its geography).
     """
     levels = set(hierarchy.levels) if hierarchy is not None else set()
-    combined = []
+    counts: list[str] = []
+    sum_sets: dict[tuple, list[str]] = {}
     for index, table in enumerate(tables):
-        if table.statistic != "count":
+        if table.statistic == "count":
+            kind = "count"
+        elif sums and table.statistic == "sum":
+            kind = "sum"
+        else:
             continue
         path = f"tables[{index}]"
         if privacy_unit is not None:
@@ -285,7 +311,7 @@ def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) ->
                 if getattr(table, name) != 1:
                     problems.append(
                         f"{path}.{name} = {getattr(table, name)}: post-processing combines "
-                        f"the count tables, which must all keep the same single row of each "
+                        f"the {kind} tables, which must all keep the same single row of each "
                         f"{privacy_unit!r} (max_cells = max_per_cell = 1) so that their true "
                         f"margins agree; set 1 or remove [postprocess]"
                     )
@@ -295,9 +321,14 @@ def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) ->
                 f"{path}.keys = {list(table.keys)!r}: a combined table keys at most one "
                 f"hierarchy level, it has {geography!r} (the finer one determines the coarser)"
             )
-        combined.append(table.name)
-    if not combined:
-        problems.append("postprocess: the release has no count table to post-process")
+        if kind == "count":
+            counts.append(table.name)
+        else:
+            sum_sets.setdefault((table.value, table.lower, table.upper), []).append(table.name)
+    if not counts and not sum_sets:
+        what = "count or sum table" if sums else "count table"
+        problems.append(f"postprocess: the release has no {what} to post-process")
+    combined = {*counts, *(name for names in sum_sets.values() for name in names)}
     union = {
         key: size
         for table in tables
@@ -310,12 +341,16 @@ def check_combined_tables(tables, domains, hierarchy, privacy_unit, problems) ->
             f"{math.prod(union.values()):,} cells, above {MAX_SHARED_CELLS:,}; the bounding "
             f"ranks each row by its cell over them, so combine fewer or coarser tables"
         )
-    if combined and not problems:  # the shapes are only worth checking in a sound spec
-        _check_solvable(tables, combined, domains, hierarchy, problems)
-    return tuple(combined)
+    if not problems:  # the shapes are only worth checking in a sound spec
+        if counts:
+            _check_solvable(tables, counts, domains, hierarchy, problems, "the count tables")
+        for (value, lower, upper), names in sum_sets.items():
+            label = f"the sum tables of {value!r} clamped to [{lower}, {upper}]"
+            _check_solvable(tables, names, domains, hierarchy, problems, label)
+    return tuple(counts), tuple(tuple(names) for names in sum_sets.values())
 
 
-def _check_solvable(tables, combined, domains, hierarchy, problems) -> None:
+def _check_solvable(tables, combined, domains, hierarchy, problems, label: str) -> None:
     """`dp_pipeline.postprocess.check_combinable` on the shapes: margins that can agree."""
     import numpy as np
 
@@ -336,7 +371,7 @@ def _check_solvable(tables, combined, domains, hierarchy, problems) -> None:
             )
         check_combinable(shapes, solved)
     except PostprocessError as error:
-        problems.append(f"postprocess: the count tables cannot be combined: {error}")
+        problems.append(f"postprocess: {label} cannot be combined: {error}")
 
 
 def _sizes(table, domains) -> list[int]:

@@ -191,7 +191,7 @@ def aggregate_pandas(
             )
             codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
             shared_cells = _shared_row_cells(df, spec, valid)
-            bounded = bound_shared_rows(codes, ukeys, row_cells, shared_cells, salt)
+            bounded = bound_shared_rows(codes, ukeys, row_cells, shared_cells, salt, units)
         else:
             salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
             codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)

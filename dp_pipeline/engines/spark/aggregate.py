@@ -246,7 +246,7 @@ def aggregate_queries(
         )
         if spec.shared_rows is not None:
             row_cell = CELL_COLUMN + groups[spec.shared_rows.group]
-            sums = [sf.col(row_cell).alias(ROW_CELL_COLUMN)]
+            sums = [*sums, sf.col(row_cell).alias(ROW_CELL_COLUMN)]
         view = multi.select(sf.col(unit), sf.col(CELL_COLUMN + tag).alias(CELL_COLUMN), *sums)
         bounded = bounded_pairs(view, spec, rule).select(
             sf.lit(index).alias(TABLE_COLUMN),

@@ -111,20 +111,35 @@ def _shared_pairs(rows, spec: QuerySpec, rule: SumRule):
         sf.lit(-1).cast("long")
     )
     rank = sf.xxhash64(sf.lit(salt.seed_rows).cast("long"), unit_key(salt), row_cell)
+    is_sum = spec.column is not None
+    # A sum's tied rows go in value order, the least first (the numpy rule's order).
+    tiebreak = [sf.col(VALUE_UNITS_COLUMN)] if is_sum else []
     window = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(
-        (row_cell < 0).asc(), rank, row_cell, sf.col(CELL_COLUMN)
+        (row_cell < 0).asc(), rank, row_cell, sf.col(CELL_COLUMN), *tiebreak
     )
     rows = rows.withColumn("_dp_best", (sf.row_number().over(window) == 1).cast("int"))
-    pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
-        sf.count(sf.lit(1)).alias("n_all"), sf.max("_dp_best").alias("_dp_best")
-    )
-    zero_high, zero_low = rule.zeros()
-    return (
-        pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(1).cast("long")))
-        .withColumn("s_kept_high", zero_high)
-        .withColumn("s_kept_low", zero_low)
-        .withColumn("clamped", zero)
-        .withColumn("_dp_keep", valid & (sf.col("_dp_best") == 1))
+    if is_sum:
+        best = sf.col("_dp_best") == 1
+        s_high, s_low = rule.sums(*rule.terms(sf.when(best, sf.col(VALUE_UNITS_COLUMN))))
+        pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
+            sf.count(sf.lit(1)).alias("n_all"),
+            sf.max("_dp_best").alias("_dp_best"),
+            s_high.alias("s_kept_high"),
+            s_low.alias("s_kept_low"),
+            sf.sum(CLAMPED_COLUMN).alias("clamped"),
+        )
+    else:
+        zero_high, zero_low = rule.zeros()
+        pairs = rows.groupBy(UNIT_COLUMN, CELL_COLUMN).agg(
+            sf.count(sf.lit(1)).alias("n_all"), sf.max("_dp_best").alias("_dp_best")
+        )
+        pairs = (
+            pairs.withColumn("s_kept_high", zero_high)
+            .withColumn("s_kept_low", zero_low)
+            .withColumn("clamped", zero)
+        )
+    return pairs.withColumn("n_kept", sf.least(sf.col("n_all"), sf.lit(1).cast("long"))).withColumn(
+        "_dp_keep", valid & (sf.col("_dp_best") == 1)
     )
 
 
