@@ -22,9 +22,10 @@ inversion (whose integrand then sits near its pole) gives nothing. It is used be
 inversion and the FFT paths: where it closes the inversion's bracket, nothing is built.
 
 Rounding: the middle's end points are found in exact rationals (t_hi as the float it is,
-the middle taken with both ends included); its mass is a float sum of the float masses,
-each within (Δ + 4)·4u of itself (as in `discrete_laplace`), charged with the sum's own
-length·u; δ_Lap(ε) is the rigorous bracket of `discrete_laplace_shift_delta_bounds`.
+the middle taken with both ends included); its mass is a difference of two float prefix
+sums of the float masses (each mass within (Δ + 4)·4u of itself, as in `discrete_laplace`;
+a prefix sum of k positive terms within 1.01·k·u of its exact value), charged with both
+sums' errors; δ_Lap(ε) is the rigorous bracket of `discrete_laplace_shift_delta_bounds`.
 """
 
 from __future__ import annotations
@@ -36,8 +37,11 @@ from dataclasses import dataclass
 from fractions import Fraction
 from functools import cached_property
 
+import numpy as np
+
 from dp_pipeline.accounting._checks import round_up
 from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.brackets import TIGHT
 from dp_pipeline.accounting.conditioning import RestSummary
 from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_loss_pmf,
@@ -68,10 +72,15 @@ class LaplaceConditioning:
         far = self.rest.far_above()
         return Fraction(far), self.rest.cap(far)
 
+    @cached_property
+    def _prefix(self) -> np.ndarray:
+        """Σ_{K < k} P[K] for k = 0..Δ+1 (float recursive sums): a middle's mass in O(1)."""
+        _, masses = discrete_laplace_loss_pmf(self.scale, self.shift)
+        return np.concatenate([[0.0], np.cumsum(masses)])
+
     def delta_bound(self, epsilon: float) -> DeltaBound:
         """Rigorous (lower, upper) on δ(ε) of the whole composition, ε >= 0."""
         scale, shift = self.scale, self.shift
-        lower, upper = discrete_laplace_shift_delta_bounds(scale, shift, epsilon)
         reach, cap = self._reach
         eps = Fraction(epsilon)
         # ℓ_K >= ε - t_hi  <=>  K >= ((ε - t_hi)·b + Δ)/2, and ℓ_K <= ε + t_hi likewise
@@ -79,10 +88,20 @@ class LaplaceConditioning:
         last = min(shift, math.ceil(((eps + reach) * scale + shift) / 2))
         middle = 0.0
         if first <= last:
-            _, masses = discrete_laplace_loss_pmf(scale, shift)
-            summed = math.fsum(masses[first : last + 1])
-            relative = 4 * _U * (shift + 4) + 8 * _U
-            middle = summed * (1 + relative) + 5e-324
+            prefix = self._prefix
+            above = float(prefix[last + 1])
+            below = float(prefix[first])
+            # each prefix sum within 1.01·k·u of its exact value (k terms, positive)
+            summed = above - below + 1.01 * _U * ((last + 1) * above + first * below)
+            relative = 4 * _U * (shift + 4) + 8 * _U  # the masses' own error
+            middle = summed * (1 + relative + 2 * _U) + 5e-324
+        # the bracket is at least min(middle, 1 - δ_Lap(ε)) wide (δ <= 1), and δ_Lap(ε) <=
+        # P[ℓ > ε]: where that is wide, it cannot close another bracket, and the trivial
+        # one (always valid; the decision needs no rigour) saves the O(Δ) sum of δ_Lap(ε)
+        beyond = min(shift + 1, max(0, math.floor((eps * scale + shift) / 2) + 1))
+        if min(middle, float(self._prefix[beyond])) > 2 * TIGHT:
+            return DeltaBound(0.0, 1.0, METHOD)
+        lower, upper = discrete_laplace_shift_delta_bounds(scale, shift, epsilon)
         upper = min(1.0, round_up(upper + middle + cap, 2))  # two float additions
         return DeltaBound(min(lower, upper), upper, METHOD)
 
