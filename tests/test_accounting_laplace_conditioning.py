@@ -148,3 +148,29 @@ def test_seed_128_without_fft_agrees_with_the_coarsened_fft(epsilon):
     assert name == "multivariate_fft_coarsened"
     reference = delta_of(epsilon)
     assert bound.lower <= reference.upper and reference.lower <= bound.upper
+
+
+def test_search_decides_without_fft_where_a_bracket_already_decides(monkeypatch):
+    """Seed 191: at one trial near the answer the inversion's bracket is (0.105, 0.108),
+    3% wide but far above δ = 1e-10, and the Laplace bracket decides the trials further
+    below; the ε search builds no FFT path, and its ends are certified by full evaluations
+    (which, for δ(ε) itself, still build it)."""
+    import dp_pipeline.accounting.path_choice as path_choice
+
+    builds = []
+    original = path_choice.fft_composition
+
+    def recorded(*args, **kwargs):
+        builds.append(kwargs)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(path_choice, "fft_composition", recorded)
+    result = _random_plan(191).epsilon(1e-10)
+    assert builds == []
+    assert result.upper - result.lower <= 1e-7 * result.upper
+    fresh = _random_plan(191)
+    assert fresh.delta(result.upper).upper <= 1e-10 < fresh.delta(result.lower).lower
+    # the twin: δ at that trial is not decided for the δ query, which builds the FFT
+    full = fresh.delta(2703.585431564028)
+    assert builds and full.method == "multivariate_fft_coarsened"
+    assert full.upper - full.lower < 0.002  # the inversion's alone: 0.0032

@@ -175,6 +175,7 @@ class PrivacyAccountant:
             name,
             probe=lambda bound: _CAPPED in bound.method,
             spread=None if rho is None else math.sqrt(2 * rho),
+            decide=getattr(delta_of, "accepts_decide", False),
         )
 
     @property
@@ -255,8 +256,14 @@ class PrivacyAccountant:
         split = pure_dp_split(self._events)
         pure_total = None if split is None or split[0] == 0 else float(split[0])
 
-        def capped(eps):
-            bound = delta_of(eps)
+        decides = getattr(delta_of, "accepts_decide", False)
+
+        def capped(eps, decide=None):
+            # ``decide``: a δ the caller only compares with (`epsilon_search`)
+            if decides and decide is not None:
+                bound = delta_of(eps, decide=decide)
+            else:
+                bound = delta_of(eps)
             zcdp = zcdp_to_delta(rho, eps)
             if zcdp < bound.upper:
                 bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
@@ -270,6 +277,7 @@ class PrivacyAccountant:
                     )
             return bound
 
+        capped.accepts_decide = True
         return capped, name
 
     def _paths(self):

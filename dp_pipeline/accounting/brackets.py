@@ -78,22 +78,27 @@ def intersect_brackets(primary, fallback, middle=None):
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
     if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
-    intersection with the inversion is not tight either.
+    intersection with the inversion is not tight either; and, when the caller passes
+    ``decide`` (a δ it only compares with), only when neither bracket decides that.
     """
 
-    def delta_of(epsilon: float) -> DeltaBound:
+    def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
         first = primary(epsilon)
         gap = first.upper - first.lower
         if first.upper > 0 and gap <= TIGHT * first.upper:
             return first
         if first.upper <= 5e-324:  # below the float range: no other path can improve it
             return first
+        if decide is not None and (first.lower > decide or first.upper <= decide):
+            return first  # the caller only compares with ``decide``: no path changes that
         if middle is not None:
-            # used only where it closes the bracket (in place of the FFT paths): elsewhere
-            # the bracket stays the inversion's, so that a search over ε takes the same
-            # steps as without it
+            # used only where it closes or decides the bracket (in place of the FFT paths):
+            # elsewhere the bracket stays the inversion's, so that a search over ε takes
+            # the same steps as without it
             closed = _intersection(first, middle(epsilon))
             if closed.upper > 0 and closed.upper - closed.lower <= TIGHT * closed.upper:
+                return closed
+            if decide is not None and (closed.lower > decide or closed.upper <= decide):
                 return closed
         # the exact lattice FFT when it exists; the approximate FFT paths only if loose
         second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
@@ -101,6 +106,7 @@ def intersect_brackets(primary, fallback, middle=None):
             return first
         return _intersection(first, second)
 
+    delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
     return delta_of, "mgf_inversion"
 
 

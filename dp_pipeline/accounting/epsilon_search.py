@@ -36,6 +36,7 @@ def epsilon_from_delta_function(
     method: str,
     probe: Callable[[DeltaBound], bool] | None = None,
     spread: float | None = None,
+    decide: bool = False,
 ) -> EpsilonBound:
     """EpsilonBound from a δ(ε) bound function (both ends non-increasing in ε).
 
@@ -46,13 +47,17 @@ def epsilon_from_delta_function(
     tried 1e-7 below it first); ``spread``: a scale of how far below the start the answer
     may be (the loss's standard deviation; the first trial below the start is then at
     most 2·spread below it, not 10%). Evaluations are shared between the two searches, and
-    ε = 0 is evaluated only when the searches come near it.
+    ε = 0 is evaluated only when the searches come near it. With ``decide``, the bound
+    function is called as ``delta_bound_of(ε, decide=δ)``: it may then return, instead of
+    its tightest bracket, any rigorous one that already has lower > δ or upper <= δ (both
+    searches only ask which side of δ each end lies on: the ends stay certified, and only
+    the secant steps see the looser value).
     """
     seen: dict = {}
 
     def bound_at(eps: float) -> DeltaBound:
         if eps not in seen:
-            seen[eps] = delta_bound_of(eps)
+            seen[eps] = delta_bound_of(eps, decide=delta) if decide else delta_bound_of(eps)
         return seen[eps]
 
     growth = _FIRST_GROWTH

@@ -22,7 +22,7 @@ inversion (whose integrand then sits near its pole) gives nothing. It is used be
 inversion and the FFT paths: where it closes the inversion's bracket, nothing is built.
 
 Rounding: the middle's end points are found in exact rationals (t_hi as the float it is,
-the middle taken with both ends included); its mass is a difference of two float prefix
+both ends included); its mass is a difference of two float prefix
 sums of the float masses (each mass within (Δ + 4)·4u of itself, as in `discrete_laplace`;
 a prefix sum of k positive terms within 1.01·k·u of its exact value), charged with both
 sums' errors; δ_Lap(ε) is the rigorous bracket of `discrete_laplace_shift_delta_bounds`.
@@ -84,8 +84,9 @@ class LaplaceConditioning:
         reach, cap = self._reach
         eps = Fraction(epsilon)
         # ℓ_K >= ε - t_hi  <=>  K >= ((ε - t_hi)·b + Δ)/2, and ℓ_K <= ε + t_hi likewise
-        first = max(0, math.floor(((eps - reach) * scale + shift) / 2))
-        last = min(shift, math.ceil(((eps + reach) * scale + shift) / 2))
+        # (exact rationals: the end points are decided exactly, both included)
+        first = max(0, math.ceil(((eps - reach) * scale + shift) / 2))
+        last = min(shift, math.floor(((eps + reach) * scale + shift) / 2))
         middle = 0.0
         if first <= last:
             prefix = self._prefix
