@@ -191,3 +191,22 @@ def test_discrete_laplace_tables_are_weighted_by_their_exact_variance(tmp_path):
     q = np.exp(-1 / float(table.mechanism.scale))
     assert float(noise_variance(table)) == pytest.approx(2 * q / (1 - q) ** 2, rel=1e-12)
     check_consistent(read_release(run_release(spec, progress=QUIET).output))
+
+
+@pytest.mark.parametrize("nonnegative", [True, False])
+def test_consistent_estimates_without_rounding_are_published_as_floats(tmp_path, nonnegative):
+    spec = geo_spec(tmp_path)
+    text = (tmp_path / "geo.toml").read_text()
+    flags = f"consistent = true\ninteger = false\nnonnegative = {str(nonnegative).lower()}"
+    (tmp_path / "geo.toml").write_text(text.replace("consistent = true", flags))
+    spec = load_spec(tmp_path / "geo.toml")
+    tables = read_release(run_release(spec, progress=QUIET).output)
+    county = tables["county_sex"]["value"].to_numpy().reshape(3143, 2)
+    state = tables["state_sex"]["value"].to_numpy().reshape(51, 2)
+    assert county.dtype == np.float64 and tables["county_sex"]["raw_value"].dtype.kind == "i"
+    by_state = np.zeros((51, 2))
+    np.add.at(by_state, state_of_county(), county)
+    np.testing.assert_allclose(by_state, state, atol=1e-6)  # margins agree, unrounded
+    assert (county >= 0).all() if nonnegative else (county < 0).any()
+    assert not np.array_equal(county, np.round(county))
+    assert tables["state_income"]["value"].dtype.kind == "i"  # not post-processed

@@ -214,7 +214,8 @@ def table_schema(spec: ReleaseSpec, table: TableSpec, raw: bool = False) -> pa.S
     Keys: int64 for integer domains, string for value lists. Values: int64, except
     a quantile or median on a fractional grid (float64, as `release_selection` makes it).
     ``raw``: the table also publishes its noisy values before the consistency step
-    (``raw_value``, int64; `dp_pipeline.release.consistency`).
+    (``raw_value``, int64; `dp_pipeline.release.consistency`), and its ``value`` is
+    the consistent estimate: float64 unless ``[postprocess] integer`` rounds it.
     """
     fields = []
     for column in [*output_columns(table), *([RAW_COLUMN] if raw else [])]:
@@ -224,6 +225,8 @@ def table_schema(spec: ReleaseSpec, table: TableSpec, raw: bool = False) -> pa.S
         elif column == "value" and table.statistic in ("quantile", "median"):
             integer_grid = all(value.denominator == 1 for value in quantile_grid(table)[:2])
             fields.append(pa.field(column, pa.int64() if integer_grid else pa.float64()))
+        elif column == "value" and raw and not spec.postprocess.integer:
+            fields.append(pa.field(column, pa.float64()))
         else:
             fields.append(pa.field(column, pa.int64()))
     return pa.schema(fields)
