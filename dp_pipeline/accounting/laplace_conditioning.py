@@ -6,26 +6,31 @@ A discrete Laplace Lap_Z(b) with shift Δ has the privacy loss ℓ_K = (2K - Δ)
     δ(ε) = Σ_K P[K]·g(ε - ℓ_K),    g(t) = E_P[(1 - e^{t-R})_+],
 
 g non-increasing, 0 <= g <= 1, g(t) = δ_R(t) for t >= 0 and g(t) = 1 - e^t + e^t·δ_R'(-t)
-for t < 0 (δ_R' the reverse direction). With t_hi the point from which the rest's
-closed-form cap (its zCDP conversion, and basic composition of its pure-DP part with the
-zCDP of the others; both hold in either direction, `conditioning.RestSummary`) is below
-c = cap(t_hi) ~ e^{-740}:
+for t < 0 (δ_R' the reverse direction; E_P[e^{-R}] = 1 as the rest has a finite ρ). With
+t_hi the point from which the rest's closed-form cap (its zCDP conversion, and basic
+composition of its pure-DP part with the zCDP of the others; both hold in either
+direction, `conditioning.RestSummary`) is below c = cap(t_hi) ~ e^{-740}:
 
-- lower: δ(ε) >= δ_Lap(ε), the Laplace coordinate alone (post-processing);
+- lower: δ(ε) >= δ_Lap(ε), the Laplace coordinate alone (post-processing; its loss
+  distribution is the same in both directions);
 - upper: the atoms with t_K >= t_hi add at most P[K]·c, those with t_K <= -t_hi at most
   P[K]·(1 - e^{t_K}) + P[K]·c (their first parts sum to at most δ_Lap(ε)), the others
   ("middle", ℓ_K within t_hi of ε) at most P[K]: δ(ε) <= δ_Lap(ε) + P[middle] + c.
 
-The bracket is tight where the middle atoms carry little mass next to δ_Lap(ε): for ε
-well below the coordinate's pure ε = Δ/b, where δ is close to P[ℓ > ε] and the MGF
-inversion (whose integrand then sits near its pole) gives nothing. It is used between the
-inversion and the FFT paths: where it closes the inversion's bracket, nothing is built.
+The bracket is tight where the middle atoms carry little mass next to δ_Lap(ε), or where
+δ_Lap(ε) is within 1e-4 of 1: for ε well below the coordinate's pure ε = Δ/b, where δ is
+close to P[ℓ > ε] and the MGF inversion (whose integrand then sits near its pole) gives
+nothing. It is used between the inversion and the FFT paths, only where it closes the
+inversion's bracket or decides a search trial (`brackets.intersect_brackets`); where it
+is at least 2e-4 wide for either reason it is not computed (the trivial bracket (0, 1) is
+returned: that decision needs no rigour).
 
 Rounding: the middle's end points are found in exact rationals (t_hi as the float it is,
-both ends included); its mass is a difference of two float prefix
-sums of the float masses (each mass within (Δ + 4)·4u of itself, as in `discrete_laplace`;
-a prefix sum of k positive terms within 1.01·k·u of its exact value), charged with both
-sums' errors; δ_Lap(ε) is the rigorous bracket of `discrete_laplace_shift_delta_bounds`.
+both ends included); its mass is a difference of two float prefix sums of the float
+masses (each mass within (Δ + 4)·4u of itself, as in `discrete_laplace`; a prefix sum of k
+positive terms within 1.01·k·u of its exact value), charged with both sums' errors;
+δ_Lap(ε) is the rigorous bracket of `discrete_laplace_shift_delta_bounds`; the two float
+additions of the upper bound are rounded up.
 """
 
 from __future__ import annotations
