@@ -11,8 +11,10 @@ the closed-form starting ε (the zCDP conversion) is nudged up by a relative 2^-
 time, growing, when its own rounding leaves it just infeasible; when the bound at the
 start came from that closed form (``probe``), the start itself is usually the answer and
 one evaluation 1e-7 below it settles the bracket; the steps are regula falsi on log δ
-(Illinois); the lower search starts from the largest ε the upper one saw with
-δ_lower > δ.
+(Illinois), or by decades and then geometric means where the bound is 0 at the high end
+and the bracket spans more than a factor 1,000 (a lower bound that vanishes above some ε
+gives the secant nothing); the lower search starts from the largest ε the upper one saw
+with δ_lower > δ.
 """
 
 from __future__ import annotations
@@ -144,6 +146,10 @@ def _solve(
             trial = high - f_high * (high - low) / (f_high - f_low)
             margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
             trial = min(max(trial, low + margin), high - margin)
+        elif f_high == -math.inf and high > 1e3 * low:
+            # δ = 0 at the high end says nothing of where δ rises (a lower bound's
+            # support ends there): search by decades, then geometrically, not by halves
+            trial = 1e-2 * high if low == 0 else math.sqrt(low * high)
         else:
             trial = 0.5 * (low + high)
         if not low < trial < high:
