@@ -96,9 +96,13 @@ def intersect_brackets(primary, fallback, middle=None):
             # elsewhere the bracket stays the inversion's, so that a search over ε takes
             # the same steps as without it
             closed = _intersection(first, middle(epsilon))
+            if decide is not None and closed.lower > decide:
+                # δ > decide for certain, and the inversion's upper end says so too: its
+                # bracket keeps the search's steps (and its lower end's start) as they were
+                return first
             if closed.upper > 0 and closed.upper - closed.lower <= TIGHT * closed.upper:
                 return closed
-            if decide is not None and (closed.lower > decide or closed.upper <= decide):
+            if decide is not None and closed.upper <= decide:
                 return closed
         # the exact lattice FFT when it exists; the approximate FFT paths only if loose
         second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
