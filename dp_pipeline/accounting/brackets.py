@@ -79,7 +79,8 @@ def intersect_brackets(primary, fallback, middle=None):
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
     if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
     intersection with the inversion is not tight either; and, when the caller passes
-    ``decide`` (a δ it only compares with), only when neither bracket decides that.
+    ``decide`` (a δ it only compares with, `epsilon_search`), only when neither bracket
+    decides which side of it δ lies on.
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:

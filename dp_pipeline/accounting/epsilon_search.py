@@ -51,9 +51,10 @@ def epsilon_from_delta_function(
     most 2·spread below it, not 10%). Evaluations are shared between the two searches, and
     ε = 0 is evaluated only when the searches come near it. With ``decide``, the bound
     function is called as ``delta_bound_of(ε, decide=δ)``: it may then return, instead of
-    its tightest bracket, any rigorous one that already has lower > δ or upper <= δ (both
-    searches only ask which side of δ each end lies on: the ends stay certified, and only
-    the secant steps see the looser value).
+    its tightest bracket, a looser rigorous one that puts its upper end on the same side of
+    δ (one with lower > δ or upper <= δ, or with upper > δ where δ(ε) > δ is known): the
+    ends stay certified, the lower end may stay lower than the tightest bracket would put
+    it, and the secant steps see the looser value.
     """
     seen: dict = {}
 
