@@ -3,6 +3,7 @@
 Usage (from the repo root; one size at a time on a shared machine):
     PYTHONPATH=. python bench/bench_postprocess_spark.py --cells 1000000 --rounds 2
     PYTHONPATH=. python bench/bench_postprocess_spark.py --cells 10000000 --rounds 2
+    PYTHONPATH=. python bench/bench_postprocess_spark.py --cells 1000000 --rounds 2 --national
 
 The demo's five count tables at the given size (bench_postprocess.demo_tables:
 county count scaled, synthetic persons and rounded normal noise, test data
@@ -12,7 +13,9 @@ squares then top-down (the solve before it was split by state, the baseline),
 DataFrame, both grouped passes, every table read back one at a time) on a
 local session of ``--cores`` cores. Checks the Spark integers equal the
 driver's bit for bit, and prints the RMSE against the truth of the global and
-per-state solutions.
+per-state solutions. ``--national`` adds a national age x sex table (232 cells,
+σ² 74; bench_postprocess_national.with_national): the states and the national block
+are then combined over its margin (postprocess/coupled.py) on both paths.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(__file__))
 
 from bench_postprocess import counties_for, demo_tables
+from bench_postprocess_national import with_national
 
 from dp_pipeline.postprocess import make_consistent
 from dp_pipeline.postprocess.group_solver import group_solver
@@ -69,6 +73,7 @@ def main() -> None:
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--seed", type=int, default=2026)
     parser.add_argument("--driver-memory", default="2g", help="the Spark JVM's heap")
+    parser.add_argument("--national", action="store_true", help="add a national age x sex table")
     parser.add_argument(
         "--skip-global",
         action="store_true",
@@ -80,6 +85,8 @@ def main() -> None:
     spark = local_session(args.cores, driver_memory=args.driver_memory)
     counties = counties_for(args.cells)
     hierarchy, tables, truth = demo_tables(counties, args.seed)
+    if args.national:
+        tables, truth = with_national(tables, truth, args.seed)
     cells = sum(t.values.size for t in tables)
     runs = {
         "global least squares + top-down (driver, baseline)": lambda: global_solve(

@@ -120,23 +120,46 @@ def test_only_county_tables_take_the_state_totals_from_the_first():
         assert np.sum(np.abs(v[table.name] - reference.fixed[t])) <= 4
 
 
-def test_a_national_table_keeps_the_global_solve():
-    tables, hierarchy = _no_national()
+def _with_national(tables, hierarchy):
     national = NoisyCounts("sex", ("sex",), (2,), np.array([40, 41]), Fraction(20))
-    p = plan([*tables, national], hierarchy)
+    return [*tables, national]
+
+
+def test_a_national_table_is_solved_per_group_as_the_global_solve():
+    tables, hierarchy = _no_national()
+    tables = _with_national(tables, hierarchy)
+    p = plan(tables, hierarchy)
     assert coupling_table(p, hierarchy) == "sex"
-    result = make_consistent([*tables, national], hierarchy)
-    _, reference = _global([*tables, national], hierarchy)
-    for t, table in enumerate([*tables, national]):
-        np.testing.assert_array_equal(result.values[table.name], reference.fixed[t])
+    _, wls, _ = global_problem(tables, hierarchy)
+    grouped = make_consistent(tables, hierarchy, nonnegative=False, integer=False)
+    assert grouped.groups == 3
+    for table, estimate in zip(tables, wls.estimates, strict=True):
+        np.testing.assert_allclose(grouped.values[table.name], estimate, rtol=0, atol=1e-6)
+    result = make_consistent(tables, hierarchy)
+    _, reference = _global(tables, hierarchy)
+    for t, table in enumerate(tables):
+        # Near-ties of the rounding may fall the other way: a count moved, no more.
+        assert np.max(np.abs(result.values[table.name] - reference.fixed[t])) <= 1
+    sex = result.values["sex"]
+    np.testing.assert_array_equal(result.values["state_sex"].reshape(2, 3).sum(axis=1), sex)
+    np.testing.assert_array_equal(result.values["tract_age"].sum(), sex.sum())
 
 
-def test_a_national_table_is_refused_per_group():
+def test_a_national_table_that_couples_the_top_down_step_is_refused_per_group():
     tables, hierarchy = _no_national()
-    national = NoisyCounts("sex", ("sex",), (2,), np.array([40, 41]), Fraction(20))
-    with pytest.raises(PostprocessError, match=r"table 'sex' has no hierarchy key.*couples"):
-        group_solver([*tables, national], hierarchy)
-    with pytest.raises(PostprocessError, match=r"table 'age_sex' has no hierarchy key"):
+    national = NoisyCounts("age", ("age",), (4,), np.array([9, 8, 7, 6]), Fraction(20))
+    refused = (
+        r"per-group post-processing: table 'tract_age' \(by tract\) takes the margin "
+        r"national x age from the national table 'age', so its top-down step couples every state"
+    )
+    with pytest.raises(PostprocessError, match=refused):
+        group_solver([tables[0], tables[2], national], hierarchy)
+    # On the driver it takes the global solve.
+    result = make_consistent([tables[0], tables[2], national], hierarchy)
+    np.testing.assert_array_equal(
+        result.values["tract_age"].reshape(15, 4).sum(0), result.values["age"]
+    )
+    with pytest.raises(PostprocessError, match=r"no combined table is keyed by a hierarchy level"):
         group_solver([NoisyCounts("age_sex", ("age",), (2,), np.array([1, 2]), Fraction(2))], None)
 
 
@@ -195,3 +218,79 @@ def test_shape_key_tells_apart_hierarchies_of_equal_sizes():
     sb = validate_shapes([table], b)
     assert shape_key(sa, a) != shape_key(sb, b)
     assert shape_key(sa, a) == shape_key(validate_shapes([table], a), a)
+
+
+def _national_age_sex(truth, seed=3):
+    rng = np.random.default_rng(seed)
+    counts = truth["state_age_sex"][1].reshape(51, 232).sum(axis=0)
+    noise = np.rint(rng.normal(0.0, 74**0.5, counts.size)).astype(np.int64)
+    return NoisyCounts("age_sex", ("age", "sex"), (116, 2), counts + noise, Fraction(74))
+
+
+def test_demo_with_a_national_table_per_state_equals_the_global_solve(tables, truth):
+    with_national = [*tables, _national_age_sex(truth)]
+    _, wls, _ = global_problem(with_national, DEMO_HIERARCHY)
+    grouped = make_consistent(with_national, DEMO_HIERARCHY, nonnegative=False, integer=False)
+    assert grouped.groups == 51 and grouped.wls_max_residual <= DEFAULT_TOLERANCE
+    for table, estimate in zip(with_national, wls.estimates, strict=True):
+        np.testing.assert_allclose(grouped.values[table.name], estimate, rtol=0, atol=1e-6)
+    national = grouped.values["age_sex"]
+    states = grouped.values["state_age_sex"].reshape(51, 232).sum(axis=0)
+    np.testing.assert_allclose(states, national, rtol=0, atol=1e-6)
+    # Integers: the states sum exactly to the national table, accuracy as the global solve's.
+    result = make_consistent(with_national, DEMO_HIERARCHY)
+    _, reference = _global(with_national, DEMO_HIERARCHY)
+    np.testing.assert_array_equal(
+        result.values["state_age_sex"].reshape(51, 232).sum(axis=0), result.values["age_sex"]
+    )
+    true = {**{name: counts for name, (_, counts) in truth.items()}}
+    true["age_sex"] = truth["state_age_sex"][1].reshape(51, 232).sum(axis=0)
+    for t, table in enumerate(with_national):
+        before = np.sqrt(np.mean((reference.fixed[t] - true[table.name]) ** 2))
+        after = np.sqrt(np.mean((result.values[table.name] - true[table.name]) ** 2))
+        assert after <= before * 1.01, table.name  # rounding near-ties, either way
+        assert np.max(np.abs(result.values[table.name] - reference.fixed[t])) <= 1
+
+
+def test_a_singular_block_with_a_national_table_equals_the_global_solve():
+    """Three state tables agreeing pairwise imply their state totals twice: A V A^T is singular."""
+    rng = np.random.default_rng(8)
+    hierarchy = Hierarchy(("state", "county"), (2, 5), (np.array([0, 0, 1, 1, 1]),))
+    specs = [
+        ("state_age_sex", ("state", "age", "sex"), (2, 3, 2), 3),
+        ("state_age_race", ("state", "age", "race"), (2, 3, 4), 5),
+        ("state_sex_race", ("state", "sex", "race"), (2, 2, 4), 7),
+        ("county_age", ("county", "age"), (5, 3), 2),
+        ("race", ("race",), (4,), 4),
+    ]
+    tables = [
+        NoisyCounts(n, k, s, rng.integers(0, 30, int(np.prod(s))), Fraction(v))
+        for n, k, s, v in specs
+    ]
+    _, wls, _ = global_problem(tables, hierarchy)
+    grouped = make_consistent(tables, hierarchy, nonnegative=False, integer=False)
+    for table, estimate in zip(tables, wls.estimates, strict=True):
+        np.testing.assert_allclose(grouped.values[table.name], estimate, rtol=0, atol=1e-6)
+    result = make_consistent(tables, hierarchy)
+    np.testing.assert_array_equal(
+        result.values["state_sex_race"].reshape(2, 2, 4).sum(axis=(0, 1)), result.values["race"]
+    )
+
+
+def test_national_margins_too_large_for_the_driver_are_refused_per_group():
+    from dp_pipeline.postprocess import TableShape
+    from dp_pipeline.postprocess.coupled import MAX_COVARIANCE_ENTRIES
+
+    hierarchy = Hierarchy(("state", "county"), (2, 3), (np.array([0, 0, 1]),))
+    shapes = [TableShape("state_a", ("state", "a"), (2, 5000)), TableShape("a", ("a",), (5000,))]
+    assert MAX_COVARIANCE_ENTRIES < 3 * 5000**2
+    refused = (
+        r"per-group post-processing: the national table\(s\) 'a' share 5,000 margin cells with "
+        r"the grouped tables; .* \(3 blocks, 75,000,000 entries\) to the driver, above its "
+        r"limit of 67,108,864; use national tables with fewer cells"
+    )
+    with pytest.raises(PostprocessError, match=refused):
+        group_solver(shapes, hierarchy)
+    small = [TableShape("state_a", ("state", "a"), (2, 100)), TableShape("a", ("a",), (100,))]
+    solver = group_solver(small, hierarchy, [Fraction(1), Fraction(1)])
+    assert solver.coupling.size == 100 and solver.blocks == 3

@@ -161,3 +161,34 @@ def test_wls_beats_raw_on_average():
         )
 
     assert weighted([result.values[t.name] for t in tables]) <= weighted([t.values for t in noisy])
+
+
+def _coupled_instances(count: int):
+    """Random instances whose national tables are solved per block (:mod:`.coupled`)."""
+    from dp_pipeline.postprocess.coupled import coupled_refusal, coupling_of
+    from dp_pipeline.postprocess.plan import plan
+
+    found, seed = [], 0
+    while len(found) < count:
+        tables, hierarchy = random_instance(1000 + seed)
+        seed += 1
+        try:
+            p = plan(tables, hierarchy)
+        except PostprocessError:
+            continue
+        if coupling_of(p, hierarchy) is not None and coupled_refusal(p, hierarchy) is None:
+            found.append(1000 + seed - 1)
+    return found
+
+
+@pytest.mark.parametrize("seed", _coupled_instances(16))
+def test_national_tables_per_block_match_the_dense_kkt(seed):
+    tables, hierarchy = random_instance(seed)
+    result = make_consistent(tables, hierarchy, nonnegative=False, integer=False)
+    expected, C = dense_kkt(tables, hierarchy)
+    for want, t in zip(expected, tables, strict=True):
+        np.testing.assert_allclose(result.values[t.name], want, atol=1e-6, err_msg=t.name)
+    stacked = np.concatenate([result.values[t.name] for t in tables])
+    assert np.max(np.abs(C @ stacked), initial=0) < 1e-6
+    signed = make_consistent(tables, hierarchy, nonnegative=False)
+    assert not np.any(C @ np.concatenate([signed.values[t.name] for t in tables]))

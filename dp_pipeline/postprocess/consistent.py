@@ -20,32 +20,34 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from fractions import Fraction
 
 import numpy as np
 
 from ..errors import InternalError
+from .coupled import coupled_refusal, coupling_of
+from .group_solver import GroupSolver
 from .groups import consistent_by_group, coupling_table
+from .inputs import checked_values, method_name
 from .plan import Plan, plan
 from .structure import (
     Hierarchy,
     NoisyCounts,
-    PostprocessError,
     common_margin,
     margin_index,
     margin_size,
 )
-from .topdown import FitOptions, Problem, group_level, run_topdown
+from .topdown import FitOptions, Problem, fit_groups, group_level, run_topdown
 from .wls import solve_wls
 
-__all__ = ["ConsistentTables", "make_consistent"]
+__all__ = ["ConsistentTables", "checked_values", "make_consistent", "solve_by_blocks"]
 
 
 @dataclass(frozen=True)
 class ConsistentTables:
     """Consistent estimates per table (int64 when integer, else float64), input layout.
 
-    Diagnostics: ``wls_iterations`` (conjugate gradient steps), ``wls_max_residual``
+    Diagnostics: ``wls_iterations`` (conjugate gradient steps; with national tables
+    per block, the factorized solves' refinement steps), ``wls_max_residual``
     (largest margin disagreement before the top-down step, in counts),
     ``raking_steps`` (most proportional-fitting steps of a two-way table),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
@@ -58,35 +60,6 @@ class ConsistentTables:
     raking_steps: int = 0
     groups: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
-
-
-def checked_values(tables: Sequence[NoisyCounts], p: Plan) -> tuple[list, list]:
-    values, variances = [], []
-    for table, s in zip(tables, p.structures, strict=True):
-        arr = np.asarray(table.values)
-        if arr.dtype.kind not in "iu":
-            raise PostprocessError(
-                f"table {table.name!r}: values have dtype {arr.dtype}; noisy counts are integers"
-            )
-        if arr.ndim != 1 or arr.size != s.cells:
-            raise PostprocessError(
-                f"table {table.name!r}: {arr.size} values (shape {arr.shape}) for "
-                f"{s.cells} cells ({' x '.join(map(str, s.sizes)) or 'scalar'}); give one "
-                "value per cell in C order over the keys"
-            )
-        variance = table.variance
-        if not isinstance(variance, Fraction | int) or isinstance(variance, bool):
-            raise PostprocessError(
-                f"table {table.name!r}: variance {variance!r} is not an exact rational "
-                "(fractions.Fraction)"
-            )
-        if variance <= 0:
-            raise PostprocessError(
-                f"table {table.name!r}: variance {variance} must be > 0 (the noise variance)"
-            )
-        values.append(arr.astype(np.int64))
-        variances.append(Fraction(variance))
-    return values, variances
 
 
 def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnegative: bool):
@@ -105,13 +78,6 @@ def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnega
                 raise InternalError(
                     f"tables {a.name!r} and {b.name!r} disagree on their common margin"
                 )
-
-
-def method_name(nonnegative: bool, integer: bool) -> str:
-    if not (nonnegative or integer):
-        return "wls"
-    sign = "nonnegative-" if nonnegative else ""
-    return "wls+topdown-" + sign + ("integer" if integer else "real")
 
 
 def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> ConsistentTables:
@@ -135,6 +101,28 @@ def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> Consiste
     )
 
 
+def _coupled(p, values, variances, hierarchy, nonnegative, integer) -> ConsistentTables:
+    """National tables too: the groups and the national block, exactly (:mod:`.coupled`)."""
+    started = time.perf_counter()
+    options = FitOptions(nonnegative, integer) if (nonnegative or integer) else None
+    solver = GroupSolver(p, hierarchy, tuple(variances), options, coupling_of(p, hierarchy))
+    out, diagnostics = solve_by_blocks(solver, values)
+    seconds = {"blocks": time.perf_counter() - started}
+    if integer:
+        t0 = time.perf_counter()
+        _verify(p, out, hierarchy, nonnegative)
+        seconds["verify"] = time.perf_counter() - t0
+    return ConsistentTables(
+        {s.name: v for s, v in zip(p.structures, out, strict=True)},
+        solver.method,
+        diagnostics["iterations"],
+        diagnostics["max_residual"],
+        diagnostics["raking_steps"],
+        hierarchy.sizes[0],
+        seconds,
+    )
+
+
 def make_consistent(
     tables: Sequence[NoisyCounts],
     hierarchy: Hierarchy | None,
@@ -151,12 +139,19 @@ def make_consistent(
     otherwise the top-down step makes it non-negative and/or integer, with
     exact agreement when ``integer``. Raises :class:`PostprocessError` on bad
     input (before any work) and ``InternalError`` if a margin check fails.
+
+    Solved one top-level group at a time when every table has a hierarchy key;
+    with national tables too, as one more block combined exactly over their
+    shared margins (:mod:`.coupled`), unless :func:`.coupled.coupled_refusal`
+    says it cannot be (then, as without a hierarchy, one global solve).
     """
     started = time.perf_counter()
     p = plan(tables, hierarchy)
     values, variances = checked_values(tables, p)
     if coupling_table(p, hierarchy) is None:
         return _by_group(p, values, variances, hierarchy, nonnegative, integer)
+    if coupled_refusal(p, hierarchy) is None:
+        return _coupled(p, values, variances, hierarchy, nonnegative, integer)
     wls = solve_wls(p.structures, values, variances, p.constraints, hierarchy)
     seconds = {"wls": time.perf_counter() - started}
     names = [s.name for s in p.structures]
@@ -187,3 +182,46 @@ def make_consistent(
         1 if level < 0 else hierarchy.sizes[level],
         seconds,
     )
+
+
+def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[list, dict]:
+    """On the driver, what an engine gets from :meth:`GroupSolver.part`, ``top`` and ``fit``.
+
+    The same functions on the same rows (blocks of equal shape share one system, the
+    same bits; the groups' top-down steps run together, as :func:`.topdown.fit_groups`
+    gives each what :func:`.topdown.fit_group` would). Returns every table's values
+    (cell order) and the diagnostics (most refinement steps, largest residual, raking);
+    the caller verifies the margins (integers: :func:`_verify`).
+    """
+    columns = solver.cells(list(values))
+    order = np.argsort(columns["top"], kind="stable")
+    columns = {k: v[order] for k, v in columns.items()}
+    starts = np.searchsorted(columns["top"], np.arange(solver.blocks + 1))
+    rows = [
+        tuple(columns[k][starts[b] : starts[b + 1]] for k in ("table", "cell", "value"))
+        for b in range(solver.blocks)
+    ]
+    systems: dict = {}
+    top = None
+    diagnostics = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0}
+    if solver.two_pass:
+        parts = [solver.part(b, *rows[b], systems=systems) for b in range(solver.blocks)]
+        merged = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
+        top = solver.top(merged)
+        diagnostics["iterations"] = int(np.max(merged["iterations"]))
+        diagnostics["max_residual"] = float(np.max(merged["residual"]))
+        diagnostics["raking_steps"] = int(top.raking_steps)
+    fitted = [solver.fitted(b, *rows[b], top, systems) for b in range(solver.blocks)]
+    problems = [fixed for _, fixed in fitted if isinstance(fixed, Problem)]
+    fit_groups(problems, solver.options)
+    out: list = [None] * len(solver.plan.structures)
+    for expected, fixed in fitted:
+        if isinstance(fixed, Problem):
+            diagnostics["raking_steps"] = max(diagnostics["raking_steps"], fixed.raking_steps)
+            fixed = solver.fitted_values(fixed, check=False)  # the caller checks every margin
+        for t, (cells, value) in enumerate(zip(expected, fixed, strict=True)):
+            if cells.size:
+                if out[t] is None:
+                    out[t] = np.empty(solver.plan.structures[t].cells, dtype=value.dtype)
+                out[t][cells] = value
+    return out, diagnostics

@@ -20,6 +20,10 @@ fits all groups in lockstep with :func:`.topdown.fit_groups`, which gives each
 what :func:`.topdown.fit_group` gives it alone), so they give the same integers
 bit for bit.
 
+A table with no hierarchy key (national) couples the groups; :mod:`.coupled`
+solves it with them exactly, as one more block, and these functions then take
+the national tables as fixed by the top step.
+
 Pure post-processing of noisy values and public facts; deterministic.
 """
 
@@ -84,6 +88,9 @@ def group_structures(
 ) -> tuple[TableStructure, ...]:
     out = []
     for s in structures:
+        if s.geo_axis is None:  # a national table: the same in every group
+            out.append(s)
+            continue
         sizes = list(s.sizes)
         sizes[s.geo_axis] = int(positions[s.level].size)
         out.append(replace(s, sizes=tuple(sizes)))
@@ -115,11 +122,12 @@ class GroupPart:
 
 @dataclass(frozen=True)
 class TopFixed:
-    """The national total, the top-level totals and the top-level tables, fixed."""
+    """The national total, the top-level totals, the top-level and national tables, fixed."""
 
     geo_totals: dict[int, np.ndarray]
-    fixed: dict[int, np.ndarray]  # top-level tables, full
+    fixed: dict[int, np.ndarray]  # top-level and national tables, full
     raking_steps: int
+    multiplier: np.ndarray | None = None  # national tables: μ of :mod:`.coupled`
 
 
 def solve_group_wls(
@@ -150,8 +158,10 @@ def group_part(group: int, p: Plan, sub_structures, sub_hierarchy, wls) -> Group
     return GroupPart(group, top, totals, wls.iterations, wls.max_residual)
 
 
-def _top_problem(p: Plan, hierarchy: Hierarchy, parts: Sequence[GroupPart]) -> Problem:
-    """A problem whose top-level tables are full and whose finer tables are their group totals.
+def _top_problem(
+    p: Plan, hierarchy: Hierarchy, parts: Sequence[GroupPart], national: dict[int, np.ndarray]
+) -> Problem:
+    """A problem whose top-level and national tables are full, finer tables their group totals.
 
     The finer tables stand in as tables keyed by the top level (their group totals)
     and are marked fixed, so :func:`.topdown.fit_top` reads them only as the source
@@ -163,7 +173,10 @@ def _top_problem(p: Plan, hierarchy: Hierarchy, parts: Sequence[GroupPart]) -> P
     parts = sorted(parts, key=lambda part: part.group)
     structures, estimates, placeholders = [], [], {}
     for t, s in enumerate(p.structures):
-        if s.level == TOP:
+        if s.level < TOP:
+            estimates.append(national[t])
+            structures.append(s)
+        elif s.level == TOP:
             block = np.stack([part.top_estimates[t].reshape(_one(s)) for part in parts])
             estimates.append(np.moveaxis(block, 0, s.geo_axis).reshape(-1))
             structures.append(s)
@@ -183,15 +196,23 @@ def _one(s: TableStructure) -> tuple[int, ...]:
 
 
 def fit_top_from_summaries(
-    p: Plan, hierarchy: Hierarchy, parts: Sequence[GroupPart], options: FitOptions
+    p: Plan,
+    hierarchy: Hierarchy,
+    parts: Sequence[GroupPart],
+    options: FitOptions,
+    national: dict[int, np.ndarray] | None = None,
+    multiplier: np.ndarray | None = None,
 ) -> TopFixed:
-    """National and top-level totals and top-level tables, from every group's part."""
-    problem = _top_problem(p, hierarchy, parts)
-    finer = {t for t, s in enumerate(p.structures) if s.level != TOP}
+    """National and top-level totals, top-level and national tables, from every group's part.
+
+    ``national`` holds the national tables' least squares estimates (:mod:`.coupled`).
+    """
+    problem = _top_problem(p, hierarchy, parts, national or {})
+    finer = {t for t, s in enumerate(p.structures) if s.level > TOP}
     fit_top(problem, TOP, options)
     fixed = {t: v for t, v in problem.fixed.items() if t not in finer}
     geo = {lv: v for lv, v in problem.geo_totals.items() if lv <= TOP}
-    return TopFixed(geo, fixed, problem.raking_steps)
+    return TopFixed(geo, fixed, problem.raking_steps, multiplier)
 
 
 def group_problem(
@@ -209,7 +230,9 @@ def group_problem(
     """
     fixed = {}
     for t, s in enumerate(p.structures):
-        if t in top.fixed:
+        if t in top.fixed and s.geo_axis is None:
+            fixed[t] = top.fixed[t]  # a national table, fixed whole by the top step
+        elif t in top.fixed:
             fixed[t] = np.take(top.fixed[t].reshape(s.sizes), positions[TOP], axis=s.geo_axis)
             fixed[t] = fixed[t].reshape(-1)
     geo = {lv: v if lv < TOP else v[positions[lv]] for lv, v in top.geo_totals.items()}
@@ -224,6 +247,8 @@ def verify_group(p: Plan, sub: Problem, options: FitOptions) -> None:
             raise InternalError(f"table {s.name!r}: a negative count after the top-down step")
     for c in p.constraints:
         a, b, m = structures[c.a], structures[c.b], c.margin
+        if a.geo_axis is None or b.geo_axis is None:
+            continue  # a national margin: made to agree by the top step, across the groups
         size = margin_size(m, [a, b], sub.hierarchy)
         ma = np.bincount(margin_index(a, m, sub.hierarchy), sub.fixed[c.a].astype(float), size)
         mb = np.bincount(margin_index(b, m, sub.hierarchy), sub.fixed[c.b].astype(float), size)

@@ -11,9 +11,10 @@ Where it runs: on the driver, unless the Spark engine combines more than
 `DRIVER_POSTPROCESS_CELLS` cells, which are then made consistent on Spark, one
 task per top-level geography (`dp_pipeline.engines.spark.postprocess`; the
 same per-group functions as the driver, so the same published bytes), and
-read back one table at a time. That needs every combined table keyed by a
-hierarchy level; a table without one (a national table) couples every group
-and is refused by `check_postprocess_engine` before any budget is spent.
+read back one table at a time. A table without a hierarchy key (a national
+table) is one more block, solved exactly with the groups
+(`dp_pipeline.postprocess.coupled`); what cannot be solved so is refused by
+`check_postprocess_engine` in the plan step, before any budget is spent.
 
 Each post-processed table keeps its noisy count as ``raw_value`` (unbiased,
 with the plan's exact margin of error) and publishes the consistent estimate
@@ -24,13 +25,16 @@ from __future__ import annotations
 
 import math
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.plan import ReleasePlan, TablePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
+
+if TYPE_CHECKING:  # the plan step calls check_postprocess_engine: no import back at run time
+    from dp_pipeline.release.plan import ReleasePlan, TablePlan
 
 __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
@@ -70,10 +74,13 @@ def postprocess_on_spark(spec: ReleaseSpec) -> bool:
 
 
 def check_postprocess_engine(spec: ReleaseSpec) -> None:
-    """Raise `SpecError` when the combined tables must go to Spark but couple the groups.
+    """Raise `SpecError` when the combined tables must go to Spark but cannot be solved per group.
 
-    Runs before any budget is spent: a table with no hierarchy key (national)
-    ties every top-level group together, so the per-group solve cannot take it.
+    Runs in the plan step, before any budget is spent. National tables (no
+    hierarchy key) are solved with the groups exactly (`dp_pipeline.postprocess.coupled`)
+    unless a table below the top level takes a national margin (its top-down step
+    then couples every group) or the national margins have too many cells for one
+    covariance per group on the driver (`MAX_COVARIANCE_ENTRIES`).
     """
     settings = spec.postprocess
     if settings is None or not settings.consistent or spec.engine != "spark":
@@ -81,20 +88,29 @@ def check_postprocess_engine(spec: ReleaseSpec) -> None:
     cells = _combined_cells(spec)
     if cells <= DRIVER_POSTPROCESS_CELLS:
         return
+    from dp_pipeline.postprocess import TableShape
+    from dp_pipeline.postprocess.coupled import coupled_refusal
+    from dp_pipeline.postprocess.groups import coupling_table
+    from dp_pipeline.postprocess.plan import plan
+
     tables = {t.name: t for t in spec.tables}
-    levels = set(spec.hierarchy.levels) if spec.hierarchy is not None else set()
-    for name in settings.tables:
-        if not levels & set(tables[name].keys):
-            raise SpecError(
-                [
-                    f"postprocess: table {name!r} has no hierarchy key "
-                    f"({', '.join(sorted(levels)) or 'no [hierarchy]'}), so it ties every "
-                    f"top-level group together; the combined tables have {cells:,} cells, "
-                    f"above the driver's {DRIVER_POSTPROCESS_CELLS:,}, so they are made "
-                    "consistent on Spark one top-level group at a time; key the table by "
-                    "a hierarchy level, or leave it out of [postprocess]"
-                ]
-            )
+    shapes = [
+        TableShape(name, tables[name].keys, tuple(len(spec.domains[k]) for k in tables[name].keys))
+        for name in settings.tables
+    ]
+    hierarchy = _hierarchy(spec)
+    p = plan(shapes, hierarchy)
+    if coupling_table(p, hierarchy) is None:
+        return
+    reason = coupled_refusal(p, hierarchy)
+    if reason is not None:
+        raise SpecError(
+            [
+                f"postprocess: {reason}; the combined tables have {cells:,} cells, above the "
+                f"driver's {DRIVER_POSTPROCESS_CELLS:,}, so they are made consistent on Spark "
+                "one top-level group at a time"
+            ]
+        )
 
 
 def noise_variance(table_plan: TablePlan) -> Fraction:

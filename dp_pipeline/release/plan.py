@@ -32,6 +32,7 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.budget import accountant_type
+from dp_pipeline.release.consistency import check_postprocess_engine
 from dp_pipeline.release.costs import (
     PlanError,
     selection_epsilon_for_rho,
@@ -228,9 +229,12 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     as a pure ε: the share of ε in a discrete Laplace release, and in a discrete Gaussian
     release the ε whose zCDP ρ (ε²/8 per exponential-mechanism run) is the share of ρ.
     For an (ε, δ) budget the common noise scale is searched with every mechanism in the
-    composition (`calibrate_zcdp_shares`).
+    composition (`calibrate_zcdp_shares`). Raises `SpecError` first when the combined
+    tables cannot be post-processed where the engine would (`check_postprocess_engine`).
     """
     started = time.perf_counter()
+    # `dp-release plan` refuses what `run` would, with the same error, before any budget.
+    check_postprocess_engine(spec)
     calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
 
     vectors = {t.name: sensitivity_vector(spec, t) for t in spec.tables if t.statistic in NOISED}

@@ -38,7 +38,6 @@ from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
 from dp_pipeline.release.accuracy_stream import accuracy_summary, table_accuracies
 from dp_pipeline.release.consistency import (
-    check_postprocess_engine,
     consistent_results,
     postprocess_on_spark,
 )
@@ -149,7 +148,6 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     clock = time.perf_counter()
 
     plan = plan_release(spec)
-    check_postprocess_engine(spec)
     timings["plan"] = plan.seconds
     progress(
         f"planned {len(plan.tables)} table(s), "

@@ -10,9 +10,13 @@ the top-level totals and the top-level tables; the second solves each group
 against those and returns its consistent cells. The per-group functions are
 the ones the driver's `make_consistent` runs, on the same inputs, so the result
 is the same bit for bit and independent of executors, partitions and retries.
+National tables (no hierarchy key) are one more group (``top`` equal to the
+number of groups); their parts carry a list column ``coupling`` (each row's
+sensitivity to the coupling multiplier, and the block's covariance rows), empty
+for a solver without national tables.
 
 The solver (`dp_pipeline.postprocess.group_solver.GroupSolver`, built by the
-release layer) is passed in: this module knows its four methods, not the
+release layer) is passed in: this module knows its four methods and ``two_pass``, not the
 post-processing package. Pure post-processing; no key, no privacy cost.
 """
 
@@ -29,7 +33,14 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.types import DoubleType, IntegerType, LongType, StructField, StructType
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    IntegerType,
+    LongType,
+    StructField,
+    StructType,
+)
 
 from dp_pipeline.errors import InternalError
 
@@ -58,12 +69,15 @@ _PART_SCHEMA = StructType(
         StructField("estimate", DoubleType(), False),
         StructField("iterations", IntegerType(), False),
         StructField("residual", DoubleType(), False),
+        # National tables: each row's sensitivity to the coupling multiplier (else empty).
+        StructField("coupling", ArrayType(DoubleType(), False), False),
     ]
 )
 
 
 class GroupSolverLike(Protocol):
     options: Any
+    two_pass: bool  # the first pass and the top step run
 
     def cells(self, values: list[np.ndarray]) -> dict[str, np.ndarray]: ...
     def part(self, group: int, table, cell, value) -> dict[str, np.ndarray]: ...
@@ -82,7 +96,28 @@ def _columns(table: pa.Table) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _arrow(columns: dict[str, np.ndarray], schema: StructType) -> pa.Table:
-    return pa.table({f.name: columns[f.name] for f in schema.fields})
+    return pa.table({f.name: _arrow_column(columns[f.name]) for f in schema.fields})
+
+
+def _arrow_column(values: np.ndarray) -> pa.Array:
+    """A column; a 2-D array becomes a list column, one row of the array per row."""
+    if values.ndim == 1:
+        return pa.array(values)
+    rows, width = values.shape
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * width)
+    flat = pa.array(np.ascontiguousarray(values, dtype=np.float64).reshape(-1))
+    # The Arrow type Spark reads ArrayType(DoubleType(), containsNull=False) as.
+    element = pa.list_(pa.field("element", pa.float64(), nullable=False))
+    return pa.ListArray.from_arrays(offsets, flat, type=element)
+
+
+def _numpy_column(column: pa.ChunkedArray) -> np.ndarray:
+    """A column as numpy; a list column of equal-length rows as a 2-D array."""
+    if not pa.types.is_list(column.type):
+        return column.to_numpy()
+    rows = len(column)
+    flat = column.combine_chunks().flatten().to_numpy()
+    return flat.reshape(rows, flat.size // rows if rows else 0)
 
 
 def _fitted_schema(solver: GroupSolverLike) -> StructType:
@@ -126,13 +161,13 @@ def consistent_cells(cells: DataFrame, solver: GroupSolverLike) -> tuple[DataFra
     """
     diagnostics: dict = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0}
     top = None
-    if solver.options is not None:
+    if solver.two_pass:
 
         def part(table: pa.Table) -> pa.Table:
             return _arrow(solver.part(*_columns(table)), _PART_SCHEMA)
 
         parts = cells.groupBy("top").applyInArrow(part, _PART_SCHEMA).toArrow()
-        top = solver.top({name: parts.column(name).to_numpy() for name in parts.column_names})
+        top = solver.top({name: _numpy_column(parts.column(name)) for name in parts.column_names})
         diagnostics["iterations"] = int(np.max(parts.column("iterations").to_numpy()))
         diagnostics["max_residual"] = float(np.max(parts.column("residual").to_numpy()))
         diagnostics["raking_steps"] = int(top.raking_steps)
