@@ -11,7 +11,7 @@ import dp_pipeline.accounting.coarse_lattice as coarse_lattice
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta
-from dp_pipeline.accounting.lattice import lattice_loss
+from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
 from dp_pipeline.accounting.multivariate import discrete_gaussian_components, multivariate_delta
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.mechanisms import DiscreteGaussian
@@ -107,3 +107,135 @@ def test_multivariate_delta_reports_its_method_and_agrees_with_the_coarsened_fft
     components = discrete_gaussian_components(CENSUS_SIGMA2, CENSUS_SHIFTS)
     coarse = coarsened_lattice_loss(components, 1e-14).delta_bound(2.0, "coarse")
     assert coarse.lower <= bound.upper and bound.lower <= coarse.upper
+
+
+# ---------------------------------------------------------------- lattice FFT internals
+
+
+def test_floor_product_is_exact_where_the_float_product_is_not():
+    from dp_pipeline.accounting.coarse_lattice import _floor_product
+
+    # p/q = 3 - 1/q just below an integer: v·p/q is within 1e-20 of 3v for small v
+    q = 10**20 + 7
+    p = 3 * q - 1
+    values = np.arange(-2000, 2001, dtype=np.int64)
+    exact = [(int(v) * p) // q for v in values]
+    assert [int(x) for x in _floor_product(values, p, q)] == exact
+    # the twin: the float product alone gets these floors wrong
+    assert [int(x) for x in np.floor(values * (p / q))] != exact
+
+
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_merged_chernoff_terms_bound_the_exact_moment_generating_function(sign):
+    import mpmath
+
+    from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+    from dp_pipeline.accounting.lattice import _log_mgf, _mgf_terms
+
+    # a Laplace support of 10,214 positive masses: merged into runs of 3 past 4,096 terms
+    scale, shift = Fraction(1000), 10213
+
+    _, masses = discrete_laplace_loss_pmf(scale, shift)
+    terms = _mgf_terms(np.asarray(masses))
+    assert terms.merged and len(terms.log_masses) <= 4096
+    component = LatticeComponent(Fraction(0), Fraction(1), 1, probabilities=tuple(masses))
+    mean = float(np.asarray(masses) @ np.arange(len(masses)))
+    mpmath.mp.dps = 30
+    for lam in (1e-3, 0.05, 0.3):
+        bound = float(_log_mgf(component, terms, 1, np.array([sign * lam]))[0])
+        exact = mpmath.log(
+            mpmath.fsum(
+                mpmath.mpf(float(m)) * mpmath.exp(sign * lam * (k - mpmath.mpf(mean)))
+                for k, m in enumerate(masses)
+                if m > 0
+            )
+        )
+        assert bound >= exact
+        assert bound <= exact + 3 * lam + 1e-12  # a run spans 3 values
+
+
+def test_laplace_support_window_and_delta_against_the_exact_formula():
+    from dp_pipeline.accounting.discrete_laplace import (
+        discrete_laplace_loss_pmf,
+        discrete_laplace_shift_delta_bounds,
+    )
+
+    # seed 102's Laplace (pure ε ≈ 55.5) alone on its own lattice
+    scale, shift = Fraction(27295, 714), 2121
+    _, masses = discrete_laplace_loss_pmf(scale, shift)
+    component = LatticeComponent(-Fraction(shift) / scale, 2 / scale, 1, None, tuple(masses))
+    loss = lattice_loss([component], 1e-14)
+    assert len(loss.probabilities) <= 4096  # 2,122 support points
+    for epsilon in (0.0, 20.0, 50.0, 55.0):
+        lower, upper = discrete_laplace_shift_delta_bounds(scale, shift, epsilon)
+        bound = loss.delta_bound(epsilon, "test")
+        assert bound.lower <= upper and lower <= bound.upper
+        assert bound.upper - bound.lower <= 1e-12
+
+
+def test_directly_convolved_supports_match_a_brute_force_sum():
+    import mpmath
+
+    from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
+
+    mpmath.mp.dps = 30
+    # three finite supports on steps 2/10, 2/3 and 1/5 (multipliers 3, 10, 6 of 1/15) and
+    # one discrete Gaussian: the supports are multiplied out before one real FFT
+    parts = []
+    for scale, shift in ((Fraction(10), 30), (Fraction(3), 7)):
+        _, masses = discrete_laplace_loss_pmf(scale, shift)
+        parts.append(LatticeComponent(-Fraction(shift) / scale, 2 / scale, 1, None, tuple(masses)))
+    parts.append(LatticeComponent(Fraction(-1, 5), Fraction(1, 5), 1, None, (0.25, 0.25, 0.5)))
+    gaussian = LatticeComponent(Fraction(1, 50), Fraction(1, 25), 1, Fraction(25))
+    loss = lattice_loss([*parts, gaussian], 1e-14)
+    # brute force: every combination of the three supports and |y| <= 40σ of N_Z(0, 25)
+    support = [(mpmath.mpf(0), mpmath.mpf(1))]
+    for part in parts:
+        offset, step = part.offset, part.step
+        support = [
+            (
+                loss_value
+                + mpmath.mpf(offset.numerator) / offset.denominator
+                + k * mpmath.mpf(step.numerator) / step.denominator,
+                mass * mpmath.mpf(p),
+            )
+            for loss_value, mass in support
+            for k, p in enumerate(part.probabilities)
+            if p > 0
+        ]
+    weights = [(y, mpmath.exp(-mpmath.mpf(y * y) / 50)) for y in range(-200, 201)]
+    total = mpmath.fsum(w for _, w in weights)
+    gaussian_losses = [(mpmath.mpf(1) / 50 + mpmath.mpf(y) / 25, w / total) for y, w in weights]
+    for epsilon in (0.0, 1.0, 5.0, 12.0):
+        eps = mpmath.mpf(epsilon)
+        exact = mpmath.fsum(
+            mass * g_mass * -mpmath.expm1(eps - value - g_value)
+            for value, mass in support
+            for g_value, g_mass in gaussian_losses
+            if value + g_value > eps
+        )
+        bound = loss.delta_bound(epsilon, "test")
+        assert bound.lower <= exact <= bound.upper
+        assert bound.upper - bound.lower <= 1e-11
+
+
+def test_seed_102_window_from_a_chernoff_search_over_both_tails():
+    """Seed 102 (bench_accounting's random plans): Laplaces of pure ε 55.5 and 85.3 beside
+    a discrete Gaussian of ρ 4e-15. The composed loss is bounded above and exponential
+    below: the lower tail's best λ is ~1/30 of distance/variance, the upper's far above 1;
+    the search over both keeps the window at 2^19 points (the grid 1/16..4 alone certified
+    only 2^21). Its bracket agrees with the MGF inversion where that is tight."""
+    from bench.bench_accounting import _random_plan
+    from dp_pipeline.accounting.brackets import inversion_delta
+    from dp_pipeline.accounting.paths import inversion_of, lattice_components
+
+    events = list(_random_plan(102).events)
+    coarse = coarsened_lattice_loss(lattice_components(events), 1e-14)
+    assert len(coarse.upper_loss.probabilities) <= 1 << 19
+    assert len(coarse.lower_loss.probabilities) <= 1 << 19
+    inversion = inversion_delta(inversion_of(events))
+    for epsilon in (140.79859510638684, 140.7985986263518):  # the ε search's last steps
+        tight = inversion(epsilon)
+        assert tight.upper - tight.lower <= 1e-3 * tight.upper
+        bound = coarse.delta_bound(epsilon, "test")
+        assert bound.lower <= tight.upper and tight.lower <= bound.upper

@@ -175,6 +175,7 @@ class PrivacyAccountant:
             name,
             probe=lambda bound: _CAPPED in bound.method,
             spread=None if rho is None else math.sqrt(2 * rho),
+            decide=getattr(delta_of, "accepts_decide", False),
         )
 
     @property
@@ -192,8 +193,13 @@ class PrivacyAccountant:
         if "methods" not in self._cache:
             self._paths()  # after a conditioning, the paths a loose bracket falls back to
         if "methods" not in self._cache:
+            middle = self._cache["middle"]()
             fallback = self._cache["fallback"]()
-            self._cache["methods"] = ("mgf_inversion",) + ((fallback,) if fallback else ())
+            self._cache["methods"] = (
+                ("mgf_inversion",)
+                + ((middle,) if middle else ())
+                + ((fallback,) if fallback else ())
+            )
         if "conditioned" in self._cache:
             self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
         return self._cache["methods"]
@@ -250,8 +256,14 @@ class PrivacyAccountant:
         split = pure_dp_split(self._events)
         pure_total = None if split is None or split[0] == 0 else float(split[0])
 
-        def capped(eps):
-            bound = delta_of(eps)
+        decides = getattr(delta_of, "accepts_decide", False)
+
+        def capped(eps, decide=None):
+            # ``decide``: a δ the caller only compares with (`epsilon_search`)
+            if decides and decide is not None:
+                bound = delta_of(eps, decide=decide)
+            else:
+                bound = delta_of(eps)
             zcdp = zcdp_to_delta(rho, eps)
             if zcdp < bound.upper:
                 bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
@@ -265,15 +277,17 @@ class PrivacyAccountant:
                     )
             return bound
 
+        capped.accepts_decide = True
         return capped, name
 
     def _paths(self):
         """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
         if "paths" in self._cache:
             return self._cache["paths"]
-        paths = direct_paths(self._events, self._rho_or_none())
+        paths = direct_paths(self._events, self._rho_or_none(), _rest_summary)
         if paths.methods is None:
             self._cache["fallback"] = paths.fallback_name
+            self._cache["middle"] = paths.middle_name
         else:
             self._cache["methods"] = paths.methods
         delta_of, name = paths.delta_of, paths.name

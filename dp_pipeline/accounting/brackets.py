@@ -73,25 +73,51 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback):
+def intersect_brackets(primary, fallback, middle=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
-    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight.
+    The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
+    if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
+    intersection with the inversion is not tight either; and, when the caller passes
+    ``decide`` (a δ it only compares with, `epsilon_search`), only when neither bracket
+    decides which side of it δ lies on.
     """
 
-    def delta_of(epsilon: float) -> DeltaBound:
+    def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
         first = primary(epsilon)
         gap = first.upper - first.lower
         if first.upper > 0 and gap <= TIGHT * first.upper:
             return first
         if first.upper <= 5e-324:  # below the float range: no other path can improve it
             return first
+        if decide is not None and (first.lower > decide or first.upper <= decide):
+            return first  # the caller only compares with ``decide``: no path changes that
+        if middle is not None:
+            # used only where it closes or decides the bracket (in place of the FFT paths):
+            # elsewhere the bracket stays the inversion's, so that a search over ε takes
+            # the same steps as without it
+            closed = _intersection(first, middle(epsilon))
+            if decide is not None and closed.lower > decide:
+                # δ > decide for certain, and the inversion's upper end says so too: its
+                # bracket keeps the search's steps (and its lower end's start) as they were
+                return first
+            if closed.upper > 0 and closed.upper - closed.lower <= TIGHT * closed.upper:
+                return closed
+            if decide is not None and closed.upper <= decide:
+                return closed
         # the exact lattice FFT when it exists; the approximate FFT paths only if loose
         second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
         if second is None:
             return first
-        best = first if first.upper <= second.upper else second
-        lower = max(first.lower, second.lower)
-        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+        return _intersection(first, second)
 
+    delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
     return delta_of, "mgf_inversion"
+
+
+def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
+    """The larger lower and the smaller upper, named by the method of the upper end (the
+    first on a tie)."""
+    best = first if first.upper <= second.upper else second
+    lower = max(first.lower, second.lower)
+    return DeltaBound(min(lower, best.upper), best.upper, best.method)

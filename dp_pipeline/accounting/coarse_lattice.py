@@ -83,6 +83,36 @@ def _variance_of(component: LatticeComponent) -> float:
     return float(probabilities @ (values - mean) ** 2)
 
 
+def _floor_product(values: np.ndarray, p: int, q: int) -> np.ndarray:
+    """floor(v·p/q) for integers v, exactly: int64 arithmetic when no product can overflow;
+    else a float estimate, recomputed in integers wherever v·p/q lies within 16 ulps of an
+    integer (elsewhere the float product, within 2 ulps, has the same floor)."""
+    values = values.astype(np.int64)
+    reach = int(np.max(np.abs(values))) if len(values) else 0
+    if reach * max(p, q) < 2**62:
+        return (values * p) // q
+    ratio = p / q  # correctly rounded
+    if reach >= 2**52 or reach * abs(ratio) >= 2.0**50:
+        return np.asarray((values.astype(object) * p) // q, dtype=object)
+    product = values * ratio
+    estimate = np.floor(product)
+    near = np.abs(product - np.round(product)) <= 16 * _UNIT_ROUNDOFF * np.abs(product) + 1e-300
+    result = estimate.astype(np.int64)
+    for index in np.flatnonzero(near):
+        result[index] = (int(values[index]) * p) // q
+    return result
+
+
+def _floor_ratio(numerators: np.ndarray, ratio: Fraction) -> np.ndarray:
+    """floor(j / ratio) for integers j, exactly."""
+    return _floor_product(numerators, ratio.denominator, ratio.numerator)
+
+
+def _floor_times(indices: np.ndarray, ratio: Fraction) -> np.ndarray:
+    """floor(j · ratio) for integers j, exactly."""
+    return _floor_product(indices, ratio.numerator, ratio.denominator)
+
+
 def _bin_edges(low_k: int, high_k: int, ratio: Fraction, up: bool) -> tuple[np.ndarray, int]:
     """Edges B_j so that bin j holds the integers k with B_j < k <= B_{j+1}.
 
@@ -93,21 +123,31 @@ def _bin_edges(low_k: int, high_k: int, ratio: Fraction, up: bool) -> tuple[np.n
         first = -((-low_k * ratio.denominator) // ratio.numerator)  # ceil(low_k / ratio)
         last = -((-high_k * ratio.denominator) // ratio.numerator)
         # bin j: (j-1)·ratio < k <= j·ratio  ->  B_j = floor((j-1)·ratio)
-        indices = np.arange(first, last + 2, dtype=object)
-        edges = [((j - 1) * ratio.numerator) // ratio.denominator for j in indices]
+        edges = _floor_times(np.arange(first - 1, last + 1, dtype=np.int64), ratio)
     else:
         first = (low_k * ratio.denominator) // ratio.numerator  # floor(low_k / ratio)
         last = (high_k * ratio.denominator) // ratio.numerator
         # bin j: j·ratio <= k < (j+1)·ratio  ->  B_j = ceil(j·ratio) - 1
-        indices = np.arange(first, last + 2, dtype=object)
-        edges = [-((-j * ratio.numerator) // ratio.denominator) - 1 for j in indices]
+        edges = -_floor_times(-np.arange(first, last + 2, dtype=np.int64), ratio) - 1
     return np.asarray(edges, dtype=np.float64), int(first)
 
 
+def _normalised_weights(sigma2: Fraction, reach: int) -> np.ndarray:
+    """P[K = k] of N_Z(0, σ²) for |k| <= reach, in extended precision (term by term)."""
+    k = np.arange(-reach, reach + 1, dtype=np.float64)
+    weights = np.exp(-(k * k) / (2 * float(sigma2)))
+    weights /= math.fsum(weights)
+    return weights.astype(np.longdouble)
+
+
 def _discrete_gaussian_bins(
-    sigma2: Fraction, ratio: Fraction, up: bool
+    sigma2: Fraction, ratio: Fraction, up: bool, weights: dict | None = None
 ) -> tuple[np.ndarray, int, float]:
-    """Masses of N_Z(0, σ²) in the bins of k/ratio (rounded up or down), first bin, L1 error."""
+    """Masses of N_Z(0, σ²) in the bins of k/ratio (rounded up or down), first bin, L1 error.
+
+    ``weights``: the term-by-term pmfs by σ², shared by the calls of one composition (both
+    rounding directions and every shift of a σ² sum the same terms).
+    """
     sigma = math.sqrt(float(sigma2))
     reach = math.ceil(_TAIL_SIGMAS * sigma) + 2
     edges, first = _bin_edges(-reach, reach, ratio, up)
@@ -116,14 +156,14 @@ def _discrete_gaussian_bins(
     if sigma < _CDF_MIN_SIGMA or 2 * reach + 1 <= _ENUMERATION_LIMIT:
         # Term by term: per-bin sums in extended precision (recursive summation errs by at
         # most (n-1)·u_ext·mass per bin, so <= max bin length · u_ext over all bins).
-        k = np.arange(-reach, reach + 1, dtype=np.float64)
-        weights = np.exp(-(k * k) / (2 * float(sigma2)))
-        weights /= math.fsum(weights)
+        weights = {} if weights is None else weights
+        if sigma2 not in weights:
+            weights[sigma2] = _normalised_weights(sigma2, reach)
+        extended = weights[sigma2]
         starts = (edges[:-1] + reach + 1).astype(np.int64)
         stops = (edges[1:] + reach + 1).astype(np.int64)
         filled = stops > starts
         masses = np.zeros(len(starts))
-        extended = weights.astype(np.longdouble)
         masses[filled] = np.add.reduceat(extended, starts[filled]).astype(np.float64)
         longest = float(np.max(stops - starts))
         extended_roundoff = float(np.finfo(np.longdouble).eps)
@@ -151,19 +191,17 @@ def _discrete_gaussian_bins(
 
 
 def _round_component(
-    component: LatticeComponent, grid: Fraction, up: bool
+    component: LatticeComponent, grid: Fraction, up: bool, weights: dict | None = None
 ) -> tuple[LatticeComponent, float]:
-    """The component with its loss rounded up/down onto offset + grid·Z, and its L1 error."""
+    """The component with its loss rounded up/down onto offset + grid·Z, and its L1 error
+    (``weights``: as for `_discrete_gaussian_bins`)."""
     ratio = grid / component.step  # how many K-units one grid step spans
     if component.sigma2 is not None:
-        masses, first, error = _discrete_gaussian_bins(component.sigma2, ratio, up)
+        masses, first, error = _discrete_gaussian_bins(component.sigma2, ratio, up, weights)
     else:
         probabilities = np.asarray(component.probabilities, dtype=np.float64)
-        k = np.arange(len(probabilities), dtype=object)
-        if up:
-            bins = [-((-i * ratio.denominator) // ratio.numerator) for i in k]
-        else:
-            bins = [(i * ratio.denominator) // ratio.numerator for i in k]
+        k = np.arange(len(probabilities), dtype=np.int64)
+        bins = -_floor_ratio(-k, ratio) if up else _floor_ratio(k, ratio)  # ceil / floor(k/ratio)
         bins_array = np.asarray(bins, dtype=np.int64)
         first = int(bins_array.min())
         masses = np.bincount(bins_array - first, weights=probabilities)
@@ -174,7 +212,7 @@ def _round_component(
         offset=component.offset + grid * (first + start),
         step=grid,
         count=component.count,
-        probabilities=tuple(float(m) for m in masses[start:stop]),
+        probabilities=tuple(masses[start:stop].tolist()),
     )
     return rounded, component.count * error
 
@@ -221,18 +259,20 @@ def coarsened_lattice_loss(
         if target_size > _MAX_TARGET_SIZE:
             return None
     exact, up, down, extra, rounded = [], [], [], 0.0, 0
+    weights: dict = {}  # the term-by-term pmf of each σ², for this composition only
     for component in components:
         if (component.step / grid).denominator == 1:
             exact.append(component)
             continue
         rounded += 1
-        rounded_up, error_up = _round_component(component, grid, up=True)
-        rounded_down, error_down = _round_component(component, grid, up=False)
+        rounded_up, error_up = _round_component(component, grid, True, weights)
+        rounded_down, error_down = _round_component(component, grid, False, weights)
         up.append(rounded_up)
         down.append(rounded_down)
         extra += max(error_up, error_down)
-    upper_loss = lattice_loss(exact + up, tolerance, max_size)
-    lower_loss = lattice_loss(exact + down, tolerance, max_size)
+    shared: dict = {}  # the exact components' φ, for both roundings
+    upper_loss = lattice_loss(exact + up, tolerance, max_size, shared)
+    lower_loss = lattice_loss(exact + down, tolerance, max_size, shared)
     if upper_loss is None or lower_loss is None:
         return None
     return CoarsenedLatticeLoss(upper_loss, lower_loss, extra, rounded, grid)

@@ -33,6 +33,7 @@ __all__ = [
     "discrete_laplace_loss_pmf",
     "discrete_laplace_pure_epsilon",
     "discrete_laplace_rho",
+    "discrete_laplace_shift_delta_bounds",
     "exact_scale",
 ]
 
@@ -121,6 +122,15 @@ def _bounds_one_shift(scale: Fraction, shift: int, epsilon: float) -> tuple[floa
     total = math.fsum(probabilities[first:] * -np.expm1(-gaps))
     relative = 4 * _UNIT * (shift + 4) + 8 * _UNIT
     return max(0.0, total * (1 - relative)), min(1.0, total * (1 + relative) + 5e-324)
+
+
+def discrete_laplace_shift_delta_bounds(
+    scale: Fraction, shift: int, epsilon: float
+) -> tuple[float, float]:
+    """Rigorous (lower, upper) on δ(ε) of Lap_Z(b) for the one shift Δ (not maximised over
+    1..Δ: one coordinate of a composition), exactly (0, 0) for ε >= Δ/b. ``scale``: the
+    exact b; ``shift``: an integer >= 1; ``epsilon`` >= 0."""
+    return _bounds_one_shift(scale, shift, epsilon)
 
 
 def discrete_laplace_delta_bounds(

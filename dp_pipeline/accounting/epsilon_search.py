@@ -11,8 +11,10 @@ the closed-form starting ε (the zCDP conversion) is nudged up by a relative 2^-
 time, growing, when its own rounding leaves it just infeasible; when the bound at the
 start came from that closed form (``probe``), the start itself is usually the answer and
 one evaluation 1e-7 below it settles the bracket; the steps are regula falsi on log δ
-(Illinois); the lower search starts from the largest ε the upper one saw with
-δ_lower > δ.
+(Illinois), or by decades and then geometric means where the bound is 0 at the high end
+and the bracket spans more than a factor 1,000 (a lower bound that vanishes above some ε
+gives the secant nothing); the lower search starts from the largest ε the upper one saw
+with δ_lower > δ.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def epsilon_from_delta_function(
     method: str,
     probe: Callable[[DeltaBound], bool] | None = None,
     spread: float | None = None,
+    decide: bool = False,
 ) -> EpsilonBound:
     """EpsilonBound from a δ(ε) bound function (both ends non-increasing in ε).
 
@@ -46,13 +49,18 @@ def epsilon_from_delta_function(
     tried 1e-7 below it first); ``spread``: a scale of how far below the start the answer
     may be (the loss's standard deviation; the first trial below the start is then at
     most 2·spread below it, not 10%). Evaluations are shared between the two searches, and
-    ε = 0 is evaluated only when the searches come near it.
+    ε = 0 is evaluated only when the searches come near it. With ``decide``, the bound
+    function is called as ``delta_bound_of(ε, decide=δ)``: it may then return, instead of
+    its tightest bracket, a looser rigorous one that puts its upper end on the same side of
+    δ (one with lower > δ or upper <= δ, or with upper > δ where δ(ε) > δ is known): the
+    ends stay certified, the lower end may stay lower than the tightest bracket would put
+    it, and the secant steps see the looser value.
     """
     seen: dict = {}
 
     def bound_at(eps: float) -> DeltaBound:
         if eps not in seen:
-            seen[eps] = delta_bound_of(eps)
+            seen[eps] = delta_bound_of(eps, decide=delta) if decide else delta_bound_of(eps)
         return seen[eps]
 
     growth = _FIRST_GROWTH
@@ -139,6 +147,10 @@ def _solve(
             trial = high - f_high * (high - low) / (f_high - f_low)
             margin = 0.1 * (high - low) if side == 0 else 0.25 * rtol * high
             trial = min(max(trial, low + margin), high - margin)
+        elif f_high == -math.inf and high > 1e3 * low:
+            # δ = 0 at the high end says nothing of where δ rises (a lower bound's
+            # support ends there): search by decades, then geometrically, not by halves
+            trial = 1e-2 * high if low == 0 else math.sqrt(low * high)
         else:
             trial = 0.5 * (low + high)
         if not low < trial < high:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.brackets import intersect_brackets, inversion_delta
+from dp_pipeline.accounting.laplace_conditioning import METHOD as LAPLACE_METHOD
+from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
@@ -25,18 +27,25 @@ class DirectPaths:
     """The chosen path: ``delta_of(ε) -> DeltaBound`` and its ``name``.
 
     ``methods`` is the one method it can use, or None when it is the MGF inversion
-    with an FFT fallback, whose name ``fallback_name()`` gives (building it if need be).
+    with an FFT fallback, whose name ``fallback_name()`` gives (building it if need be);
+    ``middle_name()`` names the cheap bracket tried between the two (None if none is).
     """
 
     delta_of: Callable[[float], DeltaBound]
     name: str
     methods: tuple[str, ...] | None
     fallback_name: Callable[[], str | None] | None
+    middle_name: Callable[[], str | None] | None = None
 
 
-def direct_paths(events, rho: float | None) -> DirectPaths:
+def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
     """The direct path of ``events`` (a list of `PrivacyEvent`; ``rho`` their ρ as a float,
-    None if not finite), uncapped: every bound it gives is a rigorous δ(ε) bracket."""
+    None if not finite), uncapped: every bound it gives is a rigorous δ(ε) bracket.
+
+    ``summarize(rest_events)``: the `conditioning.RestSummary` of other events (None if
+    their ρ is not finite); with it, a loose MGF inversion is intersected with the
+    `laplace_conditioning` brackets before any FFT path is built.
+    """
     single = single_coordinate(events)
     inversion = None if single is not None else (inversion_of(events) or None)
     if single is not None:
@@ -62,8 +71,23 @@ def direct_paths(events, rho: float | None) -> DirectPaths:
         fallback(1.0)
         return None if built[0] is None else built[0][1]
 
-    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback)
-    return DirectPaths(delta_of, name, None, fallback_name)
+    laplace: list = []  # the Laplace conditionings' bracket (or None), found on first use
+
+    def laplace_bracket_of():
+        if not laplace:
+            found = laplace_conditionings(events, summarize) if summarize else []
+            laplace.append(laplace_bracket(found) if found else None)
+        return laplace[0]
+
+    def middle(eps):
+        bracket = laplace_bracket_of()
+        return DeltaBound(0.0, 1.0, "mgf_inversion") if bracket is None else bracket(eps)
+
+    def middle_name():
+        return None if laplace_bracket_of() is None else LAPLACE_METHOD
+
+    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle)
+    return DirectPaths(delta_of, name, None, fallback_name, middle_name)
 
 
 def no_path_bound(rho: float | None):
