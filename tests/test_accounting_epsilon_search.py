@@ -189,3 +189,33 @@ def test_search_with_a_spread_hint_certifies_both_ends(spread):
     assert crossing <= bound.upper <= crossing * (1 + 1.01 * RTOL)
     lower_crossing = math.log(1 - 1e-3) - math.log(delta)
     assert lower_crossing * (1 - 1.01 * RTOL) <= bound.lower <= lower_crossing
+
+
+def _staircase(step_at: float, lower_step_at: float):
+    """δ(ε) of one coarse lattice step: 1 below it, 1e-169 above (the lower end earlier)."""
+
+    def delta_of(eps: float) -> DeltaBound:
+        upper = 1.0 if eps < step_at else 1e-169
+        lower = 0.99 if eps < lower_step_at else 1e-170
+        return DeltaBound(lower=lower, upper=upper, method="staircase")
+
+    return delta_of
+
+
+def test_a_staircase_is_searched_down_from_the_loss_scale_not_by_halving():
+    # seed 35 of the random plans: a single lattice step a few spreads below the start;
+    # halving first and creeping back took 39 evaluations, doubling from the spread 22
+    spread, step_at = 2.1e7, 222189391060880.3
+    calls = []
+    staircase = _staircase(step_at, step_at - 5.6e8)
+
+    def counted(eps):
+        calls.append(eps)
+        return staircase(eps)
+
+    high = step_at + 6.5 * spread
+    result = epsilon_from_delta_function(counted, DELTA, high, "staircase", spread=spread)
+    assert step_at <= result.upper <= step_at * (1 + 1.01 * RTOL)
+    assert (step_at - 5.6e8) * (1 - 1.01 * RTOL) <= result.lower <= step_at - 5.6e8
+    assert len(calls) <= 26
+    assert min(calls) > step_at - 100 * spread  # never halfway down

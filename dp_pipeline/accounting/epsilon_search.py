@@ -13,8 +13,10 @@ start came from that closed form (``probe``), the start itself is usually the an
 one evaluation 1e-7 below it settles the bracket; the steps are regula falsi on log δ
 (Illinois), or by decades and then geometric means where the bound is 0 at the high end
 and the bracket spans more than a factor 1,000 (a lower bound that vanishes above some ε
-gives the secant nothing); the lower search starts from the largest ε the upper one saw
-with δ_lower > δ.
+gives the secant nothing); where the secant of two feasible trials says nothing (a
+staircase's flat step: the composed loss of a coarse lattice), the trials go down from the
+loss's scale (``spread``), doubling, instead of halfway at once; the lower search starts
+from the largest ε the upper one saw with δ_lower > δ.
 """
 
 from __future__ import annotations
@@ -67,25 +69,37 @@ def epsilon_from_delta_function(
     while bound_at(high).upper > delta:
         high = high * (1 + growth) + growth
         growth = min(16 * growth, 1.0)  # from the 4th step on, as fast as doubling
-    first_trial = None
+    first_trial = step = None
     if probe is not None and probe(bound_at(high)):
         first_trial = high * (1 - 0.5 * RTOL)
     elif spread is not None and 0 < 2 * spread < 0.1 * high:
-        first_trial = high - 2 * spread
+        step = 2 * spread
+        first_trial = high - step
     upper, feasible = _solve(
-        lambda eps: bound_at(eps).upper, delta, high, feasible_end=True, first_trial=first_trial
+        lambda eps: bound_at(eps).upper,
+        delta,
+        high,
+        feasible_end=True,
+        first_trial=first_trial,
+        flat_step=step,
     )
     # the lower end starts from the largest ε seen with δ_lower > δ (δ_lower <= δ_upper:
     # none above the upper end); ε seen with δ_lower <= δ say nothing below them, as a
     # loose bracket there may have δ_lower = 0
     below = [eps for eps, b in seen.items() if eps < feasible and b.lower > delta]
     # from the last feasible ε evaluated (``upper`` is it rounded up: not evaluated)
+    # a lower bound that is positive at the feasible end is searched like the upper one,
+    # from the loss's scale down (one that is 0 there gives the steps nothing to go by)
+    if step is not None and not (0 < step < 0.1 * feasible and bound_at(feasible).lower > 0):
+        step = None
     lower, _ = _solve(
         lambda eps: bound_at(eps).lower,
         delta,
         feasible,
         feasible_end=False,
         low=max(below) if below else None,
+        first_trial=None if step is None else feasible - step,
+        flat_step=step,
     )
     return EpsilonBound(lower=min(lower, upper), upper=upper, method=method)
 
@@ -98,6 +112,7 @@ def _solve(
     rtol: float = RTOL,
     low: float | None = None,
     first_trial: float | None = None,
+    flat_step: float | None = None,
 ):
     """Bracket [low, high] of δ_of(ε) = δ (δ_of non-increasing, δ_of(high) <= δ); returns
     the feasible end (δ_of <= δ, rounded up 4 ulps) or the infeasible end (δ_of > δ, 0.0
@@ -106,7 +121,10 @@ def _solve(
     ``low``: an ε known to have δ_of(low) > δ, if any; otherwise one is looked for below
     ``high`` (from ``first_trial`` if given, else 0.9·high, then secant steps on log δ,
     each at least 5% of the way down), and ε = 0 is tried once the search has come below
-    a quarter of ``high``.
+    a quarter of ``high``. ``flat_step``: where the secant of two feasible trials points
+    below half of ``high`` or nowhere (a staircase's flat step), the next trial is twice
+    that far below, the step doubling each time (at most halfway down), rather than
+    halfway down at once.
     """
     target = math.log(delta)
 
@@ -132,11 +150,15 @@ def _solve(
             previous, f_previous = high, f_high
             high, f_high = trial, f_trial
             slope = (f_previous - f_high) / (previous - high)
+            trial = 0.5 * high
             if math.isfinite(slope) and slope < 0:
                 guess = high - 1.5 * f_high / slope
-                trial = min(0.95 * high, max(guess, 0.5 * high))
-            else:
-                trial = 0.5 * high
+                trial = min(0.95 * high, max(guess, trial))
+            if trial == 0.5 * high and flat_step is not None and math.isfinite(f_high):
+                # the secant says nothing useful (a staircase's flat step): go down from
+                # the known scale of the loss, doubling, rather than halfway at once
+                flat_step *= 2
+                trial = max(high - flat_step, trial)
     else:
         f_low = excess(low)
     side = 0
