@@ -12,7 +12,6 @@ import pytest
 import dp_pipeline.release.consistency as consistency
 import dp_pipeline.release.outputs as outputs
 import dp_pipeline.release.run as run
-import dp_pipeline.release.spark_tables as spark_tables
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec import load_spec
@@ -76,7 +75,8 @@ def test_a_national_table_on_spark_publishes_the_driver_files_byte_for_byte(
     assert "sex_total.parquet" in published
     assert published == _files(driver.output)
     # The executors aggregating, the tables kept on Spark: the national block too.
-    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    # PySpark is imported only by the Spark tests (the core install has none)
+    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
     lines = []
     kept = run_release(_with_national_table(tmp_path / "k"), progress=lines.append, spark=spark)
     assert any("kept there for post-processing" in line for line in lines)
@@ -134,7 +134,8 @@ def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
 
     if general:
         monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", 0)
-    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    # PySpark is imported only by the Spark tests (the core install has none)
+    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", rows)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", rows)
     driver = run_release(geo_spec(tmp_path / "d", engine="spark"), progress=QUIET, spark=spark)
@@ -184,7 +185,8 @@ def test_a_failure_mid_table_publishes_nothing_and_returns_the_budget(tmp_path, 
     from dp_pipeline.engines.spark import postprocess
     from dp_pipeline.release.ledger import Ledger
 
-    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    # PySpark is imported only by the Spark tests (the core install has none)
+    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
@@ -257,7 +259,8 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     # The next run resumes the reservation (no new spend, the same noise) and publishes
     # what a release that was never interrupted publishes.
     monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
-    monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+    # PySpark is imported only by the Spark tests (the core install has none)
+    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
     resumed = run_release(spec, progress=QUIET)
