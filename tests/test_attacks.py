@@ -203,16 +203,14 @@ def test_spark_reads_underscore_files_with_an_equals_sign_and_they_are_fingerpri
 # --------------------------------------------------------- 3. abort after publication
 
 
+LAUNCHER = str(ROOT / "tests" / "protocol_launcher.py")
+
+
 def killed_run(spec_file: Path, kill_at: str) -> None:
-    """Runs the CLI in a process that kills itself (SIGKILL) at the ``kill_at`` checkpoint."""
-    environment = dict(
-        os.environ,
-        PYTHONPATH=str(ROOT),
-        DP_PIPELINE_MASTER_KEY=KEY_HEX,
-        DP_PIPELINE_KILL_AT=kill_at,
-    )
+    """Runs the CLI in a process SIGKILLed at the ``kill_at`` point of the protocol."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
     killed = subprocess.run(
-        [sys.executable, "-m", "dp_pipeline.release", "run", str(spec_file), "--quiet"],
+        [sys.executable, LAUNCHER, kill_at, "kill", "run", str(spec_file), "--quiet"],
         env=environment,
         capture_output=True,
         text=True,
@@ -246,12 +244,12 @@ def test_a_published_release_cannot_be_aborted_and_a_rerun_finishes_it(tmp_path,
     assert ledger.entry(spec.release_id).status == "committed"
 
 
-def test_a_reservation_that_published_nothing_can_be_aborted(tmp_path):
+def test_a_reservation_that_read_nothing_can_be_aborted(tmp_path):
     spec_file = write_spec(tmp_path)
     spec = load_spec(spec_file)
-    killed_run(spec_file, "after_noise")
+    killed_run(spec_file, "after_reserve")
     assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 0
-    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "aborted"
+    assert Ledger(spec.ledger_path).entry(spec.release_id).state == "aborted"
 
 
 # ------------------------------------------------------------ 4. library API labels

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import sqlite3
+import stat
 import subprocess
 import sys
 import textwrap
@@ -30,6 +33,15 @@ def accountant(sigma2, sensitivity=1):
 
 
 RHO_CAP = Budget(rho=Fraction(1))
+MANIFEST = {"format": 1, "files": {"t.parquet": {"sha256": "ab" * 32, "bytes": 10}}}
+
+
+def publish(ledger, reservation, output=None, manifest=MANIFEST):
+    """Walk a reservation through the run's states to committed, as a run does."""
+    ledger.advance(reservation, "reading")
+    ledger.advance(reservation, "noised")
+    ledger.mark_publishing(reservation, manifest, "pandas")
+    ledger.commit(reservation, output=output)
 
 
 def test_reserve_commit_and_history(tmp_path):
@@ -44,9 +56,10 @@ def test_reserve_commit_and_history(tmp_path):
     assert reservation.outcome == "reserved"
     assert Fraction(reservation.cumulative["rho"]) == Fraction(2, 5)
     assert ledger.entry("r1").status == "reserved"
-    ledger.commit("r1", output="out/r1")
+    publish(ledger, reservation, output="out/r1")
     entry = ledger.entry("r1")
     assert (entry.status, entry.output, entry.fingerprint) == ("committed", "out/r1", "aa")
+    assert (entry.state, entry.manifest, entry.engine) == ("committed", MANIFEST, "pandas")
     spend, left = ledger.spent("people")
     assert spend.rho == Fraction(2, 5)
     assert "3/5" in left or "0.6 left" in left
@@ -92,11 +105,11 @@ def test_abort_returns_the_budget(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite")
     args = dict(population="people", accountant=accountant(Fraction(5, 4)), cap=RHO_CAP)
     ledger.reserve(release_id="r1", fingerprint="a", **args)
-    ledger.reserve(release_id="r2", fingerprint="b", **args)
-    ledger.abort("r2")
+    second = ledger.reserve(release_id="r2", fingerprint="b", **args)
+    ledger.abort("r2")  # nothing read (state reserved), no run alive
     ledger.reserve(release_id="r3", fingerprint="c", **args)  # fits again
-    with pytest.raises(LedgerError, match="release id 'r2' is aborted; only a reserved"):
-        ledger.commit("r2")
+    with pytest.raises(LedgerError, match="release id 'r2': committing refused, because this"):
+        ledger.commit(second)
     with pytest.raises(LedgerError, match="release id 'nope' is not in the ledger"):
         ledger.abort("nope")
     # An aborted id published nothing, so it may be reserved again (even on other data).
@@ -107,13 +120,18 @@ def test_abort_returns_the_budget(tmp_path):
 def test_release_id_reuse(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite")
     args = dict(population="people", release_id="r1", cap=RHO_CAP)
-    ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
-    # A stale reservation (crashed job) on the same data and plan is resumed, no new spend.
+    first = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
+    # A stale reservation (crashed job) on the same data and plan is resumed, no new spend,
+    # under a new run token: the run it was taken from can no longer move it.
     resumed = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
     assert resumed.outcome == "resumed"
-    ledger.commit("r1")
+    assert resumed.token != first.token and resumed.digest == first.digest
+    with pytest.raises(LedgerError, match="another run holds it now"):
+        ledger.advance(first, "reading")
+    publish(ledger, resumed)
     again = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
     assert again.outcome == "already_committed"
+    assert (again.token, again.manifest, again.engine) == (None, MANIFEST, "pandas")
     assert ledger.spent("people")[0].rho == Fraction(2, 5)  # no new spend
     with pytest.raises(
         ReleaseIdReuseError,
@@ -227,3 +245,114 @@ def test_concurrent_processes_cannot_double_spend(tmp_path):
     assert sorted(results) == ["refused", "reserved", "reserved"]
     spend, _ = Ledger(ledger_path).spent("people")
     assert spend.rho == Fraction(4, 5)
+
+
+def test_the_run_states_move_forward_only_for_the_token_holder(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    args = dict(population="people", release_id="r1", cap=RHO_CAP, fingerprint="a")
+    reservation = ledger.reserve(accountant=accountant(Fraction(5, 4)), **args)
+    assert ledger.entry("r1").state == "reserved"
+    # No state is skipped: noised needs reading, publishing needs noised.
+    with pytest.raises(LedgerError, match="it must be reading before it is noised"):
+        ledger.advance(reservation, "noised")
+    with pytest.raises(LedgerError, match="only a noised release can be published"):
+        ledger.mark_publishing(reservation, MANIFEST, "pandas")
+    ledger.advance(reservation, "reading")
+    with pytest.raises(LedgerError, match="only a release whose publication was recorded"):
+        ledger.commit(reservation)
+    ledger.advance(reservation, "noised")
+    ledger.advance(reservation, "reading")  # a resumed run repeating a step: no move back
+    assert ledger.entry("r1").state == "noised"
+    # Another identity under the same token, or a forged token, moves nothing.
+    other = dataclasses.replace(reservation, digest="0" * 64)
+    with pytest.raises(LedgerError, match="the ledger records another identity"):
+        ledger.mark_publishing(other, MANIFEST, "pandas")
+    forged = dataclasses.replace(reservation, token="f" * 32)
+    with pytest.raises(LedgerError, match="another run holds it now"):
+        ledger.commit(forged)
+    ledger.mark_publishing(reservation, MANIFEST, "pandas")
+    # Publication records the bytes: other bytes under the same reservation are refused.
+    changed = {"format": 1, "files": {"t.parquet": {"sha256": "cd" * 32, "bytes": 10}}}
+    with pytest.raises(LedgerError, match="re-emits the same bytes or nothing"):
+        ledger.mark_publishing(reservation, changed, "spark")
+    ledger.commit(reservation)
+    assert ledger.entry("r1").state == "committed"
+    with pytest.raises(LedgerError, match="is committed; only a reserved release"):
+        ledger.abort("r1")
+
+
+def test_a_new_ledger_is_the_owners_only(tmp_path):
+    path = tmp_path / "fresh" / "ledger.sqlite"
+    ledger = Ledger(path)
+    with ledger.lease("r") as lease:
+        ledger.reserve(
+            population="p", release_id="r", accountant=accountant(4), fingerprint="a", cap=RHO_CAP
+        )
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert lease.path.parent == path.with_name("ledger.sqlite.leases")
+    assert stat.S_IMODE(lease.path.parent.stat().st_mode) == 0o700
+    assert stat.S_IMODE(lease.path.stat().st_mode) == 0o600
+
+
+OLD_SCHEMA = """
+CREATE TABLE populations (name TEXT PRIMARY KEY, cap TEXT NOT NULL, created_at TEXT NOT NULL);
+CREATE TABLE releases (
+    release_id TEXT PRIMARY KEY,
+    population TEXT NOT NULL REFERENCES populations(name),
+    status TEXT NOT NULL CHECK (status IN ('reserved', 'committed', 'aborted')),
+    fingerprint TEXT NOT NULL, accountant TEXT NOT NULL, guarantee TEXT NOT NULL,
+    cumulative TEXT NOT NULL, reserved_at TEXT NOT NULL, finished_at TEXT,
+    owner TEXT NOT NULL, output TEXT, identity TEXT, published_at TEXT
+);
+"""
+
+
+def test_a_ledger_written_before_run_states_stays_readable_and_charged(tmp_path):
+    """Rows without a state get the most charged state their columns allow."""
+    path = tmp_path / "ledger.sqlite"
+    ledger = Ledger(path)
+    for release_id in ("old-reserved", "old-committed"):
+        ledger.reserve(
+            population="p",
+            release_id=release_id,
+            accountant=accountant(8),
+            fingerprint=release_id,
+            cap=RHO_CAP,
+        )
+    rows = sqlite3.connect(path).execute("SELECT * FROM releases").fetchall()
+    old = path.with_name("old.sqlite")
+    with sqlite3.connect(old) as connection:
+        connection.executescript(OLD_SCHEMA)
+        connection.execute(
+            "INSERT INTO populations VALUES ('p', ?, 'then')",
+            (
+                json.dumps(
+                    {"rho": "1", "epsilon": None, "delta": None},
+                    sort_keys=True,
+                    separators=(",", ":"),
+                ),
+            ),
+        )
+        for row in rows:
+            connection.execute(
+                "INSERT INTO releases VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", row[:13]
+            )
+        connection.execute("UPDATE releases SET status = 'committed' WHERE release_id LIKE '%c%'")
+    upgraded = Ledger(old)
+    states = {e.release_id: (e.status, e.state) for e in upgraded.history()}
+    assert states == {
+        "old-reserved": ("reserved", "reading"),  # it may have read data: charged
+        "old-committed": ("committed", "committed"),
+    }
+    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'reading'"):
+        upgraded.abort("old-reserved")
+    # A committed release with no recorded digests cannot prove a re-run's bytes.
+    with pytest.raises(ReleaseIdReuseError, match="recorded no digests of its files"):
+        upgraded.reserve(
+            population="p",
+            release_id="old-committed",
+            accountant=accountant(8),
+            fingerprint="old-committed",
+            cap=RHO_CAP,
+        )

@@ -181,7 +181,7 @@ def test_the_streaming_writer_refuses_a_short_batch_before_the_last(tmp_path):
 
 
 @pytest.mark.spark
-def test_a_failure_mid_table_publishes_nothing_and_returns_the_budget(tmp_path, spark, monkeypatch):
+def test_a_failure_mid_table_publishes_nothing_and_the_rerun_resumes(tmp_path, spark, monkeypatch):
     from dp_pipeline.engines.spark import postprocess
     from dp_pipeline.release.ledger import Ledger
 
@@ -204,17 +204,22 @@ def test_a_failure_mid_table_publishes_nothing_and_returns_the_budget(tmp_path, 
     out = tmp_path / "out"
     assert not (out / spec.release_id).exists()
     assert not list(out.glob(".*"))  # the hidden folder with the half-written file is gone
-    assert [e.status for e in Ledger(spec.ledger_path).history()] == ["aborted"]
+    # The data was read: the run is charged, its reservation stays spent.
+    assert [(e.status, e.state) for e in Ledger(spec.ledger_path).history()] == [
+        ("reserved", "noised")
+    ]
     assert _persisted(spark) <= persisted
-    # The same release id then runs whole, from the same reservation rules.
+    # The same release id then resumes it whole (same noise, no new spend).
     monkeypatch.setattr(postprocess.FittedCells, "batches", batches)
     result = run_release(spec, progress=QUIET, spark=spark)
-    assert result.outcome == "reserved"
+    assert result.outcome == "resumed"
     assert pq.ParquetFile(result.output / "county_sex.parquet").metadata.num_rows == 6286
 
 
 KILLED_RUN = """
 import sys
+sys.path.insert(0, sys.argv[2])
+import protocol_launcher
 import dp_pipeline.release.consistency as consistency
 import dp_pipeline.release.outputs as outputs
 import dp_pipeline.release.run as run
@@ -224,6 +229,7 @@ from dp_pipeline.release.spec import load_spec
 consistency.DRIVER_POSTPROCESS_CELLS = 100
 spark_tables.DRIVER_INPUT_BYTES = 0
 outputs.ROW_GROUP_ROWS = run.ROW_GROUP_ROWS = 1000
+protocol_launcher.install("mid_table", "kill")
 run.run_release(load_spec(sys.argv[1]), progress=run.Progress(quiet=True))
 """
 
@@ -238,13 +244,9 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     from dp_pipeline.release.ledger import Ledger
 
     spec = geo_spec(tmp_path, engine="spark")
-    environment = dict(
-        os.environ,
-        PYTHONPATH=str(Path(__file__).resolve().parents[1]),
-        DP_PIPELINE_KILL_AT="mid_table",
-    )
+    environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
     killed = subprocess.run(
-        [sys.executable, "-c", KILLED_RUN, str(tmp_path / "geo.toml")],
+        [sys.executable, "-c", KILLED_RUN, str(tmp_path / "geo.toml"), str(Path(__file__).parent)],
         env=environment,
         capture_output=True,
         text=True,
@@ -255,7 +257,7 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     assert not (out / spec.release_id).exists()
     assert [p.name.startswith(f".{spec.release_id}.tmp-") for p in out.iterdir()] == [True]
     ledger = Ledger(spec.ledger_path)
-    assert ledger.entry(spec.release_id).status == "reserved"  # still counts as spent
+    assert ledger.entry(spec.release_id).state == "noised"  # still counts as spent
     # The next run resumes the reservation (no new spend, the same noise) and publishes
     # what a release that was never interrupted publishes.
     monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)

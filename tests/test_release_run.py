@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline.datasets.synthetic import write_census_sample
+from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
@@ -112,12 +114,15 @@ def test_each_row_releases_are_identical_on_both_engines(tmp_path, spark):
     assert "privacy unit: one row (every row is a different unit)" in html
 
 
+LAUNCHER = str(ROOT / "tests" / "protocol_launcher.py")
+
+
 def run_cli_process(arguments, kill_at=None, cwd=None):
+    """The CLI in a child process; with ``kill_at``, SIGKILLed at that protocol point."""
     environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
-    if kill_at:
-        environment["DP_PIPELINE_KILL_AT"] = kill_at
+    command = [LAUNCHER, kill_at, "kill"] if kill_at else ["-m", "dp_pipeline.release"]
     return subprocess.run(
-        [sys.executable, "-m", "dp_pipeline.release", *arguments],
+        [sys.executable, *command, *arguments],
         env=environment,
         capture_output=True,
         text=True,
@@ -135,9 +140,17 @@ def reference_tables(tmp_path_factory):
         return read_release(run_release(small_spec(folder), progress=QUIET).output)
 
 
-@pytest.mark.parametrize("kill_at", ["after_noise", "before_publish", "after_publish"])
+@pytest.mark.parametrize(
+    ("kill_at", "state"),
+    [
+        ("after_reserve", "reserved"),
+        ("after_noise", "noised"),
+        ("before_publish", "noised"),
+        ("after_publish", "publishing"),
+    ],
+)
 def test_killed_job_leaves_no_partial_release_and_the_rerun_resolves_it(
-    tmp_path, kill_at, reference_tables
+    tmp_path, kill_at, state, reference_tables
 ):
     spec = small_spec(tmp_path)
     spec_file = str(tmp_path / "small.toml")
@@ -145,11 +158,20 @@ def test_killed_job_leaves_no_partial_release_and_the_rerun_resolves_it(
     assert killed.returncode == -9, killed.stderr
     final = Path(spec.output_dir) / spec.release_id
     ledger = Ledger(spec.ledger_path)
-    assert ledger.entry(spec.release_id).status == "reserved"  # still counts as spent
+    entry = ledger.entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", state)  # still counts as spent
+    hidden = list(Path(spec.output_dir).glob(f".{spec.release_id}.tmp-*"))
     if kill_at == "after_publish":
-        assert (final / "privacy_report.json").exists()  # complete, only the commit is missing
+        assert (final / "manifest.json").exists()  # complete, only the commit is missing
+        assert entry.manifest == json.loads((final / "manifest.json").read_text())
     else:
         assert not final.exists()  # nothing half-written is visible
+    if kill_at == "before_publish":  # complete, but hidden and the owner's only
+        (folder,) = hidden
+        assert (folder / "manifest.json").exists()
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    else:
+        assert not hidden
     # The next run of the same id resumes the reservation: no new spend, same noise.
     result = run_release(spec, progress=QUIET)
     assert result.outcome == "resumed"
@@ -178,9 +200,7 @@ def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
     assert main(["run", spec_file, "--input", str(first), "--quiet"]) == 2
 
 
-def test_input_changed_during_the_run_publishes_nothing_and_returns_the_budget(
-    tmp_path, monkeypatch
-):
+def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_path, monkeypatch):
     import dp_pipeline.release.engines as engines
 
     data = write_census_sample(tmp_path / "persons.parquet", 2000, seed=4)
@@ -197,7 +217,16 @@ def test_input_changed_during_the_run_publishes_nothing_and_returns_the_budget(
     with pytest.raises(InputChangedError, match=r"input '.*persons.parquet' changed while"):
         run_release(spec, progress=QUIET)
     assert not (Path(spec.output_dir) / spec.release_id).exists()
-    assert [entry.status for entry in Ledger(spec.ledger_path).history()] == ["aborted"]
+    # The data was read: the run is charged, and neither abort nor a re-run on the new
+    # bytes returns the budget or publishes anything under this id.
+    ledger = Ledger(spec.ledger_path)
+    entry = ledger.entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", "reading")
+    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'reading'"):
+        ledger.abort(spec.release_id)
+    monkeypatch.setattr(engines, "compute_tables", compute_tables)
+    with pytest.raises(ReleaseIdReuseError, match="these parts differ: input data changed"):
+        run_release(spec, progress=QUIET)
 
 
 def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):

@@ -74,7 +74,10 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument(
         "--abort",
         metavar="RELEASE_ID",
-        help="mark a stale reservation aborted (only if nothing of it was published)",
+        help=(
+            "return a stale reservation's budget: only if its run is not alive and read "
+            "nothing (state reserved)"
+        ),
     )
     return parser
 
@@ -140,7 +143,10 @@ def _ledger(arguments) -> int:
     ledger = Ledger(arguments.ledger_path)
     if arguments.abort:
         ledger.abort(arguments.abort)
-        print(f"release {arguments.abort}: aborted; its reservation no longer counts")
+        print(
+            f"release {arguments.abort}: aborted (its run read nothing); its reservation no "
+            "longer counts"
+        )
         return 0
     populations = ledger.populations()
     if arguments.population:
@@ -155,10 +161,10 @@ def _ledger(arguments) -> int:
     for name, cap in populations.items():
         _, left = ledger.spent(name)
         print(f"population {name} (cap {_cap(cap)}): {left}")
-        print(f"  {'release id':<28}{'status':<11}{'reserved at':<27}{'cumulative after'}")
+        print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
         for entry in ledger.history(name):
             print(
-                f"  {entry.release_id:<28}{entry.status:<11}{entry.reserved_at:<27}"
+                f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
                 f"{_spend(entry.cumulative)}"
             )
     return 0

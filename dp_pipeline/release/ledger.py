@@ -3,11 +3,14 @@
 SQLite (stdlib ``sqlite3``) by default; the path is configurable. For every
 population it keeps its cap and every release's mechanisms (the accountant's
 ``to_dict()``, restored through the closed registry of
-`dp_pipeline.mechanisms.registry`), status (reserved -> committed | aborted),
-input fingerprint (a keyed HMAC of the input computed by the caller, never
-the data), identity (`dp_pipeline.release.identity`: the digest of the whole
-canonical spec and the fingerprint, part by part), where it publishes, and
-when its publication started.
+`dp_pipeline.mechanisms.registry`), its state (``reserved -> reading -> noised
+-> publishing -> committed``, or ``aborted`` while nothing was read;
+`dp_pipeline.release.ledger_records`), the run token and owner (host:pid) of
+the run holding it, input fingerprint (a keyed HMAC of the input computed by
+the caller, never the data), identity (`dp_pipeline.release.identity`: the
+digest of the whole canonical spec and the fingerprint, part by part), where
+it publishes, when its publication started, and the digests of the files it
+published (`dp_pipeline.release.manifest`).
 
 Guarantee. `Ledger.reserve` composes, with the accountant, every committed
 and reserved release of the population plus the new one, and refuses the new
@@ -19,19 +22,28 @@ committed or aborted: a crashed job errs on the side of privacy.
 
 Release ids are single-use across the whole ledger: re-running a committed
 id with the same identity (same canonical spec, same input bytes, same key)
-is allowed without new spend, because it redraws identical noise; with any
-other identity it is refused, naming the parts that differ, because the same
-noise on other data, or other noise on the same data, reveals the truth.
-A reservation whose publication started can no longer be aborted: its output
-may have been read, so its spend stands; re-running it finishes it.
+is allowed without new spend, because it redraws identical noise, and it must
+publish the same bytes; with any other identity it is refused, naming the
+parts that differ, because the same noise on other data, or other noise on
+the same data, reveals the truth.
+
+Every move of a reservation (`advance`, `mark_publishing`, `commit`) checks
+the run token and the identity digest of the `Reservation` it is given: a run
+whose reservation was aborted, taken over or reserved again by another run
+moves nothing. `abort` is allowed only in state ``reserved`` (nothing read),
+only while the release id's lease (`dp_pipeline.release.lease`) is free (no
+run of it is alive), and only while no hidden folder of its output exists.
+
+A new ledger's folder is created owner-only (0700) and its file 0600.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
-from contextlib import closing
+from contextlib import closing, suppress
 from pathlib import Path
 
 from dp_pipeline.release.budget import (
@@ -46,9 +58,11 @@ from dp_pipeline.release.budget import (
     within_cap,
 )
 from dp_pipeline.release.identity import ReleaseIdentity
+from dp_pipeline.release.lease import RunLease, lease_path
 from dp_pipeline.release.ledger_records import (
     ADDED_COLUMNS,
     SCHEMA,
+    STATES,
     BudgetExceededError,
     ImmediateTransaction,
     LedgerEntry,
@@ -58,7 +72,9 @@ from dp_pipeline.release.ledger_records import (
     entry_from_row,
     now_text,
     owner,
+    row_state,
 )
+from dp_pipeline.release.manifest import check_same_bytes, hidden_folders
 
 __all__ = ["Ledger"]
 
@@ -68,7 +84,12 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], timeout: float = 120.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            os.chmod(self.path.parent, 0o700)  # the mode argument is filtered by the umask
+        # A new ledger file is the owner's only (SQLite's journal files copy its mode).
+        with suppress(FileExistsError):
+            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self._timeout = timeout
         with closing(self._connect()) as connection:
             connection.executescript(SCHEMA)
@@ -87,6 +108,10 @@ class Ledger:
     def _transaction(self):
         return ImmediateTransaction(self._connect())
 
+    def lease(self, release_id: str, action: str = "running it") -> RunLease:
+        """The lease a run of ``release_id`` holds for its whole life (`RunLease`)."""
+        return RunLease(lease_path(self.path, release_id), release_id, action)
+
     # ------------------------------------------------------------------ reserve
 
     def reserve(
@@ -99,6 +124,7 @@ class Ledger:
         cap,
         identity: ReleaseIdentity | None = None,
         output: str | None = None,
+        engine: str | None = None,
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
@@ -108,9 +134,13 @@ class Ledger:
         identity (spec, input or key: the message lists the parts that differ),
         another plan or another population; `LedgerError` if ``cap`` differs
         from the population's recorded cap. ``output`` is where the release
-        will be published (recorded so that `abort` can refuse a published one).
-        Without ``identity`` (a ledger used outside `run_release`) the release
-        is identified by its mechanisms and its fingerprint alone.
+        will be published (recorded so that `abort` can refuse a published one),
+        ``engine`` what publishes it (recorded for messages). The reservation
+        carries a new run token; resuming a reservation gives it a new token,
+        so the run it was taken from can no longer move it. A caller running
+        the release holds its `lease` meanwhile. Without ``identity`` (a ledger
+        used outside `run_release`) the release is identified by its mechanisms
+        and its fingerprint alone.
         """
         cap_state = cap_dict(cap)
         state = accountant.to_dict()
@@ -141,11 +171,9 @@ class Ledger:
                 "SELECT * FROM releases WHERE release_id = ?", (release_id,)
             ).fetchone()
             if existing is not None:
-                resumed = check_reuse(
-                    existing, population, fingerprint, state_text, identity, cap_state
-                )
-                if resumed is not None:
-                    return resumed
+                outcome = check_reuse(existing, population, fingerprint, state_text, identity)
+                if outcome is not None:
+                    return self._reuse(connection, existing, outcome, identity, cap_state, engine)
             others = connection.execute(
                 "SELECT accountant FROM releases WHERE population = ? AND status IN "
                 "('reserved', 'committed') AND release_id != ?",
@@ -170,6 +198,7 @@ class Ledger:
                 )
             guarantee = measure_spend(compose_accountants([state]), cap_state).to_dict()
             reserved_at = now_text()
+            token = secrets.token_hex(16)
             values = (
                 population,
                 "reserved",
@@ -183,21 +212,26 @@ class Ledger:
                 output,
                 identity_text,
                 None,
+                "reserved",
+                token,
+                engine,
+                None,
                 release_id,
             )
             if existing is None:
                 connection.execute(
                     "INSERT INTO releases (population, status, fingerprint, accountant, "
                     "guarantee, cumulative, reserved_at, finished_at, owner, output, identity, "
-                    "published_at, release_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "published_at, state, token, engine, manifest, release_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             else:  # an aborted id, run again
                 connection.execute(
                     "UPDATE releases SET population = ?, status = ?, fingerprint = ?, "
                     "accountant = ?, guarantee = ?, cumulative = ?, reserved_at = ?, "
-                    "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ? "
-                    "WHERE release_id = ?",
+                    "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ?, "
+                    "state = ?, token = ?, engine = ?, manifest = ? WHERE release_id = ?",
                     values,
                 )
             return Reservation(
@@ -209,77 +243,196 @@ class Ledger:
                 cap_state,
                 reserved_at,
                 left_text(cumulative, cap_state),
+                token=token,
+                digest=identity.digest,
             )
 
-    # ------------------------------------------------------------------ finish
+    def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
+        """The reservation of a run that resumes or re-emits ``existing`` (no new spend)."""
+        token = None
+        if outcome == "resumed":  # take the reservation over: the old token moves nothing
+            token = secrets.token_hex(16)
+            connection.execute(
+                "UPDATE releases SET token = ?, owner = ?, state = ?, "
+                "engine = CASE WHEN manifest IS NULL THEN ? ELSE engine END "
+                "WHERE release_id = ?",
+                (token, owner(), row_state(existing), engine, existing["release_id"]),
+            )
+        manifest = existing["manifest"]
+        return Reservation(
+            existing["release_id"],
+            existing["population"],
+            outcome,
+            json.loads(existing["guarantee"]),
+            json.loads(existing["cumulative"]),
+            cap_state,
+            existing["reserved_at"],
+            "unchanged (no new spend)",
+            token=token,
+            digest=identity.digest,
+            state=row_state(existing),
+            manifest=None if manifest is None else json.loads(manifest),
+            engine=existing["engine"],
+        )
 
-    def commit(self, release_id: str, output: str | None = None) -> None:
-        """Mark a reserved release as committed (its outputs are in place)."""
-        self._finish(release_id, "committed", output)
+    # ------------------------------------------------------------------ move on
 
-    def abort(self, release_id: str) -> None:
-        """Mark a reserved release as aborted: nothing was published, its spend is returned.
+    def advance(self, reservation: Reservation, state: str) -> None:
+        """Record that the run holding ``reservation`` reaches ``state`` ("reading", "noised").
 
-        Refused once its publication started (`mark_publishing`) or while its
-        output folder exists: a published release may have been read, and
-        aborting it would let the same id run again on other data.
+        Set "reading" just before the engine reads rows: from then on the run
+        is charged (`abort` refuses it). States only move forward; a resumed
+        run repeating an earlier step leaves the later state in place.
         """
-        self._finish(release_id, "aborted", None)
-
-    def mark_publishing(self, release_id: str) -> None:
-        """Record, before the output is moved into place, that publication starts.
-
-        From then on the reservation can only be committed: a crash between
-        the move and the commit leaves a release that `abort` refuses and that
-        a re-run of the same identity finishes.
-        """
+        if state not in ("reading", "noised"):
+            raise ValueError(f"advance: state {state!r} is not 'reading' or 'noised'")
         with self._transaction() as connection:
-            row = connection.execute(
-                "SELECT status FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone()
-            if row is None or row["status"] != "reserved":
+            current = row_state(self._held(connection, reservation, f"moving to {state}"))
+            if STATES.index(current) >= STATES.index(state):
+                return
+            if STATES.index(current) != STATES.index(state) - 1:
                 raise LedgerError(
-                    f"release id {release_id!r} is not reserved in the ledger {self.path}; "
-                    "only a reserved release can be published"
+                    f"release id {reservation.release_id!r} is {current}; it must be "
+                    f"{STATES[STATES.index(state) - 1]} before it is {state}"
                 )
             connection.execute(
-                "UPDATE releases SET published_at = COALESCE(published_at, ?) WHERE release_id = ?",
-                (now_text(), release_id),
+                "UPDATE releases SET state = ? WHERE release_id = ?",
+                (state, reservation.release_id),
             )
 
-    def _finish(self, release_id: str, status: str, output: str | None) -> None:
+    def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
+        """Record, before the output is moved into place, that publication starts, and its bytes.
+
+        ``manifest`` (`dp_pipeline.release.manifest`) holds every output file's
+        SHA-256; ``engine`` made them. From then on the reservation can only be
+        committed: a crash between the move and the commit leaves a release
+        that `abort` refuses and that a re-run of the same identity finishes,
+        with the same bytes (other bytes are refused: `check_same_bytes`).
+        """
         with self._transaction() as connection:
+            row = self._held(connection, reservation, "publishing")
+            current = row_state(row)
+            if current not in ("noised", "publishing"):
+                raise LedgerError(
+                    f"release id {reservation.release_id!r} is {current}; only a noised "
+                    "release can be published"
+                )
+            recorded = None if row["manifest"] is None else json.loads(row["manifest"])
+            check_same_bytes(reservation.release_id, recorded, manifest, row["engine"], engine)
+            connection.execute(
+                "UPDATE releases SET state = 'publishing', "
+                "published_at = COALESCE(published_at, ?), manifest = ?, engine = ? "
+                "WHERE release_id = ?",
+                (
+                    now_text(),
+                    canonical_json(manifest),
+                    row["engine"] if recorded is not None else engine,
+                    reservation.release_id,
+                ),
+            )
+
+    def commit(self, reservation: Reservation, output: str | None = None) -> None:
+        """Mark the release committed: its outputs, recorded by `mark_publishing`, are in place."""
+        with self._transaction() as connection:
+            row = self._held(connection, reservation, "committing", committed_ok=True)
+            if row["status"] == "committed":
+                return
+            if row_state(row) != "publishing" or row["manifest"] is None:
+                raise LedgerError(
+                    f"release id {reservation.release_id!r} is {row_state(row)}; only a "
+                    "release whose publication was recorded (mark_publishing) can be committed"
+                )
+            connection.execute(
+                "UPDATE releases SET status = 'committed', state = 'committed', "
+                "finished_at = ?, output = COALESCE(?, output) WHERE release_id = ?",
+                (now_text(), output, reservation.release_id),
+            )
+
+    def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
+        """The row of ``reservation``, if the run holding it still holds it; else refuse."""
+        release_id = reservation.release_id
+        row = connection.execute(
+            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.path}")
+        recorded = json.loads(row["identity"]).get("digest") if row["identity"] else None
+        open_states = ("reserved", "committed") if committed_ok else ("reserved",)
+        if row["status"] not in open_states:
+            problem = f"it is {row_state(row)}"
+        elif reservation.token is None or row["token"] != reservation.token:
+            problem = (
+                "another run holds it now (it was aborted and reserved again, or resumed "
+                "by a later run of the same release id)"
+            )
+        elif recorded != reservation.digest:
+            problem = "the ledger records another identity (spec, input or key) for it"
+        else:
+            return row
+        raise LedgerError(
+            f"release id {release_id!r}: {action} refused, because this run no longer holds "
+            f"its reservation: {problem}. This run publishes nothing; check the ledger "
+            "(dp-release ledger) before running it again"
+        )
+
+    # ------------------------------------------------------------------ abort
+
+    def abort(self, release_id: str) -> None:
+        """Mark a reserved release aborted: nothing was read, its spend is returned.
+
+        Refused while a run of it may be alive (its `lease` is held), once its
+        run started reading data (state past ``reserved``: once data is read,
+        the run is charged), once its publication started or while its output
+        folder exists (a published release may have been read, and aborting it
+        would let the same id run again on other data), and while a hidden
+        folder of its output exists (what an interrupted run wrote).
+        """
+        with self.lease(release_id, "aborting it"), self._transaction() as connection:
             row = connection.execute(
-                "SELECT status, output, published_at FROM releases WHERE release_id = ?",
-                (release_id,),
+                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
             ).fetchone()
             if row is None:
                 raise LedgerError(f"release id {release_id!r} is not in the ledger {self.path}")
-            if row["status"] == status:
+            if row["status"] == "aborted":
                 return
-            if status == "aborted" and row["status"] == "reserved":
-                published = row["published_at"] is not None or (
-                    row["output"] is not None and Path(row["output"]).exists()
-                )
-                if published:
-                    raise LedgerError(
-                        f"release id {release_id!r} cannot be aborted: its output "
-                        f"{row['output']!r} was published"
-                        + (f" at {row['published_at']}" if row["published_at"] else "")
-                        + " and may have been read, so its spend stands. Finish it instead: "
-                        "run the same spec again on the same input with the same key "
-                        "(dp-release run SPEC); the run re-emits the identical release and "
-                        "commits it"
-                    )
             if row["status"] != "reserved":
                 raise LedgerError(
                     f"release id {release_id!r} is {row['status']}; only a reserved release "
-                    f"can become {status}"
+                    "can become aborted"
+                )
+            state = row_state(row)
+            output = None if row["output"] is None else Path(row["output"])
+            finish = (
+                " Finish it instead: run the same spec again on the same input with the same "
+                "key (dp-release run SPEC); the run resumes the reservation with the same "
+                "noise, re-emits the identical release and commits it, with no new spend"
+            )
+            if state == "publishing" or (output is not None and output.exists()):
+                raise LedgerError(
+                    f"release id {release_id!r} cannot be aborted: its output "
+                    f"{row['output']!r} was published"
+                    + (f" at {row['published_at']}" if row["published_at"] else "")
+                    + " and may have been read, so its spend stands."
+                    + finish
+                )
+            if state != "reserved":
+                raise LedgerError(
+                    f"release id {release_id!r} cannot be aborted: its run reached state "
+                    f"{state!r}, so it may have read the input data, and once data is read "
+                    "the run is charged; its spend stands." + finish
+                )
+            hidden = [] if output is None else hidden_folders(output)
+            if hidden:
+                raise LedgerError(
+                    f"release id {release_id!r} cannot be aborted: hidden folder(s) "
+                    f"{', '.join(repr(str(path)) for path in hidden)} of its output exist, "
+                    "written by a run that may have read the input data; its spend "
+                    "stands." + finish + " (the run removes them)"
                 )
             connection.execute(
-                "UPDATE releases SET status = ?, finished_at = ?, output = COALESCE(?, output) "
-                "WHERE release_id = ?",
-                (status, now_text(), output, release_id),
+                "UPDATE releases SET status = 'aborted', state = 'aborted', token = NULL, "
+                "finished_at = ? WHERE release_id = ?",
+                (now_text(), release_id),
             )
 
     # ------------------------------------------------------------------ read

@@ -1,9 +1,17 @@
 """What the ledger stores and returns, and the rules it applies to a row before writing one.
 
-The SQLite schema, the `Reservation` and `LedgerEntry` records, the ledger's
-errors, and `check_reuse`: a release id is single-use, re-run only with the
-same identity (same canonical spec, same input bytes, same key), because the
-same noise on other data, or other noise on the same data, reveals the truth.
+The SQLite schema, the run's states, the `Reservation` and `LedgerEntry`
+records, the ledger's errors, and `check_reuse`: a release id is single-use,
+re-run only with the same identity (same canonical spec, same input bytes,
+same key), because the same noise on other data, or other noise on the same
+data, reveals the truth.
+
+A release's row moves through ``reserved -> reading -> noised -> publishing ->
+committed`` (column ``state``), or ``reserved -> aborted`` while nothing was
+read. The coarse ``status`` column (reserved, committed, aborted) is what
+budget composition reads: every state before ``committed`` counts as reserved.
+A row written before ``state`` existed gets the most charged state its other
+columns allow (`row_state`).
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from dp_pipeline.release.identity import ReleaseIdentity
 __all__ = [
     "ADDED_COLUMNS",
     "SCHEMA",
+    "STATES",
     "BudgetExceededError",
     "ImmediateTransaction",
     "LedgerEntry",
@@ -34,6 +43,7 @@ __all__ = [
     "entry_from_row",
     "now_text",
     "owner",
+    "row_state",
 ]
 
 SCHEMA = """
@@ -58,7 +68,27 @@ CREATE TABLE IF NOT EXISTS releases (
 CREATE INDEX IF NOT EXISTS releases_population ON releases(population);
 """
 # Columns added after the first schema; `Ledger` adds them to older ledger files.
-ADDED_COLUMNS = {"identity": "TEXT", "published_at": "TEXT"}
+ADDED_COLUMNS = {
+    "identity": "TEXT",
+    "published_at": "TEXT",
+    "state": "TEXT",  # one of STATES or "aborted"
+    "token": "TEXT",  # the run token of the run that holds the reservation
+    "engine": "TEXT",  # the engine of the last run that reserved or published it
+    "manifest": "TEXT",  # the published files' digests (manifest.json), from publication on
+}
+
+# The run's states, in order; "aborted" is reachable from "reserved" only.
+STATES = ("reserved", "reading", "noised", "publishing", "committed")
+
+
+def row_state(row) -> str:
+    """The state of a ledger row; rows older than the ``state`` column get the most
+    charged state their columns allow (a reserved row may have read data)."""
+    if row["state"] is not None:
+        return row["state"]
+    if row["status"] != "reserved":
+        return row["status"]
+    return "publishing" if row["published_at"] is not None else "reading"
 
 
 class BudgetExceededError(LedgerError):
@@ -84,6 +114,11 @@ class Reservation:
     ``outcome`` is "reserved" (new spend recorded), "resumed" (a stale
     reservation of the same id, data and plan is taken over, no new spend) or
     "already_committed" (same id, data and plan: re-emit without new spend).
+    ``token`` is this run's token (None for a committed release: nothing to
+    hold), ``digest`` the release identity's digest; `Ledger` moves the row on
+    only for the run holding both. ``state`` is the row's state when reserved,
+    ``manifest`` and ``engine`` what the ledger recorded at publication (the
+    bytes a re-run must reproduce).
     """
 
     release_id: str
@@ -94,6 +129,11 @@ class Reservation:
     cap: dict
     reserved_at: str
     remaining: str
+    token: str | None = None
+    digest: str | None = None
+    state: str = "reserved"
+    manifest: dict | None = None
+    engine: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,11 +151,18 @@ class LedgerEntry:
     accountant: dict
     identity: dict | None = None
     published_at: str | None = None
+    state: str | None = None
+    engine: str | None = None
+    manifest: dict | None = None
 
 
-def check_reuse(
-    existing, population, fingerprint, state_text, identity, cap_state
-) -> Reservation | None:
+def check_reuse(existing, population, fingerprint, state_text, identity) -> str | None:
+    """How a run of ``identity`` may use the existing row of its release id, or refuse.
+
+    Returns "resumed" (a reservation of the same identity, no new spend),
+    "already_committed" (re-emission, no new spend) or None (an aborted id,
+    reserved afresh). Raises `ReleaseIdReuseError` for any other identity.
+    """
     release_id = existing["release_id"]
     if existing["population"] != population:
         raise ReleaseIdReuseError(
@@ -158,17 +205,15 @@ def check_reuse(
             "(mechanisms or noise scales changed); drawing the same noise streams at a "
             "different scale is a new release. Use a new release id."
         )
-    outcome = "already_committed" if existing["status"] == "committed" else "resumed"
-    return Reservation(
-        release_id,
-        population,
-        outcome,
-        json.loads(existing["guarantee"]),
-        json.loads(existing["cumulative"]),
-        cap_state,
-        existing["reserved_at"],
-        "unchanged (no new spend)",
-    )
+    if existing["status"] == "committed":
+        if existing["manifest"] is None:
+            raise ReleaseIdReuseError(
+                f"release id {release_id!r} was committed by a version that recorded no "
+                "digests of its files, so a re-run cannot be proven to publish the same "
+                "bytes; its published copy stands. Use a new release id for a new release"
+            )
+        return "already_committed"
+    return "resumed"
 
 
 def entry_from_row(row: sqlite3.Row) -> LedgerEntry:
@@ -186,6 +231,9 @@ def entry_from_row(row: sqlite3.Row) -> LedgerEntry:
         accountant=json.loads(row["accountant"]),
         identity=None if row["identity"] is None else json.loads(row["identity"]),
         published_at=row["published_at"],
+        state=row_state(row),
+        engine=row["engine"],
+        manifest=None if row["manifest"] is None else json.loads(row["manifest"]),
     )
 
 

@@ -1,12 +1,17 @@
-"""Atomic release outputs: everything is written to a hidden sibling folder, then renamed.
+"""Atomic release outputs: everything is written to a hidden, owner-only folder, then renamed.
 
 ``out/<release id>/`` either does not exist or holds a complete release:
-tables, ``privacy_report.json`` and ``report.html`` are written into
-``out/.<release id>.tmp-<pid>-<token>/`` and that folder is renamed into place
-(``os.replace`` of a directory is atomic on one file system). A previous
-complete output of the same release id (a re-emission) is first renamed aside
-and removed after the swap. Leftovers of a killed job (``.tmp-`` / ``.old-``
-folders) are removed by the next run of that release id.
+tables, ``privacy_report.json``, ``report.html`` and, last, ``manifest.json``
+(`dp_pipeline.release.manifest`) are written into
+``out/.<release id>.tmp-<pid>-<token>/``, created 0700 so that no one else
+can read a release that was not published, and that folder is made readable
+as a plain new folder would be and renamed into place (``os.replace`` of a
+directory is atomic on one file system). Only an earlier copy of the same
+release (same manifest) is replaced: it is first renamed aside and removed
+after the swap; anything else at ``out/<release id>`` is refused, never
+deleted. Leftovers of a killed job (``.tmp-`` / ``.old-`` folders of exactly
+that release id) are removed by the next run of that release id, which holds
+the release id's lease (no run that wrote them is alive).
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from dp_pipeline.release.manifest import check_replaceable, hidden_folders, hidden_name
 
 __all__ = [
     "ROW_GROUP_ROWS",
@@ -36,43 +43,61 @@ ROW_GROUP_ROWS = 1024 * 1024
 
 
 def clean_stale(final: Path) -> list[Path]:
-    """Remove temporary folders a killed run of ``final`` left behind; return them."""
-    removed = []
-    if final.parent.exists():
-        for leftover in final.parent.glob(f".{final.name}.*-*"):
-            if leftover.is_dir() and (".tmp-" in leftover.name or ".old-" in leftover.name):
-                shutil.rmtree(leftover, ignore_errors=True)
-                removed.append(leftover)
+    """Remove the hidden folders a killed run of exactly ``final`` left behind; return them.
+
+    Call it only while holding the release id's lease: no live run owns them then.
+    """
+    removed = hidden_folders(final)
+    for leftover in removed:
+        shutil.rmtree(leftover, ignore_errors=True)
     return removed
 
 
+def _plain_folder_mode() -> int:
+    """The mode ``mkdir`` gives a new folder under the current umask."""
+    umask = os.umask(0o077)
+    os.umask(umask)
+    return 0o777 & ~umask
+
+
 class AtomicReleaseDirectory:
-    """``with AtomicReleaseDirectory(final) as folder: ...`` then ``.publish()``.
+    """``with AtomicReleaseDirectory(final, id, digest) as folder:`` ..., ``.publish(manifest)``.
 
     Leaving the ``with`` block without `publish` (an exception) deletes the
     temporary folder: nothing half-written is ever visible at ``final``.
     """
 
-    def __init__(self, final: str | os.PathLike[str]) -> None:
+    def __init__(self, final: str | os.PathLike[str], release_id: str, digest: str) -> None:
         self.final = Path(final)
-        token = secrets.token_hex(4)
-        self.temporary = self.final.parent / f".{self.final.name}.tmp-{os.getpid()}-{token}"
+        self.release_id = release_id
+        self.digest = digest
+        self.temporary = self.final.parent / hidden_name(
+            self.final.name, "tmp", os.getpid(), secrets.token_hex(4)
+        )
         self.published = False
 
     def __enter__(self) -> Path:
         self.final.parent.mkdir(parents=True, exist_ok=True)
-        self.temporary.mkdir()
+        self.temporary.mkdir(mode=0o700)
+        os.chmod(self.temporary, 0o700)  # the mode argument is filtered by the umask
         return self.temporary
 
-    def publish(self) -> Path:
-        """Rename the finished folder into place (replacing an earlier copy)."""
-        for path in self.temporary.rglob("*"):
-            if path.is_file():
-                with path.open("rb") as handle:
-                    os.fsync(handle.fileno())
+    def check_replaceable(self, files: dict | None = None) -> None:
+        """Refuse (`PublicationError`) if ``final`` holds anything but this release's copy."""
+        check_replaceable(self.final, self.release_id, self.digest, files)
+
+    def publish(self, manifest: dict) -> Path:
+        """Rename the finished folder into place (replacing an earlier copy of the same bytes).
+
+        The files were flushed to disk when ``manifest`` was written.
+        """
+        self.check_replaceable(manifest["files"])
+        os.chmod(self.temporary, _plain_folder_mode())
         old = None
         if self.final.exists():
-            old = self.final.parent / f".{self.final.name}.old-{os.getpid()}-{secrets.token_hex(4)}"
+            old = self.final.parent / hidden_name(
+                self.final.name, "old", os.getpid(), secrets.token_hex(4)
+            )
             os.replace(self.final, old)
         os.replace(self.temporary, self.final)
         self.published = True

@@ -1,35 +1,48 @@
-"""Running a release: plan -> reserve -> read -> aggregate + noise -> write atomically -> commit.
+"""Running a release: the release protocol as a state machine.
 
+``planned -> reserved -> reading -> noised -> publishing -> committed``, or
+``aborted`` (by the operator, `Ledger.abort`) only while nothing was read.
 Order matters for privacy and for crashes:
 
-1. The spec is validated and the plan proven (`plan_release`) before anything
-   else; a bad spec or budget never reaches the ledger or the data.
-2. The engine lists the files it will read; their keyed fingerprint (bytes
-   only, no parsing), the spec and the key make the release's identity
-   (`dp_pipeline.release.identity`), and the ledger reserves the spend in one
-   transaction, refusing it above the cap or when the release id is recorded
-   with another identity.
-3. Only then is the data read, bounded, aggregated over the full declared
-   domain and noised by the engine (deterministic in master key, release id,
-   table and noise partition).
-4. The count tables of ``[postprocess]`` are made consistent on the driver, or
-   on Spark one top-level geography per task when they are large
-   (`dp_pipeline.release.consistency`: post-processing, no privacy cost). A
-   Spark release that aggregated on the executors then keeps those tables on
-   Spark from the noise to the writer (`dp_pipeline.release.streamed`).
-5. Outputs go to a hidden temporary folder; a table kept on Spark is written
-   one row group at a time (`outputs.write_batches`, the same bytes as the
-   driver's one-call write), so the driver never holds it whole. The ledger records that
-   publication starts, the folder is renamed into place, and only then is the
-   ledger entry committed. A job killed anywhere leaves
-   either no release or a complete one, and a reservation that the next run
-   of the same release id resumes (same noise, no new spend).
+1. **Planned.** The spec is validated and the plan proven (`plan_release`)
+   before anything else; a bad spec or budget never reaches the ledger or the data.
+2. **Reserved.** The engine lists the files it will read; their keyed
+   fingerprint (bytes only, no parsing), the spec and the key make the
+   release's identity (`dp_pipeline.release.identity`). The run takes the
+   release id's lease (`dp_pipeline.release.lease`: an OS lock held until it
+   returns, so no other run of the id and no abort overlaps it), refuses an
+   output folder that is not an earlier copy of this release, removes what a
+   killed run of exactly this id left hidden, and the ledger reserves the
+   spend in one transaction under a new run token, refusing it above the cap
+   or when the release id is recorded with another identity.
+3. **Reading**, recorded just before the engine reads rows: from then on the
+   run is charged whatever happens. A failure never returns the budget; the
+   reservation stays spent and the same release id resumes it with the same
+   noise (deterministic in master key, release identity, table and noise
+   partition). The data is read, bounded, aggregated over the full declared
+   domain and noised by the engine.
+4. **Noised.** The count tables of ``[postprocess]`` are made consistent on
+   the driver, or on Spark one top-level geography per task when they are
+   large (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
+   A Spark release that aggregated on the executors then keeps those tables
+   on Spark from the noise to the writer (`dp_pipeline.release.streamed`).
+5. **Publishing.** Outputs go to a hidden, owner-only folder; a table kept on
+   Spark is written one row group at a time (`outputs.write_batches`, the
+   same bytes as the driver's one-call write), so the driver never holds it
+   whole; ``manifest.json`` with every file's SHA-256 is written last
+   (`dp_pipeline.release.manifest`). A release id already published must
+   reproduce the recorded bytes, or nothing is published. The ledger records
+   that publication starts and the manifest (only the token holder can), the
+   folder is renamed into place, and only then is the ledger entry
+   **committed**. A job killed anywhere leaves either no release or a
+   complete one, and a reservation that the next run of the same release id
+   resumes (same noise, no new spend).
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -37,6 +50,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
@@ -62,6 +76,13 @@ from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
+from dp_pipeline.release.manifest import (
+    MANIFEST_NAME,
+    check_replaceable,
+    check_same_bytes,
+    read_manifest,
+    write_manifest,
+)
 from dp_pipeline.release.outputs import (
     ROW_GROUP_ROWS,
     AtomicReleaseDirectory,
@@ -84,14 +105,16 @@ from dp_pipeline.release.streamed import StreamedTable, close_tables
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
-# Fault injection for the crash tests: the process kills itself (SIGKILL, no
-# cleanup, exactly like an OOM kill or a lost node) at the named checkpoint.
-KILL_AT_VARIABLE = "DP_PIPELINE_KILL_AT"
-
 
 def _checkpoint(name: str) -> None:
-    if os.environ.get(KILL_AT_VARIABLE) == name:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """A named point of the protocol; does nothing.
+
+    The crash tests run the CLI in a child process that replaces this function
+    with one that stops or kills the process at ``name``: "after_reserve",
+    "after_noise", "mid_table" (a row group of a table kept on Spark is
+    written), "before_publish" (the outputs and manifest are written, the
+    ledger does not yet record publication) or "after_publish".
+    """
 
 
 class Progress:
@@ -207,107 +230,128 @@ def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
     refuse_invalid_rows(spec, source)  # on_invalid = "error": before the ledger is touched
     ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
-    for leftover in clean_stale(final):
-        progress(f"removed {leftover}, left by an interrupted run")
-    reservation = ledger.reserve(
-        population=spec.population,
-        release_id=spec.release_id,
-        accountant=plan.accountant,
-        fingerprint=fingerprint,
-        cap=spec.cap,
-        identity=identity,
-        output=str(final.resolve()),
-    )
-    progress(
-        {
-            "reserved": f"ledger: reserved; {reservation.remaining}",
-            "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
-            "already_committed": "ledger: release id already committed with this spec and "
-            "input; re-emitting identical output (no new spend)",
-        }[reservation.outcome]
-    )
-    timings["setup"] = time.perf_counter() - clock - plan.seconds
-
-    publishing = []  # set once the ledger records that publication starts
-
-    def start_publishing() -> None:
-        if reservation.outcome != "already_committed":
-            ledger.mark_publishing(spec.release_id)
-        publishing.append(True)
-
-    results: dict = {}
-    try:
-        results, engine_timings, diagnostics = engines.compute_tables(
-            spec,
-            plan,
-            master,
-            source,
-            identity.digest,
-            with_truth=synthetic,
-            progress=progress,
+    with ledger.lease(spec.release_id):
+        # Before anything is spent; the ledger's identity check (in reserve) names what
+        # differs from an earlier release of this id, and publication checks its bytes.
+        check_replaceable(final, spec.release_id)
+        for leftover in clean_stale(final):
+            progress(f"removed {leftover}, left by an interrupted run")
+        reservation = ledger.reserve(
+            population=spec.population,
+            release_id=spec.release_id,
+            accountant=plan.accountant,
+            fingerprint=fingerprint,
+            cap=spec.cap,
+            identity=identity,
+            output=str(final.resolve()),
+            engine=spec.engine,
         )
-        timings.update(engine_timings)
-        # The engines read the input more than once (Spark: the unit check, then the
-        # tables). A file changed or added in between could let a unit counted as having
-        # one row contribute more, so the input must be the files and bytes fingerprinted.
-        source.check_unchanged(source.list_files(), spec.release_id)
-        if files_fingerprint(master, source.path, source.files) != fingerprint:
-            raise InputChangedError(
-                f"input {str(source.path)!r} changed while release {spec.release_id!r} was "
-                f"running (its keyed fingerprint differs from the one taken before reading); "
-                f"nothing was published; run again on an input that is not being written to"
+        progress(
+            {
+                "reserved": f"ledger: reserved; {reservation.remaining}",
+                "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
+                "already_committed": "ledger: release id already committed with this spec and "
+                "input; re-emitting identical output (no new spend)",
+            }[reservation.outcome]
+        )
+        timings["setup"] = time.perf_counter() - clock - plan.seconds
+        _checkpoint("after_reserve")
+        # From here on nothing returns the budget: a failure leaves the reservation spent,
+        # and the same release id resumes it with the same noise.
+        results: dict = {}
+        try:
+            _advance(ledger, reservation, "reading")
+            results, engine_timings, diagnostics = engines.compute_tables(
+                spec,
+                plan,
+                master,
+                source,
+                identity.digest,
+                with_truth=synthetic,
+                progress=progress,
             )
-        _checkpoint("after_noise")
-        started = time.perf_counter()
-        results, postprocessing = consistent_results(spec, plan, results, source.spark)
-        if postprocessing:
-            timings["postprocess"] = time.perf_counter() - started
-            where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
-            sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
-            progress(
-                f"post-processed {len(postprocessing['tables'])} "
-                f"{'' if spec.postprocess.sums else 'count '}table(s) into "
-                f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
-                f"({postprocessing['method']}) {where + ' ' if where else ''}"
-                f"in {timings['postprocess']:.2f} s"
-                + (
-                    " (its second pass runs as the tables are written)"
-                    if any(isinstance(v, StreamedTable) for v in results.values())
-                    else ""
+            timings.update(engine_timings)
+            _check_input_unchanged(spec, master, source, fingerprint)
+            _advance(ledger, reservation, "noised")
+            _checkpoint("after_noise")
+            results, postprocessing = _postprocess(spec, plan, results, source, progress, timings)
+            started = time.perf_counter()
+            report = _write_outputs(
+                final,
+                plan,
+                ledger,
+                reservation,
+                master,
+                fingerprint,
+                identity,
+                results,
+                postprocessing,
+                progress,
+            )
+            timings["write"] = time.perf_counter() - started
+            _checkpoint("after_publish")
+            if reservation.outcome != "already_committed":
+                ledger.commit(reservation, output=str(final.resolve()))
+        except BaseException:
+            if reservation.outcome != "already_committed":
+                progress(
+                    "ledger: the reservation stays spent; run the same release id again to "
+                    "finish it (same noise, no new spend)"
                 )
-            )
-        started = time.perf_counter()
-        report = _write_outputs(
-            final,
-            plan,
-            reservation,
-            master,
-            fingerprint,
-            identity,
-            results,
-            postprocessing,
-            progress,
-            start_publishing,
-        )
-        timings["write"] = time.perf_counter() - started
-        _checkpoint("after_publish")
-        if reservation.outcome != "already_committed":
-            ledger.commit(spec.release_id, output=str(final.resolve()))
-    except BaseException:
-        if reservation.outcome == "reserved" and not publishing and not final.exists():
-            ledger.abort(spec.release_id)
-            progress("ledger: aborted (nothing was published; the budget is returned)")
-        raise
-    finally:
-        close_tables(results)  # what tables kept on Spark hold persisted there
+            raise
+        finally:
+            close_tables(results)  # what tables kept on Spark hold persisted there
     timings["total"] = time.perf_counter() - clock
     progress(f"release written to {final} in {timings['total']:.1f} s")
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
 
 
+def _advance(ledger: Ledger, reservation: Reservation, state: str) -> None:
+    """Record the run's state (a re-emission of a committed release holds no reservation)."""
+    if reservation.outcome != "already_committed":
+        ledger.advance(reservation, state)
+
+
+def _check_input_unchanged(spec, master, source, fingerprint) -> None:
+    # The engines read the input more than once (Spark: the unit check, then the
+    # tables). A file changed or added in between could let a unit counted as having
+    # one row contribute more, so the input must be the files and bytes fingerprinted.
+    source.check_unchanged(source.list_files(), spec.release_id)
+    if files_fingerprint(master, source.path, source.files) != fingerprint:
+        raise InputChangedError(
+            f"input {str(source.path)!r} changed while release {spec.release_id!r} was "
+            f"running (its keyed fingerprint differs from the one taken before reading); "
+            f"nothing was published, and the reservation stays spent (the data was read); "
+            f"run a new release id on an input that is not being written to"
+        )
+
+
+def _postprocess(spec, plan, results, source, progress, timings):
+    started = time.perf_counter()
+    results, postprocessing = consistent_results(spec, plan, results, source.spark)
+    if postprocessing:
+        timings["postprocess"] = time.perf_counter() - started
+        where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
+        sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
+        progress(
+            f"post-processed {len(postprocessing['tables'])} "
+            f"{'' if spec.postprocess.sums else 'count '}table(s) into "
+            f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
+            f"({postprocessing['method']}) {where + ' ' if where else ''}"
+            f"in {timings['postprocess']:.2f} s"
+            + (
+                " (its second pass runs as the tables are written)"
+                if any(isinstance(v, StreamedTable) for v in results.values())
+                else ""
+            )
+        )
+    return results, postprocessing
+
+
 def _write_outputs(
     final,
     plan,
+    ledger,
     reservation,
     master,
     fingerprint,
@@ -315,11 +359,11 @@ def _write_outputs(
     results,
     postprocessing,
     progress,
-    start_publishing,
 ) -> dict:
+    spec = plan.spec
     files = {}
     seen = dict(results)  # what the accuracy summary and the report read: tables or tallies
-    directory = AtomicReleaseDirectory(final)
+    directory = AtomicReleaseDirectory(final, spec.release_id, identity.digest)
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
@@ -327,7 +371,7 @@ def _write_outputs(
             if isinstance(results[name], StreamedTable):
                 rows, columns, seen[name] = _write_streamed(plan, table, results[name], path)
             else:
-                arrow = published_table(plan.spec, table.table, results[name])
+                arrow = published_table(spec, table.table, results[name])
                 rows, columns = arrow.num_rows, arrow.schema.names
                 write_table(arrow, path)
             files[f"{name}.parquet"] = {"rows": rows, "columns": columns}
@@ -344,9 +388,17 @@ def _write_outputs(
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
+        manifest = write_manifest(folder, spec.release_id, identity.digest)  # last
         _checkpoint("before_publish")
-        start_publishing()
-        directory.publish()
+        # A release id publishes the bytes recorded at its first publication or nothing;
+        # a failed check leaves this folder to be removed, never published.
+        check_same_bytes(
+            spec.release_id, reservation.manifest, manifest, reservation.engine, spec.engine
+        )
+        directory.check_replaceable(manifest["files"])
+        if reservation.outcome != "already_committed":
+            ledger.mark_publishing(reservation, manifest, spec.engine)
+        directory.publish(manifest)
     return report
 
 
@@ -375,10 +427,28 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
 
 
 def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
-    """The released tables of an output folder, by table name."""
-    import pyarrow.parquet as pq
+    """The released tables of a release folder, by table name.
 
-    return {
-        path.stem: pq.read_table(path).to_pandas()
-        for path in sorted(Path(folder).glob("*.parquet"))
-    }
+    Only a complete release is read: the folder must hold a manifest naming
+    exactly its files, and every table must have the manifest's SHA-256
+    (each file is read once, hashed and parsed from the same bytes).
+    """
+    folder = Path(folder)
+    manifest = read_manifest(folder)
+    if manifest is None:
+        raise ValueError(
+            f"{str(folder)!r} is not a complete release: it has no {MANIFEST_NAME} naming "
+            "exactly its files (a folder written by an interrupted run, or not a release)"
+        )
+    tables = {}
+    for name, entry in sorted(manifest["files"].items()):
+        if not name.endswith(".parquet"):
+            continue
+        data = (folder / name).read_bytes()
+        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            raise ValueError(
+                f"{str(folder / name)!r} differs from the release's {MANIFEST_NAME}: the "
+                "file was changed after publication; read the release from a trusted copy"
+            )
+        tables[name.removesuffix(".parquet")] = pq.read_table(pa.BufferReader(data)).to_pandas()
+    return tables
