@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -27,12 +28,17 @@ def _persisted(spark) -> set[int]:
 
 
 def _files(folder):
-    """Every published file's bytes; the report without its ledger reservation time."""
+    """Every published file's bytes; the report without its ledger reservation time (and
+    the manifest without the report's digest)."""
     files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
     report = files.pop("privacy_report.json").decode()
     reserved = [line for line in report.splitlines() if '"reserved_at"' in line]
     assert len(reserved) == 1
     files["privacy_report.json"] = report.replace(reserved[0], "").encode()
+    manifest = json.loads(files.pop("manifest.json"))
+    assert set(manifest["files"]) == set(files)
+    del manifest["files"]["privacy_report.json"]
+    files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
     return files
 
 
