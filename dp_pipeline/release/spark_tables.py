@@ -176,6 +176,8 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
         .option("header", True)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", MALFORMED_COLUMN)
+        # A pruned read tokenizes only the selected fields and then flags no ragged row.
+        .option("columnPruning", False)
         .csv(str(source.path))
     )
     flagged = raw.select(
