@@ -688,3 +688,28 @@ def test_a_planted_synthetic_sample_is_regenerated_before_any_truth(tmp_path):
     margin = result.plan.table("tenure").margin_of_error
     for value, noisy in zip(tenure["tenure"], tenure["value"], strict=True):
         assert abs(noisy - int(truth.get(value, 0))) <= 4 * margin
+
+
+def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_path, capsys):
+    """Bytes the CSV reader refuses (not UTF-8): one message, file and rule, charged."""
+    folder = tmp_path / "bytes"
+    folder.mkdir()
+    data = folder / "people.csv"
+    data.write_bytes(
+        b"person_id,state,sex,age,tenure,income\n1,3,F,41,owned,5\n"
+        b"2,3,\xff" + CONFIDENTIAL.encode() + b"\xfe,41,owned,5\n"
+    )
+    text = SMALL_SPEC.format(tmp=folder).replace(
+        "[input]\nsynthetic_persons = 3000\n", f'[input]\npath = "{data}"\n'
+    )
+    spec_file = write_spec(folder, text)
+    capsys.readouterr()
+    assert main(["run", str(spec_file), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert CONFIDENTIAL not in error and "row" not in error and "line" not in error
+    assert f"input '{data}'" in error and "it is not valid UTF-8 text" in error
+    spec = load_spec(spec_file)
+    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "reserved"  # charged
+    with pytest.raises(Exception) as info:
+        run_release(spec, progress=QUIET)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

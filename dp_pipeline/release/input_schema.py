@@ -53,6 +53,7 @@ __all__ = [
     "arrow_frame",
     "check_input_columns",
     "csv_columns",
+    "first_csv_file",
     "published_table",
     "read_csv_pandas",
     "read_csv_rows",
@@ -102,12 +103,18 @@ def csv_header(path: Path) -> list[str] | None:
     """The column names in the first line of a CSV file (Spark's default quoting).
 
     None when the first line cannot be read as a header (not UTF-8 text, or no line).
+    Only the first line's bytes are read: what follows is data, and must not decide
+    anything before the reservation.
     """
+    with open(path, "rb") as handle:
+        line = handle.readline(_HEADER_BYTES)
     try:
-        with open(path, newline="", encoding="utf-8") as handle:
-            return next(csv.reader(handle), None)
+        return next(csv.reader([line.decode("utf-8").rstrip("\r\n")]), None)
     except (UnicodeDecodeError, csv.Error):
         return None
+
+
+_HEADER_BYTES = 1 << 20  # a header line longer than this is not read as one
 
 
 def check_input_columns(
@@ -124,6 +131,9 @@ def check_input_columns(
         return  # nothing local to look at: the engine names the missing column
     kinds = csv_columns(spec)
     if input_format == "csv":
+        # An empty part file (Spark writes one for an empty partition) holds no header
+        # and no row: the engines read nothing from it.
+        local = [file for file in local if file.stat().st_size > 0] or local[:1]
         first = _check_header(csv_header(local[0]), kinds, local[0])
         for file in local[1:]:
             header = _check_header(csv_header(file), kinds, file)
@@ -247,6 +257,11 @@ def _check_header(header: list[str] | None, kinds: dict[str, str], path: Path) -
             source=source,
         )
     return header
+
+
+def first_csv_file(files: tuple[Path, ...]) -> Path:
+    """The file whose header names a CSV input's columns: the first that is not empty."""
+    return next((file for file in files if file.is_file() and file.stat().st_size > 0), files[0])
 
 
 def spark_csv_schema(spec: ReleaseSpec, path: Path) -> str:

@@ -42,6 +42,7 @@ from dp_pipeline.release.input_schema import (
     NUMBER,
     arrow_frame,
     csv_columns,
+    first_csv_file,
     spark_csv_schema,
 )
 from dp_pipeline.release.invalid_rows import decide, row_checks
@@ -172,7 +173,7 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
     if source.format != "csv":
         return reader.parquet(str(source.path)), None
     raw = (
-        reader.schema(spark_csv_schema(spec, source.files[0]))
+        reader.schema(spark_csv_schema(spec, first_csv_file(source.files)))
         .option("header", True)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", MALFORMED_COLUMN)
