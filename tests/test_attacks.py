@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
 import sqlite3
 import stat
 import subprocess
@@ -511,3 +512,202 @@ def test_a_tampered_identity_is_refused(tmp_path, capsys):
     with pytest.raises(LedgerError, match="records a corrupt identity"):
         run_release(load_spec(spec_file), progress=QUIET)
     assert refused_rerun(spec_file, capsys).count("corrupt identity") == 1
+
+
+# ------------------------------------------------------------ 7. what reading the data reveals
+
+
+def probe_spec(folder: Path, input_path: Path, stop: int, threshold: int = 0) -> Path:
+    """The small spec on ``input_path`` with a probe domain ``age < stop`` under "error"."""
+    text = (
+        SMALL_SPEC.format(tmp=folder)
+        .replace("stop = 115 }", f"stop = {stop} }}")
+        .replace('share = "1/2"', 'share = "2/5"')
+        .replace(
+            "[input]\nsynthetic_persons = 3000\n",
+            f'[input]\npath = "{input_path}"\non_invalid = "error"\n'
+            f'invalid_share = "1/10"\ninvalid_threshold = {threshold}\n',
+        )
+    )
+    return write_spec(folder, text)
+
+
+def census_csv(path: Path, persons: int = 400, seed: int = 3, max_age: int | None = None) -> Path:
+    frame = pd.read_parquet(write_census_sample(path.with_suffix(".parquet"), persons, seed=seed))
+    if max_age is not None:
+        frame["age"] = frame["age"].clip(upper=max_age)
+    frame.to_csv(path, index=False)
+    return path
+
+
+def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, capsys):
+    """The binary search of a probe domain: every run that reads is charged, and decided noisily.
+
+    Two inputs that differ only in their maximum age, probed with ``age < 60``: on
+    the old code one run was refused before the ledger (nothing spent) with an error
+    naming ``age``, the other published, so 8 runs found the maximum exactly. Now
+    every run reserves its spend before reading, the decision is a noisy count's, and
+    a refusal's text is the same whatever column broke (only the noisy count varies).
+    """
+    outcomes = {}
+    for max_age in (50, 90):
+        folder = tmp_path / f"max{max_age}"
+        data = census_csv(folder / "people.csv", max_age=max_age)
+        spec_file = probe_spec(folder, data, stop=60, threshold=5)
+        capsys.readouterr()
+        status = main(["run", str(spec_file), "--quiet"])
+        error = capsys.readouterr().err
+        spec = load_spec(spec_file)
+        entry = Ledger(spec.ledger_path).entry(spec.release_id)
+        assert entry is not None and entry.status in ("reserved", "committed"), error
+        assert entry.guarantee  # the spend is recorded, refused or not
+        assert "'age'" not in error and "age" not in error.replace("privacy units", "")
+        outcomes[max_age] = (status, error)
+    # Many people above the probe: the noisy count refuses, with a text that names no
+    # column; the same text, up to the noisy number, when another column breaks.
+    assert outcomes[90][0] == 2
+    refused = outcomes[90][1]
+    assert "the noisy count of privacy units with an invalid row is" in refused
+    folder = tmp_path / "tenure"
+    data = census_csv(folder / "people.csv", max_age=50)
+    frame = pd.read_csv(data)
+    frame.loc[frame.index[:200], "tenure"] = "unknown"  # another column breaks instead
+    frame.to_csv(data, index=False)
+    spec_file = probe_spec(folder, data, stop=60, threshold=5)
+    capsys.readouterr()
+    assert main(["run", str(spec_file), "--quiet"]) == 2
+    other = capsys.readouterr().err
+
+    def template(text: str) -> str:
+        return re.sub(r"[0-9]+", "N", text)
+
+    assert template(other).split("problem(s)")[1] == template(refused).split("problem(s)")[1]
+
+
+CONFIDENTIAL = "SECRET-ROW-4417"
+
+
+def test_a_ragged_csv_row_is_a_counted_invalid_row_never_quoted(tmp_path, capsys):
+    """A row with an extra field used to put the whole record into the CLI's traceback."""
+    folder = tmp_path / "ragged"
+    data = census_csv(folder / "people.csv")
+    with data.open("a") as handle:
+        handle.write(f"77,{CONFIDENTIAL},3,F,41,owned,98765,extra\n")
+    text = SMALL_SPEC.format(tmp=folder).replace(
+        "[input]\nsynthetic_persons = 3000\n", f'[input]\npath = "{data}"\n'
+    )
+    spec_file = write_spec(folder, text)
+    capsys.readouterr()
+    status = main(["run", str(spec_file), "--quiet"])
+    captured = capsys.readouterr()
+    assert CONFIDENTIAL not in captured.err + captured.out and "98765" not in captured.err
+    assert status == 0, captured.err  # dropped and counted, the release published
+    spec = apply_overrides(load_spec(spec_file), release_id="small-2")
+    result = run_release(spec, progress=QUIET)
+    assert {d.rows_malformed for d in result.diagnostics.values()} == {1}
+
+
+def test_a_parquet_folder_with_a_float_in_an_integer_column_is_refused_without_the_value(
+    tmp_path, capsys
+):
+    """Files of one folder with two types for a key: refused before the ledger, no value shown."""
+    folder = tmp_path / "typed"
+    parts = folder / "parts"
+    parts.mkdir(parents=True)
+    frame = pd.read_parquet(write_census_sample(folder / "all.parquet", 400, seed=2))
+    frame.iloc[:200].to_parquet(parts / "part-0.parquet", index=False)
+    later = frame.iloc[200:].astype({"age": "float64"})
+    later.loc[later.index[0], "age"] = 41.73519  # the confidential value
+    later.to_parquet(parts / "part-1.parquet", index=False)
+    text = SMALL_SPEC.format(tmp=folder).replace(
+        "[input]\nsynthetic_persons = 3000\n", f'[input]\npath = "{parts}"\n'
+    )
+    spec_file = write_spec(folder, text)
+    capsys.readouterr()
+    status = main(["run", str(spec_file), "--quiet"])
+    error = capsys.readouterr().err
+    assert status == 2, error
+    assert "41.73519" not in error and "41.7" not in error
+    assert "part-1.parquet" in error and "column 'age' has type double but int32" in error
+    spec = load_spec(spec_file)
+    assert Ledger(spec.ledger_path).entry(spec.release_id) is None  # refused before reserving
+
+
+@pytest.mark.spark
+def test_spark_reads_a_csv_folder_by_header_and_hides_ragged_rows(tmp_path, capsys, spark):
+    """Spark read a CSV folder by position (incomes as unit ids); now each header is checked."""
+    folder = tmp_path / "swapped"
+    parts = folder / "parts"
+    parts.mkdir(parents=True)
+    frame = pd.read_csv(census_csv(folder / "people.csv"))
+    frame.iloc[:200].to_csv(parts / "part-0.csv", index=False)
+    columns = list(frame.columns)
+    swapped = [columns[-1], *columns[1:-1], columns[0]]  # income first, person_id last
+    frame.iloc[200:][swapped].to_csv(parts / "part-1.csv", index=False)
+    text = (
+        SMALL_SPEC.format(tmp=folder)
+        .replace(
+            "[input]\nsynthetic_persons = 3000\n", f'[input]\npath = "{parts}"\nformat = "csv"\n'
+        )
+        .replace('engine = "pandas"', 'engine = "spark"')
+    )
+    spec = load_spec(write_spec(folder, text))
+    with pytest.raises(Exception) as info:
+        run_release(spec, progress=QUIET, spark=spark)
+    message = str(info.value)
+    assert "part-1.csv" in message and "header differs" in message
+    assert Ledger(spec.ledger_path).entry(spec.release_id) is None
+    # One header in both files, a ragged row with a confidential field: read by name,
+    # the ragged row dropped and counted, nothing quoted.
+    frame.iloc[200:].to_csv(parts / "part-1.csv", index=False)
+    with (parts / "part-1.csv").open("a") as handle:
+        handle.write(f"78,{CONFIDENTIAL},4,F,33,owned\n")
+    result = run_release(spec, progress=QUIET, spark=spark)
+    assert {d.rows_malformed for d in result.diagnostics.values()} == {1}
+    assert result.outcome == "reserved"
+
+
+def test_a_planted_synthetic_sample_is_regenerated_before_any_truth(tmp_path):
+    """accuracy.json scored the noisy cells against whatever file the cache held."""
+    _, spec = committed(tmp_path)
+    cached = Path(spec.ledger_path).parent / "samples" / "census_v1_3000_2026.parquet"
+    genuine = cached.read_bytes()
+    planted = write_census_sample(tmp_path / "real.parquet", 3000, seed=99)  # "real" data
+    cached.write_bytes(planted.read_bytes())
+    seal = cached.with_name(cached.name + ".seal")
+    if seal.exists():
+        seal.write_text("00" * 32 + "\n")  # a forged seal: the key is not the attacker's
+    result = run_release(spec.with_release_id("small-2"), progress=QUIET)
+    assert cached.read_bytes() == genuine  # generated again from the generator
+    truth = pd.read_parquet(cached)["tenure"].value_counts()
+    accuracy = json.loads((result.output / "accuracy.json").read_text())
+    assert accuracy["accuracy_vs_truth"]
+    tenure = read_release(result.output)["tenure"]
+    margin = result.plan.table("tenure").margin_of_error
+    for value, noisy in zip(tenure["tenure"], tenure["value"], strict=True):
+        assert abs(noisy - int(truth.get(value, 0))) <= 4 * margin
+
+
+def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_path, capsys):
+    """Bytes the CSV reader refuses (not UTF-8): one message, file and rule, charged."""
+    folder = tmp_path / "bytes"
+    folder.mkdir()
+    data = folder / "people.csv"
+    data.write_bytes(
+        b"person_id,state,sex,age,tenure,income\n1,3,F,41,owned,5\n"
+        b"2,3,\xff" + CONFIDENTIAL.encode() + b"\xfe,41,owned,5\n"
+    )
+    text = SMALL_SPEC.format(tmp=folder).replace(
+        "[input]\nsynthetic_persons = 3000\n", f'[input]\npath = "{data}"\n'
+    )
+    spec_file = write_spec(folder, text)
+    capsys.readouterr()
+    assert main(["run", str(spec_file), "--quiet"]) == 2
+    error = capsys.readouterr().err
+    assert CONFIDENTIAL not in error and "row" not in error and "line" not in error
+    assert f"input '{data}'" in error and "it is not valid UTF-8 text" in error
+    spec = load_spec(spec_file)
+    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "reserved"  # charged
+    with pytest.raises(Exception) as info:
+        run_release(spec, progress=QUIET)
+    assert info.value.__cause__ is None and info.value.__suppress_context__

@@ -207,8 +207,11 @@ def test_the_csv_reader_types_the_specs_columns_and_reads_no_others(tmp_path):
     assert frame["spend"].dtype == np.float64
     assert pd.api.types.is_string_dtype(frame["pid"].dtype) and frame["pid"].iloc[0] == "0"
     assert frame["year"].isna().sum() == 4
+    # Spark reads every field as text (a malformed row then sets only its corrupt-record
+    # column) and types the spec's columns with the pandas reader's rules.
     assert spark_csv_schema(spec, csv_path) == (
-        "`pid` STRING, `year` BIGINT, `sex` STRING, `spend` DOUBLE, `note` STRING"
+        "`pid` STRING, `year` STRING, `sex` STRING, `spend` STRING, `note` STRING, "
+        "`_dp_malformed_row` STRING"
     )
 
 

@@ -111,7 +111,11 @@ def write_census_sample(
 
 
 def cached_census_sample(cache_dir: str | os.PathLike[str], persons: int, seed: int, progress=None):
-    """The sample for (persons, seed) under ``cache_dir``, generated on first use."""
+    """The sample for (persons, seed) under ``cache_dir``, generated on first use.
+
+    Test data for benchmarks: the file found in the cache is used as it is. A release
+    uses `dp_pipeline.release.synthetic_input.sealed_census_sample`, which verifies it.
+    """
     path = Path(cache_dir) / f"census_v{GENERATOR_VERSION}_{persons}_{seed}.parquet"
     if not path.exists():
         write_census_sample(path, persons, seed, progress)

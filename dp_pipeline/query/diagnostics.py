@@ -28,6 +28,9 @@ class Diagnostics:
     - ``rows_removed_max_cells`` / ``unit_cells_removed_max_cells``: rows and
       (unit, cell) pairs removed because a unit touched more than ``max_cells`` cells.
     - ``rows_used``: rows that entered the aggregates.
+    - ``rows_malformed``: CSV rows whose field count differs from the header, dropped
+      by the reader before any table (not in ``rows_in``). A Spark release aggregating
+      a large CSV input on the executors counts them under ``on_invalid="error"`` only.
     """
 
     rows_in: int
@@ -40,6 +43,7 @@ class Diagnostics:
     rows_removed_max_cells: int = 0
     unit_cells_removed_max_cells: int = 0
     rows_used: int = 0
+    rows_malformed: int = 0
 
     @property
     def rows_dropped(self) -> int:

@@ -1,26 +1,38 @@
-"""``input.on_invalid = "error"``: refuse a release whose input has an invalid row.
+"""``input.on_invalid = "error"``: refuse a release on a noisy, accounted count of invalid rows.
 
 Invalid rows are those the engines drop and count under the default
 ``"drop"``: a null (empty, unparsable) or out-of-domain key, a null privacy
-unit, a null, NaN or infinite summed or quantile value. Under ``"error"`` the
-input is read once before the ledger is touched (`refuse_invalid_rows`, called
-between the release's identity and its reservation): a release with any such row
-stops with an error naming the column, the reason code and the rule, and nothing
-is reserved or written. The message quotes no count or value from the data.
+unit, a null, NaN or infinite summed or quantile value, and a CSV row whose
+number of fields differs from its header (a malformed row). Whether a release
+with such rows is published must not be a free, exact bit about the data (a
+spec whose domain ends at a guessed value would otherwise binary-search the
+data's maximum). So under ``"error"`` the decision is DP output:
 
-The rule is a gate on publication, not part of the release's identity: a
-release it lets through has no invalid row, so ``"drop"`` would have dropped
-nothing and published the same numbers (`dp_pipeline.release.identity`).
+1. The plan gives the count its noise and proves it with the tables
+   (`dp_pipeline.release.plan.InvalidCountPlan`): the count is of the privacy
+   units having at least one row that breaks a rule of some table (each row its
+   own unit under ``each_row``; rows whose unit cannot be read, a null unit or a
+   malformed row, count together as one unit), so one unit moves it by at most 1.
+2. The exact count is computed where the engine already holds the rows
+   (`dp_pipeline.engines.pandas.invalid_rows`, `dp_pipeline.engines.spark.invalid_rows`),
+   after the ledger reserved the whole release's spend.
+3. `decide` adds noise drawn from the release's keyed stream (labels: the
+   release id and digest), so a resumed run and either engine draw the same
+   noise and decide the same, and refuses the release when the noisy count is
+   above ``input.invalid_threshold``. The error quotes only the noisy count and
+   the threshold; the run is charged whatever it decides.
+
+Exact invalid-row counts stay in the non-private diagnostics, never printed.
 """
 
 from __future__ import annotations
 
-from dp_pipeline.engines.pandas.invalid_rows import first_broken_check as pandas_broken_check
 from dp_pipeline.query.domain import Domain
-from dp_pipeline.release.pandas_tables import read_pandas
+from dp_pipeline.randomness import MasterKey, derive_stream
+from dp_pipeline.release.plan import ReleasePlan
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
-__all__ = ["REASONS", "refuse_invalid_rows", "row_checks"]
+__all__ = ["REASONS", "InvalidRowsRefusedError", "decide", "noisy_invalid_count", "row_checks"]
 
 # Reason code -> the rule a row breaks (the engines' `Diagnostics` count the same).
 REASONS = {
@@ -28,7 +40,14 @@ REASONS = {
     "out_of_domain": "have a key outside the declared domain",
     "null_unit": "have a null privacy unit",
     "invalid_value": "hold a null, NaN or infinite value",
+    "malformed": "have another number of fields than the CSV header",
 }
+
+STREAM_LABEL = "invalid-row-count"
+
+
+class InvalidRowsRefusedError(SpecError):
+    """``on_invalid = "error"``: the noisy invalid-row count is above the threshold."""
 
 
 def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | None]]:
@@ -46,34 +65,42 @@ def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | None]]:
     return [(reason, column, domain) for (reason, column), domain in checks.items()]
 
 
-def refuse_invalid_rows(spec: ReleaseSpec, source) -> None:
-    """Under ``on_invalid = "error"``, raise `SpecError` if a row of ``source`` is invalid.
+def noisy_invalid_count(plan: ReleasePlan, master: MasterKey, release_digest: str, exact: int):
+    """``exact`` plus one draw of the plan's invalid-count mechanism (an exact integer).
 
-    ``source`` is the release's `dp_pipeline.release.engines.OpenedInput`; its
-    engine reads it (pandas, or Spark with the spec's CSV schema) exactly as the
-    release will. Does nothing under ``"drop"``.
+    The draw comes from the stream keyed by (master key, `STREAM_LABEL`, release id,
+    release digest): the same release draws the same noise on every engine and on
+    a resumed run, and no other stream of the release shares it. Privacy: the
+    plan's `InvalidCountPlan` event (sensitivity 1), composed into the release.
     """
-    if spec.on_invalid != "error":
-        return
-    checks = row_checks(spec)
-    if source.engine == "pandas":
-        broken = pandas_broken_check(read_pandas(spec, source), checks)
-    else:
-        # PySpark is optional: the Spark side loads only for a Spark release.
-        from dp_pipeline.engines.spark.invalid_rows import first_broken_check
-        from dp_pipeline.release.spark_tables import spark_input_frame
+    count = plan.invalid_count
+    stream = derive_stream(master, STREAM_LABEL, plan.spec.release_id, release_digest)
+    (noise,) = count.mechanism.sample(1, stream)
+    return int(exact) + int(noise)
 
-        broken = first_broken_check(spark_input_frame(spec, source), checks)
-    if broken is None:
+
+def decide(plan: ReleasePlan, master: MasterKey, release_digest: str, exact: int) -> None:
+    """Raise `InvalidRowsRefusedError` when the noisy invalid-row count is above the threshold.
+
+    Does nothing without ``on_invalid = "error"``. Call after the reservation only:
+    the count is DP output of the release, charged whatever is decided. The message
+    holds the noisy count and the public threshold, never the exact count.
+    """
+    count = plan.invalid_count
+    if count is None:
         return
-    reason, column = broken
-    raise SpecError(
+    noisy = noisy_invalid_count(plan, master, release_digest, exact)
+    if noisy <= count.threshold:
+        return
+    spec = plan.spec
+    raise InvalidRowsRefusedError(
         [
-            f"column {column!r}: some rows {REASONS[reason]} (reason code {reason}); "
-            f'input.on_invalid = "error" refuses a release with any invalid row, so nothing '
-            f"was reserved or written (the message quotes no count or value from the data); "
-            f'set input.on_invalid = "drop" to drop such rows and count them in the '
-            f"non-private diagnostics"
+            f"the noisy count of privacy units with an invalid row is {noisy}, above "
+            f"input.invalid_threshold = {count.threshold} (its noise has a 95% margin of "
+            f'±{count.margin_of_error}); input.on_invalid = "error" refuses the release: '
+            f"nothing was published, and its budget is spent (the count is part of the "
+            f"release); running the same release id again gives the same decision; fix the "
+            f'input and run a new release id, or set input.on_invalid = "drop"'
         ],
-        source=f"release {spec.release_id!r}, input {str(source.path)!r}",
+        source=f"release {spec.release_id!r}",
     )

@@ -9,15 +9,19 @@ only for synthetic input, for the report's accuracy section.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.engines.pandas.invalid_rows import invalid_unit_count
 from dp_pipeline.query.quantile_grid import GridPosition
-from dp_pipeline.release.input_schema import arrow_frame, read_csv_pandas
+from dp_pipeline.release.input_schema import arrow_frame, read_csv_rows
+from dp_pipeline.release.invalid_rows import decide, row_checks
 from dp_pipeline.release.plan import TablePlan
 from dp_pipeline.release.queries import table_spec
 from dp_pipeline.release.selections import (
@@ -25,7 +29,7 @@ from dp_pipeline.release.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.source import OpenedInput
+from dp_pipeline.release.source import InputReadError, OpenedInput
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 
 __all__ = [
@@ -33,6 +37,7 @@ __all__ = [
     "numpy_tables",
     "pandas_tables",
     "read_pandas",
+    "read_pandas_rows",
     "statistic_column",
     "true_values_pandas",
 ]
@@ -40,15 +45,30 @@ __all__ = [
 
 def read_pandas(spec: ReleaseSpec, source: OpenedInput) -> pd.DataFrame:
     """The input read from exactly the listed files (CSV: typed from the spec)."""
+    return read_pandas_rows(spec, source)[0]
+
+
+def read_pandas_rows(spec: ReleaseSpec, source: OpenedInput) -> tuple[pd.DataFrame, int]:
+    """`read_pandas` and the number of malformed CSV rows it skipped (0 for Parquet).
+
+    A reader's failure on the contents raises `InputReadError` (file and rule only).
+    """
     import pyarrow.dataset as ds
 
     if source.format == "csv":
-        return read_csv_pandas(spec, source.files[0])
+        return read_csv_rows(spec, source.files[0])
     options = {}
     if source.path.is_dir():
         options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
-    dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
-    return arrow_frame(dataset.to_table())
+    try:
+        dataset = ds.dataset([str(f) for f in source.files], format="parquet", **options)
+        return arrow_frame(dataset.to_table()), 0
+    except pa.ArrowException:
+        raise InputReadError(
+            source.path,
+            "the Parquet reader failed on its contents (a corrupt or truncated file, or a "
+            "value its column's type cannot hold)",
+        ) from None
 
 
 def full_index(spec: ReleaseSpec, keys) -> pd.MultiIndex:
@@ -98,17 +118,46 @@ def pandas_tables(spec, plan, master, source, release_digest, with_truth, progre
     timings = {}
     started = time.perf_counter()
     progress(f"pandas: reading {source.path}")
-    frame = read_pandas(spec, source)
+    frame, malformed = read_pandas_rows(spec, source)
     timings["read"] = time.perf_counter() - started
     # No row count here: progress lines are not a release, and carry no confidential figure.
     progress(f"pandas: read the input in {timings['read']:.1f} s")
     return numpy_tables(
-        spec, plan, master, frame, release_digest, with_truth, progress, timings, "pandas"
+        spec,
+        plan,
+        master,
+        frame,
+        release_digest,
+        with_truth,
+        progress,
+        timings,
+        "pandas",
+        malformed_rows=malformed,
     )
 
 
-def numpy_tables(spec, plan, master, frame, release_digest, with_truth, progress, timings, engine):
-    """Every table of ``frame`` (a pandas DataFrame) by the pandas engine's numpy rules."""
+def numpy_tables(
+    spec,
+    plan,
+    master,
+    frame,
+    release_digest,
+    with_truth,
+    progress,
+    timings,
+    engine,
+    *,
+    malformed_rows: int = 0,
+):
+    """Every table of ``frame`` (a pandas DataFrame) by the pandas engine's numpy rules.
+
+    ``malformed_rows``: CSV rows the reader skipped (counted in every table's
+    diagnostics). Under ``on_invalid = "error"`` the release's noisy invalid-row count
+    decides first, on the rows already in memory (`dp_pipeline.release.invalid_rows`).
+    """
+    if plan.invalid_count is not None:
+        exact = invalid_unit_count(frame, row_checks(spec), spec.privacy_unit, malformed_rows)
+        decide(plan, master, release_digest, exact)
     results = {}
     found = {}
     started = time.perf_counter()
@@ -144,4 +193,9 @@ def numpy_tables(spec, plan, master, frame, release_digest, with_truth, progress
             f"({len(released):,} cells)"
         )
     timings["aggregate_noise"] = time.perf_counter() - started
+    if malformed_rows:
+        found = {
+            name: dataclasses.replace(found_, rows_malformed=malformed_rows)
+            for name, found_ in found.items()
+        }
     return results, timings, found

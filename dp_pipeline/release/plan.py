@@ -131,6 +131,46 @@ class TablePlan:
 
 
 @dataclass(frozen=True)
+class InvalidCountPlan:
+    """The noisy invalid-row count of ``on_invalid = "error"``: its event and threshold.
+
+    The count is of the privacy units with at least one invalid row (each row its
+    own unit under ``each_row``); adding, removing or replacing one unit moves it by
+    at most 1, so its sensitivity is (1,) under either relation. Its noise is
+    calibrated and composed with the tables' like one more one-cell table.
+    """
+
+    event: PrivacyEvent
+    margin_of_error: int
+    threshold: int
+    share: Fraction | None
+
+    @property
+    def mechanism(self) -> DiscreteGaussian | DiscreteLaplace:
+        return self.event.mechanism
+
+    def to_dict(self, *, zcdp: bool) -> dict:
+        mechanism = self.mechanism
+        gaussian = isinstance(mechanism, DiscreteGaussian)
+        rho = PrivacyAccountant().add_event(self.event).rho() if zcdp else None
+        return {
+            "counts": "privacy units with at least one invalid row (rows whose unit cannot "
+            "be read, a null unit or a malformed CSV row, count together as one unit; "
+            "without a unit column, invalid rows)",
+            "mechanism": mechanism.name,
+            "sigma2" if gaussian else "scale": str(
+                mechanism.sigma2 if gaussian else mechanism.scale
+            ),
+            "sensitivity": list(self.event.sensitivity),
+            "share": None if self.share is None else str(self.share),
+            "rho": None if rho is None else str(Fraction(rho)),
+            "threshold": self.threshold,
+            "margin_of_error": self.margin_of_error,
+            "decision": "the release is refused when the noisy count is above the threshold",
+        }
+
+
+@dataclass(frozen=True)
 class ReleasePlan:
     """The proven plan of a release: per-table noise and the release's guarantee."""
 
@@ -143,6 +183,8 @@ class ReleasePlan:
     delta_tight: object | None  # DeltaBound at the budget's epsilon
     epsilon_zcdp: float | None  # ε at report_delta from ρ alone (zCDP conversion)
     seconds: float
+    # on_invalid = "error": the noisy invalid-row count (part of `accountant`), else None.
+    invalid_count: InvalidCountPlan | None = None
 
     def table(self, name: str) -> TablePlan:
         for table in self.tables:
@@ -175,6 +217,11 @@ class ReleasePlan:
             },
             "accountant": self.accountant.to_dict(),
             "planning_seconds": self.seconds,
+            "invalid_rows": (
+                None
+                if self.invalid_count is None
+                else self.invalid_count.to_dict(zcdp=self.rho is not None)
+            ),
         }
 
 
@@ -248,9 +295,20 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
         (event,) = table_query(spec, table).with_noise(mechanism).events()
         return event
 
+    invalid = spec.invalid_rows if spec.on_invalid == "error" else None
+    if spec.on_invalid == "error" and invalid is None:
+        raise PlanError(
+            'input.on_invalid = "error" needs input.invalid_share (or invalid_sigma2) and '
+            "input.invalid_threshold: the decision is made on a noisy, accounted count"
+        )
+    # The invalid-row count: one more noised query of sensitivity (1,) (see InvalidCountPlan).
+    invalid_queries = [] if invalid is None or invalid.share is None else [(invalid.share, (1,))]
+    invalid_event = None
     if spec.noise == "discrete_gaussian" and noised and noised[0].sigma2 is not None:
         for table in noised:
             events[table.name] = noised_event(table, DiscreteGaussian(table.sigma2))
+        if invalid is not None:
+            invalid_event = PrivacyEvent(DiscreteGaussian(invalid.sigma2), (1,), 1)
     elif spec.noise == "discrete_gaussian":
 
         def builder(table):
@@ -265,21 +323,27 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
             epsilon=budget.epsilon,
             delta=budget.delta,
             rho=budget.rho,
-            queries=[(t.share, vectors[t.name]) for t in noised],
+            queries=[(t.share, vectors[t.name]) for t in noised] + invalid_queries,
             others=[(t.share, builder(t)) for t in selections],
         )
+        if invalid_queries:
+            invalid_event = PrivacyEvent(DiscreteGaussian(sigma2s.pop()), (1,), 1)
         for table, sigma2 in zip(noised, sigma2s, strict=True):
             events[table.name] = noised_event(table, DiscreteGaussian(sigma2))
         for table, (mechanism, sensitivity, runs) in zip(selections, built, strict=True):
             events[table.name] = PrivacyEvent(mechanism, tuple(sensitivity), runs)
     else:
         # Pure ε composes additively: every table spends its share of ε.
-        noised_share = sum((t.share for t in noised), Fraction(0))
-        if noised:
+        shares = [t.share for t in noised] + [share for share, _ in invalid_queries]
+        noised_share = sum(shares, Fraction(0))
+        if shares:
             scales = calibrate_laplace(
                 epsilon=budget.epsilon * noised_share,
-                queries=[(t.share / noised_share, vectors[t.name]) for t in noised],
+                queries=[(t.share / noised_share, vectors[t.name]) for t in noised]
+                + [(share / noised_share, vector) for share, vector in invalid_queries],
             )
+            if invalid_queries:
+                invalid_event = PrivacyEvent(DiscreteLaplace(scales.pop()), (1,), 1)
             for table, scale in zip(noised, scales, strict=True):
                 events[table.name] = noised_event(table, DiscreteLaplace(scale))
         for table in selections:
@@ -295,6 +359,11 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
         else:
             margin = int(margin_of_error(event.mechanism, confidence))
             tables.append(TablePlan(table, event, margin))
+    invalid_count = None
+    if invalid_event is not None:
+        accountant.add_event(invalid_event)
+        margin = int(margin_of_error(invalid_event.mechanism, confidence))
+        invalid_count = InvalidCountPlan(invalid_event, margin, invalid.threshold, invalid.share)
 
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
@@ -328,6 +397,7 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
         delta_tight=delta_tight,
         epsilon_zcdp=epsilon_zcdp,
         seconds=time.perf_counter() - started,
+        invalid_count=invalid_count,
     )
 
 
@@ -372,6 +442,23 @@ def format_plan(plan: ReleasePlan) -> str:
                 margin = f"rank ±{table.margin_of_error}"
         lines.append(
             f"{table.table.name:<26}{table.table.cells:>10}  {shown:>22}{share:>12}{margin:>14}"
+        )
+    if plan.invalid_count is not None:
+        count = plan.invalid_count
+        parameter = count.mechanism.sigma2 if hasattr(count.mechanism, "sigma2") else None
+        parameter = count.mechanism.scale if parameter is None else parameter
+        shown = str(parameter) if len(str(parameter)) <= 22 else f"{float(parameter):.6g}"
+        share = ""
+        if plan.rho:
+            rho = Fraction(PrivacyAccountant().add_event(count.event).rho())
+            share = f"{float(rho / plan.rho):.4f}"
+        lines.append(
+            f"{'(invalid-row count)':<26}{1:>10}  {shown:>22}{share:>12}"
+            f"{'±' + str(count.margin_of_error):>14}"
+        )
+        lines.append(
+            f"  refused when the noisy count of units with an invalid row is above "
+            f"{count.threshold}"
         )
     lines.append("")
     delta = float(plan.report_delta)

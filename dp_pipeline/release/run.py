@@ -52,7 +52,6 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
 from dp_pipeline.release.accuracy_stream import (
@@ -72,7 +71,6 @@ from dp_pipeline.release.input_schema import (
     published_table,
     table_schema,
 )
-from dp_pipeline.release.invalid_rows import refuse_invalid_rows
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
@@ -102,6 +100,7 @@ from dp_pipeline.release.spec_model import (
     format_of_path,
 )
 from dp_pipeline.release.streamed import StreamedTable, close_tables
+from dp_pipeline.release.synthetic_input import check_sample, sealed_census_sample
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 
@@ -204,18 +203,23 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     if synthetic:
         cache = Path(spec.ledger_path).parent / "samples"
         progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
-        input_path = cached_census_sample(
-            cache, spec.synthetic_persons, spec.synthetic_seed, progress
+        # Verified against the seal written when it was generated (the truth in
+        # accuracy.json is computed from it), else generated again.
+        input_path, sample = sealed_census_sample(
+            cache, spec.synthetic_persons, spec.synthetic_seed, master, progress
         )
         input_format = "parquet"
     else:
+        sample = None
         input_path, input_format = Path(spec.input_path), spec.input_format
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read.
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
-        result = _run_opened(spec, plan, master, source, synthetic, progress, timings, clock)
+        result = _run_opened(
+            spec, plan, master, source, synthetic, progress, timings, clock, sample=sample
+        )
     except BaseException as error:
         kept_log(error, source.close(failed=True))
         raise
@@ -223,11 +227,13 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     return result
 
 
-def _run_opened(spec, plan, master, source, synthetic, progress, timings, clock) -> RunResult:
+def _run_opened(
+    spec, plan, master, source, synthetic, progress, timings, clock, sample=None
+) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
+    check_sample(source.path, sample, fingerprint)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
-    refuse_invalid_rows(spec, source)  # on_invalid = "error": before the ledger is touched
     ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
     with ledger.lease(spec.release_id):

@@ -13,12 +13,32 @@ from typing import Any
 
 from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.release.fingerprint import input_files, spark_input_files
+from dp_pipeline.release.spec_model import SpecError
 
-__all__ = ["InputChangedError", "OpenedInput", "kept_log"]
+__all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log"]
 
 
 class InputChangedError(RuntimeError):
     """The input's files or bytes changed between the start and the end of a run."""
+
+
+class InputReadError(SpecError):
+    """A reader or engine failed on the input's contents: the file and the rule, nothing more.
+
+    The readers' own errors quote the data (a ragged CSV row's whole record, the value
+    a cast refused, line numbers); they are replaced by this one-line message and
+    raised ``from None``, so neither the message nor the traceback the command line
+    prints carries any of it. Raised after the reservation, the run stays charged.
+    """
+
+    def __init__(self, path, rule: str) -> None:
+        super().__init__(
+            [
+                f"{rule}; the reader's own message is not shown because it can quote the "
+                f"data; check the file with a tool the data's owner may use"
+            ],
+            source=f"input {str(path)!r}",
+        )
 
 
 @dataclass

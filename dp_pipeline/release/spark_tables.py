@@ -10,23 +10,42 @@ so this module is loaded only for the Spark engine.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sys
 import time
+from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
+import pyarrow as pa
+from py4j.protocol import Py4JJavaError
+from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as sf
 
 from dp_pipeline.engines.backend import noisy_cells
+from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.consistency import postprocess_on_spark
 from dp_pipeline.release.fingerprint import local_files, spark_input_files
-from dp_pipeline.release.input_schema import arrow_frame, csv_columns, spark_csv_schema
+from dp_pipeline.release.input_schema import (
+    DECIMAL_PATTERN,
+    INTEGER_KEY,
+    INTEGER_PATTERN,
+    MALFORMED_COLUMN,
+    NUMBER,
+    arrow_frame,
+    csv_columns,
+    first_csv_file,
+    spark_csv_schema,
+)
+from dp_pipeline.release.invalid_rows import decide, row_checks
 from dp_pipeline.release.pandas_tables import numpy_tables, statistic_column
 from dp_pipeline.release.queries import table_spec
 from dp_pipeline.release.selections import (
@@ -34,7 +53,7 @@ from dp_pipeline.release.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.source import OpenedInput, kept_log
+from dp_pipeline.release.source import InputReadError, OpenedInput, kept_log
 from dp_pipeline.release.spec_model import ReleaseSpec
 from dp_pipeline.release.streamed import OnSpark, SparkNoisyTables
 from dp_pipeline.selection.spark import check_numeric_column
@@ -43,8 +62,12 @@ __all__ = [
     "DRIVER_INPUT_BYTES",
     "driver_frame",
     "open_spark_input",
+    "spark_input_frame",
+    "spark_input_frames",
+    "spark_read_errors",
     "spark_session",
     "spark_tables",
+    "spark_typed_columns",
 ]
 
 
@@ -93,6 +116,11 @@ DRIVER_INPUT_BYTES = 8 * 2**20
 
 def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
     """The columns the release uses of a Spark DataFrame, collected (one job) as pandas."""
+    return _driver_rows(frame, spec, None)[0]
+
+
+def _driver_rows(frame, spec: ReleaseSpec, flag: str | None) -> tuple[pd.DataFrame, int]:
+    """`driver_frame` of the rows not flagged in column ``flag``, and how many were (one job)."""
     needed = list(csv_columns(spec))
     missing = [name for name in needed if name not in frame.columns]
     if missing:
@@ -100,20 +128,81 @@ def driver_frame(frame, spec: ReleaseSpec) -> pd.DataFrame:
             f"column(s) {missing} used by the spec are not in the input; its columns are "
             f"{frame.columns}"
         )
-    return arrow_frame(frame.select(*needed).toArrow())
+    if flag is None:
+        return arrow_frame(frame.select(*needed).toArrow()), 0
+    table = frame.select(*needed, flag).toArrow()
+    flagged = table.column(flag).to_numpy(zero_copy_only=False).astype(bool)
+    rows = table.drop_columns([flag])
+    if flagged.any():
+        rows = rows.filter(pa.array(~flagged))
+    return arrow_frame(rows), int(flagged.sum())
+
+
+def spark_typed_columns(spec: ReleaseSpec) -> list:
+    """The spec's CSV columns parsed from text as `read_csv_rows` parses them (Spark SQL).
+
+    Integer keys: ``Long.parseLong``'s ASCII form (`INTEGER_PATTERN`, then a cast that
+    is null on overflow); numbers: the decimal form `DECIMAL_PATTERN` captures, cast
+    as ``Double.parseDouble`` casts it; other columns stay text. Anchors are ``\\z``
+    (Java's ``$`` would also match before a final line terminator).
+    """
+    columns = []
+    for name, kind in csv_columns(spec).items():
+        text = sf.col(name)
+        if kind == INTEGER_KEY:
+            value = sf.when(text.rlike(f"^{INTEGER_PATTERN}\\z"), text.try_cast("bigint"))
+        elif kind == NUMBER:
+            number = sf.regexp_extract(text, f"^{DECIMAL_PATTERN}\\z", 1)
+            value = sf.when(number != "", number.try_cast("double"))
+        else:
+            value = text
+        columns.append(value.alias(name))
+    return columns
+
+
+def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
+    """The release's input as Spark DataFrames: (the rows the engine reads, flagged or None).
+
+    CSV is read as text by header name (`spark_csv_schema`: every file has the first
+    file's header, checked before the reservation) and typed by `spark_typed_columns`;
+    the second frame is every row with `MALFORMED_COLUMN` true where the row's field
+    count differs from the header; the first is the others. Parquet: the files as
+    they are, and None.
+    """
+    reader = source.spark.read
+    if source.format != "csv":
+        return reader.parquet(str(source.path)), None
+    raw = (
+        reader.schema(spark_csv_schema(spec, first_csv_file(source.files)))
+        .option("header", True)
+        .option("mode", "PERMISSIVE")
+        .option("columnNameOfCorruptRecord", MALFORMED_COLUMN)
+        # A pruned read tokenizes only the selected fields and then flags no ragged row.
+        .option("columnPruning", False)
+        .csv(str(source.path))
+    )
+    flagged = raw.select(
+        *spark_typed_columns(spec), sf.col(MALFORMED_COLUMN).isNotNull().alias(MALFORMED_COLUMN)
+    )
+    return flagged.where(~sf.col(MALFORMED_COLUMN)).drop(MALFORMED_COLUMN), flagged
 
 
 def spark_input_frame(spec: ReleaseSpec, source: OpenedInput):
-    """The release's input as a Spark DataFrame, read as every Spark step of a release reads it.
+    """The rows of the release's input the engine reads (`spark_input_frames`' first)."""
+    return spark_input_frames(spec, source)[0]
 
-    CSV gets an explicit schema from the spec: no inference pass over the file, and
-    the same column types as the pandas engine's CSV reader.
-    """
-    reader = source.spark.read
-    if source.format == "csv":
-        schema = spark_csv_schema(spec, source.files[0])
-        return reader.schema(schema).option("header", True).csv(str(source.path))
-    return reader.parquet(str(source.path))
+
+@contextlib.contextmanager
+def spark_read_errors(path) -> Iterator[None]:
+    """Spark's and Arrow's errors on the input's contents as `InputReadError` (no data quoted)."""
+    try:
+        yield
+    except (PySparkException, Py4JJavaError, pa.ArrowException):
+        raise InputReadError(
+            path,
+            "Spark failed on its contents (a corrupt or truncated file, or a value its "
+            "reader refuses); the JVM's log of the run has the details",
+        ) from None
 
 
 def spark_tables(spec, plan, master, source, release_digest, with_truth, progress):
@@ -127,9 +216,14 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     returned as `dp_pipeline.release.streamed.OnSpark` entries, the aggregates
     persisted until the release closes them.
     """
+    with spark_read_errors(source.path):
+        return _spark_tables(spec, plan, master, source, release_digest, with_truth, progress)
+
+
+def _spark_tables(spec, plan, master, source, release_digest, with_truth, progress):
     timings = {}
     started = time.perf_counter()
-    frame = spark_input_frame(spec, source)
+    frame, flagged = spark_input_frames(spec, source)
     # The DataFrame's own file index must be the one fingerprinted.
     source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
     size = sum(path.stat().st_size for path in source.files)
@@ -138,15 +232,38 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
         # the driver aggregates it with the numpy rules every engine path shares
         # (tests/test_engine_contract.py), which gives the same tables bit for bit,
         # without the dozens of small jobs the Spark SQL path costs on a few MB.
-        local = driver_frame(frame, spec)
+        if flagged is None:
+            local, malformed = _driver_rows(frame, spec, None)
+        else:
+            local, malformed = _driver_rows(flagged, spec, MALFORMED_COLUMN)
         timings["read"] = time.perf_counter() - started
         progress(
             f"spark: read the input ({size / 2**20:.1f} MiB) in {timings['read']:.1f} s; "
             f"a small input is aggregated on the driver"
         )
         return numpy_tables(
-            spec, plan, master, local, release_digest, with_truth, progress, timings, "spark"
+            spec,
+            plan,
+            master,
+            local,
+            release_digest,
+            with_truth,
+            progress,
+            timings,
+            "spark",
+            malformed_rows=malformed,
         )
+    malformed = None
+    if plan.invalid_count is not None:
+        # The decision's count: one job over the rows (malformed ones flagged), before
+        # the tables' pass, so a refused release runs no table job.
+        exact, malformed = invalid_unit_count(
+            frame if flagged is None else flagged,
+            row_checks(spec),
+            spec.privacy_unit,
+            None if flagged is None else MALFORMED_COLUMN,
+        )
+        decide(plan, master, release_digest, exact)
     timings["read"] = time.perf_counter() - started
     started = time.perf_counter()
     noised = [p for p in plan.tables if not p.table.is_selection]
@@ -223,6 +340,8 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
         raise
     if not combined:
         cells.close()
+    if malformed:
+        found = {name: replace(f, rows_malformed=malformed) for name, f in found.items()}
     return {p.table.name: results[p.table.name] for p in plan.tables}, timings, found
 
 

@@ -40,6 +40,7 @@ from dp_pipeline.release.spec_hierarchy import (
     read_hierarchy,
     read_postprocess,
 )
+from dp_pipeline.release.spec_invalid import INVALID_FIELDS, read_invalid_rows
 from dp_pipeline.release.spec_model import (
     DEFAULT_RELEASE_CELL_LIMIT,
     ENGINES,
@@ -83,7 +84,14 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "population": ("name", "cap"),
     "privacy_unit": ("column", "each_row", "max_cells_per_table", "max_per_cell"),
     "budget": ("rho", "epsilon", "delta"),
-    "input": ("path", "format", "synthetic_persons", "synthetic_seed", "on_invalid"),
+    "input": (
+        "path",
+        "format",
+        "synthetic_persons",
+        "synthetic_seed",
+        "on_invalid",
+        *INVALID_FIELDS,
+    ),
     "output": ("dir",),
     "run": ("engine", "master", "ledger", "key_file"),
     "domains": (),  # free-form: one entry per key column
@@ -250,6 +258,16 @@ def parse_spec(
     # Budget split: every table has a share, or every table has an explicit sigma2.
     with_share = [t for t in tables if t.share is not None]
     with_sigma2 = [t for t in tables if t.sigma2 is not None]
+    # Rows no table can use (null, unparsable or out-of-domain keys, null units, invalid
+    # values, malformed CSV rows): dropped and counted, or under "error" a noisy count of
+    # the units having any decides, after the reservation, whether the release publishes.
+    on_invalid = read_choice(
+        sections["input"], "on_invalid", "input", ON_INVALID_RULES, "drop", problems
+    )
+    invalid_rows = read_invalid_rows(
+        sections["input"], on_invalid, not with_sigma2 or bool(with_share), problems
+    )
+    invalid_share = [] if invalid_rows is None or invalid_rows.share is None else [invalid_rows]
     if tables and with_share and with_sigma2:
         problems.append(
             f"tables: {len(with_share)} table(s) give a share and {len(with_sigma2)} give "
@@ -259,12 +277,14 @@ def parse_spec(
         missing = [t.name for t in tables if t.share is None]
         problems.append(f"tables {missing}: share is missing (every table needs a share)")
     elif with_share and len(tables) == len(sections["tables"]):
-        total = sum((t.share for t in with_share), Fraction(0))
+        total = sum((t.share for t in [*with_share, *invalid_share]), Fraction(0))
         if total != 1:
             problems.append(
                 f"tables[*].share: shares sum to {total} "
-                f"({' + '.join(str(t.share) for t in with_share)}); "
-                "the shares of all tables must sum to exactly 1"
+                f"({' + '.join(str(t.share) for t in [*with_share, *invalid_share])}); "
+                "the shares of all tables"
+                + (" and input.invalid_share" if invalid_share else "")
+                + " must sum to exactly 1"
             )
         if budget is None:
             problems.append(
@@ -294,9 +314,6 @@ def parse_spec(
     if synthetic_persons is not None and synthetic_persons < 1:
         problems.append(f"input.synthetic_persons = {synthetic_persons}: must be >= 1")
     synthetic_seed = read_integer(inputs, "synthetic_seed", "input", problems, default=2026)
-    # Rows no table can use (null, unparsable or out-of-domain keys, null units, invalid
-    # values): dropped and counted, or the release refused before any budget is reserved.
-    on_invalid = read_choice(inputs, "on_invalid", "input", ON_INVALID_RULES, "drop", problems)
 
     output_dir = read_string(sections["output"], "dir", "output", problems) or "out"
     run = sections["run"]
@@ -324,6 +341,7 @@ def parse_spec(
         synthetic_persons=synthetic_persons,
         synthetic_seed=synthetic_seed,
         on_invalid=on_invalid,
+        invalid_rows=invalid_rows,
         output_dir=output_dir,
         engine=engine,
         master=master,

@@ -14,6 +14,7 @@ from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec_fields import check_token
 from dp_pipeline.release.spec_hierarchy import HierarchySpec, PostprocessSpec
+from dp_pipeline.release.spec_invalid import InvalidRowsSpec
 
 __all__ = [
     "DEFAULT_RELEASE_CELL_LIMIT",
@@ -44,7 +45,8 @@ TOP_K_METHODS = ("peeling", "one_shot")
 ENGINES = ("spark", "pandas")
 INPUT_FORMATS = ("parquet", "csv")
 # input.on_invalid: "drop" invalid rows and count them in the non-private diagnostics,
-# or refuse ("error") a release whose input has any, before any budget is reserved.
+# or ("error") refuse a release when a noisy, accounted count of the privacy units with
+# an invalid row is above input.invalid_threshold (`dp_pipeline.release.invalid_rows`).
 ON_INVALID_RULES = ("drop", "error")
 
 
@@ -184,6 +186,8 @@ class ReleaseSpec:
     hierarchy: HierarchySpec | None = None  # [hierarchy]: public geography levels
     postprocess: PostprocessSpec | None = None  # [postprocess]: consistent count tables
     on_invalid: str = "drop"  # input.on_invalid: a gate on publication, never on the numbers
+    # on_invalid = "error": the noisy invalid-row count's noise and threshold (else None).
+    invalid_rows: InvalidRowsSpec | None = None
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""

@@ -1,11 +1,14 @@
-"""The first rule an input's rows break, on a pandas DataFrame (``on_invalid = "error"``).
+"""The exact invalid-unit count of a pandas DataFrame (``on_invalid = "error"``), never published.
 
 A check is ``(reason, column, domain)``: ``"null_key"`` and ``"out_of_domain"``
 test a key column against its `dp_pipeline.query.domain.Domain`, ``"null_unit"``
 the privacy unit, ``"invalid_value"`` a summed or quantile column (null, NaN or
 infinite). Rows are judged by the same functions the pandas engine drops them
-with (`dp_pipeline.engines.pandas.aggregate`), so a release refused here is one
-that would have dropped rows, and one passed here drops none.
+with (`dp_pipeline.engines.pandas.aggregate`). The count is what the release
+noises (`dp_pipeline.release.invalid_rows`): the distinct privacy units with at
+least one row breaking a check, plus one when some invalid row has no readable
+unit (a null unit, or a malformed row the reader dropped); without a unit
+column, every invalid row (malformed ones included).
 """
 
 from __future__ import annotations
@@ -18,16 +21,14 @@ import pandas as pd
 from dp_pipeline.engines.pandas.aggregate import check_key_dtype, input_column, key_positions
 from dp_pipeline.query.domain import Domain
 
-__all__ = ["first_broken_check"]
+__all__ = ["invalid_rows_mask", "invalid_unit_count"]
 
 
-def first_broken_check(
+def invalid_rows_mask(
     df: pd.DataFrame, checks: Sequence[tuple[str, str, Domain | None]]
-) -> tuple[str, str] | None:
-    """``(reason, column)`` of the first check some row of ``df`` breaks, or None.
-
-    Only whether a row breaks a rule is computed: no count or value leaves here.
-    """
+) -> np.ndarray:
+    """Boolean mask of the rows of ``df`` that break at least one of ``checks``."""
+    invalid = np.zeros(len(df), dtype=bool)
     keys: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for reason, column, domain in checks:
         if reason in ("null_key", "out_of_domain"):
@@ -36,14 +37,33 @@ def first_broken_check(
                 check_key_dtype(series, domain)
                 keys[column] = key_positions(series, domain)
             null, positions = keys[column]
-            broken = null if reason == "null_key" else ~null & (positions < 0)
+            invalid |= null if reason == "null_key" else ~null & (positions < 0)
         elif reason == "null_unit":
-            broken = input_column(df, column, "privacy_unit").isna().to_numpy()
+            invalid |= input_column(df, column, "privacy_unit").isna().to_numpy()
         else:
             series = input_column(df, column, "value")
             if not pd.api.types.is_numeric_dtype(series.dtype):
                 continue  # the engine names the column's wrong type
-            broken = ~np.isfinite(series.to_numpy(dtype=np.float64, na_value=np.nan))
-        if broken.any():
-            return reason, column
-    return None
+            invalid |= ~np.isfinite(series.to_numpy(dtype=np.float64, na_value=np.nan))
+    return invalid
+
+
+def invalid_unit_count(
+    df: pd.DataFrame,
+    checks: Sequence[tuple[str, str, Domain | None]],
+    privacy_unit: str | None,
+    malformed_rows: int = 0,
+) -> int:
+    """Exact count of the units with an invalid row (see the module docstring).
+
+    Sensitivity 1 under add/remove or replace of one unit, the unreadable rows
+    (null unit, malformed) counting as one unit. Non-private: only its noisy
+    value may leave the release.
+    """
+    invalid = invalid_rows_mask(df, checks)
+    if privacy_unit is None:
+        return int(invalid.sum()) + int(malformed_rows)
+    units = input_column(df, privacy_unit, "privacy_unit")[invalid]
+    null = units.isna().to_numpy()
+    unreadable = bool(null.any()) or malformed_rows > 0
+    return int(units[~null].nunique()) + int(unreadable)

@@ -1,9 +1,11 @@
-"""The first rule an input's rows break, on a Spark DataFrame (``on_invalid = "error"``).
+"""The exact invalid-unit count of a Spark DataFrame (``on_invalid = "error"``), never published.
 
 The checks of `dp_pipeline.engines.pandas.invalid_rows`, as Spark SQL conditions
 with the Spark engine's coding rules (`dp_pipeline.engines.spark_sql.coding`: a
-NaN integer key is null, a non-integral one outside the domain), all evaluated
-in one job that returns one flag per check: no count or value leaves Spark.
+NaN integer key is null, a non-integral one outside the domain), counted in one
+job that returns one integer: the distinct privacy units with an invalid row,
+plus one when some invalid row has no readable unit (null unit, malformed CSV
+row); without a unit column, the invalid rows. No other count or value leaves Spark.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pyspark.sql.types import DoubleType, FloatType
 
 from dp_pipeline.query.domain import Domain
 
-__all__ = ["first_broken_check"]
+__all__ = ["invalid_unit_count"]
 
 
 def _key_conditions(df, column: str, domain: Domain):
@@ -35,8 +37,17 @@ def _key_conditions(df, column: str, domain: Domain):
     return null, ~null & ~sf.coalesce(inside, sf.lit(False))
 
 
-def first_broken_check(df, checks: Sequence[tuple[str, str, Domain | None]]):
-    """``(reason, column)`` of the first check some row of ``df`` breaks, or None."""
+def invalid_unit_count(
+    df,
+    checks: Sequence[tuple[str, str, Domain | None]],
+    privacy_unit: str | None,
+    malformed: str | None = None,
+) -> tuple[int, int]:
+    """(exact count of the units with an invalid row, malformed rows) of ``df``: one job.
+
+    ``malformed``: a boolean column of ``df`` marking malformed CSV rows (their other
+    fields are not checked: they are dropped whole). Sensitivity 1, as the pandas twin.
+    """
     conditions = []
     for reason, column, domain in checks:
         if reason in ("null_key", "out_of_domain"):
@@ -48,12 +59,21 @@ def first_broken_check(df, checks: Sequence[tuple[str, str, Domain | None]]):
             value = sf.col(column).cast("double")
             infinite = sf.abs(value) == sf.lit(float("inf"))
             conditions.append(value.isNull() | sf.isnan(value) | infinite)
-    if not conditions:
-        return None
-    flags = df.agg(
-        *[sf.max(c.cast("int")).alias(f"_dp_check_{i}") for i, c in enumerate(conditions)]
-    ).collect()[0]
-    for (reason, column, _), flag in zip(checks, flags, strict=True):
-        if flag:
-            return reason, column
-    return None
+    invalid = sf.lit(False)
+    for condition in conditions:
+        invalid = invalid | sf.coalesce(condition, sf.lit(False))
+    bad = sf.lit(False) if malformed is None else sf.col(malformed)
+    invalid = ~bad & invalid
+    counts = [sf.sum(bad.cast("long")).alias("malformed")]
+    if privacy_unit is None:
+        counts.append(sf.sum(invalid.cast("long")).alias("units"))
+    else:
+        unit = sf.col(privacy_unit)
+        counts.append(sf.count_distinct(sf.when(invalid & unit.isNotNull(), unit)).alias("units"))
+        counts.append(sf.max((invalid & unit.isNull()).cast("int")).alias("unreadable"))
+    (row,) = df.agg(*counts).collect()
+    malformed_rows = int(row["malformed"] or 0)
+    if privacy_unit is None:
+        return int(row["units"] or 0) + malformed_rows, malformed_rows
+    unreadable = bool(row["unreadable"]) or malformed_rows > 0
+    return int(row["units"] or 0) + int(unreadable), malformed_rows
