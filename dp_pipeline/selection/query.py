@@ -32,10 +32,14 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.digest import digest_of
+from dp_pipeline.engines.bounding import BoundingSalt
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.aggregations import CountQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import SecureStream, derive_stream
 from dp_pipeline.selection.algorithms import one_shot_top_k, peel_top_k, select_quantile
@@ -105,22 +109,62 @@ class QuantileQuery:
     def info(self) -> SelectionInfo:
         return self.selection.info()
 
-    def release(self, bucket_counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
-        """Run the mechanism on the driver; the one-row result with ``attrs["dp"]``."""
+    def groups_spec(self) -> QuerySpec:
+        """A count over the groups in this context: how the engines code the group keys
+        (null and out-of-domain keys) and check their types. Never noised."""
         selection = self.selection
-        index = select_quantile(
-            bucket_counts, selection.q, list(selection.candidates), self.mechanism, self.stream()
+        if selection.groups is None:
+            raise InternalError("a quantile without groups has no group keys to code")
+        counts = CountQuery(
+            cells=selection.groups,
+            noise=None,
+            privacy_unit=selection.privacy_unit,
+            max_cells=selection.max_cells,
+            max_per_cell=selection.max_per_cell,
+            neighbouring=selection.neighbouring,
+            on_invalid=selection.on_invalid,
         )
-        chosen = selection.candidates[index]
+        return QuerySpec(counts, self.context)
+
+    def salt(self) -> BoundingSalt:
+        """The keyed bounding rule's salt: the count engine's for this release id and table."""
+        return BoundingSalt.derive(
+            self.context.master_key(), self.context.release_id, self.context.table
+        )
+
+    def release(self, bucket_counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
+        """Run the mechanism on the driver: one row per declared group, with ``attrs["dp"]``.
+
+        ``bucket_counts`` has shape (groups, candidates): the bounded rows of each group
+        at each grid position. Each group draws from its own stream (the labels and the
+        group's cell index), so the groups' selections are independent.
+        """
+        selection = self.selection
+        counts = np.asarray(bucket_counts, dtype=np.int64)
+        shape = (selection.group_count, len(selection.candidates))
+        if counts.shape != shape:
+            raise InternalError(f"{counts.shape} bucket counts for {shape} groups x candidates")
+        candidates = list(selection.candidates)
+        chosen = []
+        for group, row in enumerate(counts):
+            labels = self.labels if selection.groups is None else (*self.labels, group)
+            stream = derive_stream(self.context.master_key(), *labels)
+            chosen.append(
+                candidates[select_quantile(row, selection.q, candidates, self.mechanism, stream)]
+            )
         integer_grid = all(c.denominator == 1 for c in (selection.bounds[0], self.granularity))
-        value = int(chosen) if integer_grid else float(chosen)
-        frame = pd.DataFrame(
-            {
-                "quantile": np.array([float(selection.q)]),
-                self.column: np.array([value], dtype=np.int64 if integer_grid else np.float64),
-            }
+        columns: dict[str, object] = {}
+        if selection.groups is not None:
+            keys = selection.groups.decode(np.arange(selection.group_count, dtype=np.int64))
+            columns.update(zip(selection.groups.columns, keys, strict=True))
+        columns["quantile"] = np.full(len(chosen), float(selection.q))
+        columns[self.column] = (
+            np.array([int(c) for c in chosen], dtype=np.int64)
+            if integer_grid
+            else np.array([float(c) for c in chosen], dtype=np.float64)
         )
-        frame.attrs["dp"] = self.info().with_diagnostics(diagnostics)
+        frame = pd.DataFrame(columns)
+        attach_info(frame, self.info().with_diagnostics(diagnostics))
         return frame
 
 
@@ -214,5 +258,5 @@ class TopKQuery:
         if self.method == "one_shot":
             columns["count"] = counts[chosen]  # noisy: free post-processing
         frame = pd.DataFrame(columns)
-        frame.attrs["dp"] = self.info().with_diagnostics(diagnostics)
+        attach_info(frame, self.info().with_diagnostics(diagnostics))
         return frame
