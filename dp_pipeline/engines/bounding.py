@@ -265,14 +265,16 @@ def bound_rows(
     s_units, s_cells = unit_codes[order], cells[order]
     starts = _group_starts(s_units, s_cells)
     rank_in_pair = _rank_within_groups(starts)
-    if rank_in_pair.size and rank_in_pair.max() >= max_per_cell:
-        # Some pair has rows to drop: rank its rows by the keyed rule (the same (unit,
-        # cell) groups in the same places, so ``starts`` still holds).
-        row_rank = spark_xxhash64(salt.seed_rows, unit_key, cells, values)
-        order = np.lexsort((values, row_rank, cells, unit_codes))
-        s_units, s_cells = unit_codes[order], cells[order]
-    keep_row = rank_in_pair < max_per_cell
     group_id = np.cumsum(starts) - 1
+    if rank_in_pair.size and rank_in_pair.max() >= max_per_cell:
+        # Rank the rows of the pairs that have rows to drop by the keyed rule, in place:
+        # each such pair's rows are contiguous in ``order`` and stay in their places, so
+        # ``starts`` still holds (the other pairs keep all of their rows in any order).
+        crowded = np.flatnonzero(np.bincount(group_id)[group_id] > max_per_cell)
+        rows = order[crowded]
+        row_rank = spark_xxhash64(salt.seed_rows, unit_key[rows], cells[rows], values[rows])
+        order[crowded] = rows[np.lexsort((values[rows], row_rank, group_id[crowded]))]
+    keep_row = rank_in_pair < max_per_cell
     keep_pair = _keep_pairs(
         s_units[starts], s_cells[starts], unit_key[order][starts], max_cells, salt
     )
