@@ -5,22 +5,25 @@ joins it to a `dp_pipeline.query.context.RunContext` (key, release id, table)
 and runs the selection on the driver. The engines only compute the utilities'
 inputs:
 
-- quantile / median: the number of values at each grid position
-  (`dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
-  both engines); the driver then runs `select_quantile`.
+- quantile / median: the number of values at each (group, grid position) after each
+  privacy unit's rows are bounded by the count engine's keyed rule (at most
+  ``max_per_cell`` rows in each of at most ``max_cells`` groups; the position by
+  `dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
+  both engines); the driver then runs `select_quantile` once per declared group.
 - top-k: the bounded per-candidate counts of the count engine (``counts``, a
   `QuerySpec`, so privacy units, bounding and invalid-row rules are the count
   engine's). ``peeling`` runs on the true bounded counts; ``one_shot`` is the
   count engine's noisy count release, of which the top k are post-processing.
 
 Randomness: the exponential mechanism draws from
-``derive_stream(key, release_id, table, "selection", statistic)``; the
+``derive_stream(key, release_id, table, "selection", statistic, query digest[, group])``; the
 one-shot noise uses the count engine's per-partition streams. A fixed key,
 release id and table therefore give the same result on both engines.
 
 The result is a small pandas DataFrame whose ``attrs["dp"]`` is a
-`SelectionInfo` (mechanism, pure ε, margin, diagnostics: publish only
-``public_summary()``, never the diagnostics).
+`dp_pipeline.query.result_info.ResultInfo` of its `SelectionInfo` (mechanism, pure ε,
+margin; the diagnostics in memory only: copies, pickles and Parquet files of the
+result keep the public summary).
 """
 
 from __future__ import annotations
