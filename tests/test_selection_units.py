@@ -55,11 +55,14 @@ def test_a_median_counts_persons_not_rows():
     assert info.diagnostics.rows_used == ROWS
     assert info.mechanism == quantile_mechanism(1, utility_sensitivity=3)
     assert info.mechanism.utility_sensitivity == 3 and info.epsilon <= 1
-    assert info.public_summary()["utility_sensitivity"] == "3"
+    summary = info.public_summary()  # the guarantee states what it protects
+    assert summary["utility_sensitivity"] == "3" and summary["privacy_unit"] == "person"
+    assert summary["contribution_bounds"] == {"max_cells": 1, "max_per_cell": 3}
     # Per record only when asked for: every row a unit, Δu = 1.
     per_record = df.dp.median("age", **GRID, epsilon=1, privacy_unit=None, **COMMON)
     assert per_record.attrs["dp"].diagnostics.rows_used == ROWS
     assert per_record.attrs["dp"].mechanism == quantile_mechanism(1)
+    assert per_record.attrs["dp"]["privacy_unit"] is None
 
 
 def test_a_quantile_per_group_releases_every_declared_group():
@@ -222,9 +225,10 @@ def test_every_df_dp_call_without_a_privacy_unit_is_refused_showing_both_forms(v
     assert f'df.dp.{verb}(..., privacy_unit="person_id")' in message
     assert f"df.dp.{verb}(..., privacy_unit=None)" in message
     df = persons()
-    per_unit = call(df.dp, privacy_unit="person").attrs["dp"].diagnostics
-    per_record = call(df.dp, privacy_unit=None).attrs["dp"].diagnostics
-    assert per_record.rows_used == ROWS and per_unit.rows_used <= PERSONS
+    per_unit = call(df.dp, privacy_unit="person").attrs["dp"]
+    per_record = call(df.dp, privacy_unit=None).attrs["dp"]
+    assert per_record.diagnostics.rows_used == ROWS and per_unit.diagnostics.rows_used <= PERSONS
+    assert per_unit["privacy_unit"] == "person" and per_record["privacy_unit"] is None
 
 
 @pytest.mark.parametrize(

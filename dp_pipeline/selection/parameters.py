@@ -259,6 +259,11 @@ class QuantileSelection:
             candidates=len(self.candidates),
             margin_of_error=quantile_rank_error_bound(self.mechanism, len(self.candidates), beta),
             confidence=self.confidence,
+            privacy_unit=self.privacy_unit,
+            contribution_bounds={
+                "max_cells": self.effective_max_cells,
+                "max_per_cell": self.effective_max_per_cell,
+            },
         )
 
 
@@ -389,6 +394,7 @@ class TopKSelection:
                 candidates=counts.cells.total,
                 margin_of_error=None,
                 confidence=counts.confidence,
+                **_unit_and_bounds(counts),
             )
         sensitivity = counts.count_sensitivity()
         return SelectionInfo(
@@ -398,4 +404,16 @@ class TopKSelection:
             candidates=counts.cells.total,
             margin_of_error=margin_of_error(self.mechanism, confidence=counts.confidence),
             confidence=counts.confidence,
+            **_unit_and_bounds(counts),
         )
+
+
+def _unit_and_bounds(counts: CountQuery) -> dict:
+    """The privacy unit of a top-k and the bounds of its candidates' counts."""
+    return {
+        "privacy_unit": counts.privacy_unit,
+        "contribution_bounds": {
+            "max_candidates": counts.effective_max_cells,
+            "max_per_candidate": counts.effective_max_per_cell,
+        },
+    }
