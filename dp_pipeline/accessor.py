@@ -3,12 +3,17 @@
 Thin shims generated from the query parameters (`dp_pipeline.query.aggregations`,
 `dp_pipeline.selection.parameters`, with `dp_pipeline.query.signatures`): each
 method builds the query (the cost is known before the data is touched), runs it
-on the pandas engine and attaches ``result.attrs["dp"]`` (a
-`dp_pipeline.query.cost.ReleaseInfo` with the `Diagnostics`; not private: never
-publish them). Because pandas serialises ``attrs`` into Parquet metadata as JSON,
-``to_parquet`` refuses a result that still carries them; publish
-``result.attrs["dp"].public_summary()`` and call ``result.attrs.clear()`` before
-writing.
+on the pandas engine and attaches ``result.attrs["dp"]``, a
+`dp_pipeline.query.result_info.ResultInfo`: the public summary of the
+`dp_pipeline.query.cost.ReleaseInfo` (or `SelectionInfo`), which also shows the
+run's `Diagnostics` in memory (not private: never publish them). Every way a
+result leaves memory drops the diagnostics: ``to_parquet`` writes the public
+summary as Parquet metadata, and ``copy``, ``to_pickle`` and ``pickle`` keep the
+info without them.
+
+Every call names its privacy unit: ``privacy_unit="person_id"`` (each unit
+protected with all of its rows, bounded by ``max_cells`` / ``max_per_cell``) or
+``privacy_unit=None`` (each row protected alone); a call without it is refused.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import release_info
+from dp_pipeline.query.result_info import ResultInfo, attach_info
 from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
@@ -42,7 +48,7 @@ def _aggregation(statistic: str):
     def run(self, **arguments):
         return self._run(statistic, arguments)
 
-    return shim(statistic, signature, doc, run, __name__)
+    return shim(statistic, signature, doc, run, __name__, call_form=f"df.dp.{statistic}({{}})")
 
 
 def _quantile(statistic: str):
@@ -53,7 +59,14 @@ def _quantile(statistic: str):
             arguments["q"] = Fraction(1, 2)
         return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
 
-    return shim(statistic, signature, selection_doc(statistic, signature), run, __name__)
+    return shim(
+        statistic,
+        signature,
+        selection_doc(statistic, signature),
+        run,
+        __name__,
+        call_form=f"df.dp.{statistic}({{}})",
+    )
 
 
 def _top_k():
@@ -62,7 +75,14 @@ def _top_k():
     def run(self, **arguments):
         return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
 
-    return shim("top_k", signature, selection_doc("top_k", signature), run, __name__)
+    return shim(
+        "top_k",
+        signature,
+        selection_doc("top_k", signature),
+        run,
+        __name__,
+        call_form="df.dp.top_k({})",
+    )
 
 
 @pd.api.extensions.register_dataframe_accessor("dp")
@@ -74,9 +94,12 @@ class DPAccessor:
 
     @property
     def info(self):
-        """What this result spent and how precise it is: ``attrs["dp"]`` of a ``df.dp`` result
-        (a `ReleaseInfo`, or a `SelectionInfo` for quantile / median / top-k)."""
+        """What this result spent and how precise it is: the info of ``attrs["dp"]`` of a
+        ``df.dp`` result (a `ReleaseInfo`, or a `SelectionInfo` for quantile / median /
+        top-k; its diagnostics only on the result itself, not on copies of it)."""
         info = self._df.attrs.get("dp")
+        if isinstance(info, ResultInfo):
+            return info.info
         if info is None:
             raise ValueError(
                 "this DataFrame carries no attrs['dp']: .dp.info and .dp.margin_of_error "
@@ -95,7 +118,7 @@ class DPAccessor:
         info = release_info(spec)  # the cost is known before the data is touched
         (true,) = aggregate(self._df, [spec])
         result = release_frame(self._df, spec, true)
-        result.attrs["dp"] = info.with_diagnostics(true.diagnostics)
+        attach_info(result, info.with_diagnostics(true.diagnostics))
         return result
 
     count = _aggregation("count")

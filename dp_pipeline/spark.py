@@ -135,7 +135,14 @@ def _aggregation(statistic: str):
     def run(**arguments) -> SparkDPQuery:
         return SparkDPQuery(QuerySpec.build(statistic, **arguments))
 
-    return shim(f"dp_{statistic}", signature, doc, run, __name__)
+    return shim(
+        f"dp_{statistic}",
+        signature,
+        doc,
+        run,
+        __name__,
+        call_form=f"df.transform(dp_{statistic}({{}}))",
+    )
 
 
 dp_count = _aggregation("count")

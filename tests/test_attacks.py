@@ -270,6 +270,7 @@ def test_a_count_and_a_sum_under_the_same_labels_draw_different_noise():
         key=MasterKey(bytes(range(32))),
         release_id="r",
         table="t",
+        privacy_unit=None,
     )
     counts = df.dp.count(**common)["count"].to_numpy()
     sums = df.dp.sum("one", bounds=(0, 1), **common)["sum"].to_numpy()

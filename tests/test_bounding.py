@@ -19,6 +19,7 @@ from dp_pipeline import MasterKey
 from dp_pipeline.engines.bounding import (
     BoundingSalt,
     bound_contributions,
+    bound_rows,
     first_least_per_group,
     spark_xxhash64,
     unit_keys,
@@ -138,3 +139,43 @@ def test_the_one_pair_shortcut_breaks_rank_ties_by_the_least_cell_as_the_sort_do
     expected = np.zeros(200, dtype=bool)
     expected[by_rule[np.r_[True, units[by_rule][1:] != units[by_rule][:-1]]]] = True
     np.testing.assert_array_equal(first_least_per_group(ranks, starts), expected)
+
+
+@pytest.mark.parametrize(
+    ("max_cells", "max_per_cell", "rows_per_unit"),
+    [(1, 1, 6), (2, 1, 6), (3, 2, 6), (8, 8, 4), (8, 1, 4), (1, 3, 1)],
+)
+def test_kept_rows_are_the_rows_the_rule_keeps(max_cells, max_per_cell, rows_per_unit):
+    # A selection keeps the rows themselves (their values are scored one by one): the
+    # same rows as the rule's definition, hence the same counts and sums per cell.
+    rng = np.random.default_rng(max_cells * 100 + max_per_cell * 10 + rows_per_unit)  # test data
+    units = [f"u{u}" for u in range(300) for _ in range(rng.integers(1, rows_per_unit + 1))]
+    cells = rng.integers(0, 5, size=len(units))
+    values = rng.integers(0, 40, size=len(units))
+    expected, removals = reference_bounding(
+        units, cells.tolist(), values.tolist(), max_cells, max_per_cell
+    )
+    codes, keys = unit_keys(np.asarray(units, dtype=object), SALT)
+    result = bound_rows(codes, keys, cells, values, max_cells, max_per_cell, SALT)
+    kept = {
+        int(c): [
+            int((cells[result.keep] == c).sum()),
+            int(values[result.keep & (cells == c)].sum()),
+        ]
+        for c in np.unique(cells[result.keep])
+    }
+    assert kept == expected
+    assert (
+        result.rows_removed_max_per_cell,
+        result.rows_removed_max_cells,
+        result.pairs_removed_max_cells,
+    ) == removals
+    # Each unit keeps at most max_per_cell rows in at most max_cells cells.
+    per_pair = defaultdict(int)
+    for unit, cell in zip(np.asarray(units)[result.keep], cells[result.keep], strict=True):
+        per_pair[unit, int(cell)] += 1
+    assert max(per_pair.values()) <= max_per_cell
+    per_unit = defaultdict(int)
+    for unit, _ in per_pair:
+        per_unit[unit] += 1
+    assert max(per_unit.values()) <= max_cells

@@ -38,6 +38,7 @@ def params(**overrides):
         column="v",
         bounds=(0, 2**53),
         noise_partitions=1,
+        privacy_unit=None,
     )
     out.update(overrides)
     return out

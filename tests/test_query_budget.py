@@ -17,6 +17,7 @@ from dp_pipeline.query.spec import QuerySpec
 KEY = MasterKey(bytes(range(32)))
 PEOPLE = pd.DataFrame({"g": np.arange(60) % 3, "u": np.arange(60) // 2, "v": np.arange(60.0)})
 CELLS = dict(by="g", domains={"g": range(3)}, key=KEY, release_id="r", table="t")
+PER_ROW = dict(CELLS, privacy_unit=None)
 
 
 def _delta(mechanisms_and_vectors, epsilon) -> Fraction:
@@ -41,7 +42,7 @@ def test_epsilon_delta_gives_the_least_discrete_gaussian_meeting_it():
 
 
 def test_rho_gives_sigma2_from_the_zcdp_identity_rounded_up():
-    total = PEOPLE.dp.sum("v", bounds=(0, 100), **CELLS, rho=Fraction(1, 2))
+    total = PEOPLE.dp.sum("v", bounds=(0, 100), **PER_ROW, rho=Fraction(1, 2))
     (measure,) = total.dp.info.measures
     assert measure.mechanism == DiscreteGaussian(10_000)  # Δ²/(2ρ) = 100²/1
     assert total.dp.info.rho == Fraction(1, 2)
@@ -49,7 +50,7 @@ def test_rho_gives_sigma2_from_the_zcdp_identity_rounded_up():
 
 
 def test_epsilon_alone_gives_pure_discrete_laplace_and_a_mean_splits_it():
-    mean = PEOPLE.dp.mean("v", bounds=(0, 100), **CELLS, epsilon=Fraction(1, 2))
+    mean = PEOPLE.dp.mean("v", bounds=(0, 100), **PER_ROW, epsilon=Fraction(1, 2))
     sum_measure, count_measure = mean.dp.info.measures
     assert sum_measure.mechanism == DiscreteLaplace(400)  # Δ₁ / (ε/2) = 100 / (1/4)
     assert count_measure.mechanism == DiscreteLaplace(4)
@@ -96,12 +97,12 @@ def test_a_budget_query_is_the_same_query_as_its_noise():
 )
 def test_bad_budgets_are_refused_naming_argument_value_and_rule(arguments, error, message):
     with pytest.raises(error, match=message):
-        PEOPLE.dp.count(**CELLS, **arguments)
+        PEOPLE.dp.count(**PER_ROW, **arguments)
 
 
 def test_count_noise_with_a_budget_is_refused():
     with pytest.raises(ValueError, match=r"count_noise=DiscreteLaplace.* with a budget"):
-        PEOPLE.dp.mean("v", bounds=(0, 1), **CELLS, epsilon=1, count_noise=DiscreteLaplace(3))
+        PEOPLE.dp.mean("v", bounds=(0, 1), **PER_ROW, epsilon=1, count_noise=DiscreteLaplace(3))
 
 
 def test_margin_of_error_needs_a_dp_result():
@@ -113,8 +114,8 @@ def test_margin_of_error_needs_a_dp_result():
 def test_spark_functions_take_the_same_budgets(spark):
     from dp_pipeline.spark import dp_mean
 
-    query = dp_mean(column="v", bounds=(0, 100), **CELLS, epsilon=1, delta=Fraction(1, 10**8))
-    local = PEOPLE.dp.mean("v", bounds=(0, 100), **CELLS, epsilon=1, delta=Fraction(1, 10**8))
+    query = dp_mean(column="v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
+    local = PEOPLE.dp.mean("v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
     assert query.info.margin_of_error == local.dp.margin_of_error
     released = query(spark.createDataFrame(PEOPLE)).toPandas().sort_values("g")
     assert released["sum"].tolist() == local["sum"].tolist()
@@ -122,7 +123,7 @@ def test_spark_functions_take_the_same_budgets(spark):
 
 def test_selections_take_rho_as_the_largest_pure_epsilon_within_it():
     people = pd.DataFrame({"age": np.arange(200) % 90, "county": np.arange(200) % 4})
-    common = dict(key=KEY, release_id="r", table="s")
+    common = dict(key=KEY, release_id="r", table="s", privacy_unit=None)
     median = people.dp.median("age", bounds=(0, 100), granularity=1, rho=Fraction(1, 8), **common)
     epsilon = median.dp.info.epsilon
     assert epsilon**2 / 8 <= Fraction(1, 8) and epsilon > Fraction(99, 100)  # ε ≈ 1
@@ -149,9 +150,23 @@ def test_bad_selection_budgets_are_refused_by_name(arguments, message):
     people = pd.DataFrame({"age": [1, 2, 3]})
     with pytest.raises((ValueError, TypeError), match=message):
         people.dp.median(
-            "age", bounds=(0, 10), granularity=1, key=KEY, release_id="r", table="s", **arguments
+            "age",
+            bounds=(0, 10),
+            granularity=1,
+            key=KEY,
+            release_id="r",
+            table="s",
+            privacy_unit=None,
+            **arguments,
         )
     with pytest.raises((ValueError, TypeError), match=message):
         people.dp.top_k(
-            "age", 1, candidates=range(5), key=KEY, release_id="r", table="s", **arguments
+            "age",
+            1,
+            candidates=range(5),
+            key=KEY,
+            release_id="r",
+            table="s",
+            privacy_unit=None,
+            **arguments,
         )

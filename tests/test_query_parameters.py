@@ -103,8 +103,8 @@ def test_the_planner_costs_exactly_the_query_the_engines_run(tmp_path):
 # ------------------------------------------------------------------------- shims
 
 EXPECTED_COUNT = (
-    "(*, by, domains, key, release_id: str, table: str, noise=None, "
-    "privacy_unit: str | None = None, max_cells: int = 1, max_per_cell: int = 1, "
+    "(*, by, domains, privacy_unit: str | None, key, release_id: str, table: str, noise=None, "
+    "max_cells: int = 1, max_per_cell: int = 1, "
     "neighbouring: str = 'add_remove', on_invalid: str = 'drop', cell_limit: int = 10000000, "
     "confidence=Fraction(19, 20), delta=None, epsilon=None, rho=None, noise_partitions: int = 16)"
 )

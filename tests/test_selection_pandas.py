@@ -23,7 +23,7 @@ from dp_pipeline.selection.algorithms import (
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 KEY = MasterKey(bytes(range(7, 39)))
-COMMON = dict(key=KEY, release_id="2026-11", table="t")
+COMMON = dict(key=KEY, release_id="2026-11", table="t", privacy_unit=None)
 
 
 def people(n: int = 400, seed: int = 0) -> pd.DataFrame:
@@ -119,23 +119,22 @@ def test_top_k_peeling_is_the_core_peeling_on_bounded_counts():
 def test_top_k_one_shot_is_top_k_of_the_noisy_count_release():
     df = people(800)
     params = dict(
+        COMMON,
         candidates=range(90),
         epsilon=Fraction(1, 2),
         privacy_unit="person",
         max_candidates=2,
         max_per_candidate=1,
-        **COMMON,
     )
     out = df.dp.top_k("age", 5, method="one_shot", **params)
     # The same noisy counts as df.dp.count with discrete Laplace at Δ₁/ε = 2/(1/2) = 4.
     counts = df.dp.count(
         by="age",
         domains={"age": range(90)},
+        **{**COMMON, "privacy_unit": "person"},
         noise=DiscreteLaplace(4),
-        privacy_unit="person",
         max_cells=2,
         max_per_cell=1,
-        **COMMON,
     )
     chosen = one_shot_top_k(counts["count"].to_numpy(), 5)
     assert out["age"].tolist() == [int(counts["age"].iloc[i]) for i in chosen]
@@ -198,7 +197,7 @@ def test_public_summary_has_no_diagnostics_and_is_json_safe():
         ),
         (
             lambda df: df.dp.median(
-                "age", bounds=(0, 9), granularity=1, epsilon=1, key=KEY, release_id="", table="t"
+                "age", bounds=(0, 9), granularity=1, epsilon=1, **{**COMMON, "release_id": ""}
             ),
             ValueError,
             "release_id must be a non-empty string",

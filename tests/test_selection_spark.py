@@ -10,7 +10,7 @@ import dp_pipeline  # noqa: F401  (registers df.dp)
 from dp_pipeline import MasterKey
 
 KEY = MasterKey(bytes(range(11, 43)))
-COMMON = dict(key=KEY, release_id="2026-11", table="sel")
+COMMON = dict(key=KEY, release_id="2026-11", table="sel", privacy_unit=None)
 
 
 def people(n: int = 300) -> pd.DataFrame:
@@ -48,11 +48,11 @@ def test_spark_selections_equal_pandas_for_the_same_key(spark):
         spark_selection.dp_median(df, "age", **median), local.dp.median("age", **median)
     )
     peeling = dict(
+        COMMON,
         candidates=["n", "s", "e", "w", "z", "x"],
         epsilon=2,
         privacy_unit="person",
         max_candidates=2,
-        **COMMON,
     )
     assert_same_release(
         spark_selection.dp_top_k(df, "region", 3, **peeling),

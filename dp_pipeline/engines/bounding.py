@@ -30,6 +30,10 @@ keys (−1 when one of those keys is null or outside its domain; such rows rank
 last). A unit keeps the cell of its best row (rank, then row_cell, then cell):
 a pair ranks by its best row, and since the best row is the same in every
 table of the group, every table keeps it and the true margins agree exactly.
+
+Selections that score each kept row's own value (a quantile's grid position)
+apply steps 1-3 with ``value_units`` = that value and keep the rows themselves
+(`bound_rows`), rather than their per-cell aggregates.
 """
 
 from __future__ import annotations
@@ -46,7 +50,9 @@ from dp_pipeline.randomness import MasterKey, encode_labels
 __all__ = [
     "BoundingResult",
     "BoundingSalt",
+    "RowBounding",
     "bound_contributions",
+    "bound_rows",
     "bound_shared_rows",
     "first_least_per_group",
     "spark_xxhash64",
@@ -221,6 +227,64 @@ def bound_contributions(
         sums=None if sums is None else sums[keep_pair],
         rows_removed_max_per_cell=int((n_all - n_kept)[keep_pair].sum()),
         rows_removed_max_cells=int(n_all[~keep_pair].sum()),
+        pairs_removed_max_cells=int((~keep_pair).sum()),
+    )
+
+
+@dataclass(frozen=True)
+class RowBounding:
+    """Which input rows the keyed rule keeps (`bound_rows`), and what it removed."""
+
+    keep: np.ndarray  # bool, one per input row
+    rows_removed_max_per_cell: int
+    rows_removed_max_cells: int
+    pairs_removed_max_cells: int
+
+
+def bound_rows(
+    unit_codes: np.ndarray,
+    unit_key: np.ndarray,
+    cells: np.ndarray,
+    values: np.ndarray,
+    max_cells: int,
+    max_per_cell: int,
+    salt: BoundingSalt,
+) -> RowBounding:
+    """The keyed bounding rule of this module (steps 1-3), as a mask of the kept rows.
+
+    Guarantee: every unit keeps at most ``max_per_cell`` rows in each of at most
+    ``max_cells`` cells, chosen from its own rows only: rows of a (unit, cell) by
+    ``(xxhash64(seed_rows, unit_key, cell, value), value)``, pairs by
+    ``(xxhash64(seed_cells, unit_key, cell), cell)``, exactly as `bound_contributions`
+    ranks a sum's rows (``values`` in the place of its value units), and as the Spark SQL
+    dialect (`dp_pipeline.engines.spark_sql.bounding.kept_rows`) does. Rows tied on
+    (unit, cell, value) are interchangeable, so the kept multiset of (cell, value) is the
+    same on every engine.
+    """
+    order = np.lexsort((cells, unit_codes))
+    s_units, s_cells = unit_codes[order], cells[order]
+    starts = _group_starts(s_units, s_cells)
+    rank_in_pair = _rank_within_groups(starts)
+    group_id = np.cumsum(starts) - 1
+    if rank_in_pair.size and rank_in_pair.max() >= max_per_cell:
+        # Rank the rows of the pairs that have rows to drop by the keyed rule, in place:
+        # each such pair's rows are contiguous in ``order`` and stay in their places, so
+        # ``starts`` still holds (the other pairs keep all of their rows in any order).
+        crowded = np.flatnonzero(np.bincount(group_id)[group_id] > max_per_cell)
+        rows = order[crowded]
+        row_rank = spark_xxhash64(salt.seed_rows, unit_key[rows], cells[rows], values[rows])
+        order[crowded] = rows[np.lexsort((values[rows], row_rank, group_id[crowded]))]
+    keep_row = rank_in_pair < max_per_cell
+    keep_pair = _keep_pairs(
+        s_units[starts], s_cells[starts], unit_key[order][starts], max_cells, salt
+    )
+    in_kept_pair = keep_pair[group_id]
+    keep = np.zeros(order.size, dtype=bool)
+    keep[order] = keep_row & in_kept_pair
+    return RowBounding(
+        keep=keep,
+        rows_removed_max_per_cell=int((~keep_row & in_kept_pair).sum()),
+        rows_removed_max_cells=int((~in_kept_pair).sum()),
         pairs_removed_max_cells=int((~keep_pair).sum()),
     )
 

@@ -9,7 +9,7 @@ Gaussian / Laplace CDF, never a normal approximation.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent, margin_of_error
@@ -52,8 +52,11 @@ class ReleaseInfo:
     """Mechanisms, privacy cost (upper bounds) and margins of one DP aggregation.
 
     ``budget_split`` gives each noised vector's share of the total ρ (mean
-    spends on a sum and a count). ``diagnostics`` describe the input rows and
-    are NOT differentially private: never publish them.
+    spends on a sum and a count). ``privacy_unit`` is what the guarantee protects
+    (None: each row alone, a per-record guarantee) and ``contribution_bounds`` the
+    rows a unit may keep (``max_cells``, ``max_per_cell``; 1 and 1 per record).
+    ``diagnostics`` describe the input rows and are NOT differentially private:
+    never publish them.
     """
 
     statistic: str
@@ -64,6 +67,8 @@ class ReleaseInfo:
     confidence: Fraction
     budget_split: dict[str, object]
     diagnostics: Diagnostics | None = None
+    privacy_unit: str | None = None
+    contribution_bounds: dict[str, int] = field(default_factory=dict)
 
     @property
     def mechanism(self) -> str:
@@ -84,17 +89,9 @@ class ReleaseInfo:
         """
         return {m.value: m.margin_of_error for m in self.measures}
 
-    def with_diagnostics(self, diagnostics: Diagnostics) -> ReleaseInfo:
-        return ReleaseInfo(
-            statistic=self.statistic,
-            measures=self.measures,
-            rho=self.rho,
-            epsilon=self.epsilon,
-            delta=self.delta,
-            confidence=self.confidence,
-            budget_split=self.budget_split,
-            diagnostics=diagnostics,
-        )
+    def with_diagnostics(self, diagnostics: Diagnostics | None) -> ReleaseInfo:
+        """This info with the run's ``diagnostics`` (None: the public info alone)."""
+        return replace(self, diagnostics=diagnostics)
 
     def public_summary(self) -> dict[str, object]:
         """JSON-friendly public facts (no diagnostics): safe to publish with the table."""
@@ -119,6 +116,8 @@ class ReleaseInfo:
             "delta": str(self.delta),
             "confidence": str(self.confidence),
             "budget_split": {k: str(v) for k, v in self.budget_split.items()},
+            "privacy_unit": self.privacy_unit,
+            "contribution_bounds": dict(self.contribution_bounds),
         }
 
 
@@ -149,4 +148,9 @@ def release_info(spec: QuerySpec) -> ReleaseInfo:
         delta=spec.delta,
         confidence=spec.confidence,
         budget_split=split,
+        privacy_unit=spec.privacy_unit,
+        contribution_bounds={
+            "max_cells": spec.effective_max_cells,
+            "max_per_cell": spec.effective_max_per_cell,
+        },
     )

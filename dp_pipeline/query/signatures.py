@@ -19,10 +19,21 @@ from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
 
-__all__ = ["PARAMETER_DOCS", "aggregation_signature", "public_doc", "public_signature", "shim"]
+__all__ = [
+    "EXPLICIT",
+    "PARAMETER_DOCS",
+    "aggregation_signature",
+    "explicit_argument_error",
+    "public_doc",
+    "public_signature",
+    "shim",
+]
 
 # Arguments of the builds that no public call takes.
 INTERNAL = ("statistic", "allow_no_noise", "release_digest")
+# Arguments every public call names, even as None: a default would choose silently what
+# the guarantee protects (a unit with all of its rows, or each row alone).
+EXPLICIT = ("privacy_unit",)
 
 PARAMETER_DOCS = {
     "self": "",
@@ -54,9 +65,11 @@ PARAMETER_DOCS = {
     "and a digest of the query): the same query under the same key and labels redraws the "
     "same noise, any other query draws independent noise and spends its own budget",
     "table": "names the noise streams, with release_id",
-    "privacy_unit": "the column whose value is one privacy unit (None: every row is a unit)",
-    "max_cells": "L0 bound: cells of this table one unit may contribute to",
-    "max_per_cell": "L∞ bound: rows one unit may contribute to one cell",
+    "privacy_unit": "required: the column whose value is one privacy unit (the guarantee "
+    "covers a unit with all of its rows), or None to make every row its own unit (a "
+    "per-record guarantee)",
+    "max_cells": "L0 bound: cells (a quantile's groups) one unit may contribute to",
+    "max_per_cell": "L∞ bound: rows one unit may contribute to one cell (a quantile's group)",
     "max_candidates": "L0 bound: candidates one unit may count in",
     "max_per_candidate": "L∞ bound: times one unit may count in one candidate",
     "neighbouring": '"add_remove" (a unit is added or removed) or "replace"',
@@ -87,6 +100,9 @@ def public_signature(
             known = merged.setdefault(parameter.name, parameter)
             if known.default != parameter.default:  # a build forwarding to another
                 raise InternalError(f"parameter {parameter.name!r} has two defaults")
+    for name in EXPLICIT:
+        if name in merged:
+            merged[name] = merged[name].replace(default=inspect.Parameter.empty)
     kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
     front = [inspect.Parameter(name, kind) for name in leading]
     front += [merged.pop(name).replace(kind=kind) for name in positional]
@@ -113,12 +129,44 @@ def public_doc(summary: str | None, signature: inspect.Signature, returns: str =
     return "\n".join(lines) + "\n"
 
 
-def shim(name: str, signature: inspect.Signature, doc: str, run: Callable, module: str) -> Callable:
+def explicit_argument_error(call: str, name: str) -> TypeError:
+    """The error of a public call ``call`` (``{}`` for its arguments) without ``name``."""
+    if name != "privacy_unit":  # the one EXPLICIT argument
+        raise InternalError(f"no explanation of the explicit argument {name!r}")
+    per_unit = call.format('..., privacy_unit="person_id"')
+    per_record = call.format("..., privacy_unit=None")
+    return TypeError(
+        f"{call.format('...')} needs privacy_unit=: the column whose value identifies one "
+        f"person (or other unit), so that the guarantee covers each unit with all of its "
+        f"rows (bounded by max_cells and max_per_cell), e.g. {per_unit}; or, to protect "
+        f"each row alone (a per-record guarantee, weaker when a unit has several rows), "
+        f"say so: {per_record}"
+    )
+
+
+def shim(
+    name: str,
+    signature: inspect.Signature,
+    doc: str,
+    run: Callable,
+    module: str,
+    *,
+    call_form: str | None = None,
+) -> Callable:
     """A function ``module.name`` called as ``signature`` says, calling ``run(**arguments)``
-    with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``."""
+    with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``.
+
+    An `EXPLICIT` parameter missing from a call is refused with an error showing how to
+    write it, as ``call_form`` (``{}`` for the arguments; default ``name({})``)."""
+    explicit = [p for p in EXPLICIT if p in signature.parameters]
+    form = call_form or f"{name}({{}})"
 
     def call(*args, **kwargs):
-        bound = signature.bind(*args, **kwargs)
+        missing = [parameter for parameter in explicit if parameter not in kwargs]
+        # What the signature refuses is refused first, as a written-out function would.
+        bound = signature.bind(*args, **kwargs, **dict.fromkeys(missing))
+        if missing:
+            raise explicit_argument_error(form, missing[0])
         bound.apply_defaults()
         return run(**bound.arguments)
 

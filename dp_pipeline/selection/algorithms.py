@@ -17,7 +17,11 @@ values: with 200 values at 30 and one at 100 it prefers 31..100 to 30.)
 Adding a value moves ``#{x < o}`` and ``#{x <= o}`` by 0 or 1 and ``q·n`` by
 ``q``, so each term moves by at most ``max(q, 1 - q) <= 1``; replacing one
 (n fixed) moves each count by at most 1. So Δu = 1 under both relations,
-not monotone, and ``ε = 2·η·ln2``. When ``q·n`` is not an integer the loss
+not monotone, and ``ε = 2·η·ln2``. A privacy unit holding up to ``m`` values
+(after bounding) moves ``#{x < o}`` by some ``a`` in ``[0, m]`` and ``q·n`` by
+``q·m'`` (m' <= m its values), so each term moves by at most ``m``: Δu = m, as
+``checked_quantile_mechanism(mechanism, m)`` requires; replacing a unit's
+values by at most m others moves each term by at most m too. When ``q·n`` is not an integer the loss
 is a fraction and the mechanism rounds it at random (Ilvento 2020, Lemma
 3.5: no privacy cost because Δu = 1 is an integer, so ``ceil(Δu) = Δu``).
 Every loss is a multiple of ``1/denominator(q)`` whatever ``n`` is, so that
@@ -93,9 +97,12 @@ __all__ = [
 ]
 
 
-def quantile_mechanism(epsilon, **options) -> BaseTwoExponential:
-    """The mechanism `dp_quantile` uses at ``epsilon``: Δu = 1, not monotone."""
-    return BaseTwoExponential(epsilon, utility_sensitivity=1, monotone=False, **options)
+def quantile_mechanism(epsilon, *, utility_sensitivity=1, **options) -> BaseTwoExponential:
+    """The mechanism `dp_quantile` uses at ``epsilon``: not monotone, Δu = 1 when each unit
+    holds one value (``utility_sensitivity`` = the values one unit may hold in the data)."""
+    return BaseTwoExponential(
+        epsilon, utility_sensitivity=utility_sensitivity, monotone=False, **options
+    )
 
 
 def top_k_mechanism(
@@ -347,18 +354,22 @@ def dp_top_k(
     return [labels[i].item() for i in chosen]
 
 
-def checked_quantile_mechanism(mechanism) -> BaseTwoExponential:
+def checked_quantile_mechanism(mechanism, values_per_unit: int = 1) -> BaseTwoExponential:
+    """``mechanism`` if it fits a quantile whose units hold up to ``values_per_unit`` values
+    (rank-loss sensitivity Δu = ``values_per_unit``; see the module docstring), or
+    `quantile_mechanism` at ``mechanism`` taken as an ε."""
     if not isinstance(mechanism, BaseTwoExponential):
-        return quantile_mechanism(mechanism)
+        return quantile_mechanism(mechanism, utility_sensitivity=values_per_unit)
     if mechanism.monotone:
         raise ValueError(
             "the quantile rank loss is not monotone; pass a BaseTwoExponential with "
             "monotone=False (or just an epsilon)"
         )
-    if mechanism.utility_sensitivity < 1:
+    if mechanism.utility_sensitivity < values_per_unit:
         raise ValueError(
-            f"the quantile rank loss has sensitivity 1, but the mechanism declares "
-            f"utility_sensitivity={mechanism.utility_sensitivity}; use >= 1"
+            f"the quantile rank loss has sensitivity {values_per_unit} (the rows one unit "
+            f"keeps in a group), but the mechanism declares utility_sensitivity="
+            f"{mechanism.utility_sensitivity}; use >= {values_per_unit}"
         )
     return mechanism
 

@@ -8,7 +8,7 @@ the rank error bound at the stated confidence; the engine adds its
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
@@ -30,6 +30,8 @@ class SelectionInfo:
     the rank error t with P[rank loss >= OPT + t] <= 1 - confidence
     (`quantile_rank_error_bound`); for one-shot top-k the noise margin of
     each noisy count at ``confidence``; None for peeling.
+    ``privacy_unit`` is what the guarantee protects (None: each row alone, a
+    per-record guarantee) and ``contribution_bounds`` the rows a unit may keep.
     ``diagnostics`` are NOT private: never publish them.
     """
 
@@ -40,6 +42,8 @@ class SelectionInfo:
     margin_of_error: int | None
     confidence: Fraction
     diagnostics: Diagnostics | None = None
+    privacy_unit: str | None = None
+    contribution_bounds: dict[str, int] = field(default_factory=dict)
 
     @property
     def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:
@@ -66,7 +70,7 @@ class SelectionInfo:
         """A `PrivacyAccountant` holding this selection (compose it with the release's tables)."""
         return PrivacyAccountant().add_event(self.event)
 
-    def with_diagnostics(self, diagnostics: Diagnostics) -> SelectionInfo:
+    def with_diagnostics(self, diagnostics: Diagnostics | None) -> SelectionInfo:
         return dataclasses.replace(self, diagnostics=diagnostics)
 
     def public_summary(self) -> dict[str, object]:
@@ -93,4 +97,6 @@ class SelectionInfo:
             "candidates": self.candidates,
             "margin_of_error": None if self.margin_of_error is None else str(self.margin_of_error),
             "confidence": str(self.confidence),
+            "privacy_unit": self.privacy_unit,
+            "contribution_bounds": dict(self.contribution_bounds),
         }

@@ -5,9 +5,10 @@ argument, the value and the rule); no master key, labels or partitions: those ar
 the run context (`dp_pipeline.query.context.RunContext`), joined to a selection by
 `dp_pipeline.selection.query`.
 
-- quantile / median: candidates are the public grid ``lo, lo + g, ... <= hi``;
-  `BaseTwoExponential` with Δu = 1, not monotone (``ε = 2·η·ln2``); each row
-  is one privacy unit (one value per person).
+- quantile / median: candidates are the public grid ``lo, lo + g, ... <= hi``,
+  one selection per declared group of ``by``; `BaseTwoExponential` with Δu = the
+  rows one unit keeps in a group (``max_per_cell``; 1 without a privacy unit),
+  not monotone (``ε = 2·η·ln2·Δu`` per run), one run per group a unit can change.
 - top-k: the bounded per-candidate counts of a `CountQuery` (``count by
   [column]`` over the candidate domain, ``max_candidates`` = ``max_cells``,
   ``max_per_candidate`` = ``max_per_cell``); its noise is the one-shot discrete
@@ -27,7 +28,12 @@ from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.aggregations import CountQuery
 from dp_pipeline.query.budget import selection_epsilon
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT
+from dp_pipeline.query.domain import (
+    DEFAULT_CELL_LIMIT,
+    CellDomain,
+    build_cell_domain,
+    positive_int,
+)
 from dp_pipeline.query.quantile_grid import (
     TOP_K_METHODS,
     check_positive_int,
@@ -35,10 +41,12 @@ from dp_pipeline.query.quantile_grid import (
     quantile_candidates,
     quantile_positions,
 )
+from dp_pipeline.query.sensitivity import NEIGHBOURING
 from dp_pipeline.rational import exact_rational, positive_rational
 from dp_pipeline.selection.algorithms import (
     checked_quantile_mechanism,
     one_shot_scale,
+    quantile_mechanism,
     quantile_rank_error_bound,
     top_k_mechanism,
 )
@@ -92,15 +100,23 @@ def top_k_counts(
 
 @dataclass(frozen=True)
 class QuantileSelection:
-    """ε-DP ``q``-quantile of ``column`` (base-2 exponential mechanism): quantile, column.
+    """ε-DP ``q``-quantile of ``column`` (base-2 exponential mechanism): [by...,] quantile, column.
 
     Candidates are the public grid ``lo, lo + granularity, ... <= hi`` of
-    ``bounds``; values are clamped into ``bounds``; each row is one privacy
-    unit (one value per person). ``epsilon`` is the target (the spent
-    ``attrs["dp"].epsilon`` is the mechanism's pure ε, never above it) or a
-    `BaseTwoExponential`. Null, NaN and ±inf values are dropped (counted in
-    the diagnostics) or, with ``on_invalid="error"``, refused.
-    ``attrs["dp"].margin_of_error`` is the rank error at ``confidence``.
+    ``bounds``; values are clamped into ``bounds``. With ``by`` (and ``domains``),
+    one quantile per declared group, every group released (an empty group gets a
+    draw from the grid too). Each privacy unit keeps at most ``max_per_cell`` rows
+    in each of at most ``max_cells`` groups (the keyed rule of ``df.dp.count``);
+    ``privacy_unit=None`` makes every row its own unit (a per-record guarantee).
+    A unit then moves a group's rank losses by at most ``max_per_cell`` (the
+    mechanism's Δu) and changes at most ``max_cells`` groups (twice that under
+    ``neighbouring="replace"``, never more than the groups): the groups' runs
+    share ε equally. ``epsilon`` is the total target (the spent
+    ``attrs["dp"].epsilon`` is never above it) or a per-group `BaseTwoExponential`.
+    Null, NaN and ±inf values, null keys and units and keys outside the domains
+    are dropped (counted in the diagnostics) or, with ``on_invalid="error"``,
+    refused. ``attrs["dp"].margin_of_error`` is each group's rank error at
+    ``confidence``.
     """
 
     statistic: str
@@ -109,9 +125,14 @@ class QuantileSelection:
     bounds: tuple[Fraction, Fraction]
     granularity: Fraction
     candidates: tuple[Fraction, ...]
-    mechanism: BaseTwoExponential
+    mechanism: BaseTwoExponential  # one group's run
     on_invalid: str
     confidence: Fraction
+    groups: CellDomain | None = None  # None: one quantile over every row
+    privacy_unit: str | None = None
+    max_cells: int = 1
+    max_per_cell: int = 1
+    neighbouring: str = "add_remove"
 
     @classmethod
     def build(
@@ -122,15 +143,23 @@ class QuantileSelection:
         q,
         bounds,
         granularity,
+        by=None,
+        domains=None,
         epsilon=None,
         rho=None,
+        privacy_unit: str | None = None,
+        max_cells: int = 1,
+        max_per_cell: int = 1,
+        neighbouring: str = "add_remove",
         on_invalid: str = "drop",
+        cell_limit: int = DEFAULT_CELL_LIMIT,
         confidence=Fraction(95, 100),
     ) -> QuantileSelection:
         """Validate everything that does not need the data; raise before any work.
 
-        ``epsilon`` is a target ε (the mechanism's `pure_epsilon` is what is
-        spent, never more) or a ready `BaseTwoExponential` (Δu >= 1, not monotone).
+        ``epsilon`` is a target ε for all groups together (what is spent is the
+        accountant's reading of `info`, never more) or a ready per-group
+        `BaseTwoExponential` (Δu >= ``max_per_cell``, not monotone).
         """
         if statistic not in ("quantile", "median"):
             raise ValueError(f"statistic must be 'quantile' or 'median', got {statistic!r}")
@@ -142,7 +171,29 @@ class QuantileSelection:
         low, high = check_value_bounds(bounds)
         step = positive_rational(granularity, "granularity")
         candidates = tuple(quantile_candidates((low, high), step))
-        mechanism = checked_quantile_mechanism(selection_epsilon(epsilon, rho, Fraction(1, 8)))
+        groups = _quantile_groups(column, by, domains, privacy_unit, len(candidates), cell_limit)
+        if privacy_unit is not None and not isinstance(privacy_unit, str):
+            raise TypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
+        if privacy_unit == column:
+            raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be the quantile column")
+        if neighbouring not in NEIGHBOURING:
+            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
+        shape = dict(
+            groups=groups,
+            privacy_unit=privacy_unit,
+            max_cells=positive_int(max_cells, "max_cells"),
+            max_per_cell=positive_int(max_per_cell, "max_per_cell"),
+            neighbouring=neighbouring,
+        )
+        runs = _quantile_runs(**shape)
+        per_row = shape["max_per_cell"] if privacy_unit is not None else 1
+        if isinstance(epsilon, BaseTwoExponential):
+            mechanism = checked_quantile_mechanism(epsilon, per_row)
+        else:
+            total = positive_rational(
+                selection_epsilon(epsilon, rho, Fraction(1, 8 * runs)), "epsilon"
+            )
+            mechanism = quantile_mechanism(total / runs, utility_sensitivity=per_row)
         return cls(
             statistic=statistic,
             column=column,
@@ -153,11 +204,33 @@ class QuantileSelection:
             mechanism=mechanism,
             on_invalid=on_invalid,
             confidence=_check_common(on_invalid, confidence),
+            **shape,
         )
+
+    @property
+    def group_count(self) -> int:
+        return 1 if self.groups is None else self.groups.total
+
+    @property
+    def runs(self) -> int:
+        """Groups whose selection one unit can change: the runs its ε composes over."""
+        return _quantile_runs(
+            self.groups, self.privacy_unit, self.max_cells, self.max_per_cell, self.neighbouring
+        )
+
+    @property
+    def effective_max_cells(self) -> int:
+        """Groups one unit keeps rows in (1 per unit without a privacy unit: a row)."""
+        return 1 if self.privacy_unit is None else min(self.max_cells, self.group_count)
+
+    @property
+    def effective_max_per_cell(self) -> int:
+        """Rows one unit keeps in one group: the rank losses' sensitivity Δu."""
+        return 1 if self.privacy_unit is None else self.max_per_cell
 
     def canonical(self) -> dict:
         """Every parameter that can change the selected value (not the key or the names)."""
-        return {
+        canonical = {
             "statistic": self.statistic,
             "column": self.column,
             "q": str(self.q),
@@ -165,6 +238,13 @@ class QuantileSelection:
             "granularity": str(self.granularity),
             "mechanism": mechanism_to_dict(self.mechanism),
         }
+        if self.groups is not None:
+            canonical["groups"] = [domain.canonical() for domain in self.groups.domains]
+        if self.privacy_unit is not None:
+            canonical["privacy_unit"] = self.privacy_unit
+            canonical["max_cells"] = self.max_cells
+            canonical["max_per_cell"] = self.max_per_cell
+        return canonical
 
     def positions(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Grid position of each finite value and the out-of-bounds mask (`quantile_positions`)."""
@@ -175,11 +255,45 @@ class QuantileSelection:
         return SelectionInfo(
             statistic=self.statistic,
             method="exponential",
-            event=PrivacyEvent(self.mechanism, (1,), 1),
+            event=PrivacyEvent(self.mechanism, (1,), self.runs),
             candidates=len(self.candidates),
             margin_of_error=quantile_rank_error_bound(self.mechanism, len(self.candidates), beta),
             confidence=self.confidence,
+            privacy_unit=self.privacy_unit,
+            contribution_bounds={
+                "max_cells": self.effective_max_cells,
+                "max_per_cell": self.effective_max_per_cell,
+            },
         )
+
+
+def _quantile_groups(column, by, domains, privacy_unit, candidates, cell_limit):
+    """The declared groups (None without ``by``), refused past ``cell_limit`` buckets."""
+    if by is None:
+        if domains is not None:
+            raise ValueError("domains declare the groups of by=; give by= too, or no domains")
+        return None
+    groups = build_cell_domain(by, domains if domains is not None else {}, cell_limit)
+    if column in groups.columns:
+        raise ValueError(f"quantile column {column!r} cannot also be a group (by) column")
+    if privacy_unit is not None and privacy_unit in groups.columns:
+        raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
+    if groups.total * candidates > cell_limit:
+        raise ValueError(
+            f"{groups.total} groups x {candidates} candidates is more than cell_limit = "
+            f"{cell_limit} buckets; use a coarser granularity, fewer groups or a larger "
+            f"cell_limit"
+        )
+    return groups
+
+
+def _quantile_runs(groups, privacy_unit, max_cells, max_per_cell, neighbouring) -> int:
+    """Groups one unit's rows can change (parallel composition over the other groups)."""
+    count = 1 if groups is None else groups.total
+    touched = 1 if privacy_unit is None else max_cells
+    if neighbouring == "replace":
+        touched *= 2  # the unit's old groups and its new ones
+    return min(touched, count)
 
 
 @dataclass(frozen=True)
@@ -280,6 +394,7 @@ class TopKSelection:
                 candidates=counts.cells.total,
                 margin_of_error=None,
                 confidence=counts.confidence,
+                **_unit_and_bounds(counts),
             )
         sensitivity = counts.count_sensitivity()
         return SelectionInfo(
@@ -289,4 +404,16 @@ class TopKSelection:
             candidates=counts.cells.total,
             margin_of_error=margin_of_error(self.mechanism, confidence=counts.confidence),
             confidence=counts.confidence,
+            **_unit_and_bounds(counts),
         )
+
+
+def _unit_and_bounds(counts: CountQuery) -> dict:
+    """The privacy unit of a top-k and the bounds of its candidates' counts."""
+    return {
+        "privacy_unit": counts.privacy_unit,
+        "contribution_bounds": {
+            "max_candidates": counts.effective_max_cells,
+            "max_per_candidate": counts.effective_max_per_cell,
+        },
+    }

@@ -5,22 +5,25 @@ joins it to a `dp_pipeline.query.context.RunContext` (key, release id, table)
 and runs the selection on the driver. The engines only compute the utilities'
 inputs:
 
-- quantile / median: the number of values at each grid position
-  (`dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
-  both engines); the driver then runs `select_quantile`.
+- quantile / median: the number of values at each (group, grid position) after each
+  privacy unit's rows are bounded by the count engine's keyed rule (at most
+  ``max_per_cell`` rows in each of at most ``max_cells`` groups; the position by
+  `dp_pipeline.query.quantile_grid.quantile_positions`, the same IEEE expression in
+  both engines); the driver then runs `select_quantile` once per declared group.
 - top-k: the bounded per-candidate counts of the count engine (``counts``, a
   `QuerySpec`, so privacy units, bounding and invalid-row rules are the count
   engine's). ``peeling`` runs on the true bounded counts; ``one_shot`` is the
   count engine's noisy count release, of which the top k are post-processing.
 
 Randomness: the exponential mechanism draws from
-``derive_stream(key, release_id, table, "selection", statistic)``; the
+``derive_stream(key, release_id, table, "selection", statistic, query digest[, group])``; the
 one-shot noise uses the count engine's per-partition streams. A fixed key,
 release id and table therefore give the same result on both engines.
 
 The result is a small pandas DataFrame whose ``attrs["dp"]`` is a
-`SelectionInfo` (mechanism, pure ε, margin, diagnostics: publish only
-``public_summary()``, never the diagnostics).
+`dp_pipeline.query.result_info.ResultInfo` of its `SelectionInfo` (mechanism, pure ε,
+margin; the diagnostics in memory only: copies, pickles and Parquet files of the
+result keep the public summary).
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ import numpy as np
 import pandas as pd
 
 from dp_pipeline.digest import digest_of
+from dp_pipeline.engines.bounding import BoundingSalt
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
+from dp_pipeline.query.aggregations import CountQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import SecureStream, derive_stream
 from dp_pipeline.selection.algorithms import one_shot_top_k, peel_top_k, select_quantile
@@ -105,22 +112,62 @@ class QuantileQuery:
     def info(self) -> SelectionInfo:
         return self.selection.info()
 
-    def release(self, bucket_counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
-        """Run the mechanism on the driver; the one-row result with ``attrs["dp"]``."""
+    def groups_spec(self) -> QuerySpec:
+        """A count over the groups in this context: how the engines code the group keys
+        (null and out-of-domain keys) and check their types. Never noised."""
         selection = self.selection
-        index = select_quantile(
-            bucket_counts, selection.q, list(selection.candidates), self.mechanism, self.stream()
+        if selection.groups is None:
+            raise InternalError("a quantile without groups has no group keys to code")
+        counts = CountQuery(
+            cells=selection.groups,
+            noise=None,
+            privacy_unit=selection.privacy_unit,
+            max_cells=selection.max_cells,
+            max_per_cell=selection.max_per_cell,
+            neighbouring=selection.neighbouring,
+            on_invalid=selection.on_invalid,
         )
-        chosen = selection.candidates[index]
+        return QuerySpec(counts, self.context)
+
+    def salt(self) -> BoundingSalt:
+        """The keyed bounding rule's salt: the count engine's for this release id and table."""
+        return BoundingSalt.derive(
+            self.context.master_key(), self.context.release_id, self.context.table
+        )
+
+    def release(self, bucket_counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
+        """Run the mechanism on the driver: one row per declared group, with ``attrs["dp"]``.
+
+        ``bucket_counts`` has shape (groups, candidates): the bounded rows of each group
+        at each grid position. Each group draws from its own stream (the labels and the
+        group's cell index), so the groups' selections are independent.
+        """
+        selection = self.selection
+        counts = np.asarray(bucket_counts, dtype=np.int64)
+        shape = (selection.group_count, len(selection.candidates))
+        if counts.shape != shape:
+            raise InternalError(f"{counts.shape} bucket counts for {shape} groups x candidates")
+        candidates = list(selection.candidates)
+        chosen = []
+        for group, row in enumerate(counts):
+            labels = self.labels if selection.groups is None else (*self.labels, group)
+            stream = derive_stream(self.context.master_key(), *labels)
+            chosen.append(
+                candidates[select_quantile(row, selection.q, candidates, self.mechanism, stream)]
+            )
         integer_grid = all(c.denominator == 1 for c in (selection.bounds[0], self.granularity))
-        value = int(chosen) if integer_grid else float(chosen)
-        frame = pd.DataFrame(
-            {
-                "quantile": np.array([float(selection.q)]),
-                self.column: np.array([value], dtype=np.int64 if integer_grid else np.float64),
-            }
+        columns: dict[str, object] = {}
+        if selection.groups is not None:
+            keys = selection.groups.decode(np.arange(selection.group_count, dtype=np.int64))
+            columns.update(zip(selection.groups.columns, keys, strict=True))
+        columns["quantile"] = np.full(len(chosen), float(selection.q))
+        columns[self.column] = (
+            np.array([int(c) for c in chosen], dtype=np.int64)
+            if integer_grid
+            else np.array([float(c) for c in chosen], dtype=np.float64)
         )
-        frame.attrs["dp"] = self.info().with_diagnostics(diagnostics)
+        frame = pd.DataFrame(columns)
+        attach_info(frame, self.info().with_diagnostics(diagnostics))
         return frame
 
 
@@ -214,5 +261,5 @@ class TopKQuery:
         if self.method == "one_shot":
             columns["count"] = counts[chosen]  # noisy: free post-processing
         frame = pd.DataFrame(columns)
-        frame.attrs["dp"] = self.info().with_diagnostics(diagnostics)
+        attach_info(frame, self.info().with_diagnostics(diagnostics))
         return frame

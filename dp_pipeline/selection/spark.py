@@ -4,10 +4,12 @@ The utilities' inputs are Spark aggregations; the selection runs on the driver
 with the same code as the pandas engine (`dp_pipeline.selection.query`), so a
 fixed key, release id and table give the same result on both engines.
 
-- quantile / median: one ``groupBy`` of the grid position of every value
+- quantile / median: one ``groupBy`` of the (group, grid position) of every value
   (``clip(floor((clip(x, lo, hi) - lo) / g), 0, m - 1)`` in IEEE double, the
-  expression of `dp_pipeline.query.quantile_grid.quantile_positions`), collected to
-  the driver as at most ``m + 1`` rows (m candidates, one row of invalid values).
+  expression of `dp_pipeline.query.quantile_grid.quantile_positions`; groups coded by
+  the count engine's rules), after each privacy unit's rows are bounded by the count
+  engine's keyed rule (window functions); collected to the driver as at most
+  ``groups·m`` rows plus one per reason a row is dropped.
 - top-k: the count engine's bounded per-candidate aggregation
   (`dp_pipeline.spark`): ``peeling`` collects the true bounded counts (one row
   per non-empty candidate) and peels on the driver; ``one_shot`` collects the
@@ -26,14 +28,28 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 from pyspark.sql import functions as sf
-from pyspark.sql.types import NumericType
+from pyspark.sql.types import NumericType, StringType
 
 from dp_pipeline.engines.backend import aggregate, noisy_tables
-from dp_pipeline.engines.spark_sql.coding import invalid_number, quantile_position
+from dp_pipeline.engines.spark_sql.bounding import (
+    FIRST_IN_PAIR_COLUMN,
+    KEEP_PAIR_COLUMN,
+    KEEP_ROW_COLUMN,
+    kept_rows,
+)
+from dp_pipeline.engines.spark_sql.coding import (
+    INTEGRAL_TYPES,
+    UNIT_COLUMN,
+    check_schema,
+    coded_rows,
+    invalid_number,
+    quantile_position,
+)
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
+from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
     "check_numeric_column",
@@ -44,6 +60,7 @@ __all__ = [
     "run_top_k_spark",
 ]
 
+_CELL = "_dp_group"
 _POSITION = "_dp_position"
 _OUTSIDE = "_dp_outside"
 
@@ -56,7 +73,14 @@ def _quantile(statistic: str):
             arguments["q"] = Fraction(1, 2)
         return run_quantile_spark(df, QuantileQuery.build(statistic, **arguments))
 
-    return shim(f"dp_{statistic}", signature, selection_doc(statistic, signature), run, __name__)
+    return shim(
+        f"dp_{statistic}",
+        signature,
+        selection_doc(statistic, signature),
+        run,
+        __name__,
+        call_form=f"dp_{statistic}(df, {{}})",
+    )
 
 
 def _top_k():
@@ -65,7 +89,14 @@ def _top_k():
     def run(df, **arguments) -> pd.DataFrame:
         return run_top_k_spark(df, TopKQuery.build(**arguments))
 
-    return shim("dp_top_k", signature, selection_doc("top_k", signature), run, __name__)
+    return shim(
+        "dp_top_k",
+        signature,
+        selection_doc("top_k", signature),
+        run,
+        __name__,
+        call_form="dp_top_k(df, {})",
+    )
 
 
 dp_quantile = _quantile("quantile")
@@ -85,44 +116,147 @@ def check_numeric_column(df, column: str, role: str) -> None:
         )
 
 
-def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
-    """One Spark job: per-grid-position counts (and invalid/clamped rows); select on the driver."""
-    check_numeric_column(df, query.column, "quantile column")
+def _check_unit_column(df, privacy_unit: str) -> None:
+    """Refuse a privacy unit column that is missing or holds neither integers nor strings."""
+    fields = {f.name: f.dataType for f in df.schema.fields}
+    if privacy_unit not in fields:
+        raise ValueError(
+            f"privacy_unit column {privacy_unit!r} is not in the DataFrame; its columns are "
+            f"{df.columns}"
+        )
+    kind = fields[privacy_unit]
+    if not isinstance(kind, (*INTEGRAL_TYPES, StringType)):
+        raise TypeError(
+            f"privacy_unit column {privacy_unit!r} has Spark type {kind.simpleString()}; "
+            f"it must hold integers or strings"
+        )
+
+
+def _coded_quantile_rows(df, query: QuantileQuery):
+    """One row per input row: cell (the group, or a negative reason code), grid position,
+    clamped flag and the unit. Reason codes as `dp_pipeline.engines.spark_sql.coding.
+    reason_codes` over the groups: null / out-of-domain key of group column i, then a null
+    unit, then an invalid value (each row to the first rule it breaks, as the pandas path)."""
+    selection = query.selection
+    k = 0 if selection.groups is None else len(selection.groups.columns)
+    if selection.groups is None:
+        coded, cell = df, sf.lit(0).cast("long")
+    else:
+        spec = query.groups_spec()
+        check_schema(df, spec)
+        coded, cell = coded_rows(df, spec, null_units=False), sf.col(CELL_COLUMN)
+    columns = []
+    if selection.privacy_unit is not None:
+        unit = sf.col(selection.privacy_unit)
+        cell = sf.when((cell >= 0) & unit.isNull(), sf.lit(-(2 * k + 1)).cast("long")).otherwise(
+            cell
+        )
+        columns.append(unit.alias(UNIT_COLUMN))
     value, invalid = invalid_number(query.column)
+    cell = sf.when((cell >= 0) & invalid, sf.lit(-(2 * k + 2)).cast("long")).otherwise(cell)
     low, high = (float(b) for b in query.bounds)
-    position = sf.coalesce(
-        quantile_position(query.column, query.bounds, query.granularity), sf.lit(-1).cast("long")
+    position = quantile_position(query.column, query.bounds, query.granularity)
+    outside = (cell >= 0) & ~invalid & ((value < sf.lit(low)) | (value > sf.lit(high)))
+    return coded.select(
+        cell.alias(_CELL),
+        sf.coalesce(position, sf.lit(-1).cast("long")).alias(_POSITION),
+        outside.cast("int").alias(_OUTSIDE),
+        *columns,
     )
-    coded = df.select(
-        position.alias(_POSITION),
-        sf.when(~invalid & ((value < sf.lit(low)) | (value > sf.lit(high))), 1)
-        .otherwise(0)
-        .alias(_OUTSIDE),
-    )
-    rows = (
-        coded.groupBy(_POSITION)
-        .agg(sf.count(sf.lit(1)).alias("n"), sf.sum(_OUTSIDE).alias("outside"))
+
+
+def run_quantile_spark(df, query: QuantileQuery) -> pd.DataFrame:
+    """One Spark job: bounded per-(group, grid position) counts (and the rows dropped, by
+    reason); select on the driver.
+
+    Guarantee: each privacy unit keeps at most ``max_per_cell`` rows in each of at most
+    ``max_cells`` groups, by the keyed rule of the count engine
+    (`dp_pipeline.engines.spark_sql.bounding.kept_rows`, the numpy rule's twin), so the
+    counts, and the selection for a given key and labels, equal the pandas path's.
+    """
+    selection = query.selection
+    check_numeric_column(df, query.column, "quantile column")
+    if selection.privacy_unit is not None:
+        _check_unit_column(df, selection.privacy_unit)
+    rows = _coded_quantile_rows(df, query)
+    valid = sf.col(_CELL) >= 0
+    if selection.privacy_unit is not None:
+        rows = kept_rows(
+            rows, _CELL, _POSITION, selection.max_cells, selection.max_per_cell, query.salt()
+        )
+        keep, keep_pair = sf.col(KEEP_ROW_COLUMN) == 1, sf.col(KEEP_PAIR_COLUMN) == 1
+        first = sf.col(FIRST_IN_PAIR_COLUMN) == 1
+    else:
+        keep, keep_pair, first = valid, valid, sf.lit(False)
+
+    def total(condition):
+        return sf.sum(sf.when(condition, 1).otherwise(0)).cast("long")
+
+    collected = (
+        rows.groupBy(_CELL, _POSITION)
+        .agg(
+            sf.count(sf.lit(1)).alias("n"),
+            sf.sum(_OUTSIDE).cast("long").alias("outside"),
+            total(keep).alias("kept"),
+            total(keep_pair & ~keep).alias("removed_per_cell"),
+            total(valid & ~keep_pair).alias("removed_cells"),
+            total(valid & first & ~keep_pair).alias("pairs_removed"),
+        )
         .collect()
     )
-    bucket_counts = np.zeros(len(query.candidates), dtype=np.int64)
-    rows_invalid = rows_clamped = 0
-    for row in rows:
-        position_value = int(row[_POSITION])
-        if position_value < 0:
-            rows_invalid = int(row["n"])
-        else:
-            bucket_counts[position_value] = int(row["n"])
-            rows_clamped += int(row["outside"])
-    if rows_invalid and query.on_invalid == "error":
-        raise invalid_rows_error(query.column, "hold null, NaN or infinite values")
-    used = int(bucket_counts.sum())
-    diagnostics = Diagnostics(
-        rows_in=used + rows_invalid,
-        rows_invalid_value=rows_invalid,
-        rows_clamped=rows_clamped,
+    width = len(query.candidates)
+    buckets = np.zeros((selection.group_count, width), dtype=np.int64)
+    dropped: dict[int, int] = {}
+    removed = np.zeros(3, dtype=np.int64)
+    clamped = 0
+    for row in collected:
+        cell = int(row[_CELL])
+        if cell < 0:
+            dropped[cell] = dropped.get(cell, 0) + int(row["n"])
+            continue
+        buckets[cell, int(row[_POSITION])] = int(row["kept"])
+        clamped += int(row["outside"])
+        removed += [int(row[c]) for c in ("removed_per_cell", "removed_cells", "pairs_removed")]
+    diagnostics = _quantile_diagnostics(query, dropped, clamped, removed, buckets)
+    return query.release(buckets, diagnostics)
+
+
+def _quantile_diagnostics(query: QuantileQuery, dropped, clamped, removed, buckets) -> Diagnostics:
+    """The pandas path's `Diagnostics` from the reason codes' row counts; under
+    ``on_invalid="error"`` the pandas path's error for the first rule some row breaks."""
+    selection = query.selection
+    columns = () if selection.groups is None else selection.groups.columns
+    k = len(columns)
+    null_keys = {c: dropped.get(-(2 * i + 1), 0) for i, c in enumerate(columns)}
+    outside_domains = {c: dropped.get(-(2 * i + 2), 0) for i, c in enumerate(columns)}
+    null_units = dropped.get(-(2 * k + 1), 0)
+    invalid = dropped.get(-(2 * k + 2), 0)
+    if query.on_invalid == "error":
+        for i, column in enumerate(columns):
+            if null_keys[column]:
+                raise invalid_rows_error(column, "have a null key")
+            if outside_domains[column]:
+                domain = selection.groups.domains[i]
+                raise invalid_rows_error(
+                    column, f"have a key outside the declared domain {domain!r}"
+                )
+        if null_units:
+            raise invalid_rows_error(selection.privacy_unit, "have a null privacy unit")
+        if invalid:
+            raise invalid_rows_error(query.column, "hold null, NaN or infinite values")
+    used = int(buckets.sum())
+    return Diagnostics(
+        rows_in=int(sum(dropped.values())) + used + int(removed[0]) + int(removed[1]),
+        rows_null_key=null_keys,
+        rows_out_of_domain=outside_domains,
+        rows_null_unit=null_units,
+        rows_invalid_value=invalid,
+        rows_clamped=clamped,
+        rows_removed_max_per_cell=int(removed[0]),
+        rows_removed_max_cells=int(removed[1]),
+        unit_cells_removed_max_cells=int(removed[2]),
         rows_used=used,
     )
-    return query.release(bucket_counts, diagnostics)
 
 
 def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:

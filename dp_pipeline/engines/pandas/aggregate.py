@@ -26,7 +26,17 @@ from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
-__all__ = ["aggregate", "aggregate_pandas", "input_column", "release_frame", "run_pandas"]
+__all__ = [
+    "aggregate",
+    "aggregate_pandas",
+    "code_keys",
+    "drop_null_units",
+    "input_column",
+    "release_frame",
+    "run_pandas",
+    "unit_column",
+    "unit_values",
+]
 
 
 def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
@@ -76,7 +86,65 @@ def key_positions(series: pd.Series, domain: Domain) -> tuple[np.ndarray, np.nda
     return null, pos
 
 
-def _unit_values(units: pd.Series) -> np.ndarray:
+def unit_column(df: pd.DataFrame, privacy_unit: str | None) -> pd.Series | None:
+    """The privacy unit column (None without a unit), refused unless integers or strings."""
+    if privacy_unit is None:
+        return None
+    series = input_column(df, privacy_unit, "privacy_unit")
+    if not (
+        pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_string_dtype(series.dtype)
+    ):
+        raise TypeError(
+            f"privacy_unit column {privacy_unit!r} has dtype {series.dtype}; "
+            f"it must hold integers or strings"
+        )
+    return series
+
+
+def code_keys(
+    key_series: Sequence[pd.Series], cells, on_invalid: str, valid: np.ndarray
+) -> tuple[list[np.ndarray], dict[str, int], dict[str, int]]:
+    """(key positions, null-key rows, out-of-domain rows per column); clears ``valid`` in place.
+
+    A row is attributed to the first key column (in ``cells`` order) that fails; under
+    ``on_invalid="error"`` the first failing column is refused (`invalid_rows_error`).
+    """
+    positions = []
+    null_counts: dict[str, int] = {}
+    ood_counts: dict[str, int] = {}
+    for series, domain in zip(key_series, cells.domains, strict=True):
+        null, pos = key_positions(series, domain)
+        dropped_null = valid & null
+        dropped_ood = valid & ~null & (pos < 0)
+        null_counts[domain.column] = int(dropped_null.sum())
+        ood_counts[domain.column] = int(dropped_ood.sum())
+        if on_invalid == "error":
+            if null_counts[domain.column]:
+                raise invalid_rows_error(domain.column, "have a null key")
+            if ood_counts[domain.column]:
+                raise invalid_rows_error(
+                    domain.column, f"have a key outside the declared domain {domain!r}"
+                )
+        valid &= ~null & (pos >= 0)
+        positions.append(pos)
+    return positions, null_counts, ood_counts
+
+
+def drop_null_units(
+    units: pd.Series | None, privacy_unit: str | None, on_invalid: str, valid: np.ndarray
+) -> int:
+    """Rows still ``valid`` whose privacy unit is null (cleared in place, or refused)."""
+    if units is None:
+        return 0
+    null_unit = valid & units.isna().to_numpy()
+    rows_null_unit = int(null_unit.sum())
+    if rows_null_unit and on_invalid == "error":
+        raise invalid_rows_error(privacy_unit, "have a null privacy unit")
+    valid &= ~null_unit
+    return rows_null_unit
+
+
+def unit_values(units: pd.Series) -> np.ndarray:
     """Privacy units as exact values: int64 for any integer dtype, else objects.
 
     A nullable ``Int64`` column's ``to_numpy()`` is float64 (5 -> 5.0, and inexact
@@ -116,15 +184,7 @@ def aggregate_pandas(
     key_series = [input_column(df, d.column, "key") for d in cells.domains]
     for series, domain in zip(key_series, cells.domains, strict=True):
         check_key_dtype(series, domain)
-    unit_series = input_column(df, spec.privacy_unit, "privacy_unit") if spec.privacy_unit else None
-    if unit_series is not None and not (
-        pd.api.types.is_integer_dtype(unit_series.dtype)
-        or pd.api.types.is_string_dtype(unit_series.dtype)
-    ):
-        raise TypeError(
-            f"privacy_unit column {spec.privacy_unit!r} has dtype {unit_series.dtype}; "
-            f"it must hold integers or strings"
-        )
+    unit_series = unit_column(df, spec.privacy_unit)
     value_series = input_column(df, spec.column, "summed") if spec.column else None
     if value_series is not None and (
         not pd.api.types.is_numeric_dtype(value_series.dtype)
@@ -136,32 +196,8 @@ def aggregate_pandas(
 
     n = len(df)
     valid = np.ones(n, dtype=bool)
-    positions = []
-    null_counts: dict[str, int] = {}
-    ood_counts: dict[str, int] = {}
-    for series, domain in zip(key_series, cells.domains, strict=True):
-        null, pos = key_positions(series, domain)
-        dropped_null = valid & null
-        dropped_ood = valid & ~null & (pos < 0)
-        null_counts[domain.column] = int(dropped_null.sum())
-        ood_counts[domain.column] = int(dropped_ood.sum())
-        if spec.on_invalid == "error":
-            if null_counts[domain.column]:
-                raise invalid_rows_error(domain.column, "have a null key")
-            if ood_counts[domain.column]:
-                raise invalid_rows_error(
-                    domain.column, f"have a key outside the declared domain {domain!r}"
-                )
-        valid &= ~null & (pos >= 0)
-        positions.append(pos)
-
-    rows_null_unit = 0
-    if unit_series is not None:
-        null_unit = valid & unit_series.isna().to_numpy()
-        rows_null_unit = int(null_unit.sum())
-        if rows_null_unit and spec.on_invalid == "error":
-            raise invalid_rows_error(spec.privacy_unit, "have a null privacy unit")
-        valid &= ~null_unit
+    positions, null_counts, ood_counts = code_keys(key_series, cells, spec.on_invalid, valid)
+    rows_null_unit = drop_null_units(unit_series, spec.privacy_unit, spec.on_invalid, valid)
 
     rows_invalid_value = 0
     rows_clamped = 0
@@ -189,12 +225,12 @@ def aggregate_pandas(
             salt = BoundingSalt.derive_shared(
                 spec.master_key(), spec.release_id, spec.shared_rows.group
             )
-            codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
+            codes, ukeys = unit_keys(unit_values(unit_series)[valid], salt)
             shared_cells = _shared_row_cells(df, spec, valid)
             bounded = bound_shared_rows(codes, ukeys, row_cells, shared_cells, salt, units)
         else:
             salt = BoundingSalt.derive(spec.master_key(), spec.release_id, spec.table)
-            codes, ukeys = unit_keys(_unit_values(unit_series)[valid], salt)
+            codes, ukeys = unit_keys(unit_values(unit_series)[valid], salt)
             bounded = bound_contributions(
                 codes, ukeys, row_cells, units, spec.max_cells, spec.max_per_cell, salt
             )

@@ -4,7 +4,8 @@ Window functions ranked by the keyed hashes of `dp_pipeline.engines.bounding`
 (the same Spark xxhash64 the numpy rule reimplements), so both engines keep
 the same rows of every privacy unit. Tables that share rows (post-processing
 combines them) rank each row by its cell over the union of their keys
-(``ROW_CELL_COLUMN``), with the group's salt, as the numpy rule does.
+(``ROW_CELL_COLUMN``), with the group's salt, as the numpy rule does. A selection
+that scores each kept row's own value keeps the rows themselves (`kept_rows`).
 """
 
 from __future__ import annotations
@@ -35,6 +36,50 @@ def unit_key(salt: BoundingSalt):
         sf.concat(sf.lit(salt.unit_salt + "|"), sf.col(UNIT_COLUMN).cast("string")), 256
     )
     return sf.conv(sf.substring(digest, 1, 15), 16, 10).cast("long")
+
+
+KEEP_ROW_COLUMN = "_dp_keep_row"  # 1: the row is kept
+KEEP_PAIR_COLUMN = "_dp_keep_pair"  # 1: the row's (unit, cell) pair is among the unit's kept
+FIRST_IN_PAIR_COLUMN = "_dp_first_in_pair"  # 1 on one row of every (unit, cell) pair
+
+
+def kept_rows(rows, cell, value, max_cells: int, max_per_cell: int, salt: BoundingSalt):
+    """``rows`` with the keyed rule's verdict per row (`dp_pipeline.engines.bounding.bound_rows`).
+
+    ``rows`` has the privacy unit in ``UNIT_COLUMN``; ``cell`` and ``value`` are long
+    column names, the cell negative on rows no query takes (left out of the ranking).
+    A (unit, cell) pair's rows rank by ``(xxhash64(seed_rows, unit_key, cell, value),
+    value)`` and its first ``max_per_cell`` are kept; a unit's pairs rank by
+    ``(xxhash64(seed_cells, unit_key, cell), cell)`` and its first ``max_cells`` are kept
+    (``dense_rank`` over the rows ranks their pairs). Adds `KEEP_ROW_COLUMN`,
+    `KEEP_PAIR_COLUMN` and `FIRST_IN_PAIR_COLUMN` (0 on rows with a negative cell).
+    """
+    valid = sf.col(cell) >= 0
+    key = unit_key(salt)
+    rows = rows.withColumn("_dp_unit_key", key)
+    row_rank = sf.xxhash64(
+        sf.lit(salt.seed_rows).cast("long"), sf.col("_dp_unit_key"), sf.col(cell), sf.col(value)
+    )
+    in_pair = Window.partitionBy(UNIT_COLUMN, cell).orderBy(row_rank, sf.col(value))
+    cell_rank = sf.xxhash64(
+        sf.lit(salt.seed_cells).cast("long"), sf.col("_dp_unit_key"), sf.col(cell)
+    )
+    in_unit = Window.partitionBy(sf.col(UNIT_COLUMN), valid).orderBy(cell_rank, sf.col(cell))
+    position = sf.row_number().over(in_pair)
+    pair_kept = valid & (sf.dense_rank().over(in_unit) <= max_cells)
+    return (
+        rows.withColumn("_dp_row_position", position)
+        .withColumn(KEEP_PAIR_COLUMN, pair_kept.cast("int"))
+        .withColumn(
+            KEEP_ROW_COLUMN,
+            (
+                sf.col(KEEP_PAIR_COLUMN).cast("boolean")
+                & (sf.col("_dp_row_position") <= max_per_cell)
+            ).cast("int"),
+        )
+        .withColumn(FIRST_IN_PAIR_COLUMN, (valid & (sf.col("_dp_row_position") == 1)).cast("int"))
+        .drop("_dp_row_position", "_dp_unit_key")
+    )
 
 
 def bounded_pairs(coded, spec: QuerySpec, rule: SumRule):
