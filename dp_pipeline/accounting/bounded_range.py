@@ -61,6 +61,7 @@ for adaptive composition lies above it (the tests compare against it with mpmath
 
 from __future__ import annotations
 
+import functools
 import math
 from fractions import Fraction
 
@@ -79,10 +80,12 @@ __all__ = [
     "bounded_range_pld",
     "bounded_range_support",
     "mass_error",
+    "support_points",
 ]
 
 POINTS = 256  # lattice cells per mechanism: the split adds ~3/m² relative loss variance
 _UNIT = 2.0**-53
+_INVERSION_SUPPORT = 512  # selection support points summed at every inversion node
 
 
 def mass_error(epsilon: float) -> float:
@@ -124,13 +127,24 @@ def bounded_range_losses(epsilon: Fraction, points: int = POINTS):
         raise ValueError(f"epsilon must be a positive Fraction, got {epsilon!r}")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
         raise ValueError(f"points must be an integer >= 1, got {points!r}")
+    offset, step, masses, _ = _lattice(epsilon, points)
+    return offset, step, masses.copy()
+
+
+@functools.lru_cache(maxsize=256)
+def _lattice(epsilon: Fraction, points: int):
+    """(offset, step, masses, float losses), read-only: plans ask for the same ε often."""
     step = 2 * epsilon / points
     eps, h = float(epsilon), float(step)
     j = np.arange(points + 1, dtype=np.float64)
     # e^{jh/2}/(e^ε - 1) = e^{jh/2 - ε}/(1 - e^{-ε}): no overflow for a large ε
     masses = math.tanh(h / 4) * np.exp(j * (h / 2) - eps) / -math.expm1(-eps)
     masses[1:-1] *= 2
-    return -epsilon, step, masses
+    # each loss the float nearest the exact rational offset + step·j
+    losses = np.array([float(-epsilon + step * i) for i in range(points + 1)])
+    masses.flags.writeable = False
+    losses.flags.writeable = False
+    return -epsilon, step, masses, losses
 
 
 def bounded_range_lattice(epsilon: Fraction, count: int, points: int = POINTS):
@@ -141,11 +155,23 @@ def bounded_range_lattice(epsilon: Fraction, count: int, points: int = POINTS):
     )
 
 
+def support_points(events) -> int:
+    """Lattice cells per selection in the MGF inversion, whose cost grows with the summed
+    support at every node: `POINTS` for one or two selection events, halved as they
+    multiply, at least 64 (the split then adds ~7e-4 relative loss variance per run; the
+    FFT paths keep `POINTS`)."""
+    groups = sum(1 for event in events if bounded_range_epsilon_of(event.mechanism) is not None)
+    points = POINTS
+    while points > 64 and groups * points > _INVERSION_SUPPORT:
+        points //= 2
+    return points
+
+
 def bounded_range_support(epsilon: Fraction, count: int, points: int = POINTS) -> SupportGroup:
     """The MGF inversion's `SupportGroup` of ``count`` runs of an ε-BR mechanism: float
-    losses within 2ε ulps of the exact rationals, masses within `mass_error`."""
-    offset, step, masses = bounded_range_losses(epsilon, points)
-    losses = _float_losses(offset, step, points)
+    losses within one ulp of ε of the exact rationals, masses within `mass_error`."""
+    bounded_range_losses(epsilon, points)  # checks the arguments
+    _, _, masses, losses = _lattice(epsilon, points)
     eps = float(epsilon)
     return SupportGroup(
         masses=masses,
@@ -158,11 +184,6 @@ def bounded_range_support(epsilon: Fraction, count: int, points: int = POINTS) -
 
 def bounded_range_pld(epsilon: Fraction, step: float, points: int = POINTS):
     """The grid `PrivacyLossDistribution` (symmetric) of one ε-BR mechanism."""
-    offset, lattice_step, masses = bounded_range_losses(epsilon, points)
-    losses = _float_losses(offset, lattice_step, points)
+    bounded_range_losses(epsilon, points)
+    _, _, masses, losses = _lattice(epsilon, points)
     return PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)
-
-
-def _float_losses(offset: Fraction, step: Fraction, points: int) -> np.ndarray:
-    """offset + step·j, each the float nearest the exact rational."""
-    return np.array([float(offset + step * j) for j in range(points + 1)])

@@ -20,6 +20,7 @@ from dp_pipeline.accounting.bounded_range import (
     bounded_range_lattice,
     bounded_range_pld,
     bounded_range_support,
+    support_points,
 )
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.brackets import (
@@ -91,7 +92,11 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
         return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
     if exact_only:
         return None
-    if components is not None:
+    # a selection's 257-point lattice makes the coarsened lattice slower and looser than
+    # the grid PLD: with selections, the grid PLD follows the exact lattice FFT
+    if components is not None and not any(
+        bounded_range_epsilon_of(e.mechanism) is not None for e in events
+    ):
         coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
         if coarse is not None:
             name = "multivariate_fft_coarsened"
@@ -216,7 +221,8 @@ def inversion_split(events, support_below, shared: dict | None = None):
         if bounded_range is not None:
             key = ("br", bounded_range, event.count)
             if key not in shared:
-                shared[key] = bounded_range_support(bounded_range, event.count)
+                points = support_points(events)
+                shared[key] = bounded_range_support(bounded_range, event.count, points)
             support_size += len(shared[key].masses)
             forward.append(shared[key])
             backward.append(shared[key])
