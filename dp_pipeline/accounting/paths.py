@@ -15,6 +15,13 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.accounting.bounded_range import (
+    bounded_range_epsilon_of,
+    bounded_range_lattice,
+    bounded_range_pld,
+    bounded_range_support,
+    support_points,
+)
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.brackets import (
     pmf_group,
@@ -85,7 +92,11 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
         return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
     if exact_only:
         return None
-    if components is not None:
+    # a selection's 257-point lattice makes the coarsened lattice slower and looser than
+    # the grid PLD: with selections, the grid PLD follows the exact lattice FFT
+    if components is not None and not any(
+        bounded_range_epsilon_of(e.mechanism) is not None for e in events
+    ):
         coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
         if coarse is not None:
             name = "multivariate_fft_coarsened"
@@ -206,6 +217,16 @@ def inversion_split(events, support_below, shared: dict | None = None):
                 forward.append(group)
                 backward.append(group)
             continue
+        bounded_range = bounded_range_epsilon_of(mechanism)
+        if bounded_range is not None:
+            key = ("br", bounded_range, event.count)
+            if key not in shared:
+                points = support_points(events)
+                shared[key] = bounded_range_support(bounded_range, event.count, points)
+            support_size += len(shared[key].masses)
+            forward.append(shared[key])
+            backward.append(shared[key])
+            continue
         if hasattr(mechanism, "privacy_loss_pmfs"):
             key = ("pmf", id(mechanism), event.count)
             if key not in shared:
@@ -281,6 +302,8 @@ def lattice_components(events) -> list[LatticeComponent] | None:
             for shift in event.sensitivity:
                 if shift:
                     counts[("dl", mechanism.scale, shift)] += event.count
+        elif bounded_range_epsilon_of(mechanism) is not None:
+            counts[("br", bounded_range_epsilon_of(mechanism), 1)] += event.count
         elif hasattr(mechanism, "privacy_loss_pmfs"):
             return None
         else:
@@ -300,6 +323,8 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                     sigma2=value,
                 )
             )
+        elif kind == "br":
+            components.append(bounded_range_lattice(value, count))
         elif kind == "dl":
             _, probabilities = discrete_laplace_loss_pmf(value, shift)
             components.append(
@@ -351,7 +376,11 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
     try:
         parts = []
         for mechanism, shift, count in parts_spec:
-            part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
+            bounded_range = bounded_range_epsilon_of(mechanism)
+            if bounded_range is not None:
+                part = bounded_range_pld(bounded_range, step)
+            else:
+                part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
             parts.append(part.self_compose(count) if count > 1 else part)
         while len(parts) > 1:
             parts = [

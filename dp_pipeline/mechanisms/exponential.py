@@ -254,6 +254,14 @@ class BaseTwoExponential:
         eta_low, _ = self.eta_bounds
         return max(1, math.ceil((self.tail_bits + int(outcomes).bit_length()) / eta_low))
 
+    @property
+    def bounded_range_epsilon(self) -> Fraction:
+        """The bounded-range ε (Durfee & Rogers 2019): `pure_epsilon`, an exact upper bound
+        on the range of the log-probability ratio between neighbours (`zcdp_rho` has the
+        proof). The accountant composes the mechanism by this range's exact privacy curve
+        (`dp_pipeline.accounting.bounded_range`), not as randomized response at ε."""
+        return self.pure_epsilon
+
     def zcdp_rho(self) -> Fraction:
         """Exact upper bound on the zCDP ρ: ``pure_epsilon**2 / 8``.
 
