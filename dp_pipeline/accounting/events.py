@@ -7,6 +7,7 @@ dominating pmf pair or its pure ε is restored as `PmfPair` or `PureDP`.
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ __all__ = [
     "event_mechanism_to_dict",
     "fraction_string",
     "pure_epsilon_of",
+    "randomized_response_masses",
     "sensitivity_tuple",
 ]
 
@@ -119,6 +121,15 @@ class PureDP:
     """A pure ε-DP mechanism (dominating pair: randomized response)."""
 
     pure_epsilon: Fraction
+
+
+def randomized_response_masses(epsilon0: float) -> tuple[float, float]:
+    """(P[loss = -ε₀], P[loss = ε₀]) of the randomized response, each within 2u of itself
+    (1 - p in floats would lose the small mass to cancellation); past ε₀ = 700 the small
+    mass (< e^{-700}) moves onto the large loss, which only raises δ."""
+    if epsilon0 > 700:
+        return 0.0, 1.0
+    return 1 / (1 + math.exp(epsilon0)), 1 / (1 + math.exp(-epsilon0))
 
 
 def event_mechanism_from_dict(data: dict):

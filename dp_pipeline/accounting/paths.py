@@ -33,9 +33,7 @@ from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_delta_bounds,
     discrete_laplace_loss_pmf,
 )
-from dp_pipeline.accounting.events import (
-    pure_epsilon_of,
-)
+from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
     InversionComposition,
@@ -243,9 +241,9 @@ def inversion_split(events, support_below, shared: dict | None = None):
             continue
         pure = float(pure_epsilon_of(mechanism))
         if pure > 0:
-            high = 1 / (1 + math.exp(-pure))
+            low, high = randomized_response_masses(pure)
             group = SupportGroup(
-                masses=np.array([high, 1 - high]),
+                masses=np.array([high, low]),
                 losses=np.array([pure, -pure]),
                 count=event.count,
                 loss_error=2 * unit * pure,
@@ -336,13 +334,12 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                 )
             )
         else:
-            p = 1 / (1 + math.exp(-float(value)))
             components.append(
                 LatticeComponent(
                     offset=-value,
                     step=2 * value,
                     count=count,
-                    probabilities=(1 - p, p),
+                    probabilities=randomized_response_masses(float(value)),
                 )
             )
     return components or None

@@ -44,7 +44,7 @@ from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_log_normalizer,
 )
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
-from dp_pipeline.accounting.events import pure_epsilon_of
+from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
 from dp_pipeline.accounting.pld_grid import (
     DEFAULT_STEP,
     MAX_GRID_POINTS,
@@ -55,6 +55,8 @@ from dp_pipeline.accounting.pld_grid import (
 )
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import positive_rational
+
+_UNIT_ROUNDOFF = 2.0**-53
 
 __all__ = [
     "MAX_GRID_POINTS",
@@ -105,12 +107,21 @@ class PrivacyLossDistribution:
 
     # ----------------------------------------------------------------- constructors
     @classmethod
-    def from_losses(cls, losses, masses, infinite_mass: float = 0.0, step: float = DEFAULT_STEP):
-        """Symmetric PLD from the loss values and their P-masses (plus P[L = ∞])."""
+    def from_losses(
+        cls,
+        losses,
+        masses,
+        infinite_mass: float = 0.0,
+        step: float = DEFAULT_STEP,
+        mass_relative: float = 0.0,
+    ):
+        """Symmetric PLD from the loss values and their P-masses (plus P[L = ∞]);
+        ``mass_relative``: how far (relative) the float masses may be from the exact ones,
+        charged to both bounds."""
         step = _check_step(step)
         losses = np.asarray(losses, dtype=np.float64)
         masses = np.asarray(masses, dtype=np.float64)
-        return cls(discretise(losses, masses, float(infinite_mass), step))
+        return cls(discretise(losses, masses, float(infinite_mass), step, mass_relative))
 
     @classmethod
     def from_pmfs(cls, p, q, step: float = DEFAULT_STEP, symmetric: bool = False):
@@ -138,7 +149,8 @@ class PrivacyLossDistribution:
         sigma2 = positive_rational(sigma2, "sigma2")
         shift = check_integer_sensitivity(sensitivity)
         losses, masses, tail = _discrete_gaussian_losses(sigma2, shift)
-        pld = cls.from_losses(losses, masses, tail, step)
+        # each mass e^{-a} with a = y²/(2σ²) + log Z <= 50 + log Z: within (2|a| + 2)·u
+        pld = cls.from_losses(losses, masses, tail, step, 256 * _UNIT_ROUNDOFF)
         # A dominating tail goes to +∞ for the upper bound only; the lower bound drops it.
         lower = replace(pld._forward[1], infinite_mass=0.0)
         return cls((pld._forward[0], lower))
@@ -150,14 +162,16 @@ class PrivacyLossDistribution:
         shift = check_integer_sensitivity(sensitivity)
         values, masses = discrete_laplace_loss_pmf(scale, shift)
         losses = (-shift + 2.0 * values) / float(scale)
-        return cls.from_losses(losses, masses, 0.0, step)
+        return cls.from_losses(losses, masses, 0.0, step, 4 * (shift + 4) * _UNIT_ROUNDOFF)
 
     @classmethod
     def from_randomized_response(cls, epsilon, step: float = DEFAULT_STEP):
         """PLD of the ε-DP randomized-response pair, the dominating pair of pure ε-DP."""
         epsilon = check_epsilon(float(epsilon), "pure_epsilon")
-        p = 1 / (1 + math.exp(-epsilon))
-        return cls.from_losses(np.array([epsilon, -epsilon]), np.array([p, 1 - p]), 0.0, step)
+        low, high = randomized_response_masses(epsilon)
+        return cls.from_losses(
+            np.array([epsilon, -epsilon]), np.array([high, low]), 0.0, step, 4 * _UNIT_ROUNDOFF
+        )
 
     @classmethod
     def from_mechanism(cls, mechanism, sensitivity=1, step: float = DEFAULT_STEP):
@@ -298,7 +312,8 @@ def pld_from_lattice_components(components, step: float | None = None) -> Privac
         else:
             probabilities = np.asarray(c.probabilities)
             losses = float(c.offset) + float(c.step) * np.arange(len(probabilities))
-            part = PrivacyLossDistribution.from_losses(losses, probabilities, 0.0, step)
+            relative = 4 * (len(probabilities) + 4) * _UNIT_ROUNDOFF  # as `lattice_loss`
+            part = PrivacyLossDistribution.from_losses(losses, probabilities, 0.0, step, relative)
         parts.append(part.self_compose(c.count) if c.count > 1 else part)
     # Balanced tree keeps the intermediate arrays small.
     while len(parts) > 1:

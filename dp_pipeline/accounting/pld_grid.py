@@ -62,7 +62,8 @@ class GridLoss:
         check_grid_size(fast_length(len(a) + len(b) - 1), "the convolution of two PLDs")
         if min(len(a), len(b)) <= _DIRECT_CONVOLUTION:
             result = np.convolve(a, b)
-            error = 0.0
+            # a sum of at most min(len) products of non-negative masses: L1 error (m + 1)·u
+            error = (min(len(a), len(b)) + 1) * _UNIT_ROUNDOFF * float(np.sum(a) * np.sum(b))
         else:
             result = fft_convolve(a, b)
             size = fast_length(len(result))  # the transform length sets the round-off
@@ -118,6 +119,10 @@ class GridLoss:
 
     def delta(self, epsilon: float) -> float:
         losses = (self.first + np.arange(len(self.probabilities))) * self.step
+        # the grid points i·h are the exact products; their floats are within u·|L|: the
+        # upper bound reads them rounded up, the lower bound down (δ is increasing in L)
+        margin = 2 * _UNIT_ROUNDOFF * np.abs(losses)
+        losses = losses + margin if self.upper else losses - margin
         start = int(np.searchsorted(losses, epsilon, side="right"))
         finite = float(np.sum(self.probabilities[start:] * -np.expm1(epsilon - losses[start:])))
         if self.upper:
@@ -145,25 +150,52 @@ def fft_convolve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.fft.irfft(spectrum, length)[:size]
 
 
-def discretise(losses: np.ndarray, masses: np.ndarray, infinite_mass: float, step: float):
-    """Upper (split) and lower (floor) grid pmfs of a finite-support loss distribution."""
+def discretise(
+    losses: np.ndarray,
+    masses: np.ndarray,
+    infinite_mass: float,
+    step: float,
+    mass_relative: float = 0.0,
+):
+    """Upper (split) and lower (floor) grid pmfs of a finite-support loss distribution.
+
+    Float care (each part only raises the upper pmf's δ or lowers the lower one's): the
+    losses are moved by ``8u·(|L| + step)`` up for the upper split and down for the floor
+    (a float loss and the grid offsets L - i·h each carry u·|L|; δ is increasing in every
+    loss, and the split of a higher loss puts more P-mass on the upper grid point); the
+    upper point's share is raised by 4u. ``mass_relative`` (the input masses' relative
+    error), the shares' and the slot sums' round-off ((k + 4)·u for slots of k masses) are
+    charged as the parts' round-off, an L1 bound on the masses.
+    """
     keep = masses > 0
     losses, masses = losses[keep], masses[keep]
     check_grid_size((float(np.max(losses)) - float(np.min(losses))) / step + 2, "a loss pmf")
+    margin = 8 * _UNIT_ROUNDOFF * (np.abs(losses) + step)
+    upper_index, upper_share = _split(losses + margin, step)
+    lower_index, _ = _split(losses - margin, step)
+    upper_share = np.minimum(upper_share * (1 + 4 * _UNIT_ROUNDOFF), 1.0)
+    first = int(min(upper_index.min(), lower_index.min()))
+    size = int(max(upper_index.max(), lower_index.max())) - first + 2
+    upper_slots = upper_index - first
+    lower_slots = lower_index - first
+    # bincount sums repeated slots like np.add.at, an order of magnitude faster.
+    upper = np.bincount(upper_slots, masses * (1 - upper_share), minlength=size)
+    upper += np.bincount(upper_slots + 1, masses * upper_share, minlength=size)
+    lower = np.bincount(lower_slots, masses, minlength=size)
+    crowded = max(int(np.bincount(upper_slots).max()), int(np.bincount(lower_slots).max()))
+    roundoff = mass_relative + (2 * crowded + 8) * _UNIT_ROUNDOFF
+    return (
+        GridLoss(step, first, upper, infinite_mass, roundoff, True).truncated(),
+        GridLoss(step, first, lower, infinite_mass, roundoff, False).truncated(),
+    )
+
+
+def _split(losses: np.ndarray, step: float) -> tuple[np.ndarray, np.ndarray]:
+    """Grid index i with i·h <= L <= (i+1)·h and the share of L's P-mass put on (i+1)·h
+    so that the Q-mass is kept: (1 - e^{-(L - ih)})/(1 - e^{-h})."""
     index = np.floor(losses / step).astype(np.int64)
     offset = losses - index * step
     index = np.where(offset < 0, index - 1, index)
     index = np.where(offset > step, index + 1, index)
     offset = np.clip(losses - index * step, 0.0, step)
-    first = int(index.min())
-    size = int(index.max()) - first + 2
-    upper_share = np.clip(np.expm1(-offset) / math.expm1(-step), 0.0, 1.0)
-    slots = index - first
-    # bincount sums repeated slots like np.add.at, an order of magnitude faster.
-    upper = np.bincount(slots, masses * (1 - upper_share), minlength=size)
-    upper += np.bincount(slots + 1, masses * upper_share, minlength=size)
-    lower = np.bincount(slots, masses, minlength=size)
-    return (
-        GridLoss(step, first, upper, infinite_mass, 0.0, True).truncated(),
-        GridLoss(step, first, lower, infinite_mass, 0.0, False).truncated(),
-    )
+    return index, np.clip(np.expm1(-offset) / math.expm1(-step), 0.0, 1.0)
