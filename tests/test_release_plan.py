@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from dp_pipeline.release.cli import main
 from dp_pipeline.release.costs import sensitivity_vector
 from dp_pipeline.release.plan import PlanError, plan_release
 from dp_pipeline.release.spec import load_spec, parse_spec
+from dp_pipeline.release.spec_model import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -138,3 +140,113 @@ def test_cli_ledger_empty_and_unknown_population(tmp_path, capsys):
     assert "no releases yet" in capsys.readouterr().out
     assert main(["ledger", "--ledger", ledger, "--population", "x"]) == 2
     assert "--population 'x': not in the ledger" in capsys.readouterr().err
+
+
+# ------------------------------------------------ hostile values: spec errors before any data
+
+
+def edited(path: str, value) -> dict:
+    """`small_document` with the dotted ``path`` set to ``value``."""
+    document = small_document(epsilon=Decimal(1), delta=Decimal("1e-9"))
+    *parents, last = path.split(".")
+    node = document
+    for part in parents:
+        node = node[int(part)] if part.isdigit() else node.setdefault(part, {})
+    node[int(last) if last.isdigit() else last] = value
+    return document
+
+
+# One row per hostile value: (field, value, a fragment the error must contain). Each used
+# to end in a traceback (or run for hours) in the accountant, numpy or the engines.
+HOSTILE = [
+    ("budget.delta", 0, "budget.delta = 0: discrete_gaussian noise (release.noise"),
+    ("budget", {"epsilon": 1}, "budget.delta: discrete_gaussian noise"),
+    ("budget.epsilon", Decimal("1e-100000"), "budget.epsilon = 1E-100000: too many digits"),
+    ("budget.epsilon", Decimal("1e100000"), "budget.epsilon = 1E+100000: too many digits"),
+    ("budget.epsilon", "1e999999999", "budget.epsilon = '1e999999999': too many digits"),
+    ("budget.epsilon", Decimal("1e-30"), "budget.epsilon = 1E-30: must lie between 1e-6 and 1000"),
+    ("budget.epsilon", Decimal("NaN"), "budget.epsilon = NaN: must be finite"),
+    ("budget.epsilon", Decimal("-Infinity"), "budget.epsilon = -Infinity: must be finite"),
+    ("budget.epsilon", Decimal("-2"), "budget.epsilon = -2: must be > 0"),
+    ("budget.epsilon", [1], "budget.epsilon = [1]: must be a number or a 'p/q' string"),
+    ("budget.epsilon", True, "budget.epsilon = True: must be a number"),
+    ("budget.delta", Decimal("1e-101"), "budget.delta = 1E-101: too many digits"),
+    ("budget.delta", Decimal("1"), "budget.delta = 1: must be 0 or lie in [1e-100, 1)"),
+    ("budget", {"rho": Decimal("1e-40")}, "budget.rho = 1E-40: must lie between 1e-12 and 10000"),
+    ("budget", {"rho": "1/" + "7" * 5000}, "too many digits"),
+    ("budget", 3, "budget = 3: must be a table ([budget])"),
+    ("population.cap", {"epsilon": 4}, "population.cap.delta: discrete_gaussian noise"),
+    ("population.cap", {"epsilon": Decimal("1e100000"), "delta": Decimal("1e-9")}, "too many"),
+    ("domains.age", {"start": -(2**63), "stop": 2**63 - 1}, "above the 1,099,511,627,776 (2**40)"),
+    ("domains.age", {"start": 0, "stop": 10**30}, "must fit in a 64-bit signed integer"),
+    ("domains.age", [2**64, 1], "domains.age: every integer value must fit in a 64-bit"),
+    ("domains.age", {"start": 0, "stop": 10**5000}, "must fit in a 64-bit signed integer"),
+    ("release.max_cells", 10**30, "release.max_cells = 1000000000000000000000000000000: must be"),
+    ("tables.1.value", "sex", "tables[1].value = 'sex': the summed column cannot also be one"),
+    ("tables.0.share", "1/" + "3" * 3000, "characters): too many digits"),
+    ("tables.0.share", Decimal("1e-9"), "tables[0].share = 1E-9: must lie between 1e-6 and 1"),
+    ("tables.0.share", Decimal("NaN"), "tables[0].share = NaN: must be finite"),
+    ("tables.0.statistic", "avg", "tables[0].statistic = 'avg': must be one of count"),
+    ("tables", [], "tables: a release needs at least one [[tables]] entry"),
+    ("tables", {"name": "x"}, "tables: must be an array of tables"),
+    ("tables.1.upper", 2**63, "tables[1].upper = 9223372036854775808: the largest |bound|"),
+    ("tables.0.max_cells", 10**30, "tables[0].max_cells = 1000000000000000000000000000000: larger"),
+    ("input.synthetic_persons", 10**30, "input.synthetic_persons = 10000000000000000000000000"),
+    ("input.synthetic_seed", -1, "input.synthetic_seed = -1: must be between 0 and 2**63 - 1"),
+    ("release.id", 10**5000, "release.id = a int too long to print: must be a string"),
+    ("output.dir", ["x"], "output.dir = ['x']: must be a string"),
+]
+
+
+@pytest.mark.parametrize("path, value, fragment", HOSTILE, ids=[f"{r[0]}-{r[2]}" for r in HOSTILE])
+def test_a_hostile_value_is_one_spec_error_naming_its_field(path, value, fragment):
+    with pytest.raises(SpecError) as info:
+        plan_release(parse_spec(edited(path, value)))
+    assert fragment in str(info.value), str(info.value)
+    # The field's own problem, and no cascade (a second problem caused by the first).
+    assert len(info.value.problems) == 1, str(info.value)
+
+
+def test_sigma2_out_of_range_is_a_spec_error():
+    document = small_document()
+    del document["budget"]
+    for table, sigma2 in zip(document["tables"], ("1/1000", Decimal("1e31")), strict=True):
+        del table["share"]
+        table["sigma2"] = sigma2
+    with pytest.raises(SpecError) as info:
+        plan_release(parse_spec(document))
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "tables[0].sigma2 = '1/1000'",
+        "tables[1].sigma2 = 1E+31",
+    ], str(info.value)
+    assert "must lie between 1e-2 and 1e+30" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "statistic, key, reserved",
+    [
+        ("count", "value", "value, raw_value, true_value, true_n"),
+        ("count", "raw_value", "value, raw_value"),
+        ("count", "Value", "value, raw_value"),  # Spark ignores the case of column names
+        ("sum", "_dp_position_0", "value, raw_value, true_value, true_n or start with '_dp_'"),
+        ("median", "value", "value, true_value, rank_error"),
+        ("top_k", "rank", "rank, count, true_count, in_true_top_k"),
+        ("top_k", "count", "rank, count"),
+    ],
+)
+def test_a_key_named_like_an_output_column_is_a_spec_error(statistic, key, reserved):
+    document = small_document()
+    document["domains"][key] = ["a", "b", "c"]
+    table = {"name": "clash", "keys": [key], "statistic": statistic, "share": "1/4"}
+    if statistic == "sum":
+        table.update(value="income", lower=0, upper=10)
+    if statistic == "median":
+        table.update(value="income", lower=0, upper=10)
+    if statistic == "top_k":
+        table.update(k=1)
+    document["tables"] = [document["tables"][0], table]
+    with pytest.raises(SpecError) as info:
+        parse_spec(document)
+    message = str(info.value)
+    assert f"tables[1].keys: table 'clash' has key column {key!r}" in message, message
+    assert f"cannot be named {reserved}" in message, message

@@ -41,6 +41,14 @@ from dp_pipeline.release.spec_hierarchy import (
     read_postprocess,
 )
 from dp_pipeline.release.spec_invalid import INVALID_FIELDS, read_invalid_rows
+from dp_pipeline.release.spec_limits import (
+    DELTA_MIN,
+    EPSILON_RANGE,
+    MAX_DOMAIN_VALUES,
+    MAX_SYNTHETIC_PERSONS,
+    RHO_RANGE,
+    check_range,
+)
 from dp_pipeline.release.spec_model import (
     DEFAULT_RELEASE_CELL_LIMIT,
     ENGINES,
@@ -53,6 +61,7 @@ from dp_pipeline.release.spec_model import (
     ReleaseSpec,
     SpecError,
     format_of_path,
+    output_name_clash,
 )
 from dp_pipeline.release.spec_tables import read_tables
 
@@ -129,7 +138,7 @@ def parse_spec(
             sections[name] = raw
             continue
         if not isinstance(raw, dict):
-            problems.append(f"{name} = {raw!r}: must be a table ([{name}])")
+            problems.append(f"{name} = {show_value(raw)}: must be a table ([{name}])")
             raw = {}
         if allowed:
             for key in raw:
@@ -157,8 +166,12 @@ def parse_spec(
     cell_limit = read_integer(
         release, "max_cells", "release", problems, default=DEFAULT_RELEASE_CELL_LIMIT
     )
-    if cell_limit is not None and cell_limit < 1:
-        problems.append(f"release.max_cells = {cell_limit}: must be >= 1")
+    if cell_limit is not None and not 1 <= cell_limit <= MAX_DOMAIN_VALUES:
+        problems.append(
+            f"release.max_cells = {show_value(cell_limit)}: must be between 1 and "
+            f"{MAX_DOMAIN_VALUES:,} (2**40; cells are indexed by int64)"
+        )
+        cell_limit = None
 
     population_section = sections["population"]
     population = read_string(population_section, "name", "population", problems, required=True)
@@ -174,7 +187,7 @@ def parse_spec(
         raw_cap = population_section["cap"]
         if not isinstance(raw_cap, dict):
             problems.append(
-                f"population.cap = {raw_cap!r}: must be a table such as "
+                f"population.cap = {show_value(raw_cap)}: must be a table such as "
                 "{ epsilon = 4, delta = 1e-8 } or { rho = 1 }"
             )
         else:
@@ -216,11 +229,19 @@ def parse_spec(
 
     budget = None
     if sections["budget"]:
-        budget = read_budget(sections["budget"], "budget", problems)
+        budget = read_budget(sections["budget"], "budget", problems, check_fields=False)
+    # A [budget] that is present but wrong has its own problem: no "budget: required" too.
+    budget_written = "budget" in document
 
     domains = read_domains(sections["domains"], problems)
     tables = read_tables(
-        sections["tables"], domains, default_l0 or 1, default_linf or 1, cell_limit, problems
+        sections["tables"],
+        domains,
+        default_l0 or 1,
+        default_linf or 1,
+        cell_limit,
+        problems,
+        declared=set(sections["domains"]),
     )
     for index, table in enumerate(tables):
         if unit_column is not None and unit_column in (*table.keys, table.value):
@@ -233,6 +254,16 @@ def parse_spec(
                 f"tables[{index}].value = {table.value!r}: the {table.statistic}'s column "
                 "cannot also be one of its group keys"
             )
+        if table.statistic == "sum" and table.value in table.keys:
+            problems.append(
+                f"tables[{index}].value = {table.value!r}: the summed column cannot also be "
+                f"one of the table's keys {list(table.keys)!r} (a key is a category of the "
+                "cells, the value the number added up in them); sum another column or "
+                "drop it from keys"
+            )
+        problem = output_name_clash(table, index)
+        if problem:
+            problems.append(problem)
     hierarchy = read_hierarchy(sections["hierarchy"], domains, Path(base_dir or "."), problems)
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
     postprocess = None
@@ -273,7 +304,7 @@ def parse_spec(
             f"tables: {len(with_share)} table(s) give a share and {len(with_sigma2)} give "
             "sigma2; a release uses shares on every table or sigma2 on every table"
         )
-    elif tables and with_share and len(with_share) != len(tables):
+    elif with_share and len(with_share) != len(tables):
         missing = [t.name for t in tables if t.share is None]
         problems.append(f"tables {missing}: share is missing (every table needs a share)")
     elif with_share and len(tables) == len(sections["tables"]):
@@ -286,12 +317,19 @@ def parse_spec(
                 + (" and input.invalid_share" if invalid_share else "")
                 + " must sum to exactly 1"
             )
-        if budget is None:
+        if not budget_written:
             problems.append(
                 "budget: required when tables give shares (set rho, or epsilon and delta)"
             )
-    elif tables and not with_sigma2:
+    elif tables and not with_sigma2 and len(tables) == len(sections["tables"]):
+        # Only when every table was read: a table with its own problem is left out of
+        # `tables`, and the split is judged on the tables that are sound.
         problems.append("tables: every table needs a share of the budget or an explicit sigma2")
+    if noise == "discrete_gaussian":
+        if isinstance(sections["budget"], dict):
+            _gaussian_delta(budget, sections["budget"], "budget", problems)
+        if cap is not None:
+            _gaussian_delta(cap, population_section["cap"], "population.cap", problems)
     if noise == "discrete_laplace" and budget is not None and budget.rho is not None:
         problems.append(
             f"budget.rho = {budget.rho}: discrete_laplace noise needs an epsilon budget "
@@ -311,9 +349,16 @@ def parse_spec(
     synthetic_persons = read_integer(
         inputs, "synthetic_persons", "input", problems, default=1_000_000
     )
-    if synthetic_persons is not None and synthetic_persons < 1:
-        problems.append(f"input.synthetic_persons = {synthetic_persons}: must be >= 1")
+    if synthetic_persons is not None and not 1 <= synthetic_persons <= MAX_SYNTHETIC_PERSONS:
+        problems.append(
+            f"input.synthetic_persons = {show_value(synthetic_persons)}: must be between 1 "
+            f"and {MAX_SYNTHETIC_PERSONS:,}"
+        )
     synthetic_seed = read_integer(inputs, "synthetic_seed", "input", problems, default=2026)
+    if synthetic_seed is not None and not 0 <= synthetic_seed < 2**63:
+        problems.append(
+            f"input.synthetic_seed = {show_value(synthetic_seed)}: must be between 0 and 2**63 - 1"
+        )
 
     output_dir = read_string(sections["output"], "dir", "output", problems) or "out"
     run = sections["run"]
@@ -357,28 +402,66 @@ def parse_spec(
 # ----------------------------------------------------------------------------- fields
 
 
-def read_budget(section: dict, path: str, problems: list[str]) -> Budget | None:
-    for key in section:
-        if key not in ("rho", "epsilon", "delta"):
-            problems.append(f"{path}.{key}: unknown field; allowed fields are rho, epsilon, delta")
+def read_budget(
+    section: dict, path: str, problems: list[str], *, check_fields: bool = True
+) -> Budget | None:
+    """``[budget]`` or ``population.cap``: ρ, or ε with an optional δ, each in its range.
+
+    ``check_fields``: report unknown fields here (``[budget]``'s are reported with the
+    other sections' by `parse_spec`, once).
+    """
+    if check_fields:
+        for key in section:
+            if key not in ("rho", "epsilon", "delta"):
+                problems.append(
+                    f"{path}.{key}: unknown field; allowed fields are rho, epsilon, delta"
+                )
     has_rho = "rho" in section
     has_eps = "epsilon" in section
     if has_rho and (has_eps or "delta" in section):
         problems.append(f"{path}: give rho, or epsilon with delta, not both")
         return None
     if has_rho:
-        rho = read_positive(section["rho"], f"{path}.rho", problems)
+        rho = _in_range(section["rho"], f"{path}.rho", RHO_RANGE, "zCDP rho", problems)
         return None if rho is None else Budget(rho=rho)
     if not has_eps:
         problems.append(f"{path}: needs rho, or epsilon with delta")
         return None
-    epsilon = read_positive(section["epsilon"], f"{path}.epsilon", problems)
+    epsilon = _in_range(section["epsilon"], f"{path}.epsilon", EPSILON_RANGE, "epsilon", problems)
     delta = Fraction(0)
     if "delta" in section:
         delta = read_rational(section["delta"], f"{path}.delta", problems)
-        if delta is not None and not 0 <= delta < 1:
-            problems.append(f"{path}.delta = {show_value(section['delta'])}: must be in [0, 1)")
+        if delta is not None and not (delta == 0 or DELTA_MIN <= delta < 1):
+            problems.append(
+                f"{path}.delta = {show_value(section['delta'])}: must be 0 or lie in [1e-100, 1)"
+            )
             return None
     if epsilon is None or delta is None:
         return None
     return Budget(epsilon=epsilon, delta=delta)
+
+
+def _in_range(value, path, bounds, what, problems) -> Fraction | None:
+    exact = read_positive(value, path, problems)
+    if exact is None:
+        return None
+    problem = check_range(
+        exact, show_value(value), path, bounds, f"the range a {what} budget is planned in"
+    )
+    if problem:
+        problems.append(problem)
+        return None
+    return exact
+
+
+def _gaussian_delta(budget: Budget | None, section: dict, path: str, problems: list[str]) -> None:
+    """A discrete Gaussian release is never pure ε-DP: an ε budget or cap needs δ > 0."""
+    if budget is None or budget.epsilon is None or budget.delta:
+        return
+    written = f" = {show_value(section['delta'])}" if "delta" in section else ""
+    problems.append(
+        f"{path}.delta{written}: discrete_gaussian noise (release.noise, the default) is "
+        f"never pure epsilon-DP, so an epsilon {'cap' if 'cap' in path else 'budget'} needs "
+        f"a delta > 0; add {path}.delta (e.g. 1e-9), give rho instead, or set "
+        'release.noise = "discrete_laplace"'
+    )

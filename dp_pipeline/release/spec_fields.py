@@ -12,6 +12,13 @@ from fractions import Fraction
 from typing import Any
 
 from dp_pipeline.rational import exact_rational
+from dp_pipeline.release.spec_limits import (
+    INT64_RANGE,
+    MAX_DIGITS,
+    MAX_DOMAIN_VALUES,
+    MAX_EXPONENT,
+    written_too_long,
+)
 
 __all__ = [
     "COLUMN_PATTERN",
@@ -38,10 +45,10 @@ def read_string(section, key, path, problems, required=False) -> str | None:
         return None
     value = section[key]
     if not isinstance(value, str):
-        problems.append(f"{path}.{key} = {value!r}: must be a string")
+        problems.append(f"{path}.{key} = {show_value(value)}: must be a string")
         return None
     if required and not value.strip():
-        problems.append(f"{path}.{key} = {value!r}: must not be empty")
+        problems.append(f"{path}.{key} = {show_value(value)}: must not be empty")
         return None
     return value
 
@@ -65,13 +72,30 @@ def read_choice(section, key, path, choices, default, problems) -> str:
 
 
 def show_value(value: Any) -> str:
-    return str(value) if isinstance(value, Decimal) else repr(value)
+    return _clipped(value)
+
+
+def _clipped(value: Any, limit: int = 200) -> str:
+    """The value as written in the spec, cut to ``limit`` characters (a hostile value may
+    be ten thousand digits long, beyond what Python converts to text)."""
+    try:
+        text = str(value) if isinstance(value, Decimal) else repr(value)
+    except ValueError:  # an integer beyond sys.get_int_max_str_digits()
+        return f"a {type(value).__name__} too long to print"
+    return text if len(text) <= limit else f"{text[: limit - 20]}...({len(text)} characters)"
 
 
 def read_rational(value: Any, path: str, problems: list[str]) -> Fraction | None:
-    """An exact rational from a TOML int, decimal or 'p/q' string."""
+    """An exact rational from a TOML int, decimal or 'p/q' string (at most `MAX_DIGITS` digits)."""
+    if written_too_long(value):
+        problems.append(
+            f"{path} = {_clipped(value)}: too many digits; a spec number is written with at "
+            f"most {MAX_DIGITS} digits (numerator and denominator) and an exponent within "
+            f"+-{MAX_EXPONENT}"
+        )
+        return None
     if isinstance(value, bool):
-        problems.append(f"{path} = {value!r}: must be a number or a 'p/q' string")
+        problems.append(f"{path} = {show_value(value)}: must be a number or a 'p/q' string")
         return None
     if isinstance(value, int):
         return Fraction(value)
@@ -84,7 +108,7 @@ def read_rational(value: Any, path: str, problems: list[str]) -> Fraction | None
         try:
             return exact_rational(value, path)
         except ValueError as error:
-            problems.append(f"{path} = {value!r}: {error}")
+            problems.append(f"{path} = {show_value(value)}: {error}")
             return None
     problems.append(f"{path} = {show_value(value)}: must be a number or a 'p/q' string")
     return None
@@ -101,14 +125,16 @@ def read_positive(value: Any, path: str, problems: list[str]) -> Fraction | None
 def check_token(value: str, path: str, problems: list[str]) -> None:
     if not TOKEN_PATTERN.match(value):
         problems.append(
-            f"{path} = {value!r}: must be 1-128 letters, digits, '.', '_' or '-', "
+            f"{path} = {show_value(value)}: must be 1-128 letters, digits, '.', '_' or '-', "
             "starting with a letter or digit"
         )
 
 
 def check_column(value: str, path: str, problems: list[str]) -> None:
     if not COLUMN_PATTERN.match(value):
-        problems.append(f"{path} = {value!r}: must be a column name (letters, digits, '_')")
+        problems.append(
+            f"{path} = {show_value(value)}: must be a column name (letters, digits, '_')"
+        )
 
 
 def read_domains(section: dict, problems: list[str]) -> dict[str, range | tuple[Any, ...]]:
@@ -126,11 +152,28 @@ def read_domains(section: dict, problems: list[str]) -> dict[str, range | tuple[
             start, stop = raw.get("start"), raw.get("stop")
             if any(isinstance(v, bool) or not isinstance(v, int) for v in (start, stop)):
                 problems.append(
-                    f"{path} = {raw!r}: a range domain needs integer start and stop (inclusive)"
+                    f"{path} = {show_value(raw)}: a range domain needs integer start and stop "
+                    "(inclusive)"
                 )
                 continue
             if stop < start:
-                problems.append(f"{path} = {raw!r}: empty domain (stop {stop} < start {start})")
+                problems.append(
+                    f"{path} = {show_value(raw)}: empty domain "
+                    f"(stop {show_value(stop)} < start {show_value(start)})"
+                )
+                continue
+            if start < INT64_RANGE[0] or stop > INT64_RANGE[1]:
+                problems.append(
+                    f"{path} = {show_value(raw)}: start and stop must fit in a 64-bit signed "
+                    "integer (both engines hold integer keys as int64)"
+                )
+                continue
+            if stop - start + 1 > MAX_DOMAIN_VALUES:
+                problems.append(
+                    f"{path} = {show_value(raw)}: {stop - start + 1:,} values, above the "
+                    f"{MAX_DOMAIN_VALUES:,} (2**40) one key may declare (cells are indexed "
+                    "by int64); declare only the values the column takes, or coarsen it"
+                )
                 continue
             domains[column] = range(start, stop + 1)  # a Sequence; stays compact
         elif isinstance(raw, list):
@@ -139,7 +182,15 @@ def read_domains(section: dict, problems: list[str]) -> dict[str, range | tuple[
                 continue
             kinds = {type(v) for v in raw}
             if kinds not in ({int}, {str}):
-                problems.append(f"{path} = {raw!r}: values must be all integers or all strings")
+                problems.append(
+                    f"{path} = {show_value(raw)}: values must be all integers or all strings"
+                )
+                continue
+            if kinds == {int} and not INT64_RANGE[0] <= min(raw) <= max(raw) <= INT64_RANGE[1]:
+                problems.append(
+                    f"{path}: every integer value must fit in a 64-bit signed integer "
+                    "(both engines hold integer keys as int64)"
+                )
                 continue
             seen: set[Any] = set()
             duplicates = sorted({v for v in raw if v in seen or seen.add(v)}, key=str)

@@ -23,6 +23,7 @@ __all__ = [
     "MAX_NOISE_PARTITIONS",
     "NEIGHBOURING_RELATIONS",
     "NOISE_FAMILIES",
+    "RESERVED_COLUMNS",
     "SELECTIONS",
     "STATISTICS",
     "TOP_K_METHODS",
@@ -32,6 +33,7 @@ __all__ = [
     "TableSpec",
     "format_of_path",
     "fraction_text",
+    "output_name_clash",
     "replaced",
 ]
 
@@ -48,6 +50,38 @@ INPUT_FORMATS = ("parquet", "csv")
 # or ("error") refuse a release when a noisy, accounted count of the privacy units with
 # an invalid row is above input.invalid_threshold (`dp_pipeline.release.invalid_rows`).
 ON_INVALID_RULES = ("drop", "error")
+
+
+# Columns a release adds beside a table's keys (its published file, and the frames the
+# engines and the report build): a key of the same name would be overwritten or clash.
+# The engines' own helper columns start with INTERNAL_PREFIX.
+RESERVED_COLUMNS = {
+    "count": ("value", "raw_value", "true_value", "true_n"),
+    "sum": ("value", "raw_value", "true_value", "true_n"),
+    "quantile": ("value", "true_value", "rank_error"),
+    "median": ("value", "true_value", "rank_error"),
+    "top_k": ("rank", "count", "true_count", "in_true_top_k"),
+}
+INTERNAL_PREFIX = "_dp_"
+
+
+def output_name_clash(table: TableSpec, index: int) -> str | None:
+    """The problem of a key column named like a column the release adds (None: no clash)."""
+    reserved = RESERVED_COLUMNS[table.statistic]
+    clashes = [
+        # Spark resolves column names without regard to case.
+        key
+        for key in table.keys
+        if key.lower() in reserved or key.lower().startswith(INTERNAL_PREFIX)
+    ]
+    if not clashes:
+        return None
+    return (
+        f"tables[{index}].keys: table {table.name!r} has key column {clashes[0]!r}, a name "
+        f"the release uses for its own columns; a {table.statistic} table's key columns "
+        f"cannot be named {', '.join(reserved)} or start with {INTERNAL_PREFIX!r}; rename "
+        "the column in the input (and under [domains])"
+    )
 
 
 def format_of_path(path: str) -> str | None:

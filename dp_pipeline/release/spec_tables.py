@@ -19,6 +19,7 @@ from dp_pipeline.release.spec_fields import (
     read_string,
     show_value,
 )
+from dp_pipeline.release.spec_limits import SHARE_MIN, SIGMA2_RANGE, check_range
 from dp_pipeline.release.spec_model import SELECTIONS, STATISTICS, TOP_K_METHODS, TableSpec
 
 __all__ = ["TABLE_FIELDS", "read_quantile_fields", "read_tables"]
@@ -42,8 +43,13 @@ TABLE_FIELDS = (
 
 
 def read_tables(
-    raw_tables, domains, default_l0, default_linf, cell_limit, problems
+    raw_tables, domains, default_l0, default_linf, cell_limit, problems, declared=()
 ) -> list[TableSpec]:
+    """The sound tables (a table with a problem is reported and left out).
+
+    ``declared``: every column written under ``[domains]``, including those whose
+    domain had its own problem (a key naming one is not reported a second time).
+    """
     if not isinstance(raw_tables, list) or not all(isinstance(t, dict) for t in raw_tables):
         problems.append("tables: must be an array of tables ([[tables]] entries)")
         return []
@@ -78,7 +84,7 @@ def read_tables(
                 if grouped_selection
                 else "must be a non-empty list of column names"
             )
-            problems.append(f"{path}.keys = {keys!r}: {rule}")
+            problems.append(f"{path}.keys = {show_value(keys)}: {rule}")
             keys = []
         elif not keys and not grouped_selection:
             problems.append(f"{path}.keys = []: must be a non-empty list of column names")
@@ -90,8 +96,11 @@ def read_tables(
                 "domain lists the candidates"
             )
         cells = 1
+        unread_domain = False  # a key whose domain has its own problem: no cell count
         for key in keys:
-            if key not in domains:
+            if key not in domains and key in declared:
+                unread_domain = True
+            elif key not in domains:
                 problems.append(
                     f"{path}.keys: column {key!r} has no domain; declare it under [domains] "
                     "(every released cell must be known before reading data)"
@@ -144,7 +153,7 @@ def read_tables(
             k = read_integer(raw, "k", path, problems)
             if "k" not in raw:
                 problems.append(f"{path}.k: required for a top_k table (how many to select)")
-            elif k is not None and not 1 <= k <= cells:
+            elif k is not None and not unread_domain and not 1 <= k <= cells:
                 problems.append(
                     f"{path}.k = {k}: must be between 1 and the number of candidates ({cells})"
                 )
@@ -158,8 +167,15 @@ def read_tables(
         share = sigma2 = None
         if "share" in raw:
             share = read_positive(raw["share"], f"{path}.share", problems)
-            if share is not None and share > 1:
-                problems.append(f"{path}.share = {show_value(raw['share'])}: must be <= 1")
+            problem = share and check_range(
+                share,
+                show_value(raw["share"]),
+                f"{path}.share",
+                (SHARE_MIN, Fraction(1)),
+                "a fraction of the release's budget",
+            )
+            if problem:
+                problems.append(problem)
         if "sigma2" in raw:
             if statistic in SELECTIONS:
                 problems.append(
@@ -168,6 +184,15 @@ def read_tables(
                 )
             else:
                 sigma2 = read_positive(raw["sigma2"], f"{path}.sigma2", problems)
+                problem = sigma2 and check_range(
+                    sigma2,
+                    show_value(raw["sigma2"]),
+                    f"{path}.sigma2",
+                    SIGMA2_RANGE,
+                    "the discrete Gaussian's variance, in the range a release is planned in",
+                )
+                if problem:
+                    problems.append(problem)
         if "share" in raw and "sigma2" in raw:
             problems.append(f"{path}: give share or sigma2, not both")
         if grouped_selection:
@@ -186,7 +211,7 @@ def read_tables(
         for key, bound in (("max_cells", l0), ("max_per_cell", linf)):
             if bound is not None and bound < 1:
                 problems.append(f"{path}.{key} = {bound}: must be >= 1")
-        if l0 is not None and cells and l0 > cells and not grouped_selection:
+        if l0 is not None and not unread_domain and l0 > cells and not grouped_selection:
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
         if statistic == "sum" and isinstance(lower, int) and isinstance(upper, int):
             # The sum limits of dp_pipeline.query.exact_sums (granularity 1), as engines apply them.
@@ -201,7 +226,7 @@ def read_tables(
                     f"{path}.max_per_cell = {linf} with |{side}| = {largest}: "
                     f"{sum_units_problem(largest, linf)}; lower max_per_cell or use tighter bounds"
                 )
-        if len(problems) == before:
+        if len(problems) == before and not unread_domain:
             tables.append(
                 TableSpec(
                     name=name,
