@@ -51,8 +51,10 @@ and under composition). In closed form, with c_0 = c_m = 1 and c_j = 2 otherwise
 symmetric (Q[L = s_j] = P[L = s_{m-j}]), summing to one. The losses are exact rationals
 (ε and h are Fractions), so the pair joins the exact lattice FFT; each float mass is
 within (8 + 2ε)·2^-53 relative of its exact value (`mass_error`), charged by the MGF
-inversion as its ``mass_error``. Spreading each loss over a cell of width h adds at most
-h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
+inversion as its ``mass_error``; the lattice FFT and the grid PLD take the masses raised
+by that factor (δ only grows with each P-mass, so their upper bounds stay upper bounds;
+their lower bounds move by about 1e-15 relative). Spreading each loss over a cell of
+width h adds at most h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
 
 **Reference.** For k identical ε-BR mechanisms alone, Dong, Durfee & Rogers (2020,
 Theorem 3) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
@@ -148,11 +150,18 @@ def _lattice(epsilon: Fraction, points: int):
 
 
 def bounded_range_lattice(epsilon: Fraction, count: int, points: int = POINTS):
-    """The `LatticeComponent` of ``count`` runs of an ε-BR mechanism."""
-    offset, step, masses = bounded_range_losses(epsilon, points)
+    """The `LatticeComponent` of ``count`` runs of an ε-BR mechanism (masses rounded up)."""
+    offset, step, _ = bounded_range_losses(epsilon, points)
+    masses = _rounded_up(epsilon, points)
     return LatticeComponent(
         offset=offset, step=step, count=count, probabilities=tuple(masses.tolist())
     )
+
+
+def _rounded_up(epsilon: Fraction, points: int) -> np.ndarray:
+    """The float masses raised by their relative error bound (and the product's rounding)."""
+    masses = _lattice(epsilon, points)[2]
+    return masses * (1 + mass_error(float(epsilon)) + 2 * _UNIT)
 
 
 def support_points(events) -> int:
@@ -183,7 +192,8 @@ def bounded_range_support(epsilon: Fraction, count: int, points: int = POINTS) -
 
 
 def bounded_range_pld(epsilon: Fraction, step: float, points: int = POINTS):
-    """The grid `PrivacyLossDistribution` (symmetric) of one ε-BR mechanism."""
+    """The grid `PrivacyLossDistribution` (symmetric) of one ε-BR mechanism (masses
+    rounded up)."""
     bounded_range_losses(epsilon, points)
-    _, _, masses, losses = _lattice(epsilon, points)
-    return PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)
+    losses = _lattice(epsilon, points)[3]
+    return PrivacyLossDistribution.from_losses(losses, _rounded_up(epsilon, points), 0.0, step)
