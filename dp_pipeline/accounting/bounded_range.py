@@ -9,7 +9,7 @@ Theorem 3.1; its ``bounded_range_epsilon`` is that same value). Peeling top-k ru
 times at ε/k, each run ε/k-BR.
 
 **Privacy curve of one ε-BR mechanism** (Dong, Durfee & Rogers 2020, "Optimal
-differential privacy composition for exponential mechanisms", Lemma 4.1 / Section 4).
+differential privacy composition for exponential mechanisms", Section 4).
 Both M(x) and M(x') are distributions, so L takes values >= 0 and <= 0; hence
 L ∈ [-t, ε - t] for some t ∈ [0, ε]. With R = e^L under Q = M(x'), E_Q[R] = 1 and the
 hockey-stick divergence H_α(P‖Q) = E_Q[(R - α)_+] is the mean of a convex function of R,
@@ -24,11 +24,11 @@ under swapping P and Q (t -> ε - t), so the same bound holds for (M(x'), M(x)).
 
 (`bounded_range_delta`; δ_BR(0) = tanh(ε/4)). It is convex in α and symmetric, so it is
 the privacy profile of one pair of distributions (Zhu, Dong & Wang 2022, "Optimal
-accounting of differential privacy via characteristic function", Section 3: the pair
+accounting of differential privacy via characteristic function": the pair
 with Q[L > x] = -dδ/dα): the loss L ∈ [-ε, ε] with P-density e^{(ε+x)/2} / (2(e^ε - 1)).
 This pair dominates every ε-BR mechanism for every α >= 0, and dominating pairs compose
-under adaptive composition (Zhu, Dong & Wang 2022, Theorem 10; equivalently f-DP
-composition, Dong, Roth & Su 2022, Theorem 4). A mixture of ε-BR mechanisms with the same
+under adaptive composition (Zhu, Dong & Wang 2022; equivalently the composition
+theorem of f-DP, Dong, Roth & Su 2022). A mixture of ε-BR mechanisms with the same
 mixing law under both neighbours (the randomized rounding of `BaseTwoExponential`) need
 not be bounded-range, but H_α is jointly convex, so the mixture is dominated by the same
 pair. Against randomized response at ε (what pure ε-DP gives: mean loss ≈ ε²/2) its
@@ -57,7 +57,7 @@ their lower bounds move by about 1e-15 relative). Spreading each loss over a cel
 width h adds at most h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
 
 **Reference.** For k identical ε-BR mechanisms alone, Dong, Durfee & Rogers (2020,
-Theorem 3) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
+Section 5) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
 for adaptive composition lies above it (the tests compare against it with mpmath).
 """
 
