@@ -154,6 +154,22 @@ def _heterogeneous_ten():
     return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
 
 
+def _twenty_with_selections():
+    """Twenty events: ten count tables (σ² 50/3..1111, 1-3 cells), eight selections
+    (ε 1/40..8/40, 1-3 runs, half monotone) and two discrete Laplace tables."""
+    from dp_pipeline.mechanisms import BaseTwoExponential
+
+    accountant = PrivacyAccountant()
+    for j in range(10):
+        accountant.add(DiscreteGaussian(Fraction(50 + 37 * j * j, 3)), [1] * (1 + j % 3))
+    for j in range(8):
+        selection = BaseTwoExponential(Fraction(1 + j, 40), monotone=bool(j % 2))
+        accountant.add(selection, count=1 + j % 3)
+    for j in range(2):
+        accountant.add(DiscreteLaplace(Fraction(5 + j)), 1)
+    return accountant.epsilon(1e-10).upper, accountant.delta(2.0).upper
+
+
 def _moderate_eight():
     """Eight tables with σ² from 1 to 10^4 (shifts 1-30): every one summed exactly."""
     accountant = PrivacyAccountant()
@@ -293,6 +309,11 @@ SPEED_ROWS = [
         None,
     ),
     ("8 tables, σ² 1..10^4, Δ <= 30: ε(1e-10) + δ(2)", _moderate_eight, None),
+    (
+        "20 events: 10 count tables, 8 selections, 2 Laplace: ε(1e-10) + δ(2)",
+        _twenty_with_selections,
+        None,
+    ),
     ("6 tables on one lattice (4 σ², Laplace, pure DP): ε(1e-8) + δ(2)", _lattice_six, None),
     ("plan_release conf/census_demo.toml (6 tables)", lambda: _plan("conf/census_demo.toml"), None),
     (

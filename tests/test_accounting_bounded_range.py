@@ -1,10 +1,11 @@
 """Selections (ε-bounded-range mechanisms) in the accountant, against independent references.
 
-References, all computed here with mpmath and none through the accountant:
+References, computed here (mpmath; the brute force beside a discrete Gaussian in floats),
+none through the accountant:
 - the worst two-point pair B_t of an ε-BR mechanism (Dong, Durfee & Rogers 2020, §4):
   losses ε - t and -t, P-mass p_t = (e^ε - e^{ε-t})/(e^ε - 1) on the first;
 - sup over a grid of t of δ(B_t^{⊗k}): DDR's optimal non-adaptive composition (their
-  Theorem 3), a value some ε-BR mechanisms reach, so every sound bound lies above it;
+  Section 5), a value some ε-BR mechanisms reach, so every sound bound lies above it;
 - the exact composition of the accountant's discretised pair, by polynomial products;
 - the continuous dominating pair composed with a discrete Gaussian, by closed-form
   integrals of its density e^{(ε+x)/2}/(2(e^ε - 1)) against the Gaussian's pmf.

@@ -356,3 +356,37 @@ def test_a_ledger_written_before_run_states_stays_readable_and_charged(tmp_path)
             fingerprint="old-committed",
             cap=RHO_CAP,
         )
+
+
+def test_selections_compose_in_the_ledger_by_their_bounded_range_curve(tmp_path):
+    # five exponential mechanisms at ε = 0.1 over two releases: ε(1e-6) = 0.4227 by their
+    # bounded-range curve (0.4821 as randomized response capped by ρ = ε²/8, which refused
+    # the second release under this cap); the twin cap just below 0.4227 refuses it
+    from dp_pipeline.mechanisms import BaseTwoExponential
+
+    def selections(count):
+        result = accountant_type()()
+        result.add(BaseTwoExponential(Fraction(1, 10)), count=count)
+        return result
+
+    for cap_epsilon, second in ((Fraction(43, 100), "reserved"), (Fraction(42, 100), None)):
+        ledger = Ledger(tmp_path / f"ledger-{cap_epsilon}.sqlite")
+        cap = Budget(epsilon=cap_epsilon, delta=Fraction(1, 10**6))
+        ledger.reserve(
+            population="p", release_id="a", accountant=selections(3), fingerprint="a", cap=cap
+        )
+        if second is None:
+            with pytest.raises(BudgetExceededError):
+                ledger.reserve(
+                    population="p",
+                    release_id="b",
+                    accountant=selections(2),
+                    fingerprint="b",
+                    cap=cap,
+                )
+            continue
+        reservation = ledger.reserve(
+            population="p", release_id="b", accountant=selections(2), fingerprint="b", cap=cap
+        )
+        assert reservation.outcome == second
+        assert 0.42 < reservation.cumulative["epsilon"] < 0.43

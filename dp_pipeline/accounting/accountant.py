@@ -27,6 +27,11 @@ and, whenever every event has a finite ρ, the upper bound is also capped by the
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
 conversion of the others ("pure_dp + zcdp"), both always valid.
 
+Selections (the exponential mechanism, ε-bounded-range) enter every path by their exact
+bounded-range privacy curve, as a dominating pair on a lattice of exact rational losses
+(`bounded_range`: Dong, Durfee & Rogers 2020; Zhu, Dong & Wang 2022), not by their pure ε;
+the zCDP cap counts them at ρ = ε²/8.
+
 Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
 own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
 ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible

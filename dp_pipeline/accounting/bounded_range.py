@@ -9,7 +9,7 @@ Theorem 3.1; its ``bounded_range_epsilon`` is that same value). Peeling top-k ru
 times at ε/k, each run ε/k-BR.
 
 **Privacy curve of one ε-BR mechanism** (Dong, Durfee & Rogers 2020, "Optimal
-differential privacy composition for exponential mechanisms", Lemma 4.1 / Section 4).
+differential privacy composition for exponential mechanisms", Section 4).
 Both M(x) and M(x') are distributions, so L takes values >= 0 and <= 0; hence
 L ∈ [-t, ε - t] for some t ∈ [0, ε]. With R = e^L under Q = M(x'), E_Q[R] = 1 and the
 hockey-stick divergence H_α(P‖Q) = E_Q[(R - α)_+] is the mean of a convex function of R,
@@ -24,11 +24,11 @@ under swapping P and Q (t -> ε - t), so the same bound holds for (M(x'), M(x)).
 
 (`bounded_range_delta`; δ_BR(0) = tanh(ε/4)). It is convex in α and symmetric, so it is
 the privacy profile of one pair of distributions (Zhu, Dong & Wang 2022, "Optimal
-accounting of differential privacy via characteristic function", Section 3: the pair
+accounting of differential privacy via characteristic function": the pair
 with Q[L > x] = -dδ/dα): the loss L ∈ [-ε, ε] with P-density e^{(ε+x)/2} / (2(e^ε - 1)).
 This pair dominates every ε-BR mechanism for every α >= 0, and dominating pairs compose
-under adaptive composition (Zhu, Dong & Wang 2022, Theorem 10; equivalently f-DP
-composition, Dong, Roth & Su 2022, Theorem 4). A mixture of ε-BR mechanisms with the same
+under adaptive composition (Zhu, Dong & Wang 2022; equivalently the composition
+theorem of f-DP, Dong, Roth & Su 2022). A mixture of ε-BR mechanisms with the same
 mixing law under both neighbours (the randomized rounding of `BaseTwoExponential`) need
 not be bounded-range, but H_α is jointly convex, so the mixture is dominated by the same
 pair. Against randomized response at ε (what pure ε-DP gives: mean loss ≈ ε²/2) its
@@ -51,11 +51,13 @@ and under composition). In closed form, with c_0 = c_m = 1 and c_j = 2 otherwise
 symmetric (Q[L = s_j] = P[L = s_{m-j}]), summing to one. The losses are exact rationals
 (ε and h are Fractions), so the pair joins the exact lattice FFT; each float mass is
 within (8 + 2ε)·2^-53 relative of its exact value (`mass_error`), charged by the MGF
-inversion as its ``mass_error``. Spreading each loss over a cell of width h adds at most
-h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
+inversion as its ``mass_error``; the lattice FFT and the grid PLD take the masses raised
+by that factor (δ only grows with each P-mass, so their upper bounds stay upper bounds;
+their lower bounds move by about 1e-15 relative). Spreading each loss over a cell of
+width h adds at most h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
 
 **Reference.** For k identical ε-BR mechanisms alone, Dong, Durfee & Rogers (2020,
-Theorem 3) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
+Section 5) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
 for adaptive composition lies above it (the tests compare against it with mpmath).
 """
 
@@ -148,11 +150,18 @@ def _lattice(epsilon: Fraction, points: int):
 
 
 def bounded_range_lattice(epsilon: Fraction, count: int, points: int = POINTS):
-    """The `LatticeComponent` of ``count`` runs of an ε-BR mechanism."""
-    offset, step, masses = bounded_range_losses(epsilon, points)
+    """The `LatticeComponent` of ``count`` runs of an ε-BR mechanism (masses rounded up)."""
+    offset, step, _ = bounded_range_losses(epsilon, points)
+    masses = _rounded_up(epsilon, points)
     return LatticeComponent(
         offset=offset, step=step, count=count, probabilities=tuple(masses.tolist())
     )
+
+
+def _rounded_up(epsilon: Fraction, points: int) -> np.ndarray:
+    """The float masses raised by their relative error bound (and the product's rounding)."""
+    masses = _lattice(epsilon, points)[2]
+    return masses * (1 + mass_error(float(epsilon)) + 2 * _UNIT)
 
 
 def support_points(events) -> int:
@@ -183,7 +192,8 @@ def bounded_range_support(epsilon: Fraction, count: int, points: int = POINTS) -
 
 
 def bounded_range_pld(epsilon: Fraction, step: float, points: int = POINTS):
-    """The grid `PrivacyLossDistribution` (symmetric) of one ε-BR mechanism."""
+    """The grid `PrivacyLossDistribution` (symmetric) of one ε-BR mechanism (masses
+    rounded up)."""
     bounded_range_losses(epsilon, points)
-    _, _, masses, losses = _lattice(epsilon, points)
-    return PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)
+    losses = _lattice(epsilon, points)[3]
+    return PrivacyLossDistribution.from_losses(losses, _rounded_up(epsilon, points), 0.0, step)

@@ -17,9 +17,10 @@ integrand does not oscillate). Components:
   w_k = e^{-2π²σ²k²}. For |u| <= P/4 (P = 2πσ²/μ, the period of the lattice) |T - 1| <=
   4.0002·e^{-π²σ²}, which is charged to every node; all smooth Gaussians together are one
   factor e^{ρ_G s(s+1)}, whatever their number;
-- anything with a finite loss support (discrete Laplace, randomized response for pure ε-DP
-  and the exponential mechanism, pmf pairs, discrete Gaussians with σ² < 1 truncated at
-  39σ, the dropped mass counted as L = +∞ for the upper bound): M(s) = Σ_i p_i e^{s l_i};
+- anything with a finite loss support (discrete Laplace, randomized response for pure ε-DP,
+  the exponential mechanism's bounded-range lattice, pmf pairs, discrete Gaussians with
+  σ² < 1 truncated at 39σ, the dropped mass counted as L = +∞ for the upper bound):
+  M(s) = Σ_i p_i e^{s l_i};
 - a discrete Gaussian summed exactly at every node but with σ² >= 1 (the "support"
   Gaussians the accountant does not treat as smooth): the same Poisson sum, kept exact,
   M(s) = e^{ρ(c²+c)} Σ_k e^{-ρ(u - kP)²} e^{i(ρu(2c+1) - 2πkμc)} / Σ_k w_k, of which only

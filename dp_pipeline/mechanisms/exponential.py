@@ -280,9 +280,9 @@ class BaseTwoExponential:
         need not be bounded-range, but it is ρ-zCDP. An ε-bounded-range mechanism is
         ε²/8-zCDP (Cesar & Rogers, "Bounding, concentrating, and truncating", ALT
         2021; bounded range: Durfee & Rogers 2019), 4x less than the ε²/2 that pure
-        ε-DP alone gives. The accountant's `privacy_loss_pmfs` pair (randomized
-        response at ε) is valid but not this tight; ρ is what `PrivacyAccountant.rho`
-        reports.
+        ε-DP alone gives; ρ is what `PrivacyAccountant.rho` reports. For (ε, δ) the
+        accountant uses the exact bounded-range curve (`bounded_range_epsilon`), tighter
+        than the `privacy_loss_pmfs` pair for a few runs, and caps it by this ρ.
         """
         return self.pure_epsilon**2 / 8
 
@@ -293,7 +293,9 @@ class BaseTwoExponential:
         ``p = [e^ε/(1+e^ε), 1/(1+e^ε)]``, ``q = p[::-1]`` (Kairouz, Oh &
         Viswanath 2015, Theorem 2.1; Zhu, Dong & Wang 2022, Lemma 10). ε is
         `pure_epsilon` nudged up by one float ulp before the floats are formed,
-        so ``log(p/q)`` is not below the exact ε by float rounding.
+        so ``log(p/q)`` is not below the exact ε by float rounding. Valid for any
+        pure ε-DP mechanism; `PrivacyAccountant` composes this one by its tighter
+        bounded-range curve instead (`bounded_range_epsilon`).
         """
         eps = math.nextafter(float(self.pure_epsilon), math.inf)
         high = 1.0 / (1.0 + math.exp(-eps))
