@@ -21,6 +21,7 @@ import sqlite3
 import stat
 import subprocess
 import sys
+import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -33,12 +34,13 @@ from release_specs import SMALL_SPEC
 from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.query.spec import QuerySpec
-from dp_pipeline.release.budget import LedgerError
+from dp_pipeline.release.budget import LedgerError, accountant_type
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.fingerprint import input_files
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec_model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -712,3 +714,216 @@ def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_
     with pytest.raises(Exception) as info:
         run_release(spec, progress=QUIET)
     assert info.value.__cause__ is None and info.value.__suppress_context__
+
+
+# ------------------------------------------------------------- 11. the release protocol
+
+
+def paused_run(spec_file: Path, point: str, go: Path) -> subprocess.Popen:
+    """The CLI in a process that stops, alive and holding its lease, at ``point``."""
+    environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
+    process = subprocess.Popen(
+        [sys.executable, LAUNCHER, point, f"wait:{go}", "run", str(spec_file), "--quiet"],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    reached = go.with_name(go.name + ".reached")
+    deadline = time.monotonic() + 600
+    while not reached.exists():
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run did not reach its pause point"
+        time.sleep(0.05)
+    return process
+
+
+def test_an_aborted_live_run_never_publishes_under_another_reservation(tmp_path, capsys):
+    """Run A (ε 2) reserves; the operator aborts it; the same id reserves with ε 0.01;
+    A goes on. Before: A published its ε-2 tables and committed the ε-0.01 reservation."""
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    small = tmp_path / "b" / "small.toml"
+    write_spec(small.parent, spec_file.read_text().replace("epsilon = 2", "epsilon = 0.01"))
+    go = tmp_path / "go"
+    run_a = paused_run(spec_file, "after_reserve", go)
+    try:
+        ledger = Ledger(spec.ledger_path)
+        assert ledger.entry(spec.release_id).owner.endswith(f":{run_a.pid}")
+        # While A is alive its lease is held: no abort, and no other run of its id.
+        capsys.readouterr()
+        assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 2
+        error = capsys.readouterr().err
+        assert "aborting it refused" in error and f":{run_a.pid} holds the lease" in error
+        assert ledger.entry(spec.release_id).state == "reserved"
+        assert refused_rerun(small, capsys).count("running it refused") == 1
+    finally:
+        go.touch()
+        _, err = run_a.communicate(timeout=600)
+    assert run_a.returncode == 0, err
+    entry = ledger.entry(spec.release_id)
+    assert entry.state == "committed"
+    assert (
+        entry.identity["digest"]
+        == json.loads(
+            (Path(spec.output_dir) / spec.release_id / "privacy_report.json").read_text()
+        )["release_digest"]
+    )
+
+
+def test_a_reservation_taken_over_moves_only_for_its_new_holder(tmp_path):
+    """Were A's reservation aborted anyway (a lease that another host cannot see), the
+    reservation the same id gets next carries another token and identity: A moves nothing."""
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    args = dict(population="p", release_id="r", cap=Budget(rho=Fraction(8)))
+    strong, weak = DiscreteGaussian(Fraction(1, 4)), DiscreteGaussian(Fraction(10**6))
+    run_a = ledger.reserve(accountant=accountant_of(strong), fingerprint="x", **args)
+    ledger.abort("r")  # nothing read, no lease held
+    run_b = ledger.reserve(accountant=accountant_of(weak), fingerprint="x", **args)
+    assert run_b.outcome == "reserved" and run_b.token != run_a.token
+    manifest = {"format": 1, "files": {}}
+    for move in (
+        lambda: ledger.advance(run_a, "reading"),
+        lambda: ledger.mark_publishing(run_a, manifest, "pandas"),
+        lambda: ledger.commit(run_a),
+    ):
+        with pytest.raises(LedgerError, match="this run no longer holds its reservation"):
+            move()
+    entry = ledger.entry("r")
+    assert (entry.state, entry.published_at) == ("reserved", None)
+
+
+def accountant_of(mechanism):
+    result = accountant_type()()
+    result.add(mechanism, sensitivity=1, count=1)
+    return result
+
+
+def test_a_run_killed_before_publication_is_charged_and_its_folder_private(tmp_path, capsys):
+    """Before: a run killed between writing its outputs and recording publication left a
+    readable complete release (0755) and `ledger --abort` refunded it: free noisy draws."""
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    killed_run(spec_file, "before_publish")
+    (hidden,) = Path(spec.output_dir).glob(f".{spec.release_id}.tmp-*")
+    assert stat.S_IMODE(hidden.stat().st_mode) == 0o700
+    assert (hidden / "manifest.json").exists()  # complete, but only the owner can read it
+    capsys.readouterr()
+    assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 2
+    error = capsys.readouterr().err
+    assert "cannot be aborted: its run reached state 'noised'" in error
+    entry = Ledger(spec.ledger_path).entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", "noised")
+    # The same id resumes it: no new spend, the hidden folder replaced by the release.
+    result = run_release(spec, progress=QUIET)
+    assert result.outcome == "resumed"
+    assert not list(Path(spec.output_dir).glob(".*"))
+    assert len(Ledger(spec.ledger_path).history()) == 1
+
+
+def test_abort_is_refused_while_a_hidden_folder_of_the_release_exists(tmp_path, capsys):
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    killed_run(spec_file, "after_reserve")  # nothing read: abort would be allowed
+    planted = Path(spec.output_dir) / f".{spec.release_id}.tmp-4242-0123abcd"
+    planted.mkdir(parents=True)
+    capsys.readouterr()
+    assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 2
+    assert "hidden folder(s)" in capsys.readouterr().err
+    planted.rmdir()
+    assert main(["ledger", "--ledger", spec.ledger_path, "--abort", spec.release_id]) == 0
+
+
+def test_the_package_honours_no_fault_injection_variable(tmp_path):
+    """Before: DP_PIPELINE_KILL_AT, read by the installed package, killed any run at will."""
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    environment = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DP_PIPELINE_MASTER_KEY=KEY_HEX,
+        DP_PIPELINE_KILL_AT="before_publish",
+    )
+    finished = subprocess.run(
+        [sys.executable, "-m", "dp_pipeline.release", "run", str(spec_file), "--quiet"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert finished.returncode == 0, finished.stderr
+    assert Ledger(spec.ledger_path).entry(spec.release_id).state == "committed"
+    sources = (ROOT / "dp_pipeline").rglob("*.py")
+    assert not [path for path in sources if "KILL_AT" in path.read_text()]
+
+
+def test_a_rerun_that_would_publish_other_bytes_is_refused(tmp_path, capsys):
+    """The recorded digests stand for what was published; a re-run of the id making other
+    bytes (another engine parsing the input otherwise, another library version) is refused
+    before anything reaches the final folder."""
+    spec_file, spec = committed(tmp_path)
+    final = Path(spec.output_dir) / spec.release_id
+    before = {path.name: path.read_bytes() for path in final.iterdir()}
+    with sqlite3.connect(spec.ledger_path) as connection:
+        (text,) = connection.execute("SELECT manifest FROM releases").fetchone()
+        manifest = json.loads(text)
+        manifest["files"]["tenure.parquet"]["sha256"] = "0" * 64
+        connection.execute("UPDATE releases SET manifest = ?", (json.dumps(manifest),))
+    error = refused_rerun(spec_file, capsys)
+    assert "re-emits the same bytes or nothing, so nothing was published" in error
+    assert "by the pandas engine" in error and "tenure" not in error
+    assert {path.name: path.read_bytes() for path in final.iterdir()} == before
+    assert not list(Path(spec.output_dir).glob(".*"))  # the hidden copy is removed
+    assert len(Ledger(spec.ledger_path).history()) == 1
+
+
+def test_a_users_folder_at_the_output_path_is_never_deleted(tmp_path, capsys):
+    """Before: publishing replaced whatever folder was at out/<release id>."""
+    spec_file = write_spec(tmp_path)
+    spec = load_spec(spec_file)
+    final = Path(spec.output_dir) / spec.release_id
+    final.mkdir(parents=True)
+    (final / "notes.txt").write_text("mine")
+    error = refused_rerun(spec_file, capsys)
+    assert "exists and is not an earlier copy of this release" in error
+    assert (final / "notes.txt").read_text() == "mine"
+    assert Ledger(spec.ledger_path).history() == []  # refused before anything is spent
+    # A release's folder with a file of the user's added is not a copy either.
+    (final / "notes.txt").unlink()
+    final.rmdir()
+    run_release(spec, progress=QUIET)
+    (final / "notes.txt").write_text("mine")
+    assert "not an earlier copy" in refused_rerun(spec_file, capsys)
+    assert (final / "notes.txt").read_text() == "mine"
+    (final / "notes.txt").unlink()
+    assert main(["run", str(spec_file), "--quiet"]) == 0  # the release's own copy: re-emitted
+
+
+def test_cleaning_up_release_x_leaves_the_hidden_folder_of_x_dot_y(tmp_path):
+    """Before: the clean-up of id ``small`` deleted the in-progress folder of ``small.v2``."""
+    spec = apply_overrides(load_spec(write_spec(tmp_path)), release_id="small")
+    out = Path(spec.output_dir)
+    other = out / ".small.v2.tmp-4242-0123abcd"
+    other.mkdir(parents=True)
+    own = out / ".small.tmp-4242-0123abcd"
+    own.mkdir()
+    run_release(spec, progress=QUIET)
+    assert other.is_dir() and not own.exists()
+
+
+def test_a_new_ledger_folder_and_file_are_the_owners_only(tmp_path):
+    spec = apply_overrides(
+        load_spec(write_spec(tmp_path)), ledger_path=str(tmp_path / "state" / "ledger.sqlite")
+    )
+    run_release(spec, progress=QUIET)
+    assert stat.S_IMODE((tmp_path / "state").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "state" / "ledger.sqlite").stat().st_mode) == 0o600
+    # A published release is readable as any new folder would be.
+    published = Path(spec.output_dir) / spec.release_id
+    assert stat.S_IMODE(published.stat().st_mode) == 0o777 & ~current_umask()
+
+
+def current_umask() -> int:
+    umask = os.umask(0o022)
+    os.umask(umask)
+    return umask

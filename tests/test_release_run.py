@@ -80,6 +80,16 @@ def test_pandas_release_end_to_end(tmp_path):
     assert again.outcome == "already_committed"
     assert {p.name: p.read_bytes() for p in again.output.iterdir()} == before
     assert len(Ledger(spec.ledger_path).history()) == 1
+    # Readers trust a folder only through its manifest, written last.
+    manifest = json.loads((result.output / "manifest.json").read_text())
+    assert set(manifest["files"]) == set(before) - {"manifest.json"}
+    table = result.output / "tenure.parquet"
+    table.write_bytes(table.read_bytes()[:-1] + b"!")
+    with pytest.raises(ValueError, match=r"tenure\.parquet' differs from the release's manifest"):
+        read_release(result.output)
+    (result.output / "manifest.json").unlink()
+    with pytest.raises(ValueError, match=r"is not a complete release: it has no manifest\.json"):
+        read_release(result.output)
 
 
 @pytest.mark.spark

@@ -53,7 +53,7 @@ class RunLease:
 
     def __enter__(self) -> RunLease:
         if not self.path.parent.exists():
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.path.parent.mkdir(mode=0o700, exist_ok=True)
             os.chmod(self.path.parent, 0o700)  # the mode argument is filtered by the umask
         descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:

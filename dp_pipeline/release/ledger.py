@@ -76,7 +76,15 @@ from dp_pipeline.release.ledger_records import (
 )
 from dp_pipeline.release.manifest import check_same_bytes, hidden_folders
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "private_folder"]
+
+
+def private_folder(folder: Path) -> Path:
+    """``folder``, created owner-only (0700) if it does not exist (parents as ``mkdir -p``)."""
+    if not folder.exists():
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)  # the mode argument is filtered by the umask
+    return folder
 
 
 class Ledger:
@@ -84,9 +92,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], timeout: float = 120.0) -> None:
         self.path = Path(path)
-        if not self.path.parent.exists():
-            self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            os.chmod(self.path.parent, 0o700)  # the mode argument is filtered by the umask
+        private_folder(self.path.parent)
         # A new ledger file is the owner's only (SQLite's journal files copy its mode).
         with suppress(FileExistsError):
             os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))

@@ -72,7 +72,7 @@ from dp_pipeline.release.input_schema import (
     table_schema,
 )
 from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger import Ledger, private_folder
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.manifest import (
     MANIFEST_NAME,
@@ -201,7 +201,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 
     synthetic = not spec.input_path
     if synthetic:
-        cache = Path(spec.ledger_path).parent / "samples"
+        cache = private_folder(Path(spec.ledger_path).parent) / "samples"
         progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
         # Verified against the seal written when it was generated (the truth in
         # accuracy.json is computed from it), else generated again.
