@@ -16,9 +16,10 @@ fixed key, release id and table give the same result on both engines.
   count engine's noisy release (discrete Laplace noise added on the executors
   from the per-partition streams) and keeps its top k.
 
-Each function reads the DataFrame eagerly and returns a small pandas
-DataFrame whose ``attrs["dp"]`` is a `SelectionInfo`, exactly as
-``df.dp.quantile / median / top_k`` do.
+Each function names its privacy unit (``privacy_unit=None``: per record) and takes
+``by=`` for one selection per declared group. Each reads the DataFrame eagerly and
+returns a small pandas DataFrame whose ``attrs["dp"]`` shows its `SelectionInfo`,
+exactly as ``df.dp.quantile / median / top_k`` do.
 """
 
 from __future__ import annotations
