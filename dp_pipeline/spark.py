@@ -10,6 +10,9 @@ also completes the domain (every declared cell, zero counts included), so the
 release is bit-identical to the pandas engine's and independent of executors,
 cores, shuffle partitions and task retries.
 
+Every function names its privacy unit: ``privacy_unit="person_id"``, or
+``privacy_unit=None`` for a per-record guarantee; a call without it is refused.
+
 Calling a query on a DataFrame runs the aggregation eagerly (one Spark job:
 the aggregate is persisted and the diagnostics collected), so bad data raises
 at ``transform`` time with ``on_invalid="error"``; the noisy DataFrame is lazy.

@@ -169,6 +169,47 @@ def test_invalid_rows_of_a_grouped_quantile_are_dropped_and_counted_or_refused()
             frame.dp.median("age", privacy_unit="person", on_invalid="error", **arguments)
 
 
+@pytest.mark.parametrize("method", ["peeling", "one_shot"])
+def test_a_top_k_per_group_releases_k_rows_for_every_declared_group(method):
+    out = persons().dp.top_k(
+        "region",
+        2,
+        candidates=["n", "s", "e", "w"],
+        by="county",
+        domains={"county": [1, 2, 3, 4]},
+        epsilon=1,
+        method=method,
+        privacy_unit="person",
+        max_candidates=2,
+        **COMMON,
+    )
+    assert out["county"].tolist() == [1, 1, 2, 2, 3, 3, 4, 4]  # county 4 is empty
+    assert out["rank"].tolist() == [1, 2] * 4
+    assert set(out["region"]) <= {"n", "s", "e", "w"}
+    info = out.attrs["dp"]
+    assert info.candidates == 4 and info.epsilon <= 1
+    assert info.diagnostics.rows_used <= 2 * PERSONS  # two (county, region) cells a person
+    if method == "peeling":  # 2 rounds in each of the 2 groups a person can change
+        assert info.runs == 4 and info.mechanism.epsilon == Fraction(1, 4)
+    else:  # one noisy histogram over every cell; each group's top 2 is post-processing
+        assert info.runs == 1 and out.columns.tolist()[-1] == "count"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "error", "message"),
+    [
+        ({"by": "region", "domains": {"region": ["n"]}}, ValueError, "cannot also be a group"),
+        ({"domains": {"county": [1]}}, ValueError, "domains declare the groups of by="),
+        ({"k": 5}, ValueError, r"k = 5 is larger than the number of candidates \(4\)"),
+    ],
+)
+def test_bad_top_k_groups_are_refused_by_name(arguments, error, message):
+    call = dict(candidates=["n", "s", "e", "w"], k=2, epsilon=1, privacy_unit="person", **COMMON)
+    call.update(arguments)
+    with pytest.raises(error, match=message):
+        pd.DataFrame().dp.top_k("region", **call)
+
+
 @pytest.mark.parametrize(
     ("arguments", "error", "message"),
     [
@@ -322,6 +363,12 @@ def test_spark_selections_per_unit_equal_pandas_for_the_same_key(spark):
         spark_selection.dp_top_k(df, "region", 2, **top, **COMMON),
         local.dp.top_k("region", 2, **top, **COMMON),
     )
+    for method in ("peeling", "one_shot"):
+        grouped_top = dict(top, **groups, method=method, **COMMON)
+        same(
+            spark_selection.dp_top_k(df, "region", 2, **grouped_top),
+            local.dp.top_k("region", 2, **grouped_top),
+        )
     counts = dict(**groups, noise=DiscreteGaussian(4), privacy_unit="person", **COMMON)
     query = dp_count(**counts)
     on_spark = df.transform(query).toPandas()

@@ -70,7 +70,8 @@ PARAMETER_DOCS = {
     "per-record guarantee)",
     "max_cells": "L0 bound: cells (a quantile's groups) one unit may contribute to",
     "max_per_cell": "L∞ bound: rows one unit may contribute to one cell (a quantile's group)",
-    "max_candidates": "L0 bound: candidates one unit may count in",
+    "max_candidates": "L0 bound: candidates (with by=: (group, candidate) cells) one unit "
+    "may count in",
     "max_per_candidate": "L∞ bound: times one unit may count in one candidate",
     "neighbouring": '"add_remove" (a unit is added or removed) or "replace"',
     "on_invalid": '"drop" (counted in the diagnostics) or "error" (refused, naming the column)',

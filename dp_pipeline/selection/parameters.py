@@ -70,6 +70,8 @@ def top_k_counts(
     column: str,
     candidates,
     *,
+    by=None,
+    domains=None,
     privacy_unit: str | None = None,
     max_candidates: int = 1,
     max_per_candidate: int = 1,
@@ -80,12 +82,23 @@ def top_k_counts(
 ) -> CountQuery:
     """The bounded per-candidate counts a top-k selects from, before its noise is set.
 
-    ``count by [column]`` over the candidates, with ``max_candidates`` as L0 and
+    ``count by [*by, column]`` over the groups' domains and the candidates (the
+    candidate the least significant key), with ``max_candidates`` as L0 and
     ``max_per_candidate`` as L∞: the release planner costs exactly this query.
     """
+    groups = [] if by is None else ([by] if isinstance(by, str) else list(by))
+    if by is None and domains is not None:
+        raise ValueError("domains declare the groups of by=; give by= too, or no domains")
+    if column in groups:
+        raise ValueError(f"top-k column {column!r} cannot also be a group (by) column")
+    if domains is not None and column in domains:
+        raise ValueError(
+            f"domains has the top-k column {column!r}: its domain is candidates=; "
+            f"domains declare the groups of by="
+        )
     return CountQuery.build(
-        by=[column],
-        domains={column: candidates},
+        by=[*groups, column],
+        domains={**(domains or {}), column: candidates},
         noise=None,
         privacy_unit=privacy_unit,
         max_cells=max_candidates,
@@ -301,12 +314,15 @@ class TopKSelection:
     """ε-DP ``k`` most frequent ``column`` values among ``candidates``: rank, column[, count].
 
     ``candidates`` is the public domain (list or range); rows outside it
-    are dropped (or refused). Each unit counts in at most ``max_candidates``
-    candidates, at most ``max_per_candidate`` times each (enforced as in
-    ``df.dp.count``). ``method="peeling"``: k exponential-mechanism rounds
-    at ε/k; ``"one_shot"``: discrete Laplace noisy counts at scale Δ₁/ε
-    and their top k (the winners' noisy counts are returned in ``count``).
-    See `dp_pipeline.selection.algorithms` for when to prefer which.
+    are dropped (or refused). With ``by`` (and ``domains``), the top k of
+    every declared group (k rows per group, every group released). Each unit
+    counts in at most ``max_candidates`` (group, candidate) cells, at most
+    ``max_per_candidate`` times each (enforced as in ``df.dp.count``).
+    ``method="peeling"``: k exponential-mechanism rounds per group at
+    ε/(k·runs), runs = the groups one unit can change; ``"one_shot"``:
+    discrete Laplace noisy counts at scale Δ₁/ε over every cell and each
+    group's top k (the winners' noisy counts are returned in ``count``). See
+    `dp_pipeline.selection.algorithms` for when to prefer which.
     """
 
     column: str
@@ -345,15 +361,15 @@ class TopKSelection:
                 f"candidates for column {column!r} is empty: top-k needs at least one candidate"
             )
         counts = top_k_counts(column, candidates, **count_bounds)
-        if k > counts.cells.total:
-            raise ValueError(
-                f"k = {k} is larger than the number of candidates ({counts.cells.total})"
-            )
+        per_group = counts.cells.domains[-1].size
+        if k > per_group:
+            raise ValueError(f"k = {k} is larger than the number of candidates ({per_group})")
+        runs = _top_k_group_runs(counts)
         vector = counts.count_sensitivity()
         l1 = sum(vector)
-        if epsilon is None:  # a zCDP budget: peeling k·(ε/k)²/8, one-shot Σm²ε²/(2·Δ₁²)
+        if epsilon is None:  # zCDP: peeling k·runs·(ε/(k·runs))²/8, one-shot Σm²ε²/(2·Δ₁²)
             per_epsilon2 = (
-                Fraction(1, 8 * k)
+                Fraction(1, 8 * k * runs)
                 if method == "peeling"
                 else Fraction(sum(m * m for m in vector), 2 * l1 * l1)
             )
@@ -362,7 +378,7 @@ class TopKSelection:
         counts = counts.with_noise(noise)
         if method == "peeling":
             mechanism = top_k_mechanism(
-                epsilon,
+                positive_rational(epsilon, "epsilon") / runs,
                 k,
                 utility_sensitivity=counts.effective_max_per_cell,
                 monotone=counts.neighbouring == "add_remove",
@@ -378,10 +394,25 @@ class TopKSelection:
         """The builds whose parameters make the public signature."""
         return (TopKSelection.build, top_k_counts)
 
+    @property
+    def groups(self) -> CellDomain | None:
+        """The declared groups of ``by`` (None: one top-k over every row)."""
+        domains = self.counts.cells.domains[:-1]
+        return CellDomain(domains) if domains else None
+
+    @property
+    def group_count(self) -> int:
+        return self.counts.cells.total // self.counts.cells.domains[-1].size
+
+    @property
+    def runs(self) -> int:
+        """Groups whose selection one unit can change (peeling: k rounds in each)."""
+        return _top_k_group_runs(self.counts)
+
     def labels(self) -> list:
-        """The candidates in cell-index order (the order of the count arrays)."""
-        cells = self.counts.cells
-        (values,) = cells.decode(np.arange(cells.total, dtype=np.int64))
+        """The candidates in cell-index order (the order of one group's count array)."""
+        domain = self.counts.cells.domains[-1]
+        values = domain.values_at(np.arange(domain.size, dtype=np.int64))
         return [v.item() if isinstance(v, np.generic) else v for v in values]
 
     def info(self) -> SelectionInfo:
@@ -390,8 +421,8 @@ class TopKSelection:
             return SelectionInfo(
                 statistic="top_k",
                 method="peeling",
-                event=PrivacyEvent(self.mechanism, (1,), self.k),
-                candidates=counts.cells.total,
+                event=PrivacyEvent(self.mechanism, (1,), self.k * self.runs),
+                candidates=counts.cells.domains[-1].size,
                 margin_of_error=None,
                 confidence=counts.confidence,
                 **_unit_and_bounds(counts),
@@ -401,11 +432,19 @@ class TopKSelection:
             statistic="top_k",
             method="one_shot",
             event=PrivacyEvent(self.mechanism, tuple(sensitivity), 1),
-            candidates=counts.cells.total,
+            candidates=counts.cells.domains[-1].size,
             margin_of_error=margin_of_error(self.mechanism, confidence=counts.confidence),
             confidence=counts.confidence,
             **_unit_and_bounds(counts),
         )
+
+
+def _top_k_group_runs(counts: CountQuery) -> int:
+    """Groups whose counts one unit can change: its cells (twice under replace), at most
+    every group; one without groups."""
+    groups = counts.cells.total // counts.cells.domains[-1].size
+    touched = counts.effective_max_cells * (2 if counts.neighbouring == "replace" else 1)
+    return min(touched, groups)
 
 
 def _unit_and_bounds(counts: CountQuery) -> dict:

@@ -216,8 +216,9 @@ class TopKQuery:
         """The count engine's query of the candidates' bounded counts, in this run context."""
         return QuerySpec.bind(self.selection.counts, self.context)
 
-    def stream(self) -> SecureStream:
-        """The peeling stream: labelled by the names, then what is measured (a digest)."""
+    def stream(self, group: int | None = None) -> SecureStream:
+        """The peeling stream: labelled by the names, then what is measured (a digest),
+        then the group's index when there are groups (each group draws independently)."""
         context = self.context
         measured = {
             "counts": self.counts.digest,
@@ -234,6 +235,7 @@ class TopKQuery:
             "selection",
             "top_k",
             digest_of(measured),
+            *(() if group is None else (group,)),
         )
 
     def labels(self) -> list:
@@ -243,23 +245,34 @@ class TopKQuery:
     def info(self) -> SelectionInfo:
         return self.selection.info()
 
-    def select(self, counts: np.ndarray) -> list[int]:
-        """Indices chosen from the true bounded counts (peeling) or the noisy counts (one-shot)."""
+    def select(self, counts: np.ndarray, group: int | None = None) -> list[int]:
+        """Indices chosen from one group's true bounded counts (peeling) or noisy counts
+        (one-shot)."""
         if self.method == "peeling":
-            return peel_top_k(counts, self.k, self.mechanism, self.stream())
+            return peel_top_k(counts, self.k, self.mechanism, self.stream(group))
         return one_shot_top_k(counts, self.k)
 
     def release(self, counts: np.ndarray, diagnostics: Diagnostics) -> pd.DataFrame:
-        """Select on the driver; the k-row result (rank, column[, noisy count]) with attrs."""
-        counts = np.asarray(counts, dtype=np.int64)
-        chosen = self.select(counts)
+        """Select on the driver: k rows (rank, column[, noisy count]) per declared group,
+        after the group's keys, with attrs. ``counts`` in cell order (groups, then candidates)."""
+        selection = self.selection
+        groups = selection.groups
+        by_group = np.asarray(counts, dtype=np.int64).reshape(selection.group_count, -1)
         labels = self.labels()
-        columns: dict[str, object] = {
-            "rank": np.arange(1, self.k + 1, dtype=np.int64),
-            self.column: [labels[i] for i in chosen],
-        }
-        if self.method == "one_shot":
-            columns["count"] = counts[chosen]  # noisy: free post-processing
+        chosen = [
+            self.select(row, None if groups is None else group)
+            for group, row in enumerate(by_group)
+        ]
+        columns: dict[str, object] = {}
+        if groups is not None:
+            repeated = np.repeat(np.arange(selection.group_count, dtype=np.int64), self.k)
+            columns.update(zip(groups.columns, groups.decode(repeated), strict=True))
+        columns["rank"] = np.tile(np.arange(1, self.k + 1, dtype=np.int64), len(chosen))
+        columns[self.column] = [labels[i] for picks in chosen for i in picks]
+        if self.method == "one_shot":  # noisy: free post-processing
+            columns["count"] = np.concatenate(
+                [row[picks] for row, picks in zip(by_group, chosen, strict=True)]
+            )
         frame = pd.DataFrame(columns)
         attach_info(frame, self.info().with_diagnostics(diagnostics))
         return frame

@@ -16,9 +16,10 @@ fixed key, release id and table give the same result on both engines.
   count engine's noisy release (discrete Laplace noise added on the executors
   from the per-partition streams) and keeps its top k.
 
-Each function reads the DataFrame eagerly and returns a small pandas
-DataFrame whose ``attrs["dp"]`` is a `SelectionInfo`, exactly as
-``df.dp.quantile / median / top_k`` do.
+Each function names its privacy unit (``privacy_unit=None``: per record) and takes
+``by=`` for one selection per declared group. Each reads the DataFrame eagerly and
+returns a small pandas DataFrame whose ``attrs["dp"]`` shows its `SelectionInfo`,
+exactly as ``df.dp.quantile / median / top_k`` do.
 """
 
 from __future__ import annotations
@@ -266,11 +267,14 @@ def run_top_k_spark(df, query: TopKQuery) -> pd.DataFrame:
     counts = np.zeros(total, dtype=np.int64)
     if query.method == "one_shot":
         ((noisy, diagnostics),) = noisy_tables(df, [spec])
-        (domain,) = spec.cells.domains
-        released = noisy.select(query.column, "count").collect()
-        keys = np.array([row[0] for row in released], dtype=object)
-        positions = domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
-        counts[positions] = [int(row[1]) for row in released]
+        released = noisy.select(*spec.cells.columns, "count").collect()
+        positions = []
+        for index, domain in enumerate(spec.cells.domains):
+            keys = np.array([row[index] for row in released], dtype=object)
+            positions.append(
+                domain.positions(keys.astype(np.int64) if domain.kind == "int" else keys)
+            )
+        counts[spec.cells.cell_index(positions)] = [int(row["count"]) for row in released]
         return query.release(counts, diagnostics)
     (true,) = aggregate(df, [spec])
     return query.release(true.count, true.diagnostics)
