@@ -46,6 +46,7 @@ from dp_pipeline.release.budget import (
     within_cap,
 )
 from dp_pipeline.release.identity import ReleaseIdentity
+from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger_records import (
     ADDED_COLUMNS,
     SCHEMA,
@@ -68,7 +69,7 @@ class Ledger:
 
     def __init__(self, path: str | os.PathLike[str], timeout: float = 120.0) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        private_folder(self.path.parent)  # .dp_pipeline/ holds the master key too
         self._timeout = timeout
         with closing(self._connect()) as connection:
             connection.executescript(SCHEMA)

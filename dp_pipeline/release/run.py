@@ -59,7 +59,7 @@ from dp_pipeline.release.input_schema import (
     table_schema,
 )
 from dp_pipeline.release.invalid_rows import refuse_invalid_rows
-from dp_pipeline.release.keys import load_or_create_master_key
+from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.outputs import (
@@ -105,7 +105,12 @@ class Progress:
     def __call__(self, message: str) -> None:
         if not self.quiet:
             elapsed = time.perf_counter() - self.started
-            print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+            try:
+                print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+            except BrokenPipeError:
+                # The reader went away (``2>&1 | head``): a charged run must not fail
+                # for a progress line, so the rest of them are dropped.
+                self.quiet = True
 
 
 @dataclass(frozen=True)
@@ -179,7 +184,9 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 
     synthetic = not spec.input_path
     if synthetic:
-        cache = Path(spec.ledger_path).parent / "samples"
+        # The sample cache sits beside the ledger and the key: the folders it creates
+        # are owner-only, as theirs are.
+        cache = private_folder(Path(spec.ledger_path).parent / "samples")
         progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
         input_path = cached_census_sample(
             cache, spec.synthetic_persons, spec.synthetic_seed, progress
