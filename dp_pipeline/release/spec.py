@@ -256,7 +256,14 @@ def parse_spec(
         problem = output_name_clash(table, index)
         if problem:
             problems.append(problem)
-    hierarchy = read_hierarchy(sections["hierarchy"], domains, Path(base_dir or "."), problems)
+    raw_input = sections["input"].get("path")
+    hierarchy = read_hierarchy(
+        sections["hierarchy"],
+        domains,
+        Path(base_dir or "."),
+        problems,
+        input_path=raw_input if isinstance(raw_input, str) else "",
+    )
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
     postprocess = None
     if sections["hierarchy"] and postprocess_flags is None:
