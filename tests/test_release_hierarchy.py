@@ -165,8 +165,9 @@ def test_mapping_file_missing_unreadable_or_without_the_level_columns(tmp_path):
     )
     (tmp_path / "map.csv").unlink()
     (tmp_path / "map.csv").mkdir()
-    assert "hierarchy.mapping = 'map.csv': cannot read the file" in problems_of(
-        document(), tmp_path
+    assert "hierarchy.mapping = 'map.csv': not a regular file" in problems_of(document(), tmp_path)
+    assert "hierarchy.mapping = '/dev/zero': not a regular file" in problems_of(
+        document(mapping="/dev/zero"), tmp_path
     )
     assert "hierarchy.mapping = None: must name a CSV file" in problems_of(
         document(mapping=None), tmp_path

@@ -201,6 +201,11 @@ HOSTILE = [
     ("release.id", 10**5000, "release.id = a int too long to print: must be a string"),
     ("output.dir", ["x"], "output.dir = ['x']: must be a string"),
     ("budget.colour", 1, "budget.colour: unknown field; allowed fields are rho, epsilon, delta"),
+    ("release", [1], "release = [1]: must be a table ([release])"),
+    ("population", "people", "population = 'people': must be a table ([population])"),
+    ("privacy_unit", 5, "privacy_unit = 5: must be a table ([privacy_unit])"),
+    ("release.noise_partitions", 10**30, "release.noise_partitions = 10000000000000000000"),
+    ("tables.0.keys", "age", "tables[0].keys = 'age': must be a non-empty list of column names"),
 ]
 
 

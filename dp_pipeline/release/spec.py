@@ -124,6 +124,7 @@ def parse_spec(
         if key not in document:
             problems.append(f"{key}: required section is missing")
     sections = {}
+    malformed: set[str] = set()  # sections that are not tables: their fields go unreported
     for name, allowed in _SECTIONS.items():
         raw = document.get(name, [] if name == "tables" else {})
         if name == "tables":
@@ -131,6 +132,7 @@ def parse_spec(
             continue
         if not isinstance(raw, dict):
             problems.append(f"{name} = {show_value(raw)}: must be a table ([{name}])")
+            malformed.add(name)
             raw = {}
         if allowed:
             for key in raw:
@@ -141,7 +143,9 @@ def parse_spec(
         sections[name] = raw
 
     release = sections["release"]
-    release_id = read_string(release, "id", "release", problems, required=True)
+    release_id = read_string(
+        release, "id", "release", problems, required="release" not in malformed
+    )
     if release_id is not None:
         check_token(release_id, "release.id", problems)
     description = read_string(release, "description", "release", problems) or ""
@@ -166,7 +170,9 @@ def parse_spec(
         cell_limit = None
 
     population_section = sections["population"]
-    population = read_string(population_section, "name", "population", problems, required=True)
+    population = read_string(
+        population_section, "name", "population", problems, required="population" not in malformed
+    )
     if population is not None:
         check_token(population, "population.name", problems)
     cap = None
@@ -204,6 +210,8 @@ def parse_spec(
                     f"privacy_unit.{name} = {show_value(unit[name])}: with each_row = true a unit "
                     f"is one row, which lies in one cell of each table; remove the field"
                 )
+    elif "privacy_unit" in malformed:
+        pass  # reported: the section is not a table
     elif "column" not in unit:
         problems.append(
             "privacy_unit.column: required (the column identifying a person or household), "

@@ -52,6 +52,9 @@ _SHOWN = 5  # values quoted in one problem before "..."
 # Cells of the union of the combined tables' keys (the shared bounding's row cells);
 # dp_pipeline.query.domain's largest cell domain.
 MAX_SHARED_CELLS = 2**40
+# A mapping has one short row per finest-level value: 2**40 values is beyond any key,
+# and 512 MiB holds tens of millions of rows.
+MAX_MAPPING_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -179,7 +182,18 @@ def read_hierarchy(
     if input_path and mapping_is_input(base_dir / mapping, input_path):
         problems.append(mapping_input_problem(mapping, input_path))
         return None
-    rows = _read_mapping_rows(base_dir / mapping, mapping, levels, problems)
+    location = base_dir / mapping
+    if location.exists() and not location.is_file():
+        # A device or a pipe (/dev/zero) would be read without end.
+        problems.append(f"hierarchy.mapping = {mapping!r}: not a regular file; name a CSV file")
+        return None
+    if location.is_file() and location.stat().st_size > MAX_MAPPING_BYTES:
+        problems.append(
+            f"hierarchy.mapping = {mapping!r}: larger than {MAX_MAPPING_BYTES // 2**20} MiB; "
+            "a mapping has one short row per finest-level value"
+        )
+        return None
+    rows = _read_mapping_rows(location, mapping, levels, problems)
     if rows is None:
         return None
     parents = _parents(rows, levels, domains, problems)
@@ -190,8 +204,8 @@ def read_hierarchy(
         children, owners = domains[levels[upper + 1]], domains[levels[upper]]
         pairs.append([[_json(children[j]), _json(owners[p])] for j, p in enumerate(level)])
     content = {"levels": list(levels), "parents": pairs}
-    location = str(Path(os.path.abspath(base_dir / mapping)))
-    return HierarchySpec(tuple(levels), mapping, parents, digest_of(content), location)
+    absolute = str(Path(os.path.abspath(location)))
+    return HierarchySpec(tuple(levels), mapping, parents, digest_of(content), absolute)
 
 
 def mapping_is_input(mapping: str | os.PathLike[str], input_path: str) -> bool:
