@@ -86,8 +86,8 @@ class MasterKey:
         2. fewer than 16 distinct steps ``(b[i+1] - b[i]) mod 256`` (counters, ramps);
         3. a period of at most 16 bytes (``b[i] == b[i + p]`` for every i).
 
-        A uniformly random key breaks rule 1 with probability 3.3e-17 (the exact count of
-        32 draws from 256 values with at most 15 distinct ones), rule 2 with 4.7e-16
+        A uniformly random key breaks rule 1 with probability 3.2e-17 (the exact count of
+        32 draws from 256 values with at most 15 distinct ones), rule 2 with 4.6e-16
         (31 uniform steps) and rule 3 below 2**-127: below 1e-15 together. The reason
         returned names the rule, never a byte of the key.
         """

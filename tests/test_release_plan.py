@@ -392,3 +392,29 @@ def test_version_and_decimals_beside_fractions(capsys):
     out = capsys.readouterr().out
     assert "delta=1/10000000000 (1e-10)" in out
     assert "1831161/100000 (18.3116)" in out
+
+
+def test_paths_blocked_by_a_file_and_a_huge_synthetic_input_are_named(tmp_path, capsys):
+    spec = write_mistake(tmp_path, engine="pandas")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    error = refused(
+        capsys,
+        "run",
+        str(spec),
+        "--quiet",
+        "--output",
+        str(blocker / "out"),
+        "--ledger",
+        str(blocker / "ledger.sqlite"),
+        "--persons",
+        str(10**12),
+    )
+    assert f"output.dir = '{blocker / 'out'}' (or --output): '{blocker}' is an existing file" in (
+        error
+    )
+    assert f"run.ledger = '{blocker / 'ledger.sqlite'}' (or --ledger): '{blocker}' is a file" in (
+        error
+    )
+    assert "input.synthetic_persons = 1000000000000 (or --persons): must be between 1 and" in error
+    assert not (tmp_path / "master.key").exists()

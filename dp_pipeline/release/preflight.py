@@ -20,6 +20,7 @@ import importlib.util
 from pathlib import Path
 
 from dp_pipeline.release.spec_hierarchy import mapping_input_problem, mapping_is_input
+from dp_pipeline.release.spec_limits import MAX_SYNTHETIC_PERSONS
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError, format_of_path
 
 __all__ = ["PARQUET_MAGIC", "check_machine"]
@@ -42,25 +43,44 @@ def check_machine(spec: ReleaseSpec) -> None:
     # Again here: --input may name the mapping after the spec was read.
     if hierarchy is not None and mapping_is_input(hierarchy.location, spec.input_path):
         problems.append(mapping_input_problem(hierarchy.mapping, spec.input_path))
+    if not 1 <= spec.synthetic_persons <= MAX_SYNTHETIC_PERSONS:
+        problems.append(
+            f"input.synthetic_persons = {spec.synthetic_persons} (or --persons): must be "
+            f"between 1 and {MAX_SYNTHETIC_PERSONS:,}"
+        )
     output = Path(spec.output_dir)
-    for path in (output, output / spec.release_id):
-        if path.exists() and not path.is_dir():
-            problems.append(
-                f"output.dir = {spec.output_dir!r} (or --output): {str(path)!r} is an existing "
-                f"file; a release is written to the folder <output.dir>/<release id>/, so "
-                "name a folder (it is created if absent)"
-            )
-            break
+    blocked = _file_on_the_way(output / spec.release_id)
+    if blocked is not None:
+        problems.append(
+            f"output.dir = {spec.output_dir!r} (or --output): {str(blocked)!r} is an existing "
+            f"file; a release is written to the folder <output.dir>/<release id>/, so "
+            "name a folder (it is created if absent)"
+        )
     for field, flag, value in (
         ("run.ledger", "--ledger", spec.ledger_path),
         ("run.key_file", "--key-file", spec.key_file),
     ):
+        blocked = _file_on_the_way(Path(value).parent)
         if Path(value).is_dir():
             problems.append(
                 f"{field} = {value!r} (or {flag}): is a folder; name a file (created if absent)"
             )
+        elif blocked is not None:
+            problems.append(
+                f"{field} = {value!r} (or {flag}): {str(blocked)!r} is a file, not a folder; "
+                "name a file in a folder (folders are created if absent)"
+            )
     if problems:
         raise SpecError(problems, spec.source)
+
+
+def _file_on_the_way(folder: Path) -> Path | None:
+    """The existing non-folder among ``folder`` and its parents, if any (creating the folder
+    would fail there)."""
+    for path in (folder, *folder.parents):
+        if path.exists():
+            return None if path.is_dir() else path
+    return None
 
 
 def _input_problems(path: Path, declared: str) -> list[str]:
