@@ -543,7 +543,7 @@ def bound_pairs(value, where: str = "report"):
     ],
 )
 def test_every_bound_pair_of_a_report_is_ordered(tmp_path, capsys, edit):
-    """Finding 1: the cumulative δ's lower bound was this release's δ at the budget's ε,
+    """The cumulative δ's lower bound was this release's δ at the budget's ε,
     its upper the ledger's δ at the cap's ε, and lower > upper in privacy_report.json."""
     text = SMALL_SPEC.format(tmp=tmp_path)
     if edit is not None:
@@ -581,7 +581,7 @@ WEAK_KEYS = {
 @pytest.mark.parametrize("where", ["file", "environment"])
 @pytest.mark.parametrize("name", list(WEAK_KEYS))
 def test_a_weak_key_is_refused_without_showing_it(tmp_path, capsys, monkeypatch, where, name):
-    """Finding 2: an all-zero or patterned key was accepted, and its public fingerprint
+    """An all-zero or patterned key was accepted, and its public fingerprint
     (computable by anyone for such a key) identified it in every report."""
     key = WEAK_KEYS[name]
     raw = key if isinstance(key, bytes) else bytes.fromhex(key)
@@ -604,7 +604,7 @@ def test_a_weak_key_is_refused_without_showing_it(tmp_path, capsys, monkeypatch,
 def test_key_ledger_and_cache_folders_are_private_whatever_creates_them(
     tmp_path, capsys, monkeypatch
 ):
-    """Finding 2: ``.dp_pipeline/`` was created 0755 by the ledger or the sample cache,
+    """``.dp_pipeline/`` was created 0755 by the ledger or the sample cache,
     and the parents of a nested key file with the umask's mode."""
     previous = os.umask(0)  # the most permissive umask: every mode must be set explicitly
     try:
@@ -652,7 +652,7 @@ HOSTILE_RUNS = [
 
 @pytest.mark.parametrize("edit, fragment", HOSTILE_RUNS)
 def test_a_hostile_spec_is_refused_before_anything_is_read(tmp_path, capsys, edit, fragment):
-    """Finding 3: these ended in tracebacks, some after the ledger reserved the budget."""
+    """These ended in tracebacks, some after the ledger reserved the budget."""
     monkeypatch_free = SMALL_SPEC.replace(edit[0], edit[1])
     assert monkeypatch_free != SMALL_SPEC
     spec_file = write_spec(tmp_path, monkeypatch_free.format(tmp=tmp_path))
@@ -666,7 +666,7 @@ def test_a_hostile_spec_is_refused_before_anything_is_read(tmp_path, capsys, edi
 
 @pytest.mark.parametrize("key", ["value", "raw_value"])
 def test_a_key_named_like_an_output_column_is_refused_at_plan_time(tmp_path, capsys, key):
-    """Finding 4: a key named ``value`` passed validation; the run reserved the budget,
+    """A key named ``value`` passed validation; the run reserved the budget,
     read the data, added noise and crashed building the published table."""
     data = tmp_path / "persons.csv"
     persons = census_chunk(5, 0, 400).to_pandas()
@@ -720,7 +720,7 @@ share = "1/2"
 
 
 def test_a_mapping_that_is_the_input_is_refused_unread(tmp_path, capsys):
-    """Finding 5: ``[hierarchy] mapping`` naming the confidential input made the free
+    """``[hierarchy] mapping`` naming the confidential input made the free
     ``plan`` quote its values and line numbers (county 9173 on line 3)."""
     persons = tmp_path / "persons.csv"
     persons.write_text("person_id,county,state\n1,1,a\n2,9173,zz-secret\n3,2,b\n")
