@@ -4,8 +4,10 @@ Every test plays an analyst who holds the CLI, a spec and a committed release,
 and tries to learn exact confidential values or to spend budget for free:
 re-running a committed release id with an edited spec or input, aborting a
 published release, re-using library stream labels for another query, reading
-the master key out of Spark task closures, planting a key file, and reading
-confidential figures in progress lines or errors. The wrapped-sum attack
+the master key out of Spark task closures, planting a key file or setting a
+weak one, reading confidential figures in progress lines or errors, crashing
+the job with hostile spec values, naming the input as the public hierarchy
+mapping, and reading a report whose bounds disagree. The wrapped-sum attack
 (1,030 rows of 2**53) and its refusals are in tests/test_exact_sums.py, the
 exponential mechanism's exact ratios in tests/test_exponential.py. See
 docs/security_model.md for the threat table these tests back.
