@@ -314,6 +314,12 @@ def test_a_missing_input_is_named_before_anything_is_read(tmp_path, capsys):
     error = refused(capsys, "run", str(spec), "--quiet", "--input", str(missing))
     assert f"input.path = '{missing}' (or --input): no such file or folder" in error
     assert not (tmp_path / "ledger.sqlite").exists() and not (tmp_path / "master.key").exists()
+    # A scheduled release is planned before its input arrives: a note, not an error.
+    write_mistake(tmp_path, input_path=missing, engine="pandas")
+    capsys.readouterr()
+    assert main(["plan", str(spec)]) == 0
+    note = capsys.readouterr().err
+    assert f"note: dp-release run would refuse this input now: input.path = '{missing}'" in note
 
 
 def test_an_input_of_another_format_names_the_format_to_give(tmp_path, capsys):

@@ -26,6 +26,7 @@ from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, exact_and_decimal, format_plan, plan_release
+from dp_pipeline.release.preflight import input_problems
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import ENGINES, INPUT_FORMATS, SpecError
@@ -89,11 +90,15 @@ def _plan(arguments) -> int:
     spec = load_spec(arguments.spec)
     if arguments.release_id:
         spec = spec.with_release_id(arguments.release_id)
-    plan = plan_release(spec)
+    # A scheduled release is planned before its input arrives: the input's problems
+    # are notes here, and errors for `run`.
+    plan = plan_release(spec, input_present=False)
     if arguments.json:
         print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_plan(plan))
+    for problem in input_problems(spec):
+        print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0
 
 

@@ -230,7 +230,9 @@ def _bound(bound) -> dict:
     return {"lower": float(bound.lower), "upper": float(bound.upper), "method": bound.method}
 
 
-def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> ReleasePlan:
+def plan_release(
+    spec: ReleaseSpec, confidence: Fraction = CONFIDENCE, *, input_present: bool = True
+) -> ReleasePlan:
     """Calibrate every table and prove the release's guarantee; raise `PlanError` if unmet.
 
     Noised tables (count, sum) get their share of the budget as σ² (discrete Gaussian)
@@ -242,10 +244,12 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     cannot run the spec (`check_machine`: a missing input, an input of another format,
     an output folder that is a file, Spark without PySpark) or the combined tables
     cannot be post-processed where the engine would (`check_postprocess_engine`).
+    ``input_present=False`` plans a release whose input may not exist yet (the input
+    is not checked; ``dp-release plan`` reports its problems as notes).
     """
     started = time.perf_counter()
     # `dp-release plan` refuses what `run` would, with the same error, before any budget.
-    check_machine(spec)
+    check_machine(spec, input_present=input_present)
     check_postprocess_engine(spec)
     calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
 

@@ -6,7 +6,9 @@ folder that is a file, the Spark engine on an install without PySpark, or (after
 ``--input``) an input that is the hierarchy's public mapping.
 Each of these would otherwise fail after the ledger reserved the budget, or
 with a traceback. `check_machine` finds them all first (`plan_release` calls it,
-so ``dp-release plan`` refuses what ``run`` would) and raises one `SpecError`.
+so ``dp-release plan`` refuses what ``run`` would, except the input, which may
+not exist yet when a release is planned: `input_problems` lists its problems
+for the plan's notes) and raises one `SpecError`.
 
 What it looks at is public: whether paths exist and what kind of file they
 are, and the first four bytes of a single input file (every Parquet file
@@ -23,13 +25,17 @@ from dp_pipeline.release.spec_hierarchy import mapping_input_problem, mapping_is
 from dp_pipeline.release.spec_limits import MAX_SYNTHETIC_PERSONS
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError, format_of_path
 
-__all__ = ["PARQUET_MAGIC", "check_machine"]
+__all__ = ["PARQUET_MAGIC", "check_machine", "input_problems"]
 
 PARQUET_MAGIC = b"PAR1"
 
 
-def check_machine(spec: ReleaseSpec) -> None:
-    """Raise `SpecError` naming each field the machine cannot honour (see the module doc)."""
+def check_machine(spec: ReleaseSpec, *, input_present: bool = True) -> None:
+    """Raise `SpecError` naming each field the machine cannot honour (see the module doc).
+
+    ``input_present=False``: the input may not exist yet (``dp-release plan`` of a
+    scheduled release before its file arrives); `input_problems` then reports it apart.
+    """
     problems: list[str] = []
     if spec.engine == "spark" and importlib.util.find_spec("pyspark") is None:
         problems.append(
@@ -37,8 +43,8 @@ def check_machine(spec: ReleaseSpec) -> None:
             'installed; set engine = "pandas" under [run] (or --engine pandas), or install '
             "PySpark (pip install 'dp_pipeline[spark]')"
         )
-    if spec.input_path and "://" not in spec.input_path:
-        problems.extend(_input_problems(Path(spec.input_path), spec.input_format))
+    if input_present:
+        problems.extend(input_problems(spec))
     hierarchy = spec.hierarchy
     # Again here: --input may name the mapping after the spec was read.
     if hierarchy is not None and mapping_is_input(hierarchy.location, spec.input_path):
@@ -81,6 +87,13 @@ def _file_on_the_way(folder: Path) -> Path | None:
         if path.exists():
             return None if path.is_dir() else path
     return None
+
+
+def input_problems(spec: ReleaseSpec) -> list[str]:
+    """What is wrong with the spec's local input (missing, another format), or []."""
+    if not spec.input_path or "://" in spec.input_path:
+        return []
+    return _input_problems(Path(spec.input_path), spec.input_format)
 
 
 def _input_problems(path: Path, declared: str) -> list[str]:
