@@ -443,7 +443,7 @@ def _in_range(value, path, bounds, what, problems) -> Fraction | None:
     if exact is None:
         return None
     problem = check_range(
-        exact, show_value(value), path, bounds, f"the range a {what} budget is planned in"
+        exact, show_value(value), path, bounds, f"the range of {what} a release is planned in"
     )
     if problem:
         problems.append(problem)
