@@ -135,7 +135,9 @@ def main(argv=None) -> int:
     memory = local_session.__kwdefaults__["driver_memory"]
     runs: dict[str, list[dict]] = {mode: [] for mode in MODES}
     environment = dict(os.environ, PYTHONPATH=str(ROOT))
-    environment.setdefault("DP_PIPELINE_MASTER_KEY", "5a" * 32)
+    environment.setdefault(
+        "DP_PIPELINE_MASTER_KEY", "a7d393ef6fecbbd9712b118e67aee439871402fd15b4ba05fd5f5db5b4d22ede"
+    )
     with tempfile.TemporaryDirectory() as scratch:
         spec_file = write_spec(Path(scratch))
         for round_ in range(arguments.rounds):

@@ -4,8 +4,13 @@ Every test plays an analyst who holds the CLI, a spec and a committed release,
 and tries to learn exact confidential values or to spend budget for free:
 re-running a committed release id with an edited spec or input, aborting a
 published release, re-using library stream labels for another query, reading
-the master key out of Spark task closures, planting a key file, and reading
-confidential figures in progress lines or errors. The wrapped-sum attack
+the master key out of Spark task closures, planting a key file or setting a
+weak one, reading confidential figures in progress lines or errors, crashing
+the job with hostile spec values, naming the input as the public hierarchy
+mapping, reading a report whose bounds disagree, learning the data from
+whether a run publishes or which error it raises, publishing under another
+run's reservation, and drawing free noise from killed or aborted runs. The
+wrapped-sum attack
 (1,030 rows of 2**53) and its refusals are in tests/test_exact_sums.py, the
 exponential mechanism's exact ratios in tests/test_exponential.py. See
 docs/security_model.md for the threat table these tests back.
@@ -32,7 +37,7 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline import DiscreteGaussian, MasterKey
-from dp_pipeline.datasets.synthetic import write_census_sample
+from dp_pipeline.datasets.synthetic import census_chunk, write_census_sample
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.budget import LedgerError, accountant_type
 from dp_pipeline.release.cli import main
@@ -44,7 +49,7 @@ from dp_pipeline.release.spec_model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
-KEY_HEX = "3c" * 32
+KEY_HEX = "57af74b97b8dca150c88eab838b51b745293770fb15167e0b7f938bd350df2e2"
 
 
 @pytest.fixture(autouse=True)
@@ -517,7 +522,7 @@ def test_a_tampered_identity_is_refused(tmp_path, capsys):
     assert refused_rerun(spec_file, capsys).count("corrupt identity") == 1
 
 
-# ------------------------------------------------------------ 7. what reading the data reveals
+# ----------------------------------------------------------- 11. what reading the data reveals
 
 
 def probe_spec(folder: Path, input_path: Path, stop: int, threshold: int = 0) -> Path:
@@ -716,7 +721,7 @@ def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 
-# ------------------------------------------------------------- 11. the release protocol
+# ------------------------------------------------------------- 12. the release protocol
 
 
 def paused_run(spec_file: Path, point: str, go: Path) -> subprocess.Popen:
@@ -927,3 +932,248 @@ def current_umask() -> int:
     umask = os.umask(0o022)
     os.umask(umask)
     return umask
+
+
+# ------------------------------------------------ 13. reports, keys and hostile specs
+
+
+def bound_pairs(value, where: str = "report"):
+    """Every (place, lower, upper) of a JSON value: ``{lower, upper}`` objects and the
+    ledger's ``x`` with ``x_lower``."""
+    if isinstance(value, dict):
+        if value.get("lower") is not None and value.get("upper") is not None:
+            yield where, value["lower"], value["upper"]
+        for key, item in value.items():
+            if key.endswith("_lower") and item is not None and value.get(key[:-6]) is not None:
+                yield f"{where}.{key[:-6]}", item, value[key[:-6]]
+            yield from bound_pairs(item, f"{where}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from bound_pairs(item, f"{where}[{index}]")
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        None,  # budget (2, 1e-9) under the cap (8, 1e-8): the bounds at two different points
+        ("[budget]\nepsilon = 2\ndelta = 1e-9", '[budget]\nrho = "1/20"'),
+        ("noise_partitions = 3", 'noise_partitions = 3\nnoise = "discrete_laplace"'),
+    ],
+)
+def test_every_bound_pair_of_a_report_is_ordered(tmp_path, capsys, edit):
+    """The cumulative δ's lower bound was this release's δ at the budget's ε,
+    its upper the ledger's δ at the cap's ε, and lower > upper in privacy_report.json."""
+    text = SMALL_SPEC.format(tmp=tmp_path)
+    if edit is not None:
+        assert edit[0] in text
+        text = text.replace(*edit)
+    spec_file = write_spec(tmp_path, text)
+    for release_id in ("first", "second"):  # the second composes with an earlier release
+        capsys.readouterr()
+        assert main(["run", str(spec_file), "--quiet", "--release-id", release_id]) == 0
+        report = json.loads((tmp_path / "out" / release_id / "privacy_report.json").read_text())
+        pairs = list(bound_pairs(report))
+        assert any(".cumulative" in place for place, _, _ in pairs)
+        for place, lower, upper in pairs:
+            assert float(Fraction(lower)) <= float(Fraction(upper)), (place, lower, upper)
+    # The plan's lines show each lower bound beside its upper bound, at the same point.
+    capsys.readouterr()
+    assert main(["plan", str(spec_file)]) == 0
+    for upper, lower in re.findall(
+        r": (?:tight )?([0-9.e+-]+) \([a-z_0-9]+, lower bound "
+        r"([0-9.e+-]+)",
+        capsys.readouterr().out,
+    ):
+        assert float(lower) <= float(upper)
+
+
+WEAK_KEYS = {
+    "all zero": "00" * 32,
+    "one byte": "3c" * 32,
+    "a counter": bytes(range(32)).hex(),
+    "a word four times": "deadbeefcafe0001" * 4,
+    "a passphrase": b"password" * 4,
+}
+
+
+@pytest.mark.parametrize("where", ["file", "environment"])
+@pytest.mark.parametrize("name", list(WEAK_KEYS))
+def test_a_weak_key_is_refused_without_showing_it(tmp_path, capsys, monkeypatch, where, name):
+    """An all-zero or patterned key was accepted, and its public fingerprint
+    (computable by anyone for such a key) identified it in every report."""
+    key = WEAK_KEYS[name]
+    raw = key if isinstance(key, bytes) else bytes.fromhex(key)
+    spec_file = write_spec(tmp_path)
+    if where == "file":
+        monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
+        key_file = tmp_path / "master.key"
+        key_file.write_bytes(key if isinstance(key, bytes) else key.encode() + b"\n")
+        key_file.chmod(0o600)
+    else:
+        monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", raw.hex())
+    error = refused_rerun(spec_file, capsys)
+    assert "is weak" in error and "secrets.token_hex(32)" in error, error
+    fingerprint = MasterKey(raw).fingerprint
+    for shown in (raw.hex(), raw.hex().upper(), fingerprint):
+        assert shown not in error
+    assert not (tmp_path / "ledger.sqlite").exists()  # refused before the ledger
+
+
+def test_key_ledger_and_cache_folders_are_private_whatever_creates_them(
+    tmp_path, capsys, monkeypatch
+):
+    """``.dp_pipeline/`` was created 0755 by the ledger or the sample cache,
+    and the parents of a nested key file with the umask's mode."""
+    previous = os.umask(0)  # the most permissive umask: every mode must be set explicitly
+    try:
+        # The environment's key, so the sample cache is the first to create .dp_pipeline/.
+        text = SMALL_SPEC.format(tmp=tmp_path).replace(
+            f'ledger = "{tmp_path}/ledger.sqlite"', f'ledger = "{tmp_path}/.dp_pipeline/l.sqlite"'
+        )
+        assert main(["run", str(write_spec(tmp_path / "spec", text)), "--quiet"]) == 0
+        # A file key under new folders (run), and a ledger under new ones (ledger command).
+        monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
+        key_file = tmp_path / "keys" / "nested" / "master.key"
+        spec_file = write_spec(tmp_path / "other")
+        assert main(["run", str(spec_file), "--quiet", "--key-file", str(key_file)]) == 0
+        ledger = tmp_path / "audit" / ".dp_pipeline" / "ledger.sqlite"
+        assert main(["ledger", "--ledger", str(ledger)]) == 0
+    finally:
+        os.umask(previous)
+    for folder in (
+        tmp_path / ".dp_pipeline",
+        tmp_path / ".dp_pipeline" / "samples",
+        tmp_path / "keys",
+        tmp_path / "keys" / "nested",
+        tmp_path / "audit",
+        tmp_path / "audit" / ".dp_pipeline",
+    ):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600
+
+
+HOSTILE_RUNS = [
+    (("delta = 1e-9", "delta = 0"), "budget.delta = 0: discrete_gaussian noise"),
+    (("epsilon = 2", "epsilon = 1e-100000"), "budget.epsilon = 1E-100000: too many digits"),
+    (("epsilon = 2", "epsilon = 1e100000"), "budget.epsilon = 1E+100000: too many digits"),
+    (
+        (
+            "age = {{ start = 0, stop = 115 }}",
+            "age = {{ start = -9223372036854775808, stop = 9223372036854775807 }}",
+        ),
+        "above the 1,099,511,627,776 (2**40)",
+    ),
+    (('value = "income"', 'value = "state"'), "the summed column cannot also be one"),
+    (('dir = "{tmp}/out"', 'dir = "{tmp}/small.toml"'), "is an existing file"),
+]
+
+
+@pytest.mark.parametrize("edit, fragment", HOSTILE_RUNS)
+def test_a_hostile_spec_is_refused_before_anything_is_read(tmp_path, capsys, edit, fragment):
+    """These ended in tracebacks, some after the ledger reserved the budget."""
+    monkeypatch_free = SMALL_SPEC.replace(edit[0], edit[1])
+    assert monkeypatch_free != SMALL_SPEC
+    spec_file = write_spec(tmp_path, monkeypatch_free.format(tmp=tmp_path))
+    for command in (["plan", str(spec_file)], ["run", str(spec_file), "--quiet"]):
+        capsys.readouterr()
+        assert main(command) == 2
+        error = capsys.readouterr().err
+        assert fragment in error and "Traceback" not in error, error
+    assert not (tmp_path / "ledger.sqlite").exists() and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("key", ["value", "raw_value"])
+def test_a_key_named_like_an_output_column_is_refused_at_plan_time(tmp_path, capsys, key):
+    """A key named ``value`` passed validation; the run reserved the budget,
+    read the data, added noise and crashed building the published table."""
+    data = tmp_path / "persons.csv"
+    persons = census_chunk(5, 0, 400).to_pandas()
+    persons[key] = np.where(persons["person_id"] % 2 == 0, "a", "b")
+    persons.to_csv(data, index=False)
+    text = (
+        SMALL_SPEC.format(tmp=tmp_path)
+        .replace('keys = ["tenure"]', f'keys = ["{key}"]')
+        .replace('sex = ["F", "M"]', f'sex = ["F", "M"]\n{key} = ["a", "b"]')
+    )
+    spec_file = write_spec(tmp_path, text)
+    error = refused_rerun(spec_file, capsys, "--input", str(data))
+    assert f"tables[1].keys: table 'tenure' has key column {key!r}" in error, error
+    assert "cannot be named value, raw_value" in error
+    assert not (tmp_path / "ledger.sqlite").exists()  # nothing reserved, nothing read
+
+
+HIERARCHY_SPEC = """
+[release]
+id = "geo-1"
+[population]
+name = "people"
+cap = {{ rho = 1 }}
+[privacy_unit]
+column = "person_id"
+[budget]
+rho = "1/2"
+[input]
+path = "{input}"
+[run]
+engine = "pandas"
+ledger = "{tmp}/ledger.sqlite"
+key_file = "{tmp}/master.key"
+[domains]
+county = {{ start = 1, stop = 4 }}
+state = ["a", "b"]
+[hierarchy]
+levels = ["state", "county"]
+mapping = "{mapping}"
+[postprocess]
+consistent = true
+[[tables]]
+name = "county"
+keys = ["county"]
+share = "1/2"
+[[tables]]
+name = "state"
+keys = ["state"]
+share = "1/2"
+"""
+
+
+def test_a_mapping_that_is_the_input_is_refused_unread(tmp_path, capsys):
+    """``[hierarchy] mapping`` naming the confidential input made the free
+    ``plan`` quote its values and line numbers (county 9173 on line 3)."""
+    persons = tmp_path / "persons.csv"
+    persons.write_text("person_id,county,state\n1,1,a\n2,9173,zz-secret\n3,2,b\n")
+    mapping = tmp_path / "map.csv"
+    mapping.write_text("county,state\n1,a\n2,a\n3,b\n4,b\n")
+    leaks = ("9173", "zz-secret", "line 3", "line")
+
+    def refused(spec_text: str, *arguments: str) -> str:
+        spec_file = tmp_path / "geo.toml"
+        spec_file.write_text(spec_text)
+        capsys.readouterr()
+        assert main([*arguments[:1], str(spec_file), *arguments[1:]]) == 2
+        return capsys.readouterr().err
+
+    # The mapping is the input: refused before it is opened, by plan and by run.
+    same = HIERARCHY_SPEC.format(tmp=tmp_path, input=persons, mapping=persons)
+    for command in ("plan", "run"):
+        error = refused(same, command)
+        assert "hierarchy.mapping" in error and "is the input" in error, error
+        assert not any(leak in error for leak in leaks), error
+    # The mapping lies in the input folder.
+    folder = tmp_path / "input"
+    folder.mkdir()
+    inside = folder / "part.csv"
+    inside.write_text(persons.read_text())
+    error = refused(HIERARCHY_SPEC.format(tmp=tmp_path, input=folder, mapping=inside), "plan")
+    assert "is the input" in error and not any(leak in error for leak in leaks), error
+    # --input names the mapping after the spec was read.
+    spec = HIERARCHY_SPEC.format(tmp=tmp_path, input=persons, mapping=mapping)
+    error = refused(spec, "run", "--quiet", "--input", str(mapping))
+    assert "is the input" in error, error
+    # A confidential file named as the mapping (the input elsewhere): its errors name
+    # the rule and the column, never its text or line numbers.
+    spec = HIERARCHY_SPEC.format(tmp=tmp_path, input=mapping, mapping=persons)
+    error = refused(spec.replace(f'path = "{mapping}"', 'path = ""'), "plan")
+    assert "column 'county' holds a value outside domains.county" in error, error
+    assert not any(leak in error for leak in leaks), error
+    assert not (tmp_path / "ledger.sqlite").exists()

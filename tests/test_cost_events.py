@@ -18,7 +18,7 @@ from dp_pipeline.release.queries import table_query, table_spec
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec import load_spec
 
-KEY_HEX = "0f" * 32
+KEY_HEX = "b59163f6516e8ee81ecc2cfc05e6ebbc7d81b82a9ae660ea6820b535d9e12845"
 
 
 def test_add_event_records_what_add_records():

@@ -43,7 +43,9 @@ def scratch(tmp_path, monkeypatch):
     """A scratch working folder with conf/ and a fixed test key (never a real one)."""
     shutil.copytree(ROOT / "conf", tmp_path / "conf")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "1e" * 32)
+    monkeypatch.setenv(
+        "DP_PIPELINE_MASTER_KEY", "8b5905d57f3fcf974a71f588b383af19508d3f079d225acc8f962ed6fcb7ae32"
+    )
     return tmp_path
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import math
 import pickle
+from fractions import Fraction
 
 import numpy as np
 import pytest
@@ -220,3 +222,42 @@ def test_bad_uniform_arguments(key, call, exc, message):
 def test_stream_rejects_bad_key():
     with pytest.raises(ValueError, match="32 bytes"):
         SecureStream(b"short")
+
+
+@pytest.mark.parametrize(
+    "raw, rule",
+    [
+        (bytes(32), "fewer than 16 distinct byte values"),
+        (b"\x3c" * 32, "fewer than 16 distinct byte values"),
+        (bytes(range(32)), "successive byte differences"),
+        (bytes(range(0, 256, 8)), "successive byte differences"),
+        # 16 distinct bytes whose 16 cyclic steps are distinct (1..15 and 136), twice.
+        (bytes(i * (i + 1) // 2 for i in range(16)) * 2, "repeats a pattern of 16 bytes"),
+    ],
+)
+def test_weak_keys_are_named_by_their_rule(raw, rule):
+    weakness = MasterKey(raw).weakness()
+    assert weakness is not None and rule in weakness
+    assert raw.hex() not in weakness
+
+
+def test_a_random_key_is_weak_with_probability_below_1e_15():
+    # Exact: P(32 uniform bytes take at most 15 distinct values) = sum over k <= 15 of
+    # S(32, k) * 256!/(256 - k)! / 256**32 (S: Stirling numbers of the second kind); the
+    # same for the 31 steps; a period p <= 16 has probability 256**-(32 - p).
+    def at_most_15_distinct(n: int) -> Fraction:
+        stirling = [[0] * 16 for _ in range(n + 1)]
+        stirling[0][0] = 1
+        for i in range(1, n + 1):
+            for k in range(1, 16):
+                stirling[i][k] = k * stirling[i - 1][k] + stirling[i - 1][k - 1]
+        return sum(
+            (Fraction(stirling[n][k] * math.perm(256, k), 256**n) for k in range(1, 16)),
+            Fraction(0),
+        )
+
+    periods = sum(Fraction(1, 256 ** (32 - p)) for p in range(1, 17))
+    total = at_most_15_distinct(32) + at_most_15_distinct(31) + periods
+    assert total < Fraction(1, 10**15)
+    assert all(MasterKey().weakness() is None for _ in range(2000))
+    assert MasterKey.generate().weakness() is None

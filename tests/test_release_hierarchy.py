@@ -116,8 +116,8 @@ def test_the_mapping_is_relative_to_the_spec_file(tmp_path):
 MAPPING_CASES = [
     (
         [*GOOD_ROWS, (2, "b")],
-        "hierarchy.mapping is not a function: county 2 is in state 'a' (line 3) and 'b' "
-        "(line 6); each county must have exactly one state",
+        "hierarchy.mapping is not a function: county 2 is in state 'a' and 'b'; each county "
+        "must have exactly one state",
     ),
     (
         GOOD_ROWS[:3],
@@ -126,11 +126,13 @@ MAPPING_CASES = [
     ),
     (
         [*GOOD_ROWS, (9, "a")],
-        "hierarchy.mapping: column 'county' has value(s) '9' (line 6) outside domains.county",
+        "hierarchy.mapping: column 'county' holds a value outside domains.county; every "
+        "value of the column must be an integer of domains.county",
     ),
     (
         [(1, "a"), (2, "a"), (3, "c"), (4, "b")],
-        "hierarchy.mapping: column 'state' has value(s) 'c' (line 4) outside domains.state",
+        "hierarchy.mapping: column 'state' holds a value outside domains.state; every value "
+        "of the column must be one of the values of domains.state",
     ),
     (
         [(1, "a"), (2, "a"), (3, "a"), (4, "a")],
@@ -138,13 +140,13 @@ MAPPING_CASES = [
     ),
     (
         [("1.0", "a"), (2, "a"), (3, "b"), (4, "b")],
-        "column 'county' has value(s) '1.0' (line 2) outside domains.county",
+        "column 'county' holds a value outside domains.county",
     ),
 ]
 
 
 @pytest.mark.parametrize("rows, message", MAPPING_CASES)
-def test_mapping_errors_name_the_value_and_the_rule(tmp_path, rows, message):
+def test_mapping_errors_name_the_rule_and_the_column(tmp_path, rows, message):
     write_mapping(tmp_path, rows)
     assert message in problems_of(document(), tmp_path)
 
@@ -153,18 +155,19 @@ def test_mapping_file_missing_unreadable_or_without_the_level_columns(tmp_path):
     assert "hierarchy.mapping = 'map.csv': file" in problems_of(document(), tmp_path)
     assert "does not exist" in problems_of(document(), tmp_path)
     write_mapping(tmp_path, GOOD_ROWS, header="county,region")
-    assert (
-        "hierarchy.mapping = 'map.csv': the header ['county', 'region'] has no column 'state'"
-        in problems_of(document(), tmp_path)
+    assert "hierarchy.mapping = 'map.csv': its first line names no column 'state'" in problems_of(
+        document(), tmp_path
     )
     (tmp_path / "map.csv").write_bytes(b"county,state\n1,\xff\xfe\n")
-    assert "hierarchy.mapping = 'map.csv': cannot read the file" in problems_of(
-        document(), tmp_path
+    assert (
+        "hierarchy.mapping = 'map.csv': cannot read the file as a UTF-8 CSV "
+        "(UnicodeDecodeError)" in problems_of(document(), tmp_path)
     )
     (tmp_path / "map.csv").unlink()
     (tmp_path / "map.csv").mkdir()
-    assert "hierarchy.mapping = 'map.csv': cannot read the file" in problems_of(
-        document(), tmp_path
+    assert "hierarchy.mapping = 'map.csv': not a regular file" in problems_of(document(), tmp_path)
+    assert "hierarchy.mapping = '/dev/zero': not a regular file" in problems_of(
+        document(mapping="/dev/zero"), tmp_path
     )
     assert "hierarchy.mapping = None: must name a CSV file" in problems_of(
         document(mapping=None), tmp_path

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
 from decimal import Decimal
 from fractions import Fraction
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
@@ -195,6 +200,12 @@ HOSTILE = [
     ("input.synthetic_seed", -1, "input.synthetic_seed = -1: must be between 0 and 2**63 - 1"),
     ("release.id", 10**5000, "release.id = a int too long to print: must be a string"),
     ("output.dir", ["x"], "output.dir = ['x']: must be a string"),
+    ("budget.colour", 1, "budget.colour: unknown field; allowed fields are rho, epsilon, delta"),
+    ("release", [1], "release = [1]: must be a table ([release])"),
+    ("population", "people", "population = 'people': must be a table ([population])"),
+    ("privacy_unit", 5, "privacy_unit = 5: must be a table ([privacy_unit])"),
+    ("release.noise_partitions", 10**30, "release.noise_partitions = 10000000000000000000"),
+    ("tables.0.keys", "age", "tables[0].keys = 'age': must be a non-empty list of column names"),
 ]
 
 
@@ -250,3 +261,166 @@ def test_a_key_named_like_an_output_column_is_a_spec_error(statistic, key, reser
     message = str(info.value)
     assert f"tables[1].keys: table 'clash' has key column {key!r}" in message, message
     assert f"cannot be named {reserved}" in message, message
+
+
+# ------------------------------------------------ common mistakes: one error naming the fix
+
+SPEC_TEXT = """
+[release]
+id = "mistake-1"
+[population]
+name = "people"
+cap = {{ rho = 1 }}
+[privacy_unit]
+column = "person_id"
+[budget]
+rho = "1/8"
+[input]
+path = "{input}"
+[output]
+dir = "{tmp}/out"
+[run]
+ledger = "{tmp}/ledger.sqlite"
+key_file = "{tmp}/master.key"
+[domains]
+sex = ["F", "M"]
+[[tables]]
+name = "sex"
+keys = ["sex"]
+share = 1
+"""
+
+
+def write_mistake(tmp_path, input_path="", engine: str | None = None) -> Path:
+    text = SPEC_TEXT.format(tmp=tmp_path, input=input_path)
+    if engine:
+        text = text.replace("[run]", f'[run]\nengine = "{engine}"')
+    path = tmp_path / "spec.toml"
+    path.write_text(text)
+    return path
+
+
+def refused(capsys, *arguments) -> str:
+    capsys.readouterr()
+    assert main(list(arguments)) == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error
+    return error
+
+
+def test_a_missing_input_is_named_before_anything_is_read(tmp_path, capsys):
+    spec = write_mistake(tmp_path, engine="pandas")
+    missing = tmp_path / "nowhere.parquet"
+    error = refused(capsys, "run", str(spec), "--quiet", "--input", str(missing))
+    assert f"input.path = '{missing}' (or --input): no such file or folder" in error
+    assert not (tmp_path / "ledger.sqlite").exists() and not (tmp_path / "master.key").exists()
+    # A scheduled release is planned before its input arrives: a note, not an error.
+    write_mistake(tmp_path, input_path=missing, engine="pandas")
+    capsys.readouterr()
+    assert main(["plan", str(spec)]) == 0
+    note = capsys.readouterr().err
+    assert f"note: dp-release run would refuse this input now: input.path = '{missing}'" in note
+
+
+def test_an_input_of_another_format_names_the_format_to_give(tmp_path, capsys):
+    spec = write_mistake(tmp_path, engine="pandas")
+    csv = tmp_path / "persons.csv"
+    csv.write_text("person_id,sex\n1,F\n")
+    error = refused(capsys, "run", str(spec), "--quiet", "--input", str(csv), "--format", "parquet")
+    assert "input.format = 'parquet' (or --format)" in error and "use --format csv" in error
+    unnamed = tmp_path / "persons"
+    unnamed.write_text("person_id,sex\n1,F\n")
+    error = refused(capsys, "run", str(spec), "--quiet", "--input", str(unnamed))
+    assert "is not a Parquet file (it does not start with PAR1); for a CSV file use" in error
+    parquet = tmp_path / "persons.data"
+    pd.DataFrame({"person_id": [1], "sex": ["F"]}).to_parquet(parquet)
+    error = refused(capsys, "run", str(spec), "--quiet", "--input", str(parquet), "--format", "csv")
+    assert "is a Parquet file; use --format parquet" in error
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def run_python(code: str, cwd: Path, **kwargs) -> subprocess.CompletedProcess:
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=cwd,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        **kwargs,
+    )
+
+
+def test_the_default_spark_engine_without_pyspark_names_the_pandas_engine(tmp_path):
+    spec = write_mistake(tmp_path)  # no engine under [run]: spark
+    code = (
+        "import sys; sys.modules['pyspark'] = None\n"
+        "from dp_pipeline.release.cli import main\n"
+        f"sys.exit(main(['run', {str(spec)!r}, '--quiet']))"
+    )
+    done = run_python(code, tmp_path)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    assert 'run.engine = "spark" (the default when [run] gives no engine): PySpark is not ' in (
+        done.stderr
+    )
+    assert 'set engine = "pandas" under [run] (or --engine pandas)' in done.stderr
+    assert not (tmp_path / "ledger.sqlite").exists() and not (tmp_path / "master.key").exists()
+
+
+def test_output_piped_into_a_reader_that_stops_ends_quietly(tmp_path):
+    code = (
+        "import sys, time; time.sleep(1)\n"  # the reader is gone before the first line
+        "from dp_pipeline.release.cli import main\n"
+        f"sys.exit(main(['plan', '--json', {str(ROOT / 'conf' / 'census_demo.toml')!r}]))"
+    )
+    environment = dict(os.environ, PYTHONPATH=str(ROOT))
+    process = subprocess.Popen(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    process.stdout.close()  # `| head -0`: the pipe's reader went away
+    _, error = process.communicate(timeout=300)
+    assert process.returncode == 1, error
+    assert b"Traceback" not in error and b"BrokenPipeError" not in error, error
+
+
+def test_version_and_decimals_beside_fractions(capsys):
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert re.fullmatch(r"dp-release \d+\.\d+\.\d+\n", capsys.readouterr().out)
+    assert main(["plan", str(ROOT / "conf" / "census_demo.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "delta=1/10000000000 (1e-10)" in out
+    assert "1831161/100000 (18.3116)" in out
+
+
+def test_paths_blocked_by_a_file_and_a_huge_synthetic_input_are_named(tmp_path, capsys):
+    spec = write_mistake(tmp_path, engine="pandas")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    error = refused(
+        capsys,
+        "run",
+        str(spec),
+        "--quiet",
+        "--output",
+        str(blocker / "out"),
+        "--ledger",
+        str(blocker / "ledger.sqlite"),
+        "--persons",
+        str(10**12),
+    )
+    assert f"output.dir = '{blocker / 'out'}' (or --output): '{blocker}' is an existing file" in (
+        error
+    )
+    assert f"run.ledger = '{blocker / 'ledger.sqlite'}' (or --ledger): '{blocker}' is a file" in (
+        error
+    )
+    assert "input.synthetic_persons = 1000000000000 (or --persons): must be between 1 and" in error
+    assert not (tmp_path / "master.key").exists()

@@ -427,7 +427,9 @@ def test_the_html_report_is_the_same_from_batches(plan, tmp_path, monkeypatch):
     from dp_pipeline.release.report import html_report
     from dp_pipeline.release.run import Progress, run_release
 
-    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "5a" * 32)
+    monkeypatch.setenv(
+        "DP_PIPELINE_MASTER_KEY", "a7d393ef6fecbbd9712b118e67aee439871402fd15b4ba05fd5f5db5b4d22ede"
+    )
     shutil.copy(ROOT / "conf" / "census_demo_counties.csv", tmp_path / "counties.csv")
     (tmp_path / "acc.toml").write_text(SPEC.format(tmp=tmp_path))
     result = run_release(load_spec(tmp_path / "acc.toml"), progress=Progress(quiet=True))

@@ -32,7 +32,7 @@ from dp_pipeline.selection.query import QuantileQuery
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
-KEY_HEX = "3c" * 32
+KEY_HEX = "57af74b97b8dca150c88eab838b51b745293770fb15167e0b7f938bd350df2e2"
 
 
 @pytest.fixture(autouse=True)

@@ -91,7 +91,9 @@ share = "1/4"
 
 @pytest.fixture(autouse=True)
 def fixed_key(monkeypatch):
-    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "5a" * 32)
+    monkeypatch.setenv(
+        "DP_PIPELINE_MASTER_KEY", "a7d393ef6fecbbd9712b118e67aee439871402fd15b4ba05fd5f5db5b4d22ede"
+    )
 
 
 def sums_spec(folder: Path, engine="pandas", sums="sums = true", lower=0):

@@ -25,7 +25,7 @@ from dp_pipeline.release.run import read_release
 pytestmark = pytest.mark.spark
 
 ROOT = Path(__file__).resolve().parents[1]
-KEY_HEX = "3c" * 32
+KEY_HEX = "57af74b97b8dca150c88eab838b51b745293770fb15167e0b7f938bd350df2e2"
 
 
 def _spark_bin(name: str) -> str:

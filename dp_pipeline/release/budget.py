@@ -62,20 +62,32 @@ def describe_cap(cap: dict) -> str:
 
 @dataclass(frozen=True)
 class Spend:
-    """A composed guarantee measured against a cap (upper bounds)."""
+    """A composed guarantee measured against a cap: the accountant's bracket of each figure.
+
+    ``epsilon`` / ``epsilon_lower`` bracket ε at the cap's δ, and ``delta`` /
+    ``delta_lower`` bracket δ at the cap's ε: each pair is taken at the same point, so
+    lower <= upper. The cap is compared with the upper bounds only.
+    """
 
     rho: Fraction | None
     epsilon: float | None  # at the cap's delta (upper bound), if the cap is (ε, δ)
     delta: float | None  # at the cap's epsilon (upper bound), if the cap is (ε, δ)
     method: str
+    epsilon_lower: float | None = None  # at the cap's delta, with ``epsilon``
+    delta_lower: float | None = None  # at the cap's epsilon, with ``delta``
 
     def to_dict(self) -> dict:
-        return {
+        described = {
             "rho": None if self.rho is None else str(self.rho),
             "epsilon": self.epsilon,
             "delta": self.delta,
             "method": self.method,
         }
+        if self.epsilon_lower is not None:
+            described["epsilon_lower"] = self.epsilon_lower
+        if self.delta_lower is not None:
+            described["delta_lower"] = self.delta_lower
+        return described
 
 
 def measure_spend(accountant, cap: dict) -> Spend:
@@ -87,13 +99,21 @@ def measure_spend(accountant, cap: dict) -> Spend:
     if cap["rho"] is not None:
         return Spend(rho, None, None, "zcdp")
     epsilon_cap, delta_cap = Fraction(cap["epsilon"]), Fraction(cap["delta"])
+    epsilon = epsilon_lower = None
+    method = ""
     if delta_cap > 0:
         epsilon_bound = accountant.epsilon(delta_cap)
         epsilon, method = float(epsilon_bound.upper), epsilon_bound.method
-    else:
-        epsilon, method = None, ""
+        epsilon_lower = float(epsilon_bound.lower)
     delta_bound = accountant.delta(epsilon_cap)
-    return Spend(rho, epsilon, float(delta_bound.upper), method or delta_bound.method)
+    return Spend(
+        rho,
+        epsilon,
+        float(delta_bound.upper),
+        method or delta_bound.method,
+        epsilon_lower=epsilon_lower,
+        delta_lower=float(delta_bound.lower),
+    )
 
 
 def within_cap(spend: Spend, cap: dict) -> bool:

@@ -5,22 +5,28 @@
                         [--engine spark|pandas] [--master URL] [--release-id ID]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
+    dp-release --version
 
 User errors (bad spec, refused budget, reused release id) print one clear
 message to stderr and exit with status 2; nothing is read, spent or written.
+Output piped into a reader that stops early (``| head``) ends the command
+quietly with status 1 instead of a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from fractions import Fraction
 
+from dp_pipeline import __version__
 from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.plan import PlanError, format_plan, plan_release
+from dp_pipeline.release.plan import PlanError, exact_and_decimal, format_plan, plan_release
+from dp_pipeline.release.preflight import input_problems
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import ENGINES, INPUT_FORMATS, SpecError
@@ -35,6 +41,7 @@ def _parser() -> argparse.ArgumentParser:
         prog="dp-release",
         description="Differentially private census-style releases with a budget ledger.",
     )
+    parser.add_argument("--version", action="version", version=f"dp-release {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
     plan = commands.add_parser("plan", help="per-table sigma2, rho share, margins; (eps, delta)")
@@ -86,11 +93,15 @@ def _plan(arguments) -> int:
     spec = load_spec(arguments.spec)
     if arguments.release_id:
         spec = spec.with_release_id(arguments.release_id)
-    plan = plan_release(spec)
+    # A scheduled release is planned before its input arrives: the input's problems
+    # are notes here, and errors for `run`.
+    plan = plan_release(spec, input_present=False)
     if arguments.json:
         print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
     else:
         print(format_plan(plan))
+    for problem in input_problems(spec):
+        print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0
 
 
@@ -134,9 +145,11 @@ def _spend(spend: dict) -> str:
 
 
 def _cap(cap: dict) -> str:
+    """A cap's exact fractions with their decimals: ``epsilon=4, delta=1/10000 (0.0001)``."""
     if cap.get("rho") is not None:
-        return f"rho={cap['rho']}"
-    return f"epsilon={cap['epsilon']}, delta={cap['delta']}"
+        return f"rho={exact_and_decimal(Fraction(cap['rho']))}"
+    epsilon, delta = (exact_and_decimal(Fraction(cap[name])) for name in ("epsilon", "delta"))
+    return f"epsilon={epsilon}, delta={delta}"
 
 
 def _ledger(arguments) -> int:
@@ -176,11 +189,26 @@ def main(argv: list[str] | None = None) -> int:
     handlers = {"plan": _plan, "run": _run, "ledger": _ledger}
     try:
         return handlers[arguments.command](arguments)
+    except BrokenPipeError:
+        _silence_stdout()
+        return 1
     except (SpecError, PlanError, LedgerError, KeyFileError) as error:
         print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
         for note in getattr(error, "__notes__", ()):
             print(f"  {note}", file=sys.stderr)
         return 2
+
+
+def _silence_stdout() -> None:
+    """After the reader of stdout went away: point stdout at /dev/null, so that the
+    interpreter's final flush does not raise a second BrokenPipeError at exit."""
+    try:
+        descriptor = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (e.g. captured)
+        return
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, descriptor)
+    os.close(null)
 
 
 if __name__ == "__main__":

@@ -6,9 +6,13 @@ identical noise instead of a second, independent (and privacy-costly) draw.
 The key is therefore persistent: the environment variable
 ``DP_PIPELINE_MASTER_KEY`` (64 hex digits) if set, otherwise the spec's
 ``run.key_file``, created on first use from the OS CSPRNG with mode 0600 in
-a folder created with mode 0700. As ssh does with private keys, an existing
-key file is refused when its group or others may read or write it, or when
-another user owns it: such a key may be known (or planted) by someone else.
+a folder created with mode 0700 (every folder created on the way, whatever the
+umask; `private_folder` also makes the ledger's folder, ``.dp_pipeline/``). As
+ssh does with private keys, an existing key file is refused when its group or
+others may read or write it, or when another user owns it: such a key may be
+known (or planted) by someone else. A weak key from the file or the environment
+(all zeros, a repeated pattern, a counter: `MasterKey.weakness`) is refused
+too, since it may be guessed and its public fingerprint would identify it.
 The key's bytes are never printed; only its public fingerprint is.
 """
 
@@ -20,7 +24,13 @@ from pathlib import Path
 
 from dp_pipeline.randomness import MasterKey
 
-__all__ = ["ENVIRONMENT_VARIABLE", "KeyFileError", "check_key_file", "load_or_create_master_key"]
+__all__ = [
+    "ENVIRONMENT_VARIABLE",
+    "KeyFileError",
+    "check_key_file",
+    "load_or_create_master_key",
+    "private_folder",
+]
 
 
 class KeyFileError(ValueError):
@@ -50,30 +60,72 @@ def check_key_file(path: Path) -> None:
 ENVIRONMENT_VARIABLE = "DP_PIPELINE_MASTER_KEY"
 
 
+def private_folder(folder: str | os.PathLike[str]) -> Path:
+    """``folder``, creating it and every missing parent with mode 0700 (owner only).
+
+    ``mkdir``'s mode is filtered by the umask, and ``parents=True`` gives the parents
+    the default mode, so each folder created here is made and then set to 0700. An
+    existing folder is left as it is.
+    """
+    folder = Path(folder)
+    missing = []
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing.append(path)
+    for path in reversed(missing):
+        try:
+            path.mkdir(mode=0o700)
+        except FileExistsError:  # created meanwhile by another run
+            continue
+        os.chmod(path, 0o700)
+    return folder
+
+
 def load_or_create_master_key(key_file: str | os.PathLike[str], progress=None) -> MasterKey:
-    """The master key from ``$DP_PIPELINE_MASTER_KEY``, else ``key_file`` (created if absent)."""
+    """The master key from ``$DP_PIPELINE_MASTER_KEY``, else ``key_file`` (created if absent).
+
+    Raises `KeyFileError` for a key file others may know and for a weak key
+    (`MasterKey.weakness`) from either place; the message never holds the key.
+    """
     if os.environ.get(ENVIRONMENT_VARIABLE):
-        return MasterKey.from_env(ENVIRONMENT_VARIABLE)
+        return _read(MasterKey.from_env, ENVIRONMENT_VARIABLE, f"${ENVIRONMENT_VARIABLE}")
     path = Path(key_file)
     if path.exists():
         check_key_file(path)
-        return MasterKey.from_file(path)
-    if not path.parent.exists():
-        path.parent.mkdir(mode=0o700, parents=True)
-        os.chmod(path.parent, 0o700)  # the mode argument is filtered by the umask
+        return _read(MasterKey.from_file, path, f"master key file {str(path)!r}")
+    private_folder(path.parent)
     key = MasterKey.generate()
     # O_EXCL: two first runs racing cannot each write a different key.
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         check_key_file(path)
-        return MasterKey.from_file(path)
+        return _read(MasterKey.from_file, path, f"master key file {str(path)!r}")
+    os.fchmod(descriptor, 0o600)  # the mode argument is filtered by the umask
     with os.fdopen(descriptor, "w") as handle:
         handle.write(_hex(key) + "\n")
     if progress is not None:
         progress(
             f"created a new master key at {path} (fingerprint {key.fingerprint}); keep it "
             "secret and backed up: re-running a release id needs the same key"
+        )
+    return key
+
+
+def _read(reader, source, where: str) -> MasterKey:
+    """The key ``reader(source)`` gives, refused (`KeyFileError`) if unreadable or weak."""
+    try:
+        key = reader(source)
+    except ValueError as error:  # its message names the format, never the content
+        raise KeyFileError(f"{error}; write 64 hex digits (a 32-byte key)") from None
+    reason = key.weakness()
+    if reason is not None:
+        raise KeyFileError(
+            f"the master key in {where} is weak: {reason}, so it may be guessed (a "
+            "placeholder such as all zeros or a repeated word). Use a key drawn at "
+            'random, e.g. python -c "import secrets; print(secrets.token_hex(32))", or '
+            "remove it to have dp-release create one"
         )
     return key
 

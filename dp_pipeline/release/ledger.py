@@ -58,6 +58,7 @@ from dp_pipeline.release.budget import (
     within_cap,
 )
 from dp_pipeline.release.identity import ReleaseIdentity
+from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.lease import RunLease, lease_path
 from dp_pipeline.release.ledger_records import (
     ADDED_COLUMNS,
@@ -76,15 +77,7 @@ from dp_pipeline.release.ledger_records import (
 )
 from dp_pipeline.release.manifest import check_same_bytes, hidden_folders
 
-__all__ = ["Ledger", "private_folder"]
-
-
-def private_folder(folder: Path) -> Path:
-    """``folder``, created owner-only (0700) if it does not exist (parents as ``mkdir -p``)."""
-    if not folder.exists():
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)  # the mode argument is filtered by the umask
-    return folder
+__all__ = ["Ledger"]
 
 
 class Ledger:

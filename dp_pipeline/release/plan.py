@@ -39,13 +39,22 @@ from dp_pipeline.release.costs import (
     selection_event,
     sensitivity_vector,
 )
+from dp_pipeline.release.preflight import check_machine
 from dp_pipeline.release.queries import table_query
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.algorithms import (
     quantile_rank_error_bound,
 )
 
-__all__ = ["CONFIDENCE", "PlanError", "ReleasePlan", "TablePlan", "plan_release"]
+__all__ = [
+    "CONFIDENCE",
+    "PlanError",
+    "ReleasePlan",
+    "TablePlan",
+    "exact_and_decimal",
+    "format_plan",
+    "plan_release",
+]
 
 CONFIDENCE = Fraction(95, 100)
 # The δ at which a ρ-budget release reports its ε when neither budget nor cap names one.
@@ -268,7 +277,9 @@ def _bound(bound) -> dict:
     return {"lower": float(bound.lower), "upper": float(bound.upper), "method": bound.method}
 
 
-def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> ReleasePlan:
+def plan_release(
+    spec: ReleaseSpec, confidence: Fraction = CONFIDENCE, *, input_present: bool = True
+) -> ReleasePlan:
     """Calibrate every table and prove the release's guarantee; raise `PlanError` if unmet.
 
     Noised tables (count, sum) get their share of the budget as σ² (discrete Gaussian)
@@ -276,11 +287,16 @@ def plan_release(spec: ReleaseSpec, confidence: Fraction = CONFIDENCE) -> Releas
     as a pure ε: the share of ε in a discrete Laplace release, and in a discrete Gaussian
     release the ε whose zCDP ρ (ε²/8 per exponential-mechanism run) is the share of ρ.
     For an (ε, δ) budget the common noise scale is searched with every mechanism in the
-    composition (`calibrate_zcdp_shares`). Raises `SpecError` first when the combined
-    tables cannot be post-processed where the engine would (`check_postprocess_engine`).
+    composition (`calibrate_zcdp_shares`). Raises `SpecError` first when the machine
+    cannot run the spec (`check_machine`: a missing input, an input of another format,
+    an output folder that is a file, Spark without PySpark) or the combined tables
+    cannot be post-processed where the engine would (`check_postprocess_engine`).
+    ``input_present=False`` plans a release whose input may not exist yet (the input
+    is not checked; ``dp-release plan`` reports its problems as notes).
     """
     started = time.perf_counter()
     # `dp-release plan` refuses what `run` would, with the same error, before any budget.
+    check_machine(spec, input_present=input_present)
     check_postprocess_engine(spec)
     calibrate_zcdp_shares, calibrate_laplace, margin_of_error, zcdp_to_epsilon = _accounting()
 
@@ -419,47 +435,74 @@ def _report_delta(spec: ReleaseSpec) -> Fraction:
     return DEFAULT_REPORT_DELTA
 
 
+def exact_and_decimal(value: Fraction) -> str:
+    """An exact parameter as printed: ``1/8 (0.125)``; a long fraction by its decimal alone."""
+    value = Fraction(value)
+    if value.denominator == 1 and abs(value) < 10**12:
+        return str(value.numerator)
+    decimal = f"{float(value):.6g}"
+    return f"{value} ({decimal})" if len(str(value)) <= 20 else decimal
+
+
+def _budget_text(budget) -> str:
+    if budget.rho is not None:
+        return f"rho={exact_and_decimal(budget.rho)}"
+    return f"epsilon={exact_and_decimal(budget.epsilon)}, delta={exact_and_decimal(budget.delta)}"
+
+
 def format_plan(plan: ReleasePlan) -> str:
-    """The plan as a human-readable table (what ``dp-release plan`` prints)."""
+    """The plan as a human-readable table (what ``dp-release plan`` prints).
+
+    Exact fractions are printed with their decimal beside them (``1/8 (0.125)``).
+    """
     spec = plan.spec
-    lines = [
-        f"release {spec.release_id} on population {spec.population} "
-        f"({spec.neighbouring}, {spec.noise}, {spec.noise_partitions} noise partitions)",
-        f"budget: {spec.budget.describe() if spec.budget else 'explicit sigma2'}"
-        + (f"; population cap: {spec.cap.describe()}" if spec.cap else ""),
-        "",
-        f"{'table':<26}{'cells':>10}  {'sigma2 / scale / eps':>22}{'rho share':>12}"
-        f"{'margin (95%)':>14}",
-    ]
+    rows = []
     for table in plan.tables:
         share = "" if table.rho is None or not plan.rho else f"{float(table.rho / plan.rho):.4f}"
         parameter = table.parameter
-        shown = str(parameter) if len(str(parameter)) <= 22 else f"{float(parameter):.6g}"
+        shown = exact_and_decimal(parameter)
         margin = "" if table.margin_of_error is None else f"±{table.margin_of_error}"
         if table.table.is_selection:
             shown = f"eps {float(parameter):.6g}"
             if table.table.statistic in ("quantile", "median"):
                 margin = f"rank ±{table.margin_of_error}"
-        lines.append(
-            f"{table.table.name:<26}{table.table.cells:>10}  {shown:>22}{share:>12}{margin:>14}"
-        )
+        rows.append((table.table.name, table.table.cells, shown, share, margin))
+    invalid_note = None
     if plan.invalid_count is not None:
         count = plan.invalid_count
         parameter = count.mechanism.sigma2 if hasattr(count.mechanism, "sigma2") else None
         parameter = count.mechanism.scale if parameter is None else parameter
-        shown = str(parameter) if len(str(parameter)) <= 22 else f"{float(parameter):.6g}"
         share = ""
         if plan.rho:
             rho = Fraction(PrivacyAccountant().add_event(count.event).rho())
             share = f"{float(rho / plan.rho):.4f}"
-        lines.append(
-            f"{'(invalid-row count)':<26}{1:>10}  {shown:>22}{share:>12}"
-            f"{'±' + str(count.margin_of_error):>14}"
+        rows.append(
+            (
+                "(invalid-row count)",
+                1,
+                exact_and_decimal(parameter),
+                share,
+                f"±{count.margin_of_error}",
+            )
         )
-        lines.append(
+        invalid_note = (
             f"  refused when the noisy count of units with an invalid row is above "
             f"{count.threshold}"
         )
+    width = max([22, *(len(row[2]) for row in rows)])
+    lines = [
+        f"release {spec.release_id} on population {spec.population} "
+        f"({spec.neighbouring}, {spec.noise}, {spec.noise_partitions} noise partitions)",
+        f"budget: {_budget_text(spec.budget) if spec.budget else 'explicit sigma2'}"
+        + (f"; population cap: {_budget_text(spec.cap)}" if spec.cap else ""),
+        "",
+        f"{'table':<26}{'cells':>10}  {'sigma2 / scale / eps':>{width}}{'rho share':>12}"
+        f"{'margin (95%)':>14}",
+    ]
+    for name, cells, shown, share, margin in rows:
+        lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}{margin:>14}")
+    if invalid_note:
+        lines.append(invalid_note)
     lines.append("")
     delta = float(plan.report_delta)
     tight = plan.epsilon_tight
@@ -476,7 +519,8 @@ def format_plan(plan: ReleasePlan) -> str:
     if plan.delta_tight is not None:
         lines.append(
             f"delta at epsilon={float(spec.budget.epsilon):.6g}: "
-            f"{float(plan.delta_tight.upper):.4g} (budget {float(spec.budget.delta):.3g})"
+            f"{float(plan.delta_tight.upper):.4g} ({plan.delta_tight.method}, lower bound "
+            f"{float(plan.delta_tight.lower):.4g}; budget {float(spec.budget.delta):.3g})"
         )
     lines.append(f"planned in {plan.seconds:.3f} s, before reading any data")
     return "\n".join(lines)

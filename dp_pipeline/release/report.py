@@ -38,12 +38,14 @@ def privacy_report(plan: ReleasePlan, reservation, key_fingerprint: str, files: 
 
 
 def privacy_bounds(report: dict) -> dict:
-    """Lower and upper bound of every privacy figure of the report.
+    """Lower and upper bound of every privacy figure of the report, each pair at one point.
 
-    ρ is exact (lower = upper). The tight ε and δ carry the accountant's bracket. The zCDP
-    conversion is an upper bound on the same ε, so its lower bound is the tight one's. A
-    cumulative figure composes this release with others, so it is at least this release's
-    own lower bound (composition never lowers ε(δ) or δ(ε)); its upper is the ledger's.
+    ρ is exact (lower = upper). The tight ε (at ``delta_reference``) and δ (at the budget's
+    ε) carry the accountant's bracket. The zCDP conversion is an upper bound on the same ε,
+    so its lower bound is the tight one's. The cumulative ε and δ are the ledger's brackets
+    at the cap's δ and ε (`dp_pipeline.release.budget.Spend`): a bound of this release,
+    taken at the budget's δ or ε, is a bound at another point and is never paired with
+    them. A ledger written before it kept its lower bounds gives 0, the trivial one.
     """
     guarantee = report["guarantee"]
     tight = guarantee["epsilon_tight"]
@@ -56,13 +58,13 @@ def privacy_bounds(report: dict) -> dict:
         delta = guarantee["delta_tight"]
         bounds["delta_tight"] = {"lower": delta["lower"], "upper": delta["upper"]}
     cumulative = report.get("ledger", {}).get("cumulative") or {}
-    if cumulative.get("epsilon") is not None:
-        bounds["cumulative_epsilon"] = {"lower": tight["lower"], "upper": cumulative["epsilon"]}
-    if cumulative.get("delta") is not None and guarantee.get("delta_tight") is not None:
-        bounds["cumulative_delta"] = {
-            "lower": guarantee["delta_tight"]["lower"],
-            "upper": cumulative["delta"],
-        }
+    for name in ("epsilon", "delta"):
+        if cumulative.get(name) is not None:
+            lower = cumulative.get(f"{name}_lower")
+            bounds[f"cumulative_{name}"] = {
+                "lower": 0.0 if lower is None else lower,
+                "upper": cumulative[name],
+            }
     return bounds
 
 

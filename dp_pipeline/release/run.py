@@ -71,8 +71,8 @@ from dp_pipeline.release.input_schema import (
     published_table,
     table_schema,
 )
-from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger, private_folder
+from dp_pipeline.release.keys import load_or_create_master_key, private_folder
+from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.ledger_records import Reservation
 from dp_pipeline.release.manifest import (
     MANIFEST_NAME,
@@ -127,7 +127,12 @@ class Progress:
     def __call__(self, message: str) -> None:
         if not self.quiet:
             elapsed = time.perf_counter() - self.started
-            print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+            try:
+                print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
+            except BrokenPipeError:
+                # The reader went away (``2>&1 | head``): a charged run must not fail
+                # for a progress line, so the rest of them are dropped.
+                self.quiet = True
 
 
 @dataclass(frozen=True)
@@ -201,7 +206,9 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 
     synthetic = not spec.input_path
     if synthetic:
-        cache = private_folder(Path(spec.ledger_path).parent) / "samples"
+        # The sample cache sits beside the ledger and the key: the folders it creates
+        # are owner-only, as theirs are.
+        cache = private_folder(Path(spec.ledger_path).parent / "samples")
         progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
         # Verified against the seal written when it was generated (the truth in
         # accuracy.json is computed from it), else generated again.

@@ -132,6 +132,7 @@ def parse_spec(
         if key not in document:
             problems.append(f"{key}: required section is missing")
     sections = {}
+    malformed: set[str] = set()  # sections that are not tables: their fields go unreported
     for name, allowed in _SECTIONS.items():
         raw = document.get(name, [] if name == "tables" else {})
         if name == "tables":
@@ -139,6 +140,7 @@ def parse_spec(
             continue
         if not isinstance(raw, dict):
             problems.append(f"{name} = {show_value(raw)}: must be a table ([{name}])")
+            malformed.add(name)
             raw = {}
         if allowed:
             for key in raw:
@@ -149,7 +151,9 @@ def parse_spec(
         sections[name] = raw
 
     release = sections["release"]
-    release_id = read_string(release, "id", "release", problems, required=True)
+    release_id = read_string(
+        release, "id", "release", problems, required="release" not in malformed
+    )
     if release_id is not None:
         check_token(release_id, "release.id", problems)
     description = read_string(release, "description", "release", problems) or ""
@@ -174,7 +178,9 @@ def parse_spec(
         cell_limit = None
 
     population_section = sections["population"]
-    population = read_string(population_section, "name", "population", problems, required=True)
+    population = read_string(
+        population_section, "name", "population", problems, required="population" not in malformed
+    )
     if population is not None:
         check_token(population, "population.name", problems)
     cap = None
@@ -212,6 +218,8 @@ def parse_spec(
                     f"privacy_unit.{name} = {show_value(unit[name])}: with each_row = true a unit "
                     f"is one row, which lies in one cell of each table; remove the field"
                 )
+    elif "privacy_unit" in malformed:
+        pass  # reported: the section is not a table
     elif "column" not in unit:
         problems.append(
             "privacy_unit.column: required (the column identifying a person or household), "
@@ -264,7 +272,14 @@ def parse_spec(
         problem = output_name_clash(table, index)
         if problem:
             problems.append(problem)
-    hierarchy = read_hierarchy(sections["hierarchy"], domains, Path(base_dir or "."), problems)
+    raw_input = sections["input"].get("path")
+    hierarchy = read_hierarchy(
+        sections["hierarchy"],
+        domains,
+        Path(base_dir or "."),
+        problems,
+        input_path=raw_input if isinstance(raw_input, str) else "",
+    )
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
     postprocess = None
     if sections["hierarchy"] and postprocess_flags is None:
@@ -446,7 +461,7 @@ def _in_range(value, path, bounds, what, problems) -> Fraction | None:
     if exact is None:
         return None
     problem = check_range(
-        exact, show_value(value), path, bounds, f"the range a {what} budget is planned in"
+        exact, show_value(value), path, bounds, f"the range of {what} a release is planned in"
     )
     if problem:
         problems.append(problem)

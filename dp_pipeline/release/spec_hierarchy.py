@@ -7,17 +7,27 @@ post-processing of `dp_pipeline.postprocess` (consistent margins across the
 count tables, non-negative integers). Both are public facts, fixed before any
 data is read; the mapping's content digest is part of the release identity.
 
-Every problem is appended to the caller's list with its field, value and rule
-(see `dp_pipeline.release.spec`); nothing here raises, reads data or touches a
+Every problem is appended to the caller's list with its field and rule (see
+`dp_pipeline.release.spec`); nothing here raises, reads data or touches a
 ledger.
+
+The mapping is declared public, and ``dp-release plan`` (which spends nothing)
+reads it, so a mapping that is in fact confidential must not leak through its
+errors. A mapping that is the release's input file, or lies inside its input
+folder, is refused before it is opened (`mapping_is_input`). Errors about its
+rows name the rule, the level's column and the spec's own domain values; they
+never quote the file's text (a value outside the domain), a line number or a
+decoder's message (which holds the bytes it could not read). See
+docs/security_model.md.
 """
 
 from __future__ import annotations
 
 import csv
 import math
+import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +40,7 @@ __all__ = [
     "HierarchySpec",
     "PostprocessSpec",
     "check_combined_tables",
+    "mapping_is_input",
     "read_hierarchy",
     "read_postprocess",
 ]
@@ -41,6 +52,9 @@ _SHOWN = 5  # values quoted in one problem before "..."
 # Cells of the union of the combined tables' keys (the shared bounding's row cells);
 # dp_pipeline.query.domain's largest cell domain.
 MAX_SHARED_CELLS = 2**40
+# A mapping has one short row per finest-level value: 2**40 values is beyond any key,
+# and 512 MiB holds tens of millions of rows.
+MAX_MAPPING_BYTES = 512 * 2**20
 
 
 @dataclass(frozen=True)
@@ -58,6 +72,8 @@ class HierarchySpec:
     mapping: str  # the mapping file as the spec names it (relative to the spec file)
     parents: tuple[tuple[int, ...], ...]
     digest: str
+    # Where the mapping was read (for `mapping_is_input`); not part of what it means.
+    location: str = field(default="", compare=False)
 
     def __repr__(self) -> str:
         return f"HierarchySpec(levels={self.levels!r}, mapping={self.mapping!r})"
@@ -124,9 +140,13 @@ def read_postprocess(section: dict, problems: list[str]) -> dict[str, bool] | No
 
 
 def read_hierarchy(
-    section: dict, domains: dict, base_dir: Path, problems: list[str]
+    section: dict, domains: dict, base_dir: Path, problems: list[str], input_path: str = ""
 ) -> HierarchySpec | None:
-    """``[hierarchy]``: levels with domains and a mapping file that is a function onto them."""
+    """``[hierarchy]``: levels with domains and a mapping file that is a function onto them.
+
+    ``input_path``: the release's input; a mapping that is it (or inside it) is refused
+    unread.
+    """
     if not section:
         return None
     levels = section.get("levels")
@@ -159,7 +179,21 @@ def read_hierarchy(
         return None
     if len(problems) > before:
         return None
-    rows = _read_mapping_rows(base_dir / mapping, mapping, levels, problems)
+    if input_path and mapping_is_input(base_dir / mapping, input_path):
+        problems.append(mapping_input_problem(mapping, input_path))
+        return None
+    location = base_dir / mapping
+    if location.exists() and not location.is_file():
+        # A device or a pipe (/dev/zero) would be read without end.
+        problems.append(f"hierarchy.mapping = {mapping!r}: not a regular file; name a CSV file")
+        return None
+    if location.is_file() and location.stat().st_size > MAX_MAPPING_BYTES:
+        problems.append(
+            f"hierarchy.mapping = {mapping!r}: larger than {MAX_MAPPING_BYTES // 2**20} MiB; "
+            "a mapping has one short row per finest-level value"
+        )
+        return None
+    rows = _read_mapping_rows(location, mapping, levels, problems)
     if rows is None:
         return None
     parents = _parents(rows, levels, domains, problems)
@@ -170,7 +204,35 @@ def read_hierarchy(
         children, owners = domains[levels[upper + 1]], domains[levels[upper]]
         pairs.append([[_json(children[j]), _json(owners[p])] for j, p in enumerate(level)])
     content = {"levels": list(levels), "parents": pairs}
-    return HierarchySpec(tuple(levels), mapping, parents, digest_of(content))
+    absolute = str(Path(os.path.abspath(location)))
+    return HierarchySpec(tuple(levels), mapping, parents, digest_of(content), absolute)
+
+
+def mapping_is_input(mapping: str | os.PathLike[str], input_path: str) -> bool:
+    """Whether the mapping file is the input (the same file, by any path) or inside it.
+
+    A local input only: a URI (``s3://...``) is read by Spark, never by the spec.
+    """
+    if not input_path or "://" in input_path:
+        return False
+    mapping_path, input_root = Path(mapping), Path(input_path)
+    try:
+        both = mapping_path.exists() and input_root.exists()
+        if both and os.path.samefile(mapping_path, input_root):  # links, hard links too
+            return True
+        resolved, root = mapping_path.resolve(), input_root.resolve()
+    except OSError:
+        return False
+    return resolved == root or root in resolved.parents
+
+
+def mapping_input_problem(mapping: str, input_path: str) -> str:
+    return (
+        f"hierarchy.mapping = {mapping!r}: is the input {input_path!r} or inside it; the "
+        "mapping is public (it is read by dp-release plan, which spends no budget, and "
+        "its errors describe it), so it cannot be the confidential input: give a "
+        "separate CSV of the public geography (one row per finest-level value)"
+    )
 
 
 def _json(value: Any) -> Any:
@@ -187,9 +249,11 @@ def _read_mapping_rows(
             header = reader.fieldnames or []
             missing = [level for level in levels if level not in header]
             if missing:
+                # The first line is not quoted: in a file without a header it is a row.
                 problems.append(
-                    f"hierarchy.mapping = {name!r}: the header {header!r} has no column "
-                    f"{missing[0]!r}; the mapping needs one column per level {levels!r}"
+                    f"hierarchy.mapping = {name!r}: its first line names no column "
+                    f"{missing[0]!r}; the mapping's header names one column per level "
+                    f"{levels!r}"
                 )
                 return None
             rows = [(reader.line_num, row) for row in reader]
@@ -197,7 +261,11 @@ def _read_mapping_rows(
         problems.append(f"hierarchy.mapping = {name!r}: file {str(path)!r} does not exist")
         return None
     except (OSError, UnicodeDecodeError, csv.Error) as error:
-        problems.append(f"hierarchy.mapping = {name!r}: cannot read the file ({error})")
+        # The error's type only: a decoder's message quotes the bytes it could not read.
+        problems.append(
+            f"hierarchy.mapping = {name!r}: cannot read the file as a UTF-8 CSV "
+            f"({type(error).__name__})"
+        )
         return None
     if not rows:
         problems.append(f"hierarchy.mapping = {name!r}: the file has no rows")
@@ -213,19 +281,22 @@ def _parents(rows, levels, domains, problems) -> tuple[tuple[int, ...], ...] | N
         domain = domains[level]
         lookup = {value: index for index, value in enumerate(domain)}
         integer = isinstance(domain, range) or isinstance(domain[0], int)
-        outside = []
+        outside = False
         column = []
-        for line, row in rows:
+        for _, row in rows:
             text = (row.get(level) or "").strip()
             value: Any = int(text) if integer and _INTEGER_TEXT.match(text) else text
             position = lookup.get(value)
-            if position is None:
-                outside.append(f"{text!r} (line {line})")
+            outside = outside or position is None
             column.append(position)
         if outside:
+            # Neither the text nor its line: a value outside the spec's domain is the
+            # file's own content (see the module docstring).
+            kind = "an integer of" if integer else "one of the values of"
             problems.append(
-                f"hierarchy.mapping: column {level!r} has value(s) {_some(outside)} outside "
-                f"domains.{level}; every mapping value must be in its level's domain"
+                f"hierarchy.mapping: column {level!r} holds a value outside domains.{level}; "
+                f"every value of the column must be {kind} domains.{level}, written as the "
+                "domain writes it"
             )
         positions.append(column)
     if len(problems) > before:
@@ -234,16 +305,15 @@ def _parents(rows, levels, domains, problems) -> tuple[tuple[int, ...], ...] | N
     for upper in range(len(levels) - 1):
         parent_level, child_level = levels[upper], levels[upper + 1]
         child_domain, parent_domain = domains[child_level], domains[parent_level]
-        parent_of: dict[int, tuple[int, int]] = {}  # child position -> (parent, line)
+        parent_of: dict[int, tuple[int, int]] = {}  # child position -> (parent, row)
         conflicts = []
-        lines = [line for line, _ in rows]
-        for line, child, parent in zip(lines, positions[upper + 1], positions[upper], strict=True):
-            seen = parent_of.setdefault(child, (parent, line))
+        for child, parent in zip(positions[upper + 1], positions[upper], strict=True):
+            seen = parent_of.setdefault(child, (parent, 0))
             if seen[0] != parent:
+                # The spec's domain values only (no line number): see the module docstring.
                 conflicts.append(
                     f"{child_level} {child_domain[child]!r} is in {parent_level} "
-                    f"{parent_domain[seen[0]]!r} (line {seen[1]}) and "
-                    f"{parent_domain[parent]!r} (line {line})"
+                    f"{parent_domain[seen[0]]!r} and {parent_domain[parent]!r}"
                 )
         if conflicts:
             problems.append(
