@@ -556,6 +556,8 @@ def test_an_aborted_live_run_never_publishes_under_another_reservation(tmp_path,
         assert "aborting it refused" in error and f":{run_a.pid} holds the lease" in error
         assert ledger.entry(spec.release_id).state == "reserved"
         assert refused_rerun(small, capsys).count("running it refused") == 1
+        assert main(["ledger", "--ledger", spec.ledger_path]) == 0
+        assert f":{run_a.pid})" in capsys.readouterr().out  # the listing names the run
     finally:
         go.touch()
         _, err = run_a.communicate(timeout=600)
