@@ -762,6 +762,8 @@ def test_an_aborted_live_run_never_publishes_under_another_reservation(tmp_path,
         assert "aborting it refused" in error and f":{run_a.pid} holds the lease" in error
         assert ledger.entry(spec.release_id).state == "reserved"
         assert refused_rerun(small, capsys).count("running it refused") == 1
+        assert main(["ledger", "--ledger", spec.ledger_path]) == 0
+        assert f":{run_a.pid})" in capsys.readouterr().out  # the listing names the run
     finally:
         go.touch()
         _, err = run_a.communicate(timeout=600)
@@ -1177,3 +1179,29 @@ def test_a_mapping_that_is_the_input_is_refused_unread(tmp_path, capsys):
     assert "column 'county' holds a value outside domains.county" in error, error
     assert not any(leak in error for leak in leaks), error
     assert not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_another_engine_parsing_the_input_otherwise_never_changes_published_bytes(
+    tmp_path, capsys, spark
+):
+    """A CSV field holding a quoted newline whose second line looks like a row: engines that
+    parse it differently make other tables under the same identity (the same noise). The
+    committed release id then re-emits the same bytes or publishes nothing."""
+    frame = pd.read_parquet(write_census_sample(tmp_path / "p.parquet", 300, seed=1))
+    lines = frame.to_csv(index=False).splitlines()
+    row = lines[1].split(",")
+    row[lines[0].split(",").index("tenure")] = '"owned\n' + lines[2] + '"'
+    lines[1] = ",".join(row)
+    data = tmp_path / "persons.csv"
+    data.write_text("\n".join(lines) + "\n")
+    spec_file, spec = committed(tmp_path, input_path=data)
+    final = Path(spec.output_dir) / spec.release_id
+    published = {path.name: path.read_bytes() for path in final.iterdir()}
+    rerun = apply_overrides(load_spec(spec_file), input_path=str(data), engine="spark")
+    try:
+        assert run_release(rerun, progress=QUIET, spark=spark).outcome == "already_committed"
+    except LedgerError as error:
+        assert "re-emits the same bytes or nothing, so nothing was published" in str(error)
+        assert "by the pandas engine" in str(error) and "(spark engine)" in str(error)
+    assert {path.name: path.read_bytes() for path in final.iterdir()} == published
+    assert not list(Path(spec.output_dir).glob(".*"))

@@ -176,9 +176,11 @@ def _ledger(arguments) -> int:
         print(f"population {name} (cap {_cap(cap)}): {left}")
         print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
         for entry in ledger.history(name):
+            # An open reservation names the run (host:pid) that last held it.
+            held = entry.state not in ("committed", "aborted")
             print(
                 f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
-                f"{_spend(entry.cumulative)}"
+                f"{_spend(entry.cumulative)}" + (f" (run {entry.owner})" if held else "")
             )
     return 0
 
