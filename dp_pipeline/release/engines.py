@@ -72,7 +72,11 @@ def compute_tables(
     """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``]).
 
     ``source`` is read from exactly its listed files; ``release_digest`` (the
-    release's identity) labels every noise stream. Also returns the phase timings
+    release's identity) labels every noise stream. Under ``on_invalid = "error"``
+    the noisy invalid-row count decides first and may raise
+    `dp_pipeline.release.invalid_rows.InvalidRowsRefusedError`; a reader's failure on
+    the data raises `dp_pipeline.release.source.InputReadError`; call both only after
+    the reservation (they are charged). Also returns the phase timings
     and each table's `Diagnostics` (rows read, dropped as invalid by reason, clamped,
     removed by bounding): exact counts of the private data, never published.
     """
