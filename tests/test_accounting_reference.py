@@ -10,10 +10,11 @@ from seed ``DP_REFERENCE_SEED`` (default 0).
 
 from __future__ import annotations
 
+import os
 from fractions import Fraction
 
 import pytest
-from accounting_reference import ReferenceComposition, describe
+from accounting_reference import ReferenceComposition, describe, random_plan
 
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.events import PureDP
@@ -52,3 +53,35 @@ def test_audited_plans_are_upper_bounds(plan, epsilon):
     bound = _accountant(plan).delta(epsilon)
     assert bound.upper >= exact_lower, (describe(plan), bound, exact_lower)
     assert bound.lower <= exact_upper, (describe(plan), bound, exact_upper)
+
+
+_PLANS = int(os.environ.get("DP_REFERENCE_PLANS", "24"))
+_FIRST_SEED = int(os.environ.get("DP_REFERENCE_SEED", "0"))
+_DELTAS = (1e-2, 1e-6, 1e-12, 1e-20, 1e-30)  # δ(ε) is checked at the ε where δ is these
+_EPSILON_DELTAS = (1e-3, 1e-30, 1e-100)  # ε(δ) is checked at these
+
+
+@pytest.mark.parametrize("seed", range(_FIRST_SEED, _FIRST_SEED + _PLANS))
+def test_random_mixture_is_bracketed_and_tight(seed):
+    """Validity on every query (upper >= exact >= lower); tightness: the upper δ within 1%
+    of the exact value and the lower within 10% for δ >= 1e-30, ε(δ) within 1% down to
+    δ = 1e-100."""
+    plan = random_plan(seed)
+    reference = ReferenceComposition(plan)
+    accountant = _accountant(plan)
+    name = describe(plan)
+    for target in _DELTAS:
+        epsilon = reference.epsilon(target, rtol=1e-6)[1]
+        exact_lower, exact_upper = reference.delta(epsilon)
+        bound = accountant.delta(epsilon)
+        assert bound.lower <= exact_upper and exact_lower <= bound.upper, (name, epsilon, bound)
+        if exact_lower >= 1e-30:
+            assert bound.upper <= 1.01 * exact_upper, (name, epsilon, bound, exact_upper)
+            assert bound.lower >= 0.9 * exact_lower, (name, epsilon, bound, exact_lower)
+    for delta in _EPSILON_DELTAS:
+        exact_high = reference.epsilon(delta, rtol=1e-9)[1]
+        bound = accountant.epsilon(delta)
+        # the ε reported must have an exact δ at most the target
+        assert reference.delta(bound.upper)[0] <= delta, (name, delta, bound)
+        assert bound.lower <= exact_high * (1 + 1e-9) + 1e-12, (name, delta, bound)
+        assert bound.upper <= 1.01 * exact_high + 1e-9, (name, delta, bound, exact_high)
