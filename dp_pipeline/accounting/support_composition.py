@@ -82,6 +82,7 @@ class _Part:
     relative: float
     dropped: float
     count: int
+    absolute: float = 0.0  # a mass error not relative to the mass itself
 
 
 def _laplace_part(scale: Fraction, shift: int, count: int) -> _Part:
@@ -99,10 +100,17 @@ def _laplace_part(scale: Fraction, shift: int, count: int) -> _Part:
 
 def _pure_part(epsilon0: Fraction, count: int) -> _Part:
     low, high = randomized_response_masses(float(epsilon0))
-    # past ε₀ = 700 the small mass sits on the large loss, which only raises δ; the lower
-    # bound then drops it (mass 0 at -ε₀ is below the truth, δ's lower end stays valid)
+    # past ε₀ = 700 the small mass (< e^{-700}) is 0: an absolute error on both masses
+    absolute = 2 * math.exp(-700) if low == 0 else 0.0
     return _Part(
-        -epsilon0, 2 * epsilon0, np.array([0, 1]), np.array([low, high]), 2 * _U, 0.0, count
+        -epsilon0,
+        2 * epsilon0,
+        np.array([0, 1]),
+        np.array([low, high]),
+        2 * _U,
+        0.0,
+        count,
+        absolute,
     )
 
 
@@ -235,10 +243,15 @@ class SupportLoss:
     absolute: float
     dropped: float
 
+    @property
+    def _top(self) -> int:
+        return int(self.positions[-1])
+
     def delta_bound(self, epsilon: float, method: str = METHOD) -> DeltaBound:
         """Rigorous (lower, upper) on δ(ε) (error budget in the module docstring)."""
         threshold = (Fraction(epsilon) - self.offset) / self.gamma  # L_w > ε iff w > this
-        first = math.floor(threshold) + 1
+        # the first w above ε, kept within the support (w are int64; ε may be far outside)
+        first = min(max(math.floor(threshold) + 1, int(self.positions[0])), self._top + 1)
         start = int(np.searchsorted(self.positions, first, side="left"))
         masses = self.masses[start:]
         gap = float(Fraction(first) - threshold)  # in (0, 1], exact then rounded
@@ -279,7 +292,7 @@ def support_loss(events) -> SupportLoss | None:
             return None
         pmfs.append(
             (
-                _Pmf(part.ks * n, part.masses, part.relative, 0.0, part.dropped),
+                _Pmf(part.ks * n, part.masses, part.relative, part.absolute, part.dropped),
                 part.count,
             )
         )
