@@ -15,6 +15,12 @@ best of 3) of every seeded random plan in that range, each also as a ratio to th
 demo plan timed in the same run (a fixed workload: the ratio is what load does not move),
 and the slowest.
 
+With ``--mixtures FIRST-LAST`` it prints the time of every seeded mixture of the exact
+reference suite (tests/accounting_reference.py: up to 20 discrete Gaussians, discrete
+Laplaces and pure-DP events with rational parameters, shifts up to 20): δ(ε) at the ε
+where the exact δ is 1e-6 and 1e-30, and ε(1e-100), each on a fresh accountant (so each
+time includes building its path), the slowest of the three, with the same census ratio.
+
 With ``--equal-tightness [ROW-SUBSTRING ...]`` it prints instead the speed at equal
 tightness (of the rows whose names contain a substring, or all): dp_accounting's
 value_discretization_interval is refined (1e-4 down to 3e-7) until its upper bound is at
@@ -480,11 +486,55 @@ def _random_plans_table(first: int, last: int) -> None:
     print(f"\nslowest: seed {slowest[1]}, {slowest[0]:.3f} s ({slowest[0] / reference:.2f}x)")
 
 
+def _mixtures_table(first: int, last: int) -> None:
+    """Time of δ(ε) at δ = 1e-6 and 1e-30 and of ε(1e-100) on the reference mixtures."""
+    from tests.accounting_reference import ReferenceComposition, describe, random_plan
+
+    _, reference, _ = _best(_census_plan)
+    print(f"census demo plan (reference): {reference:.3f} s\n")
+    print("| seed | mechanisms | method | slowest query s | ÷ census demo plan |")
+    print("|---|---|---|---|---|")
+    slowest = (0.0, None)
+    for seed in range(first, last + 1):
+        plan = random_plan(seed)
+        exact = ReferenceComposition(plan)
+        queries = [("delta", exact.epsilon(d, rtol=1e-6)[1]) for d in (1e-6, 1e-30)]
+        queries.append(("epsilon", 1e-100))
+        worst, method = 0.0, ""
+        for kind, argument in queries:
+
+            def query(kind=kind, argument=argument, plan=plan):
+                accountant = PrivacyAccountant()
+                for mechanism, shifts, count in plan:
+                    if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+                        accountant.add(mechanism, list(shifts), count)
+                    else:
+                        accountant.add(mechanism, count=count)
+                return getattr(accountant, kind)(argument)
+
+            bound, elapsed, _ = _best(query)
+            if elapsed >= worst:
+                worst, method = elapsed, bound.method
+        count = sum(c * len(s) for _, s, c in plan)
+        print(
+            f"| {seed} | {count}: {describe(plan)} | {method} | {worst:.3f} | "
+            f"{worst / reference:.2f} |",
+            flush=True,
+        )
+        slowest = max(slowest, (worst, seed), key=lambda pair: pair[0])
+    print(f"\nslowest: seed {slowest[1]}, {slowest[0]:.3f} s ({slowest[0] / reference:.2f}x)")
+
+
 def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)\n")
     if "--random-plans" in sys.argv[1:-1]:
         first, last = sys.argv[sys.argv.index("--random-plans") + 1].split("-")
         _random_plans_table(int(first), int(last))
+        print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
+        return
+    if "--mixtures" in sys.argv[1:-1]:
+        first, last = sys.argv[sys.argv.index("--mixtures") + 1].split("-")
+        _mixtures_table(int(first), int(last))
         print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
         return
     if "--equal-tightness" in sys.argv[1:]:

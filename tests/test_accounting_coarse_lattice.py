@@ -72,15 +72,18 @@ def test_census_composition_uses_the_coarsened_fft_and_brackets_an_independent_b
     assert bound.method in accountant.methods
     assert 0 < bound.lower <= bound.upper <= zcdp_to_delta(float(accountant.rho()), 2)
     assert bound.upper <= bound.lower * 1.06  # tight: a few percent of δ
-    # Independent: the sum table's σ ≈ 8.6 million makes its loss Gaussian to ~1e-13, so
-    # rescaling it to shift 1 (σ² / 250,000²) gives an exactly-on-lattice composition
-    # whose δ must fall inside the bracket (up to the two computations' own errors).
+    # Nearly independent: the sum table's σ ≈ 3 million makes its loss Gaussian to ~1e-13;
+    # rescaled to shift 1 (σ² / 250,000², about 147) it is a different mechanism whose loss
+    # lives on a lattice of step 1/147, which moves δ(2) by about 2.2e-4 relative (the
+    # exact reference in tests/accounting_reference.py gives 9.80517e-11 for the rescaled
+    # composition, the accountant's tight bracket 9.80300e-11 for this one)
     rescaled = PrivacyAccountant()
     for sigma2, shift in zip(CENSUS_SIGMA2, CENSUS_SHIFTS, strict=True):
         rescaled.add(DiscreteGaussian(sigma2 / shift**2), 1)
-    assert "multivariate_fft" in rescaled.methods
+    # an exact path: the supports composed directly, or the lattice FFT
+    assert {"support_exact", "multivariate_fft"} & set(rescaled.methods)
     reference = rescaled.delta(2)
-    assert bound.lower <= reference.upper and reference.lower <= bound.upper
+    assert abs(reference.upper - bound.upper) <= 1e-3 * bound.upper
 
 
 def test_coarsened_bounds_bracket_the_exact_lattice_fft_when_both_apply():

@@ -298,10 +298,11 @@ def test_multivariate_many_unrelated_sigma2_is_tight():
     assert bound.lower <= reference * (1 + 1e-6) and reference * (1 - 1e-6) <= bound.upper
 
 
-def test_pure_dp_only_composition_keeps_the_lattice_path():
-    # No discrete Gaussian: nothing makes the integrand decay, the lattice FFT applies.
+def test_pure_dp_only_composition_keeps_an_exact_lattice_path():
+    # No discrete Gaussian: nothing makes the integrand decay; the finite supports are
+    # composed exactly on their lattice
     accountant = PrivacyAccountant().add(DiscreteLaplace(20), count=10).add(PureDP(Fraction(1, 4)))
-    assert accountant.methods == ("multivariate_fft",)
+    assert accountant.methods == ("support_exact",)
 
 
 def test_calibration_of_many_queries_within_one_percent_of_the_least_variance():

@@ -110,15 +110,15 @@ def test_bracket_holds_but_is_loose_near_and_above_the_pure_epsilon(epsilon):
 @pytest.mark.parametrize("epsilon", [10.0, 50.0, 80.0])
 def test_the_accountant_uses_it_where_the_inversion_has_nothing(epsilon):
     # σ² = 400 is smooth: the inversion applies, but near its pole (δ close to P[L > ε])
-    # its bracket is (0.84, 1) at ε = 10; the exact lattice FFT (common step 1/40) is the
-    # independent reference
+    # its bracket is (0.84, 1) at ε = 10; the exact composition of the supports (common
+    # step 1/40) is the independent reference
     accountant = PrivacyAccountant().add(DiscreteLaplace(LAPLACE_SCALE), LAPLACE_SHIFT)
     accountant.add(DiscreteGaussian(400), 10)
-    assert accountant.methods == ("mgf_inversion", METHOD, "multivariate_fft")
+    assert accountant.methods == ("mgf_inversion", METHOD, "support_exact")
     bound = accountant.delta(epsilon)
     assert bound.upper - bound.lower <= 1e-4 * bound.upper
     reference_of, name = fft_composition(list(accountant.events), exact_only=True)
-    assert name == "multivariate_fft"
+    assert name == "support_exact"
     reference = reference_of(epsilon)
     assert bound.lower <= reference.upper and reference.lower <= bound.upper
     # ε(δ) is still the inversion's, where it is tight

@@ -10,7 +10,11 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    composition by inverting its moment generating function (`inversion`, "mgf_inversion"):
    no discretisation, every error term a rigorous bound, relative precision independent
    of δ (down to the float range);
-3. if that bracket is wider than 1e-4 relative: also the exact lattice FFT of CKS §4 when
+3. if that bracket is wider than 1e-4 relative: also the exact composition of finite
+   supports on their rational lattice (`support_composition`, "support_exact": discrete
+   Laplaces, pure-DP events and discrete Gaussians with σ² up to ~2700, direct
+   convolution with relative error bounds, so tight at any δ) when it stays small, else
+   the exact lattice FFT of CKS §4 when
    everything sits on a common rational lattice of practical size, and if the bracket is
    wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
    else the grid privacy-loss distribution); the brackets are intersected (each is

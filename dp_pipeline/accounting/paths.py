@@ -44,6 +44,8 @@ from dp_pipeline.accounting.inversion import (
 from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
 from dp_pipeline.accounting.pld import GridTooLargeError, PrivacyLossDistribution
 from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_group
+from dp_pipeline.accounting.support_composition import METHOD as SUPPORT_METHOD
+from dp_pipeline.accounting.support_composition import support_loss
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
@@ -70,10 +72,14 @@ _MAX_PLD_POINTS = 1 << 20  # grid PLD parts larger than this are not built (time
 
 
 def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
-    """The lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name);
-    with ``exact_only``, the exact lattice FFT or None; with ``skip_exact``, the paths
-    after the exact lattice FFT (for a caller that found it does not fit). None also when
-    no FFT path fits in memory (every grid is capped; see `pld_of`)."""
+    """The exact support composition (`support_composition`, when small enough), the
+    lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name); with
+    ``exact_only``, one of the first two or None; with ``skip_exact``, the paths after
+    them (for a caller that found they do not fit). None also when no FFT path fits in
+    memory (every grid is capped; see `pld_of`)."""
+    exact = None if skip_exact else support_loss(events)
+    if exact is not None:
+        return exact.delta_bound, SUPPORT_METHOD
     components = lattice_components(events)
     if components is not None and any(
         len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components
