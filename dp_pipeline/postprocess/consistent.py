@@ -49,7 +49,7 @@ class ConsistentTables:
     Diagnostics: ``wls_iterations`` (conjugate gradient steps; with national tables
     per block, the factorized solves' refinement steps), ``wls_max_residual``
     (largest margin disagreement before the top-down step, in counts),
-    ``raking_steps`` (most proportional-fitting steps of a two-way table),
+    ``raking_steps`` (most block-ascent steps of a two-way table's projection),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
     """
 
@@ -190,7 +190,7 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
     The same functions on the same rows (blocks of equal shape share one system, the
     same bits; the groups' top-down steps run together, as :func:`.topdown.fit_groups`
     gives each what :func:`.topdown.fit_group` would). Returns every table's values
-    (cell order) and the diagnostics (most refinement steps, largest residual, raking);
+    (cell order) and the diagnostics (most refinement steps, largest residual, projection steps);
     the caller verifies the margins (integers: :func:`_verify`).
     """
     columns = solver.cells(list(values))
