@@ -210,3 +210,31 @@ def test_consistent_estimates_without_rounding_are_published_as_floats(tmp_path,
     assert (county >= 0).all() if nonnegative else (county < 0).any()
     assert not np.array_equal(county, np.round(county))
     assert tables["state_income"]["value"].dtype.kind == "i"  # not post-processed
+
+
+def test_noise_variances_too_far_apart_for_the_solver_are_refused_at_plan_time(tmp_path):
+    """A national table with a tiny share: σ² 2,500 times the county table's. The solve
+    with a national table is accurate to a ratio of 1,000, so the plan step refuses it,
+    before the ledger or any data is touched (it used to fail after the noise)."""
+    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.spec_model import SpecError
+
+    text = SPEC.replace(
+        'name = "state_tenure"\nkeys = ["state", "tenure"]\nshare = "1/4"',
+        (
+            'name = "state_tenure"\nkeys = ["state", "tenure"]\nshare = "2499/10000"\n\n'
+            '[[tables]]\nname = "sex"\nkeys = ["sex"]\nshare = "1/10000"'
+        ),
+    )
+    folder = tmp_path / "ratio"
+    folder.mkdir()
+    shutil.copy(ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
+    (folder / "geo.toml").write_text(text.format(tmp=folder, engine="pandas"))
+    spec = load_spec(folder / "geo.toml")
+    with pytest.raises(SpecError) as refused:
+        plan_release(spec)
+    message = str(refused.value)
+    assert "postprocess: the noise variance of table 'sex'" in message
+    assert "2.5e+03 times that of table 'county_sex'" in message
+    assert "accurate up to a ratio of 1,000" in message and "closer budget shares" in message
+    assert not (folder / "ledger.sqlite").exists()

@@ -27,11 +27,12 @@ from ..errors import InternalError
 from .coupled import coupled_refusal, coupling_of
 from .group_solver import GroupSolver
 from .groups import consistent_by_group, coupling_table
-from .inputs import checked_values, method_name
+from .inputs import checked_values, method_name, variance_refusal
 from .plan import Plan, plan
 from .structure import (
     Hierarchy,
     NoisyCounts,
+    PostprocessError,
     common_margin,
     margin_index,
     margin_size,
@@ -138,7 +139,8 @@ def make_consistent(
     the result is the weighted least squares estimate (agreeing to 1e-7 counts);
     otherwise the top-down step makes it non-negative and/or integer, with
     exact agreement when ``integer``. Raises :class:`PostprocessError` on bad
-    input (before any work) and ``InternalError`` if a margin check fails.
+    input, or variances too far apart for the solver (:func:`.inputs.variance_refusal`),
+    before any work, and ``InternalError`` if a margin check fails.
 
     Solved one top-level group at a time when every table has a hierarchy key;
     with national tables too, as one more block combined exactly over their
@@ -148,9 +150,14 @@ def make_consistent(
     started = time.perf_counter()
     p = plan(tables, hierarchy)
     values, variances = checked_values(tables, p)
-    if coupling_table(p, hierarchy) is None:
+    grouped = coupling_table(p, hierarchy) is None
+    coupled = not grouped and coupled_refusal(p, hierarchy) is None
+    reason = variance_refusal(p, variances, coupled)
+    if reason is not None:
+        raise PostprocessError(reason)
+    if grouped:
         return _by_group(p, values, variances, hierarchy, nonnegative, integer)
-    if coupled_refusal(p, hierarchy) is None:
+    if coupled:
         return _coupled(p, values, variances, hierarchy, nonnegative, integer)
     wls = solve_wls(p.structures, values, variances, p.constraints, hierarchy)
     seconds = {"wls": time.perf_counter() - started}

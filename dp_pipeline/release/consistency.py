@@ -47,6 +47,7 @@ __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
     "RAW_COLUMN",
     "check_postprocess_engine",
+    "check_postprocess_variances",
     "consistent_results",
     "noise_variance",
 ]
@@ -118,6 +119,42 @@ def check_postprocess_engine(spec: ReleaseSpec) -> None:
                 "one top-level group at a time"
             ]
         )
+
+
+def check_postprocess_variances(spec: ReleaseSpec, tables: list[TablePlan]) -> None:
+    """Raise `SpecError` when the least squares cannot weigh the calibrated noise variances.
+
+    Runs in the plan step once every table's noise is calibrated, before any budget
+    is spent: each set the post-processing combines (the count tables, each set of
+    sum tables) must have variances within the solver's ratio
+    (`dp_pipeline.postprocess.inputs.variance_refusal`), so that no solve fails after
+    the noise is drawn.
+    """
+    settings = spec.postprocess
+    if settings is None or not settings.consistent:
+        return
+    from dp_pipeline.postprocess import TableShape
+    from dp_pipeline.postprocess.coupled import coupled_refusal
+    from dp_pipeline.postprocess.groups import coupling_table
+    from dp_pipeline.postprocess.inputs import variance_refusal
+    from dp_pipeline.postprocess.plan import plan
+
+    plans = {p.table.name: p for p in tables}
+    hierarchy = _hierarchy(spec)
+    for names in (settings.tables, *settings.sum_sets):
+        if not names:
+            continue
+        shapes = [
+            TableShape(
+                n, plans[n].table.keys, tuple(len(spec.domains[k]) for k in plans[n].table.keys)
+            )
+            for n in names
+        ]
+        p = plan(shapes, hierarchy)
+        coupled = coupling_table(p, hierarchy) is not None and coupled_refusal(p, hierarchy) is None
+        reason = variance_refusal(p, [noise_variance(plans[n]) for n in names], coupled)
+        if reason is not None:
+            raise SpecError([f"postprocess: {reason} (tables[*].share or sigma2)"])
 
 
 def noise_variance(table_plan: TablePlan) -> Fraction:
