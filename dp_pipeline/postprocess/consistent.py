@@ -52,6 +52,9 @@ class ConsistentTables:
     (largest margin disagreement before the top-down step, in counts),
     ``raking_steps`` (most block-ascent steps of a two-way table's projection),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
+    ``least_squares``: after a top-down step, the least squares estimates it started
+    from (per table, float64), when the solve kept them (not with national tables
+    solved as one more block); None otherwise.
     """
 
     values: dict[str, np.ndarray]
@@ -61,6 +64,7 @@ class ConsistentTables:
     raking_steps: int = 0
     groups: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
+    least_squares: dict[str, np.ndarray] | None = None
 
 
 def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnegative: bool):
@@ -99,6 +103,9 @@ def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> Consiste
         solved.raking_steps,
         hierarchy.sizes[0],
         seconds,
+        None
+        if solved.least_squares is None
+        else dict(zip(names, solved.least_squares, strict=True)),
     )
 
 
@@ -188,6 +195,7 @@ def make_consistent(
         problem.raking_steps,
         1 if level < 0 else hierarchy.sizes[level],
         seconds,
+        dict(zip(names, wls.estimates, strict=True)),
     )
 
 
