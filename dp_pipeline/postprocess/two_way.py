@@ -69,7 +69,7 @@ def fit_two_way_many(
     tables: Sequence[TwoWayTable], *, nonnegative: bool
 ) -> list[tuple[np.ndarray, int]]:
     """:func:`fit_two_way` of each table; small complete tables (every row meets every
-    column) with the same number of columns are projected together, in one array.
+    column) of the same shape are projected together, in one array.
 
     Bit for bit each table's own result: every row's and column's multiplier is found
     from its own cells alone and stops at its own fixed point, and a table stops at its
@@ -92,17 +92,21 @@ def fit_two_way_many(
         # Every row meets every column (one block, e.g. the counties of one state by the
         # age-sex cells): a dense matrix, axis sums instead of scattered bincounts.
         place = t.row.astype(np.int64) * nc + t.col
-        dense.setdefault(nc, []).append((k, z, place, R, C, tolerance))
-    for same_width in dense.values():
-        for batch in batches([b[1].size for b in same_width]):
-            _project_together([same_width[i] for i in batch], out)
+        dense.setdefault((nr, nc), []).append((k, z, place, R, C, tolerance))
+    for same_shape in dense.values():
+        for batch in batches([b[1].size for b in same_shape]):
+            _project_together([same_shape[i] for i in batch], out)
     return out
 
 
 def _project_together(block, out) -> None:
-    """Project complete tables of one width in one array (rows padded with dead rows)."""
+    """Project complete tables of one shape in one array.
+
+    Every row and column is summed along a contiguous axis of its own length, as alone:
+    tables of other shapes are not padded in (a pairwise sum with padding differs).
+    """
     nc = block[0][4].size
-    rows = max(R.size for _, _, _, R, _, _ in block)
+    rows = block[0][3].size
     stack = np.full((len(block), rows, nc), -np.inf)
     R_stack = np.zeros((len(block), rows))
     flat = stack.reshape(len(block), -1)
@@ -186,38 +190,6 @@ def _row_sums(W: np.ndarray):
     return sums, cells
 
 
-def _column_sums(W: np.ndarray):
-    """``sums`` and ``cells`` of :func:`_thresholds` for the columns of matrices W[g].
-
-    Lines are numbered g * columns + column. A column is summed over the rows in row
-    order, one row after another, so a matrix's padding rows (no cell: 0) come last
-    and leave the sums of a matrix padded in a stack what they are alone.
-    """
-    g, _, nc = W.shape
-
-    def pick(lines):
-        tables = np.unique(lines // nc)
-        part = W if tables.size == g else W[tables]
-        where = np.searchsorted(tables, lines // nc) * nc + lines % nc
-        return part, where
-
-    def sums(t, lines):
-        part, where = pick(lines)
-        full = np.full(part.shape[0] * nc, np.inf)
-        full[where] = t
-        d = part - full.reshape(-1, 1, nc)
-        np.maximum(d, 0.0, out=d)
-        return np.count_nonzero(d, axis=1).reshape(-1)[where], d.sum(axis=1).reshape(-1)[where]
-
-    def cells(lines):
-        part, where = pick(lines)
-        finite = np.isfinite(part)
-        count = np.count_nonzero(finite, axis=1).reshape(-1)[where]
-        return count, np.where(finite, part, 0.0).sum(axis=1).reshape(-1)[where]
-
-    return sums, cells
-
-
 def _project_dense(Z: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: np.ndarray):
     """Project matrices Z[g] (rows x columns; -inf marks no cell) on their margins, x >= 0.
 
@@ -226,6 +198,7 @@ def _project_dense(Z: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: np.nd
     others go on. Returns (x, steps per matrix).
     """
     g, nr, nc = Z.shape
+    ZT = np.ascontiguousarray(Z.transpose(0, 2, 1))  # columns as contiguous rows
     finite = np.isfinite(Z)
     # Starts: each row's mean shift, the exact root when no cell is clipped.
     a = (np.where(finite, Z, 0.0).sum(axis=2) - R) / np.maximum(finite.sum(axis=2), 1)
@@ -247,7 +220,8 @@ def _project_dense(Z: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: np.nd
         a = np.where(going[:, None], new_a, a)
         if not going.any():
             break
-        new_b, _ = _thresholds(*_column_sums(Z - a[:, :, None]), C.reshape(-1), b.reshape(-1))
+        W = (ZT - a[:, None, :]).reshape(g * nc, nr)
+        new_b, _ = _thresholds(*_row_sums(W), C.reshape(-1), b.reshape(-1))
         b = np.where(going[:, None], new_b.reshape(g, nc), b)
         steps += going
     x = np.maximum(Z - a[:, :, None] - b[:, None, :], 0.0)
