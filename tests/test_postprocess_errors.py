@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from fractions import Fraction
 
 import numpy as np
@@ -165,3 +166,23 @@ def test_hierarchy_key_without_hierarchy_is_an_ordinary_key():
     b = NoisyCounts("b", ("state", "sex"), (2, 2), np.array([4, 4, 9, 9]), Fraction(1))
     result = make_consistent([a, b], None)
     np.testing.assert_array_equal(result.values["a"], result.values["b"].reshape(2, 2).sum(1))
+
+
+@pytest.mark.parametrize("national", [False, True])
+def test_variances_too_far_apart_are_refused_before_any_work(national):
+    from dp_pipeline.postprocess.group_solver import group_solver
+    from dp_pipeline.postprocess.inputs import MAX_COUPLED_VARIANCE_RATIO, MAX_VARIANCE_RATIO
+
+    limit = MAX_COUPLED_VARIANCE_RATIO if national else MAX_VARIANCE_RATIO
+    county = counts("county_sex", ("county", "sex"), (5, 2), Fraction(1))
+    state = counts("state_sex", ("state", "sex"), (2, 2), Fraction(limit))
+    tables = [county, state] + ([counts("sex", ("sex",), (2,), Fraction(2))] if national else [])
+    make_consistent(tables, H)  # at the limit: solved
+    state = counts("state_sex", ("state", "sex"), (2, 2), Fraction(limit) + 1)
+    tables = [county, state, *tables[2:]]
+    with pytest.raises(
+        PostprocessError, match=re.escape(f"is {limit + 1:.3g} times that of table 'county_sex'")
+    ):
+        make_consistent(tables, H)
+    with pytest.raises(PostprocessError, match=f"accurate up to a ratio of {limit:,}"):
+        group_solver(tables, H)

@@ -71,8 +71,10 @@ def test_per_state_accuracy_equals_the_global_one(tables, truth):
         before = np.sqrt(np.mean((reference.fixed[t] - true) ** 2))
         after = np.sqrt(np.mean((grouped.values[table.name] - true) ** 2))
         assert abs(after - before) <= 0.005 * before, table.name
-        # Integers differ only by a count moved where the two real solutions round differently.
-        assert np.max(np.abs(grouped.values[table.name] - reference.fixed[t])) <= 1
+        # Integers differ only where the two real solutions round differently: a margin
+        # one count apart moves the cells fitted to it by at most one, then their rounding.
+        moved = np.abs(grouped.values[table.name] - reference.fixed[t])
+        assert np.max(moved) <= 2, table.name
 
 
 def _no_national(rng_seed=5):

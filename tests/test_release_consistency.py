@@ -140,6 +140,36 @@ def test_published_margins_agree_exactly_and_cost_no_privacy(tmp_path):
     assert "costs no privacy" in html
 
 
+def test_value_has_a_margin_of_error_that_covers_it(tmp_path):
+    """privacy_report.json gives each post-processed table the 95% margin of ``value``;
+    accuracy.json checks it (and the RMSE) by class of true count; the report shows it
+    beside the raw margin."""
+    spec = geo_spec(tmp_path)
+    result = run_release(spec, progress=QUIET)
+    tables = read_release(result.output)
+    report = json.loads((result.output / "privacy_report.json").read_text())
+    margins = report["postprocessing"]["value_margin_of_error"]
+    assert set(margins) == {"county_sex", "state_sex", "state_tenure"}
+    raw = {t["name"]: t["margin_of_error"] for t in report["tables"]}
+    for name, margin in margins.items():
+        assert isinstance(margin, int) and margin >= raw[name]
+        moved = np.abs(tables[name]["value"] - tables[name]["raw_value"])
+        assert margin <= raw[name] + int(moved.max()) + 1
+    assert "union bound" in report["postprocessing"]["value_margin_of_error_meaning"]
+    accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
+    rows = {row["table"]: row for row in accuracy}
+    classes = rows["county_sex"]["by_true_count"]
+    assert classes[0]["true_count"] == "0"
+    assert sum(c["cells"] for c in classes) == 3143 * 2
+    for c in classes:
+        assert c["value_margin_of_error"] == margins["county_sex"]
+        if c["cells"] >= 300:
+            assert c["within_value_margin"] >= 0.9
+    html = (result.output / "report.html").read_text()
+    assert "value margin (95%)" in html and f"±{margins['county_sex']:,}" in html
+    assert "value within its margin" in html
+
+
 def test_rerunning_a_committed_release_publishes_the_same_files(tmp_path):
     spec = geo_spec(tmp_path)
     first = run_release(spec, progress=QUIET)
@@ -212,3 +242,55 @@ def test_consistent_estimates_without_rounding_are_published_as_floats(tmp_path,
     assert (county >= 0).all() if nonnegative else (county < 0).any()
     assert not np.array_equal(county, np.round(county))
     assert tables["state_income"]["value"].dtype.kind == "i"  # not post-processed
+
+
+def test_noise_variances_too_far_apart_for_the_solver_are_refused_at_plan_time(tmp_path):
+    """A national table with a tiny share: σ² 2,500 times the county table's. The solve
+    with a national table is accurate to a ratio of 1,000, so the plan step refuses it,
+    before the ledger or any data is touched (it used to fail after the noise)."""
+    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.spec_model import SpecError
+
+    text = SPEC.replace(
+        'name = "state_tenure"\nkeys = ["state", "tenure"]\nshare = "1/4"',
+        (
+            'name = "state_tenure"\nkeys = ["state", "tenure"]\nshare = "2499/10000"\n\n'
+            '[[tables]]\nname = "sex"\nkeys = ["sex"]\nshare = "1/10000"'
+        ),
+    )
+    folder = tmp_path / "ratio"
+    folder.mkdir()
+    shutil.copy(ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
+    (folder / "geo.toml").write_text(text.format(tmp=folder, engine="pandas"))
+    spec = load_spec(folder / "geo.toml")
+    with pytest.raises(SpecError) as refused:
+        plan_release(spec)
+    message = str(refused.value)
+    assert "postprocess: the noise variance of table 'sex'" in message
+    assert "2.5e+03 times that of table 'county_sex'" in message
+    assert "accurate up to a ratio of 1,000" in message and "closer budget shares" in message
+    assert not (folder / "ledger.sqlite").exists()
+
+
+def test_the_report_describes_the_post_processing_without_the_truth():
+    """Real input has no accuracy section; the report still says what was done to
+    ``value`` and gives its margins beside the raw ones, from the privacy report alone."""
+    from dp_pipeline.release.report_consistency import postprocessing_description
+
+    report = {
+        "postprocessing": {
+            "method": "wls+topdown-nonnegative-integer",
+            "consistent": True,
+            "nonnegative": True,
+            "integer": True,
+            "tables": ["county_sex", "state_sex"],
+            "value_margin_of_error": {"county_sex": 14, "state_sex": 21},
+            "value_margin_of_error_meaning": "95% margin of error of each cell's value",
+        }
+    }
+    html = "\n".join(postprocessing_description(report, {"county_sex": 9, "state_sex": 18}))
+    assert "weighted least squares" in html and "closest non-negative table" in html
+    assert "biases cells whose true count is near 0 upwards" in html
+    assert "<td>county_sex</td><td>±9</td><td>±14</td>" in html
+    assert "<td>state_sex</td><td>±18</td><td>±21</td>" in html
+    assert postprocessing_description({}, {}) == []

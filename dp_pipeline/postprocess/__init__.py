@@ -2,7 +2,9 @@
 
 Weighted least squares over every pairwise common margin (Hay, Rastogi, Miklau
 and Suciu 2010, generalised to unequal public variances), then non-negative
-integers fixed top-down along a public geography hierarchy. Reads only noisy
+integers fixed top-down along a public geography hierarchy (at each step the
+closest non-negative table to the least squares estimate with the margins fixed
+above, then integers that keep them). Reads only noisy
 values and public facts, so it costs no privacy; deterministic.
 """
 

@@ -27,11 +27,12 @@ from ..errors import InternalError
 from .coupled import coupled_refusal, coupling_of
 from .group_solver import GroupSolver
 from .groups import consistent_by_group, coupling_table
-from .inputs import checked_values, method_name
+from .inputs import checked_values, method_name, variance_refusal
 from .plan import Plan, plan
 from .structure import (
     Hierarchy,
     NoisyCounts,
+    PostprocessError,
     common_margin,
     margin_index,
     margin_size,
@@ -49,8 +50,11 @@ class ConsistentTables:
     Diagnostics: ``wls_iterations`` (conjugate gradient steps; with national tables
     per block, the factorized solves' refinement steps), ``wls_max_residual``
     (largest margin disagreement before the top-down step, in counts),
-    ``raking_steps`` (most proportional-fitting steps of a two-way table),
+    ``raking_steps`` (most block-ascent steps of a two-way table's projection),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
+    ``least_squares``: after a top-down step, the least squares estimates it started
+    from (per table, float64), when the solve kept them (not with national tables
+    solved as one more block); None otherwise.
     """
 
     values: dict[str, np.ndarray]
@@ -60,6 +64,7 @@ class ConsistentTables:
     raking_steps: int = 0
     groups: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
+    least_squares: dict[str, np.ndarray] | None = None
 
 
 def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnegative: bool):
@@ -98,6 +103,9 @@ def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> Consiste
         solved.raking_steps,
         hierarchy.sizes[0],
         seconds,
+        None
+        if solved.least_squares is None
+        else dict(zip(names, solved.least_squares, strict=True)),
     )
 
 
@@ -138,7 +146,8 @@ def make_consistent(
     the result is the weighted least squares estimate (agreeing to 1e-7 counts);
     otherwise the top-down step makes it non-negative and/or integer, with
     exact agreement when ``integer``. Raises :class:`PostprocessError` on bad
-    input (before any work) and ``InternalError`` if a margin check fails.
+    input, or variances too far apart for the solver (:func:`.inputs.variance_refusal`),
+    before any work, and ``InternalError`` if a margin check fails.
 
     Solved one top-level group at a time when every table has a hierarchy key;
     with national tables too, as one more block combined exactly over their
@@ -148,9 +157,14 @@ def make_consistent(
     started = time.perf_counter()
     p = plan(tables, hierarchy)
     values, variances = checked_values(tables, p)
-    if coupling_table(p, hierarchy) is None:
+    grouped = coupling_table(p, hierarchy) is None
+    coupled = not grouped and coupled_refusal(p, hierarchy) is None
+    reason = variance_refusal(p, variances, coupled)
+    if reason is not None:
+        raise PostprocessError(reason)
+    if grouped:
         return _by_group(p, values, variances, hierarchy, nonnegative, integer)
-    if coupled_refusal(p, hierarchy) is None:
+    if coupled:
         return _coupled(p, values, variances, hierarchy, nonnegative, integer)
     wls = solve_wls(p.structures, values, variances, p.constraints, hierarchy)
     seconds = {"wls": time.perf_counter() - started}
@@ -181,6 +195,7 @@ def make_consistent(
         problem.raking_steps,
         1 if level < 0 else hierarchy.sizes[level],
         seconds,
+        dict(zip(names, wls.estimates, strict=True)),
     )
 
 
@@ -190,7 +205,7 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
     The same functions on the same rows (blocks of equal shape share one system, the
     same bits; the groups' top-down steps run together, as :func:`.topdown.fit_groups`
     gives each what :func:`.topdown.fit_group` would). Returns every table's values
-    (cell order) and the diagnostics (most refinement steps, largest residual, raking);
+    (cell order) and the diagnostics (most refinement steps, largest residual, projection steps);
     the caller verifies the margins (integers: :func:`_verify`).
     """
     columns = solver.cells(list(values))

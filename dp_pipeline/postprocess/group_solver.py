@@ -52,7 +52,7 @@ from .groups import (
     solve_group_wls,
     verify_group,
 )
-from .inputs import checked_values, method_name
+from .inputs import checked_values, method_name, variance_refusal
 from .plan import Plan, plan
 from .structure import Hierarchy, NoisyCounts, PostprocessError, TableShape
 from .topdown import FitOptions, Problem, fit_group
@@ -384,5 +384,8 @@ def group_solver(
         coupling = coupling_of(p, hierarchy)
     if variances is None:
         _, variances = checked_values(tables, p)
+    reason = variance_refusal(p, [Fraction(v) for v in variances], coupling is not None)
+    if reason is not None:
+        raise PostprocessError(f"per-group post-processing: {reason}")
     options = FitOptions(nonnegative, integer) if (nonnegative or integer) else None
     return GroupSolver(p, hierarchy, tuple(Fraction(v) for v in variances), options, coupling)

@@ -263,6 +263,7 @@ class ByGroupResult:
     max_residual: float
     raking_steps: int
     seconds: dict[str, float]
+    least_squares: list[np.ndarray] | None = None  # with options: the estimates before top-down
 
 
 def consistent_by_group(
@@ -306,8 +307,10 @@ def consistent_by_group(
     ]
     fit_groups(subs, options)  # all states in lockstep: what each gets alone, faster
     steps = max([top.raking_steps, *(sub.raking_steps for sub in subs)])
-    for sub, (*_, cells, _) in zip(subs, groups, strict=True):
+    estimates = [np.empty(s.cells, dtype=np.float64) for s in p.structures]
+    for sub, (*_, cells, wls) in zip(subs, groups, strict=True):
         for t, c in enumerate(cells):
             out[t][c] = sub.fixed[t]
+            estimates[t][c] = wls.estimates[t]
     seconds["topdown"] = time.perf_counter() - started
-    return ByGroupResult(out, iterations, residual, steps, seconds)
+    return ByGroupResult(out, iterations, residual, steps, seconds, estimates)

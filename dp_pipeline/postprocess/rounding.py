@@ -36,7 +36,7 @@ __all__ = [
 
 SNAP = 1e-7  # an estimate this close to an integer is that integer
 # Cells solved together at most (2 MB per float array): small tables (states with few
-# counties) share one maximum flow or raking array, saving numpy's per-call cost; a
+# counties) share one maximum flow or projection array, saving numpy's per-call cost; a
 # large table is solved alone, its arrays staying in cache (a union of large networks
 # also runs as many Dinic phases over all of them as its slowest part needs). On the
 # demo's 51 states, 1 << 18 took 0.09 s of top-down CPU time; every state alone 0.13 s,

@@ -4,8 +4,16 @@ Order (after Hay et al. 2010 and the Census Bureau's TopDown algorithm): the
 national total; then the totals of each geography level, children of the level
 above; then each table's cells, coarsest geography first, constrained to the
 margins already fixed (one margin: children of a fixed parent, see
-:mod:`.children`; two margins: a two-way table, see :mod:`.two_way`). Every
-step keeps what is fixed exactly, so all pairwise margins agree in integers.
+:mod:`.children`; two margins: a two-way table, see :mod:`.two_way`). Each step
+is a projection, as in the Census Bureau's per-geography non-negative least
+squares: the closest non-negative table (Euclidean; one table has one noise
+variance, so this is the inverse-variance metric of the least squares) with the
+fixed margins, then integers that keep them (largest remainders, controlled
+rounding). A projection moves every positive cell that shares a margin by the
+same amount, not in proportion to its size, so large cells stay close to the
+least squares estimate; the price is a positive bias at true counts near zero
+(cells cannot go below 0). Every step keeps what is fixed exactly, so all
+pairwise margins agree in integers.
 
 Once the national total, the totals of the group level and every table at or
 above it are fixed, each position of the group level (a state) is an
@@ -154,7 +162,7 @@ def _two_way(problem: Problem, tp: TablePlan) -> _TwoWay:
 
 
 def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions):
-    """Table ``tp`` of each problem; the problems' raking, sorts and maximum flows together."""
+    """Table ``tp`` of each problem; the problems' projections, sorts and maximum flows together."""
     if not tp.two_way:
         (only,) = tp.fixed
         asks = [
@@ -237,7 +245,7 @@ def fit_groups(problems: Sequence[Problem], options: FitOptions) -> None:
     Groups are taken in runs of at most :data:`.rounding.BATCH_CELLS` cells (a larger
     group alone). Within a run each level's totals and each table are fixed in every
     group before the next; the groups' simplex projections and roundings are one
-    sort, their raking one array and their controlled roundings one maximum flow
+    sort, their two-way projections one array and their controlled roundings one maximum flow
     (the ``*_many`` functions of :mod:`.children` and :mod:`.two_way`). Every group
     gets bit for bit what :func:`fit_group` gives it alone.
     """

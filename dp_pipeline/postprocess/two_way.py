@@ -2,12 +2,24 @@
 
 Cells are indexed by a row and a column (e.g. county x age-sex cell within one
 state: the county totals are the row margin, the state's age-sex cells the
-column margin). The real fit matches both margins: from a strictly positive
-start by iterative proportional fitting (Deming and Stephan 1940; Sinkhorn) when
-cells must be non-negative, otherwise by the additive least squares adjustment
-x = z + a_row + b_col (closed form). Integers come from controlled rounding
-(:mod:`.rounding`): each cell becomes floor(x) or ceil(x) and both margins stay
-exact.
+column margin). The real fit is the Euclidean projection of the estimates z on
+the tables with those margins: the closest x (least squares; one table has one
+noise variance, so this is the inverse-variance metric) with every row and
+column sum at its target and, when cells must be non-negative, x >= 0. Without
+the sign constraint it is the additive adjustment x = z + a_row + b_col (closed
+form). With it, x = max(z - a_row - b_col, 0) for the multipliers (a, b) that
+maximise the Lagrangian dual (Karush-Kuhn-Tucker); the dual is maximised one
+block at a time, all row multipliers exactly, then all column multipliers
+exactly (block coordinate ascent, which converges for this smooth concave dual;
+Bertsekas, Nonlinear Programming, Section 2.7), each row's multiplier being the
+threshold of a projection on a scaled simplex (Held, Wolfe and Crowder 1974),
+found by Newton steps on a convex piecewise-linear function (finite: each step
+keeps or shrinks the set of positive cells). Unlike proportional fitting
+(raking), which moves a cell in proportion to its size, the projection moves
+every positive cell of a row and column by the same amount, so the largest
+cells are not the ones that take the adjustment. Integers come from controlled
+rounding (:mod:`.rounding`): each cell becomes floor(x) or ceil(x) and both
+margins stay exact.
 
 Pure post-processing of noisy values; deterministic.
 """
@@ -29,9 +41,8 @@ __all__ = [
     "fit_two_way_many",
 ]
 
-POSITIVE_START = 1e-3  # counts; the fit's start for cells the noise pushed to or below zero
-RAKING_TOLERANCE = 1e-12  # relative to the largest row target, after a column step
-MAX_RAKING_STEPS = 20_000
+PROJECTION_TOLERANCE = 1e-12  # relative to the largest row target: row sums after a column step
+MAX_PROJECTION_STEPS = 10_000
 
 
 def fit_two_way(
@@ -43,9 +54,11 @@ def fit_two_way(
     *,
     nonnegative: bool,
 ) -> tuple[np.ndarray, int]:
-    """Real x close to z whose row and column sums are the targets; returns (x, steps).
+    """The closest real x to z (Euclidean) whose row and column sums are the targets.
 
-    Requires equal totals of row and column targets within every connected block.
+    With ``nonnegative`` also x >= 0. Returns (x, steps of the block ascent).
+    Requires equal totals of row and column targets within every connected block
+    (and, with ``nonnegative``, a non-negative table with those margins).
     """
     table = TwoWayTable(z, row, col, row_targets, col_targets)
     ((x, steps),) = fit_two_way_many([table], nonnegative=nonnegative)
@@ -56,14 +69,14 @@ def fit_two_way_many(
     tables: Sequence[TwoWayTable], *, nonnegative: bool
 ) -> list[tuple[np.ndarray, int]]:
     """:func:`fit_two_way` of each table; small complete tables (every row meets every
-    column) with the same number of columns rake together, in one array.
+    column) of the same shape are projected together, in one array.
 
-    Bit for bit each table's own result: every table keeps its own sums (a table's
-    padding rows are zeros, added last), tolerance and number of steps; a table done
-    raking is multiplied by exactly 1.0 until the others are done.
+    Bit for bit each table's own result: every row's and column's multiplier is found
+    from its own cells alone and stops at its own fixed point, and a table stops at its
+    own tolerance; a table done is kept as it is while the others go on.
     """
     out: list[tuple[np.ndarray, int] | None] = [None] * len(tables)
-    dense: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, float]]] = {}
+    dense: dict[int, list[tuple[int, np.ndarray, np.ndarray, np.ndarray, np.ndarray, float]]] = {}
     for k, t in enumerate(tables):
         z = np.asarray(t.values, dtype=np.float64)
         R = np.asarray(t.row_targets, dtype=np.float64)
@@ -72,50 +85,39 @@ def fit_two_way_many(
         if not nonnegative:
             out[k] = (_additive_fit(z, t.row, t.col, R, C), 1)
             continue
-        x = np.maximum(z, POSITIVE_START)
-        tolerance = RAKING_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
+        tolerance = PROJECTION_TOLERANCE * max(1.0, float(np.max(R, initial=0.0)))
         if z.size != nr * nc:
-            x[(R[t.row] <= 0) | (C[t.col] <= 0)] = 0.0
-            out[k] = _rake_scattered(x, t.row, t.col, R, C, tolerance)
+            out[k] = _project_scattered(z, t.row, t.col, R, C, tolerance)
             continue
         # Every row meets every column (one block, e.g. the counties of one state by the
-        # age-sex cells): rake a dense matrix, axis sums instead of scattered bincounts.
+        # age-sex cells): a dense matrix, axis sums instead of scattered bincounts.
         place = t.row.astype(np.int64) * nc + t.col
-        if nr < 2 or nc < 2:  # numpy would sum a single row or column pairwise
-            matrix = np.empty((1, nr, nc))
-            matrix.reshape(-1)[place] = x
-            _zero_empty_margins(matrix[0], R, C)
-            matrix, steps = _rake_dense(matrix, R[None], C[None], [tolerance])
-            out[k] = (matrix.reshape(-1)[place], int(steps[0]))
-            continue
-        dense.setdefault(nc, []).append((k, x, place, R, C, tolerance))
-    for same_width in dense.values():
-        for batch in batches([b[1].size for b in same_width]):
-            _rake_together([same_width[i] for i in batch], out)
+        dense.setdefault((nr, nc), []).append((k, z, place, R, C, tolerance))
+    for same_shape in dense.values():
+        for batch in batches([b[1].size for b in same_shape]):
+            _project_together([same_shape[i] for i in batch], out)
     return out
 
 
-def _rake_together(block, out) -> None:
-    """Rake complete tables of one width in one array (rows padded with zeros)."""
+def _project_together(block, out) -> None:
+    """Project complete tables of one shape in one array.
+
+    Every row and column is summed along a contiguous axis of its own length, as alone:
+    tables of other shapes are not padded in (a pairwise sum with padding differs).
+    """
     nc = block[0][4].size
-    rows = max(R.size for _, _, _, R, _, _ in block)
-    stack = np.zeros((len(block), rows, nc))
+    rows = block[0][3].size
+    stack = np.full((len(block), rows, nc), -np.inf)
     R_stack = np.zeros((len(block), rows))
     flat = stack.reshape(len(block), -1)
-    for g, (_, x, place, R, C, _) in enumerate(block):
-        flat[g, place] = x
-        _zero_empty_margins(stack[g, : R.size], R, C)
+    for g, (_, z, place, R, _, _) in enumerate(block):
+        flat[g, place] = z
         R_stack[g, : R.size] = R
     C_stack = np.stack([C for *_, C, _ in block])
-    stack, steps = _rake_dense(stack, R_stack, C_stack, [b[-1] for b in block])
+    x, steps = _project_dense(stack, R_stack, C_stack, np.array([b[-1] for b in block]))
+    x = x.reshape(len(block), -1)
     for g, (k, _, place, _, _, _) in enumerate(block):
-        out[k] = (flat[g, place], int(steps[g]))
-
-
-def _zero_empty_margins(matrix: np.ndarray, R: np.ndarray, C: np.ndarray) -> None:
-    """Cells of a row or column whose target is zero (or less) are zero: raking keeps them."""
-    matrix[R <= 0, :] = 0.0
-    matrix[:, C <= 0] = 0.0
+        out[k] = (x[g, place], int(steps[g]))
 
 
 def _additive_fit(z, row, col, R, C) -> np.ndarray:
@@ -128,48 +130,141 @@ def _additive_fit(z, row, col, R, C) -> np.ndarray:
     return x
 
 
-def _rake_scattered(x, row, col, R, C, tolerance) -> tuple[np.ndarray, int]:
-    nr, nc = R.size, C.size
-    steps = 0
-    cols_ok = np.max(np.abs(np.bincount(col, x, nc) - C), initial=0.0) <= tolerance
-    while steps < MAX_RAKING_STEPS:
-        rs = np.bincount(row, x, nr)
-        # After a column step the column sums are exact (to rounding), so rows decide.
-        if cols_ok and np.max(np.abs(rs - R), initial=0.0) <= tolerance:
-            break
-        steps += 1
-        x *= np.divide(R, rs, out=np.zeros(nr), where=rs > 0)[row]
-        cs = np.bincount(col, x, nc)
-        x *= np.divide(C, cs, out=np.zeros(nc), where=cs > 0)[col]
-        cols_ok = True
-    return x, steps
+def _thresholds(sums, cells, targets: np.ndarray, start: np.ndarray):
+    """Per line (row or column), t with sum over its cells of max(w - t, 0) = target.
 
-
-def _rake_dense(x: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance):
-    """Rake matrices x[g] (rows x columns) to row targets R[g] and column targets C[g].
-
-    Each matrix stops at its own tolerance; after that it is multiplied by 1.0 (exactly
-    itself) while others go on. Returns (x, steps per matrix).
+    ``sums(t, lines)`` gives, for the listed lines, the number of their cells above t
+    and the sum of their excesses max(w - t, 0); ``cells(lines)`` their number of cells
+    and the cells' sum. Newton's step t <- t + (excess - target) / (number above t) on
+    this convex, decreasing, piecewise-linear function lands at or left of the root
+    from anywhere right of the smallest cell, then moves right without passing it; a
+    line stops when its number above t repeats (its cells above t are then the same,
+    so t is the root). A start with no cell above it is replaced by the mean shift
+    (sum of the cells - target) / cells, which is left of the root. Lines with a
+    target of 0 or less get +inf (every cell 0). Each line depends on its own cells
+    and start only. Returns t and each line's number of cells above it.
     """
-    tolerance = np.asarray(tolerance, dtype=np.float64)
-    steps = np.zeros(x.shape[0], dtype=np.int64)
-    cols_ok = np.max(np.abs(x.sum(axis=1) - C), axis=1, initial=0.0) <= tolerance
-    going = np.ones(x.shape[0], dtype=bool)
+    t = np.where(targets > 0, start, np.inf)
+    count = np.full(targets.shape, -1, dtype=np.int64)
+    lines = np.flatnonzero(targets > 0)
+    first = True
+    while lines.size:
+        tl = t[lines]
+        above, excess = sums(tl, lines)
+        done = above == count[lines]
+        with np.errstate(invalid="ignore"):  # inf - inf where no cell is above
+            step = tl + np.divide(
+                excess - targets[lines], above, out=np.zeros_like(tl), where=above > 0
+            )
+        if first and not np.all(above > 0):
+            restart = np.flatnonzero(above == 0)
+            n, total = cells(lines[restart])
+            step[restart] = (total - targets[lines[restart]]) / n
+        if not first:  # left of the root: t only moves right (guards against float error)
+            step = np.maximum(step, tl)
+        t[lines] = np.where(done, tl, step)
+        count[lines] = np.where(above > 0, above, -1)
+        lines = lines[~done]
+        first = False
+    return t, np.maximum(count, 0)
+
+
+def _row_sums(W: np.ndarray):
+    """``sums`` and ``cells`` of :func:`_thresholds` for the rows of W (-inf: no cell).
+
+    Rows are summed along their contiguous axis, a row alone as within the whole array.
+    """
+    whole = W.shape[0]
+
+    def sums(t, lines):
+        part = W if lines.size == whole else W[lines]
+        d = part - t[:, None]
+        np.maximum(d, 0.0, out=d)
+        return np.count_nonzero(d, axis=1), d.sum(axis=1)
+
+    def cells(lines):
+        part = W[lines]
+        finite = np.isfinite(part)
+        return np.count_nonzero(finite, axis=1), np.where(finite, part, 0.0).sum(axis=1)
+
+    return sums, cells
+
+
+def _project_dense(Z: np.ndarray, R: np.ndarray, C: np.ndarray, tolerance: np.ndarray):
+    """Project matrices Z[g] (rows x columns; -inf marks no cell) on their margins, x >= 0.
+
+    Each matrix stops when its row multipliers move its row sums by at most its
+    tolerance (its column sums exact); after that its multipliers are kept while the
+    others go on. Returns (x, steps per matrix).
+    """
+    g, nr, nc = Z.shape
+    ZT = np.ascontiguousarray(Z.transpose(0, 2, 1))  # columns as contiguous rows
+    finite = np.isfinite(Z)
+    # Starts: each row's mean shift, the exact root when no cell is clipped.
+    a = (np.where(finite, Z, 0.0).sum(axis=2) - R) / np.maximum(finite.sum(axis=2), 1)
+    b = np.zeros((g, nc))
+    live = R > 0
+    steps = np.zeros(g, dtype=np.int64)
+    going = np.ones(g, dtype=bool)
     while True:
-        going &= steps < MAX_RAKING_STEPS
+        W = (Z - b[:, None, :]).reshape(g * nr, nc)
+        new_a, above = _thresholds(*_row_sums(W), R.reshape(-1), a.reshape(-1))
+        new_a, above = new_a.reshape(g, nr), above.reshape(g, nr)
+        if steps.any():
+            moved = np.zeros_like(a)
+            np.subtract(new_a, a, out=moved, where=live)
+            moved = above * np.abs(moved)
+            going &= (np.max(moved, axis=1, initial=0.0) > tolerance) & (
+                steps < MAX_PROJECTION_STEPS
+            )
+        a = np.where(going[:, None], new_a, a)
         if not going.any():
             break
-        rs = x.sum(axis=2)
-        going &= ~(cols_ok & (np.max(np.abs(rs - R), axis=1, initial=0.0) <= tolerance))
-        if not going.any():
-            break
+        W = (ZT - a[:, None, :]).reshape(g * nc, nr)
+        new_b, _ = _thresholds(*_row_sums(W), C.reshape(-1), b.reshape(-1))
+        b = np.where(going[:, None], new_b.reshape(g, nc), b)
         steps += going
-        factor = np.divide(R, rs, out=np.zeros_like(R), where=rs > 0)
-        factor[~going] = 1.0
-        x *= factor[:, :, None]
-        cs = x.sum(axis=1)
-        factor = np.divide(C, cs, out=np.zeros_like(C), where=cs > 0)
-        factor[~going] = 1.0
-        x *= factor[:, None, :]
-        cols_ok[:] = True
+    x = np.maximum(Z - a[:, :, None] - b[:, None, :], 0.0)
     return x, steps
+
+
+def _all_lines(t: np.ndarray, which: np.ndarray, n: int) -> np.ndarray:
+    """Thresholds of the listed lines, +inf for the others (no cell above)."""
+    out = np.full(n, np.inf)
+    out[which] = t
+    return out
+
+
+def _project_scattered(z, row, col, R, C, tolerance) -> tuple[np.ndarray, int]:
+    """:func:`_project_dense` of one table given by its cells' rows and columns."""
+    nr, nc = R.size, C.size
+    live = (R[row] > 0) & (C[col] > 0)  # the others are 0 in every table with these margins
+    w, r, c = z[live], row[live], col[live]
+    per_row = np.maximum(np.bincount(r, minlength=nr), 1)
+    a = (np.bincount(r, w, nr) - R) / per_row
+    b = np.zeros(nc)
+
+    def line_sums(W, lines, n):
+        def sums(t, which):
+            d = np.maximum(W - _all_lines(t, which, n)[lines], 0.0)
+            return (
+                np.bincount(lines[d > 0], minlength=n)[which],
+                np.bincount(lines, d, n)[which],
+            )
+
+        def cells(which):
+            return np.bincount(lines, minlength=n)[which], np.bincount(lines, W, n)[which]
+
+        return sums, cells
+
+    steps = 0
+    while steps < MAX_PROJECTION_STEPS:
+        steps += 1
+        a, _ = _thresholds(*line_sums(w - b[c], r, nr), R, a)
+        b, _ = _thresholds(*line_sums(w - a[r], c, nc), C, b)
+        x = np.maximum(w - a[r] - b[c], 0.0)
+        if np.max(np.abs(np.bincount(r, x, nr) - R), initial=0.0) <= tolerance:
+            break
+    out = np.zeros(z.size)
+    out[live] = x
+    return out, steps

@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.release.consistency import RAW_COLUMN
+from dp_pipeline.release.consistency import RAW_COLUMN, VALUE_MARGIN
 from dp_pipeline.release.exact_errors import ErrorTally, histogram_counts
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 
@@ -24,6 +24,14 @@ __all__ = ["HISTOGRAM_BINS", "TableAccuracy", "accuracy_summary", "table_accurac
 
 HISTOGRAM_BINS = 60
 _COLUMN_OF = {"consistent": "value", "raw": RAW_COLUMN}
+# Classes of true count for the post-processed tables' figures (label, lowest, highest).
+SIZE_CLASSES = (
+    ("0", 0, 0),
+    ("1-5", 1, 5),
+    ("6-20", 6, 20),
+    ("21-100", 21, 100),
+    ("> 100", 101, None),
+)
 _SELECTION_COLUMNS = {"top_k": "in_true_top_k", "quantile": "rank_error", "median": "rank_error"}
 
 
@@ -67,6 +75,8 @@ class TableAccuracy:
         self._domain = domain
         self._domain_index = pd.Index(list(domain)) if domain is not None else None
         self._top_name = plan.spec.hierarchy.levels[0] if self._geography_level else None
+        self._classes: dict[str, list] | None = None  # post-processed: by true count
+        self._value_margin: int | None = None
 
     def add(self, frame: pd.DataFrame) -> None:
         """Tally a batch of released rows (the table's key columns, ``value``, optionally
@@ -102,6 +112,23 @@ class TableAccuracy:
         errors = {label: self._errors(frame, _COLUMN_OF[label], truth) for label in self._tallies}
         for label, tally in self._tallies.items():
             tally.add(errors[label], group_of)
+        if "raw" in self._tallies:
+            self._add_classes(truth, errors, frame.attrs.get(VALUE_MARGIN))
+
+    def _add_classes(self, truth: np.ndarray, errors: dict, value_margin: int | None) -> None:
+        """Per class of true count, exact tallies of the raw and published errors."""
+        if self._classes is None:
+            raw_margin = self.table_plan.margin_of_error
+            shown = raw_margin if value_margin is None else value_margin
+            self._classes = {
+                label: (ErrorTally(raw_margin), ErrorTally(shown)) for label, _, _ in SIZE_CLASSES
+            }
+            self._value_margin = value_margin
+        for label, low, high in SIZE_CLASSES:
+            mine = (truth >= low) if high is None else (truth >= low) & (truth <= high)
+            raw, value = self._classes[label]
+            raw.add(errors["raw"][mine])
+            value.add(errors["consistent"][mine])
 
     def _check_truth(self, present: bool, column: str) -> None:
         """Every batch has the comparison column, or none has (real input)."""
@@ -184,7 +211,29 @@ class TableAccuracy:
             row["margins"] = {
                 label: self._margins(self._tallies[label]) for label in ("raw", "consistent")
             }
+            row["by_true_count"] = self._class_rows()
         return row
+
+    def _class_rows(self) -> list[dict]:
+        """RMSE raw and published, bias and margin coverage per class of true count."""
+        rows = []
+        for label, _, _ in SIZE_CLASSES:
+            raw, value = self._classes[label]
+            if not raw.cells:
+                continue
+            row = {
+                "true_count": label,
+                "cells": raw.cells,
+                "raw_rmse": _root_mean(raw.sum_squares, raw.cells),
+                "rmse": _root_mean(value.sum_squares, value.cells),
+                "bias": _mean(value.total, value.cells),
+                "raw_within_margin": raw.within / raw.cells,
+            }
+            if self._value_margin is not None:
+                row["value_margin_of_error"] = self._value_margin
+                row["within_value_margin"] = value.within / value.cells
+            rows.append(row)
+        return rows
 
     @staticmethod
     def _figures(tally: ErrorTally) -> dict:

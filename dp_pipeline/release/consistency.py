@@ -46,12 +46,23 @@ if TYPE_CHECKING:  # the plan step calls check_postprocess_engine: no import bac
 __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
     "RAW_COLUMN",
+    "VALUE_MARGIN",
     "check_postprocess_engine",
+    "check_postprocess_variances",
     "consistent_results",
     "noise_variance",
+    "value_margin",
 ]
 
 RAW_COLUMN = "raw_value"
+VALUE_MARGIN = "value_margin_of_error"
+VALUE_MARGIN_MEANING = (
+    "95% margin of error of each cell's published value: the raw noise's margin (which "
+    "bounds the least squares estimate's, whose variance is never larger) plus the 95th "
+    "percentile over the table's cells of how far the non-negative integer step moved a "
+    "cell from its least squares estimate; at least 90% of cells are expected within it "
+    "(union bound). Cells with true counts near 0 are biased up (a count cannot go below 0)."
+)
 
 # Above this many combined cells (all post-processed tables together) a Spark release
 # makes them consistent on Spark, one task per top-level geography, rather than on the
@@ -120,6 +131,42 @@ def check_postprocess_engine(spec: ReleaseSpec) -> None:
         )
 
 
+def check_postprocess_variances(spec: ReleaseSpec, tables: list[TablePlan]) -> None:
+    """Raise `SpecError` when the least squares cannot weigh the calibrated noise variances.
+
+    Runs in the plan step once every table's noise is calibrated, before any budget
+    is spent: each set the post-processing combines (the count tables, each set of
+    sum tables) must have variances within the solver's ratio
+    (`dp_pipeline.postprocess.inputs.variance_refusal`), so that no solve fails after
+    the noise is drawn.
+    """
+    settings = spec.postprocess
+    if settings is None or not settings.consistent:
+        return
+    from dp_pipeline.postprocess import TableShape
+    from dp_pipeline.postprocess.coupled import coupled_refusal
+    from dp_pipeline.postprocess.groups import coupling_table
+    from dp_pipeline.postprocess.inputs import variance_refusal
+    from dp_pipeline.postprocess.plan import plan
+
+    plans = {p.table.name: p for p in tables}
+    hierarchy = _hierarchy(spec)
+    for names in (settings.tables, *settings.sum_sets):
+        if not names:
+            continue
+        shapes = [
+            TableShape(
+                n, plans[n].table.keys, tuple(len(spec.domains[k]) for k in plans[n].table.keys)
+            )
+            for n in names
+        ]
+        p = plan(shapes, hierarchy)
+        coupled = coupling_table(p, hierarchy) is not None and coupled_refusal(p, hierarchy) is None
+        reason = variance_refusal(p, [noise_variance(plans[n]) for n in names], coupled)
+        if reason is not None:
+            raise SpecError([f"postprocess: {reason} (tables[*].share or sigma2)"])
+
+
 def noise_variance(table_plan: TablePlan) -> Fraction:
     """The public per-cell noise variance the least squares weights a table by.
 
@@ -167,7 +214,7 @@ def consistent_results(
     if settings is None:
         return results, {}
     plans = {p.table.name: p for p in plan.tables}
-    method, estimates, streamed = "", {}, {}
+    method, estimates, streamed, least_squares = "", {}, {}, {}
     if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
         # The noisy cells never left Spark: they are made consistent there and read
         # back by the writer (`dp_pipeline.release.streamed.StreamedTable`).
@@ -178,24 +225,33 @@ def consistent_results(
         if spark is not None and postprocess_on_spark(spec):
             method, estimates = _on_spark(spark, noisy, _hierarchy(spec), options)
         else:
-            method, estimates = _on_driver(spec, noisy, options)
+            method, estimates, least_squares = _on_driver(spec, noisy, options)
     sum_sets = []
     for names in settings.sum_sets:
         nonnegative = settings.nonnegative and plans[names[0]].table.lower >= 0
         options = {"nonnegative": nonnegative, "integer": settings.integer}
-        solved_method, solved = _on_driver(
+        solved_method, solved, solved_ls = _on_driver(
             spec, _noisy_counts(spec, plans, results, names), options
         )
         method = method or solved_method
         estimates.update(solved)
+        least_squares.update(solved_ls)
         sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
     updated = {**results, **streamed}
+    margins = {}
     for name in settings.combined:
         if name in streamed:
             continue
         frame = results[name].copy()
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
+        raw_margin = plans[name].margin_of_error
+        if name in least_squares:
+            margins[name] = value_margin(raw_margin, estimates[name], least_squares[name])
+        elif not (settings.nonnegative or settings.integer) and settings.consistent:
+            margins[name] = int(raw_margin)  # the least squares alone: variance <= raw
+        if name in margins:
+            frame.attrs[VALUE_MARGIN] = margins[name]
         updated[name] = frame
     summary = {
         "method": method,
@@ -206,6 +262,9 @@ def consistent_results(
     }
     if settings.sums:
         summary["sum_sets"] = sum_sets
+    if margins:
+        summary[VALUE_MARGIN] = margins
+        summary["value_margin_of_error_meaning"] = VALUE_MARGIN_MEANING
     return updated, summary
 
 
@@ -228,16 +287,47 @@ def _noisy_counts(spec, plans, results, names):
     return noisy
 
 
-def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray]]:
-    """`make_consistent` on one set; without ``consistent``, each table on its own."""
+def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
+    """`make_consistent` on one set; without ``consistent``, each table on its own.
+
+    Also returns each table's least squares estimate before the top-down step (none
+    without one), for the margin of error of ``value``.
+    """
     from dp_pipeline.postprocess import make_consistent
 
+    topdown = options["nonnegative"] or options["integer"]
     if spec.postprocess.consistent:
-        solved = make_consistent(noisy, _hierarchy(spec), **options)
-        return solved.method, solved.values
+        hierarchy = _hierarchy(spec)
+        solved = make_consistent(noisy, hierarchy, **options)
+        estimates = solved.least_squares
+        if topdown and estimates is None:  # national tables as one more block: solve again
+            estimates = make_consistent(noisy, hierarchy, nonnegative=False, integer=False).values
+        return solved.method, solved.values, (estimates if topdown else {})
     # Each table on its own: non-negative integers with the table's own total.
     each = [make_consistent([table], None, **options) for table in noisy]
-    return each[0].method, {name: values for one in each for name, values in one.values.items()}
+    values = {name: values for one in each for name, values in one.values.items()}
+    # One table alone: its least squares estimate is its noisy count.
+    estimates = {t.name: t.values.astype(np.float64) for t in noisy} if topdown else {}
+    return each[0].method, values, estimates
+
+
+def value_margin(raw_margin: int, value: np.ndarray, least_squares: np.ndarray) -> int:
+    """The 95% margin of error of a post-processed table's ``value`` (counts, an integer).
+
+    value − truth = (ls − truth) + (value − ls), where ls is the least squares
+    estimate the non-negative integer step started from. ls − truth is a fixed linear
+    map of the noise, ls = P y with P a projection orthogonal in the inverse-variance
+    metric, so its variance is at most the raw noise's, cell by cell (diag(P V) <= diag(V));
+    the raw margin (the noise's exact 95% bound) bounds it at 95% (for the discrete
+    Gaussian or Laplace mixtures the least squares makes, as for a normal law). The
+    non-negative integer step moves a cell by value − ls, public once published: its
+    95th percentile over the table's cells, rounded up, is added. By the union bound a
+    cell is outside the margin with probability at most 5% + 5% on average over the
+    table's cells (at least 90% covered), 95% where the step moved cells little.
+    Pure post-processing of published values; deterministic.
+    """
+    moved = np.abs(np.asarray(value, dtype=np.float64) - least_squares)
+    return int(raw_margin) + math.ceil(float(np.quantile(moved, 0.95)) - 1e-9)
 
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:

@@ -32,7 +32,7 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.budget import accountant_type
-from dp_pipeline.release.consistency import check_postprocess_engine
+from dp_pipeline.release.consistency import check_postprocess_engine, check_postprocess_variances
 from dp_pipeline.release.costs import (
     PlanError,
     selection_epsilon_for_rho,
@@ -381,6 +381,9 @@ def plan_release(
         margin = int(margin_of_error(invalid_event.mechanism, confidence))
         invalid_count = InvalidCountPlan(invalid_event, margin, invalid.threshold, invalid.share)
 
+    # The calibrated variances must suit the post-processing's solver: refused here,
+    # before any budget, rather than by a failed solve after the noise is drawn.
+    check_postprocess_variances(spec, tables)
     report_delta = _report_delta(spec)
     rho_total = Fraction(accountant.rho()) if spec.noise == "discrete_gaussian" else None
     epsilon_tight = accountant.epsilon(report_delta)

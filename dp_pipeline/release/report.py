@@ -14,7 +14,10 @@ import html
 from fractions import Fraction
 
 from dp_pipeline.release.plan import ReleasePlan
-from dp_pipeline.release.report_consistency import postprocessing_section
+from dp_pipeline.release.report_consistency import (
+    postprocessing_description,
+    postprocessing_section,
+)
 from dp_pipeline.release.report_figures import report_figures
 
 __all__ = ["html_report", "privacy_report"]
@@ -178,6 +181,9 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
         )
     parts.append("</table>")
     parts.extend(_selection_section(plan))
+    parts.extend(
+        postprocessing_description(report, {t.table.name: t.margin_of_error for t in plan.tables})
+    )
     for key, title in (("budget", "Budget split"), ("margins", "Margins of error")):
         if key in figures:
             parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,")

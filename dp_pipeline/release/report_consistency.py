@@ -1,9 +1,13 @@
-"""The report's post-processing parts: errors of raw and consistent counts against the truth.
+"""The report's post-processing parts: what was done, and errors against the truth.
 
-Synthetic input only (the truth is never known for real data): per cell, for
-the coarsest geography margin and for the national total, before (``raw_value``)
-and after (``value``) post-processing, as an HTML table and a bar plot of the
-figures `dp_pipeline.release.accuracy_stream` computes.
+`postprocessing_description` (every release that post-processes, real input
+too): the method and, per table, the margin of error of ``raw_value`` and of
+``value`` (`dp_pipeline.release.consistency.value_margin`), from the privacy
+report alone. `postprocessing_section` (synthetic input only: the truth is never
+known for real data): per cell, for the coarsest geography margin and for the
+national total, before (``raw_value``) and after (``value``) post-processing, and
+by class of true count, as HTML tables and a bar plot of the figures
+`dp_pipeline.release.accuracy_stream` computes.
 """
 
 from __future__ import annotations
@@ -12,7 +16,56 @@ import html
 
 import numpy as np
 
-__all__ = ["postprocessing_section", "rmse_figure"]
+__all__ = ["postprocessing_description", "postprocessing_section", "rmse_figure"]
+
+
+def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> list[str]:
+    """What the post-processing did and the margins of error of ``value`` (no truth used)."""
+    settings = report.get("postprocessing")
+    if not settings:
+        return []
+    method = html.escape(settings.get("method", ""))
+    steps = ["every shared margin of the combined tables agrees exactly"]
+    if settings.get("consistent"):
+        steps = [
+            "the overlapping noisy tables were combined by weighted least squares with "
+            "their exact noise variances, so every shared margin agrees exactly"
+        ]
+    if settings.get("nonnegative") or settings.get("integer"):
+        steps.append(
+            "then, top-down along the geography, each table was replaced by the closest "
+            + ("non-negative " if settings.get("nonnegative") else "")
+            + "table with the margins already fixed"
+            + (", then by integers keeping those margins" if settings.get("integer") else "")
+        )
+    parts = [
+        "<h2>Post-processing</h2>",
+        f"<p>Method {method}: {'; '.join(steps)}. It reads only the noisy tables and "
+        "public facts, so it costs no privacy. <code>raw_value</code> keeps each cell's "
+        "unbiased noisy count; <code>value</code> is the consistent estimate. "
+        + (
+            "Non-negativity biases cells whose true count is near 0 upwards (a count "
+            "cannot go below 0); large cells stay at the least squares estimate. "
+            if settings.get("nonnegative")
+            else ""
+        )
+        + "</p>",
+    ]
+    margins = settings.get("value_margin_of_error", {})
+    if margins:
+        parts.append(f"<p>{html.escape(settings.get('value_margin_of_error_meaning', ''))}</p>")
+        parts.append(
+            "<table><tr><th>table</th><th>raw_value margin (95%)</th>"
+            "<th>value margin (95%)</th></tr>"
+        )
+        for name in settings.get("tables", []):
+            if name in margins:
+                parts.append(
+                    f"<tr><td>{html.escape(name)}</td><td>±{raw_margins.get(name, 0):,}</td>"
+                    f"<td>±{margins[name]:,}</td></tr>"
+                )
+        parts.append("</table>")
+    return parts
 
 
 def postprocessing_section(report: dict, cell_rows: list[dict], figures: dict) -> list[str]:
@@ -42,12 +95,36 @@ def postprocessing_section(report: dict, cell_rows: list[dict], figures: dict) -
             f"<td>{after['national_abs_error']:.3g}</td></tr>"
         )
     parts.append("</table>")
+    parts.extend(_by_true_count(rows))
     if "postprocessing" in figures:
         parts.append(
             "<img alt='RMSE before and after post-processing' src='data:image/png;base64,"
             + figures["postprocessing"]
             + "'>"
         )
+    return parts
+
+
+def _by_true_count(rows: list[dict]) -> list[str]:
+    """Per table and class of true count: RMSE raw and published, bias, coverage."""
+    classes = [(row["table"], c) for row in rows for c in row.get("by_true_count", [])]
+    if not classes:
+        return []
+    parts = [
+        "<p>By true count: RMSE of <code>raw_value</code> and <code>value</code>, the mean "
+        "error of <code>value</code>, and the share of cells within each margin.</p>",
+        "<table><tr><th>table</th><th>true count</th><th>cells</th><th>RMSE raw</th>"
+        "<th>RMSE value</th><th>value bias</th><th>raw within its margin</th>"
+        "<th>value within its margin</th></tr>",
+    ]
+    for table, c in classes:
+        within = f"{c['within_value_margin']:.1%}" if "within_value_margin" in c else "–"
+        parts.append(
+            f"<tr><td>{html.escape(table)}</td><td>{html.escape(c['true_count'])}</td>"
+            f"<td>{c['cells']:,}</td><td>{c['raw_rmse']:.3g}</td><td>{c['rmse']:.3g}</td>"
+            f"<td>{c['bias']:+.2f}</td><td>{c['raw_within_margin']:.1%}</td><td>{within}</td></tr>"
+        )
+    parts.append("</table>")
     return parts
 
 

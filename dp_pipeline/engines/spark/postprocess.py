@@ -170,7 +170,7 @@ def consistent_cells(
     Runs the first pass and the top step now (one Spark job, a few rows per
     group come back); the second pass runs when the result is read. Returns the
     DataFrame and the diagnostics (most conjugate gradient steps of a group,
-    largest margin residual, raking steps of the top step). ``carry``: {output
+    largest margin residual, projection steps of the top step). ``carry``: {output
     column: column of ``cells``} passed through to each fitted cell (the noisy
     count as ``raw_value``, say), so no join is needed afterwards.
     """
