@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
@@ -210,3 +211,37 @@ def test_consistent_estimates_without_rounding_are_published_as_floats(tmp_path,
     assert (county >= 0).all() if nonnegative else (county < 0).any()
     assert not np.array_equal(county, np.round(county))
     assert tables["state_income"]["value"].dtype.kind == "i"  # not post-processed
+
+
+def test_tables_with_sigma2_below_one_are_weighted_by_their_true_variance(tmp_path):
+    """The state_sex table's σ² is ~0.07, its noise variance ~0.002: weighted by σ², the least
+    squares pulled the other tables' noise into it (RMSE 0.025 where the raw counts were
+    exact); weighted by the variance of the noise drawn, it stays within a tenth of its
+    noise's standard deviation of the raw counts, and no table's RMSE exceeds its raw one by
+    more than that."""
+    from dp_pipeline.accounting.noise_variance import discrete_gaussian_variance
+    from dp_pipeline.release.consistency import noise_variance
+    from dp_pipeline.release.plan import plan_release
+
+    geo_spec(tmp_path)
+    text = (tmp_path / "geo.toml").read_text()
+    text = text.replace("epsilon = 8,", "epsilon = 100,").replace("epsilon = 2\n", "epsilon = 30\n")
+    text = text.replace(
+        "consistent = true", "consistent = true\ninteger = false\nnonnegative = false"
+    )
+    for share in ("1/16", "7/8", "1/32", "1/32"):
+        text = text.replace('share = "1/4"', f'share = "{share}"', 1)
+    (tmp_path / "geo.toml").write_text(text)
+    spec = load_spec(tmp_path / "geo.toml")
+    plans = {p.table.name: p for p in plan_release(spec).tables}
+    small = plans["state_sex"]
+    assert small.mechanism.sigma2 < Fraction(1, 10)
+    assert noise_variance(small) == discrete_gaussian_variance(small.mechanism.sigma2)
+    assert noise_variance(small) < small.mechanism.sigma2 / 20
+    result = run_release(spec, progress=QUIET)
+    accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
+    rows = {row["table"]: row for row in accuracy}
+    for name in ("county_sex", "state_sex", "state_tenure"):
+        sd = float(noise_variance(plans[name])) ** 0.5
+        assert rows[name]["rmse"] <= rows[name]["raw"]["rmse"] + sd / 10, name
+    assert rows["state_sex"]["rmse"] < 0.005
