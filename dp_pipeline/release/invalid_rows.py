@@ -1,8 +1,9 @@
 """``input.on_invalid = "error"``: refuse a release whose input has an invalid row.
 
 Invalid rows are those the engines drop and count under the default
-``"drop"``: a null (empty, unparsable) or out-of-domain key, a null privacy
-unit, a null, NaN or infinite summed or quantile value. Under ``"error"`` the
+``"drop"``: a null (empty, unparsable) or out-of-domain key, a row that breaks
+the public hierarchy of the tables made consistent (`dp_pipeline.query.hierarchy`),
+a null privacy unit, a null, NaN or infinite summed or quantile value. Under ``"error"`` the
 input is read once before the ledger is touched (`refuse_invalid_rows`, called
 between the release's identity and its reservation): a release with any such row
 stops with an error naming the column, the reason code and the rule, and nothing
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 from dp_pipeline.engines.pandas.invalid_rows import first_broken_check as pandas_broken_check
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HIERARCHY_RULE, HierarchyRule
 from dp_pipeline.release.pandas_tables import read_pandas
+from dp_pipeline.release.queries import hierarchy_rule
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
 __all__ = ["REASONS", "refuse_invalid_rows", "row_checks"]
@@ -26,19 +29,27 @@ __all__ = ["REASONS", "refuse_invalid_rows", "row_checks"]
 REASONS = {
     "null_key": "have a null (empty or unparsable) key",
     "out_of_domain": "have a key outside the declared domain",
+    HIERARCHY_MISMATCH: HIERARCHY_RULE,
     "null_unit": "have a null privacy unit",
     "invalid_value": "hold a null, NaN or infinite value",
 }
 
 
-def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | None]]:
-    """Every ``(reason, column, domain)`` the spec's tables need, in table and key order."""
-    checks: dict[tuple[str, str], Domain | None] = {}
+def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | HierarchyRule | None]]:
+    """Every ``(reason, column, domain)`` the spec's tables need, in table and key order.
+
+    A ``hierarchy_mismatch`` check names the rule's finest column and carries the
+    `dp_pipeline.query.hierarchy.HierarchyRule` in place of a domain.
+    """
+    checks: dict[tuple[str, str], Domain | HierarchyRule | None] = {}
+    rule = hierarchy_rule(spec)
     for table in spec.tables:
         for key in table.keys:
             domain = Domain.from_spec(key, spec.domains[key])
             checks.setdefault(("null_key", key), domain)
             checks.setdefault(("out_of_domain", key), domain)
+        if rule is not None and table.name in spec.postprocess.combined:
+            checks.setdefault((HIERARCHY_MISMATCH, rule.finest.column), rule)
         if spec.privacy_unit is not None:
             checks.setdefault(("null_unit", spec.privacy_unit), None)
         if table.value is not None:

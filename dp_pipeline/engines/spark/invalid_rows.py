@@ -13,7 +13,9 @@ from collections.abc import Sequence
 from pyspark.sql import functions as sf
 from pyspark.sql.types import DoubleType, FloatType
 
+from dp_pipeline.engines.spark_sql.coding import hierarchy_broken
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 
 __all__ = ["first_broken_check"]
 
@@ -35,13 +37,16 @@ def _key_conditions(df, column: str, domain: Domain):
     return null, ~null & ~sf.coalesce(inside, sf.lit(False))
 
 
-def first_broken_check(df, checks: Sequence[tuple[str, str, Domain | None]]):
+def first_broken_check(df, checks: Sequence[tuple[str, str, Domain | HierarchyRule | None]]):
     """``(reason, column)`` of the first check some row of ``df`` breaks, or None."""
     conditions = []
-    for reason, column, domain in checks:
+    for index, (reason, column, domain) in enumerate(checks):
         if reason in ("null_key", "out_of_domain"):
             null, outside = _key_conditions(df, column, domain)
             conditions.append(null if reason == "null_key" else outside)
+        elif reason == HIERARCHY_MISMATCH:
+            df, broken = hierarchy_broken(df, domain, f"_check{index}")
+            conditions.append(broken)
         elif reason == "null_unit":
             conditions.append(sf.col(column).isNull())
         else:

@@ -1,18 +1,18 @@
 """The Parquet pass: partial aggregates of several queries over Parquet row groups.
 
-A Spark task reads its row groups of the input Parquet file(s) with pyarrow
-(only the key, summed and unit columns; strings dictionary-encoded) and, with
-the pandas engine's numpy rules, gives every row of every query its cell index
-or its reason code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per
-key column null then out of domain, then null unit, then invalid value; the
-first that applies wins), clamps the summed values into granularity units and
-adds everything into dense per-query vectors (``np.bincount``). It returns
-those vectors, the rows it dropped per reason, and one run per row group: the
-first and last non-null unit id, whether the ids increase strictly and how
-many are null. The driver sums the tasks' vectors and proves from the runs that
-no unit has several rows (strictly increasing within every row group, disjoint
-[first, last] ranges across row groups) before it trusts the aggregates;
-otherwise it takes the general path.
+A Spark task reads its row groups of the input Parquet file(s) with pyarrow (only
+the key, summed and unit columns; strings dictionary-encoded) and, with the pandas
+engine's numpy rules, gives every row of every query its cell index or its reason
+code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per key column
+null then out of domain, then the public hierarchy, then null unit, then invalid
+value; the first that applies wins), clamps the summed values into granularity units
+and adds everything into dense per-query vectors (``np.bincount``). It returns those
+vectors, the rows it dropped per reason, and one run per row group: the first and
+last non-null unit id, whether the ids increase strictly and how many are null. The
+driver sums the tasks' vectors and proves from the runs that no unit has several
+rows (strictly increasing within every row group, disjoint [first, last] ranges
+across row groups) before it trusts the aggregates; otherwise it takes the general
+path.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from dp_pipeline.engines.numpy_rules import (
     clip_units,
     first_reason_codes,
+    hierarchy_breaks,
     integral_keys,
     rounded_units,
 )
@@ -140,6 +141,13 @@ class TablePartial:
         for i, domain in enumerate(cells.domains):
             conditions.append((nulls[domain.column], -(2 * i + 1)))
             conditions.append((positions[_signature(domain)] < 0, -(2 * i + 2)))
+        if spec.hierarchy is not None:
+            # A null key's position may be anything: -1 makes it break the rule.
+            rule = [positions[_signature(d)] for d in spec.hierarchy.domains]
+            for j, domain in enumerate(spec.hierarchy.domains):
+                if nulls[domain.column] is not None:
+                    rule[j] = np.where(nulls[domain.column], -1, rule[j])
+            conditions.append((hierarchy_breaks(spec.hierarchy, rule), -(2 * k + 3)))
         if spec.privacy_unit is not None:
             conditions.append((unit_null, -(2 * k + 1)))
         raw = clamped = None
@@ -212,7 +220,8 @@ def parquet_partials_function(
     specs = [spec.without_key() for spec in specs]
     domains = {}
     for spec in specs:
-        for domain in spec.cells.domains:
+        hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+        for domain in (*spec.cells.domains, *hierarchy):
             domains.setdefault(_signature(domain), domain)
     key_columns = sorted({domain.column for domain in domains.values()} - set(derived))
     value_columns = sorted({spec.column for spec in specs if spec.column is not None})
