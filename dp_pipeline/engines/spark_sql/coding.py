@@ -234,8 +234,9 @@ def hierarchy_broken(df, rule: HierarchyRule, tag: str, known: dict | None = Non
     finest, *coarser = positions
     broken = finest.isNull()
     for ancestors, pos in zip(rule.ancestors, coarser, strict=True):
-        lookup = sf.get(sf.lit(ancestors.tolist()), finest.cast("int"))
-        broken = broken | pos.isNull() | (lookup != pos)
+        # One SQL array literal: sf.lit of a list would cost a py4j call per element.
+        table = sf.expr(f"array({','.join(str(int(a)) for a in ancestors.tolist())})")
+        broken = broken | pos.isNull() | (sf.get(table, finest.cast("int")) != pos)
     return df, broken
 
 
