@@ -96,5 +96,11 @@ class HierarchyRule:
         """The checked domains and a digest of the ancestors (exact JSON values)."""
         return self._canonical
 
+    @cached_property
+    def key(self) -> str:
+        """SHA-256 (hex) of `canonical`: equal rules have equal keys (engines share one
+        lookup among the tables of a set by it)."""
+        return digest_of(self._canonical)
+
     def __repr__(self) -> str:
         return f"HierarchyRule({' -> '.join(reversed(self.columns))})"

@@ -133,7 +133,12 @@ class TablePartial:
         for code, rows in other.dropped.items():
             self.dropped[code] = self.dropped.get(code, 0) + rows
 
-    def add(self, positions: dict, nulls: dict, unit_null, values: dict, size: int) -> None:
+    def add(
+        self, positions: dict, nulls: dict, unit_null, values: dict, size: int, broken: dict
+    ) -> None:
+        """Add a row group: its key ``positions`` (by domain signature), ``nulls`` (by
+        column), ``unit_null``, summed ``values``, and the rows breaking each hierarchy
+        rule (``broken``, by `HierarchyRule.key`: `rule_breaks`, once for all tables)."""
         spec = self.spec
         cells = spec.cells
         k = len(cells.columns)
@@ -142,12 +147,7 @@ class TablePartial:
             conditions.append((nulls[domain.column], -(2 * i + 1)))
             conditions.append((positions[_signature(domain)] < 0, -(2 * i + 2)))
         if spec.hierarchy is not None:
-            # A null key's position may be anything: -1 makes it break the rule.
-            rule = [positions[_signature(d)] for d in spec.hierarchy.domains]
-            for j, domain in enumerate(spec.hierarchy.domains):
-                if nulls[domain.column] is not None:
-                    rule[j] = np.where(nulls[domain.column], -1, rule[j])
-            conditions.append((hierarchy_breaks(spec.hierarchy, rule), -(2 * k + 3)))
+            conditions.append((broken[spec.hierarchy.key], -(2 * k + 3)))
         if spec.privacy_unit is not None:
             conditions.append((unit_null, -(2 * k + 1)))
         raw = clamped = None
@@ -173,6 +173,15 @@ class TablePartial:
             reasons, counts = np.unique(code[~valid], return_counts=True)
             for reason, count in zip(reasons.tolist(), counts.tolist(), strict=True):
                 self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+def rule_breaks(rule, positions: dict, nulls: dict) -> np.ndarray:
+    """Mask of a row group's rows that break the hierarchy ``rule`` (the numpy rule)."""
+    found = [positions[_signature(d)] for d in rule.domains]
+    for j, domain in enumerate(rule.domains):
+        if nulls[domain.column] is not None:  # a null key's position may be anything
+            found[j] = np.where(nulls[domain.column], -1, found[j])
+    return hierarchy_breaks(rule, found)
 
 
 def parquet_ids_function(unit: str) -> Callable[[Iterator[tuple[str, int]]], Iterator[np.ndarray]]:
@@ -218,6 +227,8 @@ def parquet_partials_function(
     derived = dict(derived or {})
     # Aggregation tasks get no key material: these copies hold no master key.
     specs = [spec.without_key() for spec in specs]
+    # The tables of a consistent set share one rule: its rows are looked up once.
+    rules = list({s.hierarchy.key: s.hierarchy for s in specs if s.hierarchy}.values())
     domains = {}
     for spec in specs:
         hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
@@ -275,8 +286,9 @@ def parquet_partials_function(
                 if domain.column in outside:
                     positions[sig][outside[domain.column]] = -1
             values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
+            broken = {rule.key: rule_breaks(rule, positions, nulls) for rule in rules}
             for table in tables:
-                table.add(positions, nulls, unit_null, values, size)
+                table.add(positions, nulls, unit_null, values, size, broken)
         yield {"tables": tables, "runs": runs, "complete": complete}
 
     return partials

@@ -33,6 +33,7 @@ VALUE_UNITS_COLUMN = "_dp_value_units"
 CLAMPED_COLUMN = "_dp_clamped"
 UNIT_ROWS_COLUMN = "_dp_unit_rows"
 DEFERRED_COLUMN = "_dp_deferred"
+HIERARCHY_COLUMN = "_dp_breaks_hierarchy_"  # + the rule's key: true where a row breaks it
 
 
 # Explicit domains up to this size are looked up with a CASE expression (no join).
@@ -215,21 +216,17 @@ def key_position(df, domain, tag: str, index: int):
     return df, missing, pos
 
 
-def hierarchy_broken(df, rule: HierarchyRule, tag: str, known: dict | None = None):
+def hierarchy_broken(df, rule: HierarchyRule, tag: str):
     """(df, condition: the row breaks ``rule``), the Spark SQL dialect of
     `dp_pipeline.engines.numpy_rules.hierarchy_breaks`.
 
     The finest position (null where null or outside its domain) indexes one array
-    literal of ancestor positions per coarser level: a lookup, no join or shuffle.
-    ``known``: position columns the caller already has of some of these columns.
+    literal of ancestor positions per coarser level: a lookup, no join or shuffle
+    (an explicit domain of more than `CASE_LIST_LIMIT` values is a broadcast join).
     """
-    known = known or {}
     positions = []
     for j, domain in enumerate(rule.domains):
-        if domain.column in known:
-            positions.append(known[domain.column])
-            continue
-        df, _, pos = key_position(df, domain, f"{tag}_h", j)
+        df, _, pos = key_position(df, domain, tag, j)
         positions.append(pos)
     finest, *coarser = positions
     broken = finest.isNull()
@@ -306,24 +303,21 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     cell = sf.lit(0).cast("long")
     code = None
     k = len(spec.cells.columns)
-    positions = {}
     for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
         df, missing, pos = key_position(df, domain, tag, i)
-        positions[domain.column] = (domain, pos)
         cell = cell + pos * sf.lit(stride).cast("long")
         null_branch = (missing, sf.lit(-(2 * i + 1)).cast("long"))
         ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
         for condition, value in (null_branch, ood_branch):
             code = sf.when(condition, value) if code is None else code.when(condition, value)
     if spec.hierarchy is not None:
-        # After the key checks, before the unit and value checks: every engine's order.
-        known = {
-            column: pos
-            for column, (domain, pos) in positions.items()
-            if any(domain.canonical() == h.canonical() for h in spec.hierarchy.domains)
-        }
-        df, broken = hierarchy_broken(df, spec.hierarchy, tag, known)
-        code = code.when(broken, sf.lit(-(2 * k + 3)).cast("long"))
+        # One column per rule, shared by the tables of a consistent set (each row is
+        # looked up once); after the key checks, before the unit and value checks.
+        name = HIERARCHY_COLUMN + spec.hierarchy.key[:16]
+        if name not in df.columns:
+            df, broken = hierarchy_broken(df, spec.hierarchy, name)
+            df = df.withColumn(name, broken)
+        code = code.when(sf.col(name), sf.lit(-(2 * k + 3)).cast("long"))
     if spec.privacy_unit is not None and null_units:
         code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
     if spec.column is not None:
