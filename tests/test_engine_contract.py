@@ -615,3 +615,178 @@ def test_tables_outside_a_shared_group_are_bounded_as_before(engine):
     # The query digest (a noise stream label) only changes for tables that share rows.
     plain, shared = shared_specs(False)[0], shared_specs(True)[0]
     assert "shared_rows" not in plain.canonical() and plain.digest != shared.digest
+
+
+def hierarchy_rule():
+    """Counties 0..7, two per state (0..3): county c lies in state c // 2."""
+    from dp_pipeline.query.domain import Domain
+    from dp_pipeline.query.hierarchy import HierarchyRule
+
+    return HierarchyRule.build(
+        Domain.integer_range("county", 0, 8),
+        [Domain.integer_range("state", 0, 4)],
+        [np.arange(8) // 2],
+    )
+
+
+GEO_DOMAINS = {"county": range(0, 8), "state": range(0, 4), "sex": ["f", "m"]}
+
+
+def geo_specs(rule, **common):
+    """county × sex, state × sex and sex (national): one consistent set."""
+    return [
+        make_spec(
+            by=keys,
+            domains={k: GEO_DOMAINS[k] for k in keys},
+            hierarchy=rule,
+            table=name,
+            **common,
+        )
+        for name, keys in (
+            ("county_sex", ["county", "sex"]),
+            ("state_sex", ["state", "sex"]),
+            ("sex", ["sex"]),
+        )
+    ]
+
+
+def geo_margins(trues):
+    county_sex, state_sex, sex = (t["count"] for t in trues)
+    by_state = county_sex.reshape(4, 2, 2).sum(axis=1)  # counties 2s, 2s+1 -> state s
+    return by_state, state_sex.reshape(4, 2), sex
+
+
+def test_rows_that_break_the_hierarchy_are_dropped_by_every_table_alike(engine):
+    df = pd.DataFrame(
+        {
+            # ok, ok, wrong state, null county, null state, county outside, ok, state outside
+            "county": pd.array([0, 3, 5, None, 7, 9, 6, 2], dtype="Int64"),
+            "state": pd.array([0, 1, 1, 2, None, 3, 3, 8], dtype="Int64"),
+            "sex": ["f", "m", "f", "m", "f", "m", "m", "f"],
+        }
+    )
+    trues, diagnostics = engine.aggregate(df, geo_specs(hierarchy_rule()))
+    by_state, state_sex, sex = geo_margins(trues)
+    # Rows 0, 1 and 6 only: every table counts the same three persons.
+    expected = np.zeros((4, 2), dtype=np.int64)
+    expected[0, 0] = expected[1, 1] = expected[3, 1] = 1
+    assert np.array_equal(state_sex, expected) and np.array_equal(by_state, expected)
+    assert sex.tolist() == [1, 2]
+    county, state, national = diagnostics
+    # A row is counted once, under the first rule it breaks: its own keys first.
+    assert county.rows_null_key == {"county": 1, "sex": 0}
+    assert county.rows_out_of_domain == {"county": 1, "sex": 0}
+    assert county.rows_hierarchy_mismatch == 3  # wrong, null and outside state
+    assert state.rows_null_key == {"state": 1, "sex": 0}
+    assert state.rows_out_of_domain == {"state": 1, "sex": 0}
+    assert state.rows_hierarchy_mismatch == 3  # wrong state, null and outside county
+    assert national.rows_hierarchy_mismatch == 5
+    for diagnostic in diagnostics:
+        assert diagnostic.rows_used == 3 and diagnostic.rows_dropped == 5
+        assert diagnostic.rows_in == 8
+    # The noise is the same as for any table: its release is every cell, bit for bit.
+    out = engine.release(df, geo_specs(hierarchy_rule())[1])
+    reference, _ = run_pandas(df, geo_specs(hierarchy_rule())[1])
+    assert released(out) == released(reference)
+
+
+def test_hierarchy_rows_with_float_keys_and_a_string_coarser_level(engine):
+    """A float county column (NaN null) and a state named by strings (an explicit list)."""
+    from dp_pipeline.query.domain import Domain
+    from dp_pipeline.query.hierarchy import HierarchyRule
+
+    names = ["al", "ak", "az", "ar"]
+    rule = HierarchyRule.build(
+        Domain.integer_range("county", 0, 8), [Domain("state", names)], [np.arange(8) // 2]
+    )
+    df = pd.DataFrame(
+        {
+            "county": [0.0, 3.0, 5.0, np.nan, 7.0, 1.5, 6.0, 4.0],
+            "state": ["al", "ak", "ak", "az", None, "al", "ar", "zz"],
+            "sex": ["f", "m", "f", "m", "f", "m", "m", "f"],
+        }
+    )
+    domains = {"county": range(8), "state": names, "sex": ["f", "m"]}
+    specs = [
+        make_spec(by=keys, domains={k: domains[k] for k in keys}, hierarchy=rule, table=name)
+        for name, keys in (("county_sex", ["county", "sex"]), ("state_sex", ["state", "sex"]))
+    ]
+    (county, state), diagnostics = engine.aggregate(df, specs)
+    by_state = county["count"].reshape(4, 2, 2).sum(axis=1)
+    assert np.array_equal(by_state, state["count"].reshape(4, 2))
+    assert state["count"].sum() == 3  # rows 0, 1 and 6
+    assert [d.rows_hierarchy_mismatch for d in diagnostics] == [3, 3]
+    reference, reference_diagnostics = pandas_engine().aggregate(df, specs)
+    for mine, theirs in zip((county, state), reference, strict=True):
+        assert np.array_equal(mine["count"], theirs["count"])
+    assert diagnostics == reference_diagnostics
+
+
+def test_a_row_that_breaks_the_hierarchy_uses_none_of_its_units_contribution(engine):
+    """Units with several rows, some breaking the hierarchy: the bounding rule sees only the
+    valid rows on every path, so the tables keep the same row of each unit and agree."""
+    from dp_pipeline.query.domain import build_cell_domain
+    from dp_pipeline.query.spec import SharedRows
+
+    rng = np.random.default_rng(11)
+    n = 500
+    county = rng.integers(0, 8, n)
+    state = county // 2
+    wrong = rng.random(n) < 0.3
+    state[wrong] = (state[wrong] + rng.integers(1, 4, wrong.sum())) % 4
+    df = pd.DataFrame(
+        {
+            "unit": rng.integers(0, 80, n),
+            "county": pd.array(np.where(rng.random(n) < 0.05, -99, county), dtype="Int64"),
+            "state": pd.array(state, dtype="Int64"),
+            "sex": rng.choice(["f", "m"], n).astype(object),
+        }
+    )
+    df.loc[df["county"] == -99, "county"] = pd.NA
+    union = build_cell_domain(["county", "sex", "state"], GEO_DOMAINS)
+    rows = SharedRows(cells=union, group="postprocess")
+    specs = geo_specs(hierarchy_rule(), privacy_unit="unit", shared_rows=rows)
+    trues, diagnostics = engine.aggregate(df, specs)
+    by_state, state_sex, sex = geo_margins(trues)
+    assert np.array_equal(by_state, state_sex)
+    assert np.array_equal(state_sex.sum(axis=0), sex)
+    # Every unit with a valid row keeps one: a breaking row never took its place.
+    valid = df["county"].notna() & (df["state"] == df["county"] // 2)
+    assert sex.sum() == df.loc[valid.fillna(False), "unit"].nunique()
+    reference, reference_diagnostics = pandas_engine().aggregate(df, specs)
+    for mine, theirs in zip(trues, reference, strict=True):
+        assert np.array_equal(mine["count"], theirs["count"])
+    for mine, theirs in zip(diagnostics, reference_diagnostics, strict=True):
+        assert mine.rows_hierarchy_mismatch == theirs.rows_hierarchy_mismatch > 0
+        assert mine.rows_used == theirs.rows_used
+        assert mine.rows_removed_max_cells == theirs.rows_removed_max_cells
+
+
+def test_on_invalid_error_names_the_hierarchy_rule_but_no_data(engine):
+    df = pd.DataFrame(
+        {
+            "county": pd.array([0, 3], dtype="Int64"),
+            "state": pd.array([0, 2], dtype="Int64"),
+            "sex": ["f", "m"],
+        }
+    )
+    (spec,) = geo_specs(hierarchy_rule(), on_invalid="error")[1:2]
+    with pytest.raises(ValueError) as info:
+        engine.aggregate(df, [spec])
+    message = str(info.value)
+    assert message.startswith("column 'county': some rows break the public hierarchy mapping")
+    assert not any(figure in message for figure in ("1 row", "e.g.", " 3", " 2"))
+    with pytest.raises(ValueError) as pandas_info:
+        run_pandas(df, spec)
+    assert message == str(pandas_info.value)
+
+
+def test_a_hierarchy_rule_changes_the_query_digest_only_where_set():
+    domains = {"state": range(4), "sex": ["f", "m"]}
+    plain = make_spec(domains=domains)
+    checked = make_spec(domains=domains, hierarchy=hierarchy_rule())
+    assert "hierarchy" not in plain.canonical()
+    assert checked.canonical()["hierarchy"]["coarser"] == [
+        {"column": "state", "kind": "int", "range": [0, 4]}
+    ]
+    assert plain.digest != checked.digest

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from dp_pipeline.release.ledger_records import ReleaseIdReuseError
@@ -294,3 +296,133 @@ def test_the_report_describes_the_post_processing_without_the_truth():
     assert "<td>county_sex</td><td>±9</td><td>±14</td>" in html
     assert "<td>state_sex</td><td>±18</td><td>±21</td>" in html
     assert postprocessing_description({}, {}) == []
+
+
+def test_tables_with_sigma2_below_one_are_weighted_by_their_true_variance(tmp_path):
+    """The state_sex table's σ² is ~0.07, its noise variance ~0.002: weighted by σ², the least
+    squares pulled the other tables' noise into it (RMSE 0.025 where the raw counts were
+    exact); weighted by the variance of the noise drawn, it stays within a tenth of its
+    noise's standard deviation of the raw counts, and no table's RMSE exceeds its raw one by
+    more than that."""
+    from dp_pipeline.accounting.noise_variance import discrete_gaussian_variance
+    from dp_pipeline.release.consistency import noise_variance
+    from dp_pipeline.release.plan import plan_release
+
+    geo_spec(tmp_path)
+    text = (tmp_path / "geo.toml").read_text()
+    text = text.replace("epsilon = 8,", "epsilon = 100,").replace("epsilon = 2\n", "epsilon = 30\n")
+    text = text.replace(
+        "consistent = true", "consistent = true\ninteger = false\nnonnegative = false"
+    )
+    for share in ("1/16", "7/8", "1/32", "1/32"):
+        text = text.replace('share = "1/4"', f'share = "{share}"', 1)
+    (tmp_path / "geo.toml").write_text(text)
+    spec = load_spec(tmp_path / "geo.toml")
+    plans = {p.table.name: p for p in plan_release(spec).tables}
+    small = plans["state_sex"]
+    assert small.mechanism.sigma2 < Fraction(1, 10)
+    assert noise_variance(small) == discrete_gaussian_variance(small.mechanism.sigma2)
+    assert noise_variance(small) < small.mechanism.sigma2 / 20
+    result = run_release(spec, progress=QUIET)
+    accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
+    rows = {row["table"]: row for row in accuracy}
+    for name in ("county_sex", "state_sex", "state_tenure"):
+        sd = float(noise_variance(plans[name])) ** 0.5
+        assert rows[name]["rmse"] <= rows[name]["raw"]["rmse"] + sd / 10, name
+    assert rows["state_sex"]["rmse"] < 0.005
+
+
+def input_breaking_the_hierarchy(folder: Path, persons: int = 100_000) -> pd.DataFrame:
+    """Synthetic persons with 5% of their states not their county's and 2% null counties."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from dp_pipeline.datasets.synthetic import census_chunk
+
+    frame = census_chunk(2026, 0, persons).to_pandas()
+    rng = np.random.default_rng(23)  # test data only
+    wrong = rng.random(persons) < 0.05
+    frame.loc[wrong, "state"] = frame.loc[wrong, "state"] % 51 + 1  # the next state
+    frame["county"] = pd.array(frame["county"], dtype="Int32")
+    frame.loc[~wrong & (rng.random(persons) < 0.02), "county"] = pd.NA
+    folder.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), folder / "input.parquet")
+    return frame
+
+
+def hierarchy_spec(folder: Path, engine: str = "pandas"):
+    geo_spec(folder, engine)
+    text = (folder / "geo.toml").read_text()
+    text = text.replace("synthetic_persons = 4000", f'path = "{folder}/input.parquet"')
+    (folder / "geo.toml").write_text(text)
+    return load_spec(folder / "geo.toml")
+
+
+def rmse_against_valid_rows(tables, frame: pd.DataFrame) -> dict[str, tuple[float, float]]:
+    """(RMSE of the consistent value, of the raw noisy count) against the persons whose
+    geography agrees with the mapping: the persons every table of the set describes."""
+    valid = frame["county"].notna().to_numpy(bool)
+    county = frame["county"].fillna(1).to_numpy(np.int64)
+    valid &= frame["state"].to_numpy() == state_of_county()[county - 1] + 1
+    persons = frame[valid]
+    out = {}
+    for name, keys in (
+        ("county_sex", ["county", "sex"]),
+        ("state_sex", ["state", "sex"]),
+        ("state_tenure", ["state", "tenure"]),
+    ):
+        table = tables[name]
+        truth = (
+            persons.groupby(keys, observed=True)
+            .size()
+            .reindex(
+                pd.MultiIndex.from_frame(table[keys].astype(persons[keys].dtypes)), fill_value=0
+            )
+            .to_numpy()
+        )
+        errors = [table[column].to_numpy(np.float64) - truth for column in ("value", "raw_value")]
+        out[name] = tuple(float(np.sqrt(np.mean(e**2))) for e in errors)
+    return out
+
+
+def test_rows_that_break_the_hierarchy_leave_every_table_describing_the_same_persons(tmp_path):
+    """5% of states wrong and 2% of counties null. The state tables used to count persons
+    the county tables did not (their raw counts off the persons the county tables describe
+    by 10-30x the noise, and least squares spread that into every county); every combined
+    table now drops those rows, so each raw table is at its noise level against the same
+    persons and the consistent tables are no worse than the raw ones."""
+    from dp_pipeline.release.plan import plan_release
+
+    frame = input_breaking_the_hierarchy(tmp_path)
+    spec = hierarchy_spec(tmp_path)
+    plan = plan_release(spec)
+    tables = read_release(run_release(spec, progress=QUIET).output)
+    check_consistent(tables)
+    for name, (consistent, raw) in rmse_against_valid_rows(tables, frame).items():
+        assert raw <= 1.25 * plan.table(name).noise_sd, (name, raw)
+        assert consistent <= raw, (name, consistent, raw)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("path", ["parquet_pass", "spark_sql"])
+def test_pandas_and_spark_drop_the_same_rows_breaking_the_hierarchy(
+    tmp_path, spark, monkeypatch, path
+):
+    from dp_pipeline.engines.spark import parquet_plan
+
+    if path == "spark_sql":
+        monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", 0)  # the Spark SQL jobs
+    input_breaking_the_hierarchy(tmp_path / "p", persons=20_000)
+    shutil.copytree(tmp_path / "p", tmp_path / "s")
+    pandas_run = run_release(hierarchy_spec(tmp_path / "p"), progress=QUIET)
+    spark_run = run_release(hierarchy_spec(tmp_path / "s", "spark"), progress=QUIET, spark=spark)
+    pandas_tables, spark_tables = read_release(pandas_run.output), read_release(spark_run.output)
+    check_consistent(spark_tables)
+    for name, frame in pandas_tables.items():
+        for column in frame.columns:
+            assert frame[column].astype(object).tolist() == (
+                spark_tables[name][column].astype(object).tolist()
+            ), (name, column)
+    assert pandas_run.diagnostics == spark_run.diagnostics
+    for name in ("county_sex", "state_sex", "state_tenure"):
+        assert spark_run.diagnostics[name].rows_hierarchy_mismatch > 0

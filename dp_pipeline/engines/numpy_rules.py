@@ -1,7 +1,8 @@
 """The numpy dialect of the query rules, shared by the pandas engine and the Parquet pass.
 
 Clamp-and-round of summed values to granularity units, the first invalid-row
-reason code of every row, and the exact clamped cell sums. Both numpy paths
+reason code of every row, the rows that break a public hierarchy, and the exact
+clamped cell sums. Both numpy paths
 call these functions, and the Spark SQL dialect (`dp_pipeline.engines.spark_sql`)
 evaluates the same IEEE operations, so all three put every row in the same
 cell with the same value units.
@@ -13,12 +14,14 @@ import numpy as np
 
 from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.exact_sums import cell_totals
+from dp_pipeline.query.hierarchy import HierarchyRule
 
 __all__ = [
     "KEY_LIMIT",
     "cell_sums",
     "clip_units",
     "first_reason_codes",
+    "hierarchy_breaks",
     "integral_keys",
     "rounded_units",
     "value_units",
@@ -59,6 +62,22 @@ def first_reason_codes(conditions: list[tuple[np.ndarray | None, int]], size: in
         if condition is not None and condition.any():
             code[condition] = value
     return code
+
+
+def hierarchy_breaks(rule: HierarchyRule, positions: list[np.ndarray]) -> np.ndarray:
+    """Mask of the rows that break ``rule`` (`dp_pipeline.query.hierarchy`).
+
+    ``positions``: each of ``rule.domains``' row positions, -1 where the key is null
+    or outside its domain. A row breaks the rule when its finest position is -1 or
+    a coarser position is not the ancestor of its finest one: one ``take`` per
+    coarser level. The Spark SQL dialect is `spark_sql.coding.hierarchy_broken`.
+    """
+    finest, *coarser = positions
+    broken = finest < 0
+    index = np.where(broken, 0, finest) if broken.any() else finest
+    for ancestors, position in zip(rule.ancestors, coarser, strict=True):
+        broken |= ancestors.take(index) != position
+    return broken
 
 
 def cell_sums(cells: np.ndarray, weights: np.ndarray, total: int) -> np.ndarray:

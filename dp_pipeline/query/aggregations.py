@@ -34,6 +34,7 @@ from dp_pipeline.query.aggregation_checks import (
 )
 from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain
+from dp_pipeline.query.hierarchy import HierarchyRule
 from dp_pipeline.query.sensitivity import sensitivity_vector
 
 __all__ = [
@@ -87,6 +88,8 @@ class Aggregation:
     delta: Fraction = DEFAULT_REPORT_DELTA
     # Tables combined by post-processing rank rows alike (None: the table's own rule).
     shared_rows: SharedRows | None = None
+    # Tables made consistent over a public hierarchy drop rows that break it.
+    hierarchy: HierarchyRule | None = None
 
     @classmethod
     def _checked(cls, **parameters) -> Aggregation:
@@ -113,11 +116,17 @@ class Aggregation:
             raise ValueError(f"table {table!r}: shared rows lack the key(s) {missing}")
         return replace(self, shared_rows=shared_rows)
 
+    def with_hierarchy(self, hierarchy: HierarchyRule) -> Aggregation:
+        """This query dropping the rows that break ``hierarchy`` (`dp_pipeline.query.hierarchy`)."""
+        if not isinstance(hierarchy, HierarchyRule):
+            raise TypeError(f"hierarchy must be a HierarchyRule, got {hierarchy!r}")
+        return replace(self, hierarchy=hierarchy)
+
     def counting_cells(self, cells: CellDomain) -> CountQuery:
         """A count over ``cells`` with this query's unit, bounds and noise, own row rule."""
         values = {field.name: getattr(self, field.name) for field in fields(self)}
         values.update(cells=cells, column=None, value_bounds=None, count_noise=None)
-        return CountQuery(**{**values, "shared_rows": None})
+        return CountQuery(**{**values, "shared_rows": None, "hierarchy": None})
 
     def with_noise(self, noise: Mechanism, count_noise: Mechanism | None = None) -> Aggregation:
         """This query with its (calibrated) mechanisms; a mean's count defaults to ``noise``."""
@@ -159,6 +168,7 @@ class Aggregation:
             "neighbouring": self.neighbouring,
             # Only when set, so every other query keeps its digest (and its noise).
             **({} if self.shared_rows is None else {"shared_rows": self.shared_rows.canonical()}),
+            **({} if self.hierarchy is None else {"hierarchy": self.hierarchy.canonical()}),
         }
 
     @property

@@ -21,6 +21,9 @@ class Diagnostics:
     - ``rows_in``: rows read.
     - ``rows_null_key`` / ``rows_out_of_domain``: rows dropped, per key column
       (a row is attributed to the first key column, in ``by`` order, that fails).
+    - ``rows_hierarchy_mismatch``: rows dropped because they break the public hierarchy
+      of a set of consistent tables (`dp_pipeline.query.hierarchy`): every table of the
+      set drops them, after the key checks.
     - ``rows_null_unit``: rows dropped because the privacy unit is null.
     - ``rows_invalid_value``: rows dropped because the summed value is null, NaN or ±inf.
     - ``rows_clamped``: kept rows whose value lay outside ``[lower, upper]`` (before bounding).
@@ -37,6 +40,7 @@ class Diagnostics:
     rows_null_key: dict[str, int] = field(default_factory=dict)
     rows_out_of_domain: dict[str, int] = field(default_factory=dict)
     rows_null_unit: int = 0
+    rows_hierarchy_mismatch: int = 0
     rows_invalid_value: int = 0
     rows_clamped: int = 0
     rows_removed_max_per_cell: int = 0
@@ -47,10 +51,11 @@ class Diagnostics:
 
     @property
     def rows_dropped(self) -> int:
-        """Rows dropped before bounding (null key, out of domain, null unit, invalid value)."""
+        """Rows dropped before bounding (null key, out of domain, hierarchy, null unit, value)."""
         return (
             sum(self.rows_null_key.values())
             + sum(self.rows_out_of_domain.values())
+            + self.rows_hierarchy_mismatch
             + self.rows_null_unit
             + self.rows_invalid_value
         )

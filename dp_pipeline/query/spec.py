@@ -22,6 +22,7 @@ from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.budget import query_with_budget
 from dp_pipeline.query.context import DEFAULT_NOISE_PARTITIONS, RunContext
 from dp_pipeline.query.domain import CellDomain
+from dp_pipeline.query.hierarchy import HierarchyRule
 from dp_pipeline.randomness import MasterKey
 
 __all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec", "SharedRows"]
@@ -46,10 +47,13 @@ class QuerySpec:
         """
         context_arguments = {k: arguments.pop(k) for k in _CONTEXT_ARGUMENTS if k in arguments}
         shared_rows = arguments.pop("shared_rows", None)
+        hierarchy = arguments.pop("hierarchy", None)
         query = query_with_budget(statistic, **arguments)
         context = RunContext.build(**context_arguments)
         if shared_rows is not None:
             query = query.with_shared_rows(shared_rows, context.table)
+        if hierarchy is not None:
+            query = query.with_hierarchy(hierarchy)
         return cls(query, context)
 
     @classmethod
@@ -117,6 +121,11 @@ class QuerySpec:
     @property
     def shared_rows(self) -> SharedRows | None:
         return self.query.shared_rows
+
+    @property
+    def hierarchy(self) -> HierarchyRule | None:
+        """The public hierarchy rows must agree with (None: no such check)."""
+        return self.query.hierarchy
 
     def counting_cells(self, cells: CellDomain) -> QuerySpec:
         """A count over ``cells`` with this query's bounds and context (its own row rule)."""

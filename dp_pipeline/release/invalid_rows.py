@@ -1,11 +1,12 @@
 """``input.on_invalid = "error"``: refuse a release on a noisy, accounted count of invalid rows.
 
 Invalid rows are those the engines drop and count under the default
-``"drop"``: a null (empty, unparsable) or out-of-domain key, a null privacy
-unit, a null, NaN or infinite summed or quantile value, and a CSV row whose
-number of fields differs from its header (a malformed row). Whether a release
-with such rows is published must not be a free, exact bit about the data (a
-spec whose domain ends at a guessed value would otherwise binary-search the
+``"drop"``: a null (empty, unparsable) or out-of-domain key, a row that breaks
+the public hierarchy of the tables made consistent (`dp_pipeline.query.hierarchy`),
+a null privacy unit, a null, NaN or infinite summed or quantile value, and a CSV
+row whose number of fields differs from its header (a malformed row). Whether a
+release with such rows is published must not be a free, exact bit about the data
+(a spec whose domain ends at a guessed value would otherwise binary-search the
 data's maximum). So under ``"error"`` the decision is DP output:
 
 1. The plan gives the count its noise and proves it with the tables
@@ -28,8 +29,10 @@ Exact invalid-row counts stay in the non-private diagnostics, never printed.
 from __future__ import annotations
 
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HIERARCHY_RULE, HierarchyRule
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan import ReleasePlan
+from dp_pipeline.release.queries import hierarchy_rule
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
 
 __all__ = ["REASONS", "InvalidRowsRefusedError", "decide", "noisy_invalid_count", "row_checks"]
@@ -38,6 +41,7 @@ __all__ = ["REASONS", "InvalidRowsRefusedError", "decide", "noisy_invalid_count"
 REASONS = {
     "null_key": "have a null (empty or unparsable) key",
     "out_of_domain": "have a key outside the declared domain",
+    HIERARCHY_MISMATCH: HIERARCHY_RULE,
     "null_unit": "have a null privacy unit",
     "invalid_value": "hold a null, NaN or infinite value",
     "malformed": "have another number of fields than the CSV header",
@@ -50,14 +54,21 @@ class InvalidRowsRefusedError(SpecError):
     """``on_invalid = "error"``: the noisy invalid-row count is above the threshold."""
 
 
-def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | None]]:
-    """Every ``(reason, column, domain)`` the spec's tables need, in table and key order."""
-    checks: dict[tuple[str, str], Domain | None] = {}
+def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | HierarchyRule | None]]:
+    """Every ``(reason, column, domain)`` the spec's tables need, in table and key order.
+
+    A ``hierarchy_mismatch`` check names the rule's finest column and carries the
+    `dp_pipeline.query.hierarchy.HierarchyRule` in place of a domain.
+    """
+    checks: dict[tuple[str, str], Domain | HierarchyRule | None] = {}
+    rule = hierarchy_rule(spec)
     for table in spec.tables:
         for key in table.keys:
             domain = Domain.from_spec(key, spec.domains[key])
             checks.setdefault(("null_key", key), domain)
             checks.setdefault(("out_of_domain", key), domain)
+        if rule is not None and table.name in spec.postprocess.combined:
+            checks.setdefault((HIERARCHY_MISMATCH, rule.finest.column), rule)
         if spec.privacy_unit is not None:
             checks.setdefault(("null_unit", spec.privacy_unit), None)
         if table.value is not None:

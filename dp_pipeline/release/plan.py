@@ -30,6 +30,7 @@ from dp_pipeline.accounting import (
     margin_of_error,
     zcdp_to_epsilon,
 )
+from dp_pipeline.accounting.noise_variance import noise_variance
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.budget import accountant_type
 from dp_pipeline.release.consistency import check_postprocess_engine, check_postprocess_variances
@@ -127,15 +128,13 @@ class TablePlan:
     def noise_sd(self) -> float | None:
         """Standard deviation of a noised table's per-cell noise (report only, not noise).
 
-        Discrete Gaussian: at most σ (CKS 2020 Section 2: its variance is at most σ²;
-        reported as σ). Discrete Laplace of scale t: sqrt(2·e^{-1/t}) / (1 - e^{-1/t}),
-        its exact value.
+        The square root of the exact variance of the noise drawn
+        (`dp_pipeline.accounting.noise_variance`): for a discrete Gaussian at most σ
+        (CKS 2020, Proposition 5), far below it for σ² < 1; for a discrete Laplace of
+        scale t, sqrt(2·e^{-1/t}) / (1 - e^{-1/t}).
         """
-        if isinstance(self.mechanism, DiscreteGaussian):
-            return float(self.mechanism.sigma2) ** 0.5
-        if isinstance(self.mechanism, DiscreteLaplace):
-            decay = math.exp(-1 / float(self.mechanism.scale))
-            return math.sqrt(2 * decay) / (1 - decay)
+        if isinstance(self.mechanism, DiscreteGaussian | DiscreteLaplace):
+            return math.sqrt(noise_variance(self.mechanism))
         return None
 
 

@@ -9,15 +9,25 @@ engines enforce.
 
 from __future__ import annotations
 
+import numpy as np
+
 from dp_pipeline.query.aggregations import Aggregation, CountQuery, SharedRows, SumQuery
 from dp_pipeline.query.context import RunContext
-from dp_pipeline.query.domain import MAX_CELL_LIMIT, build_cell_domain
+from dp_pipeline.query.domain import MAX_CELL_LIMIT, Domain, build_cell_domain
+from dp_pipeline.query.hierarchy import HierarchyRule
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 from dp_pipeline.selection.parameters import top_k_counts
 
-__all__ = ["run_context", "shared_rows", "table_query", "table_sensitivity", "table_spec"]
+__all__ = [
+    "hierarchy_rule",
+    "run_context",
+    "shared_rows",
+    "table_query",
+    "table_sensitivity",
+    "table_spec",
+]
 
 
 def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
@@ -58,7 +68,42 @@ def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
     shared = shared_rows(spec)
     if shared is not None and table.name in spec.postprocess.combined:
         query = query.with_shared_rows(shared, table.name)
+    rule = hierarchy_rule(spec)
+    if rule is not None and table.name in spec.postprocess.combined:
+        query = query.with_hierarchy(rule)
     return query
+
+
+def hierarchy_rule(spec: ReleaseSpec) -> HierarchyRule | None:
+    """The public hierarchy every table made consistent drops the breaking rows of.
+
+    The checked levels are the hierarchy levels among the combined tables' keys:
+    the finest of them must be valid and each coarser one its ancestor in the
+    spec's mapping (`dp_pipeline.query.hierarchy`), so every table of the set
+    counts the same rows. None without consistent post-processing over a hierarchy.
+    """
+    settings, hierarchy = spec.postprocess, spec.hierarchy
+    if settings is None or not settings.consistent or hierarchy is None:
+        return None
+    keys = {key for name in settings.combined for key in spec.table(name).keys}
+    present = [i for i, level in enumerate(hierarchy.levels) if level in keys]
+    if not present:
+        return None
+    *coarser, finest = present
+    size = len(spec.domains[hierarchy.levels[finest]])
+    ancestor = np.arange(size, dtype=np.int64)
+    ancestors = {}
+    for level in range(finest - 1, -1, -1):  # parents[i]: level i + 1 -> level i
+        ancestor = np.asarray(hierarchy.parents[level], dtype=np.int64)[ancestor]
+        ancestors[level] = ancestor
+
+    def domain(level: int) -> Domain:
+        name = hierarchy.levels[level]
+        return Domain.from_spec(name, spec.domains[name])
+
+    return HierarchyRule.build(
+        domain(finest), [domain(i) for i in coarser], [ancestors[i] for i in coarser]
+    )
 
 
 def shared_rows(spec: ReleaseSpec) -> SharedRows | None:

@@ -20,9 +20,15 @@ from dp_pipeline.engines.bounding import (
     bound_shared_rows,
     unit_keys,
 )
-from dp_pipeline.engines.numpy_rules import cell_sums, integral_keys, value_units
+from dp_pipeline.engines.numpy_rules import (
+    cell_sums,
+    hierarchy_breaks,
+    integral_keys,
+    value_units,
+)
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_RULE, HierarchyRule
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import noisy_dense, release_columns
 
@@ -171,6 +177,27 @@ def _shared_row_cells(df: pd.DataFrame, spec: QuerySpec, valid: np.ndarray) -> n
     return np.where(defined, union.cell_index(positions), -1)
 
 
+def hierarchy_positions(
+    df: pd.DataFrame, rule: HierarchyRule, known: dict[str, np.ndarray] | None = None
+) -> list[np.ndarray]:
+    """Row positions of each of ``rule``'s domains, -1 where null or outside.
+
+    ``known``: positions the caller already has of some of these columns in the
+    same domains, read as they are (their null rows may hold anything: the caller
+    drops those rows as null keys before the hierarchy is looked at).
+    """
+    out = []
+    for domain in rule.domains:
+        if known is not None and domain.column in known:
+            out.append(known[domain.column])
+            continue
+        series = input_column(df, domain.column, "key")
+        check_key_dtype(series, domain)
+        null, pos = key_positions(series, domain)
+        out.append(np.where(null, -1, pos) if null.any() else pos)
+    return out
+
+
 def aggregate_pandas(
     df: pd.DataFrame, spec: QuerySpec
 ) -> tuple[dict[str, np.ndarray], list[pd.Series], Diagnostics]:
@@ -197,6 +224,21 @@ def aggregate_pandas(
     n = len(df)
     valid = np.ones(n, dtype=bool)
     positions, null_counts, ood_counts = code_keys(key_series, cells, spec.on_invalid, valid)
+    rows_hierarchy = 0
+    if spec.hierarchy is not None:
+        # After the key checks, before the unit and value checks: every engine's order.
+        known = {
+            d.column: pos
+            for d, pos in zip(cells.domains, positions, strict=True)
+            if any(d.canonical() == h.canonical() for h in spec.hierarchy.domains)
+        }
+        rule = spec.hierarchy
+        broken = valid & hierarchy_breaks(rule, hierarchy_positions(df, rule, known))
+        rows_hierarchy = int(broken.sum())
+        if rows_hierarchy and spec.on_invalid == "error":
+            raise invalid_rows_error(spec.hierarchy.finest.column, HIERARCHY_RULE)
+        valid &= ~broken
+
     rows_null_unit = drop_null_units(unit_series, spec.privacy_unit, spec.on_invalid, valid)
 
     rows_invalid_value = 0
@@ -248,6 +290,7 @@ def aggregate_pandas(
         rows_null_key=null_counts,
         rows_out_of_domain=ood_counts,
         rows_null_unit=rows_null_unit,
+        rows_hierarchy_mismatch=rows_hierarchy,
         rows_invalid_value=rows_invalid_value,
         rows_clamped=rows_clamped,
         rows_removed_max_per_cell=removed_per_cell,

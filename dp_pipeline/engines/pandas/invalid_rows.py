@@ -1,7 +1,9 @@
 """The exact invalid-unit count of a pandas DataFrame (``on_invalid = "error"``), never published.
 
 A check is ``(reason, column, domain)``: ``"null_key"`` and ``"out_of_domain"``
-test a key column against its `dp_pipeline.query.domain.Domain`, ``"null_unit"``
+test a key column against its `dp_pipeline.query.domain.Domain`,
+``"hierarchy_mismatch"`` the rows against a `dp_pipeline.query.hierarchy.HierarchyRule`
+(its finest column named), ``"null_unit"``
 the privacy unit, ``"invalid_value"`` a summed or quantile column (null, NaN or
 infinite). Rows are judged by the same functions the pandas engine drops them
 with (`dp_pipeline.engines.pandas.aggregate`). The count is what the release
@@ -18,14 +20,21 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.engines.pandas.aggregate import check_key_dtype, input_column, key_positions
+from dp_pipeline.engines.numpy_rules import hierarchy_breaks
+from dp_pipeline.engines.pandas.aggregate import (
+    check_key_dtype,
+    hierarchy_positions,
+    input_column,
+    key_positions,
+)
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 
 __all__ = ["invalid_rows_mask", "invalid_unit_count"]
 
 
 def invalid_rows_mask(
-    df: pd.DataFrame, checks: Sequence[tuple[str, str, Domain | None]]
+    df: pd.DataFrame, checks: Sequence[tuple[str, str, Domain | HierarchyRule | None]]
 ) -> np.ndarray:
     """Boolean mask of the rows of ``df`` that break at least one of ``checks``."""
     invalid = np.zeros(len(df), dtype=bool)
@@ -38,6 +47,8 @@ def invalid_rows_mask(
                 keys[column] = key_positions(series, domain)
             null, positions = keys[column]
             invalid |= null if reason == "null_key" else ~null & (positions < 0)
+        elif reason == HIERARCHY_MISMATCH:
+            invalid |= hierarchy_breaks(domain, hierarchy_positions(df, domain))
         elif reason == "null_unit":
             invalid |= input_column(df, column, "privacy_unit").isna().to_numpy()
         else:
@@ -50,7 +61,7 @@ def invalid_rows_mask(
 
 def invalid_unit_count(
     df: pd.DataFrame,
-    checks: Sequence[tuple[str, str, Domain | None]],
+    checks: Sequence[tuple[str, str, Domain | HierarchyRule | None]],
     privacy_unit: str | None,
     malformed_rows: int = 0,
 ) -> int:

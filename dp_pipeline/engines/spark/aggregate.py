@@ -86,7 +86,8 @@ def stable_input(df, specs: Sequence[QuerySpec]):
         return df
     needed = []
     for spec in specs:
-        for name in (*spec.cells.columns, spec.privacy_unit, spec.column):
+        hierarchy = spec.hierarchy.columns if spec.hierarchy is not None else ()
+        for name in (*spec.cells.columns, *hierarchy, spec.privacy_unit, spec.column):
             if name is not None and name not in needed:
                 needed.append(name)
     return df.select(*needed).localCheckpoint(eager=True)

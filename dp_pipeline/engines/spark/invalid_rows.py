@@ -15,7 +15,9 @@ from collections.abc import Sequence
 from pyspark.sql import functions as sf
 from pyspark.sql.types import DoubleType, FloatType
 
+from dp_pipeline.engines.spark_sql.coding import hierarchy_broken
 from dp_pipeline.query.domain import Domain
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 
 __all__ = ["invalid_unit_count"]
 
@@ -39,7 +41,7 @@ def _key_conditions(df, column: str, domain: Domain):
 
 def invalid_unit_count(
     df,
-    checks: Sequence[tuple[str, str, Domain | None]],
+    checks: Sequence[tuple[str, str, Domain | HierarchyRule | None]],
     privacy_unit: str | None,
     malformed: str | None = None,
 ) -> tuple[int, int]:
@@ -49,10 +51,13 @@ def invalid_unit_count(
     fields are not checked: they are dropped whole). Sensitivity 1, as the pandas twin.
     """
     conditions = []
-    for reason, column, domain in checks:
+    for index, (reason, column, domain) in enumerate(checks):
         if reason in ("null_key", "out_of_domain"):
             null, outside = _key_conditions(df, column, domain)
             conditions.append(null if reason == "null_key" else outside)
+        elif reason == HIERARCHY_MISMATCH:
+            df, broken = hierarchy_broken(df, domain, f"_check{index}")
+            conditions.append(broken)
         elif reason == "null_unit":
             conditions.append(sf.col(column).isNull())
         else:

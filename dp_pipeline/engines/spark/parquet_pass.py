@@ -1,18 +1,18 @@
 """The Parquet pass: partial aggregates of several queries over Parquet row groups.
 
-A Spark task reads its row groups of the input Parquet file(s) with pyarrow
-(only the key, summed and unit columns; strings dictionary-encoded) and, with
-the pandas engine's numpy rules, gives every row of every query its cell index
-or its reason code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per
-key column null then out of domain, then null unit, then invalid value; the
-first that applies wins), clamps the summed values into granularity units and
-adds everything into dense per-query vectors (``np.bincount``). It returns
-those vectors, the rows it dropped per reason, and one run per row group: the
-first and last non-null unit id, whether the ids increase strictly and how
-many are null. The driver sums the tasks' vectors and proves from the runs that
-no unit has several rows (strictly increasing within every row group, disjoint
-[first, last] ranges across row groups) before it trusts the aggregates;
-otherwise it takes the general path.
+A Spark task reads its row groups of the input Parquet file(s) with pyarrow (only
+the key, summed and unit columns; strings dictionary-encoded) and, with the pandas
+engine's numpy rules, gives every row of every query its cell index or its reason
+code (the order of `dp_pipeline.engines.spark.aggregate.coded_rows`: per key column
+null then out of domain, then the public hierarchy, then null unit, then invalid
+value; the first that applies wins), clamps the summed values into granularity units
+and adds everything into dense per-query vectors (``np.bincount``). It returns those
+vectors, the rows it dropped per reason, and one run per row group: the first and
+last non-null unit id, whether the ids increase strictly and how many are null. The
+driver sums the tasks' vectors and proves from the runs that no unit has several
+rows (strictly increasing within every row group, disjoint [first, last] ranges
+across row groups) before it trusts the aggregates; otherwise it takes the general
+path.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import pyarrow.compute as pc
 from dp_pipeline.engines.numpy_rules import (
     clip_units,
     first_reason_codes,
+    hierarchy_breaks,
     integral_keys,
     rounded_units,
 )
@@ -132,7 +133,12 @@ class TablePartial:
         for code, rows in other.dropped.items():
             self.dropped[code] = self.dropped.get(code, 0) + rows
 
-    def add(self, positions: dict, nulls: dict, unit_null, values: dict, size: int) -> None:
+    def add(
+        self, positions: dict, nulls: dict, unit_null, values: dict, size: int, broken: dict
+    ) -> None:
+        """Add a row group: its key ``positions`` (by domain signature), ``nulls`` (by
+        column), ``unit_null``, summed ``values``, and the rows breaking each hierarchy
+        rule (``broken``, by `HierarchyRule.key`: `rule_breaks`, once for all tables)."""
         spec = self.spec
         cells = spec.cells
         k = len(cells.columns)
@@ -140,6 +146,8 @@ class TablePartial:
         for i, domain in enumerate(cells.domains):
             conditions.append((nulls[domain.column], -(2 * i + 1)))
             conditions.append((positions[_signature(domain)] < 0, -(2 * i + 2)))
+        if spec.hierarchy is not None:
+            conditions.append((broken[spec.hierarchy.key], -(2 * k + 3)))
         if spec.privacy_unit is not None:
             conditions.append((unit_null, -(2 * k + 1)))
         raw = clamped = None
@@ -165,6 +173,15 @@ class TablePartial:
             reasons, counts = np.unique(code[~valid], return_counts=True)
             for reason, count in zip(reasons.tolist(), counts.tolist(), strict=True):
                 self.dropped[reason] = self.dropped.get(reason, 0) + count
+
+
+def rule_breaks(rule, positions: dict, nulls: dict) -> np.ndarray:
+    """Mask of a row group's rows that break the hierarchy ``rule`` (the numpy rule)."""
+    found = [positions[_signature(d)] for d in rule.domains]
+    for j, domain in enumerate(rule.domains):
+        if nulls[domain.column] is not None:  # a null key's position may be anything
+            found[j] = np.where(nulls[domain.column], -1, found[j])
+    return hierarchy_breaks(rule, found)
 
 
 def parquet_ids_function(unit: str) -> Callable[[Iterator[tuple[str, int]]], Iterator[np.ndarray]]:
@@ -210,9 +227,12 @@ def parquet_partials_function(
     derived = dict(derived or {})
     # Aggregation tasks get no key material: these copies hold no master key.
     specs = [spec.without_key() for spec in specs]
+    # The tables of a consistent set share one rule: its rows are looked up once.
+    rules = list({s.hierarchy.key: s.hierarchy for s in specs if s.hierarchy}.values())
     domains = {}
     for spec in specs:
-        for domain in spec.cells.domains:
+        hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+        for domain in (*spec.cells.domains, *hierarchy):
             domains.setdefault(_signature(domain), domain)
     key_columns = sorted({domain.column for domain in domains.values()} - set(derived))
     value_columns = sorted({spec.column for spec in specs if spec.column is not None})
@@ -266,8 +286,9 @@ def parquet_partials_function(
                 if domain.column in outside:
                     positions[sig][outside[domain.column]] = -1
             values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
+            broken = {rule.key: rule_breaks(rule, positions, nulls) for rule in rules}
             for table in tables:
-                table.add(positions, nulls, unit_null, values, size)
+                table.add(positions, nulls, unit_null, values, size, broken)
         yield {"tables": tables, "runs": runs, "complete": complete}
 
     return partials

@@ -63,7 +63,8 @@ def parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: di
     for grid in derived.values():
         checks[grid.column] = lambda t: pa.types.is_integer(t) or pa.types.is_floating(t)
     for spec in specs:
-        for domain in spec.cells.domains:
+        hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+        for domain in (*spec.cells.domains, *hierarchy):
             if domain.column in derived:
                 continue
             checks[domain.column] = (

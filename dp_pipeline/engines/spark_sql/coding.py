@@ -23,6 +23,7 @@ from pyspark.sql.types import (
 
 from dp_pipeline.engines.numpy_rules import KEY_LIMIT
 from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN
@@ -32,6 +33,7 @@ VALUE_UNITS_COLUMN = "_dp_value_units"
 CLAMPED_COLUMN = "_dp_clamped"
 UNIT_ROWS_COLUMN = "_dp_unit_rows"
 DEFERRED_COLUMN = "_dp_deferred"
+HIERARCHY_COLUMN = "_dp_breaks_hierarchy_"  # + the rule's key: true where a row breaks it
 
 
 # Explicit domains up to this size are looked up with a CASE expression (no join).
@@ -148,7 +150,8 @@ def check_schema(df, spec: QuerySpec) -> None:
             )
         return fields[name]
 
-    for domain in spec.cells.domains:
+    hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+    for domain in (*spec.cells.domains, *hierarchy):
         kind = need(domain.column, "key")
         if domain.kind == "int" and not isinstance(kind, (*INTEGRAL_TYPES, *FRACTIONAL_TYPES)):
             raise TypeError(
@@ -186,7 +189,52 @@ def reason_codes(spec: QuerySpec) -> dict[int, tuple[str, str]]:
     k = len(spec.cells.columns)
     codes[-(2 * k + 1)] = ("null_unit", spec.privacy_unit or "")
     codes[-(2 * k + 2)] = ("invalid_value", spec.column or "")
+    if spec.hierarchy is not None:
+        codes[-(2 * k + 3)] = (HIERARCHY_MISMATCH, spec.hierarchy.finest.column)
     return codes
+
+
+def key_position(df, domain, tag: str, index: int):
+    """(df, null condition, position column: null where null or outside ``domain``).
+
+    `dp_pipeline.engines.numpy_rules.integral_keys` for a floating-point integer key:
+    NaN is a null key, a non-integer (or ±inf, or beyond ±2**62) is outside the domain.
+    """
+    column = sf.col(domain.column)
+    missing = column.isNull()
+    if domain.kind == "int" and isinstance(df.schema[domain.column].dataType, FRACTIONAL_TYPES):
+        missing = missing | sf.isnan(column)
+        integral = (sf.rint(column) == column) & (sf.abs(column) <= sf.lit(KEY_LIMIT))
+        column = sf.when(integral, column.cast("long"))
+    if domain.is_range:
+        pos = sf.when(
+            (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
+            column.cast("long") - sf.lit(domain.start).cast("long"),
+        )
+    else:
+        df, pos = list_position(df, domain, column, tag, index)
+    return df, missing, pos
+
+
+def hierarchy_broken(df, rule: HierarchyRule, tag: str):
+    """(df, condition: the row breaks ``rule``), the Spark SQL dialect of
+    `dp_pipeline.engines.numpy_rules.hierarchy_breaks`.
+
+    The finest position (null where null or outside its domain) indexes one array
+    literal of ancestor positions per coarser level: a lookup, no join or shuffle
+    (an explicit domain of more than `CASE_LIST_LIMIT` values is a broadcast join).
+    """
+    positions = []
+    for j, domain in enumerate(rule.domains):
+        df, _, pos = key_position(df, domain, tag, j)
+        positions.append(pos)
+    finest, *coarser = positions
+    broken = finest.isNull()
+    for ancestors, pos in zip(rule.ancestors, coarser, strict=True):
+        # One SQL array literal: sf.lit of a list would cost a py4j call per element.
+        table = sf.expr(f"array({','.join(str(int(a)) for a in ancestors.tolist())})")
+        broken = broken | pos.isNull() | (sf.get(table, finest.cast("int")) != pos)
+    return df, broken
 
 
 def list_position(df, domain, column, tag: str, index: int):
@@ -256,26 +304,20 @@ def coded_rows(df, spec: QuerySpec, tag: str = "", *, null_units: bool = True):
     code = None
     k = len(spec.cells.columns)
     for i, (domain, stride) in enumerate(zip(spec.cells.domains, spec.cells.strides, strict=True)):
-        column = sf.col(domain.column)
-        missing = column.isNull()
-        if domain.kind == "int" and isinstance(df.schema[domain.column].dataType, FRACTIONAL_TYPES):
-            # `dp_pipeline.engines.numpy_rules.integral_keys`: NaN is a null key, a
-            # non-integer (or ±inf, or beyond ±2**62) is outside the domain.
-            missing = missing | sf.isnan(column)
-            integral = (sf.rint(column) == column) & (sf.abs(column) <= sf.lit(KEY_LIMIT))
-            column = sf.when(integral, column.cast("long"))
-        if domain.is_range:
-            pos = sf.when(
-                (column >= sf.lit(domain.start)) & (column < sf.lit(domain.stop)),
-                column.cast("long") - sf.lit(domain.start).cast("long"),
-            )
-        else:
-            df, pos = list_position(df, domain, column, tag, i)
+        df, missing, pos = key_position(df, domain, tag, i)
         cell = cell + pos * sf.lit(stride).cast("long")
         null_branch = (missing, sf.lit(-(2 * i + 1)).cast("long"))
         ood_branch = (pos.isNull(), sf.lit(-(2 * i + 2)).cast("long"))
         for condition, value in (null_branch, ood_branch):
             code = sf.when(condition, value) if code is None else code.when(condition, value)
+    if spec.hierarchy is not None:
+        # One column per rule, shared by the tables of a consistent set (each row is
+        # looked up once); after the key checks, before the unit and value checks.
+        name = HIERARCHY_COLUMN + spec.hierarchy.key[:16]
+        if name not in df.columns:
+            df, broken = hierarchy_broken(df, spec.hierarchy, name)
+            df = df.withColumn(name, broken)
+        code = code.when(sf.col(name), sf.lit(-(2 * k + 3)).cast("long"))
     if spec.privacy_unit is not None and null_units:
         code = code.when(sf.col(spec.privacy_unit).isNull(), sf.lit(-(2 * k + 1)).cast("long"))
     if spec.column is not None:

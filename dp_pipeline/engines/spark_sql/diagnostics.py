@@ -7,6 +7,7 @@ from pyspark.sql import functions as sf
 from dp_pipeline.engines.spark_sql.coding import DEFERRED_COLUMN, reason_codes
 from dp_pipeline.errors import InternalError
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HIERARCHY_RULE
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
@@ -81,7 +82,7 @@ def table_diagnostics(by_code: dict[int, dict], spec: QuerySpec) -> Diagnostics:
     codes = reason_codes(spec)
     null_key = {c: 0 for c in spec.cells.columns}
     out_of_domain = {c: 0 for c in spec.cells.columns}
-    other = {"null_unit": 0, "invalid_value": 0}
+    other = {"null_unit": 0, "invalid_value": 0, HIERARCHY_MISMATCH: 0}
     for code, row in by_code.items():
         if code == 0:
             continue
@@ -101,6 +102,7 @@ def table_diagnostics(by_code: dict[int, dict], spec: QuerySpec) -> Diagnostics:
         rows_null_key=null_key,
         rows_out_of_domain=out_of_domain,
         rows_null_unit=other["null_unit"],
+        rows_hierarchy_mismatch=other[HIERARCHY_MISMATCH],
         rows_invalid_value=other["invalid_value"],
         rows_clamped=int(valid["clamped"]) if valid else 0,
         rows_removed_max_per_cell=removed_per_cell,
@@ -117,6 +119,8 @@ def raise_on_invalid(diagnostics: Diagnostics, spec: QuerySpec) -> None:
             raise invalid_rows_error(column, "have a null key")
         if diagnostics.rows_out_of_domain[column]:
             raise invalid_rows_error(column, f"have a key outside the declared domain {domain!r}")
+    if diagnostics.rows_hierarchy_mismatch:
+        raise invalid_rows_error(spec.hierarchy.finest.column, HIERARCHY_RULE)
     if diagnostics.rows_null_unit:
         raise invalid_rows_error(spec.privacy_unit, "have a null privacy unit")
     if diagnostics.rows_invalid_value:
