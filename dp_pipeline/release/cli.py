@@ -7,8 +7,11 @@
     dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
     dp-release --version
 
-User errors (bad spec, refused budget, reused release id) print one clear
-message to stderr and exit with status 2; nothing is read, spent or written.
+User errors print one clear message to stderr and exit with status 2. Those
+found before the run reads data (bad spec, refused budget, reused release id)
+leave nothing read, spent or written; those found after it (a refusal on the
+noisy invalid-row count, a file the reader cannot parse) leave the reservation
+spent, and the same release id resumes it.
 Output piped into a reader that stops early (``| head``) ends the command
 quietly with status 1 instead of a traceback.
 """

@@ -8,11 +8,11 @@ budget and the planned mechanisms; the hierarchy's levels and the content
 digest of its mapping, and the post-processing section), the keyed fingerprint of exactly the
 files the engine reads, and the public fingerprint of the master key. Output
 folder, engine and Spark master are not part of it: every engine publishes
-the same numbers for the same identity. Nor is ``input.on_invalid``: it decides
-whether a release is published, never what: a release ``"error"`` lets through
-has no invalid row, so ``"drop"`` publishes the same numbers for it (a committed
-release run again with the rule changed re-emits its files, or is refused before
-the ledger when its input has an invalid row; `dp_pipeline.release.invalid_rows`).
+the same numbers for the same identity. ``input.on_invalid = "error"`` enters
+it through the plan: the noisy invalid-row count is one more planned mechanism
+(`dp_pipeline.release.invalid_rows`), so a release with it has another identity
+than the same release under ``"drop"``; its threshold only decides, from that
+accounted count, whether the release is published.
 
 The identity is kept part by part (one SHA-256 per part), so that the ledger
 can say which parts differ when a release id is run again with another spec
