@@ -7,7 +7,7 @@ is the transactional store that calls it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -20,6 +20,8 @@ __all__ = [
     "cap_dict",
     "compose_accountants",
     "describe_cap",
+    "largest_fitting",
+    "largest_fitting_text",
     "left_text",
     "measure_spend",
     "spend_text",
@@ -148,3 +150,74 @@ def spend_text(spend: Spend) -> str:
     if spend.epsilon is not None:
         text = f"epsilon {spend.epsilon:.6g}, " + text
     return text
+
+
+def _round_down(value: Fraction, digits: int = 3) -> Fraction:
+    """``value`` (> 0) rounded DOWN to ``digits`` significant decimal digits, exactly."""
+    exponent = len(str(value.numerator // value.denominator)) - digits
+    if value < 1:  # leading zeros after the point: count them exactly
+        exponent = -digits
+        while value * Fraction(10) ** (-exponent - digits + 1) < 1:
+            exponent -= 1
+    step = Fraction(10) ** exponent
+    return (value // step) * step
+
+
+def largest_fitting(
+    value: Fraction,
+    previous_states: list[dict],
+    cap: dict,
+    state_at: Callable[[Fraction], dict | None],
+    *,
+    steps: int = 40,
+) -> Fraction | None:
+    """The largest budget figure, at most ``value``, whose release still fits ``cap``.
+
+    ``state_at(v)`` is the accountant state (``to_dict()``) of the release planned with
+    the figure ``v`` (its epsilon at its delta, or its rho) in place of ``value``, or
+    None if no plan exists for ``v``. Bisection on the figure (the plan's noise grows as
+    it shrinks, so the spend is monotone in it) keeps a lower end that fits by the
+    accountant's upper bound composed with ``previous_states`` (`within_cap`, the
+    check of `Ledger.reserve`); the answer is that end rounded DOWN to three
+    significant digits and checked again, so what it suggests fits. None: nothing fits
+    (the cap is spent, or no smaller figure was found to fit).
+    """
+
+    def fits(figure: Fraction) -> bool:
+        state = state_at(figure)
+        if state is None:
+            return False
+        spend = measure_spend(compose_accountants([*previous_states, state]), cap)
+        return within_cap(spend, cap)
+
+    if previous_states and not within_cap(
+        measure_spend(compose_accountants(previous_states), cap), cap
+    ):
+        return None
+    if fits(value):
+        return value
+    low, high = Fraction(0), Fraction(value)
+    for _ in range(steps):
+        middle = (low + high) / 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+        if low and high - low <= low / 10_000:
+            break
+    while low > 0:
+        suggested = _round_down(low)
+        if fits(suggested):
+            return suggested
+        low = suggested - suggested / 1000  # not monotone here: step below and retry
+    return None
+
+
+def largest_fitting_text(name: str, figure: Fraction | None, delta: Fraction | None) -> str:
+    """The sentence a refusal adds: the largest ``name`` (epsilon or rho) that fits."""
+    if figure is None:
+        return "Nothing fits: what is left of the cap is too small for any budget."
+    shown = f"{float(figure):.6g}"
+    if name == "epsilon" and delta:
+        return f"The largest epsilon at this delta that fits is {shown}."
+    return f"The largest {name} that fits is {shown}."

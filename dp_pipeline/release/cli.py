@@ -1,6 +1,6 @@
 """``dp-release``: plan, run and audit census-style releases from a TOML spec.
 
-    dp-release plan SPEC [--release-id ID]
+    dp-release plan SPEC [--release-id ID] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
                         [--engine spark|pandas] [--master URL] [--release-id ID]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
@@ -12,6 +12,12 @@ found before the run reads data (bad spec, refused budget, reused release id)
 leave nothing read, spent or written; those found after it (a refusal on the
 noisy invalid-row count, a file the reader cannot parse) leave the reservation
 spent, and the same release id resumes it.
+``plan`` with a ledger (``--ledger``, else the spec's ``run.ledger`` if that file
+exists) also prints what the population has spent, what this release costs, what
+is left and whether it fits, composed as ``run`` composes them; it only reads the
+ledger (never creates, migrates or leases it). A refusal over the cap, in
+``run`` or ``plan``, names the largest epsilon (at the budget's delta) or rho
+that would fit.
 Output piped into a reader that stops early (``| head``) ends the command
 quietly with status 1 instead of a traceback.
 """
@@ -29,6 +35,7 @@ from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, exact_and_decimal, format_plan, plan_release
+from dp_pipeline.release.plan_ledger import check_against_ledger
 from dp_pipeline.release.preflight import input_problems
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
@@ -51,6 +58,11 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("spec", help="release spec (TOML), e.g. conf/census_demo.toml")
     plan.add_argument("--release-id", help="override release.id (scheduled releases)")
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
+    plan.add_argument(
+        "--ledger",
+        dest="ledger_path",
+        help="ledger to check the cap against (read only; default: run.ledger if it exists)",
+    )
 
     run = commands.add_parser("run", help="run a release and write out/<release id>/")
     run.add_argument("spec", help="release spec (TOML)")
@@ -99,10 +111,20 @@ def _plan(arguments) -> int:
     # A scheduled release is planned before its input arrives: the input's problems
     # are notes here, and errors for `run`.
     plan = plan_release(spec, input_present=False)
+    ledger_path = arguments.ledger_path
+    if ledger_path is None and os.path.isfile(spec.ledger_path):
+        ledger_path = spec.ledger_path
+    check = None if ledger_path is None else check_against_ledger(spec, plan, ledger_path)
     if arguments.json:
-        print(json.dumps(plan.to_dict(), indent=2, sort_keys=True))
+        described = plan.to_dict()
+        if check is not None:
+            described["ledger"] = check.to_dict()
+        print(json.dumps(described, indent=2, sort_keys=True))
     else:
         print(format_plan(plan))
+        if check is not None:
+            print()
+            print(check.text())
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0

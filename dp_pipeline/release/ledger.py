@@ -43,7 +43,9 @@ import json
 import os
 import secrets
 import sqlite3
+from collections.abc import Callable
 from contextlib import closing, suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 from dp_pipeline.release.budget import (
@@ -77,7 +79,7 @@ from dp_pipeline.release.ledger_records import (
 )
 from dp_pipeline.release.manifest import check_same_bytes, hidden_folders
 
-__all__ = ["Ledger"]
+__all__ = ["Ledger", "LedgerView", "read_ledger"]
 
 
 class Ledger:
@@ -124,6 +126,7 @@ class Ledger:
         identity: ReleaseIdentity | None = None,
         output: str | None = None,
         engine: str | None = None,
+        largest: Callable[[list[dict], dict], str] | None = None,
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
@@ -139,8 +142,25 @@ class Ledger:
         so the run it was taken from can no longer move it. A caller running
         the release holds its `lease` meanwhile. Without ``identity`` (a ledger
         used outside `run_release`) the release is identified by its mechanisms
-        and its fingerprint alone.
+        and its fingerprint alone. ``largest(previous_states, cap)``, if given, says
+        in a refusal over the cap the largest budget of this release that would fit
+        (`dp_pipeline.release.plan.fitting_budget_text`); it runs after the write
+        lock is released.
         """
+        try:
+            return self._reserve(
+                population, release_id, accountant, fingerprint, cap, identity, output, engine
+            )
+        except BudgetExceededError as error:
+            previous_states = getattr(error, "previous_states", None)
+            if largest is None or previous_states is None:
+                raise
+            suggestion = largest(previous_states, cap_dict(cap))
+            raise BudgetExceededError(f"{error} {suggestion}") from None
+
+    def _reserve(
+        self, population, release_id, accountant, fingerprint, cap, identity, output, engine
+    ) -> Reservation:
         cap_state = cap_dict(cap)
         state = accountant.to_dict()
         if identity is None:
@@ -187,7 +207,7 @@ class Ledger:
             cumulative = measure_spend(compose_accountants([*previous_states, state]), cap_state)
             if not within_cap(cumulative, cap_state):
                 alone = measure_spend(compose_accountants([state]), cap_state)
-                raise BudgetExceededError(
+                refusal = BudgetExceededError(
                     f"release {release_id!r} refused: population {population!r} would exceed "
                     f"its cap {describe_cap(cap_state)} "
                     f"({len(previous_states)} earlier release(s) + this one: "
@@ -195,6 +215,9 @@ class Ledger:
                     f"Left before this release: {left_text(before, cap_state)}. "
                     "Nothing was read or written."
                 )
+                # What it was refused against: `reserve` says what would fit, unlocked.
+                refusal.previous_states = previous_states
+                raise refusal
             guarantee = measure_spend(compose_accountants([state]), cap_state).to_dict()
             reserved_at = now_text()
             token = secrets.token_hex(16)
@@ -468,3 +491,66 @@ class Ledger:
         states = [e.accountant for e in self.history(population) if e.status != "aborted"]
         spend = measure_spend(compose_accountants(states), cap) if states else None
         return spend, left_text(spend, cap)
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What a ledger records about one population and one release id, read without writing.
+
+    ``cap`` is the population's recorded cap (None: no release of it yet); ``states``
+    the accountant states of its committed and reserved releases other than
+    ``release_id`` (what `Ledger.reserve` composes); ``existing`` the row of
+    ``release_id`` (any population) as a dict, columns of older ledgers as None.
+    """
+
+    path: Path
+    cap: dict | None
+    states: list[dict]
+    committed: int
+    reserved: int
+    existing: dict | None
+
+
+def read_ledger(path: str | os.PathLike[str], population: str, release_id: str) -> LedgerView:
+    """Read ``population`` and ``release_id`` from the ledger at ``path``, changing nothing.
+
+    The file is opened read-only (SQLite ``mode=ro``): no schema is created or
+    migrated, no lease is taken, and a missing file is a `LedgerError` (only a run
+    creates a ledger).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise LedgerError(
+            f"ledger {str(path)!r}: no ledger file there; a ledger is created by the "
+            "first `dp-release run`, never by `plan` (check --ledger or run.ledger)"
+        )
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error as error:
+        raise LedgerError(f"ledger {str(path)!r} cannot be opened: {error}") from None
+    connection.row_factory = sqlite3.Row
+    try:
+        with closing(connection):
+            row = connection.execute(
+                "SELECT cap FROM populations WHERE name = ?", (population,)
+            ).fetchone()
+            others = connection.execute(
+                "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
+                "('reserved', 'committed') AND release_id != ?",
+                (population, release_id),
+            ).fetchall()
+            existing = connection.execute(
+                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+            ).fetchone()
+    except sqlite3.Error as error:
+        raise LedgerError(f"ledger {str(path)!r} cannot be read as a ledger: {error}") from None
+    if existing is not None:
+        existing = {**dict.fromkeys(ADDED_COLUMNS), **dict(existing)}
+    return LedgerView(
+        path,
+        None if row is None else json.loads(row["cap"]),
+        [json.loads(r["accountant"]) for r in others],
+        sum(r["status"] == "committed" for r in others),
+        sum(r["status"] == "reserved" for r in others),
+        existing,
+    )

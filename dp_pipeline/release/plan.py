@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from fractions import Fraction
 
 from dp_pipeline.accounting import (
@@ -32,7 +32,7 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.accounting.noise_variance import noise_variance
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.budget import accountant_type
+from dp_pipeline.release.budget import accountant_type, largest_fitting, largest_fitting_text
 from dp_pipeline.release.consistency import check_postprocess_engine, check_postprocess_variances
 from dp_pipeline.release.costs import (
     PlanError,
@@ -42,7 +42,7 @@ from dp_pipeline.release.costs import (
 )
 from dp_pipeline.release.preflight import check_machine
 from dp_pipeline.release.queries import table_query
-from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec_model import ReleaseSpec, SpecError, TableSpec, replaced
 from dp_pipeline.selection.algorithms import (
     quantile_rank_error_bound,
 )
@@ -53,6 +53,7 @@ __all__ = [
     "ReleasePlan",
     "TablePlan",
     "exact_and_decimal",
+    "fitting_budget_text",
     "format_plan",
     "plan_release",
 ]
@@ -526,3 +527,27 @@ def format_plan(plan: ReleasePlan) -> str:
         )
     lines.append(f"planned in {plan.seconds:.3f} s, before reading any data")
     return "\n".join(lines)
+
+
+def fitting_budget_text(spec: ReleaseSpec, previous_states: list[dict], cap: dict) -> str:
+    """The largest budget of ``spec`` that fits ``cap`` after ``previous_states``, in words.
+
+    The spec's epsilon (at its own delta) or rho is searched by `largest_fitting`: each
+    candidate is planned exactly as `plan_release` plans the spec, and composed by the
+    ledger's accountant, so the figure suggested (rounded down) is one ``run`` accepts.
+    A spec with explicit sigma2 has no budget to scale: the sentence says so.
+    """
+    budget = spec.budget
+    if budget is None:
+        return "The spec sets sigma2 explicitly; raise it to spend less."
+    name = "rho" if budget.rho is not None else "epsilon"
+
+    def state_at(figure: Fraction) -> dict | None:
+        scaled = replaced(spec, budget=replace(budget, **{name: figure}))
+        try:
+            return plan_release(scaled, input_present=False).accountant.to_dict()
+        except (PlanError, SpecError):
+            return None
+
+    figure = largest_fitting(getattr(budget, name), previous_states, cap, state_at)
+    return largest_fitting_text(name, figure, budget.delta)

@@ -89,7 +89,7 @@ from dp_pipeline.release.outputs import (
     write_json,
     write_table,
 )
-from dp_pipeline.release.plan import ReleasePlan, plan_release
+from dp_pipeline.release.plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.report import html_report, privacy_report
 from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
@@ -258,6 +258,7 @@ def _run_opened(
             identity=identity,
             output=str(final.resolve()),
             engine=spec.engine,
+            largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
         )
         progress(
             {
