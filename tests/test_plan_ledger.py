@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from fractions import Fraction
 from pathlib import Path
@@ -63,6 +64,9 @@ def test_a_release_that_fits_is_reported_and_the_ledger_is_left_unchanged(tmp_pa
         assert "spent (1 committed, 0 reserved): epsilon at delta=1e-08 in (" in out
         assert "this release: epsilon at delta=1e-08 in (" in out
         assert "fits: yes; after it: epsilon " in out and "left" in out
+    described = json.loads(plan_output(capsys, spec_file, "--release-id", "small-2", "--json"))
+    assert described["ledger"]["outcome"] == "new" and described["ledger"]["fits"] is True
+    assert described["ledger"]["committed"] == 1 and described["ledger"]["largest"] is None
     # Read only: no schema write, no lease, no journal left; the same bytes.
     assert digest(ledger) == before
     assert sorted(p.name for p in tmp_path.iterdir()) == files
