@@ -167,6 +167,10 @@ def test_value_has_a_margin_of_error_that_covers_it(tmp_path):
         assert c["value_margin_of_error"] == margins["county_sex"]
         if c["cells"] >= 300:
             assert c["within_value_margin"] >= 0.9
+    import pyarrow.parquet as pq
+
+    schema = pq.read_schema(result.output / "county_sex.parquet")
+    assert b"value_margin" not in b"".join((schema.metadata or {}).values())
     html = (result.output / "report.html").read_text()
     assert "value margin (95%)" in html and f"±{margins['county_sex']:,}" in html
     assert "value within its margin" in html

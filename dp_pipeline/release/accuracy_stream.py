@@ -16,7 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.release.consistency import RAW_COLUMN, VALUE_MARGIN
+from dp_pipeline.release.consistency import RAW_COLUMN, value_margin_of
 from dp_pipeline.release.exact_errors import ErrorTally, histogram_counts
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
 
@@ -113,7 +113,7 @@ class TableAccuracy:
         for label, tally in self._tallies.items():
             tally.add(errors[label], group_of)
         if "raw" in self._tallies:
-            self._add_classes(truth, errors, frame.attrs.get(VALUE_MARGIN))
+            self._add_classes(truth, errors, value_margin_of(frame))
 
     def _add_classes(self, truth: np.ndarray, errors: dict, value_margin: int | None) -> None:
         """Per class of true count, exact tallies of the raw and published errors."""

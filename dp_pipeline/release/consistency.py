@@ -29,6 +29,7 @@ as ``value``.
 from __future__ import annotations
 
 import math
+import weakref
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -53,10 +54,26 @@ __all__ = [
     "consistent_results",
     "noise_variance",
     "value_margin",
+    "value_margin_of",
 ]
 
 RAW_COLUMN = "raw_value"
 VALUE_MARGIN = "value_margin_of_error"
+# Each post-processed frame's value margin (by the frame's id while it lives), for the
+# accuracy tallies: not in its attrs, which pyarrow writes into the files' metadata.
+_VALUE_MARGINS: dict[int, int] = {}
+
+
+def _remember_margin(frame: pd.DataFrame, margin: int) -> None:
+    _VALUE_MARGINS[id(frame)] = margin
+    weakref.finalize(frame, _VALUE_MARGINS.pop, id(frame), None)
+
+
+def value_margin_of(frame: pd.DataFrame) -> int | None:
+    """The value margin `consistent_results` computed for this frame, or None."""
+    return _VALUE_MARGINS.get(id(frame))
+
+
 VALUE_MARGIN_MEANING = (
     "95% margin of error of each cell's published value: the raw noise's margin (which "
     "bounds the least squares estimate's, whose variance is never larger) plus the 95th "
@@ -250,7 +267,7 @@ def consistent_results(
         elif not (settings.nonnegative or settings.integer) and settings.consistent:
             margins[name] = int(raw_margin)  # the least squares alone: variance <= raw
         if name in margins:
-            frame.attrs[VALUE_MARGIN] = margins[name]
+            _remember_margin(frame, margins[name])
         updated[name] = frame
     summary = {
         "method": method,
