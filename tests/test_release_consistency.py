@@ -336,7 +336,9 @@ def test_tables_with_sigma2_below_one_are_weighted_by_their_true_variance(tmp_pa
     assert rows["state_sex"]["rmse"] < 0.005
 
 
-def input_breaking_the_hierarchy(folder: Path, persons: int = 100_000) -> pd.DataFrame:
+def input_breaking_the_hierarchy(
+    folder: Path, persons: int = 100_000, null_counties: float = 0.02
+) -> pd.DataFrame:
     """Synthetic persons with 5% of their states not their county's and 2% null counties."""
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -348,7 +350,7 @@ def input_breaking_the_hierarchy(folder: Path, persons: int = 100_000) -> pd.Dat
     wrong = rng.random(persons) < 0.05
     frame.loc[wrong, "state"] = frame.loc[wrong, "state"] % 51 + 1  # the next state
     frame["county"] = pd.array(frame["county"], dtype="Int32")
-    frame.loc[~wrong & (rng.random(persons) < 0.02), "county"] = pd.NA
+    frame.loc[~wrong & (rng.random(persons) < null_counties), "county"] = pd.NA
     folder.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), folder / "input.parquet")
     return frame
@@ -430,3 +432,29 @@ def test_pandas_and_spark_drop_the_same_rows_breaking_the_hierarchy(
     assert pandas_run.diagnostics == spark_run.diagnostics
     for name in ("county_sex", "state_sex", "state_tenure"):
         assert spark_run.diagnostics[name].rows_hierarchy_mismatch > 0
+
+
+@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.spark)])
+def test_on_invalid_error_refuses_rows_breaking_the_hierarchy_before_the_ledger(
+    tmp_path, request, engine
+):
+    from dp_pipeline.release.ledger import Ledger
+    from dp_pipeline.release.spec_model import SpecError
+
+    spark = request.getfixturevalue("spark") if engine == "spark" else None
+    input_breaking_the_hierarchy(tmp_path, persons=2_000, null_counties=0)
+    spec = hierarchy_spec(tmp_path, engine)
+    text = (
+        (tmp_path / "geo.toml").read_text().replace("[input]\n", '[input]\non_invalid = "error"\n')
+    )
+    (tmp_path / "geo.toml").write_text(text)
+    spec = load_spec(tmp_path / "geo.toml")
+    with pytest.raises(SpecError) as info:
+        run_release(spec, progress=QUIET, spark=spark)
+    message = str(info.value)
+    assert (
+        "column 'county': some rows break the public hierarchy mapping (the finest geography "
+        "is null or outside its domain, or a coarser geography is not its ancestor in the "
+        "mapping) (reason code hierarchy_mismatch)"
+    ) in message
+    assert Ledger(spec.ledger_path).entry(spec.release_id) is None

@@ -231,8 +231,11 @@ def hierarchy_broken(df, rule: HierarchyRule, tag: str):
     finest, *coarser = positions
     broken = finest.isNull()
     for ancestors, pos in zip(rule.ancestors, coarser, strict=True):
-        # One SQL array literal: sf.lit of a list would cost a py4j call per element.
-        table = sf.expr(f"array({','.join(str(int(a)) for a in ancestors.tolist())})")
+        # One string literal, folded into one array literal by the optimizer: sf.lit of a
+        # list costs a py4j call per element, and an array(...) expression of thousands of
+        # children slows the analysis of every later step of the plan.
+        text = f"[{','.join(str(int(a)) for a in ancestors.tolist())}]"
+        table = sf.from_json(sf.lit(text), "array<int>")
         broken = broken | pos.isNull() | (sf.get(table, finest.cast("int")) != pos)
     return df, broken
 
