@@ -1,4 +1,21 @@
-"""The examples in docs/ run: every ```python block, and every ```bash ``dp-release`` line."""
+"""The docs run as a reader runs them: each document's blocks in order, in one folder.
+
+A document's ```python blocks (each in its own interpreter) and ```bash blocks (every
+line a ``dp-release`` command) run one after another in one scratch folder, sharing its
+files, its ledger (``.dp_pipeline/ledger.sqlite``) and one fixed test key, so that a
+block that only works in a fresh folder fails here. Fences that are not run:
+```console (a command the test does not run, or its output), ```text, and any block
+with a marker comment on the line just before its fence:
+
+- ``<!-- docs-test: excerpt of conf/x.toml -->``: an excerpt of a project file, not
+  run; the prose just before it says so (``excerpt of `conf/x.toml` ``) and the test
+  checks that the file holds it (TOML: every key of the excerpt has the file's value).
+- ``<!-- docs-test: not run, REASON -->``: a block a reader runs elsewhere (the set-up
+  commands of README.md, run by ``.ci/run``).
+
+Tiers: a document with a block that starts Spark is one ``spark`` test; the fast tier
+(``-m "not spark"``) runs the same document's other blocks in order instead.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +25,8 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,69 +34,235 @@ import pytest
 from dp_pipeline.release.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = sorted((ROOT / "docs").glob("*.md"))
-BLOCK = re.compile(r"```(python|bash)\n(.*?)```", re.DOTALL)
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FENCE = re.compile(
+    r"^(?:<!-- docs-test: (?P<marker>[^\n]*?) -->\n)?```(?P<language>\w+)\n(?P<code>.*?)^```$",
+    re.DOTALL | re.MULTILINE,
+)
+MARKER = re.compile(r"^<!-- docs-test:", re.MULTILINE)
+RUN = ("python", "bash")
+NOT_RUN = ("console", "text")
+TEST_KEY = "8b5905d57f3fcf974a71f588b383af19508d3f079d225acc8f962ed6fcb7ae32"
 
 
-def blocks(path: Path, language: str) -> list[str]:
-    return [code for kind, code in BLOCK.findall(path.read_text()) if kind == language]
+@dataclass(frozen=True)
+class Block:
+    document: Path
+    line: int  # of the opening fence, 1-based
+    language: str
+    code: str
+    marker: str | None
+    before: str  # the document's text before the block (its caption is at the end)
 
+    @property
+    def runs(self) -> bool:
+        return self.language in RUN and self.marker is None
 
-def _examples(language: str) -> list:
-    """One test case per ``language`` block of docs/ (Spark blocks marked ``spark``)."""
-    cases = []
-    for path in DOCS:
-        for index, code in enumerate(blocks(path, language), 1):
-            spark = (
-                "dp_pipeline.spark" in code
-                or "conf/census_demo.toml" in code
-                or re.search(r'"--engine",\s*"spark"', code) is not None
+    @property
+    def name(self) -> str:
+        return f"{self.document.name}:{self.line}"
+
+    @property
+    def spark(self) -> bool:
+        if self.language == "python":
+            return (
+                "dp_pipeline.spark" in self.code
+                or re.search(r'"--engine",\s*"spark"', self.code) is not None
             )
-            marks = [pytest.mark.spark] if spark else []
-            cases.append(pytest.param(path, code, id=f"{path.name}-{index}", marks=marks))
+        return any(_command_starts_spark(line) for line in _commands(self))
+
+
+def blocks(path: Path) -> list[Block]:
+    text = path.read_text()
+    found = []
+    for match in FENCE.finditer(text):
+        start = match.start("language") - 3
+        found.append(
+            Block(
+                document=path,
+                line=text.count("\n", 0, start) + 1,
+                language=match["language"],
+                code=match["code"],
+                marker=match["marker"],
+                before=text[: match.start()],
+            )
+        )
+    return found
+
+
+def _commands(block: Block) -> list[str]:
+    return [line for line in block.code.splitlines() if line.strip() and not line.startswith("#")]
+
+
+def _command_starts_spark(line: str) -> bool:
+    words = shlex.split(line)[1:]
+    if "--engine" in words:
+        return words[words.index("--engine") + 1] == "spark"
+    if words[:1] != ["run"] or len(words) < 2:
+        return False  # plan and ledger read no data
+    spec = tomllib.loads((ROOT / words[1]).read_text())
+    return spec.get("run", {}).get("engine", "spark") == "spark"
+
+
+def _sequences() -> list:
+    """One test per document with runnable blocks (and its non-Spark blocks, fast tier)."""
+    cases = []
+    for path in DOCUMENTS:
+        runnable = [block for block in blocks(path) if block.runs]
+        if not runnable:
+            continue
+        if any(block.spark for block in runnable):
+            cases.append(pytest.param(path, True, id=path.name, marks=[pytest.mark.spark]))
+            if not all(block.spark for block in runnable):
+                cases.append(pytest.param(path, False, id=f"{path.name}-without-spark"))
+        else:
+            cases.append(pytest.param(path, True, id=path.name))
     return cases
 
 
-@pytest.fixture
-def scratch(tmp_path, monkeypatch):
-    """A scratch working folder with conf/ and a fixed test key (never a real one)."""
-    shutil.copytree(ROOT / "conf", tmp_path / "conf")
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv(
-        "DP_PIPELINE_MASTER_KEY", "8b5905d57f3fcf974a71f588b383af19508d3f079d225acc8f962ed6fcb7ae32"
-    )
-    return tmp_path
+def _excerpts() -> list:
+    return [
+        pytest.param(block, id=block.name)
+        for path in DOCUMENTS
+        for block in blocks(path)
+        if block.marker is not None and block.marker.startswith("excerpt of ")
+    ]
+
+
+def _scratch(folder: Path) -> dict[str, str]:
+    """``folder`` with conf/ copied in; the environment with a fixed test key (never a real one)."""
+    shutil.copytree(ROOT / "conf", folder / "conf")
+    return dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=TEST_KEY)
+
+
+def run_in_order(path: Path, folder: Path, *, with_spark: bool = True) -> int:
+    """Run ``path``'s blocks in document order in ``folder``; returns how many ran.
+
+    A failing block fails the test naming the document, the block's line and what the
+    blocks before it left behind in the folder.
+    """
+    environment = _scratch(folder)
+    ran = 0
+    for block in blocks(path):
+        if not block.runs or (block.spark and not with_spark):
+            continue
+        ran += 1
+        left = sorted(entry.name for entry in folder.iterdir())
+        context = (
+            f"{block.name} failed after the blocks before it ran in the same folder "
+            f"(which holds {left})"
+        )
+        if block.language == "python":
+            # Each block runs in its own interpreter, as a reader would paste it: a block
+            # that starts and stops a Spark session cannot stop the one this run shares.
+            done = subprocess.run(
+                [sys.executable, "-c", block.code],
+                cwd=folder,
+                env=environment,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
+            assert done.returncode == 0, f"{context}:\n{block.code}\n{done.stderr}"
+            continue
+        lines = _commands(block)
+        assert lines, f"{block.name}: an empty bash block"
+        for line in lines:
+            assert line.startswith("dp-release "), (
+                f"{block.name}: {line!r} is in a bash block but is not a dp-release command; "
+                "fence commands that are not run by the docs test as console"
+            )
+            previous = Path.cwd()
+            os.chdir(folder)
+            try:
+                status = main(shlex.split(line)[1:])
+            finally:
+                os.chdir(previous)
+            assert status == 0, f"{context}: {line}"
+    return ran
 
 
 def test_docs_have_executable_examples():
-    assert blocks(ROOT / "docs" / "quickstart.md", "python")
-    assert blocks(ROOT / "docs" / "quickstart.md", "bash")
+    languages = {block.language for block in blocks(ROOT / "docs" / "quickstart.md") if block.runs}
+    assert languages == {"python", "bash"}
+    assert [block for block in blocks(ROOT / "docs" / "tutorial.md") if block.runs]
 
 
-@pytest.mark.parametrize(("path", "code"), _examples("bash"))
-def test_bash_examples(path, code, scratch, capsys):
-    # A ```bash block in docs/ is a command to run; what is not run is fenced ```console.
-    lines = [line for line in code.splitlines() if line.strip() and not line.startswith("#")]
-    assert lines, f"{path.name}: an empty bash block"
-    for line in lines:
-        assert line.startswith("dp-release "), (
-            f"{path.name}: {line!r} is in a bash block but is not a dp-release command; "
-            "fence commands that are not run by the docs test as console"
-        )
-        assert main(shlex.split(line)[1:]) == 0, line
+@pytest.mark.parametrize(("path", "with_spark"), _sequences())
+def test_document_runs_in_order(path, with_spark, tmp_path, monkeypatch, capsys, request):
+    if not with_spark:
+        whole = request.node.nodeid.replace("-without-spark]", "]")
+        if any(item.nodeid == whole for item in request.session.items):
+            pytest.skip(f"{path.name}: its whole sequence runs in this session")
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", TEST_KEY)
+    assert run_in_order(path, tmp_path, with_spark=with_spark) > 0
 
 
-@pytest.mark.parametrize(("path", "code"), _examples("python"))
-def test_python_examples(path, code, scratch):
-    # Each block runs in its own interpreter, as a reader would run it: a block that
-    # starts and stops a Spark session cannot stop the one this test run shares.
-    environment = dict(os.environ, PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=scratch,
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=900,
+def test_blocks_share_the_folder(tmp_path):
+    # A block that depends on what an earlier one wrote runs only in order, and the
+    # runner must not give each block a fresh folder: that hides two blocks that use one
+    # release id on different inputs (the second is refused in a reader's folder).
+    document = tmp_path / "doc.md"
+    document.write_text(
+        "```python\nopen('first.txt', 'w').write('1')\n```\n\n"
+        "```python\nassert open('first.txt').read() == '1'\n```\n"
     )
-    assert done.returncode == 0, f"{path.name} block failed:\n{code}\n{done.stderr}"
+    assert run_in_order(document, tmp_path / "folder") == 2
+    reversed_document = tmp_path / "reversed.md"
+    reversed_document.write_text(
+        "```python\nassert open('first.txt').read() == '1'\n```\n\n"
+        "```python\nopen('first.txt', 'w').write('1')\n```\n"
+    )
+    with pytest.raises(AssertionError, match=r"reversed\.md:1 failed after the blocks before"):
+        run_in_order(reversed_document, tmp_path / "reversed")
+
+
+def test_markers_are_well_formed():
+    for path in DOCUMENTS:
+        text = path.read_text()
+        marked = {block.marker for block in blocks(path) if block.marker is not None}
+        assert len(MARKER.findall(text)) == sum(
+            block.marker is not None for block in blocks(path)
+        ), f"{path.name}: a docs-test marker must be on the line just before a fence"
+        for marker in marked:
+            assert marker.startswith("excerpt of ") or re.fullmatch(r"not run, \S.*", marker), (
+                f"{path.name}: unknown marker {marker!r}; write "
+                "'<!-- docs-test: excerpt of conf/x.toml -->' or "
+                "'<!-- docs-test: not run, REASON -->'"
+            )
+        for block in blocks(path):
+            assert block.language in RUN + NOT_RUN or block.marker is not None, (
+                f"{block.name}: a ```{block.language} block is neither run nor marked; "
+                "mark an excerpt with '<!-- docs-test: excerpt of FILE -->'"
+            )
+
+
+def _contained(excerpt, whole, where: str) -> None:
+    if isinstance(excerpt, dict):
+        assert isinstance(whole, dict), where
+        for key, value in excerpt.items():
+            assert key in whole, f"{where}.{key} is not in the file"
+            _contained(value, whole[key], f"{where}.{key}")
+    elif isinstance(excerpt, list) and excerpt and isinstance(excerpt[0], dict):
+        assert isinstance(whole, list) and len(whole) == len(excerpt), where
+        for index, (part, full) in enumerate(zip(excerpt, whole, strict=True)):
+            _contained(part, full, f"{where}[{index}]")
+    else:
+        assert excerpt == whole, f"{where}: {excerpt!r} in the excerpt, {whole!r} in the file"
+
+
+@pytest.mark.parametrize("block", _excerpts())
+def test_excerpts_are_in_their_files(block):
+    source = block.marker.removeprefix("excerpt of ").strip()
+    caption = block.before.rsplit("\n\n", 2)[-2:]
+    assert f"excerpt of `{source.lower()}`" in " ".join(caption).replace("\n", " ").lower(), (
+        f"{block.name}: the text before the block must say it is an excerpt of `{source}`"
+    )
+    file = ROOT / source
+    assert file.is_file(), f"{block.name}: {source} does not exist"
+    if block.language == "toml":
+        _contained(tomllib.loads(block.code), tomllib.loads(file.read_text()), source)
+        return
+    lines = iter(line.strip() for line in file.read_text().splitlines())
+    for line in block.code.splitlines():
+        assert not line.strip() or line.strip() in lines, f"{block.name}: {line!r}"
