@@ -17,6 +17,7 @@ from dp_pipeline.postprocess.structure import PostprocessError
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.costs import PlanError
+from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.plan import plan_release
@@ -38,6 +39,7 @@ __all__ = [
     "InputChangedError",
     "InputReadError",
     "InternalError",
+    "InvalidRowsRefusedError",
     "KeyFileError",
     "LedgerError",
     "MasterKey",
