@@ -19,7 +19,9 @@ from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.costs import PlanError
 from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
 from dp_pipeline.release.keys import KeyFileError
+from dp_pipeline.release.lease import LeaseHeldError
 from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.manifest import PublicationError
 from dp_pipeline.release.plan import plan_release
 from dp_pipeline.release.run import run_release
 from dp_pipeline.release.source import InputChangedError, InputReadError
@@ -41,11 +43,13 @@ __all__ = [
     "InternalError",
     "InvalidRowsRefusedError",
     "KeyFileError",
+    "LeaseHeldError",
     "LedgerError",
     "MasterKey",
     "PlanError",
     "PostprocessError",
     "PrivacyAccountant",
+    "PublicationError",
     "ReleaseIdReuseError",
     "SpecError",
     "load_spec",

@@ -82,6 +82,8 @@ def test_every_exception_class_of_the_package_is_a_dp_error():
         ("LedgerError", ValueError),
         ("BudgetExceededError", ValueError),
         ("ReleaseIdReuseError", ValueError),
+        ("LeaseHeldError", ValueError),
+        ("PublicationError", ValueError),
         ("KeyFileError", ValueError),
         ("GridTooLargeError", ValueError),
         ("PostprocessError", ValueError),
