@@ -3,23 +3,55 @@
 The root exports the mechanisms, the master key, the accountant and the
 release entry points; ``import dp_pipeline`` also registers the ``df.dp``
 accessor on pandas DataFrames. The Spark functions are in `dp_pipeline.spark`
-(PySpark optional); keyed streams in `dp_pipeline.randomness`.
+(PySpark optional); keyed streams in `dp_pipeline.randomness`. Every exception
+raised on purpose is a `DPError` (`dp_pipeline.errors`); the main kinds are exported
+here too.
 """
 
 from dp_pipeline import accessor as _accessor  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.accounting.pld_grid import GridTooLargeError
+from dp_pipeline.errors import DPError, DPKeyError, DPTypeError, DPValueError, InternalError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.postprocess.structure import PostprocessError
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.budget import LedgerError
+from dp_pipeline.release.costs import PlanError
+from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
+from dp_pipeline.release.keys import KeyFileError
+from dp_pipeline.release.lease import LeaseHeldError
+from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.manifest import PublicationError
 from dp_pipeline.release.plan import plan_release
 from dp_pipeline.release.run import run_release
+from dp_pipeline.release.source import InputChangedError, InputReadError
 from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec_model import SpecError
 
 __all__ = [
     "BaseTwoExponential",
+    "BudgetExceededError",
+    "DPError",
+    "DPKeyError",
+    "DPTypeError",
+    "DPValueError",
     "DiscreteGaussian",
     "DiscreteLaplace",
+    "GridTooLargeError",
+    "InputChangedError",
+    "InputReadError",
+    "InternalError",
+    "InvalidRowsRefusedError",
+    "KeyFileError",
+    "LeaseHeldError",
+    "LedgerError",
     "MasterKey",
+    "PlanError",
+    "PostprocessError",
     "PrivacyAccountant",
+    "PublicationError",
+    "ReleaseIdReuseError",
+    "SpecError",
     "load_spec",
     "plan_release",
     "run_release",

@@ -24,6 +24,7 @@ import pandas as pd
 
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import release_info
 from dp_pipeline.query.result_info import ResultInfo, attach_info
@@ -101,7 +102,7 @@ class DPAccessor:
         if isinstance(info, ResultInfo):
             return info.info
         if info is None:
-            raise ValueError(
+            raise DPValueError(
                 "this DataFrame carries no attrs['dp']: .dp.info and .dp.margin_of_error "
                 "belong to the results of df.dp.count/sum/mean/quantile/median/top_k"
             )

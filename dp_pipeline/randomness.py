@@ -25,6 +25,8 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
+from dp_pipeline.errors import DPKeyError, DPTypeError, DPValueError
+
 __all__ = [
     "MasterKey",
     "SecureStream",
@@ -60,10 +62,12 @@ class MasterKey:
         if key is None:
             key = secrets.token_bytes(KEY_BYTES)
         if not isinstance(key, bytes | bytearray):
-            raise TypeError(f"master key must be bytes, got {type(key).__name__}")
+            raise DPTypeError(f"master key must be bytes, got {type(key).__name__}")
         if len(key) != KEY_BYTES:
             # The length is not secret; the bytes are, so they are not quoted.
-            raise ValueError(f"master key must be exactly {KEY_BYTES} bytes, got {len(key)} bytes")
+            raise DPValueError(
+                f"master key must be exactly {KEY_BYTES} bytes, got {len(key)} bytes"
+            )
         self._key = bytes(key)
 
     @classmethod
@@ -106,17 +110,17 @@ class MasterKey:
     def from_hex(cls, text: str) -> MasterKey:
         """Read a key written as 64 hexadecimal digits (whitespace ignored)."""
         if not isinstance(text, str):
-            raise TypeError(f"master key hex must be a str, got {type(text).__name__}")
+            raise DPTypeError(f"master key hex must be a str, got {type(text).__name__}")
         cleaned = "".join(text.split())
         if len(cleaned) != 2 * KEY_BYTES:
-            raise ValueError(
+            raise DPValueError(
                 f"master key hex must be {2 * KEY_BYTES} hexadecimal digits, "
                 f"got {len(cleaned)} characters"
             )
         try:
             raw = bytes.fromhex(cleaned)
         except ValueError:
-            raise ValueError("master key hex contains a non-hexadecimal character") from None
+            raise DPValueError("master key hex contains a non-hexadecimal character") from None
         return cls(raw)
 
     @classmethod
@@ -128,14 +132,14 @@ class MasterKey:
         try:
             text = data.decode("ascii")
         except UnicodeDecodeError:
-            raise ValueError(
+            raise DPValueError(
                 f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
                 f"nor {2 * KEY_BYTES} hex digits"
             ) from None
         try:
             return cls.from_hex(text)
         except ValueError:
-            raise ValueError(
+            raise DPValueError(
                 f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
                 f"nor {2 * KEY_BYTES} hex digits"
             ) from None
@@ -145,11 +149,11 @@ class MasterKey:
         """Read a key from the environment variable ``name`` (64 hex digits)."""
         text = os.environ.get(name)
         if text is None:
-            raise KeyError(f"environment variable {name!r} with the master key is not set")
+            raise DPKeyError(f"environment variable {name!r} with the master key is not set")
         try:
             return cls.from_hex(text)
         except ValueError:
-            raise ValueError(
+            raise DPValueError(
                 f"environment variable {name!r} must hold {2 * KEY_BYTES} hex digits"
             ) from None
 
@@ -187,7 +191,7 @@ class MasterKey:
     def __reduce__(self):
         # Executors get derived `StreamKey`s only (and only the tasks that add noise);
         # refusing to pickle makes any other route for the master key fail loudly.
-        raise TypeError(
+        raise DPTypeError(
             "a MasterKey is never pickled or shipped to Spark executors; derive the "
             "stream keys a task needs on the driver (dp_pipeline.randomness.StreamKey)"
         )
@@ -206,7 +210,7 @@ def encode_labels(labels: tuple[str | int | bytes, ...]) -> bytes:
     parts = [struct.pack(">Q", len(labels))]
     for label in labels:
         if isinstance(label, bool):
-            raise TypeError(f"stream label must be str, int or bytes, got bool {label!r}")
+            raise DPTypeError(f"stream label must be str, int or bytes, got bool {label!r}")
         if isinstance(label, str):
             tag, payload = _TAG_STR, label.encode("utf-8")
         elif isinstance(label, int | np.integer):
@@ -214,7 +218,7 @@ def encode_labels(labels: tuple[str | int | bytes, ...]) -> bytes:
         elif isinstance(label, bytes | bytearray):
             tag, payload = _TAG_BYTES, bytes(label)
         else:
-            raise TypeError(f"stream label must be str, int or bytes, got {type(label).__name__}")
+            raise DPTypeError(f"stream label must be str, int or bytes, got {type(label).__name__}")
         parts.append(tag + struct.pack(">Q", len(payload)) + payload)
     return b"".join(parts)
 
@@ -232,7 +236,7 @@ class StreamKey:
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, bytes) or len(key) != KEY_BYTES:
-            raise ValueError(f"stream key must be {KEY_BYTES} bytes")
+            raise DPValueError(f"stream key must be {KEY_BYTES} bytes")
         self._key = key
 
     def stream(self) -> SecureStream:
@@ -249,9 +253,11 @@ class StreamKey:
 def derive_stream_key(master: MasterKey, *labels: str | int | bytes) -> StreamKey:
     """The `StreamKey` for ``labels`` under ``master`` (HKDF-SHA256, RFC 5869)."""
     if not isinstance(master, MasterKey):
-        raise TypeError(f"master must be a MasterKey, got {type(master).__name__}")
+        raise DPTypeError(f"master must be a MasterKey, got {type(master).__name__}")
     if not labels:
-        raise ValueError("derive_stream needs at least one label (e.g. release, table, partition)")
+        raise DPValueError(
+            "derive_stream needs at least one label (e.g. release, table, partition)"
+        )
     return StreamKey(master._derive(b"dp_pipeline/stream/v1" + encode_labels(labels)))
 
 
@@ -272,7 +278,7 @@ class SecureStream:
 
     def __init__(self, key: bytes) -> None:
         if not isinstance(key, bytes) or len(key) != KEY_BYTES:
-            raise ValueError(f"stream key must be {KEY_BYTES} bytes")
+            raise DPValueError(f"stream key must be {KEY_BYTES} bytes")
         # A fresh key per stream makes a fixed nonce safe (the nonce argument of
         # cryptography's ChaCha20 is the 32-bit counter plus the 96-bit nonce).
         cipher = Cipher(algorithms.ChaCha20(key, b"\x00" * 16), mode=None)
@@ -314,7 +320,7 @@ class SecureStream:
     def random_bytes(self, n: int) -> bytes:
         """The next ``n`` bytes of keystream."""
         if n < 0:
-            raise ValueError(f"n must be >= 0, got {n}")
+            raise DPValueError(f"n must be >= 0, got {n}")
         out = np.empty(n, dtype=np.uint8)
         self._fill(out)
         return out.tobytes()

@@ -24,6 +24,8 @@ import re
 from decimal import Decimal
 from fractions import Fraction
 
+from dp_pipeline.errors import DPTypeError, DPValueError
+
 __all__ = ["exact_rational", "float_to_rational_up", "positive_rational"]
 
 _RATIO = re.compile(r"^\s*([+-]?\d+)\s*/\s*(\d+)\s*$")
@@ -42,7 +44,7 @@ def exact_rational(value: object, name: str) -> Fraction:
     for NaN, infinities and malformed strings; each message names ``name``.
     """
     if isinstance(value, bool) or value is None:
-        raise TypeError(
+        raise DPTypeError(
             f"{name} must be an int, a Fraction or a 'p/q' string, got {value!r} "
             f"({type(value).__name__})"
         )
@@ -52,12 +54,12 @@ def exact_rational(value: object, name: str) -> Fraction:
         return Fraction(int(value))
     if isinstance(value, Decimal):
         if not value.is_finite():
-            raise ValueError(f"{name} must be finite, got {value!r}")
+            raise DPValueError(f"{name} must be finite, got {value!r}")
         return Fraction(value)
     if isinstance(value, numbers.Real):  # float, numpy floating
         as_float = float(value)
         if not math.isfinite(as_float):
-            raise ValueError(
+            raise DPValueError(
                 f"{name} must be finite, got {value!r}; pass an exact value such as "
                 f"Fraction(5, 2) or the string '5/2'"
             )
@@ -67,15 +69,15 @@ def exact_rational(value: object, name: str) -> Fraction:
         if match:
             numerator, denominator = int(match.group(1)), int(match.group(2))
             if denominator == 0:
-                raise ValueError(f"{name}: {value!r} has a zero denominator")
+                raise DPValueError(f"{name}: {value!r} has a zero denominator")
             return Fraction(numerator, denominator)
         if _DECIMAL.match(value):
             return Fraction(value.strip())
-        raise ValueError(
+        raise DPValueError(
             f"{name}: cannot read {value!r} as an exact rational; "
             f"write an integer, a 'p/q' fraction such as '7/3', or a decimal such as '2.5'"
         )
-    raise TypeError(
+    raise DPTypeError(
         f"{name} must be an int, a Fraction or a 'p/q' string, got {type(value).__name__}"
     )
 
@@ -84,5 +86,5 @@ def positive_rational(value: object, name: str) -> Fraction:
     """Return ``value`` as an exact ``Fraction`` that must be > 0."""
     exact = exact_rational(value, name)
     if exact <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise DPValueError(f"{name} must be > 0, got {value!r}")
     return exact

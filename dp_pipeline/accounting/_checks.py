@@ -6,6 +6,8 @@ import math
 import numbers
 from fractions import Fraction
 
+from dp_pipeline.errors import DPTypeError, DPValueError
+
 __all__ = [
     "check_delta",
     "check_epsilon",
@@ -17,12 +19,12 @@ __all__ = [
 
 def _as_float(value: object, name: str) -> float:
     if isinstance(value, bool) or value is None:
-        raise TypeError(f"{name} must be a real number, got {value!r}")
+        raise DPTypeError(f"{name} must be a real number, got {value!r}")
     if not isinstance(value, numbers.Real):
-        raise TypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
+        raise DPTypeError(f"{name} must be a real number, got {type(value).__name__} {value!r}")
     result = float(value)
     if math.isnan(result):
-        raise ValueError(f"{name} must be a number, got {value!r}")
+        raise DPValueError(f"{name} must be a number, got {value!r}")
     return result
 
 
@@ -30,7 +32,7 @@ def check_epsilon(value: object, name: str = "epsilon") -> float:
     """ε as a float; it must be finite and >= 0."""
     epsilon = _as_float(value, name)
     if not (epsilon >= 0 and math.isfinite(epsilon)):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        raise DPValueError(f"{name} must be finite and >= 0, got {value!r}")
     return epsilon
 
 
@@ -38,7 +40,7 @@ def check_delta(value: object, name: str = "delta") -> float:
     """δ as a float; it must lie strictly between 0 and 1."""
     delta = _as_float(value, name)
     if not 0 < delta < 1:
-        raise ValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
+        raise DPValueError(f"{name} must lie strictly between 0 and 1, got {value!r}")
     return delta
 
 
@@ -46,25 +48,25 @@ def check_rho(value: object, name: str = "rho") -> float:
     """ρ (zCDP) as a float; it must be finite and >= 0."""
     rho = _as_float(value, name)
     if not (rho >= 0 and math.isfinite(rho)):
-        raise ValueError(f"{name} must be finite and >= 0, got {value!r}")
+        raise DPValueError(f"{name} must be finite and >= 0, got {value!r}")
     return rho
 
 
 def check_integer_sensitivity(value: object, name: str = "sensitivity") -> int:
     """A sensitivity (shift) of a discrete mechanism: an integer >= 1."""
     if isinstance(value, bool) or value is None:
-        raise TypeError(f"{name} must be an integer >= 1, got {value!r}")
+        raise DPTypeError(f"{name} must be an integer >= 1, got {value!r}")
     if isinstance(value, numbers.Integral) or (
         isinstance(value, Fraction) and value.denominator == 1
     ):
         shift = int(value)
     else:
-        raise TypeError(
+        raise DPTypeError(
             f"{name} must be an integer >= 1 for a discrete mechanism (integer-valued "
             f"queries move by whole units), got {value!r}"
         )
     if shift < 1:
-        raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        raise DPValueError(f"{name} must be an integer >= 1, got {value!r}")
     return shift
 
 

@@ -76,6 +76,7 @@ from dp_pipeline.accounting.events import (
 )
 from dp_pipeline.accounting.path_choice import direct_paths
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
@@ -100,16 +101,16 @@ class PrivacyAccountant:
         ``privacy_loss_pmfs()`` or ``pure_epsilon`` take no sensitivity (must be 1).
         """
         if isinstance(count, bool) or not isinstance(count, numbers.Integral) or count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+            raise DPValueError(f"count must be an integer >= 1, got {count!r}")
         shifts = sensitivity_tuple(sensitivity)
         if not isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
             if not hasattr(mechanism, "privacy_loss_pmfs") and pure_epsilon_of(mechanism) is None:
-                raise TypeError(
+                raise DPTypeError(
                     f"mechanism must be a DiscreteGaussian, a DiscreteLaplace, or have "
                     f"privacy_loss_pmfs() or pure_epsilon; got {type(mechanism).__name__}"
                 )
             if shifts != (1,):
-                raise ValueError(
+                raise DPValueError(
                     f"sensitivity must be 1 for {type(mechanism).__name__}: its "
                     f"privacy_loss_pmfs()/pure_epsilon already describe one run, "
                     f"got {sensitivity!r}"
@@ -121,7 +122,7 @@ class PrivacyAccountant:
     def add_event(self, event: PrivacyEvent) -> PrivacyAccountant:
         """Record ``event``, the one cost record of queries, plans and ledgers (as `add`)."""
         if not isinstance(event, PrivacyEvent):
-            raise TypeError(f"add_event takes a PrivacyEvent, got {type(event).__name__}")
+            raise DPTypeError(f"add_event takes a PrivacyEvent, got {type(event).__name__}")
         return self.add(event.mechanism, sensitivity=event.sensitivity, count=event.count)
 
     @property
@@ -160,7 +161,7 @@ class PrivacyAccountant:
             if epsilon >= total:
                 return DeltaBound(0.0, 0.0, "pure_dp")
         elif method is not None:
-            raise ValueError(f"method must be None or 'pure_dp', got {method!r}")
+            raise DPValueError(f"method must be None or 'pure_dp', got {method!r}")
         delta_of, _name = self._composition()
         return delta_of(epsilon)
 
@@ -241,7 +242,7 @@ class PrivacyAccountant:
     # ----------------------------------------------------------------- internals
     def _require_events(self) -> None:
         if not self._events:
-            raise ValueError("the accountant is empty: add() at least one mechanism first")
+            raise DPValueError("the accountant is empty: add() at least one mechanism first")
 
     def _composition(self):
         if "composition" not in self._cache:
@@ -352,7 +353,7 @@ class PrivacyAccountant:
     def from_dict(cls, data: dict) -> PrivacyAccountant:
         """Rebuild an accountant from `to_dict` output."""
         if not isinstance(data, dict) or data.get("version") != 1 or "events" not in data:
-            raise ValueError(
+            raise DPValueError(
                 "data must be a dict from PrivacyAccountant.to_dict() with version 1 and events"
             )
         accountant = cls()
@@ -361,7 +362,7 @@ class PrivacyAccountant:
                 mechanism = event_mechanism_from_dict(event["mechanism"])
                 accountant.add(mechanism, event["sensitivity"], event["count"])
             except (KeyError, TypeError) as error:
-                raise ValueError(f"events[{index}] is malformed: {error}") from error
+                raise DPValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
 
 

@@ -8,6 +8,7 @@ import numbers
 import numpy as np
 
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_log_normalizer
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["margin_of_error"]
@@ -15,10 +16,12 @@ __all__ = ["margin_of_error"]
 
 def _check_confidence(confidence: object) -> float:
     if isinstance(confidence, bool) or not isinstance(confidence, numbers.Real):
-        raise TypeError(f"confidence must be a number strictly between 0 and 1, got {confidence!r}")
+        raise DPTypeError(
+            f"confidence must be a number strictly between 0 and 1, got {confidence!r}"
+        )
     value = float(confidence)
     if not 0 < value < 1:
-        raise ValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
+        raise DPValueError(f"confidence must lie strictly between 0 and 1, got {confidence!r}")
     return value
 
 
@@ -90,6 +93,6 @@ def margin_of_error(mechanism, confidence: float = 0.95) -> int:
         return _gaussian_margin(float(mechanism.sigma2), confidence)
     if isinstance(mechanism, DiscreteLaplace):
         return _laplace_margin(float(mechanism.scale), confidence)
-    raise TypeError(
+    raise DPTypeError(
         f"mechanism must be a DiscreteGaussian or DiscreteLaplace, got {type(mechanism).__name__}"
     )

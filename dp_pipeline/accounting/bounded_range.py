@@ -72,6 +72,7 @@ import numpy as np
 from dp_pipeline.accounting.inversion_terms import SupportGroup
 from dp_pipeline.accounting.lattice import LatticeComponent
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
+from dp_pipeline.errors import DPTypeError, DPValueError
 
 __all__ = [
     "POINTS",
@@ -103,7 +104,7 @@ def bounded_range_epsilon_of(mechanism) -> Fraction | None:
     if value is None:
         return None
     if callable(value) or not isinstance(value, Fraction) or value <= 0:
-        raise TypeError(
+        raise DPTypeError(
             f"{type(mechanism).__name__}.bounded_range_epsilon must be a stored positive "
             f"Fraction, got {value!r}"
         )
@@ -126,9 +127,9 @@ def bounded_range_losses(epsilon: Fraction, points: int = POINTS):
     """The dominating lattice of one ε-BR mechanism: (offset, step, P-masses), the loss
     offset + step·j with P-mass masses[j], j = 0..points (module docstring)."""
     if not isinstance(epsilon, Fraction) or epsilon <= 0:
-        raise ValueError(f"epsilon must be a positive Fraction, got {epsilon!r}")
+        raise DPValueError(f"epsilon must be a positive Fraction, got {epsilon!r}")
     if isinstance(points, bool) or not isinstance(points, int) or points < 1:
-        raise ValueError(f"points must be an integer >= 1, got {points!r}")
+        raise DPValueError(f"points must be an integer >= 1, got {points!r}")
     offset, step, masses, _ = _lattice(epsilon, points)
     return offset, step, masses.copy()
 

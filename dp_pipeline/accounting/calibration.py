@@ -20,6 +20,7 @@ from fractions import Fraction
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
 from dp_pipeline.accounting.accountant import PrivacyAccountant
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.rational import exact_rational
 
@@ -42,7 +43,7 @@ def round_up_to_small_denominator(value: Fraction, precision: int = _RELATIVE_RO
     exact value is already short (ρ = 1/8 split 3/4 : 1/4 gives σ² = 16/3, kept as is).
     """
     if value <= 0:
-        raise ValueError(f"value must be > 0, got {value}")
+        raise DPValueError(f"value must be > 0, got {value}")
     if value.denominator <= precision:
         return value
     denominator = 1
@@ -55,7 +56,7 @@ def _target_down(value: object, name: str) -> Fraction:
     """A budget as an exact rational, reading floats DOWN (decimal vs binary, the smaller)."""
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise ValueError(f"{name} must be finite, got {value!r}")
+            raise DPValueError(f"{name} must be finite, got {value!r}")
         return min(Fraction(repr(value)), Fraction(value))
     return exact_rational(value, name)
 
@@ -63,48 +64,48 @@ def _target_down(value: object, name: str) -> Fraction:
 def _parse_queries(queries, integer_name: str = "sensitivity"):
     """[(share, weights)] with shares normalised to sum exactly 1; weights = the μ vector."""
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Sequence):
-        raise TypeError("queries must be a list of (share, sensitivity_vector) pairs")
+        raise DPTypeError("queries must be a list of (share, sensitivity_vector) pairs")
     if len(queries) == 0:
-        raise ValueError("queries must not be empty: there is nothing to calibrate")
+        raise DPValueError("queries must not be empty: there is nothing to calibrate")
     parsed = []
     for index, query in enumerate(queries):
         if not isinstance(query, Sequence) or len(query) != 2:
-            raise TypeError(
+            raise DPTypeError(
                 f"queries[{index}] must be a (share, sensitivity_vector) pair, got {query!r}"
             )
         share_raw, sensitivity = query
         share = exact_rational(share_raw, f"queries[{index}] share")
         if share <= 0:
-            raise ValueError(f"queries[{index}]: share must be > 0, got {share_raw!r}")
+            raise DPValueError(f"queries[{index}]: share must be > 0, got {share_raw!r}")
         if isinstance(sensitivity, numbers.Integral) and not isinstance(sensitivity, bool):
             shifts = [sensitivity]
         elif isinstance(sensitivity, Sequence) and not isinstance(sensitivity, (str, bytes)):
             shifts = list(sensitivity)
         else:
-            raise TypeError(
+            raise DPTypeError(
                 f"queries[{index}] {integer_name} must be an integer or a sequence of integers, "
                 f"got {sensitivity!r}"
             )
         clean = []
         for position, shift in enumerate(shifts):
             if isinstance(shift, bool) or not isinstance(shift, numbers.Integral):
-                raise TypeError(
+                raise DPTypeError(
                     f"queries[{index}] {integer_name}[{position}] must be an integer (discrete "
                     f"noise: queries move by whole units), got {shift!r}"
                 )
             if shift < 0:
-                raise ValueError(
+                raise DPValueError(
                     f"queries[{index}] {integer_name}[{position}] must be >= 0, got {shift}"
                 )
             clean.append(int(shift))
         if not any(clean):
-            raise ValueError(
+            raise DPValueError(
                 f"queries[{index}] {integer_name} must have a non-zero shift, got {clean}"
             )
         parsed.append((share, clean))
     total = sum(share for share, _ in parsed)
     if abs(total - 1) > Fraction(1, 10**9):
-        raise ValueError(
+        raise DPValueError(
             f"query shares must sum to 1, got {float(total)!r} "
             f"(shares {[float(s) for s, _ in parsed]})"
         )
@@ -187,7 +188,7 @@ def calibrate_zcdp_shares(
     others = list(others)
     for index, other in enumerate(others):
         if not (isinstance(other, Sequence) and len(other) == 2 and callable(other[1])):
-            raise TypeError(f"others[{index}] must be a (share, build) pair, got {other!r}")
+            raise DPTypeError(f"others[{index}] must be a (share, build) pair, got {other!r}")
     # Shares are validated and normalised together; the others' vectors are placeholders.
     parsed_all = _parse_queries([*queries, *[(share, 1) for share, _ in others]])
     parsed = parsed_all[: len(queries)]
@@ -200,20 +201,20 @@ def calibrate_zcdp_shares(
 
     if rho is not None:
         if epsilon is not None or delta is not None:
-            raise ValueError("give either rho alone or epsilon and delta together, not both")
+            raise DPValueError("give either rho alone or epsilon and delta together, not both")
         target = _target_down(rho, "rho")
         if target <= 0:
-            raise ValueError(f"rho must be > 0, got {rho!r}")
+            raise DPValueError(f"rho must be > 0, got {rho!r}")
         return _sigma2_for(1 / target, units), built(1 / target)
 
     if epsilon is None or delta is None:
-        raise ValueError("give either rho alone or epsilon and delta together")
+        raise DPValueError("give either rho alone or epsilon and delta together")
     epsilon_value = check_epsilon(epsilon)
     delta_value = check_delta(delta)
     if epsilon_value == 0:
-        raise ValueError("epsilon must be > 0 for discrete Gaussian noise, got 0")
+        raise DPValueError("epsilon must be > 0 for discrete Gaussian noise, got 0")
     if not (isinstance(rtol, float) and 1e-12 <= rtol <= 0.1):
-        raise ValueError(f"rtol must be a float in [1e-12, 0.1], got {rtol!r}")
+        raise DPValueError(f"rtol must be a float in [1e-12, 0.1], got {rtol!r}")
     log_target = math.log(delta_value)
 
     def excess(scale: float) -> tuple[float, tuple]:
@@ -280,7 +281,7 @@ def calibrate_discrete_laplace(epsilon: object, queries: Sequence = ((1, 1),)) -
     """
     target = _target_down(epsilon, "epsilon")
     if target <= 0:
-        raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+        raise DPValueError(f"epsilon must be > 0, got {epsilon!r}")
     parsed = _parse_queries(queries)
     return [
         round_up_to_small_denominator(Fraction(sum(shifts)) / (share * target))

@@ -29,6 +29,7 @@ from dp_pipeline.accounting.inversion import (
     smooth_gaussian,
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms.additive import DiscreteGaussian
 from dp_pipeline.rational import positive_rational
 
@@ -126,7 +127,7 @@ def _bounds_one_shift(
         return 0.0, TINY
     too_many = _terms_needed(sigma2, first) > _DIRECT_TERMS
     if too_many and partial:
-        raise ValueError(f"a tail sum from y = {first} at sigma2 = {sigma2} is too long to sum")
+        raise DPValueError(f"a tail sum from y = {first} at sigma2 = {sigma2} is too long to sum")
     if too_many and sigma2 >= SMOOTH_SIGMA2:
         return InversionComposition([smooth_gaussian(sigma2, shift, 1)], []).delta_bounds(epsilon)
     gap0 = Fraction(2 * first * shift + shift * shift) / (2 * sigma2) - epsilon_exact
@@ -168,7 +169,7 @@ def discrete_gaussian_tail_bounds(
     Thm. 7 from ``first`` on; error budget of `_bounds_one_shift`). Raises ValueError when
     that needs more than ~300,000 terms."""
     if Fraction(2 * first * shift + shift * shift, 2) / sigma2 <= Fraction(epsilon):
-        raise ValueError(f"the tail sum needs L(first) > epsilon, got first = {first}")
+        raise DPValueError(f"the tail sum needs L(first) > epsilon, got first = {first}")
     log_normalizer = discrete_gaussian_log_normalizer(float(sigma2))
     return _bounds_one_shift(sigma2, shift, epsilon, log_normalizer, first)
 

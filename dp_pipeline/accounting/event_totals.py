@@ -12,6 +12,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["event_rho", "pure_dp_split", "total_pure_epsilon", "total_rho"]
@@ -36,7 +37,7 @@ def event_rho(event: PrivacyEvent) -> Fraction:
     if pure is not None and not hasattr(mechanism, "privacy_loss_pmfs"):
         pure_exact = pure if isinstance(pure, Fraction) else Fraction(pure)
         return pure_exact**2 / 2
-    raise ValueError(
+    raise DPValueError(
         f"{type(mechanism).__name__} has no finite zCDP ρ known to the accountant "
         f"(it is described only by privacy_loss_pmfs()); use delta()/epsilon()"
     )
@@ -83,7 +84,7 @@ def total_pure_epsilon(events) -> Fraction:
             continue
         pure = None if isinstance(mechanism, DiscreteGaussian) else pure_epsilon_of(mechanism)
         if pure is None:
-            raise ValueError(
+            raise DPValueError(
                 f"{type(mechanism).__name__} is not pure ε-DP; pure_epsilon() needs every "
                 f"mechanism to be pure DP"
             )

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
 from dp_pipeline.rational import exact_rational
 
@@ -43,27 +44,29 @@ class PrivacyEvent:
 
 def sensitivity_tuple(sensitivity: object) -> tuple[int, ...]:
     if isinstance(sensitivity, (str, bytes)):
-        raise TypeError(
+        raise DPTypeError(
             f"sensitivity must be an integer or a sequence of integers, got {sensitivity!r}"
         )
     values = list(sensitivity) if isinstance(sensitivity, (Sequence, np.ndarray)) else [sensitivity]
     if not values:
-        raise ValueError("sensitivity must not be an empty sequence")
+        raise DPValueError("sensitivity must not be an empty sequence")
     result = []
     for index, value in enumerate(values):
         name = "sensitivity" if len(values) == 1 else f"sensitivity[{index}]"
         if isinstance(value, bool) or not isinstance(value, (numbers.Integral, Fraction)):
-            raise TypeError(
+            raise DPTypeError(
                 f"{name} must be an integer (a discrete mechanism's queries move by whole "
                 f"units), got {value!r}"
             )
         if isinstance(value, Fraction) and value.denominator != 1:
-            raise TypeError(f"{name} must be an integer, got {value!r}")
+            raise DPTypeError(f"{name} must be an integer, got {value!r}")
         if int(value) < 0:
-            raise ValueError(f"{name} must be >= 0, got {value!r}")
+            raise DPValueError(f"{name} must be >= 0, got {value!r}")
         result.append(int(value))
     if not any(result):
-        raise ValueError(f"sensitivity must have at least one non-zero shift, got {tuple(result)}")
+        raise DPValueError(
+            f"sensitivity must have at least one non-zero shift, got {tuple(result)}"
+        )
     return tuple(result)
 
 
@@ -80,7 +83,7 @@ def pure_epsilon_of(mechanism) -> Fraction | float | None:
     if pure is None:
         return None
     if callable(pure):
-        raise TypeError(
+        raise DPTypeError(
             f"{type(mechanism).__name__}.pure_epsilon must be a stored value (an attribute "
             f"or a property), not a method; give the mechanism its pure ε as a value"
         )

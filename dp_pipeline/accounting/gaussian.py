@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon, round_up
+from dp_pipeline.errors import DPValueError
 
 __all__ = [
     "balle_wang_delta",
@@ -23,7 +24,7 @@ __all__ = [
 def _check_positive(value: object, name: str) -> float:
     number = check_epsilon(value, name)
     if number <= 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
+        raise DPValueError(f"{name} must be > 0, got {value!r}")
     return number
 
 
@@ -61,7 +62,7 @@ def gaussian_sigma_classic(epsilon: object, delta: object, sensitivity: object =
     delta = check_delta(delta)
     sensitivity = _check_positive(sensitivity, "sensitivity")
     if epsilon >= 1:
-        raise ValueError(
+        raise DPValueError(
             f"epsilon must be < 1 for the classic Gaussian bound, got {epsilon!r}; use "
             f"gaussian_sigma_analytic or gaussian_sigma_vinterbo"
         )

@@ -69,6 +69,7 @@ from dp_pipeline.accounting.inversion_terms import (
     stack_buckets,
 )
 from dp_pipeline.accounting.saddle import saddle_point
+from dp_pipeline.errors import DPValueError
 
 __all__ = [
     "SMOOTH_SIGMA2",
@@ -208,7 +209,7 @@ class InversionComposition:
     def delta_bounds(self, epsilon: float) -> tuple[float, float]:
         """Rigorous (lower, upper) on δ(ε) for ε >= 0."""
         if not self.usable:
-            raise ValueError("the MGF inversion needs a smooth discrete Gaussian component")
+            raise DPValueError("the MGF inversion needs a smooth discrete Gaussian component")
         c = saddle_point(self._log_mgf, epsilon)
         k0, _, k2 = (float(x[0]) for x in self._log_mgf(c, epsilon))
         # Laplace approximation of δ/e^{K(c)}: the scale the error targets are relative to.

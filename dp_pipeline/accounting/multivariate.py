@@ -36,6 +36,7 @@ from dp_pipeline.accounting.inversion import (
 from dp_pipeline.accounting.lattice import LatticeComponent, lattice_loss
 from dp_pipeline.accounting.pld import pld_from_lattice_components
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
@@ -53,20 +54,20 @@ def discrete_gaussian_components(
 ) -> list[LatticeComponent]:
     """Group equal (σ², |μ|) coordinates into lattice components (μ = 0 costs nothing)."""
     if isinstance(sigma2s, (str, bytes)) or isinstance(mu, (str, bytes)):
-        raise TypeError("sigma2s and mu must be sequences")
+        raise DPTypeError("sigma2s and mu must be sequences")
     if len(sigma2s) != len(mu):
-        raise ValueError(
+        raise DPValueError(
             f"sigma2s and mu must have the same length (one σ² and one shift per coordinate), "
             f"got {len(sigma2s)} and {len(mu)}"
         )
     if len(sigma2s) == 0:
-        raise ValueError("sigma2s and mu must not be empty: there is nothing to compose")
+        raise DPValueError("sigma2s and mu must not be empty: there is nothing to compose")
     counts: Counter = Counter()
     for index, (sigma2, shift) in enumerate(zip(sigma2s, mu, strict=True)):
         sigma2 = positive_rational(sigma2, f"sigma2s[{index}]")
         shift_exact = exact_rational(shift, f"mu[{index}]")
         if shift_exact.denominator != 1:
-            raise ValueError(f"mu[{index}] must be an integer shift, got {shift!r}")
+            raise DPValueError(f"mu[{index}] must be an integer shift, got {shift!r}")
         if shift_exact != 0:
             counts[(sigma2, abs(int(shift_exact)))] += 1
     return [

@@ -20,6 +20,7 @@ from fractions import Fraction
 
 import gmpy2
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
@@ -36,10 +37,10 @@ _TAIL_BITS = PRECISION + 16
 
 def _exact(value, name: str) -> Fraction:
     if isinstance(value, bool) or not isinstance(value, Fraction | int):
-        raise TypeError(f"{name} must be an exact rational (Fraction or int), got {value!r}")
+        raise DPTypeError(f"{name} must be an exact rational (Fraction or int), got {value!r}")
     value = Fraction(value)
     if value <= 0:
-        raise ValueError(f"{name} must be > 0, got {value}")
+        raise DPValueError(f"{name} must be > 0, got {value}")
     return value
 
 
@@ -122,6 +123,6 @@ def noise_variance(mechanism: DiscreteGaussian | DiscreteLaplace) -> Fraction:
         return discrete_gaussian_variance(mechanism.sigma2)
     if isinstance(mechanism, DiscreteLaplace):
         return discrete_laplace_variance(mechanism.scale)
-    raise TypeError(
+    raise DPTypeError(
         f"mechanism must be a DiscreteGaussian or DiscreteLaplace, got {type(mechanism).__name__}"
     )

@@ -53,6 +53,7 @@ from dp_pipeline.accounting.pld_grid import (
     check_grid_size,
     discretise,
 )
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import positive_rational
 
@@ -134,7 +135,7 @@ class PrivacyLossDistribution:
         p = _check_pmf(p, "p")
         q = _check_pmf(q, "q")
         if p.shape != q.shape:
-            raise ValueError(
+            raise DPValueError(
                 f"p and q must be pmfs on a common support of the same length, "
                 f"got lengths {len(p)} and {len(q)}"
             )
@@ -187,7 +188,7 @@ class PrivacyLossDistribution:
         pure = pure_epsilon_of(mechanism)
         if pure is not None:
             return cls.from_randomized_response(float(pure), step)
-        raise TypeError(
+        raise DPTypeError(
             f"mechanism {mechanism!r} has no privacy-loss description: expected a "
             f"DiscreteGaussian, DiscreteLaplace, or an object with privacy_loss_pmfs() or "
             f"pure_epsilon"
@@ -197,9 +198,11 @@ class PrivacyLossDistribution:
     def compose(self, other: PrivacyLossDistribution) -> PrivacyLossDistribution:
         """PLD of running both mechanisms independently (losses add; pmfs convolve)."""
         if not isinstance(other, PrivacyLossDistribution):
-            raise TypeError(f"other must be a PrivacyLossDistribution, got {type(other).__name__}")
+            raise DPTypeError(
+                f"other must be a PrivacyLossDistribution, got {type(other).__name__}"
+            )
         if other.step != self.step:
-            raise ValueError(
+            raise DPValueError(
                 f"both PLDs must share one grid step to compose, got {self.step} and {other.step}"
             )
         forward = tuple(a.convolve(b) for a, b in zip(self._forward, other._forward, strict=True))
@@ -213,7 +216,7 @@ class PrivacyLossDistribution:
     def self_compose(self, count: int) -> PrivacyLossDistribution:
         """PLD of ``count`` independent runs (by repeated squaring)."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ValueError(f"count must be an integer >= 1, got {count!r}")
+            raise DPValueError(f"count must be an integer >= 1, got {count!r}")
         forward = tuple(part.power(count) for part in self._forward)
         backward = None
         if self._backward is not None:
@@ -257,21 +260,21 @@ class PrivacyLossDistribution:
 
 def _check_step(step: object) -> float:
     if isinstance(step, bool) or not isinstance(step, (int, float)):
-        raise TypeError(f"step must be a positive float, got {step!r}")
+        raise DPTypeError(f"step must be a positive float, got {step!r}")
     if not (math.isfinite(step) and step > 0):
-        raise ValueError(f"step must be finite and > 0, got {step!r}")
+        raise DPValueError(f"step must be finite and > 0, got {step!r}")
     return float(step)
 
 
 def _check_pmf(values, name: str) -> np.ndarray:
     array = np.asarray(values, dtype=np.float64)
     if array.ndim != 1 or len(array) == 0:
-        raise ValueError(f"{name} must be a non-empty 1-D array of probabilities")
+        raise DPValueError(f"{name} must be a non-empty 1-D array of probabilities")
     if not np.all(np.isfinite(array)) or np.any(array < 0):
-        raise ValueError(f"{name} must hold finite probabilities >= 0")
+        raise DPValueError(f"{name} must hold finite probabilities >= 0")
     total = float(array.sum())
     if abs(total - 1) > 1e-9:
-        raise ValueError(f"{name} must sum to 1 (within 1e-9), got {total!r}")
+        raise DPValueError(f"{name} must sum to 1 (within 1e-9), got {total!r}")
     return array
 
 
@@ -307,7 +310,9 @@ def pld_from_lattice_components(components, step: float | None = None) -> Privac
         if c.sigma2 is not None:
             shift = c.step * c.sigma2
             if shift.denominator != 1:
-                raise ValueError("lattice component is not a discrete Gaussian with integer shift")
+                raise DPValueError(
+                    "lattice component is not a discrete Gaussian with integer shift"
+                )
             part = PrivacyLossDistribution.from_discrete_gaussian(c.sigma2, int(shift), step)
         else:
             probabilities = np.asarray(c.probabilities)

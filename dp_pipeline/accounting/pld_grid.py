@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dp_pipeline.accounting._checks import round_up
+from dp_pipeline.errors import DPError
 
 __all__ = [
     "DEFAULT_STEP",
@@ -32,7 +33,7 @@ _UNIT_ROUNDOFF = 2.0**-53
 _DIRECT_CONVOLUTION = 64
 
 
-class GridTooLargeError(ValueError):
+class GridTooLargeError(DPError, ValueError):
     """A grid PLD would need more than `MAX_GRID_POINTS` points (raised before allocating)."""
 
 

@@ -49,6 +49,7 @@ from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
 from dp_pipeline.accounting.lattice import fraction_gcd
+from dp_pipeline.errors import DPError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["METHOD", "SupportLoss", "support_loss"]
@@ -177,7 +178,7 @@ def _parts(events) -> list[_Part] | None:
     return parts or None
 
 
-class _TooLargeError(Exception):
+class _TooLargeError(DPError):
     pass
 
 

@@ -18,6 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_pipeline.errors import DPValueError
+
 __all__ = ["CHUNK_ROWS", "census_chunk", "write_census_sample"]
 
 CHUNK_ROWS = 1_000_000
@@ -84,7 +86,7 @@ def write_census_sample(
 ) -> Path:
     """Write ``persons`` synthetic persons to one Parquet file at ``path`` (atomically)."""
     if persons < 1:
-        raise ValueError(f"persons must be >= 1, got {persons}")
+        raise DPValueError(f"persons must be >= 1, got {persons}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.tmp-{os.getpid()}")

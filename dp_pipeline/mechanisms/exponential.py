@@ -66,6 +66,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms.exponential_base import (
     MAX_BASE_BITS,
     choose_base,
@@ -128,14 +129,14 @@ class BaseTwoExponential:
             positive_rational(self.utility_sensitivity, "utility_sensitivity"),
         )
         if not isinstance(self.monotone, bool):
-            raise TypeError(f"monotone must be True or False, got {self.monotone!r}")
+            raise DPTypeError(f"monotone must be True or False, got {self.monotone!r}")
         if not isinstance(self.optimized, bool):
-            raise TypeError(f"optimized must be True or False, got {self.optimized!r}")
+            raise DPTypeError(f"optimized must be True or False, got {self.optimized!r}")
         _check_int(self.min_passes, "min_passes", 1)
         _check_int(self.tail_bits, "tail_bits", 1)
         _check_int(self.base_bits, "base_bits", 1)
         if self.base_bits > MAX_BASE_BITS:
-            raise ValueError(f"base_bits must be <= {MAX_BASE_BITS}, got {self.base_bits}")
+            raise DPValueError(f"base_bits must be <= {MAX_BASE_BITS}, got {self.base_bits}")
         if self.utility_bounds is not None:
             set_(self, "utility_bounds", _check_bounds(self.utility_bounds))
         factor = 1 if self.monotone else 2
@@ -147,7 +148,7 @@ class BaseTwoExponential:
         else:
             x, y, z = _check_exact_base(self.exact_base)
             if not log_not_above(Fraction(1 << y, x), z, target):
-                raise ValueError(
+                raise DPValueError(
                     f"exact_base {self.exact_base!r} has η·ln2·c·ceil(Δu) above "
                     f"epsilon={self.epsilon}; "
                     f"raise epsilon (see BaseTwoExponential.for_base) or use a base closer to 1"
@@ -335,25 +336,27 @@ class BaseTwoExponential:
 
 def _check_int(value, name: str, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
+        raise DPTypeError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise DPValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 def _check_exact_base(base) -> tuple[int, int, int]:
     try:
         x, y, z = base
     except (TypeError, ValueError):
-        raise TypeError(
+        raise DPTypeError(
             f"exact_base must be a triple (x, y, z) of integers, got {base!r}"
         ) from None
     for name, value in (("x", x), ("y", y), ("z", z)):
         _check_int(value, f"exact_base {name}", 1)
     x, y, z = int(x), int(y), int(z)
     if y > MAX_BASE_BITS:
-        raise ValueError(f"exact_base y must be <= {MAX_BASE_BITS}, got {y}")
+        raise DPValueError(f"exact_base y must be <= {MAX_BASE_BITS}, got {y}")
     if x >= 1 << y:
-        raise ValueError(f"exact_base needs x < 2**y so that the base is below 1, got x={x}, y={y}")
+        raise DPValueError(
+            f"exact_base needs x < 2**y so that the base is below 1, got x={x}, y={y}"
+        )
     return x, y, z
 
 
@@ -361,15 +364,15 @@ def _check_bounds(bounds) -> tuple[int, int]:
     try:
         low, high = bounds
     except (TypeError, ValueError):
-        raise TypeError(
+        raise DPTypeError(
             f"utility_bounds must be a pair (lower, upper) of integers, got {bounds!r}"
         ) from None
     for name, value in (("lower", low), ("upper", high)):
         if isinstance(value, bool) or not isinstance(value, int | np.integer):
-            raise TypeError(f"utility_bounds {name} must be an integer, got {value!r}")
+            raise DPTypeError(f"utility_bounds {name} must be an integer, got {value!r}")
     low, high = int(low), int(high)
     if low > high:
-        raise ValueError(
+        raise DPValueError(
             f"utility_bounds ({low}, {high}) are reversed: the lower bound must be <= the upper"
         )
     return low, high

@@ -11,7 +11,7 @@ import functools
 import math
 from fractions import Fraction
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPValueError, InternalError
 
 __all__ = ["MAX_BASE_BITS", "choose_base", "ln_bounds", "log_not_above"]
 
@@ -109,7 +109,7 @@ def choose_base(target: Fraction, base_bits: int) -> tuple[int, int, int]:
                 y -= 1
             return x, y, z
         y += 1
-    raise ValueError(
+    raise DPValueError(
         f"epsilon is too small to be represented: ε/(c·Δu) = {float(target):.3g} needs more than "
         f"{MAX_BASE_BITS} bits for the base 2**-η; raise epsilon"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 from fractions import Fraction
 from typing import Any
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms.additive import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.rational import exact_rational
@@ -55,7 +56,7 @@ def mechanism_from_dict(data: dict) -> Any:
         name = data.get("class")
         kind = _LEGACY_CLASS_NAMES.get(name)
         if kind is None:
-            raise ValueError(
+            raise DPValueError(
                 f"mechanism class {name!r} is not registered; a ledger may only name "
                 f"{', '.join(sorted(REGISTERED_MECHANISMS))}"
             )
@@ -65,7 +66,7 @@ def mechanism_from_dict(data: dict) -> Any:
         return DiscreteLaplace(exact_rational(data["scale"], "scale"))
     if kind == "base_two_exponential":
         return BaseTwoExponential.from_dict(data["data"])
-    raise ValueError(
+    raise DPValueError(
         f"mechanism type {kind!r} is not registered; known types: "
         f"{', '.join(sorted(REGISTERED_MECHANISMS))}"
     )

@@ -171,7 +171,11 @@ def exponential_sample_scaled(
     denominator_bound = check_utility_denominator(utility_denominator)
     numerators = np.asarray(numerators)
     if numerators.ndim != 1 or numerators.size == 0 or numerators.dtype != np.int64:
-        raise InternalError(f"scaled utilities must be a non-empty 1-D int64 array: {numerators!r}")
+        # The utilities come from data counts: the message gives their shape, never values.
+        raise InternalError(
+            f"scaled utilities must be a non-empty 1-D int64 array (got {numerators.ndim} "
+            f"dimension(s), {numerators.size} outcome(s), dtype {numerators.dtype})"
+        )
     check_integer_at_least(denominator, "denominator", 1)
     check_divides(numerators, denominator, denominator_bound)
     return _sample_exact(mechanism, numerators, denominator, denominator_bound, stream)[0]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 
 __all__ = [
     "INT64_MAX",
@@ -109,7 +109,7 @@ def uniform_below_int(stream, bound: int) -> int:
     """One exact uniform integer in [0, bound) for an arbitrary-precision ``bound`` >= 1
     (masked rejection on the fewest keystream bytes)."""
     if bound < 1:
-        raise ValueError(f"bound must be >= 1, got {bound}")
+        raise DPValueError(f"bound must be >= 1, got {bound}")
     bits = (bound - 1).bit_length()
     if bits == 0:
         return 0
@@ -129,20 +129,20 @@ def uniform_below_each(stream, bounds) -> np.ndarray:
     per element). Never ``%`` or floats: each value has probability exactly 1/b.
     """
     if isinstance(bounds, bool):
-        raise TypeError("bounds must be an integer array, got bool")
+        raise DPTypeError("bounds must be an integer array, got bool")
     array = np.asarray(bounds)
     if array.dtype == object:
         flat = [int(b) for b in array.ravel()]
         if any(b < 1 for b in flat):
-            raise ValueError("bounds must all be >= 1")
+            raise DPValueError("bounds must all be >= 1")
         if all(b <= 1 << 63 for b in flat):
             return _masked_each(stream, np.array(flat, dtype=np.uint64).reshape(array.shape))
         out = np.array([uniform_below_int(stream, b) for b in flat], dtype=object)
         return out.reshape(array.shape)
     if not np.issubdtype(array.dtype, np.integer):
-        raise TypeError(f"bounds must be integers, got dtype {array.dtype}")
+        raise DPTypeError(f"bounds must be integers, got dtype {array.dtype}")
     if array.size and array.min() < 1:
-        raise ValueError(f"bounds must all be >= 1, got minimum {array.min()}")
+        raise DPValueError(f"bounds must all be >= 1, got minimum {array.min()}")
     return _masked_each(stream, array.astype(np.uint64))
 
 

@@ -62,7 +62,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.noise.uniform import uniform_below_each
 
 __all__ = [
@@ -114,7 +114,7 @@ def utility_levels(
         shift = int(smallest) // denominator
         level_count = gap + 2
     if level_count * weight_shift(mechanism) > MAX_WEIGHT_BITS:
-        raise ValueError(
+        raise DPValueError(
             f"utility range of {level_count} levels needs "
             f"{level_count * weight_shift(mechanism)} bits "
             f"per weight (more than {MAX_WEIGHT_BITS}); narrow utility_bounds or lower "
@@ -182,9 +182,9 @@ def check_utility_denominator(value) -> int:
     Refuses a non-integer (or bool) and a value below 1.
     """
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"utility_denominator must be a positive integer, got {value!r}")
+        raise DPTypeError(f"utility_denominator must be a positive integer, got {value!r}")
     if value < 1:
-        raise ValueError(f"utility_denominator must be >= 1, got {value}")
+        raise DPValueError(f"utility_denominator must be >= 1, got {value}")
     return int(value)
 
 
@@ -198,7 +198,7 @@ def check_divides(numerators: np.ndarray, denominator: int, bound: int) -> None:
     for i, numerator in enumerate(numerators):
         own = denominator // math.gcd(int(numerator), denominator)
         if bound % own:
-            raise ValueError(
+            raise DPValueError(
                 f"utilities[{i}] has denominator {own}, which does not divide "
                 f"utility_denominator={bound}: the randomized rounding draws one uniform "
                 f"integer below utility_denominator per outcome, so every utility must be "
@@ -212,9 +212,9 @@ def check_divides(numerators: np.ndarray, denominator: int, bound: int) -> None:
 def check_integer_at_least(value, name: str, minimum: int) -> None:
     """Refuse a non-integer (or bool) ``value``, or one below ``minimum``, naming ``name``."""
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be an integer, got {value!r}")
+        raise DPTypeError(f"{name} must be an integer, got {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise DPValueError(f"{name} must be >= {minimum}, got {value}")
 
 
 def exact_utilities(utilities) -> tuple[np.ndarray, int]:
@@ -226,17 +226,19 @@ def exact_utilities(utilities) -> tuple[np.ndarray, int]:
     """
     array = np.asarray(utilities)
     if array.ndim != 1:
-        raise ValueError(f"utilities must be a 1-D array, got shape {array.shape}")
+        raise DPValueError(f"utilities must be a 1-D array, got shape {array.shape}")
     if array.size == 0:
-        raise ValueError("utilities is empty: the exponential mechanism needs at least one outcome")
+        raise DPValueError(
+            "utilities is empty: the exponential mechanism needs at least one outcome"
+        )
     if array.dtype == bool:
-        raise TypeError("utilities must be numbers, got a boolean array")
+        raise DPTypeError("utilities must be numbers, got a boolean array")
     if np.issubdtype(array.dtype, np.integer):
         return array.astype(np.int64) if array.dtype != np.uint64 else array.astype(object), 1
     if np.issubdtype(array.dtype, np.floating):
         bad = np.flatnonzero(~np.isfinite(array))
         if bad.size:
-            raise ValueError(
+            raise DPValueError(
                 f"utilities[{bad[0]}] is {array[bad[0]]}; utilities must be finite numbers "
                 f"(no NaN or infinity)"
             )
@@ -247,15 +249,15 @@ def exact_utilities(utilities) -> tuple[np.ndarray, int]:
         fractions = []
         for i, value in enumerate(array):
             if isinstance(value, bool) or not isinstance(value, int | float | Fraction | np.number):
-                raise TypeError(f"utilities[{i}] must be a number, got {value!r}")
+                raise DPTypeError(f"utilities[{i}] must be a number, got {value!r}")
             if isinstance(value, float | np.floating) and not math.isfinite(value):
-                raise ValueError(
+                raise DPValueError(
                     f"utilities[{i}] is {value}; utilities must be finite numbers "
                     f"(no NaN or infinity)"
                 )
             fractions.append(Fraction(value))
         return _from_fractions(fractions)
-    raise TypeError(f"utilities must be numbers, got dtype {array.dtype}")
+    raise DPTypeError(f"utilities must be numbers, got dtype {array.dtype}")
 
 
 def _from_fractions(values: list[Fraction]) -> tuple[np.ndarray, int]:

@@ -24,6 +24,8 @@ import functools
 import itertools
 import operator
 
+from dp_pipeline.errors import DPValueError
+
 try:
     # GMP's subquadratic division: the tree descent divides numbers of up to
     # L·y·z bits (450,000 at n = 75,000), ~30x faster than Python's long division.
@@ -192,5 +194,5 @@ def locate_by_linear_scan(counts: list[int], a: int, shift: int, draw: int) -> t
             found = (j, (draw - cumulative) // weight)
         cumulative += c * weight
     if found is None:
-        raise ValueError(f"draw {draw} is not below the total weight {cumulative}")
+        raise DPValueError(f"draw {draw} is not below the total weight {cumulative}")
     return found

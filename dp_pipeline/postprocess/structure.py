@@ -20,6 +20,8 @@ from typing import Protocol
 
 import numpy as np
 
+from dp_pipeline.errors import DPError
+
 __all__ = [
     "NATIONAL",
     "Hierarchy",
@@ -34,7 +36,7 @@ __all__ = [
 NATIONAL = -1
 
 
-class PostprocessError(ValueError):
+class PostprocessError(DPError, ValueError):
     """Bad input to the consistency step; the message names the table or field, value and rule."""
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.bounds import ValueBounds, sum_units_problem
 from dp_pipeline.query.domain import build_cell_domain, positive_int
@@ -39,7 +40,7 @@ def checked_noise(noise: object, name: str, allow_none: bool) -> Mechanism | Non
     if noise is None and allow_none:
         return None
     if not isinstance(noise, DiscreteGaussian | DiscreteLaplace):
-        raise TypeError(
+        raise DPTypeError(
             f"{name} must be a DiscreteGaussian or DiscreteLaplace, got {type(noise).__name__}"
         )
     return noise
@@ -65,19 +66,19 @@ def checked_parameters(
     noise = checked_noise(noise, "noise", allow_no_noise)
     cells = build_cell_domain(by, domains, cell_limit)
     if privacy_unit is not None and not isinstance(privacy_unit, str):
-        raise TypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
+        raise DPTypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
     if privacy_unit in cells.columns:
-        raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
+        raise DPValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
     if neighbouring not in NEIGHBOURING:
-        raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
+        raise DPValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
     if on_invalid not in ON_INVALID:
-        raise ValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
+        raise DPValueError(f"on_invalid must be one of {ON_INVALID}, got {on_invalid!r}")
     confidence = exact_rational(confidence, "confidence")
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+        raise DPValueError(f"confidence must be in (0, 1), got {confidence}")
     delta = DEFAULT_REPORT_DELTA if delta is None else exact_rational(delta, "delta")
     if not 0 < delta < 1:
-        raise ValueError(f"delta must be in (0, 1), got {delta}")
+        raise DPValueError(f"delta must be in (0, 1), got {delta}")
     return dict(
         cells=cells,
         noise=noise,
@@ -94,11 +95,11 @@ def checked_parameters(
 def check_summed_column(statistic, column, cells, privacy_unit, bounds) -> None:
     """Refuse a summed ``column`` that is not a name, is a key or the unit, or has no bounds."""
     if not isinstance(column, str):
-        raise TypeError(f"{statistic} needs column=<name of the summed column>, got {column!r}")
+        raise DPTypeError(f"{statistic} needs column=<name of the summed column>, got {column!r}")
     if column in cells.columns or column == privacy_unit:
-        raise ValueError(f"summed column {column!r} cannot be a key or privacy unit column")
+        raise DPValueError(f"summed column {column!r} cannot be a key or privacy unit column")
     if bounds is None:
-        raise ValueError(
+        raise DPValueError(
             f"{statistic} of column {column!r} needs bounds=(lower, upper); bounds are "
             f"never taken from the data"
         )
@@ -110,7 +111,7 @@ def summed_value_bounds(query, bounds, granularity) -> ValueBounds:
     value_bounds = ValueBounds.build(bounds, granularity)
     problem = sum_units_problem(value_bounds.max_abs_units, query.effective_max_per_cell)
     if problem is not None:
-        raise ValueError(
+        raise DPValueError(
             f"max_per_cell {query.max_per_cell} with bounds {bounds!r} and granularity "
             f"{granularity!r}: {problem}; lower max_per_cell, use tighter bounds or a "
             f"coarser granularity"

@@ -21,7 +21,7 @@ from fractions import Fraction
 from typing import ClassVar
 
 from dp_pipeline.accounting.events import PrivacyEvent
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.aggregation_checks import (
     DEFAULT_CONFIDENCE,
@@ -104,22 +104,22 @@ class Aggregation:
     def with_shared_rows(self, shared_rows: SharedRows, table: str) -> Aggregation:
         """This count or sum ranking each unit's rows as its group does (``table`` names errors)."""
         if not isinstance(shared_rows, SharedRows):
-            raise TypeError(f"shared_rows must be a SharedRows, got {shared_rows!r}")
+            raise DPTypeError(f"shared_rows must be a SharedRows, got {shared_rows!r}")
         if self.statistic not in ("count", "sum") or (self.max_cells, self.max_per_cell) != (1, 1):
-            raise ValueError(
+            raise DPValueError(
                 f"table {table!r}: shared rows need a count or sum with max_cells = "
                 f"max_per_cell = 1, got {self.statistic} with {self.max_cells} and "
                 f"{self.max_per_cell}"
             )
         missing = [c for c in self.cells.columns if c not in shared_rows.cells.columns]
         if missing:
-            raise ValueError(f"table {table!r}: shared rows lack the key(s) {missing}")
+            raise DPValueError(f"table {table!r}: shared rows lack the key(s) {missing}")
         return replace(self, shared_rows=shared_rows)
 
     def with_hierarchy(self, hierarchy: HierarchyRule) -> Aggregation:
         """This query dropping the rows that break ``hierarchy`` (`dp_pipeline.query.hierarchy`)."""
         if not isinstance(hierarchy, HierarchyRule):
-            raise TypeError(f"hierarchy must be a HierarchyRule, got {hierarchy!r}")
+            raise DPTypeError(f"hierarchy must be a HierarchyRule, got {hierarchy!r}")
         return replace(self, hierarchy=hierarchy)
 
     def counting_cells(self, cells: CellDomain) -> CountQuery:
@@ -133,7 +133,7 @@ class Aggregation:
         noise = checked_noise(noise, "noise", False)
         if self.statistic != "mean":
             if count_noise is not None:
-                raise ValueError("count_noise is only used by mean")
+                raise DPValueError("count_noise is only used by mean")
             return replace(self, noise=noise)
         count_noise = checked_noise(count_noise, "count_noise", True)
         return replace(self, noise=noise, count_noise=count_noise or noise)
@@ -188,7 +188,7 @@ class Aggregation:
         `dp_pipeline.query.sensitivity.sensitivity_vector` (derivation there)."""
         bounds = self.value_bounds if measure == "sum" else None
         if measure == "sum" and bounds is None:
-            raise ValueError("a count has no sum sensitivity")
+            raise DPValueError("a count has no sum sensitivity")
         return sensitivity_vector(
             measure,
             max_cells=self.max_cells,
@@ -327,16 +327,16 @@ AGGREGATIONS: dict[str, type[Aggregation]] = {
 def aggregation_query(statistic: str, **parameters) -> Aggregation:
     """The parameter object of ``statistic`` ("count", "sum" or "mean"), validated."""
     if statistic not in AGGREGATIONS:
-        raise ValueError(f"statistic must be one of {tuple(AGGREGATIONS)}, got {statistic!r}")
+        raise DPValueError(f"statistic must be one of {tuple(AGGREGATIONS)}, got {statistic!r}")
     kind = AGGREGATIONS[statistic]
     if statistic == "count" and (
         parameters.get("column") is not None or parameters.get("bounds") is not None
     ):
-        raise ValueError("count takes no column or bounds; use sum or mean")
+        raise DPValueError("count takes no column or bounds; use sum or mean")
     if statistic == "count":
         parameters = {k: v for k, v in parameters.items() if k not in ("column", "bounds")}
     if statistic != "mean" and parameters.get("count_noise") is not None:
-        raise ValueError("count_noise is only used by mean")
+        raise DPValueError("count_noise is only used by mean")
     if statistic != "mean":
         parameters.pop("count_noise", None)
     if statistic == "count":

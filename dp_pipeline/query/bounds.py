@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.domain import MAX_UNITS
 from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.rational import exact_rational, positive_rational
@@ -69,32 +70,32 @@ class ValueBounds:
     @classmethod
     def build(cls, bounds: object, granularity: object) -> ValueBounds:
         if not isinstance(bounds, Sequence) or isinstance(bounds, str) or len(bounds) != 2:
-            raise TypeError(f"bounds must be a pair (lower, upper), got {bounds!r}")
+            raise DPTypeError(f"bounds must be a pair (lower, upper), got {bounds!r}")
         lower = exact_rational(bounds[0], "bounds lower")
         upper = exact_rational(bounds[1], "bounds upper")
         if lower > upper:
-            raise ValueError(f"bounds: lower {bounds[0]!r} is above upper {bounds[1]!r}")
+            raise DPValueError(f"bounds: lower {bounds[0]!r} is above upper {bounds[1]!r}")
         step = positive_rational(granularity, "granularity")
         for name, value, raw in (("lower", lower, bounds[0]), ("upper", upper, bounds[1])):
             if (value / step).denominator != 1:
-                raise ValueError(
+                raise DPValueError(
                     f"bounds {name} {raw!r} is not an integer multiple of granularity "
                     f"{granularity!r}; choose bounds on the granularity grid"
                 )
         out = cls(lower, upper, step)
         if out.max_abs_units > MAX_UNITS:
-            raise ValueError(
+            raise DPValueError(
                 f"bounds {bounds!r} span more than 2**53 granularity units; use a coarser "
                 f"granularity"
             )
         problem = sum_units_problem(out.max_abs_units, None)
         if problem is not None:
-            raise ValueError(
+            raise DPValueError(
                 f"bounds {bounds!r} with granularity {granularity!r}: {problem}; use a coarser "
                 f"granularity or tighter bounds"
             )
         if out.lower_units == 0 and out.upper_units == 0:
-            raise ValueError("bounds (0, 0) make every sum 0; declare a non-trivial range")
+            raise DPValueError("bounds (0, 0) make every sum 0; declare a non-trivial range")
         return out
 
     @property

@@ -22,6 +22,7 @@ from decimal import Decimal
 from fractions import Fraction
 
 from dp_pipeline.accounting import calibrate_discrete_gaussian, calibrate_discrete_laplace
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.aggregations import AGGREGATIONS, Aggregation, aggregation_query
 
@@ -31,19 +32,19 @@ __all__ = ["QueryBudget", "budget_value", "query_with_budget", "selection_epsilo
 def budget_value(value: object, name: str) -> Fraction:
     """A budget number as an exact rational, floats read down; refuses non-numbers by name."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real | Decimal):
-        raise TypeError(
+        raise DPTypeError(
             f"{name} must be a number (int, Fraction, Decimal or float), got {value!r} "
             f"({type(value).__name__})"
         )
     if isinstance(value, Decimal):
         if not value.is_finite():
-            raise ValueError(f"{name} must be finite, got {value!r}")
+            raise DPValueError(f"{name} must be finite, got {value!r}")
         return Fraction(value)
     if isinstance(value, numbers.Rational):
         return Fraction(value.numerator, value.denominator)
     as_float = float(value)
     if not math.isfinite(as_float):
-        raise ValueError(f"{name} must be finite, got {value!r}")
+        raise DPValueError(f"{name} must be finite, got {value!r}")
     return min(Fraction(repr(as_float)), Fraction(as_float))
 
 
@@ -65,17 +66,17 @@ def selection_epsilon(epsilon, rho, rho_per_epsilon_squared: Fraction):
     Σ(m_i·ε/Δ₁)²/2. Exactly one of ``epsilon`` and ``rho``.
     """
     if epsilon is not None and rho is not None:
-        raise ValueError(f"give epsilon= or rho=, not both: got epsilon={epsilon!r}, rho={rho!r}")
+        raise DPValueError(f"give epsilon= or rho=, not both: got epsilon={epsilon!r}, rho={rho!r}")
     if rho is None:
         if epsilon is None:
-            raise ValueError("a selection needs a budget: epsilon= (pure ε) or rho= (zCDP)")
+            raise DPValueError("a selection needs a budget: epsilon= (pure ε) or rho= (zCDP)")
         return epsilon
     checked = budget_value(rho, "rho")
     if checked <= 0:
-        raise ValueError(f"rho must be > 0, got {rho!r}")
+        raise DPValueError(f"rho must be > 0, got {rho!r}")
     root = sqrt_down(checked / rho_per_epsilon_squared)
     if root <= 0:
-        raise ValueError(f"rho = {rho!r} is too small for any selection")
+        raise DPValueError(f"rho = {rho!r} is too small for any selection")
     return root
 
 
@@ -96,19 +97,19 @@ class QueryBudget:
         """
         given = [name for name, value in (("epsilon", epsilon), ("rho", rho)) if value is not None]
         if noise is not None and given:
-            raise ValueError(
+            raise DPValueError(
                 f"give either noise= or a budget, not both: got noise={noise!r} and "
                 f"{given[0]}={epsilon if given[0] == 'epsilon' else rho!r}"
             )
         if noise is not None:
             return None
         if not given:
-            raise ValueError(
+            raise DPValueError(
                 "give noise= (a DiscreteGaussian or DiscreteLaplace) or a budget: "
                 "epsilon= (with delta=: discrete Gaussian; alone: discrete Laplace) or rho="
             )
         if len(given) == 2:
-            raise ValueError(
+            raise DPValueError(
                 f"give epsilon= (and delta=) or rho=, not both: got epsilon={epsilon!r} and "
                 f"rho={rho!r}"
             )
@@ -116,15 +117,15 @@ class QueryBudget:
         if delta is not None:
             checked_delta = budget_value(delta, "delta")
             if not 0 < checked_delta < 1:
-                raise ValueError(f"delta must be in (0, 1), got {delta!r}")
+                raise DPValueError(f"delta must be in (0, 1), got {delta!r}")
         if rho is not None:
             checked_rho = budget_value(rho, "rho")
             if checked_rho <= 0:
-                raise ValueError(f"rho must be > 0, got {rho!r}")
+                raise DPValueError(f"rho must be > 0, got {rho!r}")
             return cls(epsilon=None, delta=checked_delta, rho=checked_rho)
         checked_epsilon = budget_value(epsilon, "epsilon")
         if checked_epsilon <= 0:
-            raise ValueError(f"epsilon must be > 0, got {epsilon!r}")
+            raise DPValueError(f"epsilon must be > 0, got {epsilon!r}")
         return cls(epsilon=checked_epsilon, delta=checked_delta, rho=None)
 
     @property
@@ -159,14 +160,14 @@ def query_with_budget(
     mechanisms; the report's δ is the budget's (or the default).
     """
     if statistic not in AGGREGATIONS:
-        raise ValueError(f"statistic must be one of {tuple(AGGREGATIONS)}, got {statistic!r}")
+        raise DPValueError(f"statistic must be one of {tuple(AGGREGATIONS)}, got {statistic!r}")
     budget = QueryBudget.build(noise=noise, epsilon=epsilon, delta=delta, rho=rho)
     if delta is not None:
         parameters["delta"] = delta if budget is None else budget.delta
     if budget is None:
         return aggregation_query(statistic, noise=noise, **parameters)
     if parameters.get("count_noise") is not None:
-        raise ValueError(
+        raise DPValueError(
             f"count_noise={parameters['count_noise']!r} with a budget: the budget calibrates "
             f"both the sum and the count; give noise= and count_noise= instead"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.query.domain import positive_int
 from dp_pipeline.randomness import MasterKey
 
@@ -45,10 +45,10 @@ class RunContext:
     ) -> RunContext:
         """Validate the key and the names; raise naming the argument before any work."""
         if not isinstance(key, MasterKey):
-            raise TypeError(f"key must be a dp_pipeline MasterKey, got {type(key).__name__}")
+            raise DPTypeError(f"key must be a dp_pipeline MasterKey, got {type(key).__name__}")
         for name, value in (("release_id", release_id), ("table", table)):
             if not isinstance(value, str) or not value:
-                raise ValueError(f"{name} must be a non-empty string, got {value!r}")
+                raise DPValueError(f"{name} must be a non-empty string, got {value!r}")
         return cls(
             key=key,
             release_id=release_id,

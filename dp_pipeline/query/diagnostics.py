@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from dp_pipeline.errors import DPValueError
+
 __all__ = ["Diagnostics", "invalid_rows_error"]
 
 
@@ -68,7 +70,7 @@ def invalid_rows_error(column: str, rule: str) -> ValueError:
     read from the input; the non-private diagnostics of ``on_invalid="drop"``
     have the counts for whoever may see them.
     """
-    return ValueError(
+    return DPValueError(
         f"column {column!r}: some rows {rule} (on_invalid='error'; the message quotes no "
         f"count or value from the data; use on_invalid='drop' to drop such rows and count "
         f"them in the non-private diagnostics)"

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.errors import DPTypeError, DPValueError
+
 __all__ = ["DEFAULT_CELL_LIMIT", "CellDomain", "Domain", "build_cell_domain", "positive_int"]
 
 DEFAULT_CELL_LIMIT = 10_000_000
@@ -32,9 +34,9 @@ def is_integer_value(value: object) -> bool:
 
 def positive_int(value: object, name: str) -> int:
     if not is_integer_value(value):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+        raise DPTypeError(f"{name} must be a positive integer, got {value!r}")
     if int(value) < 1:
-        raise ValueError(f"{name} must be >= 1, got {value!r}")
+        raise DPValueError(f"{name} must be >= 1, got {value!r}")
     return int(value)
 
 
@@ -54,25 +56,25 @@ class Domain:
         if isinstance(values, str | bytes) or not isinstance(
             values, Sequence | np.ndarray | pd.Index
         ):
-            raise TypeError(
+            raise DPTypeError(
                 f"domain of column {column!r} must be a range or a list of values, "
                 f"got {type(values).__name__}"
             )
         values = list(values)
         if not values:
-            raise ValueError(f"domain of column {column!r} is empty; declare at least one value")
+            raise DPValueError(f"domain of column {column!r} is empty; declare at least one value")
         seen: set[object] = set()
         kinds = set()
         for value in values:
             try:
                 hash(value)
             except TypeError:
-                raise TypeError(
+                raise DPTypeError(
                     f"domain of column {column!r}: value {value!r} is not hashable "
                     f"({type(value).__name__}); use integers or strings"
                 ) from None
             if value is None or (isinstance(value, float) and math.isnan(value)):
-                raise ValueError(
+                raise DPValueError(
                     f"domain of column {column!r} contains the null value {value!r}; "
                     f"rows with null keys are dropped (or refused), never a cell"
                 )
@@ -81,19 +83,21 @@ class Domain:
             elif isinstance(value, str):
                 kinds.add("str")
             else:
-                raise TypeError(
+                raise DPTypeError(
                     f"domain of column {column!r}: value {value!r} has type "
                     f"{type(value).__name__}; domain values must be integers or strings"
                 )
             normalized = int(value) if is_integer_value(value) else value
             if normalized in seen:
-                raise ValueError(
+                raise DPValueError(
                     f"domain of column {column!r} lists {value!r} more than once; "
                     f"each value must appear exactly once"
                 )
             seen.add(normalized)
         if len(kinds) > 1:
-            raise TypeError(f"domain of column {column!r} mixes integers and strings; use one type")
+            raise DPTypeError(
+                f"domain of column {column!r} mixes integers and strings; use one type"
+            )
         self.kind = kinds.pop()
         if self.kind == "int":
             self.values = np.array([int(v) for v in values], dtype=np.int64)
@@ -107,18 +111,18 @@ class Domain:
     def integer_range(cls, column: str, start: int, stop: int) -> Domain:
         """The integers ``start, start + 1, ..., stop - 1`` (``stop`` exclusive)."""
         if not (is_integer_value(start) and is_integer_value(stop)):
-            raise TypeError(
+            raise DPTypeError(
                 f"domain of column {column!r}: range bounds must be integers, "
                 f"got {start!r} and {stop!r}"
             )
         start, stop = int(start), int(stop)
         if stop <= start:
-            raise ValueError(
+            raise DPValueError(
                 f"domain of column {column!r}: range({start}, {stop}) is empty; "
                 f"declare at least one value"
             )
         if not (start >= -(2**62) and stop <= 2**62):
-            raise ValueError(f"domain of column {column!r}: range({start}, {stop}) exceeds int64")
+            raise DPValueError(f"domain of column {column!r}: range({start}, {stop}) exceeds int64")
         domain = cls.__new__(cls)
         domain.column = column
         domain.kind = "int"
@@ -132,19 +136,19 @@ class Domain:
         """A domain from a user's declaration: a ``range`` (step 1), a list/tuple, or a Domain."""
         if isinstance(spec, Domain):
             if spec.column != column:
-                raise ValueError(
+                raise DPValueError(
                     f"domain declared for column {column!r} was built for column {spec.column!r}"
                 )
             return spec
         if isinstance(spec, range):
             if spec.step != 1:
-                raise ValueError(
+                raise DPValueError(
                     f"domain of column {column!r}: {spec!r} has step {spec.step}; "
                     f"only step-1 ranges are supported, pass an explicit list instead"
                 )
             return cls.integer_range(column, spec.start, spec.stop)
         if isinstance(spec, set | frozenset | dict):
-            raise TypeError(
+            raise DPTypeError(
                 f"domain of column {column!r} is a {type(spec).__name__}, which has no "
                 f"fixed order; pass a list (its order is the order of the released cells)"
             )
@@ -256,37 +260,37 @@ def build_cell_domain(
     """
     columns = [by] if isinstance(by, str) else by
     if not isinstance(columns, Sequence) or isinstance(columns, bytes):
-        raise TypeError(f"by must be a column name or a list of column names, got {by!r}")
+        raise DPTypeError(f"by must be a column name or a list of column names, got {by!r}")
     columns = list(columns)
     if not columns:
-        raise ValueError("by must name at least one key column")
+        raise DPValueError("by must name at least one key column")
     for column in columns:
         if not isinstance(column, str):
-            raise TypeError(f"by: column names must be strings, got {column!r}")
+            raise DPTypeError(f"by: column names must be strings, got {column!r}")
     duplicates = sorted({c for c in columns if columns.count(c) > 1})
     if duplicates:
-        raise ValueError(f"by names column {duplicates[0]!r} more than once")
+        raise DPValueError(f"by names column {duplicates[0]!r} more than once")
     if not isinstance(domains, Mapping):
-        raise TypeError(
+        raise DPTypeError(
             f"domains must be a mapping from key column to its domain, got {type(domains).__name__}"
         )
     for column in columns:
         if column not in domains:
-            raise ValueError(
+            raise DPValueError(
                 f"key column {column!r} has no declared domain; every key column needs one "
                 f"(a range or a list of values) in domains"
             )
     extra = [c for c in domains if c not in columns]
     if extra:
-        raise ValueError(f"domains declares column {extra[0]!r}, which is not in by={columns}")
+        raise DPValueError(f"domains declares column {extra[0]!r}, which is not in by={columns}")
     cell_limit = positive_int(cell_limit, "cell_limit")
     if cell_limit > MAX_CELL_LIMIT:
-        raise ValueError(f"cell_limit must be <= 2**40, got {cell_limit}")
+        raise DPValueError(f"cell_limit must be <= 2**40, got {cell_limit}")
     built = tuple(Domain.from_spec(column, domains[column]) for column in columns)
     cell_domain = CellDomain(built)
     if cell_domain.total > cell_limit:
         sizes = " x ".join(f"{d.column}:{d.size}" for d in built)
-        raise ValueError(
+        raise DPValueError(
             f"the domain product {sizes} has {cell_domain.total:,} cells, above the cell limit "
             f"{cell_limit:,}; coarsen a domain or raise cell_limit"
         )

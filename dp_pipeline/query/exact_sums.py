@@ -31,6 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from dp_pipeline.errors import DPTypeError
+
 __all__ = [
     "MAX_SUM_UNITS",
     "SUM_LIMIT",
@@ -188,7 +190,7 @@ def saturating_add(values: np.ndarray, noise: np.ndarray) -> np.ndarray:
     int64 ends. Clamping the noisy value is post-processing: it costs no privacy.
     """
     if values.dtype != np.int64:
-        raise TypeError(f"true values must be int64, got {values.dtype}")
+        raise DPTypeError(f"true values must be int64, got {values.dtype}")
     if noise.dtype == object:
         exact = [int(v) + int(z) for v, z in zip(values.tolist(), noise.tolist(), strict=True)]
         return np.array([min(max(t, _INT64_MIN), _INT64_MAX) for t in exact], dtype=np.int64)

@@ -25,6 +25,7 @@ from functools import cached_property
 import numpy as np
 
 from dp_pipeline.digest import digest_of
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.domain import Domain
 
 __all__ = ["HIERARCHY_MISMATCH", "HIERARCHY_RULE", "HierarchyRule"]
@@ -58,17 +59,17 @@ class HierarchyRule:
         coarser = tuple(coarser)
         arrays = tuple(np.asarray(a, dtype=np.int64) for a in ancestors)
         if len(arrays) != len(coarser):
-            raise ValueError(
+            raise DPValueError(
                 f"hierarchy rule: {len(coarser)} coarser level(s) but {len(arrays)} ancestor lists"
             )
         for domain, array in zip(coarser, arrays, strict=True):
             if array.shape != (finest.size,):
-                raise ValueError(
+                raise DPValueError(
                     f"hierarchy rule: level {domain.column!r} needs one ancestor for each of the "
                     f"{finest.size} values of {finest.column!r}, got {array.size}"
                 )
             if array.size and (array.min() < 0 or array.max() >= domain.size):
-                raise ValueError(
+                raise DPValueError(
                     f"hierarchy rule: an ancestor in level {domain.column!r} lies outside its "
                     f"domain of {domain.size} values"
                 )

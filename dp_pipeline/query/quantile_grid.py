@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
@@ -37,7 +38,7 @@ def quantile_candidate_count(bounds, granularity) -> int:
     step = positive_rational(granularity, "granularity")
     count = math.floor((high - low) / step) + 1
     if count > MAX_QUANTILE_CANDIDATES:
-        raise ValueError(
+        raise DPValueError(
             f"bounds {bounds!r} with granularity {granularity!r} give {count} candidates "
             f"(more than {MAX_QUANTILE_CANDIDATES}); use a coarser granularity"
         )
@@ -105,11 +106,11 @@ def check_value_bounds(bounds) -> tuple[Fraction, Fraction]:
     try:
         low, high = bounds
     except (TypeError, ValueError):
-        raise TypeError(f"bounds must be a pair (lower, upper), got {bounds!r}") from None
+        raise DPTypeError(f"bounds must be a pair (lower, upper), got {bounds!r}") from None
     low = exact_rational(low, "bounds lower")
     high = exact_rational(high, "bounds upper")
     if low > high:
-        raise ValueError(
+        raise DPValueError(
             f"bounds {tuple(bounds)!r} are reversed: the lower bound must be <= the upper"
         )
     return low, high
@@ -117,6 +118,6 @@ def check_value_bounds(bounds) -> tuple[Fraction, Fraction]:
 
 def check_positive_int(value, name: str) -> None:
     if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise TypeError(f"{name} must be a positive integer, got {value!r}")
+        raise DPTypeError(f"{name} must be a positive integer, got {value!r}")
     if value < 1:
-        raise ValueError(f"{name} must be >= 1, got {value}")
+        raise DPValueError(f"{name} must be >= 1, got {value}")

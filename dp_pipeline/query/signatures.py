@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable, Sequence
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, InternalError
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
@@ -136,7 +136,7 @@ def explicit_argument_error(call: str, name: str) -> TypeError:
         raise InternalError(f"no explanation of the explicit argument {name!r}")
     per_unit = call.format('..., privacy_unit="person_id"')
     per_record = call.format("..., privacy_unit=None")
-    return TypeError(
+    return DPTypeError(
         f"{call.format('...')} needs privacy_unit=: the column whose value identifies one "
         f"person (or other unit), so that the guarantee covers each unit with all of its "
         f"rows (bounded by max_cells and max_per_cell), e.g. {per_unit}; or, to protect "

@@ -16,6 +16,7 @@ from fractions import Fraction
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.release.consistency import RAW_COLUMN, value_margin_of
 from dp_pipeline.release.exact_errors import ErrorTally, histogram_counts
 from dp_pipeline.release.plan import ReleasePlan, TablePlan
@@ -103,7 +104,7 @@ class TableAccuracy:
             needed.append(self._geography_level)
         missing = [column for column in needed if column not in frame]
         if missing:
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: a batch has no {missing[0]!r} column (its columns: "
                 f"{list(frame.columns)}); every batch needs the same columns"
             )
@@ -135,7 +136,7 @@ class TableAccuracy:
         if self._has_truth is None:
             self._has_truth = present
         elif present != self._has_truth:
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: a batch {'has' if present else 'has no'} {column!r} "
                 f"column and earlier ones {'did not' if present else 'did'}; every batch "
                 "needs the same columns"
@@ -144,9 +145,9 @@ class TableAccuracy:
     def _integers(self, frame: pd.DataFrame, column: str) -> np.ndarray:
         series = frame[column]
         if series.isna().any():
-            raise ValueError(f"table {self.name!r}: column {column!r} has missing values")
+            raise DPValueError(f"table {self.name!r}: column {column!r} has missing values")
         if not pd.api.types.is_integer_dtype(series.dtype):
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: column {column!r} has dtype {series.dtype}; true cell "
                 "values are integers"
             )
@@ -156,7 +157,7 @@ class TableAccuracy:
         """estimate − truth per cell: int64 for whole estimates, float64 otherwise."""
         series = frame[column]
         if series.isna().any():
-            raise ValueError(f"table {self.name!r}: column {column!r} has missing values")
+            raise DPValueError(f"table {self.name!r}: column {column!r} has missing values")
         if pd.api.types.is_integer_dtype(series.dtype):
             values = series.to_numpy(np.int64)
             if values.size and max(int(np.abs(values).max()), int(np.abs(truth).max())) >= 2**62:
@@ -165,7 +166,7 @@ class TableAccuracy:
         values = series.to_numpy(np.float64)
         if not np.isfinite(values).all():
             bad = values[~np.isfinite(values)][0].item()
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: column {column!r} has {bad!r}; estimates must be finite"
             )
         return values - truth
@@ -184,7 +185,7 @@ class TableAccuracy:
         if (positions < 0).any():
             bad = keys[positions < 0][0]
             bad = bad.item() if hasattr(bad, "item") else bad
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: column {level!r} has {bad!r}, which is not in its "
                 "declared domain"
             )
@@ -199,7 +200,7 @@ class TableAccuracy:
         cells = self.table_plan.table.cells
         tally = self._tallies["consistent"]
         if tally.cells != cells:
-            raise ValueError(
+            raise DPValueError(
                 f"table {self.name!r}: the accuracy saw {tally.cells:,} rows; the table has "
                 f"{cells:,} cells, and every one must be given"
             )

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.errors import DPError
 
 __all__ = [
     "LedgerError",
@@ -29,7 +30,7 @@ __all__ = [
 ]
 
 
-class LedgerError(ValueError):
+class LedgerError(DPError, ValueError):
     """A release the ledger refuses (the message says why and what to do)."""
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyEvent
+from dp_pipeline.errors import DPError
 from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.query.budget import sqrt_down as query_sqrt_down
 from dp_pipeline.release.queries import table_sensitivity
@@ -30,7 +31,7 @@ __all__ = [
 ]
 
 
-class PlanError(ValueError):
+class PlanError(DPError, ValueError):
     """The spec's noise parameters do not meet its budget (nothing was read or spent)."""
 
 

@@ -17,6 +17,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.errors import DPValueError
+
 __all__ = ["ErrorTally", "exact_float_sums", "exact_sums", "histogram_counts"]
 
 # An int64 sum of a batch cannot overflow while its largest |value| × its size is at most this.
@@ -41,10 +43,10 @@ def exact_float_sums(values: np.ndarray, groups: np.ndarray, size: int) -> list[
     are exact rationals, whatever the order or batching of the values.
     """
     if values.size > _MAX_FLOAT_BATCH:
-        raise ValueError(f"{values.size:,} values in one batch; at most {_MAX_FLOAT_BATCH:,}")
+        raise DPValueError(f"{values.size:,} values in one batch; at most {_MAX_FLOAT_BATCH:,}")
     if not np.isfinite(values).all():
         bad = values[~np.isfinite(values)][0].item()
-        raise ValueError(f"a value of {bad!r} is not finite; exact sums need finite numbers")
+        raise DPValueError(f"a value of {bad!r} is not finite; exact sums need finite numbers")
     fraction, exponent = np.frexp(values)
     significand = np.ldexp(fraction, 53).astype(np.int64)  # exact: 53 bits
     high = significand >> _HALF_BITS

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.randomness import MasterKey
 
 __all__ = ["files_fingerprint", "input_files", "local_files", "spark_input_files"]
@@ -43,7 +44,7 @@ def input_files(path: str | os.PathLike[str], input_format: str) -> tuple[Path, 
     _exists(root)
     if input_format == "csv":
         if root.is_dir():
-            raise ValueError(
+            raise DPValueError(
                 f"input path {str(root)!r} is a folder; the pandas engine reads one CSV "
                 "file (use the spark engine for a folder of CSV files)"
             )
@@ -74,7 +75,7 @@ def local_files(uris: Sequence[str], root: Path) -> tuple[Path, ...]:
     for uri in uris:
         parsed = urlparse(uri)
         if parsed.scheme not in ("", "file"):
-            raise ValueError(
+            raise DPValueError(
                 f"input file {uri!r} is not on the local file system; releases fingerprint "
                 "the bytes they read and support local paths only"
             )

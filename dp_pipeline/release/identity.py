@@ -29,6 +29,7 @@ from fractions import Fraction
 from typing import Any
 
 from dp_pipeline.digest import digest_of
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.release.spec_model import ReleaseSpec, TableSpec
 
 __all__ = ["ReleaseIdentity", "release_identity"]
@@ -66,7 +67,7 @@ def _table_parts(position: int, table: TableSpec, spec: ReleaseSpec) -> dict[str
     known = {f for group in _TABLE_FIELDS.values() for f in group} | {"name", "cells"}
     missing = {f.name for f in fields(TableSpec)} - known
     if missing:  # a new TableSpec field must be given a part here, never left out
-        raise TypeError(f"release identity: TableSpec fields {sorted(missing)} have no part")
+        raise DPTypeError(f"release identity: TableSpec fields {sorted(missing)} have no part")
     parts: dict[str, Any] = {f"{name} position": position}
     for label, names in _TABLE_FIELDS.items():
         parts[f"{name} {label}"] = {field: _exact(getattr(table, field)) for field in names}
@@ -111,11 +112,11 @@ class ReleaseIdentity:
     def from_dict(cls, data: dict) -> ReleaseIdentity:
         """The identity `to_dict` wrote; its digest is recomputed and must match."""
         if not isinstance(data, dict) or data.get("version") != _VERSION:
-            raise ValueError("a release identity needs version 1 and its parts")
+            raise DPValueError("a release identity needs version 1 and its parts")
         parts = {str(k): str(v) for k, v in data["parts"].items()}
         identity = cls(str(data["release_id"]), parts, digest_of([_VERSION, parts]))
         if identity.digest != data.get("digest"):
-            raise ValueError(f"release identity of {identity.release_id!r} is corrupt")
+            raise DPValueError(f"release identity of {identity.release_id!r} is corrupt")
         return identity
 
 

@@ -22,6 +22,7 @@ import os
 import stat
 from pathlib import Path
 
+from dp_pipeline.errors import DPError
 from dp_pipeline.randomness import MasterKey
 
 __all__ = [
@@ -33,7 +34,7 @@ __all__ = [
 ]
 
 
-class KeyFileError(ValueError):
+class KeyFileError(DPError, ValueError):
     """A key file that may be known to someone else (its message says how to fix it)."""
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.release.manifest import check_replaceable, hidden_folders, hidden_name
 
 __all__ = [
@@ -132,7 +133,7 @@ def write_batches(batches: Iterable[pa.Table], path: Path) -> int:
     try:
         for batch in batches:
             if short or batch.num_rows > ROW_GROUP_ROWS:
-                raise ValueError(
+                raise DPValueError(
                     f"{path.name}: batches must have {ROW_GROUP_ROWS} rows, all but the last"
                 )
             short = batch.num_rows < ROW_GROUP_ROWS
@@ -144,7 +145,7 @@ def write_batches(batches: Iterable[pa.Table], path: Path) -> int:
         if writer is not None:
             writer.close()
     if writer is None:
-        raise ValueError(f"{path.name}: no batch to write")
+        raise DPValueError(f"{path.name}: no batch to write")
     return rows
 
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import run_pandas
 from dp_pipeline.engines.pandas.invalid_rows import invalid_unit_count
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.input_schema import arrow_frame, read_csv_rows
 from dp_pipeline.release.invalid_rows import decide, row_checks
@@ -98,13 +99,13 @@ def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArra
     """Grid positions of a quantile table's values (nullable: <NA> where not finite)."""
 
     if table.value not in frame:
-        raise ValueError(
+        raise DPValueError(
             f"table {table.name!r}: column {table.value!r} is not in the input; its columns "
             f"are {list(frame.columns)}"
         )
     series = frame[table.value]
     if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
-        raise TypeError(
+        raise DPTypeError(
             f"table {table.name!r}: column {table.value!r} has dtype {series.dtype}; a "
             f"{table.statistic} needs a numeric column"
         )

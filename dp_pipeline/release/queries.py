@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.aggregations import Aggregation, CountQuery, SharedRows, SumQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.domain import MAX_CELL_LIMIT, Domain, build_cell_domain
@@ -64,7 +65,7 @@ def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
     elif table.statistic == "count":
         query = CountQuery.build(**cells)
     else:
-        raise ValueError(f"table {table.name!r}: a {table.statistic} table has no noised query")
+        raise DPValueError(f"table {table.name!r}: a {table.statistic} table has no noised query")
     shared = shared_rows(spec)
     if shared is not None and table.name in spec.postprocess.combined:
         query = query.with_shared_rows(shared, table.name)

@@ -52,6 +52,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import engines
 from dp_pipeline.release.accuracy_stream import (
@@ -450,7 +451,7 @@ def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
     folder = Path(folder)
     manifest = read_manifest(folder)
     if manifest is None:
-        raise ValueError(
+        raise DPValueError(
             f"{str(folder)!r} is not a complete release: it has no {MANIFEST_NAME} naming "
             "exactly its files (a folder written by an interrupted run, or not a release)"
         )
@@ -460,7 +461,7 @@ def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
             continue
         data = (folder / name).read_bytes()
         if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise ValueError(
+            raise DPValueError(
                 f"{str(folder / name)!r} differs from the release's {MANIFEST_NAME}: the "
                 "file was changed after publication; read the release from a trusted copy"
             )

@@ -12,13 +12,14 @@ from pathlib import Path
 from typing import Any
 
 from dp_pipeline.engines.spark.quiet import discard_log
+from dp_pipeline.errors import DPError
 from dp_pipeline.release.fingerprint import input_files, spark_input_files
 from dp_pipeline.release.spec_model import SpecError
 
 __all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log"]
 
 
-class InputChangedError(RuntimeError):
+class InputChangedError(DPError, RuntimeError):
     """The input's files or bytes changed between the start and the end of a run."""
 
 

@@ -31,6 +31,7 @@ from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.consistency import postprocess_on_spark
 from dp_pipeline.release.fingerprint import local_files, spark_input_files
@@ -124,7 +125,7 @@ def _driver_rows(frame, spec: ReleaseSpec, flag: str | None) -> tuple[pd.DataFra
     needed = list(csv_columns(spec))
     missing = [name for name in needed if name not in frame.columns]
     if missing:
-        raise ValueError(
+        raise DPValueError(
             f"column(s) {missing} used by the spec are not in the input; its columns are "
             f"{frame.columns}"
         )

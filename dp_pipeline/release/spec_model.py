@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
+from dp_pipeline.errors import DPError, DPKeyError
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
 from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec_fields import check_token
@@ -103,7 +104,7 @@ DEFAULT_RELEASE_CELL_LIMIT = 20_000_000
 MAX_NOISE_PARTITIONS = 4096
 
 
-class SpecError(ValueError):
+class SpecError(DPError, ValueError):
     """A release spec broke one or more rules; ``problems`` lists each one."""
 
     def __init__(self, problems: list[str], source: str = "spec") -> None:
@@ -235,7 +236,7 @@ class ReleaseSpec:
         for table in self.tables:
             if table.name == name:
                 return table
-        raise KeyError(f"spec has no table named {name!r}")
+        raise DPKeyError(f"spec has no table named {name!r}")
 
 
 def replaced(spec: ReleaseSpec, **changes: Any) -> ReleaseSpec:

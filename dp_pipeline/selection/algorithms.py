@@ -69,7 +69,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.noise.exponential import exponential_sample_scaled
@@ -131,7 +131,7 @@ def quantile_rank_error_bound(mechanism: BaseTwoExponential, candidates: int, be
     log2_ratio = math.ceil(Fraction(candidates) / beta).bit_length()
     bound = 2 + math.ceil(log2_ratio / eta_low)
     if mechanism.utility_bounds is None and bound > mechanism.relative_gap(candidates):
-        raise ValueError(
+        raise DPValueError(
             f"beta={beta} is below what the relative clamp resolves (tail_bits="
             f"{mechanism.tail_bits}); use a larger beta or a mechanism with more tail_bits"
         )
@@ -148,7 +148,7 @@ def select_quantile(bucket_counts, q, candidates, mechanism, stream):
     """
     q_exact = exact_rational(q, "q")
     if not 0 <= q_exact <= 1:
-        raise ValueError(f"q must be in [0, 1], got {q!r}")
+        raise DPValueError(f"q must be in [0, 1], got {q!r}")
     counts = np.asarray(bucket_counts, dtype=np.int64)
     if counts.shape != (len(candidates),):
         raise InternalError(
@@ -226,7 +226,7 @@ def dp_quantile(values, q, bounds, granularity, mechanism, stream):
     """
     q_exact = exact_rational(q, "q")
     if not 0 <= q_exact <= 1:
-        raise ValueError(f"q must be in [0, 1], got {q!r}")
+        raise DPValueError(f"q must be in [0, 1], got {q!r}")
     candidates = quantile_candidates(bounds, granularity)
     mechanism = checked_quantile_mechanism(mechanism)
     data = _finite_values(values)
@@ -313,28 +313,28 @@ def dp_top_k(
     """
     check_positive_int(k, "k")
     if method not in TOP_K_METHODS:
-        raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
+        raise DPValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
     check_positive_int(max_candidates, "max_candidates")
     counts = np.asarray(counts_by_candidate)
     if counts.ndim != 1:
-        raise ValueError(f"counts_by_candidate must be 1-D, got shape {counts.shape}")
+        raise DPValueError(f"counts_by_candidate must be 1-D, got shape {counts.shape}")
     if counts.size == 0:
-        raise ValueError("counts_by_candidate is empty: top-k needs at least one candidate")
+        raise DPValueError("counts_by_candidate is empty: top-k needs at least one candidate")
     if k > counts.size:
-        raise ValueError(f"k = {k} is larger than the number of candidates ({counts.size})")
+        raise DPValueError(f"k = {k} is larger than the number of candidates ({counts.size})")
     labels = np.arange(counts.size) if candidates is None else np.asarray(candidates)
     if labels.shape != counts.shape:
-        raise ValueError(
+        raise DPValueError(
             f"candidates has {labels.size} entries but counts_by_candidate has {counts.size}"
         )
     if np.issubdtype(counts.dtype, np.floating):
         bad = np.flatnonzero(~np.isfinite(counts))
         if bad.size:
-            raise ValueError(
+            raise DPValueError(
                 f"counts_by_candidate[{bad[0]}] is {counts[bad[0]]}; counts must be finite"
             )
     elif not np.issubdtype(counts.dtype, np.integer):
-        raise TypeError(f"counts_by_candidate must be numbers, got dtype {counts.dtype}")
+        raise DPTypeError(f"counts_by_candidate must be numbers, got dtype {counts.dtype}")
     if method == "peeling":
         mechanism = top_k_mechanism(
             epsilon, k, utility_sensitivity=utility_sensitivity, monotone=monotone
@@ -342,10 +342,10 @@ def dp_top_k(
         chosen = peel_top_k(counts, k, mechanism, stream)
     else:
         if not np.issubdtype(counts.dtype, np.integer):
-            raise TypeError("one_shot top-k needs integer counts (exact discrete Laplace noise)")
+            raise DPTypeError("one_shot top-k needs integer counts (exact discrete Laplace noise)")
         sensitivity = positive_rational(utility_sensitivity, "utility_sensitivity")
         if sensitivity.denominator != 1:
-            raise ValueError(
+            raise DPValueError(
                 f"one_shot top-k needs an integer utility_sensitivity, got {utility_sensitivity!r}"
             )
         l1 = max_candidates * sensitivity * (1 if monotone else 2)
@@ -361,12 +361,12 @@ def checked_quantile_mechanism(mechanism, values_per_unit: int = 1) -> BaseTwoEx
     if not isinstance(mechanism, BaseTwoExponential):
         return quantile_mechanism(mechanism, utility_sensitivity=values_per_unit)
     if mechanism.monotone:
-        raise ValueError(
+        raise DPValueError(
             "the quantile rank loss is not monotone; pass a BaseTwoExponential with "
             "monotone=False (or just an epsilon)"
         )
     if mechanism.utility_sensitivity < values_per_unit:
-        raise ValueError(
+        raise DPValueError(
             f"the quantile rank loss has sensitivity {values_per_unit} (the rows one unit "
             f"keeps in a group), but the mechanism declares utility_sensitivity="
             f"{mechanism.utility_sensitivity}; use >= {values_per_unit}"
@@ -377,20 +377,20 @@ def checked_quantile_mechanism(mechanism, values_per_unit: int = 1) -> BaseTwoEx
 def _finite_values(values) -> np.ndarray:
     array = np.asarray(values)
     if array.ndim != 1:
-        raise ValueError(f"values must be 1-D, got shape {array.shape}")
+        raise DPValueError(f"values must be 1-D, got shape {array.shape}")
     if array.dtype == object or not (
         np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)
     ):
         try:
             array = array.astype(float)
         except (TypeError, ValueError):
-            raise TypeError(f"values must be numbers, got dtype {array.dtype}") from None
+            raise DPTypeError(f"values must be numbers, got dtype {array.dtype}") from None
     if array.dtype == bool:
-        raise TypeError("values must be numbers, got booleans")
+        raise DPTypeError("values must be numbers, got booleans")
     array = array.astype(float)
     bad = np.flatnonzero(np.isnan(array))
     if bad.size:
-        raise ValueError(
+        raise DPValueError(
             f"values[{bad[0]}] is NaN; drop or impute missing values before a DP quantile"
         )
     return array

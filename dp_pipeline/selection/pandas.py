@@ -21,6 +21,7 @@ from dp_pipeline.engines.pandas.aggregate import (
     unit_column,
     unit_values,
 )
+from dp_pipeline.errors import DPTypeError
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
@@ -36,11 +37,11 @@ def run_quantile_pandas(df: pd.DataFrame, query: QuantileQuery) -> pd.DataFrame:
     the mechanism's Δu and changes at most ``runs`` groups' selections.
     """
     if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+        raise DPTypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
     selection = query.selection
     series = input_column(df, query.column, "quantile")
     if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):
-        raise TypeError(
+        raise DPTypeError(
             f"quantile column {query.column!r} has dtype {series.dtype}; it must be numeric"
         )
     groups = selection.groups

@@ -24,6 +24,7 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting import PrivacyEvent, margin_of_error
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.aggregations import CountQuery
@@ -59,10 +60,10 @@ _ON_INVALID = ("drop", "error")
 
 def _check_common(on_invalid, confidence) -> Fraction:
     if on_invalid not in _ON_INVALID:
-        raise ValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
+        raise DPValueError(f"on_invalid must be one of {_ON_INVALID}, got {on_invalid!r}")
     confidence = exact_rational(confidence, "confidence")
     if not 0 < confidence < 1:
-        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+        raise DPValueError(f"confidence must be in (0, 1), got {confidence}")
     return confidence
 
 
@@ -88,11 +89,11 @@ def top_k_counts(
     """
     groups = [] if by is None else ([by] if isinstance(by, str) else list(by))
     if by is None and domains is not None:
-        raise ValueError("domains declare the groups of by=; give by= too, or no domains")
+        raise DPValueError("domains declare the groups of by=; give by= too, or no domains")
     if column in groups:
-        raise ValueError(f"top-k column {column!r} cannot also be a group (by) column")
+        raise DPValueError(f"top-k column {column!r} cannot also be a group (by) column")
     if domains is not None and column in domains:
-        raise ValueError(
+        raise DPValueError(
             f"domains has the top-k column {column!r}: its domain is candidates=; "
             f"domains declare the groups of by="
         )
@@ -175,22 +176,22 @@ class QuantileSelection:
         `BaseTwoExponential` (Δu >= ``max_per_cell``, not monotone).
         """
         if statistic not in ("quantile", "median"):
-            raise ValueError(f"statistic must be 'quantile' or 'median', got {statistic!r}")
+            raise DPValueError(f"statistic must be 'quantile' or 'median', got {statistic!r}")
         if not isinstance(column, str) or not column:
-            raise TypeError(f"column must be a column name, got {column!r}")
+            raise DPTypeError(f"column must be a column name, got {column!r}")
         q_exact = exact_rational(q, "q")
         if not 0 <= q_exact <= 1:
-            raise ValueError(f"q must be in [0, 1], got {q!r}")
+            raise DPValueError(f"q must be in [0, 1], got {q!r}")
         low, high = check_value_bounds(bounds)
         step = positive_rational(granularity, "granularity")
         candidates = tuple(quantile_candidates((low, high), step))
         groups = _quantile_groups(column, by, domains, privacy_unit, len(candidates), cell_limit)
         if privacy_unit is not None and not isinstance(privacy_unit, str):
-            raise TypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
+            raise DPTypeError(f"privacy_unit must be a column name or None, got {privacy_unit!r}")
         if privacy_unit == column:
-            raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be the quantile column")
+            raise DPValueError(f"privacy_unit {privacy_unit!r} cannot also be the quantile column")
         if neighbouring not in NEIGHBOURING:
-            raise ValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
+            raise DPValueError(f"neighbouring must be one of {NEIGHBOURING}, got {neighbouring!r}")
         shape = dict(
             groups=groups,
             privacy_unit=privacy_unit,
@@ -284,15 +285,15 @@ def _quantile_groups(column, by, domains, privacy_unit, candidates, cell_limit):
     """The declared groups (None without ``by``), refused past ``cell_limit`` buckets."""
     if by is None:
         if domains is not None:
-            raise ValueError("domains declare the groups of by=; give by= too, or no domains")
+            raise DPValueError("domains declare the groups of by=; give by= too, or no domains")
         return None
     groups = build_cell_domain(by, domains if domains is not None else {}, cell_limit)
     if column in groups.columns:
-        raise ValueError(f"quantile column {column!r} cannot also be a group (by) column")
+        raise DPValueError(f"quantile column {column!r} cannot also be a group (by) column")
     if privacy_unit is not None and privacy_unit in groups.columns:
-        raise ValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
+        raise DPValueError(f"privacy_unit {privacy_unit!r} cannot also be a key column")
     if groups.total * candidates > cell_limit:
-        raise ValueError(
+        raise DPValueError(
             f"{groups.total} groups x {candidates} candidates is more than cell_limit = "
             f"{cell_limit} buckets; use a coarser granularity, fewer groups or a larger "
             f"cell_limit"
@@ -350,20 +351,20 @@ class TopKSelection:
         bounds, neighbouring, invalid rows, cell limit, confidence).
         """
         if not isinstance(column, str) or not column:
-            raise TypeError(f"column must be a column name, got {column!r}")
+            raise DPTypeError(f"column must be a column name, got {column!r}")
         check_positive_int(k, "k")
         if method not in TOP_K_METHODS:
-            raise ValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
+            raise DPValueError(f"method must be one of {TOP_K_METHODS}, got {method!r}")
         if epsilon is not None or rho is None:
             epsilon = positive_rational(selection_epsilon(epsilon, rho, Fraction(1)), "epsilon")
         if isinstance(candidates, list | tuple | range) and len(candidates) == 0:
-            raise ValueError(
+            raise DPValueError(
                 f"candidates for column {column!r} is empty: top-k needs at least one candidate"
             )
         counts = top_k_counts(column, candidates, **count_bounds)
         per_group = counts.cells.domains[-1].size
         if k > per_group:
-            raise ValueError(f"k = {k} is larger than the number of candidates ({per_group})")
+            raise DPValueError(f"k = {k} is larger than the number of candidates ({per_group})")
         runs = _top_k_group_runs(counts)
         vector = counts.count_sensitivity()
         l1 = sum(vector)

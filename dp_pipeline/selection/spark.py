@@ -46,6 +46,7 @@ from dp_pipeline.engines.spark_sql.coding import (
     invalid_number,
     quantile_position,
 )
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
@@ -109,10 +110,12 @@ def check_numeric_column(df, column: str, role: str) -> None:
     """Raise, naming ``role`` (e.g. "quantile column"), unless ``column`` is numeric in ``df``."""
     fields = {f.name: f.dataType for f in df.schema.fields}
     if column not in fields:
-        raise ValueError(f"{role} {column!r} is not in the DataFrame; its columns are {df.columns}")
+        raise DPValueError(
+            f"{role} {column!r} is not in the DataFrame; its columns are {df.columns}"
+        )
     kind = fields[column]
     if not isinstance(kind, NumericType):
-        raise TypeError(
+        raise DPTypeError(
             f"{role} {column!r} has Spark type {kind.simpleString()}; it must be numeric"
         )
 
@@ -121,13 +124,13 @@ def _check_unit_column(df, privacy_unit: str) -> None:
     """Refuse a privacy unit column that is missing or holds neither integers nor strings."""
     fields = {f.name: f.dataType for f in df.schema.fields}
     if privacy_unit not in fields:
-        raise ValueError(
+        raise DPValueError(
             f"privacy_unit column {privacy_unit!r} is not in the DataFrame; its columns are "
             f"{df.columns}"
         )
     kind = fields[privacy_unit]
     if not isinstance(kind, (*INTEGRAL_TYPES, StringType)):
-        raise TypeError(
+        raise DPTypeError(
             f"privacy_unit column {privacy_unit!r} has Spark type {kind.simpleString()}; "
             f"it must hold integers or strings"
         )

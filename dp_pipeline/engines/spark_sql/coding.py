@@ -22,6 +22,7 @@ from pyspark.sql.types import (
 )
 
 from dp_pipeline.engines.numpy_rules import KEY_LIMIT
+from dp_pipeline.errors import InternalError
 from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
@@ -59,7 +60,8 @@ LIMB_BITS = 16
 # and |sum(high)| <= 2**47 * 2**15 = 2**62. Every partial Spark forms sums a subset of
 # one cell's rows, so no partial wraps or raises either.
 LIMB_ROWS = 2**47
-assert MAX_SUM_UNITS >> LIMB_BITS <= 2**15 and LIMB_ROWS * (2**LIMB_BITS - 1) < 2**63
+if not (MAX_SUM_UNITS >> LIMB_BITS <= 2**15 and LIMB_ROWS * (2**LIMB_BITS - 1) < 2**63):
+    raise InternalError("the limb split no longer keeps every partial sum inside int64")
 
 
 @dataclass(frozen=True)
