@@ -435,26 +435,25 @@ def test_pandas_and_spark_drop_the_same_rows_breaking_the_hierarchy(
 
 
 @pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.spark)])
-def test_on_invalid_error_refuses_rows_breaking_the_hierarchy_before_the_ledger(
-    tmp_path, request, engine
-):
+def test_rows_breaking_the_hierarchy_enter_the_noisy_invalid_row_count(tmp_path, request, engine):
+    """Under on_invalid = "error" rows that break the mapping are invalid rows like the
+    others: they enter the noisy, accounted count, and the refusal names no column."""
+    from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
     from dp_pipeline.release.ledger import Ledger
-    from dp_pipeline.release.spec_model import SpecError
 
     spark = request.getfixturevalue("spark") if engine == "spark" else None
     input_breaking_the_hierarchy(tmp_path, persons=2_000, null_counties=0)
-    spec = hierarchy_spec(tmp_path, engine)
-    text = (
-        (tmp_path / "geo.toml").read_text().replace("[input]\n", '[input]\non_invalid = "error"\n')
-    )
-    (tmp_path / "geo.toml").write_text(text)
+    hierarchy_spec(tmp_path, engine)
+    text = (tmp_path / "geo.toml").read_text().replace('share = "1/4"', 'share = "1/5"')
+    fields = 'on_invalid = "error"\ninvalid_share = "1/5"\ninvalid_threshold = 0\n'
+    (tmp_path / "geo.toml").write_text(text.replace("[input]\n", "[input]\n" + fields))
     spec = load_spec(tmp_path / "geo.toml")
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(InvalidRowsRefusedError) as info:
         run_release(spec, progress=QUIET, spark=spark)
     message = str(info.value)
-    assert (
-        "column 'county': some rows break the public hierarchy mapping (the finest geography "
-        "is null or outside its domain, or a coarser geography is not its ancestor in the "
-        "mapping) (reason code hierarchy_mismatch)"
-    ) in message
-    assert Ledger(spec.ledger_path).entry(spec.release_id) is None
+    assert "the noisy count of privacy units with an invalid row is " in message
+    assert "above input.invalid_threshold = 0" in message
+    assert "county" not in message and "state" not in message
+    # Read, so charged: the reservation stays, nothing is published.
+    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "reserved"
+    assert not (tmp_path / "out" / spec.release_id).exists()
