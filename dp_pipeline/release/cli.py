@@ -36,7 +36,7 @@ from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger import Ledger
 from dp_pipeline.release.plan import PlanError, exact_and_decimal, format_plan, plan_release
 from dp_pipeline.release.plan_ledger import check_against_ledger
-from dp_pipeline.release.preflight import input_problems
+from dp_pipeline.release.preflight import engine_problems, input_problems
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.release.spec_model import ENGINES, INPUT_FORMATS, SpecError
@@ -125,6 +125,8 @@ def _plan(arguments) -> int:
         if check is not None:
             print()
             print(check.text())
+    for problem in engine_problems(spec):
+        print(f"note: dp-release run would refuse this install: {problem}", file=sys.stderr)
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0

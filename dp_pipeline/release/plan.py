@@ -289,7 +289,8 @@ def plan_release(
     For an (ε, δ) budget the common noise scale is searched with every mechanism in the
     composition (`calibrate_zcdp_shares`). Raises `SpecError` first when the machine
     cannot run the spec (`check_machine`: a missing input, an input of another format,
-    an output folder that is a file, Spark without PySpark) or the combined tables
+    an output folder that is a file; Spark without PySpark is `run_release`'s check,
+    `check_engine`, since a plan is the same on every install) or the combined tables
     cannot be post-processed where the engine would (`check_postprocess_engine`).
     ``input_present=False`` plans a release whose input may not exist yet (the input
     is not checked; ``dp-release plan`` reports its problems as notes).

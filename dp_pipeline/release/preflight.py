@@ -25,9 +25,31 @@ from dp_pipeline.release.spec_hierarchy import mapping_input_problem, mapping_is
 from dp_pipeline.release.spec_limits import MAX_SYNTHETIC_PERSONS
 from dp_pipeline.release.spec_model import ReleaseSpec, SpecError, format_of_path
 
-__all__ = ["PARQUET_MAGIC", "check_machine", "input_problems"]
+__all__ = ["PARQUET_MAGIC", "check_engine", "check_machine", "engine_problems", "input_problems"]
 
 PARQUET_MAGIC = b"PAR1"
+
+
+def engine_problems(spec: ReleaseSpec) -> list[str]:
+    """The spec's engine if this install cannot run it (Spark without PySpark), else none.
+
+    Apart from `check_machine`: a plan is the same on every install (it reads no
+    data and starts no engine), so only running needs the engine.
+    """
+    if spec.engine == "spark" and importlib.util.find_spec("pyspark") is None:
+        return [
+            'run.engine = "spark" (the default when [run] gives no engine): PySpark is not '
+            'installed; set engine = "pandas" under [run] (or --engine pandas), or install '
+            "PySpark (pip install 'dp_pipeline[spark]')"
+        ]
+    return []
+
+
+def check_engine(spec: ReleaseSpec) -> None:
+    """Raise `SpecError` when this install cannot run the spec's engine (before any read)."""
+    problems = engine_problems(spec)
+    if problems:
+        raise SpecError(problems, spec.source)
 
 
 def check_machine(spec: ReleaseSpec, *, input_present: bool = True) -> None:
@@ -37,12 +59,6 @@ def check_machine(spec: ReleaseSpec, *, input_present: bool = True) -> None:
     scheduled release before its file arrives); `input_problems` then reports it apart.
     """
     problems: list[str] = []
-    if spec.engine == "spark" and importlib.util.find_spec("pyspark") is None:
-        problems.append(
-            'run.engine = "spark" (the default when [run] gives no engine): PySpark is not '
-            'installed; set engine = "pandas" under [run] (or --engine pandas), or install '
-            "PySpark (pip install 'dp_pipeline[spark]')"
-        )
     if input_present:
         problems.extend(input_problems(spec))
     hierarchy = spec.hierarchy

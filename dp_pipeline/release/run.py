@@ -91,6 +91,7 @@ from dp_pipeline.release.outputs import (
     write_table,
 )
 from dp_pipeline.release.plan import ReleasePlan, fitting_budget_text, plan_release
+from dp_pipeline.release.preflight import check_engine
 from dp_pipeline.release.report import html_report, privacy_report
 from dp_pipeline.release.source import kept_log
 from dp_pipeline.release.spec_model import (
@@ -196,6 +197,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
+    check_engine(spec)  # before the plan, the key or any read
     plan = plan_release(spec)
     timings["plan"] = plan.seconds
     progress(
