@@ -44,7 +44,7 @@ def package_modules():
         try:
             modules.append(importlib.import_module(info.name))
         except ModuleNotFoundError as error:
-            if error.name is None or not error.name.startswith("pyspark"):
+            if error.name is None or not error.name.startswith(("pyspark", "py4j")):
                 raise
     return modules
 

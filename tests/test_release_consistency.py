@@ -367,7 +367,7 @@ def hierarchy_spec(folder: Path, engine: str = "pandas"):
 def rmse_against_valid_rows(tables, frame: pd.DataFrame) -> dict[str, tuple[float, float]]:
     """(RMSE of the consistent value, of the raw noisy count) against the persons whose
     geography agrees with the mapping: the persons every table of the set describes."""
-    valid = frame["county"].notna().to_numpy(bool)
+    valid = frame["county"].notna().to_numpy(bool).copy()  # pandas 3: a read-only view
     county = frame["county"].fillna(1).to_numpy(np.int64)
     valid &= frame["state"].to_numpy() == state_of_county()[county - 1] + 1
     persons = frame[valid]

@@ -362,7 +362,9 @@ def test_non_numeric_quantile_column_is_refused_before_anything_is_published(tmp
     )
     spec = load_spec(path)
     # The Parquet footer says so before the ledger reserves anything.
-    with pytest.raises(SpecError, match=r"column 'age' has type (large_)?string; as the spec's number"):
+    with pytest.raises(
+        SpecError, match=r"column 'age' has type (large_)?string; as the spec's number"
+    ):
         run_release(spec, progress=QUIET)
     assert not (tmp_path / "out" / spec.release_id).exists()
     assert Ledger(spec.ledger_path).entry(spec.release_id) is None

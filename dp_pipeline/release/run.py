@@ -197,8 +197,8 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     timings: dict[str, float] = {}
     clock = time.perf_counter()
 
-    check_engine(spec)  # before the plan, the key or any read
     plan = plan_release(spec)
+    check_engine(spec)  # before the key or any read
     timings["plan"] = plan.seconds
     progress(
         f"planned {len(plan.tables)} table(s), "
