@@ -715,7 +715,10 @@ def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_
     capsys.readouterr()
     assert main(["run", str(spec_file), "--quiet"]) == 2
     error = capsys.readouterr().err
-    assert CONFIDENTIAL not in error and "row" not in error and "line" not in error
+    assert f"input '{data}'" in error and "it is not valid UTF-8 text" in error
+    # The words are looked for outside the paths, which the test's scratch folder names.
+    message = error.replace(str(tmp_path), "<tmp>")
+    assert CONFIDENTIAL not in message and "row" not in message and "line" not in message
     assert f"input '{data}'" in error and "it is not valid UTF-8 text" in error
     spec = load_spec(spec_file)
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "reserved"  # charged
@@ -1163,14 +1166,16 @@ def test_a_mapping_that_is_the_input_is_refused_unread(tmp_path, capsys):
     for command in ("plan", "run"):
         error = refused(same, command)
         assert "hierarchy.mapping" in error and "is the input" in error, error
-        assert not any(leak in error for leak in leaks), error
+        message = error.replace(str(tmp_path), "<tmp>")
+        assert not any(leak in message for leak in leaks), error
     # The mapping lies in the input folder.
     folder = tmp_path / "input"
     folder.mkdir()
     inside = folder / "part.csv"
     inside.write_text(persons.read_text())
     error = refused(HIERARCHY_SPEC.format(tmp=tmp_path, input=folder, mapping=inside), "plan")
-    assert "is the input" in error and not any(leak in error for leak in leaks), error
+    message = error.replace(str(tmp_path), "<tmp>")
+    assert "is the input" in error and not any(leak in message for leak in leaks), error
     # --input names the mapping after the spec was read.
     spec = HIERARCHY_SPEC.format(tmp=tmp_path, input=persons, mapping=mapping)
     error = refused(spec, "run", "--quiet", "--input", str(mapping))
@@ -1180,7 +1185,8 @@ def test_a_mapping_that_is_the_input_is_refused_unread(tmp_path, capsys):
     spec = HIERARCHY_SPEC.format(tmp=tmp_path, input=mapping, mapping=persons)
     error = refused(spec.replace(f'path = "{mapping}"', 'path = ""'), "plan")
     assert "column 'county' holds a value outside domains.county" in error, error
-    assert not any(leak in error for leak in leaks), error
+    message = error.replace(str(tmp_path), "<tmp>")
+    assert not any(leak in message for leak in leaks), error
     assert not (tmp_path / "ledger.sqlite").exists()
 
 
