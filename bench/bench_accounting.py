@@ -272,8 +272,8 @@ RANDOM_PLAN_SEEDS = [
 
 def _plan(path: str):
     """Release planning of a spec in conf/: calibration, ε(δ) and δ(ε) of the release."""
-    from dp_pipeline.release.plan import plan_release
-    from dp_pipeline.release.spec import load_spec
+    from dp_pipeline.release.plan.release_plan import plan_release
+    from dp_pipeline.release.spec.load import load_spec
 
     plan = plan_release(load_spec(path))
     delta = None if plan.delta_tight is None else plan.delta_tight.upper

@@ -22,9 +22,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.randomness import MasterKey
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.queries import table_spec
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.plan.queries import table_spec
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         inputs["pandas"] = pq.read_table(path).to_pandas()
     if {"parquet_pass", "spark_sql"} & set(paths):
         from dp_pipeline.engines.spark import parquet_plan
-        from dp_pipeline.release.spark_tables import spark_session
+        from dp_pipeline.release.tables.on_spark import spark_session
 
         spark = spark_session(arguments.master)
         one_pass = parquet_plan.ONE_PASS_CELLS

@@ -35,11 +35,11 @@ import pandas as pd
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
 from dp_pipeline.postprocess import make_consistent
-from dp_pipeline.release.consistency import _hierarchy, _noisy_counts
-from dp_pipeline.release.pandas_tables import true_values_pandas
-from dp_pipeline.release.plan import plan_release
+from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.run import apply_overrides, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.tables.consistency import _hierarchy, _noisy_counts
+from dp_pipeline.release.tables.on_pandas import true_values_pandas
 
 ROOT = Path(__file__).resolve().parents[1]
 CLASSES = [(0, 0, "0"), (1, 5, "1-5"), (6, 20, "6-20"), (21, 100, "21-100"), (101, None, "> 100")]

@@ -28,10 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import pyarrow as pa
 
 from dp_pipeline.datasets.synthetic import cached_census_sample
-from dp_pipeline.release.outputs import write_table
-from dp_pipeline.release.pandas_tables import full_index, true_values_pandas
+from dp_pipeline.release.publish.outputs import write_table
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.tables.on_pandas import full_index, true_values_pandas
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -137,7 +137,7 @@ def main(argv=None) -> int:
 
         parquet_plan.ONE_PASS_CELLS = 0  # parquet_pieces then declines: the Spark SQL path
 
-    from dp_pipeline.release.spark_tables import spark_session
+    from dp_pipeline.release.tables.on_spark import spark_session
 
     progress = Progress()
     input_path = cached_census_sample(arguments.cache, arguments.persons, 2026, progress)

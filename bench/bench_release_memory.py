@@ -61,11 +61,11 @@ def write_spec(folder: Path) -> Path:
 
 def child(arguments) -> None:
     """One release in this process; prints its figures as one JSON line."""
-    import dp_pipeline.release.consistency as consistency
+    import dp_pipeline.release.plan.postprocess as postprocess_checks
     from dp_pipeline.release.run import Progress, apply_overrides, run_release
-    from dp_pipeline.release.spec import load_spec
+    from dp_pipeline.release.spec.load import load_spec
 
-    consistency.DRIVER_POSTPROCESS_CELLS = MODES[arguments.child]
+    postprocess_checks.DRIVER_POSTPROCESS_CELLS = MODES[arguments.child]
     spec = apply_overrides(
         load_spec(arguments.spec_file),
         input_path=arguments.input,

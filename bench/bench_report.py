@@ -32,9 +32,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from dp_pipeline.release.accuracy_stream import TableAccuracy
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.report.accuracy import TableAccuracy
+from dp_pipeline.release.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 AGES = 116

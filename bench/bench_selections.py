@@ -18,8 +18,8 @@ from fractions import Fraction
 
 from dp_pipeline import BaseTwoExponential
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent, zcdp_to_epsilon
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.spec.load import load_spec
 
 DELTAS = (1e-10, 1e-8, 1e-6)
 

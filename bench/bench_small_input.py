@@ -10,7 +10,7 @@ hours by year and marital status, a median log wage by schooling).
   for the median), each a fresh process (interpreter and session start included),
   alternating, ``--repeats`` times.
 - pandas: the pandas engine's work (typed CSV read, bounding, aggregation, noise:
-  `dp_pipeline.release.engines.compute_tables`) against plain pandas (``read_csv``
+  `dp_pipeline.release.tables.engines.compute_tables`) against plain pandas (``read_csv``
   and three ``groupby``), in this process, alternating.
 
 Every figure is a median over the repeats; ratios are against the plain script
@@ -108,10 +108,10 @@ def pandas_figures(data: Path, repeats: int) -> tuple[list[float], list[float]]:
     from dataclasses import replace
 
     from dp_pipeline import MasterKey
-    from dp_pipeline.release import engines
-    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.plan.release_plan import plan_release
     from dp_pipeline.release.run import Progress
-    from dp_pipeline.release.spec import load_spec
+    from dp_pipeline.release.spec.load import load_spec
+    from dp_pipeline.release.tables import engines
 
     quiet = Progress(quiet=True)
     spec = replace(load_spec(SPEC), engine="pandas", input_path=str(data))

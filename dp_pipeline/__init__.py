@@ -15,18 +15,18 @@ from dp_pipeline.errors import DPError, DPKeyError, DPTypeError, DPValueError, I
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.postprocess.structure import PostprocessError
 from dp_pipeline.randomness import MasterKey
-from dp_pipeline.release.budget import LedgerError
-from dp_pipeline.release.costs import PlanError
-from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
 from dp_pipeline.release.keys import KeyFileError
-from dp_pipeline.release.lease import LeaseHeldError
-from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
-from dp_pipeline.release.manifest import PublicationError
-from dp_pipeline.release.plan import plan_release
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.lease import LeaseHeldError
+from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.plan.costs import PlanError
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.publish.manifest import PublicationError
 from dp_pipeline.release.run import run_release
-from dp_pipeline.release.source import InputChangedError, InputReadError
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.sources.source import InputChangedError, InputReadError
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
+from dp_pipeline.release.tables.invalid_rows import InvalidRowsRefusedError
 
 __all__ = [
     "BaseTwoExponential",

@@ -12,11 +12,11 @@ user's input. Its message says so. It is raised explicitly, never via ``assert``
 (asserts vanish under ``python -O``).
 
 The main subclasses live beside their checks and are re-exported from ``dp_pipeline``:
-`dp_pipeline.release.spec_model.SpecError` (a bad spec; `InputReadError` and
-`InvalidRowsRefusedError` are kinds of it), `dp_pipeline.release.costs.PlanError`,
-`dp_pipeline.release.budget.LedgerError` (`BudgetExceededError`,
-`ReleaseIdReuseError`, `LeaseHeldError`, `PublicationError`),
-`dp_pipeline.release.keys.KeyFileError`, `dp_pipeline.release.source.InputChangedError`,
+`dp_pipeline.release.spec.model.SpecError` (a bad spec; `InputReadError` and
+`InvalidRowsRefusedError` are kinds of it), `dp_pipeline.release.plan.costs.PlanError`,
+`LedgerError` (here, below both the ledger and the publishing step that raise its
+kinds: `BudgetExceededError`, `ReleaseIdReuseError`, `LeaseHeldError`, `PublicationError`),
+`dp_pipeline.release.keys.KeyFileError`, `dp_pipeline.release.sources.source.InputChangedError`,
 `dp_pipeline.accounting.pld_grid.GridTooLargeError` and
 `dp_pipeline.postprocess.structure.PostprocessError`.
 """
@@ -44,6 +44,10 @@ class DPTypeError(DPError, TypeError):
 
 class DPKeyError(DPError, KeyError):
     """A name that must exist does not (a table, an environment variable)."""
+
+
+class LedgerError(DPError, ValueError):
+    """A release the ledger refuses (the message says why and what to do)."""
 
 
 class InternalError(DPError, RuntimeError):

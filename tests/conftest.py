@@ -84,11 +84,11 @@ def spark_releases_take_the_spark_paths(request, monkeypatch):
     """Spark releases in tests run Spark's own aggregation paths, not the driver's.
 
     Test inputs are small, and a Spark release aggregates a small input on the driver
-    (`dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES`); tests marked
+    (`dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES`); tests marked
     ``driver_aggregation`` keep that rule (tests/test_release_inputs.py).
     """
     if "spark" not in request.keywords or "driver_aggregation" in request.keywords:
         return  # the fast tier never imports PySpark
-    import dp_pipeline.release.spark_tables as spark_tables
+    import dp_pipeline.release.tables.on_spark as spark_tables
 
     monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)

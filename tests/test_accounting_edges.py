@@ -330,7 +330,7 @@ def test_calibration_of_many_queries_within_one_percent_of_the_least_variance():
 
 
 def test_report_shows_lower_and_upper_for_every_figure():
-    from dp_pipeline.release.report import privacy_bounds
+    from dp_pipeline.release.report.writer import privacy_bounds
 
     report = {
         "guarantee": {

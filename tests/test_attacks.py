@@ -39,13 +39,13 @@ from release_specs import SMALL_SPEC
 from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.datasets.synthetic import census_chunk, write_census_sample
 from dp_pipeline.query.spec import QuerySpec
-from dp_pipeline.release.budget import LedgerError, accountant_type
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.fingerprint import input_files
-from dp_pipeline.release.ledger import Ledger
+from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import Budget
+from dp_pipeline.release.sources.fingerprint import input_files
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -193,7 +193,7 @@ def test_files_under_a_linked_folder_are_fingerprinted(tmp_path, capsys):
 def test_spark_reads_underscore_files_with_an_equals_sign_and_they_are_fingerprinted(
     tmp_path, capsys, spark
 ):
-    from dp_pipeline.release.fingerprint import spark_input_files
+    from dp_pipeline.release.sources.fingerprint import spark_input_files
 
     data = parquet_folder(tmp_path / "input", seed=1)
     write_census_sample(data / "_x=1.parquet", 40, seed=5)  # Spark's listing keeps it

@@ -12,11 +12,11 @@ from release_specs import SMALL_SPEC
 from dp_pipeline import MasterKey, PrivacyAccountant
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.queries import table_query, table_spec
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.queries import table_query, table_spec
+from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.run import Progress, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
 
 KEY_HEX = "b59163f6516e8ee81ecc2cfc05e6ebbc7d81b82a9ae660ea6820b535d9e12845"
 

@@ -62,8 +62,8 @@ def test_every_exception_class_of_the_package_is_a_dp_error():
     }
     # The walk sees the classes that live beside their checks, private ones included.
     for name in (
-        "dp_pipeline.release.spec_model.SpecError",
-        "dp_pipeline.release.source.InputChangedError",
+        "dp_pipeline.release.spec.model.SpecError",
+        "dp_pipeline.release.sources.source.InputChangedError",
         "dp_pipeline.accounting.support_composition._TooLargeError",
         "dp_pipeline.errors.InternalError",
     ):

@@ -152,8 +152,8 @@ def release_document(**table):
     ],
 )
 def test_release_specs_refuse_the_sum_limits_at_parse_time(table, message):
-    from dp_pipeline.release.spec import parse_spec
-    from dp_pipeline.release.spec_model import SpecError
+    from dp_pipeline.release.spec.load import parse_spec
+    from dp_pipeline.release.spec.model import SpecError
 
     parse_spec(release_document(upper=2**31, max_per_cell=2**31))  # at the limits: accepted
     with pytest.raises(SpecError) as raised:
@@ -166,8 +166,8 @@ def test_the_attack_through_a_release_spec_file_is_refused_before_the_ledger(tmp
     from release_specs import SMALL_SPEC
 
     from dp_pipeline.release.run import run_release
-    from dp_pipeline.release.spec import load_spec
-    from dp_pipeline.release.spec_model import SpecError
+    from dp_pipeline.release.spec.load import load_spec
+    from dp_pipeline.release.spec.model import SpecError
 
     text = SMALL_SPEC.format(tmp=tmp_path).replace("upper = 200000", f"upper = {2**53}")
     path = tmp_path / "attack.toml"

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
-from dp_pipeline.release.budget import LedgerError, accountant_type
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
-from dp_pipeline.release.spec_model import Budget
+from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
+from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.spec.model import Budget
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -190,11 +190,11 @@ RACER = textwrap.dedent(
     import json, sys, time
     from fractions import Fraction
     from pathlib import Path
-    from dp_pipeline.release.ledger_records import BudgetExceededError
-    from dp_pipeline.release.ledger import Ledger
-    from dp_pipeline.release.budget import accountant_type
+    from dp_pipeline.release.ledger.records import BudgetExceededError
+    from dp_pipeline.release.ledger.store import Ledger
+    from dp_pipeline.release.ledger.budget import accountant_type
     from dp_pipeline.mechanisms import DiscreteGaussian
-    from dp_pipeline.release.spec_model import Budget
+    from dp_pipeline.release.spec.model import Budget
 
     ledger_path, go_file, release_id = sys.argv[1:4]
     accountant = accountant_type()()

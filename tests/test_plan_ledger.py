@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from release_specs import SMALL_SPEC
 
-from dp_pipeline.release.budget import _round_down
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.ledger_records import BudgetExceededError
+from dp_pipeline.release.ledger.budget import _round_down
+from dp_pipeline.release.ledger.records import BudgetExceededError
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
 
 KEY_HEX = "b59163f6516e8ee81ecc2cfc05e6ebbc7d81b82a9ae660ea6820b535d9e12845"
 LARGEST = re.compile(r"The largest epsilon at this delta that fits is ([0-9.e-]+)\.")

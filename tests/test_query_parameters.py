@@ -15,10 +15,10 @@ from dp_pipeline.query.aggregations import CountQuery, MeanQuery, SumQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.signatures import PARAMETER_DOCS
 from dp_pipeline.query.spec import QuerySpec
-from dp_pipeline.release.engines import compute_tables  # noqa: F401  (the release's engine)
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.queries import table_spec
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.plan.queries import table_spec
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.tables.engines import compute_tables  # noqa: F401  (the release's engine)
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
 from dp_pipeline.selection.query import TopKQuery
 

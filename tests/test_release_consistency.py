@@ -11,9 +11,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_pipeline.release.ledger_records import ReleaseIdReuseError
+from dp_pipeline.release.ledger.records import ReleaseIdReuseError
 from dp_pipeline.release.run import Progress, read_release, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -212,8 +212,8 @@ def test_pandas_and_spark_publish_the_same_consistent_tables_bit_for_bit(tmp_pat
 
 def test_discrete_laplace_tables_are_weighted_by_their_exact_variance(tmp_path):
     from dp_pipeline.mechanisms import DiscreteLaplace
-    from dp_pipeline.release.consistency import noise_variance
-    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.plan.release_plan import plan_release
+    from dp_pipeline.release.tables.consistency import noise_variance
 
     spec = geo_spec(tmp_path)
     text = (
@@ -254,8 +254,8 @@ def test_noise_variances_too_far_apart_for_the_solver_are_refused_at_plan_time(t
     """A national table with a tiny share: σ² 2,500 times the county table's. The solve
     with a national table is accurate to a ratio of 1,000, so the plan step refuses it,
     before the ledger or any data is touched (it used to fail after the noise)."""
-    from dp_pipeline.release.plan import plan_release
-    from dp_pipeline.release.spec_model import SpecError
+    from dp_pipeline.release.plan.release_plan import plan_release
+    from dp_pipeline.release.spec.model import SpecError
 
     text = SPEC.replace(
         'name = "state_tenure"\nkeys = ["state", "tenure"]\nshare = "1/4"',
@@ -281,7 +281,7 @@ def test_noise_variances_too_far_apart_for_the_solver_are_refused_at_plan_time(t
 def test_the_report_describes_the_post_processing_without_the_truth():
     """Real input has no accuracy section; the report still says what was done to
     ``value`` and gives its margins beside the raw ones, from the privacy report alone."""
-    from dp_pipeline.release.report_consistency import postprocessing_description
+    from dp_pipeline.release.report.postprocess import postprocessing_description
 
     report = {
         "postprocessing": {
@@ -309,8 +309,8 @@ def test_tables_with_sigma2_below_one_are_weighted_by_their_true_variance(tmp_pa
     noise's standard deviation of the raw counts, and no table's RMSE exceeds its raw one by
     more than that."""
     from dp_pipeline.accounting.noise_variance import discrete_gaussian_variance
-    from dp_pipeline.release.consistency import noise_variance
-    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.plan.release_plan import plan_release
+    from dp_pipeline.release.tables.consistency import noise_variance
 
     geo_spec(tmp_path)
     text = (tmp_path / "geo.toml").read_text()
@@ -397,7 +397,7 @@ def test_rows_that_break_the_hierarchy_leave_every_table_describing_the_same_per
     by 10-30x the noise, and least squares spread that into every county); every combined
     table now drops those rows, so each raw table is at its noise level against the same
     persons and the consistent tables are no worse than the raw ones."""
-    from dp_pipeline.release.plan import plan_release
+    from dp_pipeline.release.plan.release_plan import plan_release
 
     frame = input_breaking_the_hierarchy(tmp_path)
     spec = hierarchy_spec(tmp_path)
@@ -438,8 +438,8 @@ def test_pandas_and_spark_drop_the_same_rows_breaking_the_hierarchy(
 def test_rows_breaking_the_hierarchy_enter_the_noisy_invalid_row_count(tmp_path, request, engine):
     """Under on_invalid = "error" rows that break the mapping are invalid rows like the
     others: they enter the noisy, accounted count, and the refusal names no column."""
-    from dp_pipeline.release.invalid_rows import InvalidRowsRefusedError
-    from dp_pipeline.release.ledger import Ledger
+    from dp_pipeline.release.ledger.store import Ledger
+    from dp_pipeline.release.tables.invalid_rows import InvalidRowsRefusedError
 
     spark = request.getfixturevalue("spark") if engine == "spark" else None
     input_breaking_the_hierarchy(tmp_path, persons=2_000, null_counties=0)

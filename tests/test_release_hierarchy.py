@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from dp_pipeline.datasets.synthetic import COUNTIES, STATES, census_chunk
-from dp_pipeline.release.identity import release_identity
-from dp_pipeline.release.spec import load_spec, parse_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.ledger.identity import release_identity
+from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.model import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 

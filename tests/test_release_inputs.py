@@ -24,8 +24,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from dp_pipeline import MasterKey
-from dp_pipeline.release import engines
-from dp_pipeline.release.input_schema import (
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.publish.outputs import write_table
+from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.sources.schema import (
     check_input_columns,
     parse_decimals,
     parse_integers,
@@ -33,13 +36,10 @@ from dp_pipeline.release.input_schema import (
     read_csv_pandas,
     spark_csv_schema,
 )
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.outputs import write_table
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.run import Progress, apply_overrides, run_release
-from dp_pipeline.release.source import OpenedInput, kept_log
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.sources.source import OpenedInput, kept_log
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
+from dp_pipeline.release.tables import engines
 
 QUIET = Progress(quiet=True)
 KEY = MasterKey.from_hex("5a" * 32)
@@ -262,7 +262,7 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
     digest, every combination must publish the same bytes. Spark runs both its
     paths: the small-input driver aggregation and the Spark SQL jobs.
     """
-    import dp_pipeline.release.spark_tables as spark_tables
+    import dp_pipeline.release.tables.on_spark as spark_tables
 
     driver_input_bytes = spark_tables.DRIVER_INPUT_BYTES
     csv_path, parquet_path = write_inputs(tmp_path)

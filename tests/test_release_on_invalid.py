@@ -19,18 +19,18 @@ import pytest
 from test_release_inputs import BAD_ROWS, QUIET, SPEC, file_digests, people, write_inputs
 
 from dp_pipeline.engines.pandas.invalid_rows import invalid_unit_count
-from dp_pipeline.release.input_schema import read_csv_rows
-from dp_pipeline.release.invalid_rows import (
+from dp_pipeline.release.keys import load_or_create_master_key
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.run import run_release
+from dp_pipeline.release.sources.schema import read_csv_rows
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
+from dp_pipeline.release.tables.invalid_rows import (
     InvalidRowsRefusedError,
     noisy_invalid_count,
     row_checks,
 )
-from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.run import run_release
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import SpecError
 
 
 def spec_text(tmp_path, input_path, engine="pandas", on_invalid="error", release_id="people-1"):
@@ -204,7 +204,7 @@ def test_drop_still_publishes_and_counts_the_invalid_and_malformed_rows(tmp_path
 @pytest.mark.spark
 def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, monkeypatch):
     """Both engines (and Spark's two paths) decide the same release the same way."""
-    import dp_pipeline.release.spark_tables as spark_tables
+    import dp_pipeline.release.tables.on_spark as spark_tables
 
     bad = [*many_bad_units(40), BAD_ROWS[0], ",1999,F,5,x", "1,2,3"]
     csv_path, parquet_path = write_inputs(tmp_path)

@@ -17,10 +17,10 @@ import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.costs import sensitivity_vector
-from dp_pipeline.release.plan import PlanError, plan_release
-from dp_pipeline.release.spec import load_spec, parse_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.plan.costs import sensitivity_vector
+from dp_pipeline.release.plan.release_plan import PlanError, plan_release
+from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.model import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -10,13 +10,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-import dp_pipeline.release.consistency as consistency
-import dp_pipeline.release.outputs as outputs
+import dp_pipeline.release.plan.postprocess as postprocess_checks
+import dp_pipeline.release.publish.outputs as outputs
 import dp_pipeline.release.run as run
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.run import Progress, run_release
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
 from tests.test_release_consistency import fixed_key, geo_spec  # noqa: F401 (fixture)
 
 QUIET = Progress(quiet=True)
@@ -72,7 +72,7 @@ def test_spark_post_processing_publishes_the_driver_files_byte_for_byte(
     tmp_path, spark, monkeypatch
 ):
     driver = run_release(geo_spec(tmp_path / "d", engine="spark"), progress=QUIET, spark=spark)
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     lines = []
     on_spark = run_release(
         geo_spec(tmp_path / "s", engine="spark"), progress=lines.append, spark=spark
@@ -98,7 +98,7 @@ def test_a_national_table_on_spark_publishes_the_driver_files_byte_for_byte(
     tmp_path, spark, monkeypatch
 ):
     driver = run_release(_with_national_table(tmp_path / "d"), progress=QUIET, spark=spark)
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     lines = []
     on_spark = run_release(_with_national_table(tmp_path / "s"), progress=lines.append, spark=spark)
     assert any("on Spark, one task per top-level group" in line for line in lines)
@@ -107,7 +107,7 @@ def test_a_national_table_on_spark_publishes_the_driver_files_byte_for_byte(
     assert published == _files(driver.output, margins=False)
     # The executors aggregating, the tables kept on Spark: the national block too.
     # PySpark is imported only by the Spark tests (the core install has none)
-    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     lines = []
     kept = run_release(_with_national_table(tmp_path / "k"), progress=lines.append, spark=spark)
     assert any("kept there for post-processing" in line for line in lines)
@@ -141,14 +141,14 @@ def test_a_coupled_top_down_step_above_the_driver_limit_is_refused_before_any_sp
 ):
     spec = load_spec(_top_down_coupled(tmp_path))
     assert "tenure_total" in spec.postprocess.tables
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     with pytest.raises(SpecError, match=re.escape(REFUSED)):
         run_release(spec, progress=QUIET)
     # Refused before the ledger is opened: nothing reserved, nothing written.
     assert not (tmp_path / "ledger.sqlite").exists()
     assert not (tmp_path / "out").exists()
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 10**9)
-    consistency.check_postprocess_engine(spec)  # on the driver the global solve takes it
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 10**9)
+    postprocess_checks.check_postprocess_engine(spec)  # on the driver the global solve takes it
 
 
 @pytest.mark.spark
@@ -166,11 +166,11 @@ def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
     if general:
         monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", 0)
     # PySpark is imported only by the Spark tests (the core install has none)
-    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", rows)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", rows)
     driver = run_release(geo_spec(tmp_path / "d", engine="spark"), progress=QUIET, spark=spark)
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     persisted = _persisted(spark)
     lines = []
     kept = run_release(geo_spec(tmp_path / "s", engine="spark"), progress=lines.append, spark=spark)
@@ -214,13 +214,13 @@ def test_the_streaming_writer_refuses_a_short_batch_before_the_last(tmp_path):
 @pytest.mark.spark
 def test_a_failure_mid_table_publishes_nothing_and_the_rerun_resumes(tmp_path, spark, monkeypatch):
     from dp_pipeline.engines.spark import postprocess
-    from dp_pipeline.release.ledger import Ledger
+    from dp_pipeline.release.ledger.store import Ledger
 
     # PySpark is imported only by the Spark tests (the core install has none)
-    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     batches = postprocess.FittedCells.batches
 
     def lost_after_one_range(self, table, cells, rows):
@@ -251,13 +251,13 @@ KILLED_RUN = """
 import sys
 sys.path.insert(0, sys.argv[2])
 import protocol_launcher
-import dp_pipeline.release.consistency as consistency
-import dp_pipeline.release.outputs as outputs
+import dp_pipeline.release.plan.postprocess as postprocess_checks
+import dp_pipeline.release.publish.outputs as outputs
 import dp_pipeline.release.run as run
-import dp_pipeline.release.spark_tables as spark_tables
-from dp_pipeline.release.spec import load_spec
+import dp_pipeline.release.tables.on_spark as spark_tables
+from dp_pipeline.release.spec.load import load_spec
 
-consistency.DRIVER_POSTPROCESS_CELLS = 100
+postprocess_checks.DRIVER_POSTPROCESS_CELLS = 100
 spark_tables.DRIVER_INPUT_BYTES = 0
 outputs.ROW_GROUP_ROWS = run.ROW_GROUP_ROWS = 1000
 protocol_launcher.install("mid_table", "kill")
@@ -272,7 +272,7 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     import sys
     from pathlib import Path
 
-    from dp_pipeline.release.ledger import Ledger
+    from dp_pipeline.release.ledger.store import Ledger
 
     spec = geo_spec(tmp_path, engine="spark")
     environment = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1]))
@@ -291,9 +291,9 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     assert ledger.entry(spec.release_id).state == "noised"  # still counts as spent
     # The next run resumes the reservation (no new spend, the same noise) and publishes
     # what a release that was never interrupted publishes.
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     # PySpark is imported only by the Spark tests (the core install has none)
-    monkeypatch.setattr("dp_pipeline.release.spark_tables.DRIVER_INPUT_BYTES", 0)
+    monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
     resumed = run_release(spec, progress=QUIET)
@@ -303,13 +303,13 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     fresh = run_release(geo_spec(tmp_path / "fresh", engine="spark"), progress=QUIET)
     assert _files(resumed.output) == _files(fresh.output)
     # National tables the groups can take pass on Spark too.
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
-    consistency.check_postprocess_engine(_with_national_table(tmp_path / "national"))
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
+    postprocess_checks.check_postprocess_engine(_with_national_table(tmp_path / "national"))
 
 
 def test_dp_release_plan_refuses_what_run_refuses(tmp_path, monkeypatch, capsys):
     path = _top_down_coupled(tmp_path)
-    monkeypatch.setattr(consistency, "DRIVER_POSTPROCESS_CELLS", 100)
+    monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     with pytest.raises(SpecError) as refused:
         run_release(load_spec(path), progress=QUIET)
     assert main(["plan", str(path)]) == 2

@@ -10,11 +10,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from dp_pipeline.release.accuracy_stream import TableAccuracy, accuracy_summary, table_accuracies
-from dp_pipeline.release.exact_errors import ErrorTally, exact_float_sums, histogram_counts
-from dp_pipeline.release.pandas_tables import full_index
-from dp_pipeline.release.plan import plan_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.report.accuracy import TableAccuracy, accuracy_summary, table_accuracies
+from dp_pipeline.release.report.exact_errors import ErrorTally, exact_float_sums, histogram_counts
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.tables.on_pandas import full_index
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -424,7 +424,7 @@ def test_a_fractional_truth_is_refused(plan):
 
 
 def test_the_html_report_is_the_same_from_batches(plan, tmp_path, monkeypatch):
-    from dp_pipeline.release.report import html_report
+    from dp_pipeline.release.report.writer import html_report
     from dp_pipeline.release.run import Progress, run_release
 
     monkeypatch.setenv(

@@ -14,10 +14,10 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline.datasets.synthetic import write_census_sample
-from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.ledger_records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import (
     InputChangedError,
     Progress,
@@ -25,7 +25,7 @@ from dp_pipeline.release.run import (
     read_release,
     run_release,
 )
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -212,7 +212,7 @@ def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
 
 
 def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_path, monkeypatch):
-    import dp_pipeline.release.engines as engines
+    import dp_pipeline.release.tables.engines as engines
 
     data = write_census_sample(tmp_path / "persons.parquet", 2000, seed=4)
     other = write_census_sample(tmp_path / "other.parquet", 2000, seed=5)

@@ -22,11 +22,11 @@ from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.randomness import derive_stream
 from dp_pipeline.release.keys import load_or_create_master_key
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.plan import format_plan, plan_release
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.release_plan import format_plan, plan_release
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
-from dp_pipeline.release.spec import load_spec, parse_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.model import SpecError
 from dp_pipeline.selection.algorithms import select_quantile
 from dp_pipeline.selection.query import QuantileQuery
 

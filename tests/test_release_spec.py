@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dp_pipeline.release.spec import load_spec, parse_spec
-from dp_pipeline.release.spec_model import SpecError
+from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.model import SpecError
 
 ROOT = Path(__file__).resolve().parents[1]
 

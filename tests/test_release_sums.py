@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from dp_pipeline.release.run import Progress, read_release, run_release
-from dp_pipeline.release.spec import load_spec
+from dp_pipeline.release.spec.load import load_spec
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)

@@ -5,7 +5,7 @@ compositions by inversion of the moment generating function (Bromwich integral w
 rigorous error bounds), multivariate lattice FFT (CKS §4), grid privacy-loss distributions
 by FFT (Koskela et al. 2021),
 calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–Wang, Vinterbo),
-and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger`.
+and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger.store`.
 """
 
 from dp_pipeline.accounting.accountant import PrivacyAccountant

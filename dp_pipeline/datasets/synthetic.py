@@ -116,7 +116,7 @@ def cached_census_sample(cache_dir: str | os.PathLike[str], persons: int, seed: 
     """The sample for (persons, seed) under ``cache_dir``, generated on first use.
 
     Test data for benchmarks: the file found in the cache is used as it is. A release
-    uses `dp_pipeline.release.synthetic_input.sealed_census_sample`, which verifies it.
+    uses `dp_pipeline.release.sources.synthetic.sealed_census_sample`, which verifies it.
     """
     path = Path(cache_dir) / f"census_v{GENERATOR_VERSION}_{persons}_{seed}.parquet"
     if not path.exists():

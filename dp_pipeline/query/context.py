@@ -23,7 +23,7 @@ class RunContext:
     """The key, the labels (release id, table, release digest) and the noise partitions.
 
     ``release_digest`` is the digest of the release a query belongs to
-    (`dp_pipeline.release.identity`); empty in the library API, where the query's
+    (`dp_pipeline.release.ledger.identity`); empty in the library API, where the query's
     own digest identifies it. ``key`` is None only in copies shipped to Spark tasks.
     """
 

@@ -4,9 +4,9 @@ See docs/quickstart.md; the command-line entry point is ``dp-release``
 (`dp_pipeline.release.cli`).
 """
 
-from dp_pipeline.release.plan import PlanError, ReleasePlan, plan_release
-from dp_pipeline.release.spec import load_spec, parse_spec
-from dp_pipeline.release.spec_model import ReleaseSpec, SpecError
+from dp_pipeline.release.plan.release_plan import PlanError, ReleasePlan, plan_release
+from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
 
 __all__ = [
     "PlanError",

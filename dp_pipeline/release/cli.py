@@ -31,15 +31,20 @@ import sys
 from fractions import Fraction
 
 from dp_pipeline import __version__
-from dp_pipeline.release.budget import LedgerError
 from dp_pipeline.release.keys import KeyFileError
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.plan import PlanError, exact_and_decimal, format_plan, plan_release
-from dp_pipeline.release.plan_ledger import check_against_ledger
-from dp_pipeline.release.preflight import engine_problems, input_problems
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.against_ledger import check_against_ledger
+from dp_pipeline.release.plan.preflight import engine_problems, input_problems
+from dp_pipeline.release.plan.release_plan import (
+    PlanError,
+    exact_and_decimal,
+    format_plan,
+    plan_release,
+)
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
-from dp_pipeline.release.spec import load_spec
-from dp_pipeline.release.spec_model import ENGINES, INPUT_FORMATS, SpecError
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import ENGINES, INPUT_FORMATS, SpecError
 
 __all__ = ["main"]
 

@@ -8,8 +8,8 @@ Order matters for privacy and for crashes:
    before anything else; a bad spec or budget never reaches the ledger or the data.
 2. **Reserved.** The engine lists the files it will read; their keyed
    fingerprint (bytes only, no parsing), the spec and the key make the
-   release's identity (`dp_pipeline.release.identity`). The run takes the
-   release id's lease (`dp_pipeline.release.lease`: an OS lock held until it
+   release's identity (`dp_pipeline.release.ledger.identity`). The run takes the
+   release id's lease (`dp_pipeline.release.ledger.lease`: an OS lock held until it
    returns, so no other run of the id and no abort overlaps it), refuses an
    output folder that is not an earlier copy of this release, removes what a
    killed run of exactly this id left hidden, and the ledger reserves the
@@ -23,14 +23,14 @@ Order matters for privacy and for crashes:
    domain and noised by the engine.
 4. **Noised.** The count tables of ``[postprocess]`` are made consistent on
    the driver, or on Spark one top-level geography per task when they are
-   large (`dp_pipeline.release.consistency`: post-processing, no privacy cost).
+   large (`dp_pipeline.release.tables.consistency`: post-processing, no privacy cost).
    A Spark release that aggregated on the executors then keeps those tables
-   on Spark from the noise to the writer (`dp_pipeline.release.streamed`).
+   on Spark from the noise to the writer (`dp_pipeline.release.tables.streamed`).
 5. **Publishing.** Outputs go to a hidden, owner-only folder; a table kept on
    Spark is written one row group at a time (`outputs.write_batches`, the
    same bytes as the driver's one-call write), so the driver never holds it
    whole; ``manifest.json`` with every file's SHA-256 is written last
-   (`dp_pipeline.release.manifest`). A release id already published must
+   (`dp_pipeline.release.publish.manifest`). A release id already published must
    reproduce the recorded bytes, or nothing is published. The ledger records
    that publication starts and the manifest (only the token holder can), the
    folder is renamed into place, and only then is the ledger entry
@@ -54,35 +54,20 @@ import pyarrow.parquet as pq
 
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.release import engines
-from dp_pipeline.release.accuracy_stream import (
-    TableAccuracy,
-    accuracy_summary,
-    table_accuracies,
-)
-from dp_pipeline.release.consistency import (
-    consistent_results,
-    postprocess_on_spark,
-)
-from dp_pipeline.release.engines import InputChangedError, open_input
-from dp_pipeline.release.fingerprint import files_fingerprint
-from dp_pipeline.release.identity import release_identity
-from dp_pipeline.release.input_schema import (
-    check_input_columns,
-    published_table,
-    table_schema,
-)
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
-from dp_pipeline.release.ledger import Ledger
-from dp_pipeline.release.ledger_records import Reservation
-from dp_pipeline.release.manifest import (
+from dp_pipeline.release.ledger.identity import release_identity
+from dp_pipeline.release.ledger.records import Reservation
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.preflight import check_engine
+from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
+from dp_pipeline.release.publish.manifest import (
     MANIFEST_NAME,
     check_replaceable,
     check_same_bytes,
     read_manifest,
     write_manifest,
 )
-from dp_pipeline.release.outputs import (
+from dp_pipeline.release.publish.outputs import (
     ROW_GROUP_ROWS,
     AtomicReleaseDirectory,
     clean_stale,
@@ -90,19 +75,34 @@ from dp_pipeline.release.outputs import (
     write_json,
     write_table,
 )
-from dp_pipeline.release.plan import ReleasePlan, fitting_budget_text, plan_release
-from dp_pipeline.release.preflight import check_engine
-from dp_pipeline.release.report import html_report, privacy_report
-from dp_pipeline.release.source import kept_log
-from dp_pipeline.release.spec_model import (
+from dp_pipeline.release.report.accuracy import (
+    TableAccuracy,
+    accuracy_summary,
+    table_accuracies,
+)
+from dp_pipeline.release.report.writer import html_report, privacy_report
+from dp_pipeline.release.sources.fingerprint import files_fingerprint
+from dp_pipeline.release.sources.schema import (
+    check_input_columns,
+    published_table,
+    table_schema,
+)
+from dp_pipeline.release.sources.source import kept_log
+from dp_pipeline.release.sources.synthetic import check_sample, sealed_census_sample
+from dp_pipeline.release.spec.model import (
     ENGINES,
     INPUT_FORMATS,
     ReleaseSpec,
     SpecError,
     format_of_path,
 )
-from dp_pipeline.release.streamed import StreamedTable, close_tables
-from dp_pipeline.release.synthetic_input import check_sample, sealed_census_sample
+from dp_pipeline.release.tables import engines
+from dp_pipeline.release.tables.consistency import (
+    consistent_results,
+    postprocess_on_spark,
+)
+from dp_pipeline.release.tables.engines import InputChangedError, open_input
+from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
 __all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
 

@@ -7,7 +7,7 @@ test a key column against its `dp_pipeline.query.domain.Domain`,
 the privacy unit, ``"invalid_value"`` a summed or quantile column (null, NaN or
 infinite). Rows are judged by the same functions the pandas engine drops them
 with (`dp_pipeline.engines.pandas.aggregate`). The count is what the release
-noises (`dp_pipeline.release.invalid_rows`): the distinct privacy units with at
+noises (`dp_pipeline.release.tables.invalid_rows`): the distinct privacy units with at
 least one row breaking a check, plus one when some invalid row has no readable
 unit (a null unit, or a malformed row the reader dropped); without a unit
 column, every invalid row (malformed ones included).

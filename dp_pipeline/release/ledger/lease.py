@@ -1,0 +1,82 @@
+"""A release id's run lease: an OS lock that shows the run owning a reservation is alive.
+
+A run holds an exclusive ``fcntl.flock`` on ``<ledger>.leases/<digest>.lock``
+(the SHA-256 of the release id, so any id is a safe file name) from before it
+reserves until it returns. The kernel drops the lock when the process exits,
+however it exits (SIGKILL and OOM kills included), so "the lease is free"
+means "no process runs this release id now". `Ledger.abort` takes the same
+lease before it aborts, so it can never abort a live run's reservation, and two
+runs of one release id never overlap: the second is refused before it reads or
+spends anything. The holder writes ``host:pid`` into the file for the message
+a refused process prints (the ledger row records the same owner).
+
+The lease folder is created owner-only (0700) and lease files 0600; they are
+never deleted (deleting a lock file lets two processes lock two different
+files of the same name).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+from pathlib import Path
+
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.records import owner
+
+__all__ = ["LeaseHeldError", "RunLease", "lease_path"]
+
+
+class LeaseHeldError(LedgerError):
+    """Another process holds the release id's lease (a run of it may be alive)."""
+
+
+def lease_path(ledger_path: Path, release_id: str) -> Path:
+    """The lease file of ``release_id`` beside the ledger at ``ledger_path``."""
+    name = hashlib.sha256(release_id.encode()).hexdigest()[:32]
+    return ledger_path.with_name(ledger_path.name + ".leases") / f"{name}.lock"
+
+
+class RunLease:
+    """``with RunLease(path, release_id, action):`` holds the lease or raises `LeaseHeldError`.
+
+    Non-blocking: a held lease is refused at once (``action`` names what was
+    refused, for the message).
+    """
+
+    def __init__(self, path: Path, release_id: str, action: str) -> None:
+        self.path = path
+        self.release_id = release_id
+        self.action = action
+        self._descriptor: int | None = None
+
+    def __enter__(self) -> RunLease:
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(mode=0o700, exist_ok=True)
+            os.chmod(self.path.parent, 0o700)  # the mode argument is filtered by the umask
+        descriptor = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(descriptor, 256, 0).decode(errors="replace").strip()
+            os.close(descriptor)
+            raise LeaseHeldError(
+                f"release id {self.release_id!r}: {self.action} refused: process "
+                f"{holder or '(unknown)'} holds the lease {str(self.path)!r} of this release "
+                "id, so a run of it may be alive. Wait for that run to end, or stop it, "
+                "then try again"
+            ) from None
+        except BaseException:
+            os.close(descriptor)
+            raise
+        os.ftruncate(descriptor, 0)
+        os.pwrite(descriptor, owner().encode(), 0)
+        self._descriptor = descriptor
+        return self
+
+    def __exit__(self, kind, value, traceback) -> None:
+        if self._descriptor is not None:
+            # Closing the descriptor releases the lock.
+            os.close(self._descriptor)
+            self._descriptor = None

@@ -1,0 +1,307 @@
+"""Post-processing of a release's noisy count tables into one consistent set.
+
+After the engines have noised every table, the count tables that
+``[postprocess]`` combines go through `dp_pipeline.postprocess.make_consistent`
+with their exact, public noise variances and the spec's public hierarchy. The
+result depends only on the noisy tables and public facts, so it costs no
+privacy (post-processing, Dwork & Roth 2014, Proposition 2.1) and, being
+deterministic numpy, is the same bit for bit on every engine.
+
+Where it runs: on the driver, unless the Spark engine combines more than
+`DRIVER_POSTPROCESS_CELLS` cells, which are then made consistent on Spark, one
+task per top-level geography (`dp_pipeline.engines.spark.postprocess`; the
+same per-group functions as the driver, so the same published bytes). When
+the Spark engine aggregated on the executors, the combined tables' noisy cells
+never left Spark (`dp_pipeline.release.tables.streamed.OnSpark`): the cells DataFrame
+is built there, and each consistent table becomes a
+`dp_pipeline.release.tables.streamed.StreamedTable` that the writer reads one range
+of cells at a time. When the driver aggregated a small input, its noisy tables
+are sent to Spark and read back one table at a time. A table without a
+hierarchy key (a national table) is one more block, solved exactly with the
+groups (`dp_pipeline.postprocess.coupled`); what cannot be solved so is refused
+by `check_postprocess_engine` in the plan step, before any budget is spent.
+
+Each post-processed table keeps its noisy count as ``raw_value`` (unbiased,
+with the plan's exact margin of error) and publishes the consistent estimate
+as ``value``.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+
+from dp_pipeline.accounting.noise_variance import noise_variance as exact_noise_variance
+from dp_pipeline.errors import InternalError
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.release.plan.postprocess import (
+    RAW_COLUMN,
+    VALUE_MARGIN,
+    hierarchy_of,
+    postprocess_on_spark,
+)
+from dp_pipeline.release.plan.release_plan import ReleasePlan, TablePlan
+from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.tables.streamed import OnSpark, StreamedTable
+
+__all__ = [
+    "RAW_COLUMN",
+    "VALUE_MARGIN",
+    "consistent_results",
+    "noise_variance",
+    "value_margin",
+    "value_margin_of",
+]
+
+# Each post-processed frame's value margin (by the frame's id while it lives), for the
+# accuracy tallies: not in its attrs, which pyarrow writes into the files' metadata.
+_VALUE_MARGINS: dict[int, int] = {}
+
+
+def _remember_margin(frame: pd.DataFrame, margin: int) -> None:
+    _VALUE_MARGINS[id(frame)] = margin
+    weakref.finalize(frame, _VALUE_MARGINS.pop, id(frame), None)
+
+
+def value_margin_of(frame: pd.DataFrame) -> int | None:
+    """The value margin `consistent_results` computed for this frame, or None."""
+    return _VALUE_MARGINS.get(id(frame))
+
+
+VALUE_MARGIN_MEANING = (
+    "95% margin of error of each cell's published value: the raw noise's margin (which "
+    "bounds the least squares estimate's, whose variance is never larger) plus the 95th "
+    "percentile over the table's cells of how far the non-negative integer step moved a "
+    "cell from its least squares estimate; at least 90% of cells are expected within it "
+    "(union bound). Cells with true counts near 0 are biased up (a count cannot go below 0)."
+)
+
+
+def noise_variance(table_plan: TablePlan) -> Fraction:
+    """The public per-cell noise variance the least squares weights a table by.
+
+    The exact variance of the noise drawn (`dp_pipeline.accounting.noise_variance`):
+    for a discrete Gaussian of parameter σ² below σ² (CKS 2020, Proposition 5), far
+    below it for σ² < 1 (about 0.0133 at σ² = 1/10); for a discrete Laplace of scale
+    t, 2·e^{-1/t} / (1 - e^{-1/t})². A weight only: an estimate's optimality, never a
+    privacy figure, depends on it.
+    """
+    mechanism = table_plan.mechanism
+    if isinstance(mechanism, DiscreteGaussian | DiscreteLaplace):
+        return exact_noise_variance(mechanism)
+    raise TypeError(f"table {table_plan.table.name!r}: no noise variance for {mechanism!r}")
+
+
+def consistent_results(
+    spec: ReleaseSpec, plan: ReleasePlan, results: dict[str, pd.DataFrame], spark=None
+) -> tuple[dict[str, pd.DataFrame], dict]:
+    """``results`` with every post-processed table's ``value`` made consistent.
+
+    The count tables are one set; with ``sums``, each set of sum tables (one value
+    column, one pair of clamping bounds) is another, solved on its own by the same
+    functions, non-negative only when its lower bound is (otherwise a true sum may be
+    negative). Returns the new results (the other tables unchanged) and a summary for
+    the privacy report: the method, the tables and settings, and that post-processing
+    costs no privacy (no timings: a re-emitted release is byte-identical, and the
+    same whether it ran on the driver or on Spark).
+    """
+    settings = spec.postprocess
+    if settings is None:
+        return results, {}
+    plans = {p.table.name: p for p in plan.tables}
+    method, estimates, streamed, least_squares = "", {}, {}, {}
+    if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
+        # The noisy cells never left Spark: they are made consistent there and read
+        # back by the writer (`dp_pipeline.release.tables.streamed.StreamedTable`).
+        method, streamed = _streamed_on_spark(spec, plans, results)
+    elif settings.tables:
+        options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
+        noisy = _noisy_counts(spec, plans, results, settings.tables)
+        if spark is not None and postprocess_on_spark(spec):
+            method, estimates = _on_spark(spark, noisy, hierarchy_of(spec), options)
+        else:
+            method, estimates, least_squares = _on_driver(spec, noisy, options)
+    sum_sets = []
+    for names in settings.sum_sets:
+        nonnegative = settings.nonnegative and plans[names[0]].table.lower >= 0
+        options = {"nonnegative": nonnegative, "integer": settings.integer}
+        solved_method, solved, solved_ls = _on_driver(
+            spec, _noisy_counts(spec, plans, results, names), options
+        )
+        method = method or solved_method
+        estimates.update(solved)
+        least_squares.update(solved_ls)
+        sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
+    updated = {**results, **streamed}
+    margins = {}
+    for name in settings.combined:
+        if name in streamed:
+            continue
+        frame = results[name].copy()
+        frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
+        frame["value"] = estimates[name]
+        raw_margin = plans[name].margin_of_error
+        if name in least_squares:
+            margins[name] = value_margin(raw_margin, estimates[name], least_squares[name])
+        elif not (settings.nonnegative or settings.integer) and settings.consistent:
+            margins[name] = int(raw_margin)  # the least squares alone: variance <= raw
+        if name in margins:
+            _remember_margin(frame, margins[name])
+        updated[name] = frame
+    summary = {
+        "method": method,
+        **settings.to_dict(),
+        "tables": list(settings.combined),
+        "privacy_cost": "none: post-processing of the noisy tables and public facts only "
+        "(the hierarchy mapping, the domains and the noise variances)",
+    }
+    if settings.sums:
+        summary["sum_sets"] = sum_sets
+    if margins:
+        summary[VALUE_MARGIN] = margins
+        summary["value_margin_of_error_meaning"] = VALUE_MARGIN_MEANING
+    return updated, summary
+
+
+def _noisy_counts(spec, plans, results, names):
+    # Imported here: only releases that post-process load the solver (and scipy).
+    from dp_pipeline.postprocess import NoisyCounts
+
+    noisy = []
+    for name in names:
+        table = plans[name].table
+        noisy.append(
+            NoisyCounts(
+                name=name,
+                keys=table.keys,
+                sizes=tuple(len(spec.domains[key]) for key in table.keys),
+                values=results[name]["value"].to_numpy(np.int64),
+                variance=noise_variance(plans[name]),
+            )
+        )
+    return noisy
+
+
+def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
+    """`make_consistent` on one set; without ``consistent``, each table on its own.
+
+    Also returns each table's least squares estimate before the top-down step (none
+    without one), for the margin of error of ``value``.
+    """
+    from dp_pipeline.postprocess import make_consistent
+
+    topdown = options["nonnegative"] or options["integer"]
+    if spec.postprocess.consistent:
+        hierarchy = hierarchy_of(spec)
+        solved = make_consistent(noisy, hierarchy, **options)
+        estimates = solved.least_squares
+        if topdown and estimates is None:  # national tables as one more block: solve again
+            estimates = make_consistent(noisy, hierarchy, nonnegative=False, integer=False).values
+        return solved.method, solved.values, (estimates if topdown else {})
+    # Each table on its own: non-negative integers with the table's own total.
+    each = [make_consistent([table], None, **options) for table in noisy]
+    values = {name: values for one in each for name, values in one.values.items()}
+    # One table alone: its least squares estimate is its noisy count.
+    estimates = {t.name: t.values.astype(np.float64) for t in noisy} if topdown else {}
+    return each[0].method, values, estimates
+
+
+def value_margin(raw_margin: int, value: np.ndarray, least_squares: np.ndarray) -> int:
+    """The 95% margin of error of a post-processed table's ``value`` (counts, an integer).
+
+    value − truth = (ls − truth) + (value − ls), where ls is the least squares
+    estimate the non-negative integer step started from. ls − truth is a fixed linear
+    map of the noise, ls = P y with P a projection orthogonal in the inverse-variance
+    metric, so its variance is at most the raw noise's, cell by cell (diag(P V) <= diag(V));
+    the raw margin (the noise's exact 95% bound) bounds it at 95% (for the discrete
+    Gaussian or Laplace mixtures the least squares makes, as for a normal law). The
+    non-negative integer step moves a cell by value − ls, public once published: its
+    95th percentile over the table's cells, rounded up, is added. By the union bound a
+    cell is outside the margin with probability at most 5% + 5% on average over the
+    table's cells (at least 90% covered), 95% where the step moved cells little.
+    Pure post-processing of published values; deterministic.
+    """
+    moved = np.abs(np.asarray(value, dtype=np.float64) - least_squares)
+    return int(raw_margin) + math.ceil(float(np.quantile(moved, 0.95)) - 1e-9)
+
+
+def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
+    """The same estimates as `make_consistent`, one Spark task per top-level group."""
+    from dp_pipeline.engines.spark.postprocess import consistent_tables
+    from dp_pipeline.postprocess.group_solver import group_solver
+
+    solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
+    values = consistent_tables(spark, solver, [t.values for t in noisy])
+    return solver.method, {noisy[t].name: v for t, v in values}
+
+
+def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTable]]:
+    """The same estimates as `make_consistent` from noisy cells that stay on Spark.
+
+    The cells DataFrame is built on the executors from the noise job's output
+    (each cell's top-level group from its index and the public hierarchy); the
+    consistent tables are read back by the writer one range of cells at a time.
+    """
+    from dp_pipeline.engines.spark.postprocess import FittedCells, TopLayout, top_cells
+    from dp_pipeline.postprocess.group_solver import group_solver
+    from dp_pipeline.postprocess.groups import TOP
+    from dp_pipeline.postprocess.structure import TableShape
+
+    settings = spec.postprocess
+    lazy = {results[name].tables for name in settings.tables}
+    if len(lazy) != 1 or not all(isinstance(results[n], OnSpark) for n in settings.tables):
+        raise InternalError("the combined tables must all be on Spark, from one noise step")
+    (noisy,) = lazy
+    if noisy.names != tuple(settings.tables):
+        raise InternalError(f"the Spark noisy tables are {noisy.names}, not {settings.tables}")
+    keys = {name: plans[name].table.keys for name in settings.tables}
+    shapes = [
+        TableShape(name, keys[name], tuple(len(spec.domains[k]) for k in keys[name]))
+        for name in settings.tables
+    ]
+    hierarchy = hierarchy_of(spec)
+    variances = [noise_variance(plans[name]) for name in settings.tables]
+    options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
+    solver = group_solver(shapes, hierarchy, variances, **options)
+    layouts = [
+        # A table without a hierarchy key, where a solver takes one, is its own block.
+        TopLayout(1, 1, np.array([solver.groups], dtype=np.int32))
+        if s.geo_axis is None
+        else TopLayout(
+            int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64)),
+            s.sizes[s.geo_axis],
+            hierarchy.ancestors(s.level, TOP).astype(np.int32),
+        )
+        for s in solver.plan.structures
+    ]
+    carry = {RAW_COLUMN: "value"} | ({"true_value": "true_n"} if noisy.truth else {})
+    cells = top_cells(noisy.frame, layouts, ["true_n"] if noisy.truth else [])
+    try:
+        fitted = FittedCells(cells, solver, carry)
+    except BaseException:
+        cells.unpersist()  # the noisy tables are closed by the release (close_tables)
+        raise
+
+    def close() -> None:
+        fitted.close()
+        noisy.close()
+
+    def reader(position: int, cells_in_table: int):
+        def batches(rows: int):
+            for got in fitted.batches(position, cells_in_table, rows):
+                columns = {name: got.column(name).to_numpy() for name in ("value", *carry)}
+                yield noisy.decoded(position, got.column("cell").to_numpy(), columns)
+
+        return batches
+
+    streamed = {
+        name: StreamedTable(name, shape_cells, noisy.truth, reader(position, shape_cells), close)
+        for position, (name, shape_cells) in enumerate(
+            (s.name, s.cells) for s in solver.plan.structures
+        )
+    }
+    return solver.method, streamed

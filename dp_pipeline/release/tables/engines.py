@@ -1,0 +1,87 @@
+"""The thin bridge from a release plan to the engines (`dp_pipeline.engines.pandas`, `.spark`).
+
+The release layer adds nothing to the noise: each table is one engine query
+with the plan's mechanism, the spec's domains and contribution bounds, and
+the stream labels (master key, release id, table name, the release's digest,
+noise partitions), so both engines release bit-identical tables. The input is
+opened first (`open_input`: the engine's own list of the files it will read,
+which the release fingerprints before any data is read), then read from
+exactly those files. True (non-private) cell values are computed only for
+synthetic input, for the report's accuracy section; they are never written
+to a released table.
+
+The pandas engine's half is `dp_pipeline.release.tables.on_pandas`; the Spark
+engine's (its session, the small-input driver path) is
+`dp_pipeline.release.tables.on_spark`, loaded only for a Spark release because
+PySpark is an optional dependency.
+"""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+
+import pandas as pd
+
+from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.release.plan.release_plan import ReleasePlan
+from dp_pipeline.release.sources.fingerprint import input_files
+from dp_pipeline.release.sources.source import InputChangedError, OpenedInput
+from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.tables.on_pandas import pandas_tables, true_values_pandas
+
+__all__ = [
+    "InputChangedError",
+    "OpenedInput",
+    "compute_tables",
+    "open_input",
+    "true_values_pandas",
+]
+
+
+def _spark_half():
+    # PySpark is optional: the Spark half is imported only by a Spark release.
+    return importlib.import_module("dp_pipeline.release.tables.on_spark")
+
+
+def open_input(
+    spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None, *, verbose=False
+) -> OpenedInput:
+    """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none).
+
+    A session started here writes the JVM's and Spark's own lines to a log file
+    (named in a progress line) unless ``verbose``.
+    """
+    if spec.engine == "pandas":
+        return OpenedInput(Path(path), input_format, "pandas", input_files(path, input_format))
+    return _spark_half().open_spark_input(
+        spec, path, input_format, progress, spark, verbose=verbose
+    )
+
+
+def compute_tables(
+    spec: ReleaseSpec,
+    plan: ReleasePlan,
+    master,
+    source: OpenedInput,
+    release_digest: str,
+    *,
+    with_truth: bool,
+    progress,
+) -> tuple[dict[str, pd.DataFrame], dict[str, float], dict[str, Diagnostics]]:
+    """Every table of the plan as a pandas DataFrame (keys, ``value``[, ``true_value``]).
+
+    ``source`` is read from exactly its listed files; ``release_digest`` (the
+    release's identity) labels every noise stream. Under ``on_invalid = "error"``
+    the noisy invalid-row count decides first and may raise
+    `dp_pipeline.release.tables.invalid_rows.InvalidRowsRefusedError`; a reader's failure on
+    the data raises `dp_pipeline.release.sources.source.InputReadError`; call both only after
+    the reservation (they are charged). Also returns the phase timings
+    and each table's `Diagnostics` (rows read, dropped as invalid by reason, clamped,
+    removed by bounding): exact counts of the private data, never published.
+    """
+    if source.engine == "pandas":
+        return pandas_tables(spec, plan, master, source, release_digest, with_truth, progress)
+    return _spark_half().spark_tables(
+        spec, plan, master, source, release_digest, with_truth, progress
+    )
