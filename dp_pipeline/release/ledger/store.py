@@ -48,6 +48,7 @@ from contextlib import closing, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from dp_pipeline.errors import InternalError
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
@@ -307,7 +308,7 @@ class Ledger:
         run repeating an earlier step leaves the later state in place.
         """
         if state not in ("reading", "noised"):
-            raise ValueError(f"advance: state {state!r} is not 'reading' or 'noised'")
+            raise InternalError(f"advance: state {state!r} is not 'reading' or 'noised'")
         with self._transaction() as connection:
             current = row_state(self._held(connection, reservation, f"moving to {state}"))
             if STATES.index(current) >= STATES.index(state):

@@ -31,6 +31,7 @@ from dp_pipeline.accounting import (
     zcdp_to_epsilon,
 )
 from dp_pipeline.accounting.noise_variance import noise_variance
+from dp_pipeline.errors import DPKeyError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger.budget import accountant_type, largest_fitting, largest_fitting_text
 from dp_pipeline.release.plan.costs import (
@@ -202,7 +203,9 @@ class ReleasePlan:
         for table in self.tables:
             if table.table.name == name:
                 return table
-        raise KeyError(name)
+        raise DPKeyError(
+            f"the plan has no table {name!r}; its tables: {[t.table.name for t in self.tables]}"
+        )
 
     def to_dict(self) -> dict:
         budget = self.spec.budget

@@ -93,7 +93,7 @@ def noise_variance(table_plan: TablePlan) -> Fraction:
     mechanism = table_plan.mechanism
     if isinstance(mechanism, DiscreteGaussian | DiscreteLaplace):
         return exact_noise_variance(mechanism)
-    raise TypeError(f"table {table_plan.table.name!r}: no noise variance for {mechanism!r}")
+    raise InternalError(f"table {table_plan.table.name!r}: no noise variance for {mechanism!r}")
 
 
 def consistent_results(
