@@ -9,9 +9,9 @@ run, reserved, moved to reading, noised, published and committed), so the sessio
 queries get dearer to compose as the run goes on, as in a notebook. The first round
 of each is a warm-up and not counted.
 
-Figures: the median wall time of each over the rounds, their ratio, and the fixed cost
-a session query adds (median difference). Usage:
-``python bench/bench_session.py [--rows 1000000] [--rounds 7] [--budget epsilon]``.
+Figures: the median wall and CPU time of each over the rounds, their ratios, and what a
+session query adds (the median of the rounds' differences). Usage:
+``PYTHONPATH=. python bench/bench_session.py [--rows 1000000] [--rounds 7] [--budget epsilon]``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import sys
 import tempfile
 import time
 from fractions import Fraction
@@ -28,10 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import dp_pipeline  # noqa: E402  (registers df.dp)
-from dp_pipeline import Budget, MasterKey, Session  # noqa: E402
+from dp_pipeline import Budget, MasterKey, Session  # also registers df.dp
 
 QUERY = dict(by=["sex", "age"], domains={"sex": ["F", "M"], "age": range(100)})
 
@@ -71,9 +67,9 @@ def main() -> None:
             ledger=Path(folder) / "ledger.sqlite",
             release_id="bench-1",
         )
-        plain_times, session_times = [], []
+        plain_times, session_times, plain_cpu, session_cpu = [], [], [], []
         for round_ in range(arguments.rounds + 1):
-            start = time.perf_counter()
+            start, start_cpu = time.perf_counter(), time.process_time()
             df.dp.count(
                 **QUERY,
                 **per_query,
@@ -82,21 +78,31 @@ def main() -> None:
                 table=f"t{round_}",
                 privacy_unit="person_id",
             )
-            middle = time.perf_counter()
+            middle, middle_cpu = time.perf_counter(), time.process_time()
             session.count(df, **QUERY, **per_query)
-            end = time.perf_counter()
+            end, end_cpu = time.perf_counter(), time.process_time()
             if round_:  # the first round warms caches up
                 plain_times.append(middle - start)
                 session_times.append(end - middle)
+                plain_cpu.append(middle_cpu - start_cpu)
+                session_cpu.append(end_cpu - middle_cpu)
         plain, in_session = statistics.median(plain_times), statistics.median(session_times)
-        overhead = statistics.median(s - p for s, p in zip(session_times, plain_times))
+        cpu, in_session_cpu = statistics.median(plain_cpu), statistics.median(session_cpu)
+        added = [s - p for s, p in zip(session_times, plain_times, strict=True)]
+        added_cpu = [s - p for s, p in zip(session_cpu, plain_cpu, strict=True)]
         print(
             f"rows={arguments.rows} rounds={arguments.rounds} budget={arguments.budget} "
             f"load={os.getloadavg()[0]:.1f}"
         )
-        print(f"df.dp.count       median {plain:.3f} s  1.00x")
-        print(f"session.count     median {in_session:.3f} s  {in_session / plain:.3f}x")
-        print(f"added per query   median {overhead * 1000:.1f} ms")
+        print(f"df.dp.count       wall {plain:.3f} s  1.00x   CPU {cpu:.3f} s  1.00x")
+        print(
+            f"session.count     wall {in_session:.3f} s  {in_session / plain:.3f}x  "
+            f"CPU {in_session_cpu:.3f} s  {in_session_cpu / cpu:.3f}x"
+        )
+        print(
+            f"added per query   wall {statistics.median(added) * 1000:.1f} ms  "
+            f"CPU {statistics.median(added_cpu) * 1000:.1f} ms"
+        )
         print(f"session spent     {session.spent}")
 
 
