@@ -269,6 +269,22 @@ def test_two_sessions_on_one_population_share_its_cap(tmp_path):
     )
 
 
+def test_a_session_spends_from_the_cap_scheduled_releases_spent(tmp_path):
+    ledger = Ledger(tmp_path / "ledger.sqlite")
+    scheduled = PrivacyAccountant().add(DiscreteGaussian(1), 1)  # ρ = 1/2
+    ledger.reserve(
+        population="people", release_id="monthly-01", accountant=scheduled, fingerprint="f",
+        cap=Budget(rho=1),
+    )  # fmt: skip
+    s = session(tmp_path, Budget(rho=1), cap=None)
+    assert s.cap == Budget(rho=1)
+    assert s.cost.count(**SEX, rho=Fraction(1, 2)).fits_cap
+    assert not s.cost.count(**SEX, rho=Fraction(6, 10)).fits_cap
+    with pytest.raises(BudgetExceededError, match="1 earlier release"):
+        s.count(unreadable(), **SEX, rho=Fraction(6, 10))
+    s.count(people(), **SEX, rho=Fraction(1, 2))
+
+
 def test_the_default_ledger_is_dp_release_s(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert DEFAULT_LEDGER == CLI_DEFAULT_LEDGER
