@@ -4,6 +4,7 @@ accountant's bounds, the ledger's states, re-runs, a shared cap and bad input.""
 from __future__ import annotations
 
 import hashlib
+import inspect
 import pickle
 from fractions import Fraction
 
@@ -373,3 +374,19 @@ def test_the_key_never_shows(tmp_path):
 def test_session_is_exported_with_its_budget():
     assert dp_pipeline.Session is Session and dp_pipeline.Budget is Budget
     assert "Session" in dp_pipeline.__all__ and "Budget" in dp_pipeline.__all__
+
+
+@pytest.mark.parametrize("verb", ["count", "sum", "mean", "quantile", "median", "top_k"])
+def test_the_verbs_take_df_dp_s_arguments_less_what_the_session_holds(verb, tmp_path):
+    accessor = inspect.signature(getattr(dp_pipeline.accessor.DPAccessor, verb)).parameters
+    held = ("key", "release_id", "table", "privacy_unit")
+    expected = [name for name in accessor if name not in held]
+    expected.insert(1, "df")  # after self
+    assert list(inspect.signature(getattr(Session, verb)).parameters) == expected
+    cost = inspect.signature(getattr(session(tmp_path, Budget(rho=1)).cost, verb)).parameters
+    assert list(cost) == [name for name in expected if name not in ("self", "df")]
+    for name in expected[2:]:
+        assert (
+            accessor[name].default
+            == inspect.signature(getattr(Session, verb)).parameters[name].default
+        )

@@ -16,7 +16,7 @@ from dp_pipeline.errors import DPTypeError, InternalError
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
-from dp_pipeline.query.signatures import public_doc, public_signature
+from dp_pipeline.query.signatures import PARAMETER_DOCS, public_doc, public_signature
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
 from dp_pipeline.selection.signatures import MEDIAN_SUMMARY
 from dp_pipeline.session.plan import AGGREGATION_VERBS
@@ -27,6 +27,10 @@ __all__ = ["SESSION_HELD", "VERBS", "verb"]
 SESSION_HELD = ("key", "release_id", "table", "privacy_unit")
 VERBS = ("count", "sum", "mean", "quantile", "median", "top_k")
 
+_ON_INVALID_DOC = (
+    '"drop" (invalid rows are dropped and counted in the diagnostics); "error" is refused '
+    "in a session (whether the query fails would be an exact fact about the data)"
+)
 _DF_DOC = (
     "    df: the pandas or Spark DataFrame to query (read only after the query is "
     "recorded in the ledger)\n"
@@ -83,6 +87,7 @@ def verb(statistic: str, run: Callable, *, with_df: bool, returns: str) -> Calla
     doc = public_doc(_summary(statistic), shown, returns)
     if with_df:
         doc = doc.replace("Parameters:\n", "Parameters:\n" + _DF_DOC, 1)
+    doc = doc.replace(PARAMETER_DOCS["on_invalid"], _ON_INVALID_DOC)
     call_form = f"session.{'' if with_df else 'cost.'}{statistic}(...)"
 
     def method(*args, **kwargs):
@@ -102,4 +107,5 @@ def verb(statistic: str, run: Callable, *, with_df: bool, returns: str) -> Calla
     method.__name__ = method.__qualname__ = statistic
     method.__doc__ = doc
     method.__signature__ = signature
+    method.__module__ = "dp_pipeline.session.session"
     return method
