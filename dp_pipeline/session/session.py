@@ -212,6 +212,7 @@ class Session:
         self._nonce = secrets.token_hex(16)
         self._events: list[PrivacyEvent] = []
         self._records: list[QueryRecord] = []
+        self._next_index = 0
         self._spent_cache: tuple[int, SpendBounds] | None = None
         self._lock = threading.Lock()
         self.cost = _Costs(self)
@@ -339,22 +340,25 @@ class Session:
         df = arguments.pop("df")
         call = f"session.{statistic}(...)"
         with self._lock:
-            index = len(self._records)
+            index = self._next_index
             planned = self._plan(statistic, arguments, index)
             self._check_budget(planned, call)
             engine = engine_of(df)
             check_columns(df, planned.columns, call)
             ledger_id = f"{self._release_id}/{index}"
             reservation = self._reserve(planned, ledger_id, engine, call)
+            # An index once reserved is never reused, so no two reads share its noise.
+            self._next_index += 1
             self._ledger.advance(reservation, "reading")  # from here on, charged
             self._events.extend(planned.events)
             record = QueryRecord(index, statistic, ledger_id, engine, "reading", planned.info)
+            position = len(self._records)
             self._records.append(record)
             result = run_planned(planned, df, engine)
             self._ledger.advance(reservation, "noised")
             self._ledger.mark_publishing(reservation, _EMPTY_MANIFEST, engine)
             self._ledger.commit(reservation)
-            self._records[index] = replace(record, state="committed")
+            self._records[position] = replace(record, state="committed")
             return result
 
     def _check_budget(self, planned: PlannedQuery, call: str) -> None:
@@ -428,7 +432,7 @@ class Session:
 
     def _cost(self, statistic: str, arguments: dict) -> QueryCost:
         with self._lock:
-            planned = self._plan(statistic, arguments, len(self._records))
+            planned = self._plan(statistic, arguments, self._next_index)
             before = self.spent
             after_events = [*self._events, *planned.events]
             after = spent(after_events, self._budget)
