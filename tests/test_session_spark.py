@@ -73,7 +73,7 @@ def test_a_session_releases_the_same_on_spark_as_on_pandas(spark, tmp_path):
     assert states == ["committed"] * 5
 
 
-def test_a_refused_query_never_reads_the_spark_input(spark, tmp_path):
+def test_a_refused_query_never_reads_the_spark_input_nor_a_result_again(spark, tmp_path):
     from pyspark.sql.types import LongType, StringType, StructField, StructType
 
     path = tmp_path / "people.csv"
@@ -87,10 +87,12 @@ def test_a_refused_query_never_reads_the_spark_input(spark, tmp_path):
         ]
     )
     df = spark.read.csv(str(path), header=True, schema=schema)
-    path.unlink()  # from now on, reading a row of df fails
     s = session(tmp_path)
+    counts = s.count(df, **SEX, rho=1)
+    path.unlink()  # from now on, reading a row of df fails
+    assert counts.count() == 2  # the noisy table is never recomputed from the input
     with pytest.raises(BudgetExceededError, match="refused before reading any data"):
-        s.count(df, **SEX, rho=11)
-    assert s.queries == () and Ledger(tmp_path / "ledger.sqlite").history() == []
+        s.count(df, **SEX, rho=10)
+    assert len(s.queries) == 1 and len(Ledger(tmp_path / "ledger.sqlite").history()) == 1
     with pytest.raises(Exception, match=r"(?i)not exist|FileNotFound|No such file"):
         df.count()  # the tripwire is real

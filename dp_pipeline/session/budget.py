@@ -28,7 +28,16 @@ from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.release.spec import read_budget
 
-__all__ = ["Budget", "SpendBounds", "accountant_of", "fits", "remaining", "spent"]
+__all__ = [
+    "Budget",
+    "SpendBounds",
+    "accountant_of",
+    "fits",
+    "float_down",
+    "float_up",
+    "remaining",
+    "spent",
+]
 
 
 def _written(value: object, name: str) -> object:
@@ -129,6 +138,19 @@ def accountant_of(events: Sequence[PrivacyEvent]) -> PrivacyAccountant:
     return accountant
 
 
+def float_down(value: Fraction) -> float:
+    """The largest float not above ``value``: the accountant's ε or δ argument rounded in
+    the safe direction (a smaller ε gives a larger δ, a smaller δ a larger ε)."""
+    as_float = float(value)
+    return math.nextafter(as_float, -math.inf) if Fraction(as_float) > value else as_float
+
+
+def float_up(value: Fraction) -> float:
+    """The least float not below ``value``."""
+    as_float = float(value)
+    return math.nextafter(as_float, math.inf) if Fraction(as_float) < value else as_float
+
+
 def _pure_epsilon(accountant: PrivacyAccountant) -> Fraction | None:
     """The exact pure ε of the composition (basic composition), None if some event
     is not pure ε-DP (a discrete Gaussian)."""
@@ -157,27 +179,30 @@ def spent(events: Sequence[PrivacyEvent], budget: Budget) -> SpendBounds:
         if total is None:
             return SpendBounds(math.inf, math.inf, measure, delta, "not pure epsilon-DP")
         return SpendBounds(total, total, measure, delta, "exact")
-    bound = accountant.epsilon(float(budget.delta))
+    bound = accountant.epsilon(float_down(budget.delta))
     return SpendBounds(bound.lower, bound.upper, measure, delta, bound.method)
 
 
 def remaining(spent_bounds: SpendBounds, budget: Budget) -> SpendBounds:
-    """The budget's figure less ``spent_bounds``: (limit - upper, limit - lower), at least 0.
+    """The budget's figure less ``spent_bounds``: (limit - upper, limit - lower), at least 0
+    (floats rounded outwards: the lower end down, the upper end up).
 
     For ε this is a reading of the bracket, not a promise that a query of that ε fits:
     tight composition is not additive, so whether a query fits is decided by `fits`
     on the whole composition (``Session.cost`` says it for a given query)."""
     limit = budget.limit
 
-    def left(value):
+    def left(value, down: bool):
         if value == math.inf:
             return Fraction(0)
-        difference = limit - value if isinstance(value, Fraction) else float(limit) - float(value)
-        return max(difference, 0)
+        exact = max(limit - Fraction(value), Fraction(0))
+        if isinstance(value, Fraction):
+            return exact
+        return float_down(exact) if down else float_up(exact)
 
     return SpendBounds(
-        left(spent_bounds.upper),
-        left(spent_bounds.lower),
+        left(spent_bounds.upper, down=True),
+        left(spent_bounds.lower, down=False),
         spent_bounds.measure,
         spent_bounds.delta,
         spent_bounds.method,
@@ -194,4 +219,4 @@ def fits(events: Sequence[PrivacyEvent], budget: Budget) -> bool:
     if budget.delta == 0:
         total = _pure_epsilon(accountant)
         return total is not None and total <= budget.epsilon
-    return Fraction(accountant.delta(float(budget.epsilon)).upper) <= budget.delta
+    return Fraction(accountant.delta(float_down(budget.epsilon)).upper) <= budget.delta

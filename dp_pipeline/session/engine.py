@@ -66,14 +66,16 @@ def run_planned(planned: PlannedQuery, df, engine: str):
     """Read ``df``, bound, aggregate and noise (or select) as ``planned`` says.
 
     pandas: the result ``df.dp`` gives (a DataFrame with ``attrs["dp"]``). Spark: a
-    count, sum or mean is the lazy noisy DataFrame ``df.transform(dp_count(...))``
-    gives; a selection the small pandas DataFrame of ``dp_pipeline.selection.spark``.
+    count, sum or mean is the noisy DataFrame ``df.transform(dp_count(...))`` gives,
+    computed now and kept as a local checkpoint, so that it is never recomputed from
+    the input (a changed input would get the same noise); a selection the small pandas
+    DataFrame of ``dp_pipeline.selection.spark``.
     """
     query = planned.query
     if isinstance(query, QuerySpec):
         if engine == "spark":
             ((noisy, _diagnostics),) = noisy_tables(df, [query])
-            return noisy
+            return noisy.localCheckpoint(eager=True)
         (true,) = aggregate(df, [query])
         result = release_frame(df, query, true)
         attach_info(result, planned.info.with_diagnostics(true.diagnostics))

@@ -487,8 +487,9 @@ class _Costs:
 
 _QUERY_RETURNS = (
     "what df.dp returns for a pandas DataFrame (attrs['dp'] states what was spent); for a "
-    "Spark DataFrame, a count, sum or mean is the lazy noisy Spark DataFrame and a "
-    "selection a small pandas DataFrame. The query is in session.queries."
+    "Spark DataFrame, a count, sum or mean is the noisy Spark DataFrame (computed now, a "
+    "local checkpoint) and a selection a small pandas DataFrame. The query is in "
+    "session.queries."
 )
 _COST_RETURNS = (
     "a QueryCost: the query alone, the session's spend before and after it, the increment, "
