@@ -66,7 +66,15 @@ __all__ = ["DEFAULT_LEDGER", "QueryCost", "QueryRecord", "Session"]
 # The ledger `dp-release` uses by default, so its commands see a session's queries.
 DEFAULT_LEDGER = ".dp_pipeline/ledger.sqlite"
 
-_REQUIRED = object()
+
+class _Required:
+    """The default of an argument every call must name (``privacy_unit``)."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+_REQUIRED = _Required()
 _EMPTY_MANIFEST = {"files": {}, "published": "returned to the session's caller"}
 
 
