@@ -1,7 +1,8 @@
 """dp_pipeline: exact, differentially private tables from pandas and PySpark.
 
 The root exports the mechanisms, the master key, the accountant and the
-release entry points; ``import dp_pipeline`` also registers the ``df.dp``
+release entry points, and `Session` with its `Budget` (a budget for notebooks and
+jobs, recorded in the ledger); ``import dp_pipeline`` also registers the ``df.dp``
 accessor on pandas DataFrames. The Spark functions are in `dp_pipeline.spark`
 (PySpark optional); keyed streams in `dp_pipeline.randomness`. Every exception
 raised on purpose is a `DPError` (`dp_pipeline.errors`); the main kinds are exported
@@ -27,9 +28,11 @@ from dp_pipeline.release.sources.source import InputChangedError, InputReadError
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
 from dp_pipeline.release.tables.invalid_rows import InvalidRowsRefusedError
+from dp_pipeline.session import Budget, Session
 
 __all__ = [
     "BaseTwoExponential",
+    "Budget",
     "BudgetExceededError",
     "DPError",
     "DPKeyError",
@@ -51,6 +54,7 @@ __all__ = [
     "PrivacyAccountant",
     "PublicationError",
     "ReleaseIdReuseError",
+    "Session",
     "SpecError",
     "load_spec",
     "plan_release",

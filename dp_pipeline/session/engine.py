@@ -1,0 +1,89 @@
+"""Running a planned session query on a pandas or a Spark DataFrame, as ``df.dp`` does.
+
+The same engine calls as ``df.dp.*`` (pandas) and ``dp_pipeline.spark`` /
+``dp_pipeline.selection.spark`` (Spark), so a session query releases exactly what the
+same query gives there under the same key and labels, bit for bit on both engines.
+`engine_of` and `check_columns` read only the DataFrame's type and column names (its
+schema), never a row: a session calls them before it reserves any budget. PySpark is
+optional: the Spark selection module is loaded only for a Spark DataFrame.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Sequence
+
+import pandas as pd
+
+from dp_pipeline.engines.backend import aggregate, noisy_tables
+from dp_pipeline.engines.pandas.aggregate import release_frame
+from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.query.result_info import attach_info
+from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
+from dp_pipeline.selection.query import QuantileQuery
+from dp_pipeline.session.plan import PlannedQuery
+
+__all__ = ["check_columns", "engine_of", "run_planned"]
+
+
+def _is_spark(df: object) -> bool:
+    # Classic and Spark Connect DataFrames, recognised without importing PySpark.
+    return any(
+        kind.__name__ == "DataFrame" and kind.__module__.startswith("pyspark.sql")
+        for kind in type(df).__mro__
+    )
+
+
+def engine_of(df: object) -> str:
+    """ "pandas" or "spark" for ``df``'s type; a `DPTypeError` for anything else."""
+    if isinstance(df, pd.DataFrame):
+        return "pandas"
+    if _is_spark(df):
+        return "spark"
+    raise DPTypeError(
+        f"a session query takes a pandas or Spark DataFrame as df, got {type(df).__name__}"
+    )
+
+
+def check_columns(df, columns: Sequence[str], call: str) -> None:
+    """Refuse ``df`` when it lacks one of ``columns`` (its schema only; no row is read)."""
+    present = set(df.columns)
+    missing = [column for column in columns if column not in present]
+    if missing:
+        raise DPValueError(
+            f"{call}: the DataFrame has no column(s) {missing} that this query reads "
+            f"(nothing was spent); its columns are {list(df.columns)}"
+        )
+
+
+def _spark_selection():
+    # The Spark selection module imports PySpark, an optional dependency.
+    return importlib.import_module("dp_pipeline.selection.spark")
+
+
+def run_planned(planned: PlannedQuery, df, engine: str):
+    """Read ``df``, bound, aggregate and noise (or select) as ``planned`` says.
+
+    pandas: the result ``df.dp`` gives (a DataFrame with ``attrs["dp"]``). Spark: a
+    count, sum or mean is the noisy DataFrame ``df.transform(dp_count(...))`` gives,
+    computed now and kept as a local checkpoint, so that it is never recomputed from
+    the input (a changed input would get the same noise); a selection the small pandas
+    DataFrame of ``dp_pipeline.selection.spark``.
+    """
+    query = planned.query
+    if isinstance(query, QuerySpec):
+        if engine == "spark":
+            ((noisy, _diagnostics),) = noisy_tables(df, [query])
+            return noisy.localCheckpoint(eager=True)
+        (true,) = aggregate(df, [query])
+        result = release_frame(df, query, true)
+        attach_info(result, planned.info.with_diagnostics(true.diagnostics))
+        return result
+    if isinstance(query, QuantileQuery):
+        if engine == "spark":
+            return _spark_selection().run_quantile_spark(df, query)
+        return run_quantile_pandas(df, query)
+    if engine == "spark":
+        return _spark_selection().run_top_k_spark(df, query)
+    return run_top_k_pandas(df, query)
