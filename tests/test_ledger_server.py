@@ -482,3 +482,19 @@ def test_the_spec_declares_shared_input(tmp_path):
     path.write_text(text.replace('["census"]', '["small-people"]'))
     with pytest.raises(ValueError, match="names 'small-people', this release's own population"):
         load_spec(path)
+
+
+def test_the_cli_never_shows_the_ledger_password(postgres_server, tmp_path, capsys):
+    from dp_pipeline.release.cli import main
+
+    url = postgres_server.url(postgres_server.create_database())
+    assert main(["ledger", "--ledger", url]) == 0
+    assert main(["ledger", "--ledger", url, "--population", "nobody"]) == 2
+    spec_file, _ = small_spec(tmp_path, url)
+    assert main(["plan", str(spec_file), "--ledger", url]) == 0
+    assert main(["ledger", "--ledger", postgres_server.url(password="bad-Secret-1")]) == 2
+    captured = capsys.readouterr()
+    text = captured.out + captured.err
+    assert "no releases yet" in text and "not in the ledger" in text
+    assert mask_url(url) in text
+    assert postgres_server.password not in text and "bad-Secret-1" not in text

@@ -68,10 +68,12 @@ from dp_pipeline.release.ledger.budget import (
     Spend,
     cap_dict,
     compose_accountants,
+    compose_events,
     describe_cap,
     left_text,
     measure_spend,
     spend_text,
+    state_events,
     within_cap,
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
@@ -253,14 +255,13 @@ class Ledger:
                 (population, release_id),
             ).fetchall()
             previous_states = [json.loads(r["accountant"]) for r in others]
-            before = (
-                measure_spend(compose_accountants(previous_states), cap_state)
-                if previous_states
-                else None
-            )
-            cumulative = measure_spend(compose_accountants([*previous_states, state]), cap_state)
+            # Each recorded state is restored once, then composed (held under the lock).
+            previous = [event for other in previous_states for event in state_events(other)]
+            own = state_events(state)
+            before = measure_spend(compose_events(previous), cap_state) if previous_states else None
+            cumulative = measure_spend(compose_events([*previous, *own]), cap_state)
             if not within_cap(cumulative, cap_state):
-                alone = measure_spend(compose_accountants([state]), cap_state)
+                alone = measure_spend(compose_events(own), cap_state)
                 refusal = BudgetExceededError(
                     f"release {release_id!r} refused: population {population!r} would exceed "
                     f"its cap {describe_cap(cap_state)} "
@@ -272,7 +273,7 @@ class Ledger:
                 # What it was refused against: `reserve` says what would fit, unlocked.
                 refusal.previous_states = previous_states
                 raise refusal
-            guarantee = measure_spend(compose_accountants([state]), cap_state).to_dict()
+            guarantee = measure_spend(compose_events(own), cap_state).to_dict()
             reserved_at = now_text()
             token = secrets.token_hex(16)
             values = (
@@ -456,7 +457,11 @@ class Ledger:
                 (state, reservation.release_id),
             )
 
-        self._backend.write(work, action=f"recording state {state} of {reservation.release_id!r}")
+        self._backend.write(
+            work,
+            action=f"recording state {state} of {reservation.release_id!r}",
+            lock=reservation.population,
+        )
 
     def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record, before the output is moved into place, that publication starts, and its bytes.
@@ -491,7 +496,11 @@ class Ledger:
                 ),
             )
 
-        self._backend.write(work, action=f"recording the publication of {reservation.release_id!r}")
+        self._backend.write(
+            work,
+            action=f"recording the publication of {reservation.release_id!r}",
+            lock=reservation.population,
+        )
 
     def commit(self, reservation: Reservation, output: str | None = None) -> None:
         """Mark the release committed: its outputs, recorded by `mark_publishing`, are in place."""
@@ -512,7 +521,9 @@ class Ledger:
                 (now_text(), output, reservation.release_id),
             )
 
-        self._backend.write(work, action=f"committing {reservation.release_id!r}")
+        self._backend.write(
+            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        )
 
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
         """The row of ``reservation``, if the run holding it still holds it; else refuse."""
@@ -554,9 +565,11 @@ class Ledger:
         folder of its output exists (what an interrupted run wrote).
         """
         with self.lease(release_id, "aborting it"):
+            entry = self.entry(release_id)  # a release id's population never changes
             self._backend.write(
                 lambda connection: self._abort(connection, release_id),
                 action=f"aborting {release_id!r}",
+                lock=None if entry is None else entry.population,
             )
 
     def _abort(self, connection, release_id: str) -> None:
