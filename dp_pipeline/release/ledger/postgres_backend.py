@@ -286,7 +286,8 @@ class PostgresBackend:
             psycopg.errors.DeadlockDetected,
             psycopg.errors.UniqueViolation,
         )
-        for attempt in range(RETRIES + 1):
+        attempt = 0
+        while True:
             connection = self._ready()
             try:
                 return self._attempt(connection, work, lock)
@@ -304,12 +305,18 @@ class PostgresBackend:
                     "try again"
                 ) from None
             except (psycopg.OperationalError, psycopg.InterfaceError) as error:
+                broken = connection.raw.broken or connection.raw.closed
                 self.close()
-                raise _lost(self.location, action, error) from None
+                if broken:
+                    raise _lost(self.location, action, error) from None
+                raise LedgerError(
+                    f"ledger {self.location.shown!r}: {action} failed on the server "
+                    f"({' '.join(str(error).split())[:200]}); nothing was recorded by it"
+                ) from None
             self.retries += 1
             pause = min(_LONGEST_PAUSE, _FIRST_PAUSE * 2**attempt)
             time.sleep(pause * (0.5 + secrets.randbelow(1000) / 2000))
-        raise AssertionError("unreachable")  # pragma: no cover
+            attempt += 1
 
     def _attempt(self, connection: _Connection, work, lock: str | None):
         key = None
