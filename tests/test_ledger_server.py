@@ -498,3 +498,18 @@ def test_the_cli_never_shows_the_ledger_password(postgres_server, tmp_path, caps
     assert "no releases yet" in text and "not in the ledger" in text
     assert mask_url(url) in text
     assert postgres_server.password not in text and "bad-Secret-1" not in text
+
+
+def test_a_bad_ledger_stops_a_run_before_the_key_or_the_input(postgres_server, tmp_path, capsys):
+    from dp_pipeline.release.cli import main
+
+    spec_file, spec = small_spec(tmp_path, str(tmp_path / "unused.sqlite"))
+    for url, reason in (
+        ("mysql://u:pw@h/db", "unknown scheme 'mysql://'"),
+        (postgres_server.url(password="bad-Secret-1"), "the server refused the credentials"),
+    ):
+        assert main(["run", str(spec_file), "--ledger", url, "--quiet"]) == 2
+        error = capsys.readouterr().err
+        assert reason in error and "bad-Secret-1" not in error and ":pw@" not in error
+    assert not Path(spec.key_file).exists()  # refused before the key was created
+    assert not (tmp_path / "samples").exists() and not (tmp_path / "out").exists()
