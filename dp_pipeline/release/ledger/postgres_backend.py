@@ -60,6 +60,7 @@ _FIRST_PAUSE = 0.004  # seconds; doubled each retry, jittered, at most _LONGEST_
 _LONGEST_PAUSE = 0.25
 _CONNECT_TIMEOUT = 10  # seconds, unless the URL or PGCONNECT_TIMEOUT says otherwise
 _SCHEMA_LOCK = "schema"
+_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10}
 
 
 def _psycopg():
@@ -133,6 +134,11 @@ def _connect(location: LedgerLocation, application: str = "dp-release"):
     options: dict[str, Any] = {"application_name": application}
     if "connect_timeout" not in from_url and not os.environ.get("PGCONNECT_TIMEOUT"):
         options["connect_timeout"] = _CONNECT_TIMEOUT
+    # A lease's connection sits idle for the run's life: TCP keepalives keep firewalls
+    # from dropping it (and notice a dead server within minutes), unless the URL says.
+    for name, value in _KEEPALIVES.items():
+        if name not in from_url:
+            options[name] = value
     try:
         raw = psycopg.connect(
             location.conninfo,
