@@ -99,24 +99,29 @@ def _secrets_of(conninfo: str) -> list[str]:
     return [str(described[name]) for name in ("password", "sslpassword") if described.get(name)]
 
 
-def _reason(error: BaseException, conninfo: str) -> str:
-    """What failed, in one line, from libpq's message (passwords removed)."""
+def _detail(error: BaseException, conninfo: str) -> str:
+    """libpq's words for ``error`` on one line, any password of ``conninfo`` removed."""
     text = " ".join(str(error).split())
     for secret in _secrets_of(conninfo):
         text = text.replace(secret, "***")
-    lower = text.lower()
+    detail = text.rsplit("failed: ", 1)[-1] if "failed: " in text else text
+    return detail.strip()[:200]
+
+
+def _reason(error: BaseException, conninfo: str) -> str:
+    """What failed, in one line, from libpq's message (passwords removed)."""
+    lower = " ".join(str(error).split()).lower()
     if "password authentication failed" in lower or "no password supplied" in lower:
         what = "the server refused the credentials"
     elif "role" in lower and "does not exist" in lower:
-        what = "the server refused the credentials (no such user)"
+        what = "the server refused the credentials: no such user"
     elif "database" in lower and "does not exist" in lower:
         what = "the database does not exist (create it, e.g. createdb, or fix the URL)"
     elif "authentication" in lower or "pg_hba.conf" in lower:
         what = "the server refused the credentials"
     else:
         what = "the server cannot be reached"
-    detail = text.rsplit("failed: ", 1)[-1] if "failed: " in text else text
-    return f"{what} ({detail.strip()[:200]})"
+    return f"{what} ({_detail(error, conninfo)})"
 
 
 def _credentials_hint(reason: str) -> str:
@@ -157,7 +162,7 @@ def _connect(location: LedgerLocation, application: str = "dp-release"):
 def _lost(location: LedgerLocation, action: str, error: BaseException) -> LedgerError:
     return LedgerError(
         f"ledger {location.shown!r}: the connection to the server was lost while {action} "
-        f"({_reason(error, location.conninfo).split('(', 1)[-1].rstrip(')')}); this run stops "
+        f"({_detail(error, location.conninfo)}); this run stops "
         "here and publishes nothing after it; a reservation already recorded stays spent, "
         "and running the same release id again resumes it"
     )
@@ -317,7 +322,7 @@ class PostgresBackend:
                     raise _lost(self.location, action, error) from None
                 raise LedgerError(
                     f"ledger {self.location.shown!r}: {action} failed on the server "
-                    f"({' '.join(str(error).split())[:200]}); nothing was recorded by it"
+                    f"({_detail(error, self.location.conninfo)}); nothing was recorded by it"
                 ) from None
             self.retries += 1
             pause = min(_LONGEST_PAUSE, _FIRST_PAUSE * 2**attempt)
