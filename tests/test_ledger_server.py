@@ -513,3 +513,16 @@ def test_a_bad_ledger_stops_a_run_before_the_key_or_the_input(postgres_server, t
         assert reason in error and "bad-Secret-1" not in error and ":pw@" not in error
     assert not Path(spec.key_file).exists()  # refused before the key was created
     assert not (tmp_path / "samples").exists() and not (tmp_path / "out").exists()
+
+
+def test_a_run_with_another_key_is_refused_by_the_ledger(ledger_at, tmp_path, monkeypatch):
+    _, spec = small_spec(tmp_path, ledger_at())
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+    run_release(spec, progress=QUIET)
+    other = "5" + KEY_HEX[1:]
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", other)
+    with pytest.raises(LedgerError, match="records the master key with fingerprint"):
+        run_release(apply_overrides(spec, release_id="small-2"), progress=QUIET)
+    with Ledger(spec.ledger_path) as ledger:
+        assert [entry.release_id for entry in ledger.history()] == [spec.release_id]
+    assert not (Path(spec.output_dir) / "small-2").exists()
