@@ -526,3 +526,24 @@ def test_a_run_with_another_key_is_refused_by_the_ledger(ledger_at, tmp_path, mo
     with Ledger(spec.ledger_path) as ledger:
         assert [entry.release_id for entry in ledger.history()] == [spec.release_id]
     assert not (Path(spec.output_dir) / "small-2").exists()
+
+
+def test_credentials_come_from_the_password_file_or_the_environment(
+    postgres_server, tmp_path, monkeypatch
+):
+    server = postgres_server
+    database = server.create_database()
+    url = f"postgresql://dp_test@127.0.0.1:{server.port}/{database}"
+    monkeypatch.delenv("PGPASSWORD", raising=False)
+    password_file = tmp_path / "pgpass"
+    password_file.write_text(f"127.0.0.1:{server.port}:*:dp_test:{server.password}\n")
+    password_file.chmod(0o600)
+    monkeypatch.setenv("PGPASSFILE", str(password_file))
+    with Ledger(url) as ledger:
+        assert ledger.populations() == {}
+    monkeypatch.setenv("PGPASSFILE", str(tmp_path / "none"))
+    with pytest.raises(LedgerError, match="the server refused the credentials"):
+        Ledger(url)
+    monkeypatch.setenv("PGPASSWORD", server.password)
+    with Ledger(url) as ledger:
+        assert ledger.populations() == {}
