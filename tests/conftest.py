@@ -1,5 +1,6 @@
-"""Shared fixtures: one real local-mode Spark session for the whole test run, and a
-recorder of which Spark aggregation path ran.
+"""Shared fixtures: one real local-mode Spark session for the whole test run, a
+recorder of which Spark aggregation path ran, and a real PostgreSQL server for the
+ledger tests (``ledger_at`` runs a test on both ledger backends).
 
 Tiers: every test that uses the ``spark`` fixture is marked ``spark``, so
 ``pytest -m "not spark"`` is the fast tier. It must start no JVM: under that
@@ -10,8 +11,10 @@ the fix (mark it ``spark``).
 from __future__ import annotations
 
 import importlib.util
+import os
 
 import pytest
+from postgres_cluster import PostgresCluster, postgres_binaries
 
 # Without the spark extra (the core install, tested on the newest pandas), the modules
 # that need PySpark to import are not collected; everything else runs.
@@ -92,3 +95,51 @@ def spark_releases_take_the_spark_paths(request, monkeypatch):
     import dp_pipeline.release.tables.on_spark as spark_tables
 
     monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", 0)
+
+
+def _unavailable(reason: str):
+    """Skip locally; fail in CI, where .ci/run installs PostgreSQL and psycopg."""
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"{reason} (CI must run the server-ledger tests)")
+    pytest.skip(reason)
+
+
+@pytest.fixture(scope="session")
+def postgres_server():
+    """A throw-away PostgreSQL cluster on 127.0.0.1 for the whole test run (`PostgresCluster`)."""
+    if importlib.util.find_spec("psycopg") is None:
+        _unavailable("psycopg is not installed (pip install -e '.[test]')")
+    if postgres_binaries() is None:
+        _unavailable(
+            "PostgreSQL is not installed (initdb and pg_ctl not found; Debian: apt-get "
+            "install postgresql)"
+        )
+    cluster = PostgresCluster().start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgresql)])
+def ledger_at(request, tmp_path):
+    """A factory of new ledger locations on one backend: ``ledger_at("name")``.
+
+    SQLite: a file in the test's folder; PostgreSQL: a new database on `postgres_server`,
+    dropped after the test. The same name gives the same location within a test.
+    """
+    made: dict[str, str] = {}
+    server = request.getfixturevalue("postgres_server") if request.param == "postgresql" else None
+
+    def location(name: str = "ledger") -> str:
+        if name not in made:
+            if server is None:
+                made[name] = str(tmp_path / f"{name}.sqlite")
+            else:
+                made[name] = server.url(server.create_database())
+        return made[name]
+
+    location.kind = request.param
+    location.server = server
+    yield location
+    if server is not None:
+        for url in made.values():
+            server.drop_database(url.rsplit("/", 1)[1])

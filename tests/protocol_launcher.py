@@ -5,7 +5,9 @@
 
 The package has no fault injection of its own: ``run._checkpoint`` is a no-op
 called at each named point of the protocol (after_reserve, after_noise,
-mid_table, before_publish, after_publish). This launcher, run by the tests in a
+mid_table, before_publish, after_publish), and ``store._checkpoint`` one called
+inside the ledger's reservation transaction (mid_reserve: the row is written, not
+yet committed). This launcher, run by the tests in a
 child process, replaces it before calling the CLI's ``main(ARGS)``:
 
 - ``kill``: the process kills itself with SIGKILL at POINT (no clean-up,
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from dp_pipeline.release import run
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.ledger import store
 
 
 def install(point: str, action: str) -> None:
@@ -45,6 +48,7 @@ def install(point: str, action: str) -> None:
     if action != "kill" and not action.startswith("wait:"):
         raise SystemExit(f"action {action!r}: must be 'kill' or 'wait:GO_FILE'")
     run._checkpoint = checkpoint
+    store._checkpoint = checkpoint
 
 
 if __name__ == "__main__":

@@ -1,4 +1,8 @@
-"""Budget ledger: caps, refusals that say what is left, release-id reuse, two-process races."""
+"""Budget ledger: caps, refusals that say what is left, release-id reuse, two-process races.
+
+Every test taking ``ledger_at`` runs on both backends: a SQLite file and a database on
+a throw-away PostgreSQL server (tests/conftest.py).
+"""
 
 from __future__ import annotations
 
@@ -44,8 +48,8 @@ def publish(ledger, reservation, output=None, manifest=MANIFEST):
     ledger.commit(reservation, output=output)
 
 
-def test_reserve_commit_and_history(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_reserve_commit_and_history(ledger_at):
+    ledger = Ledger(ledger_at())
     reservation = ledger.reserve(
         population="people",
         release_id="r1",
@@ -67,8 +71,8 @@ def test_reserve_commit_and_history(tmp_path):
     assert ledger.populations() == {"people": {"rho": "1", "epsilon": None, "delta": None}}
 
 
-def test_refusal_above_cap_says_how_much_is_left(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_refusal_above_cap_says_how_much_is_left(ledger_at):
+    ledger = Ledger(ledger_at())
     for release_id in ("r1", "r2"):
         ledger.reserve(
             population="people",
@@ -101,8 +105,8 @@ def test_refusal_above_cap_says_how_much_is_left(tmp_path):
     )
 
 
-def test_abort_returns_the_budget(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_abort_returns_the_budget(ledger_at):
+    ledger = Ledger(ledger_at())
     args = dict(population="people", accountant=accountant(Fraction(5, 4)), cap=RHO_CAP)
     ledger.reserve(release_id="r1", fingerprint="a", **args)
     second = ledger.reserve(release_id="r2", fingerprint="b", **args)
@@ -117,8 +121,8 @@ def test_abort_returns_the_budget(tmp_path):
     assert ledger.reserve(release_id="r2", fingerprint="z", **args).outcome == "reserved"
 
 
-def test_release_id_reuse(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_release_id_reuse(ledger_at):
+    ledger = Ledger(ledger_at())
     args = dict(population="people", release_id="r1", cap=RHO_CAP)
     first = ledger.reserve(accountant=accountant(Fraction(5, 4)), fingerprint="data-1", **args)
     # A stale reservation (crashed job) on the same data and plan is resumed, no new spend,
@@ -150,8 +154,8 @@ def test_release_id_reuse(tmp_path):
         )
 
 
-def test_cap_cannot_change(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_cap_cannot_change(ledger_at):
+    ledger = Ledger(ledger_at())
     ledger.reserve(
         population="people",
         release_id="r1",
@@ -169,8 +173,8 @@ def test_cap_cannot_change(tmp_path):
         )
 
 
-def test_epsilon_delta_cap(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_epsilon_delta_cap(ledger_at):
+    ledger = Ledger(ledger_at())
     cap = Budget(epsilon=Fraction(1), delta=Fraction(1, 10**6))
     # sigma = 20: one release is far inside (epsilon, delta) = (1, 1e-6) ...
     ledger.reserve(
@@ -213,10 +217,10 @@ RACER = textwrap.dedent(
 )
 
 
-def test_concurrent_processes_cannot_double_spend(tmp_path):
+def test_concurrent_processes_cannot_double_spend(tmp_path, ledger_at):
     """Three real processes race for a cap that holds two releases: exactly two win."""
-    ledger_path = tmp_path / "ledger.sqlite"
-    Ledger(ledger_path)  # create the schema before the race
+    ledger_path = ledger_at()
+    Ledger(ledger_path).close()  # create the schema before the race
     go_file = tmp_path / "go"
     environment = dict(os.environ, PYTHONPATH=str(ROOT))
     processes = [
@@ -247,8 +251,8 @@ def test_concurrent_processes_cannot_double_spend(tmp_path):
     assert spend.rho == Fraction(4, 5)
 
 
-def test_the_run_states_move_forward_only_for_the_token_holder(tmp_path):
-    ledger = Ledger(tmp_path / "ledger.sqlite")
+def test_the_run_states_move_forward_only_for_the_token_holder(ledger_at):
+    ledger = Ledger(ledger_at())
     args = dict(population="people", release_id="r1", cap=RHO_CAP, fingerprint="a")
     reservation = ledger.reserve(accountant=accountant(Fraction(5, 4)), **args)
     assert ledger.entry("r1").state == "reserved"
@@ -358,7 +362,7 @@ def test_a_ledger_written_before_run_states_stays_readable_and_charged(tmp_path)
         )
 
 
-def test_selections_compose_in_the_ledger_by_their_bounded_range_curve(tmp_path):
+def test_selections_compose_in_the_ledger_by_their_bounded_range_curve(ledger_at):
     # five exponential mechanisms at ε = 0.1 over two releases: ε(1e-6) = 0.4227 by their
     # bounded-range curve (0.4821 as randomized response capped by ρ = ε²/8, which refused
     # the second release under this cap); the twin cap just below 0.4227 refuses it
@@ -370,7 +374,7 @@ def test_selections_compose_in_the_ledger_by_their_bounded_range_curve(tmp_path)
         return result
 
     for cap_epsilon, second in ((Fraction(43, 100), "reserved"), (Fraction(42, 100), None)):
-        ledger = Ledger(tmp_path / f"ledger-{cap_epsilon}.sqlite")
+        ledger = Ledger(ledger_at(f"ledger-{cap_epsilon.numerator}"))
         cap = Budget(epsilon=cap_epsilon, delta=Fraction(1, 10**6))
         ledger.reserve(
             population="p", release_id="a", accountant=selections(3), fingerprint="a", cap=cap

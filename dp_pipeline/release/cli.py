@@ -83,7 +83,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
     run.add_argument("--release-id", help="override release.id (scheduled releases)")
     run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
-    run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
+    run.add_argument(
+        "--ledger",
+        dest="ledger_path",
+        help="ledger: a SQLite file (a path or sqlite:///path) or postgresql://... (default: spec)",
+    )
     run.add_argument("--key-file", help="master key file (created if absent)")
     run.add_argument("--quiet", action="store_true", help="no progress lines")
     run.add_argument(
@@ -185,7 +189,11 @@ def _cap(cap: dict) -> str:
 
 
 def _ledger(arguments) -> int:
-    ledger = Ledger(arguments.ledger_path)
+    with Ledger(arguments.ledger_path) as ledger:
+        return _ledger_report(arguments, ledger)
+
+
+def _ledger_report(arguments, ledger: Ledger) -> int:
     if arguments.abort:
         ledger.abort(arguments.abort)
         print(
@@ -198,11 +206,11 @@ def _ledger(arguments) -> int:
         if arguments.population not in populations:
             raise LedgerError(
                 f"--population {arguments.population!r}: not in the ledger "
-                f"{arguments.ledger_path} (known: {', '.join(populations) or 'none'})"
+                f"{ledger.location} (known: {', '.join(populations) or 'none'})"
             )
         populations = {arguments.population: populations[arguments.population]}
     if not populations:
-        print(f"ledger {arguments.ledger_path}: no releases yet")
+        print(f"ledger {ledger.location}: no releases yet")
     for name, cap in populations.items():
         _, left = ledger.spent(name)
         print(f"population {name} (cap {_cap(cap)}): {left}")

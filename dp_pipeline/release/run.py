@@ -56,6 +56,7 @@ from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.identity import release_identity
+from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.plan.preflight import check_engine
@@ -205,13 +206,18 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
         f"{sum(t.table.cells for t in plan.tables):,} cells, in {plan.seconds:.3f} s "
         f"(epsilon {float(plan.epsilon_tight.upper):.4g} at delta {float(plan.report_delta):.3g})"
     )
+    # A bad ledger URL is refused here, and a server ledger is reached here: an unreachable
+    # server, refused credentials or a newer schema stop the run before the key or the input.
+    location = ledger_location(spec.ledger_path)
+    server = Ledger(location) if location.kind == "postgresql" else None
     master = load_or_create_master_key(spec.key_file, progress)
 
     synthetic = not spec.input_path
     if synthetic:
         # The sample cache sits beside the ledger and the key: the folders it creates
         # are owner-only, as theirs are.
-        cache = private_folder(Path(spec.ledger_path).parent / "samples")
+        home = local_ledger_folder(spec.ledger_path) or Path(spec.key_file).parent
+        cache = private_folder(home / "samples")
         progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
         # Verified against the seal written when it was generated (the truth in
         # accuracy.json is computed from it), else generated again.
@@ -228,7 +234,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         result = _run_opened(
-            spec, plan, master, source, synthetic, progress, timings, clock, sample=sample
+            spec, plan, master, source, synthetic, progress, timings, clock, sample, server
         )
     except BaseException as error:
         kept_log(error, source.close(failed=True))
@@ -238,15 +244,14 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 
 
 def _run_opened(
-    spec, plan, master, source, synthetic, progress, timings, clock, sample=None
+    spec, plan, master, source, synthetic, progress, timings, clock, sample=None, ledger=None
 ) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
     check_sample(source.path, sample, fingerprint)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
-    ledger = Ledger(spec.ledger_path)
     final = Path(spec.output_dir) / spec.release_id
-    with ledger.lease(spec.release_id):
+    with ledger or Ledger(spec.ledger_path) as ledger, ledger.lease(spec.release_id):
         # Before anything is spent; the ledger's identity check (in reserve) names what
         # differs from an earlier release of this id, and publication checks its bytes.
         check_replaceable(final, spec.release_id)
@@ -262,6 +267,8 @@ def _run_opened(
             output=str(final.resolve()),
             engine=spec.engine,
             largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
+            key_fingerprint=master.fingerprint,
+            shared_input_with=spec.shares_input_with,
         )
         progress(
             {

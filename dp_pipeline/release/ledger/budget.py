@@ -20,12 +20,14 @@ __all__ = [
     "accountant_type",
     "cap_dict",
     "compose_accountants",
+    "compose_events",
     "describe_cap",
     "largest_fitting",
     "largest_fitting_text",
     "left_text",
     "measure_spend",
     "spend_text",
+    "state_events",
     "within_cap",
 ]
 
@@ -37,11 +39,19 @@ def accountant_type():
 
 def compose_accountants(states: Iterable[dict]):
     """One accountant holding every event of the given ``to_dict()`` states."""
-    kind = accountant_type()
-    combined = kind()
-    for state in states:
-        for event in kind.from_dict(state).events:
-            combined.add_event(event)
+    return compose_events(event for state in states for event in state_events(state))
+
+
+def state_events(state: dict) -> list:
+    """The events of one accountant ``to_dict()`` state (restored through the registry)."""
+    return list(accountant_type().from_dict(state).events)
+
+
+def compose_events(events: Iterable) -> PrivacyAccountant:
+    """One accountant holding ``events`` (each restored once, composed as often as needed)."""
+    combined = accountant_type()()
+    for event in events:
+        combined.add_event(event)
     return combined
 
 

@@ -1,6 +1,8 @@
 """A release id's run lease: an OS lock that shows the run owning a reservation is alive.
 
-A run holds an exclusive ``fcntl.flock`` on ``<ledger>.leases/<digest>.lock``
+This is the lease of a SQLite ledger (one host); a server ledger's lease is an
+advisory lock on the server (`dp_pipeline.release.ledger.postgres_backend.ServerLease`),
+with the same meaning. A run holds an exclusive ``fcntl.flock`` on ``<ledger>.leases/<digest>.lock``
 (the SHA-256 of the release id, so any id is a safe file name) from before it
 reserves until it returns. The kernel drops the lock when the process exits,
 however it exits (SIGKILL and OOM kills included), so "the lease is free"
@@ -74,6 +76,9 @@ class RunLease:
         os.pwrite(descriptor, owner().encode(), 0)
         self._descriptor = descriptor
         return self
+
+    def check(self) -> None:
+        """Nothing to check: the kernel holds the lock while this process lives."""
 
     def __exit__(self, kind, value, traceback) -> None:
         if self._descriptor is not None:

@@ -1,6 +1,6 @@
 """What the ledger stores and returns, and the rules it applies to a row before writing one.
 
-The SQLite schema, the run's states, the `Reservation` and `LedgerEntry`
+The run's states, the `Reservation` and `LedgerEntry`
 records, the ledger's errors, and `check_reuse`: a release id is single-use,
 re-run only with the same identity (same canonical spec, same input bytes,
 same key), because the same noise on other data, or other noise on the same
@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 import os
 import socket
-import sqlite3
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -30,11 +29,9 @@ from dp_pipeline.release.ledger.budget import (
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
 
 __all__ = [
-    "ADDED_COLUMNS",
-    "SCHEMA",
     "STATES",
     "BudgetExceededError",
-    "ImmediateTransaction",
+    "InputReuseError",
     "LedgerEntry",
     "ReleaseIdReuseError",
     "Reservation",
@@ -45,37 +42,6 @@ __all__ = [
     "owner",
     "row_state",
 ]
-
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS populations (
-    name TEXT PRIMARY KEY,
-    cap TEXT NOT NULL,
-    created_at TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS releases (
-    release_id TEXT PRIMARY KEY,
-    population TEXT NOT NULL REFERENCES populations(name),
-    status TEXT NOT NULL CHECK (status IN ('reserved', 'committed', 'aborted')),
-    fingerprint TEXT NOT NULL,
-    accountant TEXT NOT NULL,
-    guarantee TEXT NOT NULL,
-    cumulative TEXT NOT NULL,
-    reserved_at TEXT NOT NULL,
-    finished_at TEXT,
-    owner TEXT NOT NULL,
-    output TEXT
-);
-CREATE INDEX IF NOT EXISTS releases_population ON releases(population);
-"""
-# Columns added after the first schema; `Ledger` adds them to older ledger files.
-ADDED_COLUMNS = {
-    "identity": "TEXT",
-    "published_at": "TEXT",
-    "state": "TEXT",  # one of STATES or "aborted"
-    "token": "TEXT",  # the run token of the run that holds the reservation
-    "engine": "TEXT",  # the engine of the last run that reserved or published it
-    "manifest": "TEXT",  # the published files' digests (manifest.json), from publication on
-}
 
 # The run's states, in order; "aborted" is reachable from "reserved" only.
 STATES = ("reserved", "reading", "noised", "publishing", "committed")
@@ -97,6 +63,10 @@ class BudgetExceededError(LedgerError):
 
 class ReleaseIdReuseError(LedgerError):
     """A release id was already used on other data or with another plan."""
+
+
+class InputReuseError(LedgerError):
+    """An input already recorded under another population with the same privacy unit."""
 
 
 def now_text() -> str:
@@ -154,6 +124,7 @@ class LedgerEntry:
     state: str | None = None
     engine: str | None = None
     manifest: dict | None = None
+    input_override: list | None = None
 
 
 def check_reuse(existing, population, fingerprint, state_text, identity) -> str | None:
@@ -216,7 +187,8 @@ def check_reuse(existing, population, fingerprint, state_text, identity) -> str 
     return "resumed"
 
 
-def entry_from_row(row: sqlite3.Row) -> LedgerEntry:
+def entry_from_row(row) -> LedgerEntry:
+    """The entry of a ledger row (``sqlite3.Row`` or a dict: columns by name)."""
     return LedgerEntry(
         release_id=row["release_id"],
         population=row["population"],
@@ -234,25 +206,11 @@ def entry_from_row(row: sqlite3.Row) -> LedgerEntry:
         state=row_state(row),
         engine=row["engine"],
         manifest=None if row["manifest"] is None else json.loads(row["manifest"]),
+        input_override=(
+            None if row["input_override"] is None else json.loads(row["input_override"])
+        ),
     )
 
 
 def owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-class ImmediateTransaction:
-    """``BEGIN IMMEDIATE`` ... ``COMMIT`` (``ROLLBACK`` on any exception), then close."""
-
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.connection = connection
-
-    def __enter__(self) -> sqlite3.Connection:
-        self.connection.execute("BEGIN IMMEDIATE")
-        return self.connection
-
-    def __exit__(self, kind, value, traceback) -> None:
-        try:
-            self.connection.execute("ROLLBACK" if kind is not None else "COMMIT")
-        finally:
-            self.connection.close()

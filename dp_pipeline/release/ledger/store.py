@@ -1,6 +1,11 @@
 """The budget ledger: a persistent, transactional record of what each population has spent.
 
-SQLite (stdlib ``sqlite3``) by default; the path is configurable. For every
+A ledger lives at a location (`dp_pipeline.release.ledger.location`): a SQLite file
+(stdlib ``sqlite3``, the embedded default: `sqlite_backend`) or a PostgreSQL database
+(psycopg 3, for runs on many hosts: `postgres_backend`). Both hold the same tables
+(`dp_pipeline.release.ledger.schema`) and this module applies the same rules to both;
+the backends only differ in how a transaction is made serializable and how a
+run's lease is held. For every
 population it keeps its cap and every release's mechanisms (the accountant's
 ``to_dict()``, restored through the closed registry of
 `dp_pipeline.mechanisms.registry`), its state (``reserved -> reading -> noised
@@ -15,9 +20,10 @@ published (`dp_pipeline.release.publish.manifest`).
 Guarantee. `Ledger.reserve` composes, with the accountant, every committed
 and reserved release of the population plus the new one, and refuses the new
 one if the composition's upper bound exceeds the cap. The check and the
-insert run in one ``BEGIN IMMEDIATE`` transaction, which takes SQLite's write
-lock before reading, so two processes can never both see the same remaining
-budget (no double spend). Reserved releases count as spent until they are
+insert run in one serializable transaction (SQLite: ``BEGIN IMMEDIATE``, the
+file's write lock taken before reading; PostgreSQL: ``SERIALIZABLE`` under the
+population's advisory lock), so two processes, on any hosts, can never both see
+the same remaining budget (no double spend). Reserved releases count as spent until they are
 committed or aborted: a crashed job errs on the side of privacy.
 
 Release ids are single-use across the whole ledger: re-running a committed
@@ -34,7 +40,13 @@ moves nothing. `abort` is allowed only in state ``reserved`` (nothing read),
 only while the release id's lease (`dp_pipeline.release.ledger.lease`) is free (no
 run of it is alive), and only while no hidden folder of its output exists.
 
-A new ledger's folder is created owner-only (0700) and its file 0600.
+The budget is anchored to the data and the key. A ledger records the public
+fingerprint of the master key of its first keyed reservation and refuses any
+other key (under another key the same input has another fingerprint, so the
+input checks below could not recognise it). An input fingerprint already
+recorded under another population with the same privacy unit is refused, naming
+that population, unless the reservation declares that population in
+``shared_input_with`` (recorded in the row's ``input_override``).
 """
 
 from __future__ import annotations
@@ -43,32 +55,34 @@ import json
 import os
 import secrets
 import sqlite3
-from collections.abc import Callable
-from contextlib import closing, suppress
+from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from pathlib import Path
 
+from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
-from dp_pipeline.release.keys import private_folder
+from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
+from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
     Spend,
     cap_dict,
     compose_accountants,
+    compose_events,
     describe_cap,
     left_text,
     measure_spend,
     spend_text,
+    state_events,
     within_cap,
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
-from dp_pipeline.release.ledger.lease import RunLease, lease_path
+from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.records import (
-    ADDED_COLUMNS,
-    SCHEMA,
     STATES,
     BudgetExceededError,
-    ImmediateTransaction,
+    InputReuseError,
     LedgerEntry,
     Reservation,
     canonical_json,
@@ -78,41 +92,52 @@ from dp_pipeline.release.ledger.records import (
     owner,
     row_state,
 )
+from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
 from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
 
 __all__ = ["Ledger", "LedgerView", "read_ledger"]
 
 
 class Ledger:
-    """A SQLite budget ledger at ``path`` (created on first use, with its parent folder)."""
+    """A budget ledger at ``location``: a SQLite file (a path or ``sqlite:///path``, created
+    on first use with its parent folder) or ``postgresql://...`` (its tables created on
+    first use). An older schema is migrated in one transaction; a newer one is refused.
+    ``timeout`` (s) bounds the wait for another run's write."""
 
-    def __init__(self, path: str | os.PathLike[str], timeout: float = 120.0) -> None:
-        self.path = Path(path)
-        private_folder(self.path.parent)
-        # A new ledger file is the owner's only (SQLite's journal files copy its mode).
-        with suppress(FileExistsError):
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        self._timeout = timeout
-        with closing(self._connect()) as connection:
-            connection.executescript(SCHEMA)
-            present = {row["name"] for row in connection.execute("PRAGMA table_info(releases)")}
-            for column, kind in ADDED_COLUMNS.items():
-                if column not in present:
-                    connection.execute(f"ALTER TABLE releases ADD COLUMN {column} {kind}")
+    def __init__(
+        self, location: str | os.PathLike[str] | LedgerLocation, timeout: float = 120.0
+    ) -> None:
+        self.location = ledger_location(location)
+        self.path = self.location.path  # the SQLite file (None for a server ledger)
+        if self.location.kind == "postgresql":
+            self._backend = postgres_backend.PostgresBackend(self.location, timeout)
+        else:
+            self._backend = sqlite_backend.SqliteBackend(self.location, timeout)
+        self._leases: dict[str, object] = {}
 
-    def _connect(self) -> sqlite3.Connection:
-        # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
-        connection = sqlite3.connect(self.path, timeout=self._timeout, isolation_level=None)
-        connection.row_factory = sqlite3.Row
-        connection.execute("PRAGMA foreign_keys = ON")
-        return connection
+    def close(self) -> None:
+        """Close the server connection, if any (a lease keeps its own until it ends)."""
+        self._backend.close()
 
-    def _transaction(self):
-        return ImmediateTransaction(self._connect())
+    def __enter__(self) -> Ledger:
+        return self
 
-    def lease(self, release_id: str, action: str = "running it") -> RunLease:
-        """The lease a run of ``release_id`` holds for its whole life (`RunLease`)."""
-        return RunLease(lease_path(self.path, release_id), release_id, action)
+    def __exit__(self, kind, value, traceback) -> None:
+        self.close()
+
+    def lease(self, release_id: str, action: str = "running it") -> _HeldLease:
+        """The lease a run of ``release_id`` holds for its whole life.
+
+        SQLite: an OS lock beside the file (`RunLease`); server: an advisory lock on a
+        connection of its own (`postgres_backend.ServerLease`). While this ledger holds
+        it, every move of the release's reservation first checks that it is still held.
+        """
+        return _HeldLease(self, release_id, self._backend.lease(release_id, action))
+
+    def _check_lease(self, release_id: str) -> None:
+        lease = self._leases.get(release_id)
+        if lease is not None:
+            lease.check()
 
     # ------------------------------------------------------------------ reserve
 
@@ -128,6 +153,8 @@ class Ledger:
         output: str | None = None,
         engine: str | None = None,
         largest: Callable[[list[dict], dict], str] | None = None,
+        key_fingerprint: str | None = None,
+        shared_input_with: Sequence[str] = (),
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
@@ -146,11 +173,24 @@ class Ledger:
         and its fingerprint alone. ``largest(previous_states, cap)``, if given, says
         in a refusal over the cap the largest budget of this release that would fit
         (`dp_pipeline.release.plan.release_plan.fitting_budget_text`); it runs after the write
-        lock is released.
+        lock is released. ``key_fingerprint`` (the master key's public fingerprint) is
+        recorded by the first keyed reservation and must match it afterwards
+        (`LedgerError` otherwise). `InputReuseError` if ``fingerprint`` is recorded
+        under another population with the same privacy unit, unless that population
+        is in ``shared_input_with`` (the override is recorded with the release).
         """
         try:
             return self._reserve(
-                population, release_id, accountant, fingerprint, cap, identity, output, engine
+                population,
+                release_id,
+                accountant,
+                fingerprint,
+                cap,
+                identity,
+                output,
+                engine,
+                key_fingerprint,
+                tuple(shared_input_with),
             )
         except BudgetExceededError as error:
             previous_states = getattr(error, "previous_states", None)
@@ -160,7 +200,17 @@ class Ledger:
             raise BudgetExceededError(f"{error} {suggestion}") from None
 
     def _reserve(
-        self, population, release_id, accountant, fingerprint, cap, identity, output, engine
+        self,
+        population,
+        release_id,
+        accountant,
+        fingerprint,
+        cap,
+        identity,
+        output,
+        engine,
+        key_fingerprint,
+        shared_input_with,
     ) -> Reservation:
         cap_state = cap_dict(cap)
         state = accountant.to_dict()
@@ -172,7 +222,10 @@ class Ledger:
             raise LedgerError(f"release {release_id!r}: reserve needs the release's own identity")
         state_text = canonical_json(state)
         identity_text = canonical_json(identity.to_dict())
-        with self._transaction() as connection:
+
+        def work(connection) -> Reservation:
+            if key_fingerprint is not None:
+                self._bind_key(connection, key_fingerprint)
             row = connection.execute(
                 "SELECT cap FROM populations WHERE name = ?", (population,)
             ).fetchone()
@@ -194,20 +247,22 @@ class Ledger:
                 outcome = check_reuse(existing, population, fingerprint, state_text, identity)
                 if outcome is not None:
                     return self._reuse(connection, existing, outcome, identity, cap_state, engine)
+            override = self._check_input(
+                connection, release_id, population, fingerprint, identity, shared_input_with
+            )
             others = connection.execute(
                 "SELECT accountant FROM releases WHERE population = ? AND status IN "
                 "('reserved', 'committed') AND release_id != ?",
                 (population, release_id),
             ).fetchall()
             previous_states = [json.loads(r["accountant"]) for r in others]
-            before = (
-                measure_spend(compose_accountants(previous_states), cap_state)
-                if previous_states
-                else None
-            )
-            cumulative = measure_spend(compose_accountants([*previous_states, state]), cap_state)
+            # Each recorded state is restored once, then composed (held under the lock).
+            previous = [event for other in previous_states for event in state_events(other)]
+            own = state_events(state)
+            before = measure_spend(compose_events(previous), cap_state) if previous_states else None
+            cumulative = measure_spend(compose_events([*previous, *own]), cap_state)
             if not within_cap(cumulative, cap_state):
-                alone = measure_spend(compose_accountants([state]), cap_state)
+                alone = measure_spend(compose_events(own), cap_state)
                 refusal = BudgetExceededError(
                     f"release {release_id!r} refused: population {population!r} would exceed "
                     f"its cap {describe_cap(cap_state)} "
@@ -219,7 +274,7 @@ class Ledger:
                 # What it was refused against: `reserve` says what would fit, unlocked.
                 refusal.previous_states = previous_states
                 raise refusal
-            guarantee = measure_spend(compose_accountants([state]), cap_state).to_dict()
+            guarantee = measure_spend(compose_events(own), cap_state).to_dict()
             reserved_at = now_text()
             token = secrets.token_hex(16)
             values = (
@@ -239,14 +294,15 @@ class Ledger:
                 token,
                 engine,
                 None,
+                override,
                 release_id,
             )
             if existing is None:
                 connection.execute(
                     "INSERT INTO releases (population, status, fingerprint, accountant, "
                     "guarantee, cumulative, reserved_at, finished_at, owner, output, identity, "
-                    "published_at, state, token, engine, manifest, release_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "published_at, state, token, engine, manifest, input_override, release_id) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             else:  # an aborted id, run again
@@ -254,9 +310,11 @@ class Ledger:
                     "UPDATE releases SET population = ?, status = ?, fingerprint = ?, "
                     "accountant = ?, guarantee = ?, cumulative = ?, reserved_at = ?, "
                     "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ?, "
-                    "state = ?, token = ?, engine = ?, manifest = ? WHERE release_id = ?",
+                    "state = ?, token = ?, engine = ?, manifest = ?, input_override = ? "
+                    "WHERE release_id = ?",
                     values,
                 )
+            _checkpoint("mid_reserve")
             return Reservation(
                 release_id,
                 population,
@@ -269,6 +327,81 @@ class Ledger:
                 token=token,
                 digest=identity.digest,
             )
+
+        return self._backend.write(work, action=f"reserving {release_id!r}", lock=population)
+
+    def _bind_key(self, connection, key_fingerprint: str) -> None:
+        """Record the master key's fingerprint in a ledger that has none, or check it."""
+        row = connection.execute(
+            "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
+        ).fetchone()
+        recorded = None if row is None else row["value"]
+        if recorded is None:
+            # A ledger from before keys were recorded: its identities name their key.
+            expected = digest_of(key_fingerprint)
+            for other in connection.execute(
+                "SELECT release_id, identity FROM releases WHERE identity IS NOT NULL"
+            ).fetchall():
+                part = json.loads(other["identity"]).get("parts", {}).get("master key")
+                if part is not None and part != expected:
+                    raise LedgerError(self._other_key_text(key_fingerprint, other["release_id"]))
+            connection.execute(
+                "INSERT INTO ledger_meta (name, value) VALUES ('key_fingerprint', ?)",
+                (key_fingerprint,),
+            )
+        elif recorded != key_fingerprint:
+            raise LedgerError(self._other_key_text(key_fingerprint, None, recorded))
+
+    def _other_key_text(self, fingerprint, release_id=None, recorded=None) -> str:
+        what = (
+            f"records the master key with fingerprint {recorded}"
+            if recorded is not None
+            else f"records release {release_id!r} made with another master key"
+        )
+        return (
+            f"ledger {self.location.shown!r} {what}; this run's key has fingerprint "
+            f"{fingerprint}. A ledger's budget is anchored to one key (under another key "
+            "the same input has another fingerprint, so the ledger could not recognise an "
+            f"input it already charged). Use the ledger's key (--key-file or "
+            f"${ENVIRONMENT_VARIABLE}), or another ledger for another key. Nothing was read "
+            "or written"
+        )
+
+    def _check_input(
+        self, connection, release_id, population, fingerprint, identity, shared_input_with
+    ) -> str | None:
+        """Refuse an input recorded under another population with the same privacy unit.
+
+        Returns the override to record (JSON list of the populations declared
+        shared that hold this input), or None.
+        """
+        unit = identity.parts.get("privacy unit")
+        holders: dict[str, str] = {}
+        for other in connection.execute(
+            "SELECT release_id, population, identity FROM releases WHERE fingerprint = ? "
+            "AND population != ? AND status != 'aborted' ORDER BY release_id",
+            (fingerprint, population),
+        ).fetchall():
+            recorded = None
+            if other["identity"] is not None:
+                recorded = json.loads(other["identity"]).get("parts", {}).get("privacy unit")
+            # Unknown units (older rows, a ledger used without identities) count as the same.
+            if unit is None or recorded is None or recorded == unit:
+                holders.setdefault(other["population"], other["release_id"])
+        undeclared = [name for name in holders if name not in shared_input_with]
+        if undeclared:
+            name = undeclared[0]
+            raise InputReuseError(
+                f"release {release_id!r} refused: its input is already recorded under "
+                f"population {name!r} (release {holders[name]!r}) with the same privacy "
+                f"unit. An input's people are one population: releasing it under "
+                f"{population!r} too would spend a second budget on them. Release it under "
+                f"population {name!r}, or, if the two populations are meant to share it "
+                f"(each cap then covers only its own releases), declare it in the spec: "
+                f'[population] shares_input_with = ["{name}"] (recorded in the ledger). '
+                "Nothing was read or written"
+            )
+        return canonical_json(sorted(holders)) if holders else None
 
     def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
         """The reservation of a run that resumes or re-emits ``existing`` (no new spend)."""
@@ -309,7 +442,9 @@ class Ledger:
         """
         if state not in ("reading", "noised"):
             raise InternalError(f"advance: state {state!r} is not 'reading' or 'noised'")
-        with self._transaction() as connection:
+        self._check_lease(reservation.release_id)
+
+        def work(connection) -> None:
             current = row_state(self._held(connection, reservation, f"moving to {state}"))
             if STATES.index(current) >= STATES.index(state):
                 return
@@ -323,6 +458,12 @@ class Ledger:
                 (state, reservation.release_id),
             )
 
+        self._backend.write(
+            work,
+            action=f"recording state {state} of {reservation.release_id!r}",
+            lock=reservation.population,
+        )
+
     def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record, before the output is moved into place, that publication starts, and its bytes.
 
@@ -332,7 +473,9 @@ class Ledger:
         that `abort` refuses and that a re-run of the same identity finishes,
         with the same bytes (other bytes are refused: `check_same_bytes`).
         """
-        with self._transaction() as connection:
+        self._check_lease(reservation.release_id)
+
+        def work(connection) -> None:
             row = self._held(connection, reservation, "publishing")
             current = row_state(row)
             if current not in ("noised", "publishing"):
@@ -354,9 +497,17 @@ class Ledger:
                 ),
             )
 
+        self._backend.write(
+            work,
+            action=f"recording the publication of {reservation.release_id!r}",
+            lock=reservation.population,
+        )
+
     def commit(self, reservation: Reservation, output: str | None = None) -> None:
         """Mark the release committed: its outputs, recorded by `mark_publishing`, are in place."""
-        with self._transaction() as connection:
+        self._check_lease(reservation.release_id)
+
+        def work(connection) -> None:
             row = self._held(connection, reservation, "committing", committed_ok=True)
             if row["status"] == "committed":
                 return
@@ -371,6 +522,10 @@ class Ledger:
                 (now_text(), output, reservation.release_id),
             )
 
+        self._backend.write(
+            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        )
+
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
         """The row of ``reservation``, if the run holding it still holds it; else refuse."""
         release_id = reservation.release_id
@@ -378,7 +533,7 @@ class Ledger:
             "SELECT * FROM releases WHERE release_id = ?", (release_id,)
         ).fetchone()
         if row is None:
-            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.path}")
+            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.location}")
         recorded = json.loads(row["identity"]).get("digest") if row["identity"] else None
         open_states = ("reserved", "committed") if committed_ok else ("reserved",)
         if row["status"] not in open_states:
@@ -410,61 +565,71 @@ class Ledger:
         would let the same id run again on other data), and while a hidden
         folder of its output exists (what an interrupted run wrote).
         """
-        with self.lease(release_id, "aborting it"), self._transaction() as connection:
-            row = connection.execute(
-                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone()
-            if row is None:
-                raise LedgerError(f"release id {release_id!r} is not in the ledger {self.path}")
-            if row["status"] == "aborted":
-                return
-            if row["status"] != "reserved":
-                raise LedgerError(
-                    f"release id {release_id!r} is {row['status']}; only a reserved release "
-                    "can become aborted"
-                )
-            state = row_state(row)
-            output = None if row["output"] is None else Path(row["output"])
-            finish = (
-                " Finish it instead: run the same spec again on the same input with the same "
-                "key (dp-release run SPEC); the run resumes the reservation with the same "
-                "noise, re-emits the identical release and commits it, with no new spend"
+        with self.lease(release_id, "aborting it"):
+            entry = self.entry(release_id)  # a release id's population never changes
+            self._backend.write(
+                lambda connection: self._abort(connection, release_id),
+                action=f"aborting {release_id!r}",
+                lock=None if entry is None else entry.population,
             )
-            if state == "publishing" or (output is not None and output.exists()):
-                raise LedgerError(
-                    f"release id {release_id!r} cannot be aborted: its output "
-                    f"{row['output']!r} was published"
-                    + (f" at {row['published_at']}" if row["published_at"] else "")
-                    + " and may have been read, so its spend stands."
-                    + finish
-                )
-            if state != "reserved":
-                raise LedgerError(
-                    f"release id {release_id!r} cannot be aborted: its run reached state "
-                    f"{state!r}, so it may have read the input data, and once data is read "
-                    "the run is charged; its spend stands." + finish
-                )
-            hidden = [] if output is None else hidden_folders(output)
-            if hidden:
-                raise LedgerError(
-                    f"release id {release_id!r} cannot be aborted: hidden folder(s) "
-                    f"{', '.join(repr(str(path)) for path in hidden)} of its output exist, "
-                    "written by a run that may have read the input data; its spend "
-                    "stands." + finish + " (the run removes them)"
-                )
-            connection.execute(
-                "UPDATE releases SET status = 'aborted', state = 'aborted', token = NULL, "
-                "finished_at = ? WHERE release_id = ?",
-                (now_text(), release_id),
+
+    def _abort(self, connection, release_id: str) -> None:
+        row = connection.execute(
+            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+        ).fetchone()
+        if row is None:
+            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.location}")
+        if row["status"] == "aborted":
+            return
+        if row["status"] != "reserved":
+            raise LedgerError(
+                f"release id {release_id!r} is {row['status']}; only a reserved release "
+                "can become aborted"
             )
+        state = row_state(row)
+        output = None if row["output"] is None else Path(row["output"])
+        finish = (
+            " Finish it instead: run the same spec again on the same input with the same "
+            "key (dp-release run SPEC); the run resumes the reservation with the same "
+            "noise, re-emits the identical release and commits it, with no new spend"
+        )
+        if state == "publishing" or (output is not None and output.exists()):
+            raise LedgerError(
+                f"release id {release_id!r} cannot be aborted: its output "
+                f"{row['output']!r} was published"
+                + (f" at {row['published_at']}" if row["published_at"] else "")
+                + " and may have been read, so its spend stands."
+                + finish
+            )
+        if state != "reserved":
+            raise LedgerError(
+                f"release id {release_id!r} cannot be aborted: its run reached state "
+                f"{state!r}, so it may have read the input data, and once data is read "
+                "the run is charged; its spend stands." + finish
+            )
+        hidden = [] if output is None else hidden_folders(output)
+        if hidden:
+            raise LedgerError(
+                f"release id {release_id!r} cannot be aborted: hidden folder(s) "
+                f"{', '.join(repr(str(path)) for path in hidden)} of its output exist, "
+                "written by a run that may have read the input data; its spend "
+                "stands." + finish + " (the run removes them)"
+            )
+        connection.execute(
+            "UPDATE releases SET status = 'aborted', state = 'aborted', token = NULL, "
+            "finished_at = ? WHERE release_id = ?",
+            (now_text(), release_id),
+        )
 
     # ------------------------------------------------------------------ read
 
     def entry(self, release_id: str) -> LedgerEntry | None:
-        with closing(self._connect()) as connection:
-            row = connection.execute(
+        row = self._backend.read(
+            lambda connection: connection.execute(
                 "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone()
+            ).fetchone(),
+            action="reading the ledger",
+        )
         return None if row is None else entry_from_row(row)
 
     def history(self, population: str | None = None) -> list[LedgerEntry]:
@@ -474,24 +639,65 @@ class Ledger:
         if population is not None:
             query += " WHERE population = ?"
             parameters = (population,)
-        with closing(self._connect()) as connection:
-            rows = connection.execute(query + " ORDER BY rowid", parameters).fetchall()
+        query += f" ORDER BY {self._backend.order}"
+        rows = self._backend.read(
+            lambda connection: connection.execute(query, parameters).fetchall(),
+            action="reading the ledger",
+        )
         return [entry_from_row(row) for row in rows]
 
     def populations(self) -> dict[str, dict]:
         """Each population's cap (exact strings)."""
-        with closing(self._connect()) as connection:
-            rows = connection.execute("SELECT name, cap FROM populations ORDER BY name").fetchall()
+        rows = self._backend.read(
+            lambda connection: connection.execute(
+                "SELECT name, cap FROM populations ORDER BY name"
+            ).fetchall(),
+            action="reading the ledger",
+        )
         return {row["name"]: json.loads(row["cap"]) for row in rows}
+
+    def key_fingerprint(self) -> str | None:
+        """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
+        row = self._backend.read(
+            lambda connection: connection.execute(
+                "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
+            ).fetchone(),
+            action="reading the ledger",
+        )
+        return None if row is None else row["value"]
 
     def spent(self, population: str) -> tuple[Spend | None, str]:
         """The population's composed spend (committed + reserved) and what is left of its cap."""
         cap = self.populations().get(population)
         if cap is None:
-            raise LedgerError(f"population {population!r} is not in the ledger {self.path}")
+            raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
         states = [e.accountant for e in self.history(population) if e.status != "aborted"]
         spend = measure_spend(compose_accountants(states), cap) if states else None
         return spend, left_text(spend, cap)
+
+
+class _HeldLease:
+    """``with ledger.lease(...) as lease:`` the backend's lease, known to its ledger meanwhile."""
+
+    def __init__(self, ledger: Ledger, release_id: str, lease) -> None:
+        self._ledger = ledger
+        self._release_id = release_id
+        self._lease = lease
+
+    def __enter__(self):
+        held = self._lease.__enter__()
+        self._ledger._leases[self._release_id] = self._lease
+        return held
+
+    def __exit__(self, kind, value, traceback) -> None:
+        self._ledger._leases.pop(self._release_id, None)
+        self._lease.__exit__(kind, value, traceback)
+
+
+def _checkpoint(name: str) -> None:
+    """A named point inside a ledger write ("mid_reserve": the row is written, not yet
+    committed); does nothing. The crash tests' launcher replaces it to kill the process
+    there (tests/protocol_launcher.py), as it does `dp_pipeline.release.run._checkpoint`."""
 
 
 @dataclass(frozen=True)
@@ -504,7 +710,7 @@ class LedgerView:
     ``release_id`` (any population) as a dict, columns of older ledgers as None.
     """
 
-    path: Path
+    path: str  # the location, credentials masked
     cap: dict | None
     states: list[dict]
     committed: int
@@ -512,43 +718,51 @@ class LedgerView:
     existing: dict | None
 
 
-def read_ledger(path: str | os.PathLike[str], population: str, release_id: str) -> LedgerView:
-    """Read ``population`` and ``release_id`` from the ledger at ``path``, changing nothing.
+def read_ledger(
+    location: str | os.PathLike[str] | LedgerLocation, population: str, release_id: str
+) -> LedgerView:
+    """Read ``population`` and ``release_id`` from the ledger at ``location``, changing nothing.
 
-    The file is opened read-only (SQLite ``mode=ro``): no schema is created or
-    migrated, no lease is taken, and a missing file is a `LedgerError` (only a run
-    creates a ledger).
+    A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
+    transaction: no schema is created or migrated, no lease is taken, and a missing
+    ledger is a `LedgerError` (only a run creates a ledger).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise LedgerError(
-            f"ledger {str(path)!r}: no ledger file there; a ledger is created by the "
-            "first `dp-release run`, never by `plan` (check --ledger or run.ledger)"
-        )
-    try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error as error:
-        raise LedgerError(f"ledger {str(path)!r} cannot be opened: {error}") from None
-    connection.row_factory = sqlite3.Row
-    try:
-        with closing(connection):
-            row = connection.execute(
-                "SELECT cap FROM populations WHERE name = ?", (population,)
-            ).fetchone()
-            others = connection.execute(
-                "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
-                "('reserved', 'committed') AND release_id != ?",
-                (population, release_id),
-            ).fetchall()
-            existing = connection.execute(
-                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone()
-    except sqlite3.Error as error:
-        raise LedgerError(f"ledger {str(path)!r} cannot be read as a ledger: {error}") from None
+    location = ledger_location(location)
+    shown = location.shown
+
+    def view(connection) -> tuple:
+        row = connection.execute(
+            "SELECT cap FROM populations WHERE name = ?", (population,)
+        ).fetchone()
+        others = connection.execute(
+            "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
+            "('reserved', 'committed') AND release_id != ?",
+            (population, release_id),
+        ).fetchall()
+        existing = connection.execute(
+            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+        ).fetchone()
+        return row, others, existing
+
+    if location.kind == "postgresql":
+        psycopg, connection = postgres_backend.open_read_only(location)
+        try:
+            row, others, existing = view(connection)
+        except psycopg.Error as error:
+            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
+        finally:
+            connection.raw.close()
+    else:
+        connection = sqlite_backend.open_read_only(location)
+        try:
+            with closing(connection):
+                row, others, existing = view(connection)
+        except sqlite3.Error as error:
+            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
     if existing is not None:
         existing = {**dict.fromkeys(ADDED_COLUMNS), **dict(existing)}
     return LedgerView(
-        path,
+        shown,
         None if row is None else json.loads(row["cap"]),
         [json.loads(r["accountant"]) for r in others],
         sum(r["status"] == "committed" for r in others),

@@ -171,7 +171,7 @@ def check_against_ledger(
         reserved += existing["status"] == "reserved"
     spent = measure_spend(compose_accountants(spent_states), cap) if spent_states else None
     common = {
-        "path": str(path),
+        "path": view.path,  # credentials masked
         "population": spec.population,
         "cap": cap,
         "committed": committed,

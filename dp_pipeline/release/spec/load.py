@@ -90,7 +90,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         "neighbouring",
         "max_cells",
     ),
-    "population": ("name", "cap"),
+    "population": ("name", "cap", "shares_input_with"),
     "privacy_unit": ("column", "each_row", "max_cells_per_table", "max_per_cell"),
     "budget": ("rho", "epsilon", "delta"),
     "input": (
@@ -198,6 +198,23 @@ def parse_spec(
             )
         else:
             cap = read_budget(raw_cap, "population.cap", problems)
+
+    shares_input_with: list[str] = []
+    shared = population_section.get("shares_input_with", [])
+    if not isinstance(shared, list) or not all(isinstance(name, str) for name in shared):
+        problems.append(
+            f"population.shares_input_with = {show_value(shared)}: must be a list of "
+            'population names, e.g. ["households"]'
+        )
+    else:
+        for name in shared:
+            check_token(name, "population.shares_input_with", problems)
+            if name == population:
+                problems.append(
+                    f"population.shares_input_with names {name!r}, this release's own "
+                    "population; list only other populations"
+                )
+        shares_input_with = sorted(set(shared))
 
     unit = sections["privacy_unit"]
     each_row = unit.get("each_row", False)
@@ -411,6 +428,7 @@ def parse_spec(
         source=source,
         hierarchy=hierarchy,
         postprocess=postprocess,
+        shares_input_with=tuple(shares_input_with),
     )
 
 

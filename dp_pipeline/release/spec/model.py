@@ -223,6 +223,9 @@ class ReleaseSpec:
     on_invalid: str = "drop"  # input.on_invalid: a gate on publication, never on the numbers
     # on_invalid = "error": the noisy invalid-row count's noise and threshold (else None).
     invalid_rows: InvalidRowsSpec | None = None
+    # population.shares_input_with: populations this release's input may also be
+    # recorded under in the ledger (an explicit, recorded override of its refusal).
+    shares_input_with: tuple[str, ...] = ()
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""
