@@ -271,6 +271,19 @@ def test_two_sessions_on_one_population_share_its_cap(tmp_path):
     )
 
 
+def test_a_session_with_another_key_is_refused_by_the_ledger_before_reading(tmp_path):
+    """A ledger holds one key's releases: under another key the same data would get
+    other noise and its input fingerprints could not be recognised."""
+    session(tmp_path, Budget(rho=1), release_id="a").count(people(), **SEX, rho=Fraction(1, 10))
+    other = MasterKey(hashlib.sha256(b"another key").digest())
+    stranger = session(tmp_path, Budget(rho=1), release_id="b", key=other)
+    with pytest.raises(LedgerError) as refused:
+        stranger.count(unreadable(), **SEX, rho=Fraction(1, 10))
+    message = str(refused.value)
+    assert "anchored to one key" in message and "Nothing was read or written" in message
+    assert hashlib.sha256(b"another key").hexdigest() not in message
+
+
 def test_a_session_spends_from_the_cap_scheduled_releases_spent(tmp_path):
     ledger = Ledger(tmp_path / "ledger.sqlite")
     scheduled = PrivacyAccountant().add(DiscreteGaussian(1), 1)  # ρ = 1/2

@@ -405,6 +405,7 @@ class Session:
                 identity=identity,
                 engine=engine,
                 largest=lambda previous, cap: self._largest_text(planned, previous, cap, "cap"),
+                key_fingerprint=self._key.fingerprint,
             )
         except BudgetExceededError as error:
             raise BudgetExceededError(
