@@ -58,6 +58,7 @@ from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.identity import release_identity
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.plan.preflight import check_engine
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.publish.manifest import (
@@ -104,7 +105,7 @@ from dp_pipeline.release.tables.consistency import (
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
 from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
-__all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
+__all__ = ["InputChangedError", "Progress", "RunResult", "RunTrace", "run_release"]
 
 
 def _checkpoint(name: str) -> None:
@@ -152,6 +153,18 @@ class RunResult:
     diagnostics: dict[str, Diagnostics] = field(default_factory=dict)
 
 
+@dataclass
+class RunTrace:
+    """How far a run got, for a caller that must say what a failure left behind.
+
+    ``reservation`` is set as soon as the ledger reserved the release (or resumed
+    it, or found it committed): from then on a failure leaves the reservation
+    spent, and the same release id resumes it.
+    """
+
+    reservation: Reservation | None = None
+
+
 def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     """The spec with command-line overrides (None means keep the spec's value)."""
     if overrides.get("release_id"):
@@ -186,12 +199,15 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     return replace(spec, **changes) if changes else spec
 
 
-def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) -> RunResult:
+def run_release(
+    spec: ReleaseSpec, progress=None, spark=None, *, verbose=False, trace: RunTrace | None = None
+) -> RunResult:
     """Run ``spec`` end to end (see the module docstring for the order of steps).
 
     ``spark`` is an existing SparkSession to use (engine "spark"); by default
     one is started in local mode (or on ``spec.master``) and stopped afterwards,
-    its JVM's own log lines written to a file unless ``verbose``.
+    its JVM's own log lines written to a file unless ``verbose``. ``trace``, if
+    given, records the reservation as soon as it is made (`RunTrace`).
     """
     progress = progress or Progress()
     timings: dict[str, float] = {}
@@ -205,7 +221,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
         f"{sum(t.table.cells for t in plan.tables):,} cells, in {plan.seconds:.3f} s "
         f"(epsilon {float(plan.epsilon_tight.upper):.4g} at delta {float(plan.report_delta):.3g})"
     )
-    master = load_or_create_master_key(spec.key_file, progress)
+    master = _master_key(spec, progress)
 
     synthetic = not spec.input_path
     if synthetic:
@@ -228,7 +244,16 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         result = _run_opened(
-            spec, plan, master, source, synthetic, progress, timings, clock, sample=sample
+            spec,
+            plan,
+            master,
+            source,
+            synthetic,
+            progress,
+            timings,
+            clock,
+            sample=sample,
+            trace=trace if trace is not None else RunTrace(),
         )
     except BaseException as error:
         kept_log(error, source.close(failed=True))
@@ -237,8 +262,20 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     return result
 
 
+def _master_key(spec: ReleaseSpec, progress):
+    """The run's master key; no run starts on a ledger it cannot see, or with a new key
+    beside a ledger that records releases (`dp_pipeline.release.locations`)."""
+    problem = legacy_ledger_problem(spec.ledger_path, spec.key_file)
+    if problem is not None:
+        raise SpecError([problem], spec.source)
+    recorded = os.path.isfile(spec.ledger_path) and bool(Ledger(spec.ledger_path).history())
+    return load_or_create_master_key(
+        spec.key_file, progress, ledger_with_releases=spec.ledger_path if recorded else None
+    )
+
+
 def _run_opened(
-    spec, plan, master, source, synthetic, progress, timings, clock, sample=None
+    spec, plan, master, source, synthetic, progress, timings, clock, sample=None, *, trace
 ) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
@@ -263,6 +300,7 @@ def _run_opened(
             engine=spec.engine,
             largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
         )
+        trace.reservation = reservation
         progress(
             {
                 "reserved": f"ledger: reserved; {reservation.remaining}",
