@@ -257,7 +257,9 @@ def _run(arguments) -> int:
         raise
     except Exception as error:
         code = error_code(error, trace.reservation)
-        if code in (ExitCode.ERROR, ExitCode.FAILED_RESUMABLE) and not isinstance(error, DPError):
+        if code == ExitCode.ERROR:
+            pass  # raised below: Python prints the traceback once
+        elif not isinstance(error, DPError):
             traceback.print_exc()  # not dp_pipeline's own: how it failed is for a person
         else:
             _print_error("run", error)
