@@ -54,6 +54,13 @@ def no_jvm_in_the_fast_tier(request, monkeypatch):
     yield
 
 
+@pytest.fixture(autouse=True)
+def private_dp_pipeline_home(tmp_path_factory, monkeypatch):
+    """A spec without run.ledger or run.key_file uses the dp_pipeline home: each test
+    gets its own, never the home of whoever runs the tests."""
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path_factory.mktemp("home") / ".dp_pipeline"))
+
+
 @pytest.fixture(scope="session")
 def spark():
     """local[2] with up to 2 attempts per task (so an injected one-time failure is retried)."""

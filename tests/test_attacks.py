@@ -73,12 +73,13 @@ def committed(folder: Path, input_path: Path | None = None):
     return path, spec
 
 
-def refused_rerun(spec_file: Path, capsys, *arguments: str) -> str:
-    """Runs the CLI on ``spec_file``; it must refuse with status 2. Returns its stderr."""
+def refused_rerun(spec_file: Path, capsys, *arguments: str, status: int = 5) -> str:
+    """Runs the CLI on ``spec_file``; it must refuse with ``status`` (5: the release id is
+    recorded with another spec, input or key; 2: a spec or key error). Returns its stderr."""
     capsys.readouterr()
-    status = main(["run", str(spec_file), "--quiet", *arguments])
+    code = main(["run", str(spec_file), "--quiet", *arguments])
     error = capsys.readouterr().err
-    assert status == 2, error
+    assert code == status, error
     return error
 
 
@@ -410,7 +411,7 @@ def test_a_key_file_others_can_read_is_refused_with_the_fix(tmp_path, capsys, mo
     key_file = tmp_path / "master.key"
     key_file.write_text("00" * 32 + "\n")  # a planted, all-zero key
     key_file.chmod(0o644)
-    error = refused_rerun(spec_file, capsys)
+    error = refused_rerun(spec_file, capsys, status=2)
     assert f"master key file '{key_file}' has mode 0644" in error
     assert f"chmod 600 {key_file}" in error
     assert Ledger(tmp_path / "ledger.sqlite").history() == []  # nothing reserved or read
@@ -424,7 +425,7 @@ def test_a_key_file_owned_by_another_user_is_refused(tmp_path, capsys, monkeypat
     key_file.write_text("00" * 32 + "\n")
     key_file.chmod(0o600)
     os.chown(key_file, 12345, -1)
-    error = refused_rerun(spec_file, capsys)
+    error = refused_rerun(spec_file, capsys, status=2)
     assert "is owned by user id 12345" in error
 
 
@@ -573,7 +574,7 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
         outcomes[max_age] = (status, error)
     # Many people above the probe: the noisy count refuses, with a text that names no
     # column; the same text, up to the noisy number, when another column breaks.
-    assert outcomes[90][0] == 2
+    assert outcomes[90][0] == 7  # refused on the noisy invalid-row count
     refused = outcomes[90][1]
     assert "the noisy count of privacy units with an invalid row is" in refused
     folder = tmp_path / "tenure"
@@ -583,7 +584,7 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
     frame.to_csv(data, index=False)
     spec_file = probe_spec(folder, data, stop=60, threshold=5)
     capsys.readouterr()
-    assert main(["run", str(spec_file), "--quiet"]) == 2
+    assert main(["run", str(spec_file), "--quiet"]) == 7  # refused on the noisy invalid-row count
     other = capsys.readouterr().err
 
     def template(text: str) -> str:
@@ -713,7 +714,7 @@ def test_a_reader_error_after_the_reservation_is_charged_and_quotes_nothing(tmp_
     )
     spec_file = write_spec(folder, text)
     capsys.readouterr()
-    assert main(["run", str(spec_file), "--quiet"]) == 2
+    assert main(["run", str(spec_file), "--quiet"]) == 7  # refused after reading: charged
     error = capsys.readouterr().err
     assert f"input '{data}'" in error and "it is not valid UTF-8 text" in error
     # The words are looked for outside the paths, which the test's scratch folder names.
@@ -767,7 +768,7 @@ def test_an_aborted_live_run_never_publishes_under_another_reservation(tmp_path,
         error = capsys.readouterr().err
         assert "aborting it refused" in error and f":{run_a.pid} holds the lease" in error
         assert ledger.entry(spec.release_id).state == "reserved"
-        assert refused_rerun(small, capsys).count("running it refused") == 1
+        assert refused_rerun(small, capsys, status=8).count("running it refused") == 1
         assert main(["ledger", "--ledger", spec.ledger_path]) == 0
         assert f":{run_a.pid})" in capsys.readouterr().out  # the listing names the run
     finally:
@@ -897,7 +898,7 @@ def test_a_users_folder_at_the_output_path_is_never_deleted(tmp_path, capsys):
     final = Path(spec.output_dir) / spec.release_id
     final.mkdir(parents=True)
     (final / "notes.txt").write_text("mine")
-    error = refused_rerun(spec_file, capsys)
+    error = refused_rerun(spec_file, capsys, status=2)
     assert "exists and is not an earlier copy of this release" in error
     assert (final / "notes.txt").read_text() == "mine"
     assert Ledger(spec.ledger_path).history() == []  # refused before anything is spent
@@ -906,10 +907,10 @@ def test_a_users_folder_at_the_output_path_is_never_deleted(tmp_path, capsys):
     final.rmdir()
     run_release(spec, progress=QUIET)
     (final / "notes.txt").write_text("mine")
-    assert "not an earlier copy" in refused_rerun(spec_file, capsys)
+    assert "not an earlier copy" in refused_rerun(spec_file, capsys, status=2)
     assert (final / "notes.txt").read_text() == "mine"
     (final / "notes.txt").unlink()
-    assert main(["run", str(spec_file), "--quiet"]) == 0  # the release's own copy: re-emitted
+    assert main(["run", str(spec_file), "--quiet"]) == 3  # the release's own copy: re-emitted
 
 
 def test_cleaning_up_release_x_leaves_the_hidden_folder_of_x_dot_y(tmp_path):
@@ -1019,7 +1020,7 @@ def test_a_weak_key_is_refused_without_showing_it(tmp_path, capsys, monkeypatch,
         key_file.chmod(0o600)
     else:
         monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", raw.hex())
-    error = refused_rerun(spec_file, capsys)
+    error = refused_rerun(spec_file, capsys, status=2)
     assert "is weak" in error and "secrets.token_hex(32)" in error, error
     fingerprint = MasterKey(raw).fingerprint
     for shown in (raw.hex(), raw.hex().upper(), fingerprint):
@@ -1104,7 +1105,7 @@ def test_a_key_named_like_an_output_column_is_refused_at_plan_time(tmp_path, cap
         .replace('sex = ["F", "M"]', f'sex = ["F", "M"]\n{key} = ["a", "b"]')
     )
     spec_file = write_spec(tmp_path, text)
-    error = refused_rerun(spec_file, capsys, "--input", str(data))
+    error = refused_rerun(spec_file, capsys, "--input", str(data), status=2)
     assert f"tables[1].keys: table 'tenure' has key column {key!r}" in error, error
     assert "cannot be named value, raw_value" in error
     assert not (tmp_path / "ledger.sqlite").exists()  # nothing reserved, nothing read

@@ -2,7 +2,8 @@
 
 A document's ```python blocks (each in its own interpreter) and ```bash blocks (every
 line a ``dp-release`` command) run one after another in one scratch folder, sharing its
-files, its ledger (``.dp_pipeline/ledger.sqlite``) and one fixed test key, so that a
+files, its ledger (``DP_PIPELINE_HOME`` is the folder's ``.dp_pipeline/``) and one fixed
+test key, so that a
 block that only works in a fresh folder fails here. Fences that are not run:
 ```console (a command the test does not run, or its output), ```text, and any block
 with a marker comment on the line just before its fence:
@@ -130,9 +131,15 @@ def _excerpts() -> list:
 
 
 def _scratch(folder: Path) -> dict[str, str]:
-    """``folder`` with conf/ copied in; the environment with a fixed test key (never a real one)."""
+    """``folder`` with conf/ copied in; the environment with a fixed test key (never a real
+    one) and the folder's own dp_pipeline home (never the reader's)."""
     shutil.copytree(ROOT / "conf", folder / "conf")
-    return dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=TEST_KEY)
+    return dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DP_PIPELINE_MASTER_KEY=TEST_KEY,
+        DP_PIPELINE_HOME=str(folder / ".dp_pipeline"),
+    )
 
 
 def run_in_order(path: Path, folder: Path, *, with_spark: bool = True) -> int:
@@ -172,12 +179,17 @@ def run_in_order(path: Path, folder: Path, *, with_spark: bool = True) -> int:
                 f"{block.name}: {line!r} is in a bash block but is not a dp-release command; "
                 "fence commands that are not run by the docs test as console"
             )
-            previous = Path.cwd()
+            previous = Path.cwd(), os.environ.get("DP_PIPELINE_HOME")
             os.chdir(folder)
+            os.environ["DP_PIPELINE_HOME"] = environment["DP_PIPELINE_HOME"]
             try:
                 status = main(shlex.split(line)[1:])
             finally:
-                os.chdir(previous)
+                os.chdir(previous[0])
+                if previous[1] is None:
+                    del os.environ["DP_PIPELINE_HOME"]
+                else:
+                    os.environ["DP_PIPELINE_HOME"] = previous[1]
             assert status == 0, f"{context}: {line}"
     return ran
 

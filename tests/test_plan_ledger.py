@@ -90,7 +90,7 @@ def test_an_id_committed_with_this_spec_costs_nothing_and_another_identity_is_re
         "changed"
     ) in out
     assert "fits: yes" not in out
-    assert main(["run", other, "--release-id", "small-1", "--quiet"]) == 2
+    assert main(["run", other, "--release-id", "small-1", "--quiet"]) == 5
 
 
 def test_the_largest_budget_that_fits_is_accepted_by_run_and_a_larger_one_refused(tmp_path, capsys):

@@ -200,15 +200,16 @@ def test_release_id_reuse_on_changed_data_is_refused(tmp_path):
     run_release(spec, progress=QUIET)
     with pytest.raises(ReleaseIdReuseError, match="these parts differ: input data changed"):
         run_release(apply_overrides(spec, input_path=str(second)), progress=QUIET)
-    # The CLI reports the refusal with status 2 and writes nothing new.
+    # The CLI reports the refusal with status 5 (refused: input or spec changed) and
+    # writes nothing new.
     spec_file = str(tmp_path / "small.toml")
     status = main(["run", spec_file, "--input", str(second), "--quiet"])
-    assert status == 2
+    assert status == 5
     assert len(Ledger(spec.ledger_path).history()) == 1
     # Reading no data happens before the refusal: a changed plan is refused the same way.
     document = (tmp_path / "small.toml").read_text().replace("epsilon = 2", "epsilon = 1")
     (tmp_path / "small.toml").write_text(document)
-    assert main(["run", spec_file, "--input", str(first), "--quiet"]) == 2
+    assert main(["run", spec_file, "--input", str(first), "--quiet"]) == 5
 
 
 def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_path, monkeypatch):
@@ -268,4 +269,6 @@ def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):
     assert cumulative[-1] <= 2.9
     assert main(["ledger", "--ledger", str(tmp_path / "ledger.sqlite")]) == 0
     listing = capsys.readouterr().out
-    assert listing.count("committed") == 12 and "labour-2027-01" not in listing
+    history = [line.split() for line in listing.splitlines() if line.startswith("  labour-")]
+    assert [row[1] for row in history] == ["committed"] * 12
+    assert "labour-2027-01" not in listing

@@ -26,9 +26,8 @@ from dp_pipeline import (
     Session,
 )
 from dp_pipeline.accounting import zcdp_to_epsilon
-from dp_pipeline.release.cli import DEFAULT_LEDGER as CLI_DEFAULT_LEDGER
 from dp_pipeline.release.ledger.store import Ledger
-from dp_pipeline.session import DEFAULT_LEDGER
+from dp_pipeline.release.locations import default_ledger
 
 KEY_BYTES = hashlib.sha256(b"session tests").digest()
 KEY = MasterKey(KEY_BYTES)
@@ -301,16 +300,15 @@ def test_a_session_spends_from_the_cap_scheduled_releases_spent(tmp_path):
 
 
 def test_the_default_ledger_is_dp_release_s(tmp_path, monkeypatch):
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "home"))
     monkeypatch.chdir(tmp_path)
-    assert DEFAULT_LEDGER == CLI_DEFAULT_LEDGER
     s = Session(
         key=KEY, population="people", privacy_unit=None, budget=Budget(rho=1), cap=Budget(rho=1)
     )
     s.count(people(), **SEX, rho=Fraction(1, 10))
-    assert [e.release_id for e in Ledger(tmp_path / DEFAULT_LEDGER).history()] == [
-        f"{s.release_id}/0"
-    ]
+    assert [e.release_id for e in Ledger(default_ledger()).history()] == [f"{s.release_id}/0"]
     assert s.release_id.startswith("session-")
+    assert default_ledger() == str(tmp_path / "home" / "ledger.sqlite")
 
 
 # ----------------------------------------------------------------------------- bad input

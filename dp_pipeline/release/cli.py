@@ -1,17 +1,23 @@
 """``dp-release``: plan, run and audit census-style releases from a TOML spec.
 
-    dp-release plan SPEC [--release-id ID] [--ledger PATH] [--json]
+    dp-release plan SPEC [--release-id ID] [--date YYYY-MM-DD] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
                         [--engine spark|pandas] [--master URL] [--release-id ID]
-                        [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
-    dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
+                        [--date YYYY-MM-DD] [--persons N] [--ledger PATH]
+                        [--key-file PATH] [--json] [--verbose]
+    dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
     dp-release --version
 
-User errors print one clear message to stderr and exit with status 2. Those
-found before the run reads data (bad spec, refused budget, reused release id)
-leave nothing read, spent or written; those found after it (a refusal on the
-noisy invalid-row count, a file the reader cannot parse) leave the reservation
-spent, and the same release id resumes it.
+User errors print one clear message to stderr. ``plan`` and ``ledger`` then exit
+with status 2; ``run`` exits with one code per outcome (published, already
+committed, refused over the budget, refused because the input or spec changed,
+spec error, failed and resumable, ...: `dp_pipeline.release.outcome`, listed by
+``dp-release run --help``), and ``--json`` prints one result line. Errors found
+before the run reads data (bad spec, refused budget, reused release id) leave
+nothing read, spent or written; those found after it (a refusal on the noisy
+invalid-row count, a file the reader cannot parse) leave the reservation spent,
+and the same release id resumes it. ``--release-id`` may be a template with the
+run's date (``'labour-{date:%Y-%m}'``, `dp_pipeline.release.release_ids`).
 ``plan`` with a ledger (``--ledger``, else the spec's ``run.ledger`` if that file
 exists) also prints what the population has spent, what this release costs, what
 is left and whether it fits, composed as ``run`` composes them; it only reads the
@@ -28,12 +34,24 @@ import argparse
 import json
 import os
 import sys
+import traceback
 from fractions import Fraction
 
 from dp_pipeline import __version__
+from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_report import summaries, summary_table
+from dp_pipeline.release.locations import default_ledger, legacy_ledger_problem
+from dp_pipeline.release.outcome import (
+    ExitCode,
+    error_code,
+    error_line,
+    exit_code_table,
+    public_location,
+    result_line,
+)
 from dp_pipeline.release.plan.against_ledger import check_against_ledger
 from dp_pipeline.release.plan.preflight import engine_problems, input_problems
 from dp_pipeline.release.plan.release_plan import (
@@ -42,13 +60,17 @@ from dp_pipeline.release.plan.release_plan import (
     format_plan,
     plan_release,
 )
-from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.release_ids import (
+    is_template,
+    parse_run_date,
+    render_release_id,
+    run_date,
+)
+from dp_pipeline.release.run import Progress, RunTrace, apply_overrides, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import ENGINES, INPUT_FORMATS, SpecError
 
 __all__ = ["main"]
-
-DEFAULT_LEDGER = ".dp_pipeline/ledger.sqlite"
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -61,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
 
     plan = commands.add_parser("plan", help="per-table sigma2, rho share, margins; (eps, delta)")
     plan.add_argument("spec", help="release spec (TOML), e.g. conf/census_demo.toml")
-    plan.add_argument("--release-id", help="override release.id (scheduled releases)")
+    _release_id_arguments(plan)
     plan.add_argument("--json", action="store_true", help="print the plan as JSON")
     plan.add_argument(
         "--ledger",
@@ -69,7 +91,13 @@ def _parser() -> argparse.ArgumentParser:
         help="ledger to check the cap against (read only; default: run.ledger if it exists)",
     )
 
-    run = commands.add_parser("run", help="run a release and write out/<release id>/")
+    run = commands.add_parser(
+        "run",
+        help="run a release and write out/<release id>/",
+        description="Run a release and write <output>/<release id>/.",
+        epilog="exit codes:\n" + exit_code_table(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     run.add_argument("spec", help="release spec (TOML)")
     run.add_argument("--input", dest="input_path", help="input Parquet/CSV (default: synthetic)")
     run.add_argument(
@@ -81,15 +109,32 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
-    run.add_argument("--release-id", help="override release.id (scheduled releases)")
+    _release_id_arguments(run)
     run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
     run.add_argument(
         "--ledger",
         dest="ledger_path",
-        help="ledger: a SQLite file (a path or sqlite:///path) or postgresql://... (default: spec)",
+        help=(
+            "ledger: a SQLite file (a path or sqlite:///path) or postgresql://... (default: "
+            "run.ledger, else ledger.sqlite in the dp_pipeline home)"
+        ),
     )
-    run.add_argument("--key-file", help="master key file (created if absent)")
+    run.add_argument(
+        "--key-file",
+        help=(
+            "master key file (default: run.key_file, else master.key in the dp_pipeline "
+            "home; created if absent, unless the ledger already records releases)"
+        ),
+    )
     run.add_argument("--quiet", action="store_true", help="no progress lines")
+    run.add_argument(
+        "--json",
+        action="store_true",
+        help=(
+            "print one JSON object on stdout instead of the result lines, also on failure: "
+            "status, exit_code, release_id, spend, output, ledger"
+        ),
+    )
     run.add_argument(
         "--verbose",
         action="store_true",
@@ -100,8 +145,17 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
-    ledger.add_argument("--ledger", dest="ledger_path", default=DEFAULT_LEDGER)
+    ledger.add_argument(
+        "--ledger",
+        dest="ledger_path",
+        help="ledger file (default: ledger.sqlite in $DP_PIPELINE_HOME, else ~/.dp_pipeline)",
+    )
     ledger.add_argument("--population", help="only this population")
+    ledger.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: per population its cap, spent, left and releases",
+    )
     ledger.add_argument(
         "--abort",
         metavar="RELEASE_ID",
@@ -113,10 +167,46 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _release_id_arguments(command: argparse.ArgumentParser) -> None:
+    command.add_argument(
+        "--release-id",
+        help=(
+            "override release.id (scheduled releases); a template with the run's date "
+            "(UTC), e.g. 'labour-{date:%%Y-%%m}' gives labour-2026-03 in March 2026"
+        ),
+    )
+    command.add_argument(
+        "--date",
+        dest="run_date",
+        metavar="YYYY-MM-DD",
+        help="the date a --release-id template uses instead of today (backfills, tests)",
+    )
+
+
+def _release_id(arguments) -> str | None:
+    """--release-id with its template rendered; checked before the spec or anything else
+    is read."""
+    template = arguments.release_id
+    day = None if arguments.run_date is None else parse_run_date(arguments.run_date)
+    if not template or not is_template(template):
+        if day is not None:
+            raise SpecError(
+                [
+                    f"--date {arguments.run_date}: only a --release-id template uses it, and "
+                    f"{'--release-id ' + repr(template) if template else 'no --release-id'} "
+                    "has no {date} field; write e.g. --release-id 'labour-{date:%Y-%m}'"
+                ],
+                "command line",
+            )
+        return template
+    return render_release_id(template, run_date() if day is None else day)
+
+
 def _plan(arguments) -> int:
+    release_id = _release_id(arguments)
     spec = load_spec(arguments.spec)
-    if arguments.release_id:
-        spec = spec.with_release_id(arguments.release_id)
+    if release_id:
+        spec = spec.with_release_id(release_id)
     # A scheduled release is planned before its input arrives: the input's problems
     # are notes here, and errors for `run`.
     plan = plan_release(spec, input_present=False)
@@ -136,25 +226,82 @@ def _plan(arguments) -> int:
             print(check.text())
     for problem in engine_problems(spec):
         print(f"note: dp-release run would refuse this install: {problem}", file=sys.stderr)
+    legacy = legacy_ledger_problem(spec.ledger_path, spec.key_file)
+    if legacy is not None:
+        print(f"note: dp-release run would refuse this: {legacy}", file=sys.stderr)
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0
 
 
 def _run(arguments) -> int:
-    spec = apply_overrides(
-        load_spec(arguments.spec),
-        release_id=arguments.release_id,
-        input_path=arguments.input_path,
-        input_format=arguments.input_format,
-        output_dir=arguments.output_dir,
-        engine=arguments.engine,
-        master=arguments.master,
-        ledger_path=arguments.ledger_path,
-        key_file=arguments.key_file,
-        synthetic_persons=arguments.synthetic_persons,
-    )
-    result = run_release(spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose)
+    """Run a release; the exit code says what happened (`dp_pipeline.release.outcome`)."""
+    trace = RunTrace()
+    spec = None
+    release_id = arguments.release_id
+    try:
+        release_id = _release_id(arguments)
+        spec = apply_overrides(
+            load_spec(arguments.spec),
+            release_id=release_id,
+            input_path=arguments.input_path,
+            input_format=arguments.input_format,
+            output_dir=arguments.output_dir,
+            engine=arguments.engine,
+            master=arguments.master,
+            ledger_path=arguments.ledger_path,
+            key_file=arguments.key_file,
+            synthetic_persons=arguments.synthetic_persons,
+        )
+        result = run_release(
+            spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose, trace=trace
+        )
+    except BrokenPipeError:
+        raise
+    except Exception as error:
+        code = error_code(error, trace.reservation)
+        if code == ExitCode.ERROR:
+            pass  # raised below: Python prints the traceback once
+        elif not isinstance(error, DPError):
+            traceback.print_exc()  # not dp_pipeline's own: how it failed is for a person
+        else:
+            _print_error("run", error)
+        if code == ExitCode.FAILED_RESUMABLE:
+            print(
+                f"dp-release run: exit {int(code)}: the reservation stays spent; run the same "
+                "command again to resume it (same noise, no new spend)",
+                file=sys.stderr,
+            )
+        if arguments.json:
+            print(
+                result_line(
+                    code,
+                    release_id if spec is None else spec.release_id,
+                    population=None if spec is None else spec.population,
+                    ledger=None if spec is None else spec.ledger_path,
+                    reservation=trace.reservation,
+                    message=error_line(error),
+                ),
+                flush=True,
+            )
+        if code == ExitCode.ERROR:
+            raise  # a bug: Python's own exit status (1) and traceback
+        return int(code)
+    committed = result.outcome == "already_committed"
+    code = ExitCode.ALREADY_COMMITTED if committed else ExitCode.PUBLISHED
+    if arguments.json:
+        print(
+            result_line(
+                code,
+                spec.release_id,
+                population=spec.population,
+                ledger=spec.ledger_path,
+                plan=result.plan,
+                reservation=result.reservation,
+                output=result.output,
+            )
+        )
+        return int(code)
     cumulative = result.reservation.cumulative
     outcome = {
         "reserved": "published and committed (new spend)",
@@ -166,7 +313,13 @@ def _run(arguments) -> int:
         "cumulative for population "
         f"{spec.population}: {_spend(cumulative)} (cap {_cap(result.reservation.cap)})"
     )
-    return 0
+    return int(code)
+
+
+def _print_error(command: str, error: BaseException) -> None:
+    print(f"dp-release {command}: {error}", file=sys.stderr)
+    for note in getattr(error, "__notes__", ()):
+        print(f"  {note}", file=sys.stderr)
 
 
 def _spend(spend: dict) -> str:
@@ -189,6 +342,8 @@ def _cap(cap: dict) -> str:
 
 
 def _ledger(arguments) -> int:
+    if arguments.ledger_path is None:
+        arguments.ledger_path = _default(default_ledger, "--ledger")
     with Ledger(arguments.ledger_path) as ledger:
         return _ledger_report(arguments, ledger)
 
@@ -209,8 +364,19 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
                 f"{ledger.location} (known: {', '.join(populations) or 'none'})"
             )
         populations = {arguments.population: populations[arguments.population]}
+    found = summaries(ledger, arguments.population)
+    if arguments.json:
+        described = {
+            "ledger": public_location(str(arguments.ledger_path)),
+            "populations": [item.to_dict() for item in found],
+        }
+        print(json.dumps(described, sort_keys=True, default=str))
+        return 0
     if not populations:
         print(f"ledger {ledger.location}: no releases yet")
+    else:
+        print(summary_table(found))
+        print()
     for name, cap in populations.items():
         _, left = ledger.spent(name)
         print(f"population {name} (cap {_cap(cap)}): {left}")
@@ -225,6 +391,14 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
     return 0
 
 
+def _default(location, flag: str) -> str:
+    """The dp_pipeline home's file, or a `SpecError` naming the flag that avoids it."""
+    try:
+        return location()
+    except ValueError as error:  # a relative $DP_PIPELINE_HOME
+        raise SpecError([f"{flag}: not given, and {error}"], "command line") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dp-release`` console script."""
     arguments = _parser().parse_args(argv)
@@ -235,10 +409,8 @@ def main(argv: list[str] | None = None) -> int:
         _silence_stdout()
         return 1
     except (SpecError, PlanError, LedgerError, KeyFileError) as error:
-        print(f"dp-release {arguments.command}: {error}", file=sys.stderr)
-        for note in getattr(error, "__notes__", ()):
-            print(f"  {note}", file=sys.stderr)
-        return 2
+        _print_error(arguments.command, error)
+        return int(ExitCode.SPEC_ERROR)
 
 
 def _silence_stdout() -> None:

@@ -5,9 +5,12 @@ so a re-run of a release id must use the same key: re-emission then redraws
 identical noise instead of a second, independent (and privacy-costly) draw.
 The key is therefore persistent: the environment variable
 ``DP_PIPELINE_MASTER_KEY`` (64 hex digits) if set, otherwise the spec's
-``run.key_file``, created on first use from the OS CSPRNG with mode 0600 in
-a folder created with mode 0700 (every folder created on the way, whatever the
-umask; `private_folder` also makes the ledger's folder, ``.dp_pipeline/``). As
+``run.key_file`` (by default ``master.key`` in the dp_pipeline home,
+`dp_pipeline.release.locations`), created on first use from the OS CSPRNG with
+mode 0600 in a folder created with mode 0700 (every folder created on the way,
+whatever the umask; `private_folder` also makes the ledger's folder). A key is
+never created for a ledger that already records releases: those were made under
+another key, and a new one would let the same release ids draw other noise. As
 ssh does with private keys, an existing key file is refused when its group or
 others may read or write it, or when another user owns it: such a key may be
 known (or planted) by someone else. A weak key from the file or the environment
@@ -83,11 +86,16 @@ def private_folder(folder: str | os.PathLike[str]) -> Path:
     return folder
 
 
-def load_or_create_master_key(key_file: str | os.PathLike[str], progress=None) -> MasterKey:
+def load_or_create_master_key(
+    key_file: str | os.PathLike[str], progress=None, *, ledger_with_releases: str | None = None
+) -> MasterKey:
     """The master key from ``$DP_PIPELINE_MASTER_KEY``, else ``key_file`` (created if absent).
 
     Raises `KeyFileError` for a key file others may know and for a weak key
     (`MasterKey.weakness`) from either place; the message never holds the key.
+    ``ledger_with_releases``: the ledger the run will use, when it already records
+    releases; then a missing key file is refused (`KeyFileError` naming both), never
+    created beside it.
     """
     if os.environ.get(ENVIRONMENT_VARIABLE):
         return _read(MasterKey.from_env, ENVIRONMENT_VARIABLE, f"${ENVIRONMENT_VARIABLE}")
@@ -95,6 +103,14 @@ def load_or_create_master_key(key_file: str | os.PathLike[str], progress=None) -
     if path.exists():
         check_key_file(path)
         return _read(MasterKey.from_file, path, f"master key file {str(path)!r}")
+    if ledger_with_releases is not None:
+        raise KeyFileError(
+            f"run.key_file: no master key at {str(path)!r}, but the ledger "
+            f"{ledger_with_releases!r} already records releases, made under a master key; "
+            "a new key is not created beside it. Give the key those releases used "
+            f"(--key-file PATH, run.key_file or ${ENVIRONMENT_VARIABLE}), or use a new "
+            "ledger (--ledger PATH) for a new key"
+        )
     private_folder(path.parent)
     key = MasterKey.generate()
     # O_EXCL: two first runs racing cannot each write a different key.

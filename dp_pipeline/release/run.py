@@ -59,6 +59,7 @@ from dp_pipeline.release.ledger.identity import release_identity
 from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.plan.preflight import check_engine
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.publish.manifest import (
@@ -105,7 +106,7 @@ from dp_pipeline.release.tables.consistency import (
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
 from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
-__all__ = ["InputChangedError", "Progress", "RunResult", "run_release"]
+__all__ = ["InputChangedError", "Progress", "RunResult", "RunTrace", "run_release"]
 
 
 def _checkpoint(name: str) -> None:
@@ -153,6 +154,18 @@ class RunResult:
     diagnostics: dict[str, Diagnostics] = field(default_factory=dict)
 
 
+@dataclass
+class RunTrace:
+    """How far a run got, for a caller that must say what a failure left behind.
+
+    ``reservation`` is set as soon as the ledger reserved the release (or resumed
+    it, or found it committed): from then on a failure leaves the reservation
+    spent, and the same release id resumes it.
+    """
+
+    reservation: Reservation | None = None
+
+
 def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     """The spec with command-line overrides (None means keep the spec's value)."""
     if overrides.get("release_id"):
@@ -187,12 +200,15 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
     return replace(spec, **changes) if changes else spec
 
 
-def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) -> RunResult:
+def run_release(
+    spec: ReleaseSpec, progress=None, spark=None, *, verbose=False, trace: RunTrace | None = None
+) -> RunResult:
     """Run ``spec`` end to end (see the module docstring for the order of steps).
 
     ``spark`` is an existing SparkSession to use (engine "spark"); by default
     one is started in local mode (or on ``spec.master``) and stopped afterwards,
-    its JVM's own log lines written to a file unless ``verbose``.
+    its JVM's own log lines written to a file unless ``verbose``. ``trace``, if
+    given, records the reservation as soon as it is made (`RunTrace`).
     """
     progress = progress or Progress()
     timings: dict[str, float] = {}
@@ -210,7 +226,7 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     # server, refused credentials or a newer schema stop the run before the key or the input.
     location = ledger_location(spec.ledger_path)
     server = Ledger(location) if location.kind == "postgresql" else None
-    master = load_or_create_master_key(spec.key_file, progress)
+    master = _master_key(spec, progress)
 
     synthetic = not spec.input_path
     if synthetic:
@@ -234,7 +250,17 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         result = _run_opened(
-            spec, plan, master, source, synthetic, progress, timings, clock, sample, server
+            spec,
+            plan,
+            master,
+            source,
+            synthetic,
+            progress,
+            timings,
+            clock,
+            sample=sample,
+            ledger=server,
+            trace=trace if trace is not None else RunTrace(),
         )
     except BaseException as error:
         kept_log(error, source.close(failed=True))
@@ -243,8 +269,32 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
     return result
 
 
+def _master_key(spec: ReleaseSpec, progress):
+    """The run's master key; no run starts on a ledger it cannot see, or with a new key
+    beside a ledger that records releases (`dp_pipeline.release.locations`)."""
+    problem = legacy_ledger_problem(spec.ledger_path, spec.key_file)
+    if problem is not None:
+        raise SpecError([problem], spec.source)
+    local = ledger_location(spec.ledger_path).path
+    recorded = local is not None and local.is_file() and bool(Ledger(local).history())
+    return load_or_create_master_key(
+        spec.key_file, progress, ledger_with_releases=spec.ledger_path if recorded else None
+    )
+
+
 def _run_opened(
-    spec, plan, master, source, synthetic, progress, timings, clock, sample=None, ledger=None
+    spec,
+    plan,
+    master,
+    source,
+    synthetic,
+    progress,
+    timings,
+    clock,
+    sample=None,
+    ledger=None,
+    *,
+    trace,
 ) -> RunResult:
     check_input_columns(spec, source.path, source.files, source.format)
     fingerprint = files_fingerprint(master, source.path, source.files)
@@ -270,6 +320,7 @@ def _run_opened(
             key_fingerprint=master.fingerprint,
             shared_input_with=spec.shares_input_with,
         )
+        trace.reservation = reservation
         progress(
             {
                 "reserved": f"ledger: reserved; {reservation.remaining}",

@@ -7,6 +7,6 @@ before reading the data, and reports ``spent`` / ``remaining`` as the accountant
 """
 
 from dp_pipeline.session.budget import Budget, SpendBounds
-from dp_pipeline.session.session import DEFAULT_LEDGER, QueryCost, QueryRecord, Session
+from dp_pipeline.session.session import QueryCost, QueryRecord, Session
 
-__all__ = ["DEFAULT_LEDGER", "Budget", "QueryCost", "QueryRecord", "Session", "SpendBounds"]
+__all__ = ["Budget", "QueryCost", "QueryRecord", "Session", "SpendBounds"]

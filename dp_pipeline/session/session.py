@@ -35,7 +35,6 @@ import threading
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from fractions import Fraction
-from pathlib import Path
 
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
@@ -54,6 +53,7 @@ from dp_pipeline.release.ledger.budget import (
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.locations import default_ledger
 from dp_pipeline.release.spec.fields import TOKEN_PATTERN
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import Budget, SpendBounds, accountant_of, fits, remaining, spent
@@ -61,10 +61,9 @@ from dp_pipeline.session.engine import check_columns, engine_of, run_planned
 from dp_pipeline.session.plan import PlannedQuery, plan_query
 from dp_pipeline.session.signatures import VERBS, verb
 
-__all__ = ["DEFAULT_LEDGER", "QueryCost", "QueryRecord", "Session"]
+__all__ = ["QueryCost", "QueryRecord", "Session"]
 
 # The ledger `dp-release` uses by default, so its commands see a session's queries.
-DEFAULT_LEDGER = ".dp_pipeline/ledger.sqlite"
 
 
 class _Required:
@@ -186,7 +185,7 @@ class Session:
         privacy_unit=_REQUIRED,
         budget: Budget,
         cap: Budget | None = None,
-        ledger: str | os.PathLike[str] | Ledger = DEFAULT_LEDGER,
+        ledger: str | os.PathLike[str] | Ledger | None = None,
         release_id: str | None = None,
     ) -> None:
         if privacy_unit is _REQUIRED:
@@ -210,10 +209,14 @@ class Session:
         )
         self._key = key
         self._privacy_unit = privacy_unit
+        if ledger is None:
+            ledger = default_ledger()
         if not isinstance(ledger, Ledger):
             if not isinstance(ledger, str | os.PathLike):
-                raise DPTypeError(f"ledger must be a path or a Ledger, got {type(ledger).__name__}")
-            ledger = Ledger(Path(ledger))
+                raise DPTypeError(
+                    f"ledger must be a path, a ledger URL or a Ledger, got {type(ledger).__name__}"
+                )
+            ledger = Ledger(ledger)
         self._ledger = ledger
         self._cap = self._population_cap(cap)
         self._check_unused()
@@ -311,7 +314,7 @@ class Session:
         return (
             f"Session(population={self._population!r}, release_id={self._release_id!r}, "
             f"privacy_unit={self._privacy_unit!r}, budget={self._budget!r}, "
-            f"queries={len(self._records)}, ledger={str(self._ledger.path)!r})"
+            f"queries={len(self._records)}, ledger={str(self._ledger.location)!r})"
         )
 
     def __reduce__(self):

@@ -21,6 +21,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dp_pipeline.release.locations import default_key_file, default_ledger, spec_relative
 from dp_pipeline.release.spec.fields import (
     check_column,
     check_token,
@@ -117,8 +118,10 @@ def parse_spec(
     """Validate a parsed TOML document; raise `SpecError` listing every problem.
 
     ``base_dir`` is the folder that files named by the spec (the hierarchy's
-    mapping) are relative to: the spec file's folder (`load_spec`), else the
-    working directory.
+    mapping, ``run.ledger``, ``run.key_file``) are relative to: the spec file's
+    folder (`load_spec`), else the working directory. Without ``run.ledger`` or
+    ``run.key_file`` the dp_pipeline home's files are used
+    (`dp_pipeline.release.locations`).
     """
     problems: list[str] = []
     if not isinstance(document, dict):
@@ -396,8 +399,8 @@ def parse_spec(
     run = sections["run"]
     engine = read_choice(run, "engine", "run", ENGINES, "spark", problems)
     master = read_string(run, "master", "run", problems) or "local[2]"
-    ledger_path = read_string(run, "ledger", "run", problems) or ".dp_pipeline/ledger.sqlite"
-    key_file = read_string(run, "key_file", "run", problems) or ".dp_pipeline/master.key"
+    ledger_path = _location(run, "ledger", default_ledger, base_dir, problems)
+    key_file = _location(run, "key_file", default_key_file, base_dir, problems)
 
     if problems:
         raise SpecError(problems, source)
@@ -430,6 +433,19 @@ def parse_spec(
         postprocess=postprocess,
         shares_input_with=tuple(shares_input_with),
     )
+
+
+def _location(run: dict, name: str, default, base_dir, problems: list[str]) -> str:
+    """``run.<name>`` relative to the spec's folder, else the dp_pipeline home's file
+    (`dp_pipeline.release.locations`): never relative to the working directory."""
+    value = read_string(run, name, "run", problems)
+    if value:
+        return spec_relative(value, base_dir)
+    try:
+        return default()
+    except ValueError as error:  # a relative $DP_PIPELINE_HOME
+        problems.append(f"run.{name}: not set, and {error}")
+        return ""
 
 
 # ----------------------------------------------------------------------------- fields
