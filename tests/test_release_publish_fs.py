@@ -251,6 +251,16 @@ def run_killed(arguments, kill_at, submit_args):
     )
 
 
+@pytest.fixture(scope="module")
+def reference_release(tmp_path_factory, spark):
+    """The small release on the Spark engine, uninterrupted, to a local folder."""
+    folder = tmp_path_factory.mktemp("reference")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        spec = small_spec(folder, engine="spark")
+        return run_release(spec, progress=QUIET, spark=spark).output
+
+
 @pytest.mark.spark
 @pytest.mark.parametrize(
     ("kill_at", "state", "files", "manifest"),
@@ -262,7 +272,7 @@ def run_killed(arguments, kill_at, submit_args):
     ],
 )
 def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
-    tmp_path, spark, kill_at, state, files, manifest
+    tmp_path, spark, kill_at, state, files, manifest, reference_release
 ):
     mounted = tmp_path / "mounted"
     uri = mount(spark, mounted)
@@ -293,6 +303,4 @@ def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
     assert os.listdir(mounted) == [spec.release_id]  # the marker is gone
     assert not os.listdir(Path(spec.ledger_path).parent / "staging")
-    reference = small_spec(tmp_path / "reference", engine="spark")
-    expected = run_release(reference, progress=QUIET, spark=spark)
-    assert_same_release(folder, expected.output)
+    assert_same_release(folder, reference_release)

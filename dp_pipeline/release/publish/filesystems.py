@@ -134,15 +134,20 @@ class HadoopFileSystem(ReleaseFileSystem):
     """The Hadoop FileSystem of ``root`` in a classic Spark session (py4j).
 
     A private instance (``FileSystem.newInstance``) with checksum files off: the
-    session's cached instance is left as it is, and a local target of a mount
-    table holds exactly the release's files (no ``.crc`` companions).
+    session's cached instances are left as they are, and a local target of a
+    mount table holds exactly the release's files (no ``.crc`` companions).
     """
 
     def __init__(self, spark, root: str) -> None:
         self.root = str(root).rstrip("/")
         jvm = spark._jvm
         self._jvm = jvm
-        self._conf = spark._jsc.hadoopConfiguration()
+        # A copy of the session's configuration in which a local target (``file://``,
+        # also under a viewfs mount) is the raw local file system, never the session's
+        # cached checksumming one: the folder then holds exactly the release's files.
+        self._conf = jvm.org.apache.hadoop.conf.Configuration(spark._jsc.hadoopConfiguration())
+        self._conf.set("fs.file.impl", "org.apache.hadoop.fs.RawLocalFileSystem")
+        self._conf.set("fs.file.impl.disable.cache", "true")
         self._Path = jvm.org.apache.hadoop.fs.Path
         self._permission = jvm.org.apache.hadoop.fs.permission.FsPermission
         root_path = self._Path(self.root)
