@@ -34,9 +34,14 @@ Order matters for privacy and for crashes:
    reproduce the recorded bytes, or nothing is published. The ledger records
    that publication starts and the manifest (only the token holder can), the
    folder is renamed into place, and only then is the ledger entry
-   **committed**. A job killed anywhere leaves either no release or a
-   complete one, and a reservation that the next run of the same release id
-   resumes (same noise, no new spend).
+   **committed**. An output URI (``viewfs://``, ``s3a://``, ...) has no
+   rename: the folder is made in a private staging folder beside the ledger and
+   copied to ``<output>/<release id>/`` with ``manifest.json`` last
+   (`dp_pipeline.release.publish.remote`), its file system probed before the
+   reservation (`check_output`); the ledger commits after the manifest. A job
+   killed anywhere leaves either no release or a complete one, and a
+   reservation that the next run of the same release id resumes (same noise,
+   no new spend).
 """
 
 from __future__ import annotations

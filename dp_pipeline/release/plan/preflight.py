@@ -2,18 +2,23 @@
 
 `parse_spec` checks the spec's own rules; a spec can still name an input that
 does not exist, an input of another format than the one it declares, an output
-folder that is a file, the Spark engine on an install without PySpark, or (after
-``--input``) an input that is the hierarchy's public mapping.
+folder that is a file or where no file can be created, the Spark engine on an
+install without PySpark, or (after ``--input``) an input that is the
+hierarchy's public mapping.
 Each of these would otherwise fail after the ledger reserved the budget, or
 with a traceback. `check_machine` finds them all first (`plan_release` calls it,
 so ``dp-release plan`` refuses what ``run`` would, except the input, which may
 not exist yet when a release is planned: `input_problems` lists its problems
 for the plan's notes) and raises one `SpecError`.
 
-What it looks at is public: whether paths exist and what kind of file they
-are, and the first four bytes of a single input file (every Parquet file
-starts with ``PAR1`` whatever its rows hold). It reads no row and quotes nothing
-from any file.
+An output URI is probed by `check_output` once the engine's session runs (its
+Hadoop configuration is the session's), still before the reservation.
+
+What it looks at is public: whether paths exist and what kind of file they are,
+whether a probe file can be made and removed in the output folder, and the
+first four bytes of a single input file (every Parquet file starts with
+``PAR1`` whatever its rows hold). It reads no row and quotes nothing from any
+file.
 """
 
 from __future__ import annotations
