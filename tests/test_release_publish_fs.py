@@ -212,6 +212,12 @@ def test_viewfs_release_is_byte_identical_to_a_local_release(tmp_path, spark):
     fs = open_filesystem(uri, spark)
     assert isinstance(fs, HadoopFileSystem)
     assert fs.list(remote.release_id) == sorted(local_bytes(folder))
+    # A file system's own message is never quoted (it can hold credentials): its class is.
+    with pytest.raises(OutputLocationError) as raised:
+        fs.read_bytes("missing/file.bin")
+    assert str(raised.value) == (
+        f"reading '{uri}/missing/file.bin' failed on its file system (FileNotFoundException)"
+    )
     fs.close()
 
 
@@ -265,6 +271,8 @@ def reference_release(tmp_path_factory, spark):
 @pytest.mark.parametrize(
     ("kill_at", "state", "files", "manifest"),
     [
+        ("after_reserve", "reserved", False, False),
+        ("after_noise", "noised", False, False),
         ("before_publish", "noised", False, False),
         ("mid_upload", "publishing", True, False),
         ("after_manifest", "publishing", True, True),
