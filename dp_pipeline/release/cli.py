@@ -106,7 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=INPUT_FORMATS,
         help="input format (default: spec; csv for a *.csv --input)",
     )
-    run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
+    run.add_argument(
+        "--output",
+        dest="output_dir",
+        help="output folder or URI, e.g. viewfs://cluster/releases (default: spec)",
+    )
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
     _release_id_arguments(run)

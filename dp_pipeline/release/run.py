@@ -34,9 +34,14 @@ Order matters for privacy and for crashes:
    reproduce the recorded bytes, or nothing is published. The ledger records
    that publication starts and the manifest (only the token holder can), the
    folder is renamed into place, and only then is the ledger entry
-   **committed**. A job killed anywhere leaves either no release or a
-   complete one, and a reservation that the next run of the same release id
-   resumes (same noise, no new spend).
+   **committed**. An output URI (``viewfs://``, ``s3a://``, ...) has no
+   rename: the folder is made in a private staging folder beside the ledger and
+   copied to ``<output>/<release id>/`` with ``manifest.json`` last
+   (`dp_pipeline.release.publish.remote`), its file system probed before the
+   reservation (`check_output`); the ledger commits after the manifest. A job
+   killed anywhere leaves either no release or a complete one, and a
+   reservation that the next run of the same release id resumes (same noise,
+   no new spend).
 """
 
 from __future__ import annotations
@@ -60,8 +65,9 @@ from dp_pipeline.release.ledger.location import ledger_location, local_ledger_fo
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import legacy_ledger_problem
-from dp_pipeline.release.plan.preflight import check_engine
+from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
+from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem
 from dp_pipeline.release.publish.manifest import (
     MANIFEST_NAME,
     check_replaceable,
@@ -76,6 +82,11 @@ from dp_pipeline.release.publish.outputs import (
     write_batches,
     write_json,
     write_table,
+)
+from dp_pipeline.release.publish.remote import (
+    RemoteReleaseDirectory,
+    check_remote_replaceable,
+    verified_files,
 )
 from dp_pipeline.release.report.accuracy import (
     TableAccuracy,
@@ -116,7 +127,9 @@ def _checkpoint(name: str) -> None:
     with one that stops or kills the process at ``name``: "after_reserve",
     "after_noise", "mid_table" (a row group of a table kept on Spark is
     written), "before_publish" (the outputs and manifest are written, the
-    ledger does not yet record publication) or "after_publish".
+    ledger does not yet record publication), "mid_upload" (an output URI: a
+    file is copied, the manifest is not), "after_manifest" (an output URI: the
+    manifest is copied, its marker not yet removed) or "after_publish".
     """
 
 
@@ -143,7 +156,7 @@ class Progress:
 class RunResult:
     """What a run did: where the release is, the ledger outcome, and phase timings (s)."""
 
-    output: Path
+    output: Path | str  # a local folder, or the URI of a release on another file system
     outcome: str  # "reserved" (new spend), "resumed" or "already_committed"
     plan: ReleasePlan
     reservation: Reservation
@@ -300,12 +313,20 @@ def _run_opened(
     fingerprint = files_fingerprint(master, source.path, source.files)
     check_sample(source.path, sample, fingerprint)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
-    final = Path(spec.output_dir) / spec.release_id
+    # An output URI is written through the session's file system: probed before the
+    # reservation (nothing is reserved when the run could not publish).
+    target = check_output(spec, source.spark)
+    final = Path(spec.output_dir) / spec.release_id if target is None else None
+    output = str(final.resolve()) if target is None else target.where(spec.release_id)
+    staging = _staging(spec) if target is not None else None
     with ledger or Ledger(spec.ledger_path) as ledger, ledger.lease(spec.release_id):
         # Before anything is spent; the ledger's identity check (in reserve) names what
         # differs from an earlier release of this id, and publication checks its bytes.
-        check_replaceable(final, spec.release_id)
-        for leftover in clean_stale(final):
+        if target is None:
+            check_replaceable(final, spec.release_id)
+        else:
+            check_remote_replaceable(target, spec.release_id, identity.digest)
+        for leftover in clean_stale(final or staging / spec.release_id):
             progress(f"removed {leftover}, left by an interrupted run")
         reservation = ledger.reserve(
             population=spec.population,
@@ -314,7 +335,7 @@ def _run_opened(
             fingerprint=fingerprint,
             cap=spec.cap,
             identity=identity,
-            output=str(final.resolve()),
+            output=output,
             engine=spec.engine,
             largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
             key_fingerprint=master.fingerprint,
@@ -351,8 +372,13 @@ def _run_opened(
             _checkpoint("after_noise")
             results, postprocessing = _postprocess(spec, plan, results, source, progress, timings)
             started = time.perf_counter()
+            directory = (
+                AtomicReleaseDirectory(final, spec.release_id, identity.digest)
+                if target is None
+                else RemoteReleaseDirectory(target, spec.release_id, identity.digest, staging)
+            )
             report = _write_outputs(
-                final,
+                directory,
                 plan,
                 ledger,
                 reservation,
@@ -366,7 +392,7 @@ def _run_opened(
             timings["write"] = time.perf_counter() - started
             _checkpoint("after_publish")
             if reservation.outcome != "already_committed":
-                ledger.commit(reservation, output=str(final.resolve()))
+                ledger.commit(reservation, output=output)
         except BaseException:
             if reservation.outcome != "already_committed":
                 progress(
@@ -376,9 +402,19 @@ def _run_opened(
             raise
         finally:
             close_tables(results)  # what tables kept on Spark hold persisted there
+            if target is not None:
+                target.close()
     timings["total"] = time.perf_counter() - clock
+    final = final if target is None else output
     progress(f"release written to {final} in {timings['total']:.1f} s")
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
+
+
+def _staging(spec) -> Path:
+    """The private local folder a release for an output URI is made in: beside a SQLite
+    ledger, beside the key file with a server ledger."""
+    home = local_ledger_folder(spec.ledger_path) or Path(spec.key_file).parent
+    return private_folder(home / "staging")
 
 
 def _advance(ledger: Ledger, reservation: Reservation, state: str) -> None:
@@ -424,7 +460,7 @@ def _postprocess(spec, plan, results, source, progress, timings):
 
 
 def _write_outputs(
-    final,
+    directory,
     plan,
     ledger,
     reservation,
@@ -438,7 +474,6 @@ def _write_outputs(
     spec = plan.spec
     files = {}
     seen = dict(results)  # what the accuracy summary and the report read: tables or tallies
-    directory = AtomicReleaseDirectory(final, spec.release_id, identity.digest)
     with directory as folder:
         for table in plan.tables:
             name = table.table.name
@@ -473,7 +508,10 @@ def _write_outputs(
         directory.check_replaceable(manifest["files"])
         if reservation.outcome != "already_committed":
             ledger.mark_publishing(reservation, manifest, spec.engine)
-        directory.publish(manifest)
+        if isinstance(directory, RemoteReleaseDirectory):
+            directory.publish(manifest, _checkpoint)  # manifest last: what readers trust
+        else:
+            directory.publish(manifest)
     return report
 
 
@@ -501,13 +539,26 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
     return rows, schema.names, accuracy
 
 
-def read_release(folder: str | os.PathLike[str]) -> dict[str, pd.DataFrame]:
+def read_release(folder: str | os.PathLike[str], spark=None) -> dict[str, pd.DataFrame]:
     """The released tables of a release folder, by table name.
 
     Only a complete release is read: the folder must hold a manifest naming
     exactly its files, and every table must have the manifest's SHA-256
-    (each file is read once, hashed and parsed from the same bytes).
+    (each file is read once, hashed and parsed from the same bytes). A URI
+    (``viewfs://.../<release id>``) is read through ``spark``'s Hadoop file
+    system, or ``pyarrow.fs`` without a classic session.
     """
+    if is_uri(str(folder)):
+        root, _, name = str(folder).rstrip("/").rpartition("/")
+        filesystem = open_filesystem(root, spark)
+        try:
+            files = verified_files(filesystem, name, ".parquet")
+        finally:
+            filesystem.close()
+        return {
+            key.removesuffix(".parquet"): pq.read_table(pa.BufferReader(data)).to_pandas()
+            for key, data in files.items()
+        }
     folder = Path(folder)
     manifest = read_manifest(folder)
     if manifest is None:

@@ -2,30 +2,51 @@
 
 `parse_spec` checks the spec's own rules; a spec can still name an input that
 does not exist, an input of another format than the one it declares, an output
-folder that is a file, the Spark engine on an install without PySpark, or (after
-``--input``) an input that is the hierarchy's public mapping.
+folder that is a file or where no file can be created, the Spark engine on an
+install without PySpark, or (after ``--input``) an input that is the
+hierarchy's public mapping.
 Each of these would otherwise fail after the ledger reserved the budget, or
 with a traceback. `check_machine` finds them all first (`plan_release` calls it,
 so ``dp-release plan`` refuses what ``run`` would, except the input, which may
 not exist yet when a release is planned: `input_problems` lists its problems
 for the plan's notes) and raises one `SpecError`.
 
-What it looks at is public: whether paths exist and what kind of file they
-are, and the first four bytes of a single input file (every Parquet file
-starts with ``PAR1`` whatever its rows hold). It reads no row and quotes nothing
-from any file.
+An output URI is probed by `check_output` once the engine's session runs (its
+Hadoop configuration is the session's), still before the reservation.
+
+What it looks at is public: whether paths exist and what kind of file they are,
+whether a probe file can be made and removed in the output folder, and the
+first four bytes of a single input file (every Parquet file starts with
+``PAR1`` whatever its rows hold). It reads no row and quotes nothing from any
+file.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import tempfile
 from pathlib import Path
 
+from dp_pipeline.release.publish.filesystems import (
+    OutputLocationError,
+    ReleaseFileSystem,
+    is_uri,
+    open_filesystem,
+    probe_write,
+)
 from dp_pipeline.release.spec.hierarchy import mapping_input_problem, mapping_is_input
 from dp_pipeline.release.spec.limits import MAX_SYNTHETIC_PERSONS
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, format_of_path
 
-__all__ = ["PARQUET_MAGIC", "check_engine", "check_machine", "engine_problems", "input_problems"]
+__all__ = [
+    "PARQUET_MAGIC",
+    "check_engine",
+    "check_machine",
+    "check_output",
+    "engine_problems",
+    "input_problems",
+]
 
 PARQUET_MAGIC = b"PAR1"
 
@@ -70,14 +91,7 @@ def check_machine(spec: ReleaseSpec, *, input_present: bool = True) -> None:
             f"input.synthetic_persons = {spec.synthetic_persons} (or --persons): must be "
             f"between 1 and {MAX_SYNTHETIC_PERSONS:,}"
         )
-    output = Path(spec.output_dir)
-    blocked = _file_on_the_way(output / spec.release_id)
-    if blocked is not None:
-        problems.append(
-            f"output.dir = {spec.output_dir!r} (or --output): {str(blocked)!r} is an existing "
-            f"file; a release is written to the folder <output.dir>/<release id>/, so "
-            "name a folder (it is created if absent)"
-        )
+    problems.extend(_local_output_problems(spec))
     for field, flag, value in (
         ("run.ledger", "--ledger", spec.ledger_path),
         ("run.key_file", "--key-file", spec.key_file),
@@ -94,6 +108,51 @@ def check_machine(spec: ReleaseSpec, *, input_present: bool = True) -> None:
             )
     if problems:
         raise SpecError(problems, spec.source)
+
+
+def _local_output_problems(spec: ReleaseSpec) -> list[str]:
+    """A local output folder that is a file, or where no file can be created (a probe)."""
+    if is_uri(spec.output_dir):
+        return []  # probed through its file system once the engine runs (`check_output`)
+    output = Path(spec.output_dir)
+    blocked = _file_on_the_way(output / spec.release_id)
+    if blocked is not None:
+        return [
+            f"output.dir = {spec.output_dir!r} (or --output): {str(blocked)!r} is an existing "
+            f"file; a release is written to the folder <output.dir>/<release id>/, so "
+            "name a folder (it is created if absent)"
+        ]
+    # The release folder is renamed into <output.dir>, created under its nearest
+    # existing folder: a probe file made and removed there shows the run can write.
+    existing = next(path for path in (output, *output.parents, Path(".")) if path.exists())
+    try:
+        handle, probe = tempfile.mkstemp(prefix=".dp-release-probe-", dir=existing)
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as error:
+        return [
+            f"output.dir = {spec.output_dir!r} (or --output): cannot be written (a probe "
+            f"file could not be created in {str(existing)!r}: {type(error).__name__}); grant "
+            "this job write access there or name another folder"
+        ]
+    return []
+
+
+def check_output(spec: ReleaseSpec, spark=None) -> ReleaseFileSystem | None:
+    """The file system of an output URI, probed by writing and deleting a small file there.
+
+    None for a local output folder (`check_machine` probed it). Called before the
+    reservation: raises `SpecError` (one line naming ``output.dir`` and the fix, no
+    credential) when the session cannot write the output.
+    """
+    if not is_uri(spec.output_dir):
+        return None
+    try:
+        filesystem = open_filesystem(spec.output_dir, spark)
+        probe_write(filesystem)
+    except OutputLocationError as error:
+        raise SpecError([str(error)], spec.source) from None
+    return filesystem
 
 
 def _file_on_the_way(folder: Path) -> Path | None:

@@ -27,6 +27,7 @@ from pathlib import Path
 from dp_pipeline.errors import LedgerError
 
 __all__ = [
+    "MANIFEST_FORMAT",
     "MANIFEST_NAME",
     "PublicationError",
     "check_replaceable",
@@ -38,7 +39,8 @@ __all__ = [
 ]
 
 MANIFEST_NAME = "manifest.json"
-_FORMAT = 1
+MANIFEST_FORMAT = 1
+_FORMAT = MANIFEST_FORMAT
 _CHUNK = 1 << 20
 
 

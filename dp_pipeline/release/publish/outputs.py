@@ -1,5 +1,8 @@
 """Atomic release outputs: everything is written to a hidden, owner-only folder, then renamed.
 
+This is the protocol of a local output folder; an output URI, where no atomic
+rename exists, is published by `dp_pipeline.release.publish.remote`.
+
 ``out/<release id>/`` either does not exist or holds a complete release:
 tables, ``privacy_report.json``, ``report.html`` and, last, ``manifest.json``
 (`dp_pipeline.release.publish.manifest`) are written into

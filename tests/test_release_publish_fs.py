@@ -1,0 +1,314 @@
+"""Releases published to file systems without an atomic rename (viewfs://, file:// URIs).
+
+The protocol (`dp_pipeline.release.publish.remote`): files under ``<output>/<id>/``,
+``manifest.json`` last, the ledger committing only after it; a folder without its
+manifest is never trusted and a resume overwrites it. The viewfs tests mount a
+local folder (``spark.hadoop.fs.viewfs.mounttable.<cluster>.link./<dir>``) and use
+the session's Hadoop FileSystem; the ``file://`` tests use ``pyarrow.fs`` (the
+pandas engine, no session).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from release_specs import SMALL_SPEC
+
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.preflight import check_output
+from dp_pipeline.release.publish.filesystems import (
+    ArrowFileSystem,
+    HadoopFileSystem,
+    OutputLocationError,
+    display_uri,
+    open_filesystem,
+)
+from dp_pipeline.release.publish.manifest import PublicationError
+from dp_pipeline.release.publish.remote import pending_name
+from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
+
+ROOT = Path(__file__).resolve().parents[1]
+QUIET = Progress(quiet=True)
+KEY_HEX = "b59163f6516e8ee81ecc2cfc05e6ebbc7d81b82a9ae660ea6820b535d9e12845"
+CLUSTER = "dpcluster"
+LAUNCHER = str(ROOT / "tests" / "protocol_launcher.py")
+
+
+@pytest.fixture(autouse=True)
+def fixed_key(monkeypatch):
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+
+
+def small_spec(folder: Path, **overrides):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "small.toml"
+    path.write_text(
+        SMALL_SPEC.format(tmp=folder).replace("synthetic_persons = 3000", "synthetic_persons = 600")
+    )
+    return apply_overrides(load_spec(path), **overrides)
+
+
+def local_bytes(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def assert_same_release(folder: Path, reference: Path) -> None:
+    """The same files and bytes, but for the reservation's time in the privacy report
+    (and so the report's line in the manifest): two ledgers reserved them."""
+    got, expected = local_bytes(folder), local_bytes(reference)
+    assert set(got) == set(expected)  # no checksum or temporary companions
+    moments = ("privacy_report.json", "manifest.json")
+    assert {k: v for k, v in got.items() if k not in moments} == {
+        k: v for k, v in expected.items() if k not in moments
+    }
+    reports = [json.loads(files["privacy_report.json"]) for files in (got, expected)]
+    for report in reports:
+        del report["ledger"]["reserved_at"]
+    assert reports[0] == reports[1]
+
+
+# ---------------------------------------------------------------- file:// (pyarrow.fs)
+
+
+def test_file_uri_release_is_byte_identical_to_a_local_release(tmp_path):
+    local = small_spec(tmp_path / "local")
+    local_result = run_release(local, progress=QUIET)
+    target = tmp_path / "remote-out"
+    remote = small_spec(tmp_path / "remote", output_dir=f"file://{target}")
+    result = run_release(remote, progress=QUIET)
+    assert result.outcome == "reserved"
+    assert result.output == f"file://{target}/{remote.release_id}"
+    folder = target / remote.release_id
+    assert_same_release(folder, local_result.output)
+    assert not (target / pending_name(remote.release_id)).exists()
+    ledger = Ledger(remote.ledger_path)
+    entry = ledger.entry(remote.release_id)
+    assert entry.status == "committed"
+    assert entry.manifest == json.loads((folder / "manifest.json").read_text())
+    for name, frame in read_release(result.output).items():
+        pd.testing.assert_frame_equal(frame, read_release(local_result.output)[name])
+    # The staging copy is gone; nothing but the release is in the output.
+    assert os.listdir(target) == [remote.release_id]
+    assert not os.listdir(Path(remote.ledger_path).parent / "staging")
+    # A re-run of the committed id finds the same bytes and writes nothing.
+    before = {p.name: p.stat().st_mtime_ns for p in folder.iterdir()}
+    again = run_release(remote, progress=QUIET)
+    assert again.outcome == "already_committed"
+    assert {p.name: p.stat().st_mtime_ns for p in folder.iterdir()} == before
+
+
+def test_a_damaged_copy_of_the_same_release_is_repaired_and_a_reader_refuses_it(tmp_path):
+    target = tmp_path / "remote-out"
+    spec = small_spec(tmp_path / "remote", output_dir=f"file://{target}")
+    result = run_release(spec, progress=QUIET)
+    folder = target / spec.release_id
+    good = local_bytes(folder)
+    table = folder / "tenure.parquet"
+    table.write_bytes(table.read_bytes()[:-1] + b"!")
+    with pytest.raises(PublicationError, match=r"tenure\.parquet' differs from the release's"):
+        read_release(result.output)
+    untouched = folder / "state_income.parquet"
+    mtime = untouched.stat().st_mtime_ns
+    assert run_release(spec, progress=QUIET).outcome == "already_committed"
+    assert local_bytes(folder) == good
+    assert untouched.stat().st_mtime_ns == mtime  # only the file that differed was written
+    (folder / "manifest.json").unlink()
+    with pytest.raises(PublicationError, match=r"is not a complete release: it has no manifest"):
+        read_release(result.output)
+
+
+def test_a_folder_that_is_not_this_release_is_refused_before_the_reservation(tmp_path):
+    target = tmp_path / "remote-out"
+    spec = small_spec(tmp_path / "remote", output_dir=f"file://{target}")
+    (target / spec.release_id).mkdir(parents=True)
+    (target / spec.release_id / "mine.txt").write_text("a user's file\n")
+    with pytest.raises(PublicationError, match=r"exists and is not a copy of this release"):
+        run_release(spec, progress=QUIET)
+    assert (target / spec.release_id / "mine.txt").read_text() == "a user's file\n"
+    assert Ledger(spec.ledger_path).history() == []  # nothing reserved
+
+
+def test_an_unwritable_local_output_is_refused_before_the_reservation(tmp_path):
+    if not Path("/proc/self").is_dir():
+        pytest.skip("needs /proc, where no file can be created")
+    spec = small_spec(tmp_path / "p", output_dir="/proc/dp-release-out")
+    with pytest.raises(SpecError) as raised:
+        run_release(spec, progress=QUIET)
+    (problem,) = raised.value.problems
+    assert problem.startswith(
+        "output.dir = '/proc/dp-release-out' (or --output): cannot be written"
+    )
+    assert "grant this job write access there or name another folder" in problem
+    assert "\n" not in problem
+    assert not Path(spec.ledger_path).exists()  # nothing reserved, no ledger made
+
+
+def test_an_output_scheme_without_a_session_is_refused_naming_the_fix(tmp_path):
+    spec = small_spec(tmp_path / "p", output_dir="viewfs://user:secret@cluster/out")
+    with pytest.raises(SpecError) as raised:
+        check_output(spec, None)
+    (problem,) = raised.value.problems
+    assert problem.startswith("output.dir = 'viewfs://cluster/out' (or --output): viewfs://")
+    assert "classic session" in problem and "secret" not in problem and "\n" not in problem
+    with pytest.raises(SpecError):
+        run_release(spec, progress=QUIET)
+    assert not Path(spec.ledger_path).exists()
+
+
+def test_display_uri_drops_credentials():
+    assert display_uri("s3a://AKIA:s3cr3t@bucket/out") == "s3a://bucket/out"
+    assert display_uri("out/local") == "out/local"
+
+
+def test_arrow_file_system_interface(tmp_path):
+    fs = open_filesystem(f"file://{tmp_path}/root")
+    assert isinstance(fs, ArrowFileSystem)
+    fs.mkdirs("a", owner_only=True)
+    assert stat.S_IMODE((tmp_path / "root" / "a").stat().st_mode) == 0o700
+    fs.write_bytes("a/x.bin", [b"ab", b"cd"])
+    assert fs.read_bytes("a/x.bin") == b"abcd" and fs.exists("a/x.bin")
+    assert fs.list("a") == ["x.bin"] and fs.list("missing") == []
+    fs.delete("a/x.bin")
+    assert not fs.exists("a/x.bin")
+    with pytest.raises(OutputLocationError, match=r"reading '.*a/x\.bin' failed"):
+        fs.read_bytes("a/x.bin")
+
+
+# ---------------------------------------------------------------- viewfs:// (Hadoop)
+
+
+def mount(spark, local: Path, name: str = "out") -> str:
+    """Mount ``local`` at ``viewfs://dpcluster/<name>`` in ``spark``'s Hadoop configuration."""
+    local.mkdir(parents=True, exist_ok=True)
+    spark.conf.set(f"spark.hadoop.fs.viewfs.mounttable.{CLUSTER}.link./{name}", f"file://{local}")
+    spark._jsc.hadoopConfiguration().set(
+        f"fs.viewfs.mounttable.{CLUSTER}.link./{name}", f"file://{local}"
+    )
+    return f"viewfs://{CLUSTER}/{name}"
+
+
+@pytest.mark.spark
+def test_viewfs_release_is_byte_identical_to_a_local_release(tmp_path, spark):
+    uri = mount(spark, tmp_path / "mounted")
+    local = small_spec(tmp_path / "local", engine="spark")
+    local_result = run_release(local, progress=QUIET, spark=spark)
+    remote = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
+    result = run_release(remote, progress=QUIET, spark=spark)
+    assert result.output == f"{uri}/{remote.release_id}"
+    folder = tmp_path / "mounted" / remote.release_id
+    assert_same_release(folder, local_result.output)  # no .crc companions
+    assert Ledger(remote.ledger_path).entry(remote.release_id).status == "committed"
+    for name, frame in read_release(result.output, spark=spark).items():
+        pd.testing.assert_frame_equal(frame, read_release(local_result.output)[name])
+    fs = open_filesystem(uri, spark)
+    assert isinstance(fs, HadoopFileSystem)
+    assert fs.list(remote.release_id) == sorted(local_bytes(folder))
+    # A file system's own message is never quoted (it can hold credentials): its class is.
+    with pytest.raises(OutputLocationError) as raised:
+        fs.read_bytes("missing/file.bin")
+    assert str(raised.value) == (
+        f"reading '{uri}/missing/file.bin' failed on its file system (FileNotFoundException)"
+    )
+    fs.close()
+
+
+@pytest.mark.spark
+def test_an_unwritable_viewfs_output_is_refused_before_the_reservation(tmp_path, spark):
+    mount(spark, tmp_path / "mounted")
+    # Outside every mount link: the mount table's internal folders are read-only.
+    spec = small_spec(
+        tmp_path / "p", engine="spark", output_dir=f"viewfs://{CLUSTER}/unmounted/out"
+    )
+    with pytest.raises(SpecError) as raised:
+        run_release(spec, progress=QUIET, spark=spark)
+    (problem,) = raised.value.problems
+    assert problem.startswith(
+        f"output.dir = 'viewfs://{CLUSTER}/unmounted/out' (or --output): cannot be written"
+    )
+    assert "grant this job write access there or name another output" in problem
+    assert "\n" not in problem
+    assert Ledger(spec.ledger_path).history() == []
+
+
+def run_killed(arguments, kill_at, submit_args):
+    """The CLI in a child process (its own Spark session, with the viewfs mount), killed
+    at ``kill_at``."""
+    environment = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DP_PIPELINE_MASTER_KEY=KEY_HEX,
+        PYSPARK_SUBMIT_ARGS=f"{submit_args} pyspark-shell",
+    )
+    return subprocess.run(
+        [sys.executable, LAUNCHER, kill_at, "kill", *arguments],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference_release(tmp_path_factory, spark):
+    """The small release on the Spark engine, uninterrupted, to a local folder."""
+    folder = tmp_path_factory.mktemp("reference")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        spec = small_spec(folder, engine="spark")
+        return run_release(spec, progress=QUIET, spark=spark).output
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("kill_at", "state", "files", "manifest"),
+    [
+        ("after_reserve", "reserved", False, False),
+        ("after_noise", "noised", False, False),
+        ("before_publish", "noised", False, False),
+        ("mid_upload", "publishing", True, False),
+        ("after_manifest", "publishing", True, True),
+        ("after_publish", "publishing", True, True),
+    ],
+)
+def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
+    tmp_path, spark, kill_at, state, files, manifest, reference_release
+):
+    mounted = tmp_path / "mounted"
+    uri = mount(spark, mounted)
+    spec = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
+    link = f"spark.hadoop.fs.viewfs.mounttable.{CLUSTER}.link./out=file://{mounted}"
+    killed = run_killed(
+        ["run", str(tmp_path / "remote" / "small.toml"), "--output", uri, "--engine", "spark"],
+        kill_at,
+        f"--conf {link}",
+    )
+    assert killed.returncode == -9, killed.stderr[-2000:]
+    entry = Ledger(spec.ledger_path).entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", state)  # the ledger has not committed
+    folder = mounted / spec.release_id
+    assert folder.exists() == files
+    assert (folder / "manifest.json").exists() == manifest
+    if files:
+        assert (mounted / pending_name(spec.release_id)).exists() != (kill_at == "after_publish")
+    if files and not manifest:
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # hidden from others meanwhile
+        with pytest.raises(PublicationError, match="is not a complete release"):
+            read_release(f"{uri}/{spec.release_id}", spark=spark)
+    if kill_at == "before_publish":  # the staged copy is private and local
+        (staged,) = (Path(spec.ledger_path).parent / "staging").iterdir()
+        assert stat.S_IMODE(staged.stat().st_mode) == 0o700
+    result = run_release(spec, progress=QUIET, spark=spark)
+    assert result.outcome == "resumed"
+    assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
+    assert os.listdir(mounted) == [spec.release_id]  # the marker is gone
+    assert not os.listdir(Path(spec.ledger_path).parent / "staging")
+    assert_same_release(folder, reference_release)
