@@ -2,7 +2,8 @@
 
     dp-release plan SPEC [--release-id ID] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
-                        [--engine spark|pandas] [--master URL] [--release-id ID]
+                        [--engine spark|pandas] [--master URL] [--conf KEY=VALUE ...]
+                        [--release-id ID]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
     dp-release --version
@@ -81,6 +82,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
+    run.add_argument(
+        "--conf",
+        dest="spark_conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help=(
+            "a Spark setting, as spark-submit --conf takes it (repeat for more; over the "
+            "spec's [run.spark_conf]; spark.master is --master)"
+        ),
+    )
     run.add_argument("--release-id", help="override release.id (scheduled releases)")
     run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
     run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
@@ -146,6 +157,7 @@ def _run(arguments) -> int:
         output_dir=arguments.output_dir,
         engine=arguments.engine,
         master=arguments.master,
+        spark_conf=arguments.spark_conf,
         ledger_path=arguments.ledger_path,
         key_file=arguments.key_file,
         synthetic_persons=arguments.synthetic_persons,

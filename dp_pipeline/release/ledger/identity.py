@@ -31,6 +31,7 @@ from typing import Any
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec.spark_conf import identity_settings
 
 __all__ = ["ReleaseIdentity", "release_identity"]
 
@@ -153,6 +154,9 @@ def release_identity(
     if spec.postprocess is not None:
         described["post-processing"] = spec.postprocess.to_dict()
     described["input format"] = spec.input_format
+    settings = identity_settings(spec.spark_conf)
+    if settings:  # only Spark SQL settings that can change a number; never a credential
+        described["spark settings"] = settings
     described["input data"] = input_fingerprint
     described["master key"] = key_fingerprint
     return ReleaseIdentity.of_parts(spec.release_id, described)
