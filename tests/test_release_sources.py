@@ -25,7 +25,7 @@ from dp_pipeline.release.sources.fingerprint import (
     local_digests,
 )
 from dp_pipeline.release.sources.source import shown_location
-from dp_pipeline.release.spec.load import load_spec, parse_spec
+from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
 from dp_pipeline.release.spec.spark_conf import SparkConf, identity_settings
 from tests.test_release_inputs import SPEC, write_inputs
