@@ -321,3 +321,38 @@ def test_settings_on_a_running_session_are_undone_and_secrets_never_printed(
     assert SECRET not in json.dumps(result.report)
     assert SECRET not in capsys.readouterr().err
     assert cli  # the command line takes --conf (tests/test_release_inputs.py runs it)
+
+
+def test_the_command_line_refuses_a_bad_conf_before_anything_runs(tmp_path, capsys):
+    spec = write_spec(tmp_path, spec_text(tmp_path, 'path = "x.parquet"'))
+    status = cli.main(["run", str(spec), "--conf", "spark.master=yarn", "--quiet"])
+    error = capsys.readouterr().err
+    assert status == 2 and "--conf 'spark.master'" in error and "--master" in error
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("java_text", "expected"),
+    [
+        (
+            f"java.nio.file.AccessDeniedException: s3a://bucket/x: getFileStatus: 403 "
+            f"Forbidden (key {SECRET})",
+            "access was refused (missing or failing credentials",
+        ),
+        (
+            f"java.net.UnknownHostException: store.internal.example ({SECRET})",
+            "cannot be reached",
+        ),
+        (f"java.lang.IllegalStateException: something else {SECRET}", "the JVM's log"),
+    ],
+)
+def test_a_listing_failure_is_classified_and_its_text_never_shown(java_text, expected):
+    pytest.importorskip("pyspark")
+    from pyspark.errors import PySparkException
+
+    from dp_pipeline.release.sources.spark_files import listing_errors
+
+    with pytest.raises(SpecError) as caught, listing_errors("input 's3a://bucket/x'", "s3a"):
+        raise PySparkException(message=java_text)
+    message = str(caught.value)
+    assert expected in message and SECRET not in message and caught.value.__cause__ is None
