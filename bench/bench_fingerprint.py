@@ -7,7 +7,7 @@ Writes ``--gigabytes`` of random bytes as files of ``--file-mb`` MB under
 ``--folder`` (once; not timed), then alternates, ``--rounds`` times after a
 warm-up: the content digests of every file by one thread of this process
 (`local_digests` with one thread: what the driver did before) and by the
-executors (`executor_digests`: one task per 64 MiB range, local[2] = 2 executor
+executors (`executor_digests`: 64 MiB ranges dealt to the tasks, local[2] = 2 executor
 cores). Prints each round and the ratio of the fastest rounds.
 """
 

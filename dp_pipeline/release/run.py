@@ -252,7 +252,8 @@ def run_release(spec: ReleaseSpec, progress=None, spark=None, *, verbose=False) 
 def _run_opened(
     spec, plan, master, source, synthetic, progress, timings, clock, sample=None
 ) -> RunResult:
-    check_input_columns(spec, source.path, source.files, source.format)
+    if source.table is None:  # a table's schema was checked by Spark when it was opened
+        check_input_columns(spec, source.path, source.files, source.format)
     started = time.perf_counter()
     fingerprint = source.fingerprint(master)
     timings["fingerprint"] = time.perf_counter() - started

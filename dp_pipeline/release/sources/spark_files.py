@@ -11,8 +11,9 @@ which combines them into each file's content digest
 the key; no key leaves the driver and the driver never reads the input.
 
 - Files on the local file system (``file:``, what Spark's local file system reads
-  with the operating system's own calls): one task per range, reading that range
-  in 1 MiB blocks (`range_digest`), so memory stays bounded whatever the file size.
+  with the operating system's own calls): the ranges are dealt round-robin to as
+  many tasks as the session runs at once, each range read in 1 MiB blocks
+  (`range_digest`), so memory stays bounded whatever the file size.
   The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
   the same code runs on a Spark Connect session.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
@@ -68,8 +69,19 @@ __all__ = [
 
 # Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
 BINARY_FILE_BYTES = 2**31 - 1
-# Ranges hashed by one job: beyond this, several ranges share a task.
-MAX_HASH_TASKS = 4096
+# Hashing tasks of one job when the session does not say its parallelism. A task costs
+# a scheduling round trip (about 0.5 s on a loaded two-core machine), so the ranges are
+# dealt round-robin to as many tasks as the session runs at once (its default
+# parallelism), not one task per range.
+MAX_HASH_TASKS = 64
+
+
+def _hash_tasks(spark) -> int:
+    try:
+        parallelism = int(spark.conf.get("spark.default.parallelism", "0") or 0)
+    except (ValueError, *_SPARK_ERRORS):
+        parallelism = 0
+    return parallelism if parallelism > 0 else MAX_HASH_TASKS
 
 
 # What a failure of Spark's listing means, from the Java exception's class and
@@ -216,19 +228,20 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
     return {uri: sizes[uri] for uri in uris}
 
 
-def _local_range_hasher(tasks: list[tuple[str, int, int]]):
-    """The mapInArrow function hashing ``tasks[id]`` (path, offset, length) for each id."""
+def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
+    """The mapInArrow function hashing, for each id ``g``, the ranges ``tasks[g::groups]``."""
 
     def hash_ranges(batches):
         for batch in batches:
-            ids = batch.column(0).to_pylist()
-            found = []
-            for index in ids:
-                path, offset, length = tasks[index]
-                with open(path, "rb") as handle:
-                    found.append(range_digest(handle, offset, length))
+            indices, found = [], []
+            for group in batch.column(0).to_pylist():
+                for index in range(group, len(tasks), groups):
+                    path, offset, length = tasks[index]
+                    with open(path, "rb") as handle:
+                        found.append(range_digest(handle, offset, length))
+                    indices.append(index)
             yield pa.RecordBatch.from_arrays(
-                [pa.array(ids, pa.int64()), pa.array(found, pa.binary())], ["id", "sha256"]
+                [pa.array(indices, pa.int64()), pa.array(found, pa.binary())], ["id", "sha256"]
             )
 
     return hash_ranges
@@ -278,8 +291,9 @@ def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[st
         for uri in uris
         for offset, length in chunk_ranges(sizes[uri])
     ]
-    jobs = spark.range(0, len(tasks), 1, min(len(tasks), MAX_HASH_TASKS))
-    rows = jobs.mapInArrow(_local_range_hasher(tasks), "id long, sha256 binary").toArrow()
+    groups = min(len(tasks), _hash_tasks(spark))
+    jobs = spark.range(0, groups, 1, groups)
+    rows = jobs.mapInArrow(_local_range_hasher(tasks, groups), "id long, sha256 binary").toArrow()
     found = dict(zip(rows.column("id").to_pylist(), rows.column("sha256").to_pylist(), strict=True))
     digests, first = {}, 0
     for uri in uris:
