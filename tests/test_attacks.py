@@ -197,7 +197,7 @@ def test_spark_reads_underscore_files_with_an_equals_sign_and_they_are_fingerpri
 
     data = parquet_folder(tmp_path / "input", seed=1)
     write_census_sample(data / "_x=1.parquet", 40, seed=5)  # Spark's listing keeps it
-    assert f"file:{data / '_x=1.parquet'}" in listed_files(spark, str(data), "parquet", None)
+    assert f"file://{data / '_x=1.parquet'}" in listed_files(spark, str(data), "parquet", None)
     text = SMALL_SPEC.format(tmp=tmp_path / "release").replace(
         'engine = "pandas"', 'engine = "spark"'
     )

@@ -356,3 +356,26 @@ def test_a_listing_failure_is_classified_and_its_text_never_shown(java_text, exp
         raise PySparkException(message=java_text)
     message = str(caught.value)
     assert expected in message and SECRET not in message and caught.value.__cause__ is None
+
+
+@pytest.mark.spark
+def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reservation(
+    spark, tmp_path
+):
+    csv_path, _ = write_inputs(tmp_path)
+    data = tmp_path / "csv_mounted"
+    data.mkdir()
+    (data / "part-0.csv").write_bytes(csv_path.read_bytes())
+    mount = f'"spark.hadoop.fs.viewfs.mounttable.dpcsv.link./people" = "file://{data}"'
+    text = spec_text(tmp_path, 'path = "viewfs://dpcsv/people"\nformat = "csv"')
+    text += f"\n[run.spark_conf]\n{mount}\n"
+    spec = load_spec(write_spec(tmp_path, text))
+    published = run_release(spec, progress=Progress(quiet=True), spark=spark)
+    assert (published.output / "manifest.json").exists()
+    # A header without a column the spec uses: refused, nothing reserved.
+    (data / "part-0.csv").write_text("pid,year,sex,note\n1,2001,F,x\n")
+    other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
+    with pytest.raises(SpecError) as caught:
+        run_release(other, progress=Progress(quiet=True), spark=spark)
+    assert "['spend'] used by the spec are not in the CSV header" in str(caught.value)
+    assert _ledger_rows(tmp_path / "l2.sqlite") == 0

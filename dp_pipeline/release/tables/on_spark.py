@@ -56,7 +56,12 @@ from dp_pipeline.release.sources.schema import (
     first_csv_file,
     spark_csv_schema,
 )
-from dp_pipeline.release.sources.source import InputReadError, OpenedInput, kept_log
+from dp_pipeline.release.sources.source import (
+    InputReadError,
+    OpenedInput,
+    kept_log,
+    shown_location,
+)
 from dp_pipeline.release.sources.spark_files import (
     executor_digests,
     file_sizes,
@@ -175,6 +180,9 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
             first = next((uri for uri in uris if sizes[uri] > 0), uris[0])
             line = spark.read.text(first).limit(1).collect()
             opened.csv_header = csv_header_of(line[0]["value"] if line else "")
+    if opened.csv_header is not None or (not opened.files and opened.format == "csv"):
+        # The first file's header against the spec, before the reservation.
+        csv_schema_of_header(spec, opened.csv_header, shown_location(location))
 
 
 def _check_spark_columns(spec: ReleaseSpec, schema, source: str) -> None:
