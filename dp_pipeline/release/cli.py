@@ -2,8 +2,8 @@
 
     dp-release plan SPEC [--release-id ID] [--date YYYY-MM-DD] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
-                        [--engine spark|pandas] [--master URL] [--release-id ID]
-                        [--date YYYY-MM-DD] [--persons N] [--ledger PATH]
+                        [--engine spark|pandas] [--master URL] [--conf KEY=VALUE ...]
+                        [--release-id ID] [--date YYYY-MM-DD] [--persons N] [--ledger PATH]
                         [--key-file PATH] [--json] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
     dp-release --version
@@ -113,6 +113,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
+    run.add_argument(
+        "--conf",
+        dest="spark_conf",
+        action="append",
+        metavar="KEY=VALUE",
+        help=(
+            "a Spark setting, as spark-submit --conf takes it (repeat for more; over the "
+            "spec's [run.spark_conf]; spark.master is --master)"
+        ),
+    )
     _release_id_arguments(run)
     run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
     run.add_argument(
@@ -253,6 +263,7 @@ def _run(arguments) -> int:
             output_dir=arguments.output_dir,
             engine=arguments.engine,
             master=arguments.master,
+            spark_conf=arguments.spark_conf,
             ledger_path=arguments.ledger_path,
             key_file=arguments.key_file,
             synthetic_persons=arguments.synthetic_persons,

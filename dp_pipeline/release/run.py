@@ -94,7 +94,6 @@ from dp_pipeline.release.report.accuracy import (
     table_accuracies,
 )
 from dp_pipeline.release.report.writer import html_report, privacy_report
-from dp_pipeline.release.sources.fingerprint import files_fingerprint
 from dp_pipeline.release.sources.schema import (
     check_input_columns,
     published_table,
@@ -109,6 +108,7 @@ from dp_pipeline.release.spec.model import (
     SpecError,
     format_of_path,
 )
+from dp_pipeline.release.spec.spark_conf import SparkConf, parse_conf_arguments
 from dp_pipeline.release.tables import engines
 from dp_pipeline.release.tables.consistency import (
     consistent_results,
@@ -185,6 +185,7 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
         spec = spec.with_release_id(overrides["release_id"])
     mapping = {
         "input_path": "input_path",
+        "spark_conf": "spark_conf",
         "output_dir": "output_dir",
         "engine": "engine",
         "master": "master",
@@ -193,6 +194,16 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
         "synthetic_persons": "synthetic_persons",
     }
     changes = {field: overrides[name] for name, field in mapping.items() if overrides.get(name)}
+    if "input_path" in changes:
+        changes["input_table"] = None  # --input replaces the spec's input, path or table
+    if "spark_conf" in changes:
+        conf = changes["spark_conf"]
+        if not isinstance(conf, SparkConf):
+            problems: list[str] = []
+            conf = parse_conf_arguments(list(conf), problems)
+            if problems:
+                raise SpecError(problems, "command line")
+        changes["spark_conf"] = spec.spark_conf.merged(conf)
     # A new input path brings its own format: --format, else what its name says
     # (``*.csv``, ``*.parquet``), else the spec's.
     if overrides.get("input_format"):
@@ -241,7 +252,7 @@ def run_release(
     server = Ledger(location) if location.kind == "postgresql" else None
     master = _master_key(spec, progress)
 
-    synthetic = not spec.input_path
+    synthetic = not spec.input_path and spec.input_table is None
     if synthetic:
         # The sample cache sits beside the ledger and the key: the folders it creates
         # are owner-only, as theirs are.
@@ -256,7 +267,8 @@ def run_release(
         input_format = "parquet"
     else:
         sample = None
-        input_path, input_format = Path(spec.input_path), spec.input_format
+        # A path or URI as written (None: the spec's catalog table).
+        input_path, input_format = spec.input_path or None, spec.input_format
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read.
@@ -309,8 +321,15 @@ def _run_opened(
     *,
     trace,
 ) -> RunResult:
-    check_input_columns(spec, source.path, source.files, source.format)
-    fingerprint = files_fingerprint(master, source.path, source.files)
+    if source.table is None:  # a table's schema was checked by Spark when it was opened
+        check_input_columns(spec, source.path, source.files, source.format)
+    started = time.perf_counter()
+    fingerprint = source.fingerprint(master)
+    timings["fingerprint"] = time.perf_counter() - started
+    progress(
+        f"fingerprinted the input's {len(source.listed())} file(s) in "
+        f"{timings['fingerprint']:.1f} s ({source.engine} engine)"
+    )
     check_sample(source.path, sample, fingerprint)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
     # An output URI is written through the session's file system: probed before the
@@ -427,10 +446,17 @@ def _check_input_unchanged(spec, master, source, fingerprint) -> None:
     # The engines read the input more than once (Spark: the unit check, then the
     # tables). A file changed or added in between could let a unit counted as having
     # one row contribute more, so the input must be the files and bytes fingerprinted.
+    # The list first, then the bytes, hashed again where they are (executors for Spark):
+    # sizes and modification times alone can be kept by a rewrite, so only the content
+    # digest shows that no byte changed.
     source.check_unchanged(source.list_files(), spec.release_id)
-    if files_fingerprint(master, source.path, source.files) != fingerprint:
+    try:
+        again = source.fingerprint(master)
+    except SpecError:  # a file vanished or shrank while it was hashed again
+        again = None
+    if again != fingerprint:
         raise InputChangedError(
-            f"input {str(source.path)!r} changed while release {spec.release_id!r} was "
+            f"input {source.where!r} changed while release {spec.release_id!r} was "
             f"running (its keyed fingerprint differs from the one taken before reading); "
             f"nothing was published, and the reservation stays spent (the data was read); "
             f"run a new release id on an input that is not being written to"

@@ -5,7 +5,9 @@ domains of those keys in their declared order, statistic, value column,
 bounds, granularity, contribution bounds, quantile level, k and method; the
 privacy unit, the neighbouring relation, the noise family and partitions, the
 budget and the planned mechanisms; the hierarchy's levels and the content
-digest of its mapping, and the post-processing section), the keyed fingerprint of exactly the
+digest of its mapping, and the post-processing section), the Spark SQL settings that
+can change a number (`dp_pipeline.release.spec.spark_conf.identity_settings`: never a
+performance, file system or credential setting), the keyed fingerprint of exactly the
 files the engine reads, and the public fingerprint of the master key. Output
 folder, engine and Spark master are not part of it: every engine publishes
 the same numbers for the same identity. ``input.on_invalid = "error"`` enters
@@ -31,6 +33,7 @@ from typing import Any
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec.spark_conf import identity_settings
 
 __all__ = ["ReleaseIdentity", "release_identity"]
 
@@ -153,6 +156,9 @@ def release_identity(
     if spec.postprocess is not None:
         described["post-processing"] = spec.postprocess.to_dict()
     described["input format"] = spec.input_format
+    settings = identity_settings(spec.spark_conf)
+    if settings:  # only Spark SQL settings that can change a number; never a credential
+        described["spark settings"] = settings
     described["input data"] = input_fingerprint
     described["master key"] = key_fingerprint
     return ReleaseIdentity.of_parts(spec.release_id, described)

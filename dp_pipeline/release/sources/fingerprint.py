@@ -2,33 +2,75 @@
 
 The files are the engine's own list, not a folder walk of ours: pyarrow's
 dataset discovery for the pandas engine (`input_files`), the DataFrame's
-``inputFiles()`` for Spark (`spark_input_files`), symlinks followed as the
-engines follow them. A file the engine reads is therefore always covered,
-whatever its name (``part-1.crc``, ``_x=1.parquet``, a file under a linked
-folder), and the engines read the listed files themselves, so what was
+``inputFiles()`` for Spark (`dp_pipeline.release.sources.spark_files`), symlinks
+followed as the engines follow them. A file the engine reads is therefore always
+covered, whatever its name (``part-1.crc``, ``_x=1.parquet``, a file under a
+linked folder), and the engines read the listed files themselves, so what was
 fingerprinted is what was aggregated.
 
+Each file has a content digest (`content_digest`): SHA-256 over the SHA-256s of
+its consecutive ranges of `CHUNK_BYTES`, framed by the file's size. The ranges
+are independent, so they are hashed where the bytes are and in parallel (Spark:
+tasks of the executors, `dp_pipeline.release.sources.spark_files`; pandas:
+threads of this process), each reading one range in blocks of 1 MiB: no task
+holds a file, and the driver never streams the input. The digests are plain
+SHA-256 (no key travels to an executor).
+
 The fingerprint is HMAC-SHA256 under a subkey of the `MasterKey` (label
-``input-fingerprint``) of a SHA-256 digest over the files in sorted order,
-each framed by its name (relative to the input path) and length. Without the
-key it reveals nothing about the data (HMAC is a PRF) and cannot be used to
-test guesses of the input.
+``input-fingerprint``) of a SHA-256 digest over the files in sorted order, each
+framed by its name (relative to the input path; a catalog table's files by
+their full URI, after the table's name and schema), size and content digest.
+Without the key it reveals nothing about the data (HMAC is a PRF) and cannot be
+used to test guesses of the input; a changed byte changes the file's content
+digest, hence the fingerprint (SHA-256 is collision resistant).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.randomness import MasterKey
 
-__all__ = ["files_fingerprint", "input_files", "local_files", "spark_input_files"]
+__all__ = [
+    "CHUNK_BYTES",
+    "FileDigest",
+    "FileRangeError",
+    "chunk_ranges",
+    "content_digest",
+    "digests_fingerprint",
+    "file_name",
+    "files_fingerprint",
+    "input_files",
+    "local_digests",
+    "local_path",
+    "range_digest",
+]
 
 _BLOCK = 1 << 20
+# One range of a file per hashing task: large enough that a task's start-up is small
+# against its reading, small enough that a multi-GB input makes many tasks.
+CHUNK_BYTES = 64 * 2**20
+_CONTENT_LABEL = b"dp_pipeline/content/v1"
+
+
+class FileRangeError(DPValueError):
+    """A file held fewer bytes than its listed size while one of its ranges was hashed."""
+
+
+@dataclass(frozen=True)
+class FileDigest:
+    """One file of an input: its name in the fingerprint, its size (bytes), its content digest."""
+
+    name: str
+    size: int
+    sha256: str  # `content_digest`, 64 hex digits
 
 
 def _exists(root: Path) -> None:
@@ -56,33 +98,94 @@ def input_files(path: str | os.PathLike[str], input_format: str) -> tuple[Path, 
     return files
 
 
-def spark_input_files(spark, path: str | os.PathLike[str], input_format: str) -> tuple[Path, ...]:
-    """The files Spark reads for ``path`` (``DataFrame.inputFiles()``), as local paths.
+def local_path(uri: str) -> Path | None:
+    """The local path of a ``file:`` URI or a plain path; None for another scheme."""
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "" or (len(parsed.scheme) == 1 and os.name == "nt"):
+        return Path(uri)
+    return None
 
-    The listing uses a placeholder schema, so no file is opened: only the
-    file index that the release's DataFrame will use is built.
+
+def chunk_ranges(size: int) -> list[tuple[int, int]]:
+    """The (offset, length) ranges of a file of ``size`` bytes (an empty file: one empty range)."""
+    starts = range(0, size, CHUNK_BYTES)
+    return [(offset, min(CHUNK_BYTES, size - offset)) for offset in starts] or [(0, 0)]
+
+
+def range_digest(handle, offset: int, length: int) -> bytes:
+    """SHA-256 of ``length`` bytes of an open binary file from ``offset`` (read in 1 MiB blocks).
+
+    Raises `FileRangeError` when the file ends before: it changed after it was listed.
     """
-    root = Path(path)
-    _exists(root)
-    reader = spark.read.schema("_dp_listing string")
-    frame = reader.csv(str(root)) if input_format == "csv" else reader.parquet(str(root))
-    return local_files(frame.inputFiles(), root)
+    handle.seek(offset)
+    digest = hashlib.sha256()
+    left = length
+    while left:
+        block = handle.read(min(_BLOCK, left))
+        if not block:
+            raise FileRangeError("a file is shorter than its listed size (it changed meanwhile)")
+        digest.update(block)
+        left -= len(block)
+    return digest.digest()
 
 
-def local_files(uris: Sequence[str], root: Path) -> tuple[Path, ...]:
-    """Spark's input file URIs as local paths (refused when not on the local file system)."""
-    files = []
-    for uri in uris:
-        parsed = urlparse(uri)
-        if parsed.scheme not in ("", "file"):
-            raise DPValueError(
-                f"input file {uri!r} is not on the local file system; releases fingerprint "
-                "the bytes they read and support local paths only"
-            )
-        files.append(Path(unquote(parsed.path)))
-    if not files:
-        raise FileNotFoundError(f"input path {str(root)!r} holds no data files")
-    return tuple(sorted(files))
+def content_digest(size: int, range_digests: Sequence[bytes]) -> str:
+    """A file's content digest (hex): SHA-256 of its size, `CHUNK_BYTES`, its ranges' SHA-256s."""
+    if len(range_digests) != len(chunk_ranges(size)):
+        raise DPValueError(f"{len(range_digests)} range digests for a file of {size} bytes")
+    digest = hashlib.sha256(_CONTENT_LABEL)
+    digest.update(size.to_bytes(8, "big") + CHUNK_BYTES.to_bytes(8, "big"))
+    for part in range_digests:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _local_range(path: Path, offset: int, length: int) -> bytes:
+    with path.open("rb") as handle:  # open() follows symlinks, as the engines do
+        return range_digest(handle, offset, length)
+
+
+def local_digests(
+    files: Sequence[Path], names: Sequence[str], threads: int | None = None
+) -> tuple[FileDigest, ...]:
+    """The `FileDigest` of each local file, its ranges hashed by ``threads`` threads.
+
+    hashlib releases the GIL while it hashes a block, so the threads hash in
+    parallel; each reads one range at a time (bounded memory).
+    """
+    sizes = [Path(file).stat().st_size for file in files]
+    tasks = [(i, o, n) for i, size in enumerate(sizes) for o, n in chunk_ranges(size)]
+    workers = threads or min(4, os.cpu_count() or 1)
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        parts = list(pool.map(lambda t: _local_range(Path(files[t[0]]), t[1], t[2]), tasks))
+    by_file: list[list[bytes]] = [[] for _ in files]
+    for (index, _, _), part in zip(tasks, parts, strict=True):
+        by_file[index].append(part)
+    return tuple(
+        FileDigest(name, size, content_digest(size, found))
+        for name, size, found in zip(names, sizes, by_file, strict=True)
+    )
+
+
+def digests_fingerprint(
+    master: MasterKey, digests: Iterable[FileDigest], header: bytes = b""
+) -> str:
+    """The keyed fingerprint (64 hex digits) of the files' names, sizes and content digests.
+
+    ``header`` is framed first when given (a catalog table's name and schema).
+    """
+    entries = sorted(digests, key=lambda d: d.name)
+    digest = hashlib.sha256()
+    if header:
+        digest.update(b"header" + len(header).to_bytes(8, "big") + header)
+    digest.update(len(entries).to_bytes(8, "big"))
+    for entry in entries:
+        name = entry.name.encode()
+        digest.update(len(name).to_bytes(8, "big") + name)
+        digest.update(entry.size.to_bytes(8, "big") + bytes.fromhex(entry.sha256))
+    return master.hmac_sha256(b"input-fingerprint", digest.digest()).hex()
 
 
 def _name(file: Path, root: Path) -> str:
@@ -96,21 +199,30 @@ def _name(file: Path, root: Path) -> str:
     return file.resolve().as_posix()
 
 
+def file_name(uri: str, root: str) -> str:
+    """The name of a listed file in the fingerprint: relative to the input's root.
+
+    A local root: as before, relative to the root as written or resolved. A URI root:
+    relative to the root's path when the file lies under it (its basename when the
+    root is the file), else the whole URI (never less than the file's location).
+    """
+    local, base = local_path(uri), local_path(root)
+    if local is not None and base is not None:
+        return _name(local, base)
+    parsed, parent = urlparse(uri), urlparse(root)
+    if (parsed.scheme, parsed.netloc) == (parent.scheme, parent.netloc):
+        path, top = unquote(parsed.path), unquote(parent.path).rstrip("/")
+        if path == top:
+            return path.rsplit("/", 1)[-1]
+        if path.startswith(top + "/"):
+            return path[len(top) + 1 :]
+    return uri
+
+
 def files_fingerprint(
     master: MasterKey, root: str | os.PathLike[str], files: Sequence[Path]
 ) -> str:
-    """The keyed fingerprint (64 hex digits) of ``files``, named relative to ``root``."""
+    """The keyed fingerprint (64 hex digits) of local ``files``, named relative to ``root``."""
     root = Path(root)
-    digest = hashlib.sha256()
-    named = sorted((_name(Path(file), root), Path(file)) for file in files)
-    digest.update(len(named).to_bytes(8, "big"))
-    for name, file in named:
-        digest.update(len(name).to_bytes(8, "big") + name.encode())
-        with file.open("rb") as handle:  # open() follows symlinks, as the engines do
-            digest.update(os.fstat(handle.fileno()).st_size.to_bytes(8, "big"))
-            size = 0
-            while block := handle.read(_BLOCK):
-                digest.update(block)
-                size += len(block)
-        digest.update(size.to_bytes(8, "big"))
-    return master.hmac_sha256(b"input-fingerprint", digest.digest()).hex()
+    names = [_name(Path(file), root) for file in files]
+    return digests_fingerprint(master, local_digests(files, names))

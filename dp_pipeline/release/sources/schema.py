@@ -51,8 +51,11 @@ __all__ = [
     "MALFORMED_COLUMN",
     "NUMBER",
     "arrow_frame",
+    "check_column_families",
     "check_input_columns",
     "csv_columns",
+    "csv_header_of",
+    "csv_schema_of_header",
     "first_csv_file",
     "published_table",
     "read_csv_pandas",
@@ -97,6 +100,14 @@ def key_kind(spec: ReleaseSpec, column: str) -> str:
     if isinstance(values, range) or Domain(column, values).kind == "int":
         return INTEGER_KEY
     return STRING_KEY
+
+
+def csv_header_of(line: str) -> list[str] | None:
+    """The column names of a CSV header line (Spark's default quoting), or None."""
+    try:
+        return next(csv.reader([line.rstrip("\r\n")]), None)
+    except csv.Error:
+        return None
 
 
 def csv_header(path: Path) -> list[str] | None:
@@ -230,7 +241,35 @@ def _check_footer(spec, root: Path, file: Path, kinds: dict[str, str], types: di
         raise SpecError(problems, source=source)
 
 
-def _check_header(header: list[str] | None, kinds: dict[str, str], path: Path) -> list[str]:
+def check_column_families(spec: ReleaseSpec, families: dict[str, str], source: str) -> None:
+    """The spec's columns against a schema given as column -> type family (before reading).
+
+    Families: "integer", "floating", "string", or another type's name. Raises
+    `SpecError` naming each missing column or column of a type the spec cannot use.
+    """
+    kinds = csv_columns(spec)
+    missing = [name for name in kinds if name not in families]
+    if missing:
+        raise SpecError(
+            [
+                f"column(s) {missing} used by the spec are not in its schema; its columns "
+                f"are {sorted(families)}"
+            ],
+            source=source,
+        )
+    problems = []
+    for name, kind in kinds.items():
+        rule, allowed = _KIND_TYPES[kind]
+        if families[name] not in allowed:
+            problems.append(
+                f"column {name!r} has type {families[name]}; as the spec's {kind} it must "
+                f"have {rule}"
+            )
+    if problems:
+        raise SpecError(problems, source=source)
+
+
+def _check_header(header: list[str] | None, kinds: dict[str, str], path) -> list[str]:
     source = f"input {str(path)!r}"
     if not header:
         raise SpecError(
@@ -273,7 +312,12 @@ def spark_csv_schema(spec: ReleaseSpec, path: Path) -> str:
     whose field count differs from the header sets it, and nothing else can, because no
     field is parsed while reading. `spark_typed_columns` then types the spec's columns.
     """
-    header = _check_header(csv_header(path), csv_columns(spec), path)
+    return csv_schema_of_header(spec, csv_header(path), str(path))
+
+
+def csv_schema_of_header(spec: ReleaseSpec, header: list[str] | None, path: str) -> str:
+    """`spark_csv_schema` from a header already read (a file outside the local file system)."""
+    header = _check_header(header, csv_columns(spec), path)
     escaped = ["`" + name.replace("`", "``") + "`" for name in [*header, MALFORMED_COLUMN]]
     return ", ".join(f"{name} STRING" for name in escaped)
 

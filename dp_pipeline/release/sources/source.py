@@ -1,22 +1,40 @@
-"""An input as one engine will read it: its path, format and the files the engine listed.
+"""An input as one engine will read it: its location, format and the files the engine listed.
 
 The release fingerprints exactly these files before any data is read
-(`dp_pipeline.release.sources.fingerprint`) and lists them again at the end of the run:
-a change in between publishes nothing (`InputChangedError`).
+(`dp_pipeline.release.sources.fingerprint`: each engine hashes them where the bytes
+are, `OpenedInput.digests`) and, at the end of the run, lists them again and hashes
+them again: a change in between publishes nothing (`InputChangedError`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse, urlunparse
 
 from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.errors import DPError
-from dp_pipeline.release.sources.fingerprint import input_files, spark_input_files
+from dp_pipeline.release.sources.fingerprint import (
+    FileDigest,
+    digests_fingerprint,
+    file_name,
+    input_files,
+    local_digests,
+)
 from dp_pipeline.release.spec.model import SpecError
 
-__all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log"]
+__all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log", "shown_location"]
+
+
+def shown_location(location: str) -> str:
+    """``location`` as messages may show it: a URI's user info (``user:secret@``) removed."""
+    parsed = urlparse(location)
+    if parsed.netloc and "@" in parsed.netloc:
+        netloc = "<credentials>@" + parsed.netloc.rsplit("@", 1)[1]
+        return urlunparse(parsed._replace(netloc=netloc))
+    return location
 
 
 class InputChangedError(DPError, RuntimeError):
@@ -44,10 +62,18 @@ class InputReadError(SpecError):
 
 @dataclass
 class OpenedInput:
-    """An input as one engine will read it: the path, its format, and the files listed.
+    """An input as one engine will read it: the location, its format, and the files listed.
 
-    ``spark`` is the session of the Spark engine (``own_session``: started here,
-    stopped by `close`); None for pandas.
+    ``path`` is the input as a local path (pandas, and a local Spark input);
+    ``location`` the input as written (a path or a URI; None: ``str(path)``) and
+    ``table`` a catalog table the Spark engine reads instead. ``files`` are the
+    listed files when they are local (empty otherwise); ``uris`` the engine's own
+    list as it names the files (None: ``files``). ``lister`` lists them again
+    and ``hasher`` returns the `FileDigest` of the given list (the engine's way:
+    pandas threads, Spark executors); None: the local ones. ``header`` is framed
+    first in the fingerprint (a table's name and schema). ``spark`` is the session
+    of the Spark engine (``own_session``: started here, stopped by `close`); None
+    for pandas.
     """
 
     path: Path
@@ -57,17 +83,52 @@ class OpenedInput:
     spark: Any = None
     own_session: bool = False
     jvm_log: str | None = None  # the session's JVM log file (not --verbose)
+    location: str | None = None
+    table: str | None = None
+    uris: tuple[str, ...] | None = None
+    lister: Callable[[], tuple[str, ...]] | None = None
+    hasher: Callable[[tuple[str, ...]], tuple[FileDigest, ...]] | None = None
+    header: bytes = b""
+    total_bytes: int = 0  # the listed files' sizes (Spark: which aggregation path)
+    csv_header: list[str] | None = None  # a CSV input outside the local file system
+    # Undoes the session settings a run set on a running session (see `close`).
+    restore: Callable[[], None] | None = None
 
-    def list_files(self) -> tuple[Path, ...]:
-        """The engine's file list now (compared with `files` by the mid-run check)."""
-        if self.engine == "spark":
-            return spark_input_files(self.spark, self.path, self.format)
-        return input_files(self.path, self.format)
+    @property
+    def where(self) -> str:
+        """The input as messages name it: the table, or the location as written."""
+        if self.table:
+            return f"table {self.table}"
+        return shown_location(self.location or str(self.path))
 
-    def check_unchanged(self, files: tuple[Path, ...], release_id: str) -> None:
-        if files != self.files:
+    def listed(self) -> tuple[str, ...]:
+        """The engine's list of files as fingerprinted (URIs or local paths)."""
+        if self.uris is not None:
+            return self.uris
+        return tuple(str(file) for file in self.files)
+
+    def list_files(self) -> tuple[str, ...]:
+        """The engine's file list now (compared with `listed` by the mid-run check)."""
+        if self.lister is not None:
+            return self.lister()
+        return tuple(str(file) for file in input_files(self.path, self.format))
+
+    def digests(self) -> tuple[FileDigest, ...]:
+        """The `FileDigest` of every listed file, hashed by the engine where the bytes are."""
+        listed = self.listed()
+        if self.hasher is not None:
+            return self.hasher(listed)
+        root = self.location or str(self.path)
+        return local_digests([Path(f) for f in listed], [file_name(f, root) for f in listed])
+
+    def fingerprint(self, master) -> str:
+        """The keyed fingerprint of the listed files' bytes (`digests_fingerprint`)."""
+        return digests_fingerprint(master, self.digests(), self.header)
+
+    def check_unchanged(self, files: tuple[str, ...], release_id: str) -> None:
+        if tuple(files) != self.listed():
             raise InputChangedError(
-                f"input {str(self.path)!r} changed while release {release_id!r} was running "
+                f"input {self.where!r} changed while release {release_id!r} was running "
                 f"(the engine's list of files differs from the one fingerprinted before "
                 f"reading); nothing was published; run again on an input that is not being "
                 f"written to"
@@ -75,6 +136,9 @@ class OpenedInput:
 
     def close(self, failed: bool = False) -> str | None:
         """Stop a session started here; delete its JVM log unless ``failed`` (returned then)."""
+        if self.restore is not None:
+            self.restore()
+            self.restore = None
         if self.own_session and self.spark is not None:
             self.spark.stop()
             self.spark = None

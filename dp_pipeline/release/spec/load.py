@@ -15,6 +15,7 @@ See docs/spec_reference.md for every field, its default and its rule.
 
 from __future__ import annotations
 
+import re
 import tomllib
 from decimal import Decimal
 from fractions import Fraction
@@ -64,6 +65,7 @@ from dp_pipeline.release.spec.model import (
     format_of_path,
     output_name_clash,
 )
+from dp_pipeline.release.spec.spark_conf import read_spark_conf
 from dp_pipeline.release.spec.tables import read_tables
 
 __all__ = ["load_spec", "parse_spec"]
@@ -96,6 +98,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "budget": ("rho", "epsilon", "delta"),
     "input": (
         "path",
+        "table",
         "format",
         "synthetic_persons",
         "synthetic_seed",
@@ -103,7 +106,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
         *INVALID_FIELDS,
     ),
     "output": ("dir",),
-    "run": ("engine", "master", "ledger", "key_file"),
+    "run": ("engine", "master", "ledger", "key_file", "spark_conf"),
     "domains": (),  # free-form: one entry per key column
     "hierarchy": HIERARCHY_FIELDS,
     "postprocess": POSTPROCESS_FIELDS,
@@ -378,6 +381,9 @@ def parse_spec(
 
     inputs = sections["input"]
     input_path = read_string(inputs, "path", "input", problems) or ""
+    input_table = read_string(inputs, "table", "input", problems)
+    if input_table is not None:
+        input_table = _read_table_name(input_table, input_path, inputs, problems)
     input_format = read_choice(
         inputs, "format", "input", INPUT_FORMATS, format_of_path(input_path) or "parquet", problems
     )
@@ -401,6 +407,12 @@ def parse_spec(
     master = read_string(run, "master", "run", problems) or "local[2]"
     ledger_path = _location(run, "ledger", default_ledger, base_dir, problems)
     key_file = _location(run, "key_file", default_key_file, base_dir, problems)
+    spark_conf = read_spark_conf(run.get("spark_conf", {}), problems)
+    if input_table is not None and engine != "spark":
+        problems.append(
+            f"input.table = {input_table!r}: a catalog table is read by the spark engine; "
+            'set engine = "spark" under [run] (or --engine spark)'
+        )
 
     if problems:
         raise SpecError(problems, source)
@@ -432,6 +444,8 @@ def parse_spec(
         hierarchy=hierarchy,
         postprocess=postprocess,
         shares_input_with=tuple(shares_input_with),
+        input_table=input_table,
+        spark_conf=spark_conf,
     )
 
 
@@ -446,6 +460,30 @@ def _location(run: dict, name: str, default, base_dir, problems: list[str]) -> s
     except ValueError as error:  # a relative $DP_PIPELINE_HOME
         problems.append(f"run.{name}: not set, and {error}")
         return ""
+
+
+_TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")
+
+
+def _read_table_name(name: str, input_path: str, inputs: dict, problems: list[str]) -> str | None:
+    """``input.table``: ``name``, ``db.name`` or ``catalog.db.name``, instead of input.path."""
+    if not _TABLE_NAME.match(name):
+        problems.append(
+            f"input.table = {show_value(name)}: must be a table name of the session's "
+            "catalog: table, database.table or catalog.database.table (letters, digits, '_')"
+        )
+        return None
+    if input_path:
+        problems.append(
+            f"input.table = {name!r}: give input.path or input.table, not both (the table's "
+            "files are where its catalog says)"
+        )
+    if "format" in inputs:
+        problems.append(
+            f"input.format = {show_value(inputs['format'])}: a catalog table has its own "
+            "format; remove input.format"
+        )
+    return name
 
 
 # ----------------------------------------------------------------------------- fields

@@ -16,6 +16,7 @@ from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec.fields import check_token
 from dp_pipeline.release.spec.hierarchy import HierarchySpec, PostprocessSpec
 from dp_pipeline.release.spec.invalid import InvalidRowsSpec
+from dp_pipeline.release.spec.spark_conf import SparkConf
 
 __all__ = [
     "DEFAULT_RELEASE_CELL_LIMIT",
@@ -226,6 +227,10 @@ class ReleaseSpec:
     # population.shares_input_with: populations this release's input may also be
     # recorded under in the ledger (an explicit, recorded override of its refusal).
     shares_input_with: tuple[str, ...] = ()
+    # input.table: a table of the Spark session's catalog read instead of input_path.
+    input_table: str | None = None
+    # [run.spark_conf] (and --conf): settings of the Spark session; repr hides secrets.
+    spark_conf: SparkConf = field(default_factory=SparkConf)
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""

@@ -25,6 +25,7 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
+from pyspark.sql.types import DoubleType, FloatType, IntegralType, StringType
 
 from dp_pipeline.engines.backend import noisy_cells
 from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
@@ -40,7 +41,7 @@ from dp_pipeline.release.plan.selections import (
     position_column,
     release_selection,
 )
-from dp_pipeline.release.sources.fingerprint import local_files, spark_input_files
+from dp_pipeline.release.sources.fingerprint import file_name, local_path
 from dp_pipeline.release.sources.schema import (
     DECIMAL_PATTERN,
     INTEGER_KEY,
@@ -48,12 +49,27 @@ from dp_pipeline.release.sources.schema import (
     MALFORMED_COLUMN,
     NUMBER,
     arrow_frame,
+    check_column_families,
     csv_columns,
+    csv_header_of,
+    csv_schema_of_header,
     first_csv_file,
     spark_csv_schema,
 )
-from dp_pipeline.release.sources.source import InputReadError, OpenedInput, kept_log
-from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.sources.source import (
+    InputReadError,
+    OpenedInput,
+    kept_log,
+    shown_location,
+)
+from dp_pipeline.release.sources.spark_files import (
+    executor_digests,
+    file_sizes,
+    listed_files,
+    listing_errors,
+    source_label,
+)
+from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
 from dp_pipeline.release.tables.invalid_rows import decide, row_checks
 from dp_pipeline.release.tables.on_pandas import numpy_tables, statistic_column
 from dp_pipeline.release.tables.streamed import OnSpark, SparkNoisyTables
@@ -73,40 +89,116 @@ __all__ = [
 
 
 def open_spark_input(
-    spec: ReleaseSpec, path: Path, input_format: str, progress, spark=None, *, verbose=False
+    spec: ReleaseSpec, path, input_format: str, progress, spark=None, *, verbose=False
 ) -> OpenedInput:
-    """The `OpenedInput` of ``path`` for the Spark engine (a session is started if none runs).
+    """The `OpenedInput` of ``path`` (None: ``spec.input_table``) for the Spark engine.
 
-    A session started here writes the JVM's and Spark's own lines to a log file
-    (named in a progress line) unless ``verbose``.
+    A session is started if none runs, with the spec's Spark settings
+    (``run.spark_conf`` and ``--conf``); a running session gets those it can
+    change, until the input is closed. A session started here writes the JVM's and
+    Spark's own lines to a log file (named in a progress line) unless ``verbose``.
+    Spark lists the files (`listed_files`); nothing is read but their names and
+    sizes (and a table's schema, a CSV file's header line). A source that cannot be
+    listed raises a one-line `SpecError` before anything is reserved.
     """
     if spark is None:
         # A session already running in this process (a notebook's, a test's) is used and
         # left running; only a session this call starts is stopped at the end.
         spark = SparkSession.getActiveSession()
     own_session = spark is None
+    conf = spec.spark_conf
     log = None
+    restore = None
     if own_session:
-        progress(f"spark: starting a session on {spec.master}")
+        settings = f" with settings {conf.described()}" if conf else ""
+        progress(f"spark: starting a session on {spec.master}{settings}")
         if verbose:
-            spark = spark_session(spec.master)
+            spark = spark_session(spec.master, conf.as_dict())
         else:
             with jvm_output_to_file() as log:
                 try:
-                    spark = spark_session(spec.master)
+                    spark = spark_session(spec.master, conf.as_dict())
                 except BaseException as error:
                     kept_log(error, log)  # why the JVM did not start is in its log
                     raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
         progress(f"spark: using the running session (master {spark.sparkContext.master})")
-    opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
+        restore = running_session_settings(spark, conf, progress)
+    table = spec.input_table if path is None else None
+    location = "" if table is not None else str(path)
+    opened = OpenedInput(
+        Path(location or "."),
+        input_format,
+        "spark",
+        (),
+        spark,
+        own_session,
+        log,
+        location=location or None,
+        table=table,
+        restore=restore,
+    )
     try:
-        opened.files = spark_input_files(spark, path, input_format)
+        _list_input(spec, opened)
     except BaseException as error:
         kept_log(error, opened.close(failed=True))
         raise
     return opened
+
+
+def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
+    """Fill ``opened`` with Spark's file list, sizes, listing and hashing (see open_spark_input)."""
+    spark, table, location = opened.spark, opened.table, opened.location or ""
+    source = source_label(location, table)
+    uris = listed_files(spark, location, opened.format, table)
+    sizes = file_sizes(spark, uris, source)
+    local = [local_path(uri) for uri in uris]
+    if all(file is not None for file in local):
+        opened.files = tuple(local)
+    opened.uris = uris
+    opened.total_bytes = sum(sizes.values())
+
+    def name(uri: str) -> str:
+        # A table's files by their whole URI: its location is the catalog's, not the spec's.
+        return uri if table is not None else file_name(uri, location)
+
+    def hasher(listed: tuple[str, ...]):
+        now = file_sizes(spark, listed, source)  # a file that grew is hashed whole
+        return executor_digests(spark, listed, [name(u) for u in listed], now, source)
+
+    opened.hasher = hasher
+    opened.lister = lambda: listed_files(spark, location, opened.format, table)
+    with listing_errors(source):
+        if table is not None:
+            schema = spark.table(table).schema
+            opened.header = f"table {table}\n{schema.simpleString()}".encode()
+            _check_spark_columns(spec, schema, source)
+        elif not opened.files and opened.format == "parquet":
+            _check_spark_columns(spec, spark.read.parquet(location).schema, source)
+        elif not opened.files:
+            first = next((uri for uri in uris if sizes[uri] > 0), uris[0])
+            line = spark.read.text(first).limit(1).collect()
+            opened.csv_header = csv_header_of(line[0]["value"] if line else "")
+    if opened.csv_header is not None or (not opened.files and opened.format == "csv"):
+        # The first file's header against the spec, before the reservation.
+        csv_schema_of_header(spec, opened.csv_header, shown_location(location))
+
+
+def _check_spark_columns(spec: ReleaseSpec, schema, source: str) -> None:
+    """The spec's columns against a Spark schema (a table's, a remote Parquet input's)."""
+    families = {}
+    for column in schema.fields:
+        kind = column.dataType
+        if isinstance(kind, IntegralType):
+            families[column.name] = "integer"
+        elif isinstance(kind, FloatType | DoubleType):
+            families[column.name] = "floating"
+        elif isinstance(kind, StringType):
+            families[column.name] = "string"
+        else:
+            families[column.name] = kind.simpleString()
+    check_column_families(spec, families, source)
 
 
 # Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
@@ -171,16 +263,23 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
     they are, and None.
     """
     reader = source.spark.read
+    if source.table is not None:
+        return source.spark.table(source.table), None
+    location = source.location or str(source.path)
     if source.format != "csv":
-        return reader.parquet(str(source.path)), None
+        return reader.parquet(location), None
+    if source.files:
+        schema = spark_csv_schema(spec, first_csv_file(source.files))
+    else:
+        schema = csv_schema_of_header(spec, source.csv_header, location)
     raw = (
-        reader.schema(spark_csv_schema(spec, first_csv_file(source.files)))
+        reader.schema(schema)
         .option("header", True)
         .option("mode", "PERMISSIVE")
         .option("columnNameOfCorruptRecord", MALFORMED_COLUMN)
         # A pruned read tokenizes only the selected fields and then flags no ragged row.
         .option("columnPruning", False)
-        .csv(str(source.path))
+        .csv(location)
     )
     flagged = raw.select(
         *spark_typed_columns(spec), sf.col(MALFORMED_COLUMN).isNotNull().alias(MALFORMED_COLUMN)
@@ -217,7 +316,7 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     returned as `dp_pipeline.release.tables.streamed.OnSpark` entries, the aggregates
     persisted until the release closes them.
     """
-    with spark_read_errors(source.path):
+    with spark_read_errors(source.where):
         return _spark_tables(spec, plan, master, source, release_digest, with_truth, progress)
 
 
@@ -226,8 +325,8 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
     started = time.perf_counter()
     frame, flagged = spark_input_frames(spec, source)
     # The DataFrame's own file index must be the one fingerprinted.
-    source.check_unchanged(local_files(frame.inputFiles(), source.path), spec.release_id)
-    size = sum(path.stat().st_size for path in source.files)
+    source.check_unchanged(tuple(sorted(frame.inputFiles())), spec.release_id)
+    size = source.total_bytes
     if size <= DRIVER_INPUT_BYTES:
         # A small input: Spark reads it (its readers, the schema above) in one job and
         # the driver aggregates it with the numpy rules every engine path shares
@@ -377,15 +476,64 @@ def _grid_position(frame, table):
     return GridPosition(table.value, (table.lower, table.upper), table.granularity)
 
 
-def spark_session(master: str):
-    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``."""
+def spark_session(master: str, conf: dict[str, str] | None = None):
+    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``.
+
+    ``conf``: Spark settings given to the session's builder (``spark-submit --conf``'s).
+    """
     match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
     if match:
         cores = match.group(1)
-        return local_session(None if cores in (None, "*") else int(cores))
+        return local_session(None if cores in (None, "*") else int(cores), conf=conf)
     ensure_java()
     # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
     # interpreter, which has dp_pipeline (right for workers on this machine or an image
     # with the same layout; set PYSPARK_PYTHON otherwise).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
+    builder = SparkSession.builder.master(master).appName("dp_pipeline release")
+    for key, value in (conf or {}).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()
+
+
+def running_session_settings(spark, conf, progress):
+    """Set ``conf`` on a running session for the run; return what undoes it (or None).
+
+    A running session's Hadoop configuration takes the session's settings without
+    their ``spark.hadoop.`` prefix, so ``spark.hadoop.K`` is set as ``K``. A setting
+    Spark fixes at start-up (``spark.executor.memory``) is refused unless the session
+    already has that value: it needs a session started with it.
+    """
+    if not conf:
+        return None
+    previous = {}
+    refused = []
+    for key, value in conf.pairs:
+        name = key.removeprefix("spark.hadoop.")
+        if name == key and not spark.conf.isModifiable(key):
+            if spark.conf.get(key, None) != value:
+                refused.append(key)
+            continue
+        previous[name] = spark.conf.get(name, None)
+        spark.conf.set(name, value)
+
+    def restore() -> None:
+        for name, value in previous.items():
+            if value is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, value)
+
+    if refused:
+        restore()
+        raise SpecError(
+            [
+                f"run.spark_conf (or --conf) {key!r}: Spark fixes it when a session starts, "
+                "and the running session has another value; run the release in a new "
+                "process (dp-release run), or start the session with it"
+                for key in refused
+            ],
+            source="spark session",
+        )
+    progress(f"spark: settings {conf.described()} set on the running session for this run")
+    return restore

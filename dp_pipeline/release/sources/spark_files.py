@@ -1,0 +1,322 @@
+"""A Spark input's files: listed by Spark, hashed on the executors, errors named before reading.
+
+Listing: the DataFrame's own ``inputFiles()`` over the input (a path or URI on any
+Hadoop file system the session is configured for, or a catalog table), read with
+a placeholder schema, so no data file is opened.
+
+Hashing (`executor_digests`): each file's ranges of `CHUNK_BYTES` are hashed on
+the executors, in parallel, and only their SHA-256s come back to the driver,
+which combines them into each file's content digest
+(`dp_pipeline.release.sources.fingerprint.content_digest`) and HMACs the list under
+the key; no key leaves the driver and the driver never reads the input.
+
+- Files on the local file system (``file:``, what Spark's local file system reads
+  with the operating system's own calls): the ranges are dealt round-robin to as
+  many tasks as the session runs at once, each range read in 1 MiB blocks
+  (`range_digest`), so memory stays bounded whatever the file size.
+  The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
+  the same code runs on a Spark Connect session.
+- Files on any other file system: Spark's ``binaryFile`` reader opens them through
+  the session's Hadoop file system (the one the release reads through), one file
+  per Arrow batch; the executor hashes its ranges from the bytes. That reader holds
+  a file in memory and takes at most `BINARY_FILE_BYTES` per file: a larger file is
+  refused before the reservation, naming the limit.
+
+Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
+(a URI's user info, a signed request) and internal addresses, so none is shown.
+The failure is classified (no such path or table, no file system for the scheme,
+unreachable store, refused credentials) into one line naming the source and the fix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import re
+from collections.abc import Iterator, Sequence
+from urllib.parse import urlparse
+
+import pyarrow as pa
+from pyspark.errors import PySparkException
+
+from dp_pipeline.release.sources.fingerprint import (
+    FileDigest,
+    chunk_ranges,
+    content_digest,
+    local_path,
+    range_digest,
+)
+from dp_pipeline.release.sources.source import shown_location
+from dp_pipeline.release.spec.model import SpecError
+
+try:  # a classic session's errors; a Spark Connect client has no py4j
+    from py4j.protocol import Py4JJavaError
+
+    _SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JJavaError)
+except ImportError:  # pragma: no cover - Spark Connect only
+    _SPARK_ERRORS = (PySparkException,)
+
+__all__ = [
+    "BINARY_FILE_BYTES",
+    "MAX_HASH_TASKS",
+    "executor_digests",
+    "file_sizes",
+    "listed_files",
+    "listing_errors",
+    "listing_frame",
+    "source_label",
+]
+
+# Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
+BINARY_FILE_BYTES = 2**31 - 1
+# Hashing tasks of one job when the session does not say its parallelism. A task costs
+# a scheduling round trip (about 0.5 s on a loaded two-core machine), so the ranges are
+# dealt round-robin to as many tasks as the session runs at once (its default
+# parallelism), not one task per range.
+MAX_HASH_TASKS = 64
+
+
+def _hash_tasks(spark) -> int:
+    try:
+        parallelism = int(spark.conf.get("spark.default.parallelism", "0") or 0)
+    except (ValueError, *_SPARK_ERRORS):
+        parallelism = 0
+    return parallelism if parallelism > 0 else MAX_HASH_TASKS
+
+
+# What a failure of Spark's listing means, from the Java exception's class and
+# condition (never shown): the first rule that matches names the problem.
+_RULES = (
+    (
+        r"UnsupportedFileSystemException|No FileSystem for scheme",
+        "no file system is configured for the scheme {scheme!r}; configure one for the "
+        "session (its Hadoop settings, e.g. spark.hadoop.fs.{scheme}.impl, under "
+        "[run.spark_conf] or dp-release run --conf) or give a URI of a file system it has",
+    ),
+    (
+        r"TABLE_OR_VIEW_NOT_FOUND|NoSuchTableException|SCHEMA_NOT_FOUND|NoSuchDatabaseException",
+        "no such table in the session's catalog; check input.table (the database and "
+        "table name) and the session's catalog settings (spark.sql.catalogImplementation, "
+        "spark.sql.warehouse.dir) under [run.spark_conf] or --conf",
+    ),
+    (
+        r"PATH_NOT_FOUND|FileNotFoundException|Path does not exist",
+        "no such file or folder on its file system; give the path of the input "
+        "(input.path or --input)",
+    ),
+    (
+        r"AccessDenied|AccessControlException|Forbidden|\b403\b|\b401\b|Unauthori[sz]ed|"
+        r"[Cc]redential|InvalidAccessKey|SignatureDoesNotMatch|ExpiredToken|"
+        r"Permission denied|LoginException",
+        "access was refused (missing or failing credentials, or no permission to list "
+        "it); check the credentials the session uses (set them in the environment or a "
+        "credential provider, not in the spec) and the permissions of the path",
+    ),
+    (
+        r"ConnectException|UnknownHost|NoRouteToHost|SocketTimeout|ConnectTimeout|"
+        r"Connection refused|timed out|Unable to execute HTTP request",
+        "its file system cannot be reached (connection refused, unknown host or a "
+        "timeout); check the URI's host and port, the network, and that the store is up",
+    ),
+)
+
+
+def _classified(error: BaseException) -> str | None:
+    text = f"{type(error).__name__} {error}"
+    java = getattr(error, "java_exception", None)
+    if java is not None:
+        with contextlib.suppress(Exception):
+            text += f" {java.getClass().getName()} {java.toString()}"
+    condition = getattr(error, "getCondition", None)
+    if callable(condition):
+        with contextlib.suppress(Exception):
+            text += f" {condition()}"
+    for pattern, rule in _RULES:
+        if re.search(pattern, text):
+            return rule
+    return None
+
+
+@contextlib.contextmanager
+def listing_errors(source: str, scheme: str = "") -> Iterator[None]:
+    """Spark's errors while listing or hashing ``source`` as one `SpecError` line (see module)."""
+    try:
+        yield
+    except _SPARK_ERRORS as error:
+        rule = _classified(error) or (
+            "Spark could not list or read it; the JVM's log of the run has the details "
+            "(its message is not shown: it can quote credentials)"
+        )
+        raise SpecError([rule.format(scheme=scheme)], source=source) from None
+
+
+def source_label(location: str, table: str | None) -> str:
+    """How errors name an input: ``input.table 'db.t'`` or ``input 'uri'`` (no credentials)."""
+    if table is not None:
+        return f"input.table {table!r}"
+    return f"input {shown_location(location)!r}"
+
+
+def listing_frame(spark, location: str, input_format: str, table: str | None):
+    """The DataFrame whose file index the release reads (a placeholder schema: no file opened)."""
+    if table is not None:
+        return spark.table(table)
+    reader = spark.read.schema("_dp_listing string")
+    return reader.csv(location) if input_format == "csv" else reader.parquet(location)
+
+
+def listed_files(spark, location: str, input_format: str, table: str | None) -> tuple[str, ...]:
+    """The files Spark reads for the input, as Spark names them (sorted URIs).
+
+    Raises `SpecError` (one line, no Spark message) when it cannot be listed or
+    holds no file.
+    """
+    source = source_label(location, table)
+    with listing_errors(source, urlparse(location).scheme):
+        uris = listing_frame(spark, location, input_format, table).inputFiles()
+    if not uris:
+        what = (
+            "the table has no files Spark can list (an empty table, or a view or table "
+            "that is not stored in files); a release reads a table stored in files"
+            if table is not None
+            else "it holds no data files; give a file or a folder of data files"
+        )
+        raise SpecError([what], source=source)
+    return tuple(sorted(uris))
+
+
+def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
+    """Each listed file's size in bytes (local files: stat; others: binaryFile's metadata).
+
+    Only metadata: binaryFile opens no file when its content column is not selected.
+    """
+    local = [local_path(uri) for uri in uris]
+    if all(path is not None for path in local):
+        try:
+            return {uri: path.stat().st_size for uri, path in zip(uris, local, strict=True)}
+        except OSError:
+            raise SpecError(
+                [
+                    "a listed file vanished or cannot be read; run again on an input that is "
+                    "not being written to, and check the files' permissions"
+                ],
+                source=source,
+            ) from None
+    with listing_errors(source, urlparse(uris[0]).scheme):
+        rows = spark.read.format("binaryFile").load(list(uris)).select("path", "length")
+        sizes = {row["path"]: int(row["length"]) for row in rows.collect()}
+    missing = [uri for uri in uris if uri not in sizes]
+    if missing:
+        raise SpecError(
+            [
+                f"{len(missing)} file(s) that Spark reads are hidden from its binaryFile "
+                "listing (a name starting with '_' or '.'), so they cannot be fingerprinted; "
+                "rename them"
+            ],
+            source=source,
+        )
+    too_large = [uri for uri in uris if sizes[uri] > BINARY_FILE_BYTES]
+    if too_large:
+        raise SpecError(
+            [
+                f"{len(too_large)} file(s) are larger than 2 GiB, the most Spark's binaryFile "
+                "reader (which fingerprints files outside the local file system) takes per "
+                "file; write the input as smaller files (Spark writes parts of about 128 MB)"
+            ],
+            source=source,
+        )
+    return {uri: sizes[uri] for uri in uris}
+
+
+def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
+    """The mapInArrow function hashing, for each id ``g``, the ranges ``tasks[g::groups]``."""
+
+    def hash_ranges(batches):
+        for batch in batches:
+            indices, found = [], []
+            for group in batch.column(0).to_pylist():
+                for index in range(group, len(tasks), groups):
+                    path, offset, length = tasks[index]
+                    with open(path, "rb") as handle:
+                        found.append(range_digest(handle, offset, length))
+                    indices.append(index)
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(indices, pa.int64()), pa.array(found, pa.binary())], ["id", "sha256"]
+            )
+
+    return hash_ranges
+
+
+def _hash_contents(batches):
+    """mapInArrow over binaryFile rows: each file's content digest, from its ranges' SHA-256s."""
+    for batch in batches:
+        contents = batch.column("content")
+        found = []
+        for index in range(batch.num_rows):
+            data = memoryview(contents[index].as_buffer())
+            parts = [hashlib.sha256(data[o : o + n]).digest() for o, n in chunk_ranges(len(data))]
+            found.append(content_digest(len(data), parts))
+        yield pa.RecordBatch.from_arrays(
+            [batch.column("path"), pa.array(found, pa.string())], ["path", "sha256"]
+        )
+
+
+def executor_digests(
+    spark, uris: Sequence[str], names: Sequence[str], sizes: dict[str, int], source: str
+) -> tuple[FileDigest, ...]:
+    """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc)."""
+    local = [local_path(uri) for uri in uris]
+    with listing_errors(source, urlparse(uris[0]).scheme):
+        if all(path is not None for path in local):
+            digests = _local_digests(spark, uris, sizes)
+        else:
+            digests = _binary_file_digests(spark, uris)
+    changed = [uri for uri in uris if uri not in digests]
+    if changed:
+        raise SpecError(
+            [
+                "a listed file could not be hashed (it vanished); run again on an input that "
+                "is not being written to"
+            ],
+            source=source,
+        )
+    return tuple(
+        FileDigest(name, sizes[uri], digests[uri]) for uri, name in zip(uris, names, strict=True)
+    )
+
+
+def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[str, str]:
+    tasks = [
+        (str(local_path(uri)), offset, length)
+        for uri in uris
+        for offset, length in chunk_ranges(sizes[uri])
+    ]
+    groups = min(len(tasks), _hash_tasks(spark))
+    jobs = spark.range(0, groups, 1, groups)
+    rows = jobs.mapInArrow(_local_range_hasher(tasks, groups), "id long, sha256 binary").toArrow()
+    found = dict(zip(rows.column("id").to_pylist(), rows.column("sha256").to_pylist(), strict=True))
+    digests, first = {}, 0
+    for uri in uris:
+        count = len(chunk_ranges(sizes[uri]))
+        parts = [found.get(index) for index in range(first, first + count)]
+        first += count
+        if None not in parts:
+            digests[uri] = content_digest(sizes[uri], parts)
+    return digests
+
+
+def _binary_file_digests(spark, uris: Sequence[str]) -> dict[str, str]:
+    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
+    previous = spark.conf.get(key, None)
+    # One file per Arrow batch: a batch's binary column holds at most 2 GiB in all.
+    spark.conf.set(key, "1")
+    try:
+        frame = spark.read.format("binaryFile").load(list(uris)).select("path", "content")
+        rows = frame.mapInArrow(_hash_contents, "path string, sha256 string").toArrow()
+    finally:
+        if previous is None:
+            spark.conf.unset(key)
+        else:
+            spark.conf.set(key, previous)
+    paths, found = rows.column("path").to_pylist(), rows.column("sha256").to_pylist()
+    return dict(zip(paths, found, strict=True))

@@ -1,0 +1,381 @@
+"""Where a release's rows come from: local files, any Hadoop file system URI, a catalog
+table; their fingerprint computed where the bytes are; bad sources refused before the
+reservation; Spark settings from the spec and the command line, secrets never shown."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from dp_pipeline import MasterKey
+from dp_pipeline.release import cli
+from dp_pipeline.release.ledger.identity import release_identity
+from dp_pipeline.release.run import Progress, apply_overrides, run_release
+from dp_pipeline.release.sources import fingerprint
+from dp_pipeline.release.sources.fingerprint import (
+    chunk_ranges,
+    content_digest,
+    digests_fingerprint,
+    file_name,
+    local_digests,
+)
+from dp_pipeline.release.sources.source import shown_location
+from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.spec.model import SpecError
+from dp_pipeline.release.spec.spark_conf import SparkConf, identity_settings
+from tests.test_release_inputs import SPEC, write_inputs
+
+KEY = MasterKey.from_hex("5a" * 32)
+SECRET = "TOPSECRET-value-42"
+
+
+def spec_text(tmp_path: Path, input_line: str, engine: str = "spark", run_extra: str = "") -> str:
+    text = SPEC.format(tmp=tmp_path, input="@", format="parquet", engine=engine)
+    text = text.replace('path = "@"\nformat = "parquet"', input_line)
+    return text.replace('key_file = "', run_extra + 'key_file = "', 1) if run_extra else text
+
+
+def write_spec(tmp_path: Path, text: str, name: str = "spec.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def quiet_lines() -> tuple[Progress, list[str]]:
+    lines: list[str] = []
+
+    class Lines(Progress):
+        def __call__(self, message: str) -> None:
+            lines.append(message)
+
+    return Lines(), lines
+
+
+# ----------------------------------------------------------------- the content digest
+
+
+def test_a_files_ranges_combine_to_one_digest_whatever_thread_hashes_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 1000)
+    data = tmp_path / "blob.bin"
+    data.write_bytes(bytes(range(256)) * 10)  # 2,560 bytes: three ranges
+    assert chunk_ranges(2560) == [(0, 1000), (1000, 1000), (2000, 560)]
+    one = local_digests([data], ["blob.bin"], threads=1)
+    four = local_digests([data], ["blob.bin"], threads=4)
+    assert one == four and one[0].size == 2560
+    changed = bytearray(data.read_bytes())
+    changed[1500] ^= 1  # one bit in the middle range
+    data.write_bytes(bytes(changed))
+    assert local_digests([data], ["blob.bin"])[0].sha256 != one[0].sha256
+    assert digests_fingerprint(KEY, one) != digests_fingerprint(KEY, local_digests([data], ["b"]))
+
+
+def test_an_empty_file_has_one_empty_range_and_a_digest():
+    assert chunk_ranges(0) == [(0, 0)]
+    import hashlib
+
+    assert len(content_digest(0, [hashlib.sha256(b"").digest()])) == 64
+
+
+def test_names_are_relative_to_the_root_on_every_file_system(tmp_path):
+    assert file_name(f"file:{tmp_path}/a=1/p.parquet", str(tmp_path)) == "a=1/p.parquet"
+    assert file_name("viewfs://c1/data/a=1/p.parquet", "viewfs://c1/data/") == "a=1/p.parquet"
+    assert file_name("viewfs://c1/data/p.parquet", "viewfs://c1/data/p.parquet") == "p.parquet"
+    # Outside the root (or on another authority): the whole URI, never less.
+    assert file_name("viewfs://c2/data/p.parquet", "viewfs://c1/data") == (
+        "viewfs://c2/data/p.parquet"
+    )
+    assert shown_location("s3a://AKIA:hunter2@bucket/x") == "s3a://<credentials>@bucket/x"
+
+
+# ----------------------------------------------------------------- the spec's fields
+
+
+def test_input_table_and_spark_conf_are_read_and_checked(tmp_path):
+    text = spec_text(tmp_path, 'table = "census.persons"')
+    text += '\n[run.spark_conf]\nspark.sql.ansi.enabled = true\n"spark.hadoop.fs.x" = "y"\n'
+    spec = load_spec(write_spec(tmp_path, text))
+    assert spec.input_table == "census.persons" and spec.input_path == ""
+    assert spec.spark_conf.as_dict() == {
+        "spark.hadoop.fs.x": "y",
+        "spark.sql.ansi.enabled": "true",
+    }
+
+
+@pytest.mark.parametrize(
+    ("input_line", "engine", "conf", "expected"),
+    [
+        ('path = "x.parquet"\ntable = "db.t"', "spark", "", "give input.path or input.table"),
+        ('table = "db.t"', "pandas", "", 'set engine = "spark"'),
+        ('table = "db.t; drop"', "spark", "", "input.table = 'db.t; drop': must be a table"),
+        ('table = "db.t"\nformat = "csv"', "spark", "", "a catalog table has its own format"),
+        ('path = "x.parquet"', "spark", '"spark.master" = "yarn"', "run.master (or --master)"),
+        ('path = "x.parquet"', "spark", '"spark.x" = 1.5', "must be a string, an integer"),
+    ],
+)
+def test_bad_input_and_conf_fields_name_the_field_and_fix(
+    tmp_path, input_line, engine, conf, expected
+):
+    text = spec_text(tmp_path, input_line, engine)
+    if conf:
+        text += f"\n[run.spark_conf]\n{conf}\n"
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_spec(tmp_path, text))
+    assert expected in str(caught.value)
+
+
+def test_a_secret_settings_value_is_never_shown(tmp_path):
+    text = spec_text(tmp_path, 'path = "x.parquet"')
+    text += f'\n[run.spark_conf]\n"spark.hadoop.fs.s3a.secret.key" = "{SECRET}"\n'
+    spec = load_spec(write_spec(tmp_path, text))
+    assert SECRET not in repr(spec) and SECRET not in spec.spark_conf.described()
+    # A secret's key with a bad value: the problem names the key, not the value.
+    bad = text.replace(f'"{SECRET}"', f'["{SECRET}"]')
+    with pytest.raises(SpecError) as caught:
+        load_spec(write_spec(tmp_path, bad, "bad.toml"))
+    assert "spark.hadoop.fs.s3a.secret.key" in str(caught.value)
+    assert SECRET not in str(caught.value)
+
+
+def test_only_settings_that_change_numbers_enter_the_identity(tmp_path):
+    spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, 'path = "x.parquet"')))
+    base = release_identity(spec, {}, "ab" * 32, "cd" * 32)
+    settings = {
+        "spark.sql.shuffle.partitions": "7",
+        "spark.sql.adaptive.enabled": "false",
+        "spark.hadoop.fs.viewfs.mounttable.c.link./d": "file:///x",
+        "spark.executor.memory": "2g",
+        "spark.sql.password.like": SECRET,
+    }
+    quiet = replace(spec, spark_conf=SparkConf(tuple(sorted(settings.items()))))
+    assert release_identity(quiet, {}, "ab" * 32, "cd" * 32).digest == base.digest
+    assert identity_settings(quiet.spark_conf) == {}
+    ansi = replace(spec, spark_conf=SparkConf((("spark.sql.ansi.enabled", "false"),)))
+    other = release_identity(ansi, {}, "ab" * 32, "cd" * 32)
+    assert base.differences(other) == ["spark settings is new"]
+
+
+def test_conf_arguments_merge_over_the_spec_and_bad_ones_are_named(tmp_path):
+    text = spec_text(tmp_path, 'path = "x.parquet"')
+    text += '\n[run.spark_conf]\n"spark.sql.session.timeZone" = "UTC"\n"spark.a" = "1"\n'
+    spec = load_spec(write_spec(tmp_path, text))
+    merged = apply_overrides(spec, spark_conf=["spark.a=2", "spark.b=x=y"])
+    assert merged.spark_conf.as_dict() == {
+        "spark.a": "2",
+        "spark.b": "x=y",
+        "spark.sql.session.timeZone": "UTC",
+    }
+    for bad, expected in (
+        ("spark.master=yarn", "--conf 'spark.master': the master is set by run.master"),
+        ("novalue", "--conf: takes KEY=VALUE"),
+        ("bad key=1", "not a Spark setting's key"),
+    ):
+        with pytest.raises(SpecError) as caught:
+            apply_overrides(spec, spark_conf=[bad])
+        assert expected in str(caught.value)
+
+
+def test_the_pandas_engine_reads_file_uris_and_names_the_fix_for_others(tmp_path):
+    _, parquet_path = write_inputs(tmp_path)
+    spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, 'path = "x"', engine="pandas")))
+    by_uri = apply_overrides(spec, input_path=f"file://{parquet_path}", release_id="uri-1")
+    result = run_release(by_uri, progress=Progress(quiet=True))
+    by_path = apply_overrides(spec, input_path=str(parquet_path), release_id="path-1")
+    again = run_release(by_path, progress=Progress(quiet=True))
+    assert result.report["input_fingerprint"] == again.report["input_fingerprint"]
+    hdfs = apply_overrides(spec, input_path="hdfs://user:pw123@namenode:8020/x", release_id="h-1")
+    with pytest.raises(SpecError) as caught:
+        run_release(hdfs, progress=Progress(quiet=True))
+    assert "read by the spark engine" in str(caught.value) and "pw123" not in str(caught.value)
+
+
+# ----------------------------------------------------------------- Spark sources
+
+
+def _ledger_rows(path: Path) -> int:
+    if not path.exists():
+        return 0
+    with sqlite3.connect(path) as connection:
+        tables = [r[0] for r in connection.execute("select name from sqlite_master")]
+        return sum(
+            connection.execute(f"select count(*) from {t}").fetchone()[0]
+            for t in tables
+            if t == "releases"
+        )
+
+
+@pytest.mark.spark
+def test_executors_hash_local_ranges_to_the_drivers_digests(spark, tmp_path, monkeypatch):
+    from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
+
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)  # ranges are planned on the driver
+    files = []
+    for index, size in enumerate((0, 100, 4096, 10_000)):
+        path = tmp_path / f"part-{index}.bin"
+        path.write_bytes(bytes((index * 7 + i) % 251 for i in range(size)))
+        files.append(path)
+    uris = tuple(f"file:{p}" for p in files)
+    names = [p.name for p in files]
+    on_executors = executor_digests(spark, uris, names, file_sizes(spark, uris, "t"), "t")
+    assert on_executors == local_digests(files, names)
+
+
+@pytest.mark.spark
+def test_a_viewfs_input_set_up_by_the_specs_settings_is_released_as_its_local_files(
+    spark, tmp_path
+):
+    _, parquet_path = write_inputs(tmp_path)
+    data = tmp_path / "mounted"
+    data.mkdir()
+    (data / "part-0.parquet").write_bytes(parquet_path.read_bytes())
+    mount = f'"spark.hadoop.fs.viewfs.mounttable.dpcluster.link./data" = "file://{data}"'
+    text = spec_text(tmp_path, 'path = "viewfs://dpcluster/data"\nformat = "parquet"')
+    text += f"\n[run.spark_conf]\n{mount}\n"
+    spec = load_spec(write_spec(tmp_path, text))
+    progress, lines = quiet_lines()
+    viewfs = run_release(spec, progress=progress, spark=spark)
+    local = run_release(
+        apply_overrides(spec, input_path=str(data), release_id="people-local"),
+        progress=Progress(quiet=True),
+        spark=spark,
+    )
+    # The same bytes under the same names: the same fingerprint on both file systems.
+    assert viewfs.report["input_fingerprint"] == local.report["input_fingerprint"]
+    assert any("fingerprinted the input's 1 file(s)" in line for line in lines)
+    # The mount was set for the run only.
+    assert spark.conf.get("fs.viewfs.mounttable.dpcluster.link./data", None) is None
+    # A changed byte behind the mount: the committed id is refused, nothing published.
+    frame = pq.read_table(data / "part-0.parquet")
+    pq.write_table(frame.slice(1), data / "part-0.parquet")
+    with pytest.raises(Exception, match="input data changed"):
+        run_release(spec, progress=Progress(quiet=True), spark=spark)
+
+
+@pytest.mark.spark
+def test_a_catalog_table_is_released_and_bound_to_its_files(spark, tmp_path):
+    _, parquet_path = write_inputs(tmp_path)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS dp_sources LOCATION '{tmp_path / 'warehouse'}'")
+    frame = spark.read.parquet(str(parquet_path))
+    frame.write.mode("overwrite").option("path", str(tmp_path / "people_t")).saveAsTable(
+        "dp_sources.people"
+    )
+    try:
+        spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, 'table = "dp_sources.people"')))
+        result = run_release(spec, progress=Progress(quiet=True), spark=spark)
+        tables = json.loads((result.output / "privacy_report.json").read_text())
+        assert tables["input_fingerprint"] == result.report["input_fingerprint"]
+        # Overwritten with other rows: the same id is refused (other files, other bytes).
+        frame.limit(50).write.mode("overwrite").option(
+            "path", str(tmp_path / "people_t")
+        ).saveAsTable("dp_sources.people")
+        with pytest.raises(Exception, match="input data changed"):
+            run_release(spec, progress=Progress(quiet=True), spark=spark)
+    finally:
+        spark.sql("DROP TABLE IF EXISTS dp_sources.people")
+        spark.sql("DROP DATABASE IF EXISTS dp_sources CASCADE")
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize(
+    ("input_line", "expected"),
+    [
+        ('path = "file:///nonexistent-dp-input/x"', "no such file or folder"),
+        ('path = "nosuchfs://host/x"', "no file system is configured for the scheme 'nosuchfs'"),
+        ('path = "hdfs://dpuser:S3cr3tPw@127.0.0.1:1/x"', "cannot be reached"),
+        ('table = "dp_nosuch_db.people"', "no such table in the session's catalog"),
+    ],
+)
+def test_bad_sources_are_one_line_errors_before_the_reservation(
+    spark, tmp_path, input_line, expected
+):
+    if input_line.startswith("path"):
+        input_line += '\nformat = "parquet"'
+    spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, input_line)))
+    with pytest.raises(SpecError) as caught:
+        run_release(spec, progress=Progress(quiet=True), spark=spark)
+    message = str(caught.value)
+    assert expected in message, message
+    assert len(caught.value.problems) == 1 and "\n" not in caught.value.problems[0]
+    assert "S3cr3tPw" not in message and "Exception" not in message
+    assert _ledger_rows(tmp_path / "ledger.sqlite") == 0
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.spark
+def test_settings_on_a_running_session_are_undone_and_secrets_never_printed(
+    spark, tmp_path, capsys
+):
+    _, parquet_path = write_inputs(tmp_path)
+    text = spec_text(tmp_path, f'path = "{parquet_path}"\nformat = "parquet"')
+    text += f'\n[run.spark_conf]\n"spark.hadoop.fs.s3a.secret.key" = "{SECRET}"\n'
+    spec = load_spec(write_spec(tmp_path, text))
+    progress, lines = quiet_lines()
+    result = run_release(spec, progress=progress, spark=spark)
+    assert spark.conf.get("fs.s3a.secret.key", None) is None
+    written = "".join(p.read_text(errors="replace") for p in result.output.iterdir())
+    assert SECRET not in written and SECRET not in "\n".join(lines)
+    assert SECRET not in json.dumps(result.report)
+    assert SECRET not in capsys.readouterr().err
+    assert cli  # the command line takes --conf (tests/test_release_inputs.py runs it)
+
+
+def test_the_command_line_refuses_a_bad_conf_before_anything_runs(tmp_path, capsys):
+    spec = write_spec(tmp_path, spec_text(tmp_path, 'path = "x.parquet"'))
+    status = cli.main(["run", str(spec), "--conf", "spark.master=yarn", "--quiet"])
+    error = capsys.readouterr().err
+    assert status == 2 and "--conf 'spark.master'" in error and "--master" in error
+    assert not (tmp_path / "ledger.sqlite").exists()
+
+
+@pytest.mark.parametrize(
+    ("java_text", "expected"),
+    [
+        (
+            f"java.nio.file.AccessDeniedException: s3a://bucket/x: getFileStatus: 403 "
+            f"Forbidden (key {SECRET})",
+            "access was refused (missing or failing credentials",
+        ),
+        (
+            f"java.net.UnknownHostException: store.internal.example ({SECRET})",
+            "cannot be reached",
+        ),
+        (f"java.lang.IllegalStateException: something else {SECRET}", "the JVM's log"),
+    ],
+)
+def test_a_listing_failure_is_classified_and_its_text_never_shown(java_text, expected):
+    pytest.importorskip("pyspark")
+    from pyspark.errors import PySparkException
+
+    from dp_pipeline.release.sources.spark_files import listing_errors
+
+    with pytest.raises(SpecError) as caught, listing_errors("input 's3a://bucket/x'", "s3a"):
+        raise PySparkException(message=java_text)
+    message = str(caught.value)
+    assert expected in message and SECRET not in message and caught.value.__cause__ is None
+
+
+@pytest.mark.spark
+def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reservation(
+    spark, tmp_path
+):
+    csv_path, _ = write_inputs(tmp_path)
+    data = tmp_path / "csv_mounted"
+    data.mkdir()
+    (data / "part-0.csv").write_bytes(csv_path.read_bytes())
+    mount = f'"spark.hadoop.fs.viewfs.mounttable.dpcsv.link./people" = "file://{data}"'
+    text = spec_text(tmp_path, 'path = "viewfs://dpcsv/people"\nformat = "csv"')
+    text += f"\n[run.spark_conf]\n{mount}\n"
+    spec = load_spec(write_spec(tmp_path, text))
+    published = run_release(spec, progress=Progress(quiet=True), spark=spark)
+    assert (published.output / "manifest.json").exists()
+    # A header without a column the spec uses: refused, nothing reserved.
+    (data / "part-0.csv").write_text("pid,year,sex,note\n1,2001,F,x\n")
+    other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
+    with pytest.raises(SpecError) as caught:
+        run_release(other, progress=Progress(quiet=True), spark=spark)
+    assert "['spend'] used by the spec are not in the CSV header" in str(caught.value)
+    assert _ledger_rows(tmp_path / "l2.sqlite") == 0
