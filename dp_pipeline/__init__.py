@@ -11,7 +11,15 @@ here too.
 from dp_pipeline import accessor as _accessor  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.pld_grid import GridTooLargeError
-from dp_pipeline.errors import DPError, DPKeyError, DPTypeError, DPValueError, InternalError
+from dp_pipeline.errors import (
+    DPError,
+    DPFileNotFoundError,
+    DPKeyError,
+    DPRuntimeError,
+    DPTypeError,
+    DPValueError,
+    InternalError,
+)
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.postprocess.structure import PostprocessError
 from dp_pipeline.randomness import MasterKey
@@ -32,7 +40,9 @@ __all__ = [
     "BaseTwoExponential",
     "BudgetExceededError",
     "DPError",
+    "DPFileNotFoundError",
     "DPKeyError",
+    "DPRuntimeError",
     "DPTypeError",
     "DPValueError",
     "DiscreteGaussian",

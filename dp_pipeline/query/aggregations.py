@@ -210,7 +210,7 @@ class Aggregation:
 
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         """(output value, mechanism, sensitivity vector) of every noised vector."""
-        raise NotImplementedError
+        raise InternalError(f"{type(self).__name__} does not define its measures")
 
     def events(self) -> tuple[PrivacyEvent, ...]:
         """What one run costs: a `PrivacyEvent` (mechanism, shifts, one run) per noised vector."""

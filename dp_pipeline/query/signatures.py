@@ -165,7 +165,10 @@ def shim(
     def call(*args, **kwargs):
         missing = [parameter for parameter in explicit if parameter not in kwargs]
         # What the signature refuses is refused first, as a written-out function would.
-        bound = signature.bind(*args, **kwargs, **dict.fromkeys(missing))
+        try:
+            bound = signature.bind(*args, **kwargs, **dict.fromkeys(missing))
+        except TypeError as error:  # Python's own message, as one of ours (a DPError)
+            raise DPTypeError(f"{name}(): {error}") from None
         if missing:
             raise explicit_argument_error(form, missing[0])
         bound.apply_defaults()
