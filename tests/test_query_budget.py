@@ -66,8 +66,8 @@ def test_a_float_budget_is_read_down():
 
 
 def test_a_budget_query_is_the_same_query_as_its_noise():
-    from_budget = QuerySpec.build("count", **CELLS, rho=Fraction(1, 8))
-    from_noise = QuerySpec.build("count", **CELLS, noise=DiscreteGaussian(4))
+    from_budget = QuerySpec.build("count", **PER_ROW, rho=Fraction(1, 8))
+    from_noise = QuerySpec.build("count", **PER_ROW, noise=DiscreteGaussian(4))
     assert from_budget.noise == DiscreteGaussian(4)
     assert from_budget.stream_labels("count", 0) == from_noise.stream_labels("count", 0)
 

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import dp_pipeline  # noqa: F401  (registers df.dp)
-from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
+from dp_pipeline import DiscreteGaussian, DiscreteLaplace, DPTypeError, MasterKey
 from dp_pipeline.query.aggregations import CountQuery, MeanQuery, SumQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.signatures import PARAMETER_DOCS
@@ -20,10 +20,11 @@ from dp_pipeline.release.plan import plan_release
 from dp_pipeline.release.queries import table_spec
 from dp_pipeline.release.spec import load_spec
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
-from dp_pipeline.selection.query import TopKQuery
+from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 KEY = MasterKey(bytes(range(32)))
 CELLS = dict(by=["g"], domains={"g": range(5)})
+LABELS = dict(key=KEY, release_id="r", table="t")
 
 
 def test_parameter_objects_are_built_and_costed_without_a_key():
@@ -61,6 +62,34 @@ def test_run_context_refuses_bad_keys_and_names_by_name():
         RunContext.build(key=KEY, release_id="r", table="t", noise_partitions=1.5)
 
 
+@pytest.mark.parametrize(
+    ("build", "call"),
+    [
+        (
+            lambda: QuerySpec.build("count", **CELLS, epsilon=1, **LABELS),
+            'QuerySpec.build("count", ..., privacy_unit="person_id")',
+        ),
+        (
+            lambda: QuantileQuery.build(
+                "quantile", column="v", q="1/4", bounds=(0, 9), granularity=1, epsilon=1, **LABELS
+            ),
+            'QuantileQuery.build("quantile", ..., privacy_unit="person_id")',
+        ),
+        (
+            lambda: TopKQuery.build(column="g", k=1, candidates=range(3), epsilon=1, **LABELS),
+            'TopKQuery.build(..., privacy_unit="person_id")',
+        ),
+    ],
+)
+def test_the_query_builds_need_privacy_unit_named(build, call):
+    # A default would choose silently what the guarantee protects, as in the public calls.
+    with pytest.raises(DPTypeError) as info:
+        build()
+    message = str(info.value)
+    assert "needs privacy_unit=" in message and call in message
+    assert call.replace('"person_id"', "None") in message
+
+
 def test_the_bound_query_keeps_its_labels_whatever_builds_it():
     spec = QuerySpec.build(
         "sum",
@@ -71,6 +100,7 @@ def test_the_bound_query_keeps_its_labels_whatever_builds_it():
         key=KEY,
         release_id="r",
         table="t",
+        privacy_unit=None,
     )
     query = SumQuery.build("v", bounds=(0, 9), **CELLS, noise=DiscreteGaussian(4))
     bound = QuerySpec.bind(query, RunContext.build(key=KEY, release_id="r", table="t"))
@@ -189,6 +219,13 @@ def test_selection_parameters_are_key_free():
     assert len(selection.candidates) == 11
     pickle.dumps(selection)
     top = TopKQuery.build(
-        column="g", k=2, candidates=range(5), epsilon=1, key=KEY, release_id="r", table="t"
+        privacy_unit=None,
+        column="g",
+        k=2,
+        candidates=range(5),
+        epsilon=1,
+        key=KEY,
+        release_id="r",
+        table="t",
     )
     assert top.counts.key is KEY and top.selection.counts.cells.total == 5

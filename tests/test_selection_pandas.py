@@ -46,6 +46,7 @@ def test_median_is_the_core_mechanism_on_the_query_stream_and_reproducible():
     assert out.columns.tolist() == ["quantile", "age"] and out["age"].dtype == np.int64
     query = QuantileQuery.build(
         "median",
+        privacy_unit=None,
         column="age",
         q=Fraction(1, 2),
         bounds=(0, 100),
@@ -80,6 +81,7 @@ def test_quantile_on_a_fractional_grid_drops_invalid_values_and_counts_them():
     )
     query = QuantileQuery.build(
         "quantile",
+        privacy_unit=None,
         column="income",
         q="0.9",
         bounds=(0, 200000),

@@ -26,6 +26,7 @@ __all__ = [
     "explicit_argument_error",
     "public_doc",
     "public_signature",
+    "require_explicit",
     "shim",
 ]
 
@@ -143,6 +144,14 @@ def explicit_argument_error(call: str, name: str) -> TypeError:
         f"each row alone (a per-record guarantee, weaker when a unit has several rows), "
         f"say so: {per_record}"
     )
+
+
+def require_explicit(call: str, arguments: dict) -> None:
+    """Refuse a call ``call`` (``{}`` for its arguments) whose ``arguments`` lack an
+    `EXPLICIT` one, with `explicit_argument_error`."""
+    for name in EXPLICIT:
+        if name not in arguments:
+            raise explicit_argument_error(call, name)
 
 
 def shim(
