@@ -25,6 +25,7 @@ from dp_pipeline.accounting._checks import (
 )
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
+    TINY,
     InversionComposition,
     smooth_gaussian,
 )
@@ -49,7 +50,6 @@ _TAIL_LOG_RATIO = 46.0
 _CHUNK = 1 << 20
 _DIRECT_TERMS = 300_000
 _UNIT = 2.0**-53
-TINY = 5e-324  # the smallest positive float: the upper bound of a δ that underflows
 
 
 def exact_sigma2(mechanism_or_sigma2: object) -> Fraction:
