@@ -18,7 +18,9 @@ protected with all of its rows, bounded by ``max_cells`` / ``max_per_cell``) or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import pandas as pd
 
@@ -26,10 +28,11 @@ from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.aggregations import AGGREGATIONS
-from dp_pipeline.query.cost import release_info
+from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.result_info import ResultInfo, attach_info
 from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
@@ -39,23 +42,23 @@ __all__ = ["DPAccessor"]
 _RETURNS = "a pandas DataFrame whose attrs['dp'] states what was spent (and diagnostics)."
 
 
-def _aggregation(statistic: str):
+def _aggregation(statistic: str) -> Callable[..., pd.DataFrame]:
     positional = () if statistic == "count" else ("column",)
     signature = aggregation_signature(
         statistic, positional=positional, leading=("self",), returns=pd.DataFrame
     )
     doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         return self._run(statistic, arguments)
 
     return shim(statistic, signature, doc, run, __name__, call_form=f"df.dp.{statistic}({{}})")
 
 
-def _quantile(statistic: str):
+def _quantile(statistic: str) -> Callable[..., pd.DataFrame]:
     signature = quantile_signature(statistic, leading=("self",))
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         if statistic == "median":
             arguments["q"] = Fraction(1, 2)
         return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
@@ -70,10 +73,10 @@ def _quantile(statistic: str):
     )
 
 
-def _top_k():
+def _top_k() -> Callable[..., pd.DataFrame]:
     signature = top_k_signature(leading=("self",))
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
 
     return shim(
@@ -94,7 +97,7 @@ class DPAccessor:
         self._df = df
 
     @property
-    def info(self):
+    def info(self) -> ReleaseInfo | SelectionInfo:
         """What this result spent and how precise it is: the info of ``attrs["dp"]`` of a
         ``df.dp`` result (a `ReleaseInfo`, or a `SelectionInfo` for quantile / median /
         top-k; its diagnostics only on the result itself, not on copies of it)."""
@@ -109,7 +112,7 @@ class DPAccessor:
         return info
 
     @property
-    def margin_of_error(self):
+    def margin_of_error(self) -> dict[str, int | Fraction] | int | None:
         """The result's margins at its confidence: {column: m} for a count, sum or mean
         (a mean's ``sum`` and ``count``); a selection's rank error (None for peeling top-k)."""
         return self.info.margin_of_error

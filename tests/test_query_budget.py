@@ -114,7 +114,7 @@ def test_margin_of_error_needs_a_dp_result():
 def test_spark_functions_take_the_same_budgets(spark):
     from dp_pipeline.spark import dp_mean
 
-    query = dp_mean(column="v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
+    query = dp_mean("v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
     local = PEOPLE.dp.mean("v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
     assert query.info.margin_of_error == local.dp.margin_of_error
     released = query(spark.createDataFrame(PEOPLE)).toPandas().sort_values("g")

@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import check_delta, check_epsilon
@@ -68,6 +69,7 @@ from dp_pipeline.accounting.event_totals import (
     total_rho,
 )
 from dp_pipeline.accounting.events import (
+    AccountedMechanism,
     PrivacyEvent,
     event_mechanism_from_dict,
     event_mechanism_to_dict,
@@ -93,7 +95,12 @@ class PrivacyAccountant:
         self._cache: dict = {}
 
     # ----------------------------------------------------------------- recording
-    def add(self, mechanism, sensitivity=1, count: int = 1) -> PrivacyAccountant:
+    def add(
+        self,
+        mechanism: AccountedMechanism,
+        sensitivity: int | Sequence[int] = 1,
+        count: int = 1,
+    ) -> PrivacyAccountant:
         """Record ``count`` independent runs of ``mechanism`` (returns self for chaining).
 
         ``sensitivity``: an integer Δ, or the per-coordinate integer shifts μ of the worst
@@ -229,13 +236,13 @@ class PrivacyAccountant:
                 "method": bound.method,
             }
         if delta is not None:
-            bound = self.epsilon(delta)
+            epsilon_bound = self.epsilon(delta)
             result["epsilon"] = {
                 "delta": delta,
-                "upper": bound.upper,
-                "lower": bound.lower,
-                "gap": bound.gap,
-                "method": bound.method,
+                "upper": epsilon_bound.upper,
+                "lower": epsilon_bound.lower,
+                "gap": epsilon_bound.gap,
+                "method": epsilon_bound.method,
             }
         return result
 
@@ -265,6 +272,7 @@ class PrivacyAccountant:
             return delta_of, name
         split = pure_dp_split(self._events)
         pure_total = None if split is None or split[0] == 0 else float(split[0])
+        rest_rho = 0.0 if split is None else float(split[1])
 
         decides = getattr(delta_of, "accepts_decide", False)
 
@@ -280,14 +288,14 @@ class PrivacyAccountant:
             if pure_total is not None and eps > pure_total * (1 + 1e-12):
                 # basic composition of the pure part and the zCDP of the rest (ε rounded
                 # down by the factor, so the pure part's ε is not below its exact value)
-                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
+                rest = zcdp_to_delta(rest_rho, eps - pure_total * (1 + 1e-12))
                 if rest < bound.upper:
                     bound = DeltaBound(
                         min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
                     )
             return bound
 
-        capped.accepts_decide = True
+        capped.accepts_decide = True  # type: ignore[attr-defined]
         return capped, name
 
     def _paths(self):
@@ -366,7 +374,7 @@ class PrivacyAccountant:
         return accountant
 
 
-def _rest_summary(events) -> RestSummary | None:
+def _rest_summary(events: Sequence[PrivacyEvent]) -> RestSummary | None:
     """The other events of a conditioning (`conditioning`), or None without a finite ρ."""
     rest = PrivacyAccountant()
     rest._events = list(events)

@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from dp_pipeline.accounting._checks import Real
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_log_normalizer
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -80,7 +81,7 @@ def _laplace_margin(scale: float, confidence: float) -> int:
     return m
 
 
-def margin_of_error(mechanism, confidence: float = 0.95) -> int:
+def margin_of_error(mechanism: DiscreteGaussian | DiscreteLaplace, confidence: Real = 0.95) -> int:
     """Smallest integer m with P(|Y| <= m) >= ``confidence`` for the mechanism's noise Y.
 
     Discrete Gaussian: tail sums of the exact pmf (normaliser by Poisson summation); for

@@ -13,11 +13,13 @@ result is the maximum over the integer shifts 1..Δ.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from dp_pipeline.accounting._checks import (
+    Real,
     check_delta,
     check_epsilon,
     check_integer_sensitivity,
@@ -32,7 +34,7 @@ from dp_pipeline.accounting.inversion import (
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms.additive import DiscreteGaussian
-from dp_pipeline.rational import positive_rational
+from dp_pipeline.rational import RationalLike, positive_rational
 
 __all__ = [
     "discrete_gaussian_delta",
@@ -52,7 +54,7 @@ _DIRECT_TERMS = 300_000
 _UNIT = 2.0**-53
 
 
-def exact_sigma2(mechanism_or_sigma2: object) -> Fraction:
+def exact_sigma2(mechanism_or_sigma2: DiscreteGaussian | RationalLike) -> Fraction:
     """The exact rational σ² of a `DiscreteGaussian`, or of a σ² given directly (int,
     Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
     if isinstance(mechanism_or_sigma2, DiscreteGaussian):
@@ -82,7 +84,9 @@ def _log_normalizer_error(sigma2: float, log_normalizer: float) -> float:
     return 4 * _UNIT * (abs(log_normalizer) + terms + 2)
 
 
-def discrete_gaussian_rho(sigma2: object, sensitivity: object = 1) -> Fraction:
+def discrete_gaussian_rho(
+    sigma2: DiscreteGaussian | RationalLike, sensitivity: int = 1
+) -> Fraction:
     """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4).
 
     ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
@@ -190,7 +194,7 @@ def discrete_gaussian_pmf_bounds(sigma2: Fraction, y: int) -> tuple[float, float
 
 
 def discrete_gaussian_delta_bounds(
-    sigma2: object, epsilon: object, sensitivity: object = 1
+    sigma2: DiscreteGaussian | RationalLike, epsilon: Real, sensitivity: int = 1
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the exact δ(ε) of N_Z(0, σ²) (CKS Thm. 7, max over shifts
     1..Δ). Relative width about 1e-13 for σ ≲ 30,000 (direct sums, `_bounds_one_shift`),
@@ -207,7 +211,9 @@ def discrete_gaussian_delta_bounds(
     return min(1.0, max(b[0] for b in bounds)), min(1.0, max(b[1] for b in bounds))
 
 
-def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object = 1) -> float:
+def discrete_gaussian_delta(
+    sigma2: DiscreteGaussian | RationalLike, epsilon: Real, sensitivity: int = 1
+) -> float:
     """Exact δ(ε) of N_Z(0, σ²) for sensitivity Δ (CKS Thm. 7, max over shifts 1..Δ).
 
     Returns the rigorous upper bound of `discrete_gaussian_delta_bounds` (never below the
@@ -218,7 +224,7 @@ def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object
 
 
 def discrete_gaussian_epsilon(
-    sigma2: object, delta: object, sensitivity: object = 1, rtol: float = 1e-9
+    sigma2: DiscreteGaussian | RationalLike, delta: Real, sensitivity: int = 1, rtol: float = 1e-9
 ) -> float:
     """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7.
 
@@ -238,7 +244,9 @@ def discrete_gaussian_epsilon(
     )
 
 
-def bisect_epsilon(delta_of, delta: float, high: float, rtol: float = 1e-9) -> float:
+def bisect_epsilon(
+    delta_of: Callable[[float], float], delta: float, high: float, rtol: float = 1e-9
+) -> float:
     """Smallest ε in [0, high] with delta_of(ε) <= δ, for a non-increasing delta_of; rounded up.
 
     Requires delta_of(high) <= δ. Returns the feasible end of the final bracket.

@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from dp_pipeline.accounting._checks import (
+    Real,
     check_delta,
     check_epsilon,
     check_integer_sensitivity,
@@ -22,7 +23,7 @@ from dp_pipeline.accounting._checks import (
 )
 from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
-from dp_pipeline.rational import positive_rational
+from dp_pipeline.rational import RationalLike, positive_rational
 
 _UNIT = 2.0**-53
 
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-def exact_scale(mechanism_or_scale: object) -> Fraction:
+def exact_scale(mechanism_or_scale: DiscreteLaplace | RationalLike) -> Fraction:
     """The exact rational scale b of a `DiscreteLaplace`, or of a b given directly (int,
     Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
     if isinstance(mechanism_or_scale, DiscreteLaplace):
@@ -46,7 +47,9 @@ def exact_scale(mechanism_or_scale: object) -> Fraction:
     return positive_rational(mechanism_or_scale, "scale")
 
 
-def discrete_laplace_pure_epsilon(scale: object, sensitivity: object = 1) -> Fraction:
+def discrete_laplace_pure_epsilon(
+    scale: DiscreteLaplace | RationalLike, sensitivity: int = 1
+) -> Fraction:
     """Exact pure ε = Δ/b of Lap_Z(b) with sensitivity Δ (CKS Section 5.2).
 
     ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
@@ -56,7 +59,7 @@ def discrete_laplace_pure_epsilon(scale: object, sensitivity: object = 1) -> Fra
     return Fraction(shift) / scale
 
 
-def discrete_laplace_rho(scale: object, sensitivity: object = 1) -> Fraction:
+def discrete_laplace_rho(scale: DiscreteLaplace | RationalLike, sensitivity: int = 1) -> Fraction:
     """Exact zCDP ρ = ε²/2 with ε = Δ/b: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016,
     Prop. 1.4). ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`)."""
     return discrete_laplace_pure_epsilon(scale, sensitivity) ** 2 / 2
@@ -134,7 +137,7 @@ def discrete_laplace_shift_delta_bounds(
 
 
 def discrete_laplace_delta_bounds(
-    scale: object, epsilon: object, sensitivity: object = 1
+    scale: DiscreteLaplace | RationalLike, epsilon: Real, sensitivity: int = 1
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the tight δ(ε) of Lap_Z(b), max over the shifts 1..Δ;
     exactly (0, 0) for ε >= Δ/b (decided in exact rationals). ``scale``: a `DiscreteLaplace`
@@ -146,14 +149,18 @@ def discrete_laplace_delta_bounds(
     return max(b[0] for b in bounds), max(b[1] for b in bounds)
 
 
-def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
+def discrete_laplace_delta(
+    scale: DiscreteLaplace | RationalLike, epsilon: Real, sensitivity: int = 1
+) -> float:
     """Tight δ(ε) of Lap_Z(b) with sensitivity Δ: the rigorous upper bound of
     `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b). ``scale``: a
     `DiscreteLaplace` or its b (see `exact_scale`)."""
     return discrete_laplace_delta_bounds(scale, epsilon, sensitivity)[1]
 
 
-def discrete_laplace_epsilon(scale: object, delta: object, sensitivity: object = 1) -> float:
+def discrete_laplace_epsilon(
+    scale: DiscreteLaplace | RationalLike, delta: Real, sensitivity: int = 1
+) -> float:
     """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b.
 
     ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).

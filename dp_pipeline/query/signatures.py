@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from dp_pipeline.errors import DPTypeError, InternalError
 from dp_pipeline.query.aggregations import AGGREGATIONS
@@ -29,6 +30,8 @@ __all__ = [
     "require_explicit",
     "shim",
 ]
+
+Result = TypeVar("Result")
 
 # Arguments of the builds that no public call takes.
 INTERNAL = ("statistic", "allow_no_noise", "release_digest")
@@ -158,11 +161,11 @@ def shim(
     name: str,
     signature: inspect.Signature,
     doc: str,
-    run: Callable,
+    run: Callable[..., Result],
     module: str,
     *,
     call_form: str | None = None,
-) -> Callable:
+) -> Callable[..., Result]:
     """A function ``module.name`` called as ``signature`` says, calling ``run(**arguments)``
     with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``.
 
@@ -171,7 +174,7 @@ def shim(
     explicit = [p for p in EXPLICIT if p in signature.parameters]
     form = call_form or f"{name}({{}})"
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Result:
         missing = [parameter for parameter in explicit if parameter not in kwargs]
         # What the signature refuses is refused first, as a written-out function would.
         try:
@@ -185,7 +188,7 @@ def shim(
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = doc
-    call.__signature__ = signature
+    call.__signature__ = signature  # type: ignore[attr-defined]
     call.__module__ = module
     return call
 
