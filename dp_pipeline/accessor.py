@@ -41,13 +41,72 @@ __all__ = ["DPAccessor"]
 
 _RETURNS = "a pandas DataFrame whose attrs['dp'] states what was spent (and diagnostics)."
 
+# Each verb's runnable example (tests/test_docstring_examples.py runs them); the noise is
+# fresh under a new key, so they show what does not depend on it.
+_SETUP = """
+Example:
+
+    >>> import pandas as pd
+    >>> import dp_pipeline  # registers df.dp
+    >>> from dp_pipeline import MasterKey
+    >>> people = pd.DataFrame(
+    ...     {"person_id": [1, 2, 3, 4], "sex": ["F", "M", "F", "F"], "age": [34, 51, 27, 62]}
+    ... )
+    >>> labels = dict(key=MasterKey(), release_id="example", privacy_unit="person_id")
+"""
+_BY_SEX = 'by="sex", domains={"sex": ["F", "M"]}'
+_EXAMPLES = {
+    "count": f"""
+    >>> counts = people.dp.count({_BY_SEX}, epsilon=1, table="by_sex", **labels)
+    >>> counts["sex"].tolist()  # every declared cell, zero counts included
+    ['F', 'M']
+    >>> counts.dp.info.epsilon <= 1
+    True
+""",
+    "sum": f"""
+    >>> totals = people.dp.sum("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="t", **labels)
+    >>> totals.columns.tolist()
+    ['sex', 'sum']
+""",
+    "mean": f"""
+    >>> means = people.dp.mean("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="m", **labels)
+    >>> means.columns.tolist()
+    ['sex', 'sum', 'count', 'mean']
+    >>> sorted(means.dp.margin_of_error)
+    ['count', 'sum']
+""",
+    "quantile": """
+    >>> q1 = people.dp.quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                         table="q1", **labels)
+    >>> q1.columns.tolist()
+    ['quantile', 'age']
+    >>> q1.dp.info.epsilon <= 1  # the exponential mechanism's pure ε
+    True
+""",
+    "median": """
+    >>> median = people.dp.median("age", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                           table="median", **labels)
+    >>> median["quantile"].tolist()
+    [0.5]
+""",
+    "top_k": """
+    >>> top = people.dp.top_k("sex", 1, candidates=["F", "M"], epsilon=1, table="top", **labels)
+    >>> top.columns.tolist()
+    ['rank', 'sex']
+""",
+}
+
+
+def _example(statistic: str) -> str:
+    return _SETUP + _EXAMPLES[statistic]
+
 
 def _aggregation(statistic: str) -> Callable[..., pd.DataFrame]:
     positional = () if statistic == "count" else ("column",)
     signature = aggregation_signature(
         statistic, positional=positional, leading=("self",), returns=pd.DataFrame
     )
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
+    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
 
     def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         return self._run(statistic, arguments)
@@ -66,7 +125,7 @@ def _quantile(statistic: str) -> Callable[..., pd.DataFrame]:
     return shim(
         statistic,
         signature,
-        selection_doc(statistic, signature),
+        selection_doc(statistic, signature) + _example(statistic),
         run,
         __name__,
         call_form=f"df.dp.{statistic}({{}})",
@@ -82,7 +141,7 @@ def _top_k() -> Callable[..., pd.DataFrame]:
     return shim(
         "top_k",
         signature,
-        selection_doc("top_k", signature),
+        selection_doc("top_k", signature) + _example("top_k"),
         run,
         __name__,
         call_form="df.dp.top_k({})",

@@ -153,11 +153,62 @@ _RETURNS = (
     "as df.dp give a bit-identical release."
 )
 
+# Each function's runnable example (tests/test_docstring_examples.py runs them): a query
+# is built, and its cost known, before any Spark session or data.
+_SETUP = """
+Example:
+
+    >>> from dp_pipeline import MasterKey
+    >>> from dp_pipeline.spark import {name}
+    >>> labels = dict(key=MasterKey(), release_id="example", privacy_unit="person_id")
+"""
+_EXAMPLES = {
+    "count": """
+    >>> query = dp_count(by="sex", domains={"sex": ["F", "M"]}, epsilon=1, table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+    >>> # counts = people.transform(query): one row per declared cell
+""",
+    "sum": """
+    >>> query = dp_sum("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                epsilon=1, table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+""",
+    "mean": """
+    >>> query = dp_mean("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                 epsilon=1, table="t", **labels)
+    >>> sorted(query.info.margin_of_error)
+    ['count', 'sum']
+""",
+    "quantile": """
+    >>> query = dp_quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                     table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+    >>> # quartile = people.transform(query): columns quantile, age
+""",
+    "median": """
+    >>> query = dp_median("age", bounds=(0, 100), granularity=1, epsilon=1, table="t", **labels)
+    >>> query
+    SparkDPSelection(median of 'age', table='t')
+""",
+    "top_k": """
+    >>> query = dp_top_k("sex", 1, candidates=["F", "M"], epsilon=1, table="t", **labels)
+    >>> query.info.runs
+    1
+""",
+}
+
+
+def _example(statistic: str) -> str:
+    return _SETUP.format(name=f"dp_{statistic}") + _EXAMPLES[statistic]
+
 
 def _aggregation(statistic: str) -> Callable[..., SparkDPQuery]:
     positional = () if statistic == "count" else ("column",)  # as df.dp.sum / df.dp.mean
     signature = aggregation_signature(statistic, positional=positional, returns=SparkDPQuery)
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
+    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
 
     def run(**arguments: Any) -> SparkDPQuery:
         return SparkDPQuery(QuerySpec.build(statistic, **arguments))
@@ -239,7 +290,7 @@ def _quantile(statistic: str) -> Callable[..., SparkDPSelection]:
     return shim(
         f"dp_{statistic}",
         signature,
-        selection_doc(statistic, signature, spark=True),
+        selection_doc(statistic, signature, spark=True) + _example(statistic),
         run,
         __name__,
         call_form=f"df.transform(dp_{statistic}({{}}))",
@@ -255,7 +306,7 @@ def _top_k() -> Callable[..., SparkDPSelection]:
     return shim(
         "dp_top_k",
         signature,
-        selection_doc("top_k", signature, spark=True),
+        selection_doc("top_k", signature, spark=True) + _example("top_k"),
         run,
         __name__,
         call_form="df.transform(dp_top_k({}))",

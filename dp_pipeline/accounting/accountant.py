@@ -88,7 +88,26 @@ _CAPPED = "(tighter than"  # in the method of a bound given by a closed-form cap
 
 
 class PrivacyAccountant:
-    """Composes the mechanisms of a release; see the module docstring for the methods."""
+    """Composes the mechanisms of a release; see the module docstring for the methods.
+
+    Guarantee: `delta` and `epsilon` answer with two-sided bounds (`DeltaBound`,
+    `EpsilonBound`): ``upper`` is the guarantee on every path, ``lower`` a value the
+    true curve cannot be below, ``method`` how it was computed.
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteGaussian, DiscreteLaplace, PrivacyAccountant
+        >>> accountant = PrivacyAccountant().add(DiscreteGaussian(8), sensitivity=1, count=10)
+        >>> accountant.rho()  # 10 runs of Δ²/(2σ²) = 1/16 (CKS Theorem 4)
+        Fraction(5, 8)
+        >>> bound = accountant.delta(1.0)
+        >>> bound.lower <= bound.upper < 0.2
+        True
+        >>> accountant.add(DiscreteLaplace(2)).epsilon(1e-6).method
+        'support_exact'
+        >>> PrivacyAccountant().add(DiscreteLaplace(2)).add(DiscreteLaplace(2)).pure_epsilon()
+        Fraction(1, 1)
+    """
 
     def __init__(self) -> None:
         self._events: list[PrivacyEvent] = []

@@ -88,6 +88,13 @@ def margin_of_error(mechanism: DiscreteGaussian | DiscreteLaplace, confidence: R
     σ > 26,000 the normal tail with its Euler–Maclaurin correction and a rigorous remainder
     bound (an m within that bound of the boundary is rounded up, so the claim still holds);
     discrete Laplace: the closed form P(|Y| > m) = 2q^{m+1}/(1+q), q = e^{-1/b}.
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteLaplace
+        >>> from dp_pipeline.accounting import margin_of_error
+        >>> margin_of_error(DiscreteLaplace(1))  # P(|Y| > 3) = 2e^{-4}/(1 + e^{-1}) < 5%
+        3
     """
     confidence = _check_confidence(confidence)
     if isinstance(mechanism, DiscreteGaussian):

@@ -282,6 +282,14 @@ def calibrate_discrete_laplace(
     """Exact scales b_j so that the composition is pure ε-DP: b_j = ||μ_j||₁/(share_j·ε).
 
     Pure ε-DP composes additively (Δ/b per query); ε is read down and b rounded UP.
+
+    Example:
+
+        >>> from dp_pipeline.accounting import calibrate_discrete_laplace
+        >>> calibrate_discrete_laplace(1, [(1, [1])])  # one count: b = Δ/ε
+        [Fraction(1, 1)]
+        >>> calibrate_discrete_laplace("1/2", [("1/2", [1]), ("1/2", [2, 2])])
+        [Fraction(4, 1), Fraction(16, 1)]
     """
     target = _target_down(epsilon, "epsilon")
     if target <= 0:

@@ -90,6 +90,15 @@ def discrete_gaussian_rho(
     """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4).
 
     ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteGaussian
+        >>> from dp_pipeline.accounting import discrete_gaussian_rho
+        >>> discrete_gaussian_rho(DiscreteGaussian(2))
+        Fraction(1, 4)
+        >>> discrete_gaussian_rho("9/2", sensitivity=3)
+        Fraction(1, 1)
     """
     sigma2 = exact_sigma2(sigma2)
     shift = check_integer_sensitivity(sensitivity)
