@@ -25,6 +25,7 @@ from dp_pipeline.accounting._checks import (
     check_integer_sensitivity,
     round_up,
 )
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
     TINY,
@@ -222,35 +223,60 @@ def discrete_gaussian_delta_bounds(
 
 def discrete_gaussian_delta(
     sigma2: DiscreteGaussian | RationalLike, epsilon: Real, sensitivity: int = 1
-) -> float:
+) -> DeltaBound:
     """Exact δ(ε) of N_Z(0, σ²) for sensitivity Δ (CKS Thm. 7, max over shifts 1..Δ).
 
-    Returns the rigorous upper bound of `discrete_gaussian_delta_bounds` (never below the
-    exact value; relative excess about 1e-13 for σ ≲ 30,000). ``sigma2``: a
-    `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+    A `DeltaBound`: ``upper`` (the guarantee) and ``lower`` of
+    `discrete_gaussian_delta_bounds` (relative width about 1e-13 for σ ≲ 30,000), method
+    ``"theorem7"``. ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
-    return discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)[1]
+    lower, upper = discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)
+    return DeltaBound(lower, upper, "theorem7")
 
 
 def discrete_gaussian_epsilon(
     sigma2: DiscreteGaussian | RationalLike, delta: Real, sensitivity: int = 1, rtol: float = 1e-9
-) -> float:
-    """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7.
+) -> EpsilonBound:
+    """Smallest ε with δ(ε) <= δ by CKS Theorem 7, as an `EpsilonBound`: ``upper`` rounded
+    up (the release is (upper, δ)-DP), ``lower`` below the true ε, within ``rtol``.
 
     ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
     sigma2 = exact_sigma2(sigma2)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
-    if discrete_gaussian_delta(sigma2, 0.0, shift) <= delta:
-        return 0.0
+    if discrete_gaussian_delta_bounds(sigma2, 0.0, shift)[1] <= delta:
+        return EpsilonBound(0.0, 0.0, "theorem7")
     # The exact δ is at most the zCDP conversion's, so this ε is feasible.
     high = zcdp_to_epsilon(float(Fraction(shift * shift) / (2 * sigma2)), delta)
-    while discrete_gaussian_delta(sigma2, high, shift) > delta:
+    while discrete_gaussian_delta_bounds(sigma2, high, shift)[1] > delta:
         high *= 2
-    return bisect_epsilon(
-        lambda eps: discrete_gaussian_delta(sigma2, eps, shift), delta, high, rtol
-    )
+    return bracket_epsilon(
+        lambda eps: discrete_gaussian_delta_bounds(sigma2, eps, shift), delta, high, rtol
+    ).with_method("theorem7")
+
+
+def bracket_epsilon(
+    delta_bounds_of: Callable[[float], tuple[float, float]],
+    delta: float,
+    high: float,
+    rtol: float = 1e-9,
+) -> EpsilonBound:
+    """ε(δ) bracketed from (lower, upper) bounds on a non-increasing δ(ε), with
+    ``delta_bounds_of(high)[1] <= δ``: ``upper`` the smallest ε (within ``rtol``, rounded
+    up) whose upper δ is at most δ, ``lower`` the infeasible end of the search on the lower
+    δ (the true ε is above it). ``method`` is left empty for the caller."""
+    upper = bisect_epsilon(lambda eps: delta_bounds_of(eps)[1], delta, high, rtol)
+    if delta_bounds_of(0.0)[0] <= delta:
+        return EpsilonBound(0.0, upper, "")
+    low, top = 0.0, upper
+    while top - low > rtol * top + 1e-15:
+        middle = 0.5 * (low + top)
+        if delta_bounds_of(middle)[0] <= delta:
+            top = middle
+        else:
+            low = middle
+    return EpsilonBound(min(low, upper), upper, "")
 
 
 def bisect_epsilon(

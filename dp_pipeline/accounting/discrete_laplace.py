@@ -21,7 +21,8 @@ from dp_pipeline.accounting._checks import (
     check_integer_sensitivity,
     round_up,
 )
-from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.discrete_gaussian import bracket_epsilon
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.rational import RationalLike, positive_rational
 
@@ -151,27 +152,28 @@ def discrete_laplace_delta_bounds(
 
 def discrete_laplace_delta(
     scale: DiscreteLaplace | RationalLike, epsilon: Real, sensitivity: int = 1
-) -> float:
-    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ: the rigorous upper bound of
-    `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b). ``scale``: a
-    `DiscreteLaplace` or its b (see `exact_scale`)."""
-    return discrete_laplace_delta_bounds(scale, epsilon, sensitivity)[1]
+) -> DeltaBound:
+    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ, a `DeltaBound` from
+    `discrete_laplace_delta_bounds` (upper: the guarantee; exactly 0 for ε >= Δ/b), method
+    ``"discrete_laplace"``. ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`)."""
+    lower, upper = discrete_laplace_delta_bounds(scale, epsilon, sensitivity)
+    return DeltaBound(lower, upper, "discrete_laplace")
 
 
 def discrete_laplace_epsilon(
     scale: DiscreteLaplace | RationalLike, delta: Real, sensitivity: int = 1
-) -> float:
-    """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b.
+) -> EpsilonBound:
+    """Smallest ε with δ(ε) <= δ, an `EpsilonBound`: ``upper`` rounded up (within 1e-9
+    relative) and at most Δ/b, ``lower`` below the true ε.
 
     ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
     """
     scale = exact_scale(scale)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
-    pure = float(Fraction(shift) / scale)
-    return min(
-        round_up(pure),
-        bisect_epsilon(
-            lambda eps: discrete_laplace_delta(scale, eps, shift), delta, round_up(pure)
-        ),
+    pure = round_up(float(Fraction(shift) / scale))
+    bound = bracket_epsilon(
+        lambda eps: discrete_laplace_delta_bounds(scale, eps, shift), delta, pure
     )
+    upper = min(pure, bound.upper)
+    return EpsilonBound(min(bound.lower, upper), upper, "discrete_laplace")
