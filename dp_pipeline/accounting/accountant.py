@@ -58,7 +58,7 @@ import numbers
 from collections.abc import Sequence
 from fractions import Fraction
 
-from dp_pipeline.accounting._checks import check_delta, check_epsilon
+from dp_pipeline.accounting._checks import Real, check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.conditioning import RestSummary, conditioned_composition
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
@@ -175,7 +175,7 @@ class PrivacyAccountant:
         return total_pure_epsilon(self._events)
 
     # ----------------------------------------------------------------- (ε, δ)
-    def delta(self, epsilon: float, method: str | None = None) -> DeltaBound:
+    def delta(self, epsilon: Real, method: str | None = None) -> DeltaBound:
         """Bound on δ(ε) of the whole composition (``.upper`` is the guarantee).
 
         ``method="pure_dp"`` asks for plain pure-DP addition (δ = 0 once ε >= Σ ε_i).
@@ -191,7 +191,7 @@ class PrivacyAccountant:
         delta_of, _name = self._composition()
         return delta_of(epsilon)
 
-    def epsilon(self, delta: float) -> EpsilonBound:
+    def epsilon(self, delta: Real) -> EpsilonBound:
         """Bound on the smallest ε with δ(ε) <= δ (``.upper`` is the guarantee)."""
         delta = check_delta(delta)
         self._require_events()
