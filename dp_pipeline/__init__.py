@@ -3,7 +3,10 @@
 The root exports the mechanisms, the master key, the accountant and the
 release entry points; ``import dp_pipeline`` also registers the ``df.dp``
 accessor on pandas DataFrames. The Spark functions are in `dp_pipeline.spark`
-(PySpark optional); keyed streams in `dp_pipeline.randomness`. Every exception
+(PySpark optional), with the call shape of ``df.dp``; one mechanism's δ, ε and ρ, the
+calibrations and margins of error in `dp_pipeline.accounting` (every ``delta`` a
+`DeltaBound`, every ``epsilon`` an `EpsilonBound`); keyed streams in
+`dp_pipeline.randomness`. Every exception
 raised on purpose is a `DPError` (`dp_pipeline.errors`); the main kinds are exported
 here too.
 """
