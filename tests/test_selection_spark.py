@@ -81,3 +81,16 @@ def test_spark_bad_input_names_the_column(spark):
         df.transform(dp_median("region", bounds=(0, 9), granularity=1, epsilon=1, **COMMON))
     with pytest.raises(ValueError, match="k = 9 is larger than the number of candidates"):
         dp_top_k("region", 9, candidates=["n", "s"], epsilon=1, **COMMON)
+
+
+def test_the_old_spark_selection_call_says_how_to_write_the_new_one():
+    pytest.importorskip("pyspark")
+    from dp_pipeline.selection import spark as spark_selection
+
+    with pytest.raises(TypeError) as moved:
+        spark_selection.dp_quantile  # noqa: B018  (the attribute access is the call)
+    message = str(moved.value)
+    assert "dp_pipeline.selection.spark.dp_quantile(df, column, q, ...) is now" in message
+    assert "df.transform(dp_quantile(column, q, ...))" in message
+    with pytest.raises(AttributeError):
+        spark_selection.no_such_name  # noqa: B018

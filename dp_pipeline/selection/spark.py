@@ -56,6 +56,23 @@ __all__ = [
     "run_top_k_spark",
 ]
 
+# The selections moved beside the Spark aggregations, with the call shape of df.dp.
+_MOVED = {"dp_quantile": "column, q", "dp_median": "column", "dp_top_k": "column, k"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        arguments = _MOVED[name]
+        raise DPTypeError(
+            f"dp_pipeline.selection.spark.{name}(df, {arguments}, ...) is now "
+            f"dp_pipeline.spark.{name}({arguments}, ...), a query for df.transform, as "
+            f"dp_count is: write df.transform({name}({arguments}, ...)) for the selection as "
+            f"a Spark DataFrame, or {name}({arguments}, ...).collect(df) for the pandas "
+            f"result with attrs['dp']"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _CELL = "_dp_group"
 _POSITION = "_dp_position"
 _OUTSIDE = "_dp_outside"
