@@ -304,7 +304,7 @@ SPEED_ROWS = [
     ),
     (
         "1,000 × (Lap_Z(200) ∘ N_Z(0, 40000)), grid PLD, δ(ε=1)",
-        lambda: pld_of(_laplace_gaussian(1000).events).delta_bound(1.0).upper,
+        lambda: pld_of(_laplace_gaussian(1000).events).delta(1.0).upper,
         lambda: _google_laplace_gaussian(1000, 1.0),
     ),
     ("census demo plan: calibrate + ε(1e-10) + δ(2)", _census_plan, None),

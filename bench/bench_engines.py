@@ -48,6 +48,7 @@ def spec_for(columns: list[str]) -> QuerySpec:
         key=MasterKey.from_hex("77" * 32),
         release_id="bench",
         table="_".join(columns),
+        privacy_unit=None,
     )
 
 

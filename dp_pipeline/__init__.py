@@ -4,7 +4,10 @@ The root exports the mechanisms, the master key, the accountant and the
 release entry points, and `Session` with its `Budget` (a budget for notebooks and
 jobs, recorded in the ledger); ``import dp_pipeline`` also registers the ``df.dp``
 accessor on pandas DataFrames. The Spark functions are in `dp_pipeline.spark`
-(PySpark optional); keyed streams in `dp_pipeline.randomness`. Every exception
+(PySpark optional), with the call shape of ``df.dp``; one mechanism's δ, ε and ρ, the
+calibrations and margins of error in `dp_pipeline.accounting` (every ``delta`` a
+`DeltaBound`, every ``epsilon`` an `EpsilonBound`); keyed streams in
+`dp_pipeline.randomness`. Every exception
 raised on purpose is a `DPError` (`dp_pipeline.errors`); the main kinds are exported
 here too.
 """
@@ -12,7 +15,15 @@ here too.
 from dp_pipeline import accessor as _accessor  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.pld_grid import GridTooLargeError
-from dp_pipeline.errors import DPError, DPKeyError, DPTypeError, DPValueError, InternalError
+from dp_pipeline.errors import (
+    DPError,
+    DPFileNotFoundError,
+    DPKeyError,
+    DPRuntimeError,
+    DPTypeError,
+    DPValueError,
+    InternalError,
+)
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.postprocess.structure import PostprocessError
 from dp_pipeline.randomness import MasterKey
@@ -35,7 +46,9 @@ __all__ = [
     "Budget",
     "BudgetExceededError",
     "DPError",
+    "DPFileNotFoundError",
     "DPKeyError",
+    "DPRuntimeError",
     "DPTypeError",
     "DPValueError",
     "DiscreteGaussian",

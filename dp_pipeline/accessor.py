@@ -18,7 +18,9 @@ protected with all of its rows, bounded by ``max_cells`` / ``max_per_cell``) or
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from fractions import Fraction
+from typing import Any
 
 import pandas as pd
 
@@ -26,10 +28,11 @@ from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.aggregations import AGGREGATIONS
-from dp_pipeline.query.cost import release_info
+from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.result_info import ResultInfo, attach_info
 from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
@@ -38,24 +41,83 @@ __all__ = ["DPAccessor"]
 
 _RETURNS = "a pandas DataFrame whose attrs['dp'] states what was spent (and diagnostics)."
 
+# Each verb's runnable example (tests/test_docstring_examples.py runs them); the noise is
+# fresh under a new key, so they show what does not depend on it.
+_SETUP = """
+Example:
 
-def _aggregation(statistic: str):
+    >>> import pandas as pd
+    >>> import dp_pipeline  # registers df.dp
+    >>> from dp_pipeline import MasterKey
+    >>> people = pd.DataFrame(
+    ...     {"person_id": [1, 2, 3, 4], "sex": ["F", "M", "F", "F"], "age": [34, 51, 27, 62]}
+    ... )
+    >>> labels = dict(key=MasterKey(), release_id="example", privacy_unit="person_id")
+"""
+_BY_SEX = 'by="sex", domains={"sex": ["F", "M"]}'
+_EXAMPLES = {
+    "count": f"""
+    >>> counts = people.dp.count({_BY_SEX}, epsilon=1, table="by_sex", **labels)
+    >>> counts["sex"].tolist()  # every declared cell, zero counts included
+    ['F', 'M']
+    >>> counts.dp.info.epsilon <= 1
+    True
+""",
+    "sum": f"""
+    >>> totals = people.dp.sum("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="t", **labels)
+    >>> totals.columns.tolist()
+    ['sex', 'sum']
+""",
+    "mean": f"""
+    >>> means = people.dp.mean("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="m", **labels)
+    >>> means.columns.tolist()
+    ['sex', 'sum', 'count', 'mean']
+    >>> sorted(means.dp.margin_of_error)
+    ['count', 'sum']
+""",
+    "quantile": """
+    >>> q1 = people.dp.quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                         table="q1", **labels)
+    >>> q1.columns.tolist()
+    ['quantile', 'age']
+    >>> q1.dp.info.epsilon <= 1  # the exponential mechanism's pure ε
+    True
+""",
+    "median": """
+    >>> median = people.dp.median("age", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                           table="median", **labels)
+    >>> median["quantile"].tolist()
+    [0.5]
+""",
+    "top_k": """
+    >>> top = people.dp.top_k("sex", 1, candidates=["F", "M"], epsilon=1, table="top", **labels)
+    >>> top.columns.tolist()
+    ['rank', 'sex']
+""",
+}
+
+
+def _example(statistic: str) -> str:
+    return _SETUP + _EXAMPLES[statistic]
+
+
+def _aggregation(statistic: str) -> Callable[..., pd.DataFrame]:
     positional = () if statistic == "count" else ("column",)
     signature = aggregation_signature(
         statistic, positional=positional, leading=("self",), returns=pd.DataFrame
     )
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
+    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         return self._run(statistic, arguments)
 
     return shim(statistic, signature, doc, run, __name__, call_form=f"df.dp.{statistic}({{}})")
 
 
-def _quantile(statistic: str):
+def _quantile(statistic: str) -> Callable[..., pd.DataFrame]:
     signature = quantile_signature(statistic, leading=("self",))
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         if statistic == "median":
             arguments["q"] = Fraction(1, 2)
         return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
@@ -63,23 +125,23 @@ def _quantile(statistic: str):
     return shim(
         statistic,
         signature,
-        selection_doc(statistic, signature),
+        selection_doc(statistic, signature) + _example(statistic),
         run,
         __name__,
         call_form=f"df.dp.{statistic}({{}})",
     )
 
 
-def _top_k():
+def _top_k() -> Callable[..., pd.DataFrame]:
     signature = top_k_signature(leading=("self",))
 
-    def run(self, **arguments):
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
         return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
 
     return shim(
         "top_k",
         signature,
-        selection_doc("top_k", signature),
+        selection_doc("top_k", signature) + _example("top_k"),
         run,
         __name__,
         call_form="df.dp.top_k({})",
@@ -94,7 +156,7 @@ class DPAccessor:
         self._df = df
 
     @property
-    def info(self):
+    def info(self) -> ReleaseInfo | SelectionInfo:
         """What this result spent and how precise it is: the info of ``attrs["dp"]`` of a
         ``df.dp`` result (a `ReleaseInfo`, or a `SelectionInfo` for quantile / median /
         top-k; its diagnostics only on the result itself, not on copies of it)."""
@@ -109,7 +171,7 @@ class DPAccessor:
         return info
 
     @property
-    def margin_of_error(self):
+    def margin_of_error(self) -> dict[str, int | Fraction] | int | None:
         """The result's margins at its confidence: {column: m} for a count, sum or mean
         (a mean's ``sum`` and ``count``); a selection's rank error (None for peeling top-k)."""
         return self.info.margin_of_error

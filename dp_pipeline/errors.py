@@ -4,7 +4,8 @@
 (``ValueError``, ``TypeError``, ``KeyError``, ``RuntimeError``), so ``except ValueError``
 keeps working: the classes defined next to the code that raises them inherit from
 both, e.g. ``class SpecError(DPError, ValueError)``, and plain checks raise
-`DPValueError` / `DPTypeError` / `DPKeyError`. Their messages name the field, the
+`DPValueError` / `DPTypeError` / `DPKeyError` (and `DPRuntimeError` when the
+environment cannot run a call). Their messages name the field, the
 value and the rule.
 
 `InternalError` is reserved for broken invariants: a bug in dp_pipeline, never the
@@ -48,6 +49,15 @@ class DPKeyError(DPError, KeyError):
 
 class LedgerError(DPError, ValueError):
     """A release the ledger refuses (the message says why and what to do)."""
+
+
+class DPRuntimeError(DPError, RuntimeError):
+    """The environment cannot run the call (no Java runtime for Spark); the message says
+    what to install or set."""
+
+
+class DPFileNotFoundError(DPError, FileNotFoundError):
+    """An input path does not exist or holds no data files (the message names the path)."""
 
 
 class InternalError(DPError, RuntimeError):

@@ -26,7 +26,11 @@ from fractions import Fraction
 
 from dp_pipeline.errors import DPTypeError, DPValueError
 
-__all__ = ["exact_rational", "float_to_rational_up", "positive_rational"]
+__all__ = ["RationalLike", "exact_rational", "float_to_rational_up", "positive_rational"]
+
+# What a public call takes for an exact number, read by `exact_rational` (a float by the
+# rule above: never below either reading of it).
+RationalLike = Fraction | int | str | Decimal | float
 
 _RATIO = re.compile(r"^\s*([+-]?\d+)\s*/\s*(\d+)\s*$")
 _DECIMAL = re.compile(r"^\s*[+-]?(\d+(\.\d*)?|\.\d+)([eE][+-]?\d+)?\s*$")

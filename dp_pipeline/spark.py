@@ -1,4 +1,11 @@
-"""The Spark engine: ``df.transform(dp_count(...))``, ``dp_sum``, ``dp_mean``; `local_session`.
+"""The Spark engine: ``df.transform(dp_count(...))``, ``dp_sum``, ``dp_mean``; the selections
+``dp_quantile``, ``dp_median``, ``dp_top_k``; `local_session`.
+
+Every function has the call shape of its ``df.dp`` twin without the DataFrame: the value
+column positional (``dp_sum("income", bounds=...)`` as ``df.dp.sum("income", bounds=...)``,
+``dp_quantile("income", "1/4", ...)``, ``dp_top_k("region", 3, ...)``), the same names and
+defaults, and the same release for the same key and labels. Each returns a query to apply
+with ``df.transform(query)``; nothing is read until then.
 
 Aggregation and contribution bounding run in Spark SQL (no row-at-a-time
 Python UDF): cell indexes are arithmetic on the key columns (integer ranges) or
@@ -16,11 +23,19 @@ Every function names its privacy unit: ``privacy_unit="person_id"``, or
 Calling a query on a DataFrame runs the aggregation eagerly (one Spark job:
 the aggregate is persisted and the diagnostics collected), so bad data raises
 at ``transform`` time with ``on_invalid="error"``; the noisy DataFrame is lazy.
+A selection (`SparkDPSelection`) reads the DataFrame at ``transform`` time too (one
+Spark job of bounded counts per candidate), chooses on the driver and returns its few
+rows as a Spark DataFrame.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from fractions import Fraction
+from typing import Any
+
+import pandas as pd
+from pyspark.sql import DataFrame
 
 from dp_pipeline.engines.backend import noisy_tables
 
@@ -37,14 +52,22 @@ from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.selection.info import SelectionInfo
+from dp_pipeline.selection.query import QuantileQuery, TopKQuery
+from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
+from dp_pipeline.selection.spark import run_quantile_spark, run_top_k_spark
 
 __all__ = [
     "DRIVER_NOISE_CELLS",
     "SparkDPQuery",
+    "SparkDPSelection",
     "collect_noisy_cells",
     "dp_count",
     "dp_mean",
+    "dp_median",
+    "dp_quantile",
     "dp_sum",
+    "dp_top_k",
     "ensure_java",
     "local_session",
     "noisy_cells",
@@ -55,11 +78,11 @@ __all__ = [
 
 
 def run_queries(
-    df,
+    df: DataFrame,
     specs: Sequence[QuerySpec],
     *,
     wrap_udf: Callable[[Callable], Callable] | None = None,
-):
+) -> list[tuple[DataFrame, Diagnostics]]:
     """Bound, aggregate and noise several queries over ``df`` in one pass.
 
     Returns a list of (lazy noisy DataFrame, diagnostics), one per query, in
@@ -74,11 +97,11 @@ def run_queries(
 
 
 def run_spark(
-    df,
+    df: DataFrame,
     spec: QuerySpec,
     *,
     wrap_udf: Callable[[Callable], Callable] | None = None,
-):
+) -> tuple[DataFrame, Diagnostics]:
     """Bound, aggregate and noise ``df`` per ``spec``: (lazy noisy DataFrame, diagnostics).
 
     ``wrap_udf`` wraps the noise function (tests use it to inject a one-time task failure).
@@ -109,13 +132,13 @@ class SparkDPQuery:
             return self._info.with_diagnostics(self.diagnostics)
         return self._info
 
-    def run(self, df):
+    def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
         """(noisy DataFrame, diagnostics)."""
         noisy, diagnostics = run_spark(df, self.spec)
         self.diagnostics = diagnostics
         return noisy, diagnostics
 
-    def __call__(self, df):
+    def __call__(self, df: DataFrame) -> DataFrame:
         return self.run(df)[0]
 
     def __repr__(self) -> str:
@@ -130,12 +153,64 @@ _RETURNS = (
     "as df.dp give a bit-identical release."
 )
 
+# Each function's runnable example (tests/test_docstring_examples.py runs them): a query
+# is built, and its cost known, before any Spark session or data.
+_SETUP = """
+Example:
 
-def _aggregation(statistic: str):
-    signature = aggregation_signature(statistic, positional=(), returns=SparkDPQuery)
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS)
+    >>> from dp_pipeline import MasterKey
+    >>> from dp_pipeline.spark import {name}
+    >>> labels = dict(key=MasterKey(), release_id="example", privacy_unit="person_id")
+"""
+_EXAMPLES = {
+    "count": """
+    >>> query = dp_count(by="sex", domains={"sex": ["F", "M"]}, epsilon=1, table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+    >>> # counts = people.transform(query): one row per declared cell
+""",
+    "sum": """
+    >>> query = dp_sum("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                epsilon=1, table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+""",
+    "mean": """
+    >>> query = dp_mean("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                 epsilon=1, table="t", **labels)
+    >>> sorted(query.info.margin_of_error)
+    ['count', 'sum']
+""",
+    "quantile": """
+    >>> query = dp_quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
+    ...                     table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
+    >>> # quartile = people.transform(query): columns quantile, age
+""",
+    "median": """
+    >>> query = dp_median("age", bounds=(0, 100), granularity=1, epsilon=1, table="t", **labels)
+    >>> query
+    SparkDPSelection(median of 'age', table='t')
+""",
+    "top_k": """
+    >>> query = dp_top_k("sex", 1, candidates=["F", "M"], epsilon=1, table="t", **labels)
+    >>> query.info.runs
+    1
+""",
+}
 
-    def run(**arguments) -> SparkDPQuery:
+
+def _example(statistic: str) -> str:
+    return _SETUP.format(name=f"dp_{statistic}") + _EXAMPLES[statistic]
+
+
+def _aggregation(statistic: str) -> Callable[..., SparkDPQuery]:
+    positional = () if statistic == "count" else ("column",)  # as df.dp.sum / df.dp.mean
+    signature = aggregation_signature(statistic, positional=positional, returns=SparkDPQuery)
+    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
+
+    def run(**arguments: Any) -> SparkDPQuery:
         return SparkDPQuery(QuerySpec.build(statistic, **arguments))
 
     return shim(
@@ -151,3 +226,93 @@ def _aggregation(statistic: str):
 dp_count = _aggregation("count")
 dp_sum = _aggregation("sum")
 dp_mean = _aggregation("mean")
+
+
+class SparkDPSelection:
+    """A DP selection (quantile, median, top-k) to apply with ``df.transform(selection)``.
+
+    ``selection(df)`` reads ``df`` (one Spark job: each unit's rows bounded by the count
+    engine's keyed rule, then the counts per group and candidate), selects on the driver
+    from the query's keyed stream, and returns the selection as a small Spark DataFrame:
+    the rows ``df.dp.quantile`` / ``median`` / ``top_k`` return for the same key and
+    labels. ``selection.info`` is the `SelectionInfo` (mechanism, pure ε, margin), known
+    before any data is read; after a call it also holds that run's `Diagnostics`
+    (``selection.diagnostics``; not private: never publish them).
+    """
+
+    def __init__(self, query: QuantileQuery | TopKQuery) -> None:
+        self.query = query
+        self.diagnostics: Diagnostics | None = None
+
+    @property
+    def info(self) -> SelectionInfo:
+        info = self.query.info()
+        if self.diagnostics is not None:
+            return info.with_diagnostics(self.diagnostics)
+        return info
+
+    def collect(self, df: DataFrame) -> pd.DataFrame:
+        """The selection of ``df`` as a pandas DataFrame on the driver, with ``attrs["dp"]``
+        as ``df.dp`` gives it."""
+        if isinstance(self.query, QuantileQuery):
+            result = run_quantile_spark(df, self.query)
+        else:
+            result = run_top_k_spark(df, self.query)
+        self.diagnostics = result.attrs["dp"].info.diagnostics
+        return result
+
+    def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
+        """(the selection as a Spark DataFrame, diagnostics)."""
+        result = self.collect(df)
+        rows = pd.DataFrame(result)  # the rows only: attrs stay with this query
+        rows.attrs = {}
+        return df.sparkSession.createDataFrame(rows), result.attrs["dp"].info.diagnostics
+
+    def __call__(self, df: DataFrame) -> DataFrame:
+        return self.run(df)[0]
+
+    def __repr__(self) -> str:
+        return (
+            f"SparkDPSelection({self.info.statistic} of {self.query.column!r}, "
+            f"table={self.query.context.table!r})"
+        )
+
+
+def _quantile(statistic: str) -> Callable[..., SparkDPSelection]:
+    signature = quantile_signature(statistic, leading=())
+    signature = signature.replace(return_annotation=SparkDPSelection)
+
+    def run(**arguments: Any) -> SparkDPSelection:
+        if statistic == "median":
+            arguments["q"] = Fraction(1, 2)
+        return SparkDPSelection(QuantileQuery.build(statistic, **arguments))
+
+    return shim(
+        f"dp_{statistic}",
+        signature,
+        selection_doc(statistic, signature, spark=True) + _example(statistic),
+        run,
+        __name__,
+        call_form=f"df.transform(dp_{statistic}({{}}))",
+    )
+
+
+def _top_k() -> Callable[..., SparkDPSelection]:
+    signature = top_k_signature(leading=()).replace(return_annotation=SparkDPSelection)
+
+    def run(**arguments: Any) -> SparkDPSelection:
+        return SparkDPSelection(TopKQuery.build(**arguments))
+
+    return shim(
+        "dp_top_k",
+        signature,
+        selection_doc("top_k", signature, spark=True) + _example("top_k"),
+        run,
+        __name__,
+        call_form="df.transform(dp_top_k({}))",
+    )
+
+
+dp_quantile = _quantile("quantile")
+dp_median = _quantile("median")
+dp_top_k = _top_k()

@@ -17,6 +17,7 @@ def make_spec(statistic="count", **overrides):
         key=KEY,
         release_id="rel-1",
         table="persons",
+        privacy_unit=None,
     )
     if statistic != "count":
         params.update(column="income", bounds=(0, 100))

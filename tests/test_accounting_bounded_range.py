@@ -224,7 +224,7 @@ def test_every_path_brackets_the_same_mixture():
         .add(_mechanism("3/10"), count=3)
         .events
     )
-    brackets = [fft_composition(events)[0], pld_of(events).delta_bound]
+    brackets = [fft_composition(events)[0], pld_of(events).delta]
     brackets.append(inversion_delta(inversion_of(events)))
     for x in (0.5, 1.0, 1.5):
         bounds = [delta_of(x) for delta_of in brackets]

@@ -40,7 +40,7 @@ def _binomial_laplace_delta(a: float, k: int, epsilon: float) -> float:
 
 @pytest.mark.parametrize(("sigma2", "epsilon"), [(25, 1.0), (2500, 0.1), (3, 2.0), ("7/3", 0.5)])
 def test_multivariate_d1_reproduces_theorem7(sigma2, epsilon):
-    exact = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon)
+    exact = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon).upper
     bound = multivariate_delta([sigma2], [1], epsilon)
     assert bound.lower <= exact <= bound.upper
     assert bound.upper - bound.lower <= 1e-9 * exact + 1e-12
@@ -55,7 +55,7 @@ def test_sum_of_equal_coordinates_matches_one_wide_gaussian():
     k, sigma2 = 4, 25
     for epsilon in (0.5, 1.0):
         bound = multivariate_delta([sigma2] * k, [1] * k, epsilon)
-        wide = discrete_gaussian_delta(DiscreteGaussian(k * sigma2), epsilon, sensitivity=k)
+        wide = discrete_gaussian_delta(DiscreteGaussian(k * sigma2), epsilon, sensitivity=k).upper
         assert bound.upper == pytest.approx(wide, rel=1e-8)
 
 
@@ -81,7 +81,7 @@ def test_cks_figure4_laplace():
     assert bound.upper == pytest.approx(exact, rel=1e-6)
     assert float(accountant.pure_epsilon()) == pytest.approx(2.83, abs=0.01)
     pld = PrivacyLossDistribution.from_discrete_laplace(scale, step=1e-4).self_compose(100)
-    pld_bound = pld.delta_bound(1.0)
+    pld_bound = pld.delta(1.0)
     assert pld_bound.lower <= exact <= pld_bound.upper <= exact * 1.001
 
 
@@ -120,20 +120,20 @@ def test_pld_upper_and_lower_bracket_the_multivariate_value():
     assert accountant.methods == ("mgf_inversion", "multivariate_fft")
     for epsilon in (0.5, 1.0, 1.5):
         exact = accountant.delta(epsilon)
-        pld = pld_of(accountant.events).delta_bound(epsilon)
+        pld = pld_of(accountant.events).delta(epsilon)
         assert pld.lower <= exact.upper and exact.lower <= pld.upper
         assert pld.upper <= exact.upper * 1.01
 
 
 def test_asymmetric_pmf_pair_covers_both_directions():
     p, q = [0.5, 0.5, 0.0], [0.25, 0.5, 0.25]
-    forward = PrivacyLossDistribution.from_pmfs(p, q, symmetric=True).delta(0.0)
-    both = PrivacyLossDistribution.from_pmfs(p, q).delta(0.0)
+    forward = PrivacyLossDistribution.from_pmfs(p, q, symmetric=True).delta(0.0).upper
+    both = PrivacyLossDistribution.from_pmfs(p, q).delta(0.0).upper
     # δ(0) is the total variation distance, 0.25 either way; at ε = 0.5 the reverse
     # direction (where Q has mass P lacks, loss +∞) dominates.
     assert both == pytest.approx(0.25, rel=1e-6) and forward == pytest.approx(0.25, rel=1e-6)
-    reverse_only = PrivacyLossDistribution.from_pmfs(q, p, symmetric=True).delta(0.5)
-    assert PrivacyLossDistribution.from_pmfs(p, q).delta(0.5) >= reverse_only
+    reverse_only = PrivacyLossDistribution.from_pmfs(q, p, symmetric=True).delta(0.5).upper
+    assert PrivacyLossDistribution.from_pmfs(p, q).delta(0.5).upper >= reverse_only
 
 
 class _Exponential:
@@ -216,9 +216,9 @@ def test_many_unrelated_sigma2_use_the_coarsened_fft_without_overflow():
     bound = accountant.delta(0.5)
     assert 0 < bound.lower <= bound.upper <= zcdp_to_delta(float(accountant.rho()), 0.5)
     sigma2s = [Fraction(10000 + 37 * j, 10) for j in range(40)]
-    reference = pld_from_lattice_components(
-        discrete_gaussian_components(sigma2s, [1] * 40)
-    ).delta_bound(0.5)
+    reference = pld_from_lattice_components(discrete_gaussian_components(sigma2s, [1] * 40)).delta(
+        0.5
+    )
     assert bound.lower <= reference.upper and reference.lower <= bound.upper
     direct = multivariate_delta(sigma2s, [1] * 40, 0.5)
     assert direct.method.startswith("mgf_inversion")

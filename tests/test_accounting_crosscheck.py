@@ -125,7 +125,7 @@ def test_crosscheck_with_dp_accounting(parts, epsilon, delta):
     pld = _our_pld(parts)
     for name, delta_bound, epsilon_bound in (
         ("accountant", accountant.delta(epsilon), accountant.epsilon(delta)),
-        ("pld", pld.delta_bound(epsilon), pld.epsilon_bound(delta)),
+        ("pld", pld.delta(epsilon), pld.epsilon(delta)),
     ):
         _check(delta_bound, *their_delta, f"{name} δ({epsilon})")
         _check(epsilon_bound, *their_epsilon, f"{name} ε({delta})")

@@ -8,7 +8,14 @@ from fractions import Fraction
 import mpmath
 import pytest
 
-from dp_pipeline.accounting import standard_zcdp_epsilon, zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.accounting import (
+    DeltaBound,
+    EpsilonBound,
+    PrivacyLossDistribution,
+    standard_zcdp_epsilon,
+    zcdp_to_delta,
+    zcdp_to_epsilon,
+)
 from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_delta,
     discrete_gaussian_epsilon,
@@ -44,7 +51,7 @@ def _mp_discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: float) ->
 @pytest.mark.parametrize("epsilon", [0.05, 1.0, 3.0])
 def test_theorem7_matches_mpmath(sigma2, shift, epsilon):
     exact = _mp_discrete_gaussian_delta(sigma2, shift, epsilon)
-    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon, sensitivity=shift)
+    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon, sensitivity=shift).upper
     # Max over shifts 1..Δ: compute the mpmath value for every shift too.
     exact = max(_mp_discrete_gaussian_delta(sigma2, s, epsilon) for s in range(1, shift + 1))
     if exact < 1e-30:
@@ -60,7 +67,7 @@ def test_theorem7_tiny_delta_keeps_relative_accuracy():
     epsilon = 5.5
     exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
     assert 1e-32 < exact < 1e-20
-    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon)
+    ours = discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon).upper
     assert abs(ours - float(exact)) <= 1e-10 * float(exact)
 
 
@@ -70,15 +77,36 @@ def test_theorem7_boundary_has_no_spurious_atom():
     epsilon = 0.625
     exact = _mp_discrete_gaussian_delta(sigma2, 1, epsilon)
     assert abs(
-        discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon) - float(exact)
+        discrete_gaussian_delta(DiscreteGaussian(sigma2), epsilon).upper - float(exact)
     ) <= 1e-12 * float(exact)
 
 
 def test_epsilon_inverts_delta_and_is_rounded_up():
     mechanism = DiscreteGaussian(50)
-    epsilon = discrete_gaussian_epsilon(mechanism, 1e-6)
-    assert discrete_gaussian_delta(mechanism, epsilon) <= 1e-6
-    assert discrete_gaussian_delta(mechanism, epsilon * (1 - 1e-6)) > 1e-6
+    epsilon = discrete_gaussian_epsilon(mechanism, 1e-6).upper
+    assert discrete_gaussian_delta(mechanism, epsilon).upper <= 1e-6
+    assert discrete_gaussian_delta(mechanism, epsilon * (1 - 1e-6)).upper > 1e-6
+
+
+def test_one_mechanism_delta_and_epsilon_are_two_sided_bounds():
+    # One result type per verb: every `delta` is a DeltaBound, every `epsilon` an
+    # EpsilonBound, as the accountant's; the true value lies between lower and upper.
+    for mechanism, delta_of, epsilon_of, method in (
+        (DiscreteGaussian(50), discrete_gaussian_delta, discrete_gaussian_epsilon, "theorem7"),
+        (DiscreteLaplace(4), discrete_laplace_delta, discrete_laplace_epsilon, "discrete_laplace"),
+    ):
+        bound = delta_of(mechanism, 0.1)
+        assert isinstance(bound, DeltaBound) and bound.method == method
+        assert 0 < bound.lower <= bound.upper <= bound.lower * (1 + 1e-9)
+        epsilon = epsilon_of(mechanism, 1e-3)
+        assert isinstance(epsilon, EpsilonBound) and epsilon.method == method
+        assert 0 < epsilon.lower <= epsilon.upper <= epsilon.lower * (1 + 1e-6)
+        assert delta_of(mechanism, epsilon.upper).upper <= 1e-3  # the guarantee holds
+        assert delta_of(mechanism, epsilon.lower).lower > 1e-3  # and the lower end is short
+        pld = PrivacyLossDistribution.from_mechanism(mechanism, 1, 1e-4)
+        assert isinstance(pld.delta(0.1), DeltaBound) and isinstance(
+            pld.epsilon(1e-3), EpsilonBound
+        )
 
 
 def test_rho_is_exact():
@@ -94,11 +122,11 @@ def test_discrete_laplace_delta_against_binomial_closed_form():
     p = math.exp(a) / (1 + math.exp(a))
     epsilon = 0.05
     expected = p * (1 - math.exp(epsilon - a))
-    assert discrete_laplace_delta(DiscreteLaplace(scale), epsilon) == pytest.approx(
+    assert discrete_laplace_delta(DiscreteLaplace(scale), epsilon).upper == pytest.approx(
         expected, rel=1e-12
     )
-    assert discrete_laplace_delta(DiscreteLaplace(scale), 0.2) == 0.0
-    assert discrete_laplace_epsilon(DiscreteLaplace(scale), 0.01) <= 0.2
+    assert discrete_laplace_delta(DiscreteLaplace(scale), 0.2).upper == 0.0
+    assert discrete_laplace_epsilon(DiscreteLaplace(scale), 0.01).upper <= 0.2
 
 
 def test_zcdp_conversion_pinned_and_below_standard():

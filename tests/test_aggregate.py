@@ -23,6 +23,7 @@ def spec(statistic="count", **overrides):
         key=KEY,
         release_id="r",
         table="t",
+        privacy_unit=None,
     )
     if statistic != "count":
         params.update(column="v", bounds=(0, 10))
@@ -150,6 +151,7 @@ def test_stream_labels_name_what_is_measured():
     assert count.digest != total.digest
     other = QuerySpec.build(
         "count",
+        privacy_unit=None,
         by="g",
         domains={"g": ["b", "a", "c"]},
         noise=DiscreteGaussian(4),

@@ -289,6 +289,7 @@ def test_a_count_and_a_sum_under_the_same_labels_draw_different_noise():
 
 def test_queries_that_differ_in_anything_computed_have_different_labels():
     base = dict(
+        privacy_unit=None,
         by="g",
         domains={"g": ["a", "b", "c"]},
         noise=DiscreteGaussian(4),
@@ -318,6 +319,7 @@ def test_the_master_key_is_never_pickled():
         pickle.dumps(key)
     spec = QuerySpec.build(
         "count",
+        privacy_unit=None,
         by="g",
         domains={"g": range(4)},
         noise=DiscreteGaussian(4),
@@ -344,6 +346,7 @@ def test_aggregation_tasks_get_no_key_and_noise_tasks_only_derived_keys():
     specs = [
         QuerySpec.build(
             "count",
+            privacy_unit=None,
             by="g",
             domains={"g": range(8)},
             noise=DiscreteGaussian(4),
@@ -387,6 +390,7 @@ def test_a_spark_noise_job_runs_with_derived_keys_only(spark):
     key = MasterKey(bytes(range(32)))
     spec = QuerySpec.build(
         "count",
+        privacy_unit=None,
         by="g",
         domains={"g": range(20)},
         noise=DiscreteGaussian(4),

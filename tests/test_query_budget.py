@@ -66,8 +66,8 @@ def test_a_float_budget_is_read_down():
 
 
 def test_a_budget_query_is_the_same_query_as_its_noise():
-    from_budget = QuerySpec.build("count", **CELLS, rho=Fraction(1, 8))
-    from_noise = QuerySpec.build("count", **CELLS, noise=DiscreteGaussian(4))
+    from_budget = QuerySpec.build("count", **PER_ROW, rho=Fraction(1, 8))
+    from_noise = QuerySpec.build("count", **PER_ROW, noise=DiscreteGaussian(4))
     assert from_budget.noise == DiscreteGaussian(4)
     assert from_budget.stream_labels("count", 0) == from_noise.stream_labels("count", 0)
 
@@ -114,7 +114,7 @@ def test_margin_of_error_needs_a_dp_result():
 def test_spark_functions_take_the_same_budgets(spark):
     from dp_pipeline.spark import dp_mean
 
-    query = dp_mean(column="v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
+    query = dp_mean("v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
     local = PEOPLE.dp.mean("v", bounds=(0, 100), **PER_ROW, epsilon=1, delta=Fraction(1, 10**8))
     assert query.info.margin_of_error == local.dp.margin_of_error
     released = query(spark.createDataFrame(PEOPLE)).toPandas().sort_values("g")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 import dp_pipeline  # noqa: F401  (registers df.dp)
-from dp_pipeline import DiscreteGaussian, DiscreteLaplace, MasterKey
+from dp_pipeline import DiscreteGaussian, DiscreteLaplace, DPTypeError, MasterKey
 from dp_pipeline.query.aggregations import CountQuery, MeanQuery, SumQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.signatures import PARAMETER_DOCS
@@ -20,10 +20,11 @@ from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.tables.engines import compute_tables  # noqa: F401  (the release's engine)
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
-from dp_pipeline.selection.query import TopKQuery
+from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 KEY = MasterKey(bytes(range(32)))
 CELLS = dict(by=["g"], domains={"g": range(5)})
+LABELS = dict(key=KEY, release_id="r", table="t")
 
 
 def test_parameter_objects_are_built_and_costed_without_a_key():
@@ -61,6 +62,34 @@ def test_run_context_refuses_bad_keys_and_names_by_name():
         RunContext.build(key=KEY, release_id="r", table="t", noise_partitions=1.5)
 
 
+@pytest.mark.parametrize(
+    ("build", "call"),
+    [
+        (
+            lambda: QuerySpec.build("count", **CELLS, epsilon=1, **LABELS),
+            'QuerySpec.build("count", ..., privacy_unit="person_id")',
+        ),
+        (
+            lambda: QuantileQuery.build(
+                "quantile", column="v", q="1/4", bounds=(0, 9), granularity=1, epsilon=1, **LABELS
+            ),
+            'QuantileQuery.build("quantile", ..., privacy_unit="person_id")',
+        ),
+        (
+            lambda: TopKQuery.build(column="g", k=1, candidates=range(3), epsilon=1, **LABELS),
+            'TopKQuery.build(..., privacy_unit="person_id")',
+        ),
+    ],
+)
+def test_the_query_builds_need_privacy_unit_named(build, call):
+    # A default would choose silently what the guarantee protects, as in the public calls.
+    with pytest.raises(DPTypeError) as info:
+        build()
+    message = str(info.value)
+    assert "needs privacy_unit=" in message and call in message
+    assert call.replace('"person_id"', "None") in message
+
+
 def test_the_bound_query_keeps_its_labels_whatever_builds_it():
     spec = QuerySpec.build(
         "sum",
@@ -71,6 +100,7 @@ def test_the_bound_query_keeps_its_labels_whatever_builds_it():
         key=KEY,
         release_id="r",
         table="t",
+        privacy_unit=None,
     )
     query = SumQuery.build("v", bounds=(0, 9), **CELLS, noise=DiscreteGaussian(4))
     bound = QuerySpec.bind(query, RunContext.build(key=KEY, release_id="r", table="t"))
@@ -103,11 +133,20 @@ def test_the_planner_costs_exactly_the_query_the_engines_run(tmp_path):
 # ------------------------------------------------------------------------- shims
 
 EXPECTED_COUNT = (
-    "(*, by, domains, privacy_unit: str | None, key, release_id: str, table: str, noise=None, "
-    "max_cells: int = 1, max_per_cell: int = 1, "
-    "neighbouring: str = 'add_remove', on_invalid: str = 'drop', cell_limit: int = 10000000, "
-    "confidence=Fraction(19, 20), delta=None, epsilon=None, rho=None, noise_partitions: int = 16)"
+    "(*, by, domains, privacy_unit, key, release_id, table, noise=None, "
+    "max_cells=1, max_per_cell=1, neighbouring='add_remove', on_invalid='drop', "
+    "cell_limit=10000000, confidence=Fraction(19, 20), delta=None, epsilon=None, rho=None, "
+    "noise_partitions=16)"
 )
+
+
+def _unannotated(signature: inspect.Signature) -> inspect.Signature:
+    return signature.replace(
+        parameters=[
+            p.replace(annotation=inspect.Parameter.empty) for p in signature.parameters.values()
+        ],
+        return_annotation=inspect.Signature.empty,
+    )
 
 
 def _pandas_shims():
@@ -121,7 +160,7 @@ def _pandas_shims():
 def test_shims_show_the_documented_parameters_and_defaults():
     shims = _pandas_shims()
     count = inspect.signature(shims["count"])
-    assert str(count).startswith(EXPECTED_COUNT)
+    assert str(_unannotated(count)).startswith(EXPECTED_COUNT)
     total = inspect.signature(shims["sum"]).parameters
     assert (
         next(iter(total)) == "column"
@@ -165,21 +204,25 @@ def test_a_shim_refuses_a_call_its_signature_refuses():
         frame.dp.count(["g"])
 
 
-def test_spark_shims_share_the_pandas_parameters():
+def test_spark_functions_have_the_call_shape_of_df_dp():
+    # One call shape per operation: the same names, kinds (the value column positional
+    # where df.dp takes it so), order and defaults; only df.dp's bound DataFrame is not there.
     pytest.importorskip("pyspark")
     from dp_pipeline import spark as spark_functions
-    from dp_pipeline.selection import spark as spark_selection
 
-    shims = _pandas_shims()
-    for name in ("count", "sum", "mean"):
-        ours = inspect.signature(getattr(spark_functions, f"dp_{name}")).parameters
-        theirs = inspect.signature(shims[name]).parameters
-        assert {k: v.default for k, v in ours.items()} == {k: v.default for k, v in theirs.items()}
-        assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in ours.values())
-    for name in ("quantile", "median", "top_k"):
-        ours = inspect.signature(getattr(spark_selection, f"dp_{name}")).parameters
-        assert next(iter(ours)) == "df"
-        assert list(ours)[1:] == list(inspect.signature(shims[name]).parameters)
+    def shape(function):
+        return [
+            (p.name, p.kind, p.default) for p in inspect.signature(function).parameters.values()
+        ]
+
+    for name, function in _pandas_shims().items():
+        assert shape(getattr(spark_functions, f"dp_{name}")) == shape(function), name
+    positional = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    assert [p for p, kind, _ in shape(spark_functions.dp_sum) if kind is positional] == ["column"]
+    assert [p for p, kind, _ in shape(spark_functions.dp_top_k) if kind is positional] == [
+        "column",
+        "k",
+    ]
 
 
 def test_selection_parameters_are_key_free():
@@ -189,6 +232,13 @@ def test_selection_parameters_are_key_free():
     assert len(selection.candidates) == 11
     pickle.dumps(selection)
     top = TopKQuery.build(
-        column="g", k=2, candidates=range(5), epsilon=1, key=KEY, release_id="r", table="t"
+        privacy_unit=None,
+        column="g",
+        k=2,
+        candidates=range(5),
+        epsilon=1,
+        key=KEY,
+        release_id="r",
+        table="t",
     )
     assert top.counts.key is KEY and top.selection.counts.cells.total == 5

@@ -263,6 +263,7 @@ def test_release_selections_draw_from_the_release_identity(tmp_path):
     mechanism = result.plan.table("income_p90").mechanism
     query = QuantileQuery.build(
         "quantile",
+        privacy_unit=None,
         column="income",
         q=Fraction(9, 10),
         bounds=(0, 500_000),

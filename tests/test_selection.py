@@ -13,14 +13,14 @@ from dp_pipeline import BaseTwoExponential, MasterKey
 from dp_pipeline.query.quantile_grid import quantile_candidates, quantile_positions
 from dp_pipeline.randomness import derive_stream
 from dp_pipeline.selection.algorithms import (
-    dp_median,
-    dp_quantile,
-    dp_top_k,
+    median_of,
     quantile_losses,
     quantile_mechanism,
+    quantile_of,
     quantile_rank_error_bound,
     select_quantile,
     top_k_mechanism,
+    top_k_of,
 )
 
 KEY = MasterKey(bytes(range(1, 33)))
@@ -46,7 +46,7 @@ def test_dp_median_within_documented_error_bound_over_many_seeds():
     t = quantile_rank_error_bound(mechanism, 201, beta)
     runs = 60
     picks = [
-        dp_median(values, (0, 200), 1, mechanism, stream("median", seed)) for seed in range(runs)
+        median_of(values, (0, 200), 1, mechanism, stream("median", seed)) for seed in range(runs)
     ]
     losses = [max(0, o - 100, 99 - o) for o in picks]
     assert losses == [
@@ -66,7 +66,7 @@ def test_dp_median_within_documented_error_bound_over_many_seeds():
 def test_dp_quantile_on_a_fractional_grid_and_fractional_rank():
     rng = np.random.default_rng(4)  # test data only
     values = rng.normal(50, 10, 1001)
-    picks = [dp_quantile(values, "0.9", (0, 100), "0.5", 1, stream("q90", s)) for s in range(5)]
+    picks = [quantile_of(values, "0.9", (0, 100), "0.5", 1, stream("q90", s)) for s in range(5)]
     truth = np.quantile(values, 0.9)
     assert all(isinstance(p, float | int) for p in picks)
     assert all(abs(p - truth) < 3 for p in picks)
@@ -75,7 +75,7 @@ def test_dp_quantile_on_a_fractional_grid_and_fractional_rank():
 
 def test_values_are_clamped_into_bounds():
     values = np.array([-1000.0] * 30 + [1000.0] * 31)
-    picks = {dp_median(values, (0, 10), 1, 2, stream("clamp", i)) for i in range(40)}
+    picks = {median_of(values, (0, 10), 1, 2, stream("clamp", i)) for i in range(40)}
     # 30 values clamp to 0 and 31 to 10: 10 is the median (loss 0) and every other
     # candidate is half a rank from one (loss 1/2), so any grid point may come out ...
     assert picks <= set(range(11)) and len(picks) > 3
@@ -92,15 +92,15 @@ def test_quantile_loss_ranks_tied_values_correctly():
     losses = quantile_losses(counts, Fraction(1, 2))
     assert losses[30] == 0 and min(losses[:30]) == Fraction(201, 2)
     assert all(loss == Fraction(199, 2) for loss in losses[31:101])
-    assert dp_median(np.array([30.0] * 200 + [100.0]), (0, 120), 1, 2, stream("ties")) == 30
+    assert median_of(np.array([30.0] * 200 + [100.0]), (0, 120), 1, 2, stream("ties")) == 30
 
 
 def test_dp_top_k_peeling_picks_the_clear_winners_in_order():
     counts = np.array([5, 900, 10, 700, 800, 0])
     labels = ["a", "b", "c", "d", "e", "f"]
-    picked = dp_top_k(counts, 3, 3, stream("topk"), candidates=labels)
+    picked = top_k_of(counts, 3, 3, stream("topk"), candidates=labels)
     assert picked == ["b", "e", "d"]
-    assert dp_top_k(counts, 2, 3, stream("topk2")) == [1, 4]
+    assert top_k_of(counts, 2, 3, stream("topk2")) == [1, 4]
 
 
 def test_top_k_epsilon_split_is_stated_and_composes_below_epsilon():
@@ -118,7 +118,7 @@ def test_dp_top_k_first_pick_follows_the_exponential_mechanism():
     mechanism = top_k_mechanism(1, 1)
     source = stream("topk-chi2")
     n = 1500
-    picks = [dp_top_k(counts, 1, 1, source)[0] for _ in range(n)]
+    picks = [top_k_of(counts, 1, 1, source)[0] for _ in range(n)]
     weights = np.array([float(mechanism.base) ** -c for c in counts])
     expected = n * weights / weights.sum()
     observed = np.bincount(picks, minlength=4)
@@ -129,26 +129,26 @@ def test_dp_top_k_first_pick_follows_the_exponential_mechanism():
 @pytest.mark.parametrize(
     ("call", "error", "message"),
     [
-        (lambda s: dp_median([1.0], (0, 10), 1, 0, s), ValueError, "epsilon must be > 0"),
-        (lambda s: dp_median([1.0], (0, 10), 1, -2, s), ValueError, "epsilon must be > 0"),
-        (lambda s: dp_median([1.0], (10, 0), 1, 1, s), ValueError, r"bounds \(10, 0\) are rev"),
-        (lambda s: dp_median([1.0], (0, 10), 0, 1, s), ValueError, "granularity must be > 0"),
-        (lambda s: dp_median([1.0], (0, 10**9), "1/100", 1, s), ValueError, "coarser granul"),
-        (lambda s: dp_median([1.0, np.nan], (0, 1), 1, 1, s), ValueError, r"values\[1\] is NaN"),
-        (lambda s: dp_median([1.0], (0, np.inf), 1, 1, s), ValueError, "bounds upper must be fin"),
-        (lambda s: dp_quantile([1.0], 2, (0, 1), 1, 1, s), ValueError, "q must be in"),
+        (lambda s: median_of([1.0], (0, 10), 1, 0, s), ValueError, "epsilon must be > 0"),
+        (lambda s: median_of([1.0], (0, 10), 1, -2, s), ValueError, "epsilon must be > 0"),
+        (lambda s: median_of([1.0], (10, 0), 1, 1, s), ValueError, r"bounds \(10, 0\) are rev"),
+        (lambda s: median_of([1.0], (0, 10), 0, 1, s), ValueError, "granularity must be > 0"),
+        (lambda s: median_of([1.0], (0, 10**9), "1/100", 1, s), ValueError, "coarser granul"),
+        (lambda s: median_of([1.0, np.nan], (0, 1), 1, 1, s), ValueError, r"values\[1\] is NaN"),
+        (lambda s: median_of([1.0], (0, np.inf), 1, 1, s), ValueError, "bounds upper must be fin"),
+        (lambda s: quantile_of([1.0], 2, (0, 1), 1, 1, s), ValueError, "q must be in"),
         (
-            lambda s: dp_median([1.0], (0, 1), 1, BaseTwoExponential(1, monotone=True), s),
+            lambda s: median_of([1.0], (0, 1), 1, BaseTwoExponential(1, monotone=True), s),
             ValueError,
             "not monotone",
         ),
-        (lambda s: dp_top_k([], 1, 1, s), ValueError, "counts_by_candidate is empty"),
-        (lambda s: dp_top_k([1, 2], 3, 1, s), ValueError, "k = 3 is larger than the number"),
-        (lambda s: dp_top_k([1, 2], 0, 1, s), ValueError, "k must be >= 1"),
-        (lambda s: dp_top_k([1.0, np.nan], 1, 1, s), ValueError, r"counts_by_candidate\[1\]"),
-        (lambda s: dp_top_k([1, 2], 1, 0, s), ValueError, "epsilon must be > 0"),
+        (lambda s: top_k_of([], 1, 1, s), ValueError, "counts_by_candidate is empty"),
+        (lambda s: top_k_of([1, 2], 3, 1, s), ValueError, "k = 3 is larger than the number"),
+        (lambda s: top_k_of([1, 2], 0, 1, s), ValueError, "k must be >= 1"),
+        (lambda s: top_k_of([1.0, np.nan], 1, 1, s), ValueError, r"counts_by_candidate\[1\]"),
+        (lambda s: top_k_of([1, 2], 1, 0, s), ValueError, "epsilon must be > 0"),
         (
-            lambda s: dp_top_k([1, 2], 1, 1, s, candidates=["a"]),
+            lambda s: top_k_of([1, 2], 1, 1, s, candidates=["a"]),
             ValueError,
             "candidates has 1 entries",
         ),
@@ -178,7 +178,7 @@ def test_one_shot_top_k_noise_scale_is_delta1_over_epsilon():
     # fail with negligible probability.
     n = 3000
     source = stream("one-shot")
-    picks = [dp_top_k([5, 4], 1, 1, source, method="one_shot")[0] for _ in range(n)]
+    picks = [top_k_of([5, 4], 1, 1, source, method="one_shot")[0] for _ in range(n)]
     first = picks.count(0)
     p0 = _one_shot_first_pick_probability((5, 4), 2.0)
     # Two-sided binomial test at false-positive rate 1e-4 (pinned).

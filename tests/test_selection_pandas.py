@@ -12,11 +12,11 @@ import dp_pipeline  # noqa: F401  (registers df.dp)
 from dp_pipeline import DiscreteLaplace, MasterKey
 from dp_pipeline.randomness import derive_stream
 from dp_pipeline.selection.algorithms import (
-    dp_median,
-    dp_quantile,
+    median_of,
     one_shot_top_k,
     peel_top_k,
     quantile_mechanism,
+    quantile_of,
     quantile_rank_error_bound,
     top_k_mechanism,
 )
@@ -46,6 +46,7 @@ def test_median_is_the_core_mechanism_on_the_query_stream_and_reproducible():
     assert out.columns.tolist() == ["quantile", "age"] and out["age"].dtype == np.int64
     query = QuantileQuery.build(
         "median",
+        privacy_unit=None,
         column="age",
         q=Fraction(1, 2),
         bounds=(0, 100),
@@ -57,7 +58,7 @@ def test_median_is_the_core_mechanism_on_the_query_stream_and_reproducible():
     )
     assert query.labels[:4] == ("2026-11", "t", "selection", "median")
     stream = derive_stream(KEY, *query.labels)
-    expected = dp_median(df["age"].to_numpy(), (0, 100), 1, quantile_mechanism(1), stream)
+    expected = median_of(df["age"].to_numpy(), (0, 100), 1, quantile_mechanism(1), stream)
     assert out["age"].iloc[0] == expected
     info = out.attrs["dp"]
     assert info.statistic == "median" and info.method == "exponential"
@@ -80,6 +81,7 @@ def test_quantile_on_a_fractional_grid_drops_invalid_values_and_counts_them():
     )
     query = QuantileQuery.build(
         "quantile",
+        privacy_unit=None,
         column="income",
         q="0.9",
         bounds=(0, 200000),
@@ -91,7 +93,7 @@ def test_quantile_on_a_fractional_grid_drops_invalid_values_and_counts_them():
     )
     stream = derive_stream(KEY, *query.labels)
     valid = df["income"].to_numpy()[np.isfinite(df["income"].to_numpy())]
-    expected = dp_quantile(valid, "0.9", (0, 200000), 1000, 2, stream)
+    expected = quantile_of(valid, "0.9", (0, 200000), 1000, 2, stream)
     assert out["income"].iloc[0] == expected and out["quantile"].iloc[0] == 0.9
     diagnostics = out.attrs["dp"].diagnostics
     assert (diagnostics.rows_invalid_value, diagnostics.rows_clamped) == (3, 1)

@@ -28,25 +28,29 @@ def people(n: int = 300) -> pd.DataFrame:
     return frame
 
 
-def assert_same_release(spark_result: pd.DataFrame, pandas_result: pd.DataFrame) -> None:
-    pd.testing.assert_frame_equal(spark_result, pandas_result, check_dtype=False)
-    assert spark_result.attrs["dp"] == pandas_result.attrs["dp"]  # info and diagnostics
+def assert_same_release(selection, df, pandas_result: pd.DataFrame) -> None:
+    """The Spark selection of ``df``, by ``df.transform`` and collected, is ``df.dp``'s."""
+    rows = df.transform(selection).toPandas()
+    pd.testing.assert_frame_equal(rows, pandas_result, check_dtype=False)
+    assert selection.info == pandas_result.dp.info  # info and diagnostics
+    collected = selection.collect(df)
+    pd.testing.assert_frame_equal(collected, pandas_result)
+    assert collected.attrs["dp"] == pandas_result.attrs["dp"]
 
 
 def test_spark_selections_equal_pandas_for_the_same_key(spark):
-    from dp_pipeline.selection import spark as spark_selection
+    from dp_pipeline.spark import dp_median, dp_quantile, dp_top_k
 
     local = people()
     df = spark.createDataFrame(local)
     quantile = dict(bounds=(0, 200000), granularity=500, epsilon=1, **COMMON)
     assert_same_release(
-        spark_selection.dp_quantile(df, "income", "0.75", **quantile),
+        dp_quantile("income", "0.75", **quantile),
+        df,
         local.dp.quantile("income", "0.75", **quantile),
     )
     median = dict(bounds=(0, 100), granularity="1/2", epsilon="0.5", **COMMON)
-    assert_same_release(
-        spark_selection.dp_median(df, "age", **median), local.dp.median("age", **median)
-    )
+    assert_same_release(dp_median("age", **median), df, local.dp.median("age", **median))
     peeling = dict(
         COMMON,
         candidates=["n", "s", "e", "w", "z", "x"],
@@ -55,25 +59,38 @@ def test_spark_selections_equal_pandas_for_the_same_key(spark):
         max_candidates=2,
     )
     assert_same_release(
-        spark_selection.dp_top_k(df, "region", 3, **peeling),
-        local.dp.top_k("region", 3, **peeling),
+        dp_top_k("region", 3, **peeling), df, local.dp.top_k("region", 3, **peeling)
     )
     one_shot = dict(candidates=range(90), epsilon=1, method="one_shot", **COMMON)
-    assert_same_release(
-        spark_selection.dp_top_k(df, "age", 4, **one_shot),
-        local.dp.top_k("age", 4, **one_shot),
-    )
+    assert_same_release(dp_top_k("age", 4, **one_shot), df, local.dp.top_k("age", 4, **one_shot))
 
 
 def test_spark_bad_input_names_the_column(spark):
-    from dp_pipeline.selection import spark as spark_selection
+    from dp_pipeline.spark import dp_median, dp_top_k
 
     df = spark.createDataFrame(people(30))
+    selection = dp_median("region", bounds=(0, 9), granularity=1, epsilon=1, **COMMON)
+    assert "SparkDPSelection(median of 'region'" in repr(selection)  # nothing read yet
     with pytest.raises(ValueError, match=r"column 'income': some rows hold null, NaN"):
-        spark_selection.dp_median(
-            df, "income", bounds=(0, 9), granularity=1, epsilon=1, on_invalid="error", **COMMON
+        df.transform(
+            dp_median(
+                "income", bounds=(0, 9), granularity=1, epsilon=1, on_invalid="error", **COMMON
+            )
         )
     with pytest.raises(TypeError, match="quantile column 'region' has Spark type string"):
-        spark_selection.dp_median(df, "region", bounds=(0, 9), granularity=1, epsilon=1, **COMMON)
+        df.transform(dp_median("region", bounds=(0, 9), granularity=1, epsilon=1, **COMMON))
     with pytest.raises(ValueError, match="k = 9 is larger than the number of candidates"):
-        spark_selection.dp_top_k(df, "region", 9, candidates=["n", "s"], epsilon=1, **COMMON)
+        dp_top_k("region", 9, candidates=["n", "s"], epsilon=1, **COMMON)
+
+
+def test_the_old_spark_selection_call_says_how_to_write_the_new_one():
+    pytest.importorskip("pyspark")
+    from dp_pipeline.selection import spark as spark_selection
+
+    with pytest.raises(TypeError) as moved:
+        spark_selection.dp_quantile  # noqa: B018  (the attribute access is the call)
+    message = str(moved.value)
+    assert "dp_pipeline.selection.spark.dp_quantile(df, column, q, ...) is now" in message
+    assert "df.transform(dp_quantile(column, q, ...))" in message
+    with pytest.raises(AttributeError):
+        spark_selection.no_such_name  # noqa: B018

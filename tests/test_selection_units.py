@@ -323,18 +323,19 @@ def test_every_spark_selection_without_a_privacy_unit_is_refused_before_the_data
     function, arguments
 ):
     pytest.importorskip("pyspark")
-    from dp_pipeline.selection import spark as spark_selection
+    from dp_pipeline import spark as spark_functions
 
     with pytest.raises(TypeError) as refused:  # no DataFrame at all: nothing is read
-        getattr(spark_selection, function)(None, **arguments, **COMMON)
+        getattr(spark_functions, function)(**arguments, **COMMON)
     message = str(refused.value)
-    assert f'{function}(df, ..., privacy_unit="person_id")' in message
-    assert f"{function}(df, ..., privacy_unit=None)" in message
+    assert f'df.transform({function}(..., privacy_unit="person_id"))' in message
+    assert f"df.transform({function}(..., privacy_unit=None))" in message
+    selection = getattr(spark_functions, function)(**arguments, **COMMON, privacy_unit=None)
+    assert selection.info.privacy_unit is None
 
 
 def test_spark_selections_per_unit_equal_pandas_for_the_same_key(spark):
-    from dp_pipeline.selection import spark as spark_selection
-    from dp_pipeline.spark import dp_count
+    from dp_pipeline.spark import dp_count, dp_median, dp_quantile, dp_top_k
 
     local = persons().astype({"age": float, "county": float, "person": "Int64"})
     local.loc[0, "age"] = np.nan
@@ -343,30 +344,31 @@ def test_spark_selections_per_unit_equal_pandas_for_the_same_key(spark):
     df = spark.createDataFrame(local)
     groups = dict(by="county", domains={"county": [1, 2, 3, 4]})
 
-    def same(spark_result, pandas_result):
-        pd.testing.assert_frame_equal(spark_result, pandas_result, check_dtype=False)
-        assert spark_result.attrs["dp"] == pandas_result.attrs["dp"]  # info and diagnostics
-        assert spark_result.attrs["dp"].diagnostics == pandas_result.attrs["dp"].diagnostics
+    def same(selection, pandas_result):
+        rows = df.transform(selection).toPandas()
+        pd.testing.assert_frame_equal(rows, pandas_result, check_dtype=False)
+        assert selection.info == pandas_result.dp.info  # info and diagnostics
+        assert selection.diagnostics == pandas_result.attrs["dp"].diagnostics
 
     median = dict(**GRID, epsilon=1, privacy_unit="person", **COMMON)
-    same(spark_selection.dp_median(df, "age", **median), local.dp.median("age", **median))
+    same(dp_median("age", **median), local.dp.median("age", **median))
     assert local.dp.median("age", **median).attrs["dp"].diagnostics.rows_used == PERSONS
     grouped = dict(median, **groups, max_cells=2, max_per_cell=2, q="0.9")
     same(
-        spark_selection.dp_quantile(df, "age", **grouped),
+        dp_quantile("age", **grouped),
         local.dp.quantile("age", **grouped),
     )
     per_record = dict(median, **groups, privacy_unit=None)
-    same(spark_selection.dp_median(df, "age", **per_record), local.dp.median("age", **per_record))
+    same(dp_median("age", **per_record), local.dp.median("age", **per_record))
     top = dict(candidates=["n", "s", "e"], epsilon=1, privacy_unit="person", max_candidates=2)
     same(
-        spark_selection.dp_top_k(df, "region", 2, **top, **COMMON),
+        dp_top_k("region", 2, **top, **COMMON),
         local.dp.top_k("region", 2, **top, **COMMON),
     )
     for method in ("peeling", "one_shot"):
         grouped_top = dict(top, **groups, method=method, **COMMON)
         same(
-            spark_selection.dp_top_k(df, "region", 2, **grouped_top),
+            dp_top_k("region", 2, **grouped_top),
             local.dp.top_k("region", 2, **grouped_top),
         )
     counts = dict(**groups, noise=DiscreteGaussian(4), privacy_unit="person", **COMMON)

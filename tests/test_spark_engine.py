@@ -42,6 +42,7 @@ def spec(statistic, **overrides):
         release_id="rel",
         table="t",
         noise_partitions=4,
+        privacy_unit=None,
     )
     if statistic != "count":
         params.update(column="income", bounds=(-20, 100), granularity="1/4")

@@ -8,7 +8,11 @@ from fractions import Fraction
 
 from dp_pipeline.errors import DPTypeError, DPValueError
 
+# What an accounting function takes for ε, δ or ρ: any real number (read as a float).
+Real = float | int | Fraction
+
 __all__ = [
+    "Real",
     "check_delta",
     "check_epsilon",
     "check_integer_sensitivity",

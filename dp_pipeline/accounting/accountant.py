@@ -55,9 +55,10 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from fractions import Fraction
 
-from dp_pipeline.accounting._checks import check_delta, check_epsilon
+from dp_pipeline.accounting._checks import Real, check_delta, check_epsilon
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.conditioning import RestSummary, conditioned_composition
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
@@ -68,6 +69,7 @@ from dp_pipeline.accounting.event_totals import (
     total_rho,
 )
 from dp_pipeline.accounting.events import (
+    AccountedMechanism,
     PrivacyEvent,
     event_mechanism_from_dict,
     event_mechanism_to_dict,
@@ -86,14 +88,38 @@ _CAPPED = "(tighter than"  # in the method of a bound given by a closed-form cap
 
 
 class PrivacyAccountant:
-    """Composes the mechanisms of a release; see the module docstring for the methods."""
+    """Composes the mechanisms of a release; see the module docstring for the methods.
+
+    Guarantee: `delta` and `epsilon` answer with two-sided bounds (`DeltaBound`,
+    `EpsilonBound`): ``upper`` is the guarantee on every path, ``lower`` a value the
+    true curve cannot be below, ``method`` how it was computed.
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteGaussian, DiscreteLaplace, PrivacyAccountant
+        >>> accountant = PrivacyAccountant().add(DiscreteGaussian(8), sensitivity=1, count=10)
+        >>> accountant.rho()  # 10 runs of Δ²/(2σ²) = 1/16 (CKS Theorem 4)
+        Fraction(5, 8)
+        >>> bound = accountant.delta(1.0)
+        >>> bound.lower <= bound.upper < 0.2
+        True
+        >>> accountant.add(DiscreteLaplace(2)).epsilon(1e-6).method
+        'support_exact'
+        >>> PrivacyAccountant().add(DiscreteLaplace(2)).add(DiscreteLaplace(2)).pure_epsilon()
+        Fraction(1, 1)
+    """
 
     def __init__(self) -> None:
         self._events: list[PrivacyEvent] = []
         self._cache: dict = {}
 
     # ----------------------------------------------------------------- recording
-    def add(self, mechanism, sensitivity=1, count: int = 1) -> PrivacyAccountant:
+    def add(
+        self,
+        mechanism: AccountedMechanism,
+        sensitivity: int | Sequence[int] = 1,
+        count: int = 1,
+    ) -> PrivacyAccountant:
         """Record ``count`` independent runs of ``mechanism`` (returns self for chaining).
 
         ``sensitivity``: an integer Δ, or the per-coordinate integer shifts μ of the worst
@@ -149,7 +175,7 @@ class PrivacyAccountant:
         return total_pure_epsilon(self._events)
 
     # ----------------------------------------------------------------- (ε, δ)
-    def delta(self, epsilon: float, method: str | None = None) -> DeltaBound:
+    def delta(self, epsilon: Real, method: str | None = None) -> DeltaBound:
         """Bound on δ(ε) of the whole composition (``.upper`` is the guarantee).
 
         ``method="pure_dp"`` asks for plain pure-DP addition (δ = 0 once ε >= Σ ε_i).
@@ -165,7 +191,7 @@ class PrivacyAccountant:
         delta_of, _name = self._composition()
         return delta_of(epsilon)
 
-    def epsilon(self, delta: float) -> EpsilonBound:
+    def epsilon(self, delta: Real) -> EpsilonBound:
         """Bound on the smallest ε with δ(ε) <= δ (``.upper`` is the guarantee)."""
         delta = check_delta(delta)
         self._require_events()
@@ -229,13 +255,13 @@ class PrivacyAccountant:
                 "method": bound.method,
             }
         if delta is not None:
-            bound = self.epsilon(delta)
+            epsilon_bound = self.epsilon(delta)
             result["epsilon"] = {
                 "delta": delta,
-                "upper": bound.upper,
-                "lower": bound.lower,
-                "gap": bound.gap,
-                "method": bound.method,
+                "upper": epsilon_bound.upper,
+                "lower": epsilon_bound.lower,
+                "gap": epsilon_bound.gap,
+                "method": epsilon_bound.method,
             }
         return result
 
@@ -265,6 +291,7 @@ class PrivacyAccountant:
             return delta_of, name
         split = pure_dp_split(self._events)
         pure_total = None if split is None or split[0] == 0 else float(split[0])
+        rest_rho = 0.0 if split is None else float(split[1])
 
         decides = getattr(delta_of, "accepts_decide", False)
 
@@ -280,14 +307,14 @@ class PrivacyAccountant:
             if pure_total is not None and eps > pure_total * (1 + 1e-12):
                 # basic composition of the pure part and the zCDP of the rest (ε rounded
                 # down by the factor, so the pure part's ε is not below its exact value)
-                rest = zcdp_to_delta(float(split[1]), eps - pure_total * (1 + 1e-12))
+                rest = zcdp_to_delta(rest_rho, eps - pure_total * (1 + 1e-12))
                 if rest < bound.upper:
                     bound = DeltaBound(
                         min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
                     )
             return bound
 
-        capped.accepts_decide = True
+        capped.accepts_decide = True  # type: ignore[attr-defined]
         return capped, name
 
     def _paths(self):
@@ -366,7 +393,7 @@ class PrivacyAccountant:
         return accountant
 
 
-def _rest_summary(events) -> RestSummary | None:
+def _rest_summary(events: Sequence[PrivacyEvent]) -> RestSummary | None:
     """The other events of a conditioning (`conditioning`), or None without a finite ρ."""
     rest = PrivacyAccountant()
     rest._events = list(events)

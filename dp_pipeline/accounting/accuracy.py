@@ -7,6 +7,7 @@ import numbers
 
 import numpy as np
 
+from dp_pipeline.accounting._checks import Real
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_log_normalizer
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -80,13 +81,20 @@ def _laplace_margin(scale: float, confidence: float) -> int:
     return m
 
 
-def margin_of_error(mechanism, confidence: float = 0.95) -> int:
+def margin_of_error(mechanism: DiscreteGaussian | DiscreteLaplace, confidence: Real = 0.95) -> int:
     """Smallest integer m with P(|Y| <= m) >= ``confidence`` for the mechanism's noise Y.
 
     Discrete Gaussian: tail sums of the exact pmf (normaliser by Poisson summation); for
     σ > 26,000 the normal tail with its Euler–Maclaurin correction and a rigorous remainder
     bound (an m within that bound of the boundary is rounded up, so the claim still holds);
     discrete Laplace: the closed form P(|Y| > m) = 2q^{m+1}/(1+q), q = e^{-1/b}.
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteLaplace
+        >>> from dp_pipeline.accounting import margin_of_error
+        >>> margin_of_error(DiscreteLaplace(1))  # P(|Y| > 3) = 2e^{-4}/(1 + e^{-1}) < 5%
+        3
     """
     confidence = _check_confidence(confidence)
     if isinstance(mechanism, DiscreteGaussian):

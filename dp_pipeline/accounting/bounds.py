@@ -33,6 +33,10 @@ class EpsilonBound:
     upper: float
     method: str
 
+    def with_method(self, method: str) -> EpsilonBound:
+        """The same bound, computed by ``method``."""
+        return EpsilonBound(self.lower, self.upper, method)
+
     @property
     def gap(self) -> float:
         """Absolute distance between the upper and lower bound."""

@@ -22,7 +22,7 @@ from dp_pipeline.accounting.accountant import PrivacyAccountant
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian
-from dp_pipeline.rational import exact_rational
+from dp_pipeline.rational import RationalLike, exact_rational
 
 __all__ = [
     "ZcdpShare",
@@ -61,13 +61,15 @@ def _target_down(value: object, name: str) -> Fraction:
     return exact_rational(value, name)
 
 
-def _parse_queries(queries, integer_name: str = "sensitivity"):
+def _parse_queries(
+    queries: Sequence, integer_name: str = "sensitivity"
+) -> list[tuple[Fraction, list[int]]]:
     """[(share, weights)] with shares normalised to sum exactly 1; weights = the μ vector."""
     if isinstance(queries, (str, bytes)) or not isinstance(queries, Sequence):
         raise DPTypeError("queries must be a list of (share, sensitivity_vector) pairs")
     if len(queries) == 0:
         raise DPValueError("queries must not be empty: there is nothing to calibrate")
-    parsed = []
+    parsed: list[tuple[Fraction, list[int]]] = []
     for index, query in enumerate(queries):
         if not isinstance(query, Sequence) or len(query) != 2:
             raise DPTypeError(
@@ -103,7 +105,7 @@ def _parse_queries(queries, integer_name: str = "sensitivity"):
                 f"queries[{index}] {integer_name} must have a non-zero shift, got {clean}"
             )
         parsed.append((share, clean))
-    total = sum(share for share, _ in parsed)
+    total = sum((share for share, _ in parsed), Fraction(0))
     if abs(total - 1) > Fraction(1, 10**9):
         raise DPValueError(
             f"query shares must sum to 1, got {float(total)!r} "
@@ -112,7 +114,7 @@ def _parse_queries(queries, integer_name: str = "sensitivity"):
     return [(share / total, shifts) for share, shifts in parsed]
 
 
-def _unit_variances(parsed) -> list[Fraction]:
+def _unit_variances(parsed: list[tuple[Fraction, list[int]]]) -> list[Fraction]:
     """c_j = ||μ_j||²/(2·share_j): query j gets σ_j² = c_j·S for one common noise scale S."""
     return [Fraction(sum(m * m for m in shifts)) / (2 * share) for share, shifts in parsed]
 
@@ -144,9 +146,9 @@ ZcdpShare = tuple[object, Callable[[Fraction], tuple[object, object, int]]]
 
 
 def calibrate_discrete_gaussian(
-    epsilon: object = None,
-    delta: object = None,
-    rho: object = None,
+    epsilon: RationalLike | None = None,
+    delta: RationalLike | None = None,
+    rho: RationalLike | None = None,
     queries: Sequence = (),
     rtol: float = 1e-4,
 ) -> list[Fraction]:
@@ -167,9 +169,9 @@ def calibrate_discrete_gaussian(
 
 
 def calibrate_zcdp_shares(
-    epsilon: object = None,
-    delta: object = None,
-    rho: object = None,
+    epsilon: RationalLike | None = None,
+    delta: RationalLike | None = None,
+    rho: RationalLike | None = None,
     queries: Sequence = (),
     others: Sequence[ZcdpShare] = (),
     rtol: float = 1e-4,
@@ -274,10 +276,20 @@ def calibrate_zcdp_shares(
     return best
 
 
-def calibrate_discrete_laplace(epsilon: object, queries: Sequence = ((1, 1),)) -> list[Fraction]:
+def calibrate_discrete_laplace(
+    epsilon: RationalLike, queries: Sequence = ((1, 1),)
+) -> list[Fraction]:
     """Exact scales b_j so that the composition is pure ε-DP: b_j = ||μ_j||₁/(share_j·ε).
 
     Pure ε-DP composes additively (Δ/b per query); ε is read down and b rounded UP.
+
+    Example:
+
+        >>> from dp_pipeline.accounting import calibrate_discrete_laplace
+        >>> calibrate_discrete_laplace(1, [(1, [1])])  # one count: b = Δ/ε
+        [Fraction(1, 1)]
+        >>> calibrate_discrete_laplace("1/2", [("1/2", [1]), ("1/2", [2, 2])])
+        [Fraction(4, 1), Fraction(16, 1)]
     """
     target = _target_down(epsilon, "epsilon")
     if target <= 0:

@@ -13,25 +13,29 @@ result is the maximum over the integer shifts 1..Δ.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
 
 from dp_pipeline.accounting._checks import (
+    Real,
     check_delta,
     check_epsilon,
     check_integer_sensitivity,
     round_up,
 )
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
+    TINY,
     InversionComposition,
     smooth_gaussian,
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms.additive import DiscreteGaussian
-from dp_pipeline.rational import positive_rational
+from dp_pipeline.rational import RationalLike, positive_rational
 
 __all__ = [
     "discrete_gaussian_delta",
@@ -49,10 +53,9 @@ _TAIL_LOG_RATIO = 46.0
 _CHUNK = 1 << 20
 _DIRECT_TERMS = 300_000
 _UNIT = 2.0**-53
-TINY = 5e-324  # the smallest positive float: the upper bound of a δ that underflows
 
 
-def exact_sigma2(mechanism_or_sigma2: object) -> Fraction:
+def exact_sigma2(mechanism_or_sigma2: DiscreteGaussian | RationalLike) -> Fraction:
     """The exact rational σ² of a `DiscreteGaussian`, or of a σ² given directly (int,
     Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
     if isinstance(mechanism_or_sigma2, DiscreteGaussian):
@@ -82,10 +85,21 @@ def _log_normalizer_error(sigma2: float, log_normalizer: float) -> float:
     return 4 * _UNIT * (abs(log_normalizer) + terms + 2)
 
 
-def discrete_gaussian_rho(sigma2: object, sensitivity: object = 1) -> Fraction:
+def discrete_gaussian_rho(
+    sigma2: DiscreteGaussian | RationalLike, sensitivity: int = 1
+) -> Fraction:
     """Exact zCDP ρ = Δ²/(2σ²) of N_Z(0, σ²) with sensitivity Δ (CKS Theorem 4).
 
     ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+
+    Example:
+
+        >>> from dp_pipeline import DiscreteGaussian
+        >>> from dp_pipeline.accounting import discrete_gaussian_rho
+        >>> discrete_gaussian_rho(DiscreteGaussian(2))
+        Fraction(1, 4)
+        >>> discrete_gaussian_rho("9/2", sensitivity=3)
+        Fraction(1, 1)
     """
     sigma2 = exact_sigma2(sigma2)
     shift = check_integer_sensitivity(sensitivity)
@@ -190,7 +204,7 @@ def discrete_gaussian_pmf_bounds(sigma2: Fraction, y: int) -> tuple[float, float
 
 
 def discrete_gaussian_delta_bounds(
-    sigma2: object, epsilon: object, sensitivity: object = 1
+    sigma2: DiscreteGaussian | RationalLike, epsilon: Real, sensitivity: int = 1
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the exact δ(ε) of N_Z(0, σ²) (CKS Thm. 7, max over shifts
     1..Δ). Relative width about 1e-13 for σ ≲ 30,000 (direct sums, `_bounds_one_shift`),
@@ -207,38 +221,67 @@ def discrete_gaussian_delta_bounds(
     return min(1.0, max(b[0] for b in bounds)), min(1.0, max(b[1] for b in bounds))
 
 
-def discrete_gaussian_delta(sigma2: object, epsilon: object, sensitivity: object = 1) -> float:
+def discrete_gaussian_delta(
+    sigma2: DiscreteGaussian | RationalLike, epsilon: Real, sensitivity: int = 1
+) -> DeltaBound:
     """Exact δ(ε) of N_Z(0, σ²) for sensitivity Δ (CKS Thm. 7, max over shifts 1..Δ).
 
-    Returns the rigorous upper bound of `discrete_gaussian_delta_bounds` (never below the
-    exact value; relative excess about 1e-13 for σ ≲ 30,000). ``sigma2``: a
-    `DiscreteGaussian` or its σ² (see `exact_sigma2`).
+    A `DeltaBound`: ``upper`` (the guarantee) and ``lower`` of
+    `discrete_gaussian_delta_bounds` (relative width about 1e-13 for σ ≲ 30,000), method
+    ``"theorem7"``. ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
-    return discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)[1]
+    lower, upper = discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)
+    return DeltaBound(lower, upper, "theorem7")
 
 
 def discrete_gaussian_epsilon(
-    sigma2: object, delta: object, sensitivity: object = 1, rtol: float = 1e-9
-) -> float:
-    """Smallest ε (within ``rtol``, rounded up) with δ(ε) <= δ by CKS Theorem 7.
+    sigma2: DiscreteGaussian | RationalLike, delta: Real, sensitivity: int = 1, rtol: float = 1e-9
+) -> EpsilonBound:
+    """Smallest ε with δ(ε) <= δ by CKS Theorem 7, as an `EpsilonBound`: ``upper`` rounded
+    up (the release is (upper, δ)-DP), ``lower`` below the true ε, within ``rtol``.
 
     ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
     sigma2 = exact_sigma2(sigma2)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
-    if discrete_gaussian_delta(sigma2, 0.0, shift) <= delta:
-        return 0.0
+    if discrete_gaussian_delta_bounds(sigma2, 0.0, shift)[1] <= delta:
+        return EpsilonBound(0.0, 0.0, "theorem7")
     # The exact δ is at most the zCDP conversion's, so this ε is feasible.
     high = zcdp_to_epsilon(float(Fraction(shift * shift) / (2 * sigma2)), delta)
-    while discrete_gaussian_delta(sigma2, high, shift) > delta:
+    while discrete_gaussian_delta_bounds(sigma2, high, shift)[1] > delta:
         high *= 2
-    return bisect_epsilon(
-        lambda eps: discrete_gaussian_delta(sigma2, eps, shift), delta, high, rtol
-    )
+    return bracket_epsilon(
+        lambda eps: discrete_gaussian_delta_bounds(sigma2, eps, shift), delta, high, rtol
+    ).with_method("theorem7")
 
 
-def bisect_epsilon(delta_of, delta: float, high: float, rtol: float = 1e-9) -> float:
+def bracket_epsilon(
+    delta_bounds_of: Callable[[float], tuple[float, float]],
+    delta: float,
+    high: float,
+    rtol: float = 1e-9,
+) -> EpsilonBound:
+    """ε(δ) bracketed from (lower, upper) bounds on a non-increasing δ(ε), with
+    ``delta_bounds_of(high)[1] <= δ``: ``upper`` the smallest ε (within ``rtol``, rounded
+    up) whose upper δ is at most δ, ``lower`` the infeasible end of the search on the lower
+    δ (the true ε is above it). ``method`` is left empty for the caller."""
+    upper = bisect_epsilon(lambda eps: delta_bounds_of(eps)[1], delta, high, rtol)
+    if delta_bounds_of(0.0)[0] <= delta:
+        return EpsilonBound(0.0, upper, "")
+    low, top = 0.0, upper
+    while top - low > rtol * top + 1e-15:
+        middle = 0.5 * (low + top)
+        if delta_bounds_of(middle)[0] <= delta:
+            top = middle
+        else:
+            low = middle
+    return EpsilonBound(min(low, upper), upper, "")
+
+
+def bisect_epsilon(
+    delta_of: Callable[[float], float], delta: float, high: float, rtol: float = 1e-9
+) -> float:
     """Smallest ε in [0, high] with delta_of(ε) <= δ, for a non-increasing delta_of; rounded up.
 
     Requires delta_of(high) <= δ. Returns the feasible end of the final bracket.

@@ -15,14 +15,16 @@ from functools import lru_cache
 import numpy as np
 
 from dp_pipeline.accounting._checks import (
+    Real,
     check_delta,
     check_epsilon,
     check_integer_sensitivity,
     round_up,
 )
-from dp_pipeline.accounting.discrete_gaussian import bisect_epsilon
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.discrete_gaussian import bracket_epsilon
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
-from dp_pipeline.rational import positive_rational
+from dp_pipeline.rational import RationalLike, positive_rational
 
 _UNIT = 2.0**-53
 
@@ -38,7 +40,7 @@ __all__ = [
 ]
 
 
-def exact_scale(mechanism_or_scale: object) -> Fraction:
+def exact_scale(mechanism_or_scale: DiscreteLaplace | RationalLike) -> Fraction:
     """The exact rational scale b of a `DiscreteLaplace`, or of a b given directly (int,
     Fraction or "p/q"; floats by the conservative rule of `dp_pipeline.rational`)."""
     if isinstance(mechanism_or_scale, DiscreteLaplace):
@@ -46,7 +48,9 @@ def exact_scale(mechanism_or_scale: object) -> Fraction:
     return positive_rational(mechanism_or_scale, "scale")
 
 
-def discrete_laplace_pure_epsilon(scale: object, sensitivity: object = 1) -> Fraction:
+def discrete_laplace_pure_epsilon(
+    scale: DiscreteLaplace | RationalLike, sensitivity: int = 1
+) -> Fraction:
     """Exact pure ε = Δ/b of Lap_Z(b) with sensitivity Δ (CKS Section 5.2).
 
     ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
@@ -56,7 +60,7 @@ def discrete_laplace_pure_epsilon(scale: object, sensitivity: object = 1) -> Fra
     return Fraction(shift) / scale
 
 
-def discrete_laplace_rho(scale: object, sensitivity: object = 1) -> Fraction:
+def discrete_laplace_rho(scale: DiscreteLaplace | RationalLike, sensitivity: int = 1) -> Fraction:
     """Exact zCDP ρ = ε²/2 with ε = Δ/b: pure ε-DP implies ε²/2-zCDP (Bun & Steinke 2016,
     Prop. 1.4). ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`)."""
     return discrete_laplace_pure_epsilon(scale, sensitivity) ** 2 / 2
@@ -134,7 +138,7 @@ def discrete_laplace_shift_delta_bounds(
 
 
 def discrete_laplace_delta_bounds(
-    scale: object, epsilon: object, sensitivity: object = 1
+    scale: DiscreteLaplace | RationalLike, epsilon: Real, sensitivity: int = 1
 ) -> tuple[float, float]:
     """Rigorous (lower, upper) on the tight δ(ε) of Lap_Z(b), max over the shifts 1..Δ;
     exactly (0, 0) for ε >= Δ/b (decided in exact rationals). ``scale``: a `DiscreteLaplace`
@@ -146,25 +150,30 @@ def discrete_laplace_delta_bounds(
     return max(b[0] for b in bounds), max(b[1] for b in bounds)
 
 
-def discrete_laplace_delta(scale: object, epsilon: object, sensitivity: object = 1) -> float:
-    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ: the rigorous upper bound of
-    `discrete_laplace_delta_bounds` (exactly 0 for ε >= Δ/b). ``scale``: a
-    `DiscreteLaplace` or its b (see `exact_scale`)."""
-    return discrete_laplace_delta_bounds(scale, epsilon, sensitivity)[1]
+def discrete_laplace_delta(
+    scale: DiscreteLaplace | RationalLike, epsilon: Real, sensitivity: int = 1
+) -> DeltaBound:
+    """Tight δ(ε) of Lap_Z(b) with sensitivity Δ, a `DeltaBound` from
+    `discrete_laplace_delta_bounds` (upper: the guarantee; exactly 0 for ε >= Δ/b), method
+    ``"discrete_laplace"``. ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`)."""
+    lower, upper = discrete_laplace_delta_bounds(scale, epsilon, sensitivity)
+    return DeltaBound(lower, upper, "discrete_laplace")
 
 
-def discrete_laplace_epsilon(scale: object, delta: object, sensitivity: object = 1) -> float:
-    """Smallest ε (rounded up, within 1e-9 relative) with δ(ε) <= δ; at most Δ/b.
+def discrete_laplace_epsilon(
+    scale: DiscreteLaplace | RationalLike, delta: Real, sensitivity: int = 1
+) -> EpsilonBound:
+    """Smallest ε with δ(ε) <= δ, an `EpsilonBound`: ``upper`` rounded up (within 1e-9
+    relative) and at most Δ/b, ``lower`` below the true ε.
 
     ``scale``: a `DiscreteLaplace` or its b (see `exact_scale`).
     """
     scale = exact_scale(scale)
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
-    pure = float(Fraction(shift) / scale)
-    return min(
-        round_up(pure),
-        bisect_epsilon(
-            lambda eps: discrete_laplace_delta(scale, eps, shift), delta, round_up(pure)
-        ),
+    pure = round_up(float(Fraction(shift) / scale))
+    bound = bracket_epsilon(
+        lambda eps: discrete_laplace_delta_bounds(scale, eps, shift), delta, pure
     )
+    upper = min(pure, bound.upper)
+    return EpsilonBound(min(bound.lower, upper), upper, "discrete_laplace")

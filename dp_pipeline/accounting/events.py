@@ -12,18 +12,22 @@ import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
-from typing import Any
+from typing import Protocol
 
 import numpy as np
 
 from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.registry import mechanism_from_dict, mechanism_to_dict
 from dp_pipeline.rational import exact_rational
 
 __all__ = [
+    "AccountedMechanism",
+    "LossPmfMechanism",
     "PmfPair",
     "PrivacyEvent",
     "PureDP",
+    "PureEpsilonMechanism",
     "event_mechanism_from_dict",
     "event_mechanism_to_dict",
     "fraction_string",
@@ -33,11 +37,29 @@ __all__ = [
 ]
 
 
+class PureEpsilonMechanism(Protocol):
+    """A mechanism whose pure ε is a stored parameter (`BaseTwoExponential`, `PureDP`)."""
+
+    @property
+    def pure_epsilon(self) -> Fraction: ...
+
+
+class LossPmfMechanism(Protocol):
+    """A mechanism known by its dominating pair of privacy-loss pmfs (`PmfPair`)."""
+
+    def privacy_loss_pmfs(self) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+# What the accountant composes: the additive mechanisms (with a sensitivity), or one whose
+# privacy loss does not depend on a sensitivity.
+AccountedMechanism = DiscreteGaussian | DiscreteLaplace | PureEpsilonMechanism | LossPmfMechanism
+
+
 @dataclass(frozen=True)
 class PrivacyEvent:
     """One recorded use: ``count`` independent runs of ``mechanism`` with shifts ``sensitivity``."""
 
-    mechanism: Any
+    mechanism: AccountedMechanism
     sensitivity: tuple[int, ...]
     count: int
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from dp_pipeline.accounting._checks import check_delta, check_epsilon, round_up
+from dp_pipeline.accounting._checks import Real, check_delta, check_epsilon, round_up
 from dp_pipeline.errors import DPValueError
 
 __all__ = [
@@ -42,7 +42,7 @@ def balle_wang_delta(sigma: float, epsilon: float, sensitivity: float = 1.0) -> 
     return float(ndtr(a) - math.exp(epsilon + float(log_ndtr(b))))
 
 
-def gaussian_sigma_vinterbo(epsilon: object, delta: object, sensitivity: object = 1.0) -> float:
+def gaussian_sigma_vinterbo(epsilon: Real, delta: Real, sensitivity: Real = 1.0) -> float:
     """Vinterbo (2022) bound (9): σ = Δ/(ε√2)·(sqrt(a·z + ε) + s·sqrt(a·z)),
     z = -ln(4δ(1-δ)), (a, s) = (1, 1) for δ <= 1/2 and (π/4, -1) otherwise. Rounded up."""
     epsilon = _check_positive(epsilon, "epsilon")
@@ -56,7 +56,7 @@ def gaussian_sigma_vinterbo(epsilon: object, delta: object, sensitivity: object 
     return round_up(sigma)
 
 
-def gaussian_sigma_classic(epsilon: object, delta: object, sensitivity: object = 1.0) -> float:
+def gaussian_sigma_classic(epsilon: Real, delta: Real, sensitivity: Real = 1.0) -> float:
     """σ = Δ·sqrt(2 ln(1.25/δ))/ε (Dwork & Roth 2014, Thm. A.1), valid only for ε < 1."""
     epsilon = _check_positive(epsilon, "epsilon")
     delta = check_delta(delta)
@@ -69,7 +69,7 @@ def gaussian_sigma_classic(epsilon: object, delta: object, sensitivity: object =
     return round_up(sensitivity * math.sqrt(2 * math.log(1.25 / delta)) / epsilon)
 
 
-def gaussian_sigma_analytic(epsilon: object, delta: object, sensitivity: object = 1.0) -> float:
+def gaussian_sigma_analytic(epsilon: Real, delta: Real, sensitivity: Real = 1.0) -> float:
     """Smallest σ (within 1e-12 relative, rounded up) with the Balle–Wang condition <= δ."""
     epsilon = check_epsilon(epsilon)
     delta = check_delta(delta)

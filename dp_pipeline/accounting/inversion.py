@@ -82,7 +82,7 @@ __all__ = [
 ]
 
 _U = 2.0**-53
-TINY = 5e-324
+TINY = 5e-324  # the smallest positive float: the upper bound of a δ that underflows
 _TARGET = 1e-15  # each of the discretisation and truncation errors, relative to δ
 _NODE_WORK = 1 << 19  # terms summed over all nodes of one δ evaluation (time and memory)
 _MIN_NODES, _MAX_NODES = 1 << 9, 1 << 18

@@ -114,7 +114,7 @@ def multivariate_delta(
         if first is not None:
             return first
         pld = pld_from_lattice_components(components)
-        bound = pld.delta_bound(epsilon)
+        bound = pld.delta(epsilon)
         return DeltaBound(
             bound.lower, bound.upper, "pld_fft (lattice step too small for the multivariate FFT)"
         )
@@ -165,7 +165,7 @@ def multivariate_epsilon(
             )
         pld = pld_from_lattice_components(components)
         return epsilon_from_delta_function(
-            pld.delta_bound,
+            pld.delta,
             delta,
             high,
             "pld_fft (lattice step too small for the multivariate FFT)",

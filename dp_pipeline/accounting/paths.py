@@ -106,7 +106,7 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
             name = "multivariate_fft_coarsened"
             return (lambda eps: coarse.delta_bound(eps, name)), name
     pld = pld_of(events)
-    return None if pld is None else (pld.delta_bound, "pld_fft")
+    return None if pld is None else (pld.delta, "pld_fft")
 
 
 def single_coordinate(events):

@@ -90,8 +90,9 @@ class PrivacyLossDistribution:
 
     Build with `from_pmfs`, `from_discrete_gaussian`, `from_discrete_laplace`,
     `from_randomized_response` or `from_mechanism`; combine with `compose` and
-    `self_compose`; query with `delta`/`epsilon` (rigorous upper bounds) or
-    `delta_bound`/`epsilon_bound` (upper and lower). All parts must share one ``step``.
+    `self_compose`; query with `delta` / `epsilon`: a `DeltaBound` / `EpsilonBound` (upper:
+    the guarantee, lower), as every ``delta`` / ``epsilon`` of the accounting API. All
+    parts must share one ``step``.
     """
 
     def __init__(self, forward: tuple[GridLoss, GridLoss], backward=None):
@@ -224,7 +225,7 @@ class PrivacyLossDistribution:
         return PrivacyLossDistribution(forward, backward)
 
     # ----------------------------------------------------------------- queries
-    def delta_bound(self, epsilon: float) -> DeltaBound:
+    def delta(self, epsilon: float) -> DeltaBound:
         """Upper (guarantee) and lower bound on δ(ε), maximised over both directions."""
         epsilon = check_epsilon(epsilon)
         directions = [self._forward] + ([self._backward] if self._backward else [])
@@ -232,26 +233,18 @@ class PrivacyLossDistribution:
         lower = max(d[1].delta(epsilon) for d in directions)
         return DeltaBound(lower=min(lower, upper), upper=upper, method="pld_fft")
 
-    def delta(self, epsilon: float) -> float:
-        """A rigorous upper bound on δ(ε)."""
-        return self.delta_bound(epsilon).upper
-
-    def epsilon_bound(self, delta: float) -> EpsilonBound:
+    def epsilon(self, delta: float) -> EpsilonBound:
         """Upper (guarantee) and lower bound on the smallest ε with δ(ε) <= δ."""
         delta = check_delta(delta)
         high = self._loss_range_top()
-        upper = bisect_epsilon(lambda eps: self.delta_bound(eps).upper, delta, high, 1e-7)
-        if self.delta_bound(upper).upper > delta:
+        upper = bisect_epsilon(lambda eps: self.delta(eps).upper, delta, high, 1e-7)
+        if self.delta(upper).upper > delta:
             upper = math.inf  # the infinite-loss mass alone exceeds δ
             return EpsilonBound(lower=math.inf, upper=math.inf, method="pld_fft")
-        lower = bisect_epsilon(lambda eps: self.delta_bound(eps).lower, delta, upper, 1e-7)
+        lower = bisect_epsilon(lambda eps: self.delta(eps).lower, delta, upper, 1e-7)
         return EpsilonBound(
             lower=max(0.0, lower * (1 - 1e-7) - 1e-12), upper=upper, method="pld_fft"
         )
-
-    def epsilon(self, delta: float) -> float:
-        """A rigorous upper bound on ε(δ)."""
-        return self.epsilon_bound(delta).upper
 
     def _loss_range_top(self) -> float:
         parts = list(self._forward) + list(self._backward or ())

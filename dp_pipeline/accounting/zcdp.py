@@ -12,6 +12,7 @@ validity; the returned value is the formula evaluated at the α found, rounded u
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -24,7 +25,9 @@ _TINY = 5e-324
 _LOG_TINY = math.log(_TINY)
 
 
-def _minimize_convex(function, low: float, high: float, iterations: int = 200) -> float:
+def _minimize_convex(
+    function: Callable[[float], float], low: float, high: float, iterations: int = 200
+) -> float:
     """Argmin of a convex function on [low, high] by golden-section search."""
     ratio = (math.sqrt(5) - 1) / 2
     a, b = low, high
@@ -71,7 +74,7 @@ def _epsilon_at(beta: float, rho: float, log_inverse_delta: float) -> tuple[floa
     return math.fsum(terms), 8 * _UNIT * sum(abs(t) for t in terms)
 
 
-def _minimize_log(function, low: float, high: float) -> float:
+def _minimize_log(function: Callable[[float], float], low: float, high: float) -> float:
     """Argmin over β in [low, high] of a unimodal function, by golden section on log β."""
     best = _minimize_convex(lambda t: function(math.exp(t)), math.log(low), math.log(high))
     return math.exp(best)

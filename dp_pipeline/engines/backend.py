@@ -27,6 +27,7 @@ import pandas as pd
 
 from dp_pipeline.engines.base import CellAggregates
 from dp_pipeline.engines.pandas.aggregate import aggregate as aggregate_pandas_queries
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.spec import QuerySpec
 
 __all__ = ["CellAggregates", "aggregate", "noisy_cells", "noisy_tables"]
@@ -49,7 +50,7 @@ def aggregate(df, queries: Sequence[QuerySpec], *, derived: dict | None = None):
     queries = list(queries)
     if isinstance(df, pd.DataFrame):
         if derived:
-            raise ValueError("derived columns are for Spark inputs; add them to the pandas frame")
+            raise DPValueError("derived columns are for Spark inputs; add them to the pandas frame")
         return aggregate_pandas_queries(df, queries)
     return _spark_adapter().aggregate(df, queries, derived=derived)
 
@@ -67,7 +68,7 @@ def noisy_cells(
     here with ``on_invalid="error"``, before any noise.
     """
     if isinstance(df, pd.DataFrame):
-        raise TypeError(
+        raise DPTypeError(
             "noisy_cells takes a Spark DataFrame; for a pandas DataFrame use aggregate "
             "and add noise with dp_pipeline.udfs.noise.noisy_dense"
         )
@@ -84,5 +85,5 @@ def noisy_tables(
     ``wrap_udf`` wraps the noise function (tests inject a one-time task failure).
     """
     if isinstance(df, pd.DataFrame):
-        raise TypeError("noisy_tables takes a Spark DataFrame; for pandas use df.dp")
+        raise DPTypeError("noisy_tables takes a Spark DataFrame; for pandas use df.dp")
     return _spark_adapter().noisy_tables(df, list(queries), wrap_udf=wrap_udf)

@@ -59,6 +59,7 @@ from scipy.sparse.linalg import splu
 from ..errors import InternalError
 from .plan import Constraint, Plan
 from .structure import (
+    TOP,
     Hierarchy,
     TableStructure,
     common_margin,
@@ -80,7 +81,6 @@ __all__ = [
     "verify_national",
 ]
 
-TOP = 0
 REGULARISATION = 2.0**-40  # relative to the diagonal; removed again by the refinement
 RELATIVE_TOLERANCE = 2.0**-36  # of the covariance solves, relative to the right-hand side
 MAX_REFINEMENTS = 20

@@ -37,7 +37,7 @@ import numpy as np
 
 from ..errors import InternalError
 from .plan import Plan
-from .structure import Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
+from .structure import TOP, Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
 from .topdown import FitOptions, Problem, fit_groups, fit_top
 from .wls import solve_wls
 
@@ -52,8 +52,6 @@ __all__ = [
     "group_problem",
     "solve_group_wls",
 ]
-
-TOP = 0  # the hierarchy level whose positions are the independent groups
 
 
 def coupling_table(p: Plan, hierarchy: Hierarchy | None) -> str | None:

@@ -24,6 +24,7 @@ from dp_pipeline.errors import DPError
 
 __all__ = [
     "NATIONAL",
+    "TOP",
     "Hierarchy",
     "Margin",
     "NoisyCounts",
@@ -34,6 +35,7 @@ __all__ = [
 ]
 
 NATIONAL = -1
+TOP = 0  # the hierarchy level whose positions are the independent groups
 
 
 class PostprocessError(DPError, ValueError):

@@ -16,9 +16,10 @@ calibrated from their sensitivity) and then `with_noise`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from fractions import Fraction
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
@@ -33,9 +34,10 @@ from dp_pipeline.query.aggregation_checks import (
     summed_value_bounds,
 )
 from dp_pipeline.query.bounds import ValueBounds
-from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain
+from dp_pipeline.query.domain import DEFAULT_CELL_LIMIT, CellDomain, Domains, KeyColumns
 from dp_pipeline.query.hierarchy import HierarchyRule
 from dp_pipeline.query.sensitivity import sensitivity_vector
+from dp_pipeline.rational import RationalLike
 
 __all__ = [
     "AGGREGATIONS",
@@ -208,9 +210,14 @@ class Aggregation:
         """The sum vector's sensitivity in granularity units (`sensitivity`)."""
         return self.sensitivity("sum")
 
+    @classmethod
+    def parameter_sources(cls) -> tuple[Callable[..., Aggregation], ...]:
+        """The builds whose parameters make this statistic's public signature."""
+        raise InternalError(f"{cls.__name__} does not define its parameter sources")
+
     def measures(self) -> tuple[tuple[str, Mechanism, tuple[int, ...]], ...]:
         """(output value, mechanism, sensitivity vector) of every noised vector."""
-        raise NotImplementedError
+        raise InternalError(f"{type(self).__name__} does not define its measures")
 
     def events(self) -> tuple[PrivacyEvent, ...]:
         """What one run costs: a `PrivacyEvent` (mechanism, shifts, one run) per noised vector."""
@@ -231,17 +238,17 @@ class CountQuery(Aggregation):
     def build(
         cls,
         *,
-        by,
-        domains,
-        noise=None,
+        by: KeyColumns,
+        domains: Domains,
+        noise: Mechanism | None = None,
         privacy_unit: str | None = None,
         max_cells: int = 1,
         max_per_cell: int = 1,
         neighbouring: str = "add_remove",
         on_invalid: str = "drop",
         cell_limit: int = DEFAULT_CELL_LIMIT,
-        confidence=DEFAULT_CONFIDENCE,
-        delta=None,
+        confidence: RationalLike = DEFAULT_CONFIDENCE,
+        delta: RationalLike | None = None,
         allow_no_noise: bool = False,
     ) -> CountQuery:
         """Validate everything that does not need the data; raise before any work."""
@@ -267,7 +274,14 @@ class SumQuery(Aggregation):
     statistic: ClassVar[str] = "sum"
 
     @classmethod
-    def build(cls, column: str, *, bounds, granularity=1, **cells) -> SumQuery:
+    def build(
+        cls,
+        column: str,
+        *,
+        bounds: tuple[RationalLike, RationalLike],
+        granularity: RationalLike = 1,
+        **cells: Any,
+    ) -> SumQuery:
         """Validate everything that does not need the data; raise before any work.
 
         ``cells``: the arguments of `CountQuery.build` (cells, noise, contribution bounds).
@@ -298,7 +312,9 @@ class MeanQuery(SumQuery):
     statistic: ClassVar[str] = "mean"
 
     @classmethod
-    def build(cls, column: str, *, count_noise=None, **sum_arguments) -> MeanQuery:
+    def build(
+        cls, column: str, *, count_noise: Mechanism | None = None, **sum_arguments: Any
+    ) -> MeanQuery:
         """Validate everything that does not need the data; raise before any work.
 
         ``sum_arguments``: the arguments of `SumQuery.build` but its column.

@@ -25,6 +25,7 @@ from dp_pipeline.accounting import calibrate_discrete_gaussian, calibrate_discre
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.aggregations import AGGREGATIONS, Aggregation, aggregation_query
+from dp_pipeline.rational import RationalLike
 
 __all__ = ["QueryBudget", "budget_value", "query_with_budget", "selection_epsilon", "sqrt_down"]
 
@@ -89,7 +90,14 @@ class QueryBudget:
     rho: Fraction | None
 
     @classmethod
-    def build(cls, *, noise=None, epsilon=None, delta=None, rho=None) -> QueryBudget | None:
+    def build(
+        cls,
+        *,
+        noise: DiscreteGaussian | DiscreteLaplace | None = None,
+        epsilon: RationalLike | None = None,
+        delta: RationalLike | None = None,
+        rho: RationalLike | None = None,
+    ) -> QueryBudget | None:
         """The budget, or None when ``noise`` is given (``delta`` then only reports ε).
 
         Exactly one of ``noise`` or a budget (``epsilon``, with or without ``delta``,

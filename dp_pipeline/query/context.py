@@ -37,7 +37,7 @@ class RunContext:
     def build(
         cls,
         *,
-        key,
+        key: MasterKey,
         release_id: str,
         table: str,
         noise_partitions: int = DEFAULT_NOISE_PARTITIONS,

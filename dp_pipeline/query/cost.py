@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent, margin_of_error
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
@@ -40,7 +41,10 @@ class MeasureInfo:
 
     @property
     def mechanism(self) -> DiscreteGaussian | DiscreteLaplace:
-        return self.event.mechanism
+        mechanism = self.event.mechanism
+        if not isinstance(mechanism, DiscreteGaussian | DiscreteLaplace):
+            raise InternalError(f"a {self.value} vector noised by {type(mechanism).__name__}")
+        return mechanism
 
     @property
     def sensitivity(self) -> tuple[int, ...]:
@@ -61,11 +65,11 @@ class ReleaseInfo:
 
     statistic: str
     measures: tuple[MeasureInfo, ...]
-    rho: object
-    epsilon: object
+    rho: Fraction
+    epsilon: float  # the accountant's upper bound at delta: the guarantee
     delta: Fraction
     confidence: Fraction
-    budget_split: dict[str, object]
+    budget_split: dict[str, Fraction]
     diagnostics: Diagnostics | None = None
     privacy_unit: str | None = None
     contribution_bounds: dict[str, int] = field(default_factory=dict)
@@ -127,14 +131,18 @@ def release_info(spec: QuerySpec) -> ReleaseInfo:
     accountant = PrivacyAccountant()
     for (value, _, _), event in zip(spec.measures(), spec.events(), strict=True):
         accountant.add_event(event)
-        margin = margin_of_error(event.mechanism, confidence=spec.confidence)
+        measure = MeasureInfo(value=value, event=event, margin_of_error=0)
+        margin: int | Fraction = margin_of_error(measure.mechanism, confidence=spec.confidence)
         if value == "sum":
+            if spec.value_bounds is None:
+                raise InternalError("a sum without value bounds")
             margin = margin * spec.value_bounds.granularity
             if margin.denominator == 1:
                 margin = int(margin)
-        measures.append(MeasureInfo(value=value, event=event, margin_of_error=margin))
+        measure = replace(measure, margin_of_error=margin)
+        measures.append(measure)
     total_rho = accountant.rho()
-    split: dict[str, object] = {}
+    split: dict[str, Fraction] = {}
     for measure in measures:
         try:
             split[measure.value] = measure.rho / total_rho

@@ -20,7 +20,22 @@ import pandas as pd
 
 from dp_pipeline.errors import DPTypeError, DPValueError
 
-__all__ = ["DEFAULT_CELL_LIMIT", "CellDomain", "Domain", "build_cell_domain", "positive_int"]
+__all__ = [
+    "DEFAULT_CELL_LIMIT",
+    "CellDomain",
+    "Domain",
+    "DomainValues",
+    "Domains",
+    "KeyColumns",
+    "build_cell_domain",
+    "positive_int",
+]
+
+# What a public call takes: key columns (one name or several), and each one's declared
+# values (an integer range, or a list of distinct integers or distinct strings).
+KeyColumns = str | Sequence[str]
+DomainValues = range | Sequence[int] | Sequence[str]
+Domains = Mapping[str, DomainValues]
 
 DEFAULT_CELL_LIMIT = 10_000_000
 # Cell indexes are int64 in both engines; keep well clear of overflow.

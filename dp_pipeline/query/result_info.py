@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pandas as pd
+
 __all__ = ["ResultInfo", "attach_info"]
 
 
@@ -79,6 +81,6 @@ class ResultInfo(dict):
         return f"ResultInfo({dict.__repr__(self)})"
 
 
-def attach_info(frame, info: Any) -> None:
+def attach_info(frame: pd.DataFrame, info: Any) -> None:
     """Set ``frame.attrs["dp"]`` to a `ResultInfo` of ``info`` (a ``df.dp`` result's info)."""
     frame.attrs["dp"] = ResultInfo(info)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 from dp_pipeline.errors import DPTypeError, InternalError
 from dp_pipeline.query.aggregations import AGGREGATIONS
@@ -26,8 +27,11 @@ __all__ = [
     "explicit_argument_error",
     "public_doc",
     "public_signature",
+    "require_explicit",
     "shim",
 ]
+
+Result = TypeVar("Result")
 
 # Arguments of the builds that no public call takes.
 INTERNAL = ("statistic", "allow_no_noise", "release_digest")
@@ -145,15 +149,23 @@ def explicit_argument_error(call: str, name: str) -> TypeError:
     )
 
 
+def require_explicit(call: str, arguments: dict) -> None:
+    """Refuse a call ``call`` (``{}`` for its arguments) whose ``arguments`` lack an
+    `EXPLICIT` one, with `explicit_argument_error`."""
+    for name in EXPLICIT:
+        if name not in arguments:
+            raise explicit_argument_error(call, name)
+
+
 def shim(
     name: str,
     signature: inspect.Signature,
     doc: str,
-    run: Callable,
+    run: Callable[..., Result],
     module: str,
     *,
     call_form: str | None = None,
-) -> Callable:
+) -> Callable[..., Result]:
     """A function ``module.name`` called as ``signature`` says, calling ``run(**arguments)``
     with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``.
 
@@ -162,10 +174,13 @@ def shim(
     explicit = [p for p in EXPLICIT if p in signature.parameters]
     form = call_form or f"{name}({{}})"
 
-    def call(*args, **kwargs):
+    def call(*args: Any, **kwargs: Any) -> Result:
         missing = [parameter for parameter in explicit if parameter not in kwargs]
         # What the signature refuses is refused first, as a written-out function would.
-        bound = signature.bind(*args, **kwargs, **dict.fromkeys(missing))
+        try:
+            bound = signature.bind(*args, **kwargs, **dict.fromkeys(missing))
+        except TypeError as error:  # Python's own message, as one of ours (a DPError)
+            raise DPTypeError(f"{name}(): {error}") from None
         if missing:
             raise explicit_argument_error(form, missing[0])
         bound.apply_defaults()
@@ -173,7 +188,7 @@ def shim(
 
     call.__name__ = call.__qualname__ = name
     call.__doc__ = doc
-    call.__signature__ = signature
+    call.__signature__ = signature  # type: ignore[attr-defined]
     call.__module__ = module
     return call
 

@@ -23,6 +23,7 @@ from dp_pipeline.query.budget import query_with_budget
 from dp_pipeline.query.context import DEFAULT_NOISE_PARTITIONS, RunContext
 from dp_pipeline.query.domain import CellDomain
 from dp_pipeline.query.hierarchy import HierarchyRule
+from dp_pipeline.query.signatures import require_explicit
 from dp_pipeline.randomness import MasterKey
 
 __all__ = ["DEFAULT_NOISE_PARTITIONS", "QuerySpec", "SharedRows"]
@@ -44,7 +45,10 @@ class QuerySpec:
         ``arguments``: those of `CountQuery.build` / `SumQuery.build` /
         `MeanQuery.build`, of `RunContext.build`, and ``noise`` or a budget
         (`dp_pipeline.query.budget.QueryBudget`: ``epsilon``, ``delta``, ``rho``).
+        ``privacy_unit`` is required, ``None`` for a per-record guarantee, as in every
+        public call (`dp_pipeline.query.signatures.EXPLICIT`).
         """
+        require_explicit(f'QuerySpec.build("{statistic}", {{}})', arguments)
         context_arguments = {k: arguments.pop(k) for k in _CONTEXT_ARGUMENTS if k in arguments}
         shared_rows = arguments.pop("shared_rows", None)
         hierarchy = arguments.pop("hierarchy", None)

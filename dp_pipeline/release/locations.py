@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from dp_pipeline.errors import DPValueError
+
 __all__ = [
     "HOME_VARIABLE",
     "KEY_NAME",
@@ -52,8 +54,8 @@ def dp_pipeline_home() -> Path:
     if value:
         home = Path(value).expanduser()
         if not home.is_absolute():
-            # A plain ValueError: the caller turns it into its own kind of error.
-            raise ValueError(
+            # The caller turns it into its own kind of error (a spec or command-line one).
+            raise DPValueError(
                 f"${HOME_VARIABLE} = {value!r}: must be an absolute path (a relative one "
                 "would give each working directory its own ledger and key); write e.g. "
                 f"{HOME_VARIABLE}=$HOME/.dp_pipeline"

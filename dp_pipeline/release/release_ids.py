@@ -33,14 +33,17 @@ def run_date() -> date:
 
 def parse_run_date(text: str) -> date:
     """``--date YYYY-MM-DD`` as a date, or a `SpecError` naming the form."""
-    try:
-        if not re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
-            raise ValueError(text)
-        return date.fromisoformat(text)
-    except ValueError:
+    day = None
+    if re.fullmatch(r"[0-9]{4}-[0-9]{2}-[0-9]{2}", text):
+        try:
+            day = date.fromisoformat(text)
+        except ValueError:  # 2026-02-30
+            day = None
+    if day is None:
         raise SpecError(
             [f"--date {text!r}: must be a date written YYYY-MM-DD, e.g. 2026-03-01"], COMMAND_LINE
-        ) from None
+        )
+    return day
 
 
 def is_template(text: str) -> bool:

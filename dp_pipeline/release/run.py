@@ -225,7 +225,12 @@ def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
 
 
 def run_release(
-    spec: ReleaseSpec, progress=None, spark=None, *, verbose=False, trace: RunTrace | None = None
+    spec: ReleaseSpec,
+    progress: Progress | None = None,
+    spark=None,
+    *,
+    verbose: bool = False,
+    trace: RunTrace | None = None,
 ) -> RunResult:
     """Run ``spec`` end to end (see the module docstring for the order of steps).
 

@@ -83,23 +83,23 @@ from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
     "checked_quantile_mechanism",
-    "dp_median",
-    "dp_quantile",
-    "dp_top_k",
+    "median_of",
     "one_shot_scale",
     "one_shot_top_k",
     "peel_top_k",
     "quantile_losses",
     "quantile_mechanism",
+    "quantile_of",
     "quantile_rank_error_bound",
     "select_quantile",
     "top_k_mechanism",
+    "top_k_of",
 ]
 
 
 def quantile_mechanism(epsilon, *, utility_sensitivity=1, **options) -> BaseTwoExponential:
-    """The mechanism `dp_quantile` uses at ``epsilon``: not monotone, Δu = 1 when each unit
-    holds one value (``utility_sensitivity`` = the values one unit may hold in the data)."""
+    """The mechanism `quantile_of` uses at ``epsilon``: not monotone, Δu = 1 when each
+    unit holds one value (``utility_sensitivity`` = the values one unit may hold in the data)."""
     return BaseTwoExponential(
         epsilon, utility_sensitivity=utility_sensitivity, monotone=False, **options
     )
@@ -108,7 +108,7 @@ def quantile_mechanism(epsilon, *, utility_sensitivity=1, **options) -> BaseTwoE
 def top_k_mechanism(
     epsilon, k: int, *, utility_sensitivity=1, monotone: bool = False, **options
 ) -> BaseTwoExponential:
-    """The per-round mechanism of `dp_top_k`: ε/k each, composed k times to at most ε."""
+    """The per-round mechanism of `top_k_of`: ε/k each, composed k times to at most ε."""
     check_positive_int(k, "k")
     epsilon = positive_rational(epsilon, "epsilon")
     return BaseTwoExponential(
@@ -213,7 +213,7 @@ def quantile_losses(bucket_counts, q) -> np.ndarray:
     return np.array([Fraction(int(u), denominator) for u in scaled.tolist()], dtype=object)
 
 
-def dp_quantile(values, q, bounds, granularity, mechanism, stream):
+def quantile_of(values, q, bounds, granularity, mechanism, stream):
     """The ``q``-quantile of ``values`` from the grid of `quantile_candidates`, ε-DP.
 
     ``mechanism`` is a `BaseTwoExponential` (Δu >= 1, not monotone) or an ε,
@@ -236,9 +236,9 @@ def dp_quantile(values, q, bounds, granularity, mechanism, stream):
     return int(chosen) if chosen.denominator == 1 else float(chosen)
 
 
-def dp_median(values, bounds, granularity, mechanism, stream):
-    """`dp_quantile` at ``q = 1/2``."""
-    return dp_quantile(values, Fraction(1, 2), bounds, granularity, mechanism, stream)
+def median_of(values, bounds, granularity, mechanism, stream):
+    """`quantile_of` at ``q = 1/2``."""
+    return quantile_of(values, Fraction(1, 2), bounds, granularity, mechanism, stream)
 
 
 def peel_top_k(counts, k: int, mechanism: BaseTwoExponential, stream) -> list[int]:
@@ -283,7 +283,7 @@ def one_shot_scale(epsilon, l1_sensitivity) -> Fraction:
     return Fraction(l1_sensitivity) / epsilon
 
 
-def dp_top_k(
+def top_k_of(
     counts_by_candidate,
     k: int,
     epsilon,

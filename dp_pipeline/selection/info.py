@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
+from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 
@@ -47,7 +48,10 @@ class SelectionInfo:
 
     @property
     def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:
-        return self.event.mechanism
+        mechanism = self.event.mechanism
+        if not isinstance(mechanism, BaseTwoExponential | DiscreteLaplace):
+            raise InternalError(f"a selection run by {type(mechanism).__name__}")
+        return mechanism
 
     @property
     def epsilon(self) -> Fraction:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -32,6 +33,9 @@ from dp_pipeline.query.budget import selection_epsilon
 from dp_pipeline.query.domain import (
     DEFAULT_CELL_LIMIT,
     CellDomain,
+    Domains,
+    DomainValues,
+    KeyColumns,
     build_cell_domain,
     positive_int,
 )
@@ -43,7 +47,7 @@ from dp_pipeline.query.quantile_grid import (
     quantile_positions,
 )
 from dp_pipeline.query.sensitivity import NEIGHBOURING
-from dp_pipeline.rational import exact_rational, positive_rational
+from dp_pipeline.rational import RationalLike, exact_rational, positive_rational
 from dp_pipeline.selection.algorithms import (
     checked_quantile_mechanism,
     one_shot_scale,
@@ -69,17 +73,17 @@ def _check_common(on_invalid, confidence) -> Fraction:
 
 def top_k_counts(
     column: str,
-    candidates,
+    candidates: DomainValues,
     *,
-    by=None,
-    domains=None,
+    by: KeyColumns | None = None,
+    domains: Domains | None = None,
     privacy_unit: str | None = None,
     max_candidates: int = 1,
     max_per_candidate: int = 1,
     neighbouring: str = "add_remove",
     on_invalid: str = "drop",
     cell_limit: int = DEFAULT_CELL_LIMIT,
-    confidence=Fraction(95, 100),
+    confidence: RationalLike = Fraction(95, 100),
 ) -> CountQuery:
     """The bounded per-candidate counts a top-k selects from, before its noise is set.
 
@@ -154,20 +158,20 @@ class QuantileSelection:
         statistic: str,
         *,
         column: str,
-        q,
-        bounds,
-        granularity,
-        by=None,
-        domains=None,
-        epsilon=None,
-        rho=None,
+        q: RationalLike,
+        bounds: tuple[RationalLike, RationalLike],
+        granularity: RationalLike,
+        by: KeyColumns | None = None,
+        domains: Domains | None = None,
+        epsilon: RationalLike | BaseTwoExponential | None = None,
+        rho: RationalLike | None = None,
         privacy_unit: str | None = None,
         max_cells: int = 1,
         max_per_cell: int = 1,
         neighbouring: str = "add_remove",
         on_invalid: str = "drop",
         cell_limit: int = DEFAULT_CELL_LIMIT,
-        confidence=Fraction(95, 100),
+        confidence: RationalLike = Fraction(95, 100),
     ) -> QuantileSelection:
         """Validate everything that does not need the data; raise before any work.
 
@@ -339,11 +343,11 @@ class TopKSelection:
         column: str,
         k: int,
         *,
-        candidates,
-        epsilon=None,
-        rho=None,
+        candidates: DomainValues,
+        epsilon: RationalLike | None = None,
+        rho: RationalLike | None = None,
         method: str = "peeling",
-        **count_bounds,
+        **count_bounds: Any,
     ) -> TopKSelection:
         """Validate everything that does not need the data; raise before any work.
 

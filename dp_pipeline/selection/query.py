@@ -43,6 +43,7 @@ from dp_pipeline.query.aggregations import CountQuery
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.result_info import attach_info
+from dp_pipeline.query.signatures import require_explicit
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import SecureStream, derive_stream
 from dp_pipeline.selection.algorithms import one_shot_top_k, peel_top_k, select_quantile
@@ -67,7 +68,9 @@ class QuantileQuery:
 
     @classmethod
     def build(cls, statistic: str, **arguments) -> QuantileQuery:
-        """`QuantileSelection.build`'s arguments plus key, release_id and table, validated."""
+        """`QuantileSelection.build`'s arguments plus key, release_id and table, validated;
+        ``privacy_unit`` is required (``None``: per record)."""
+        require_explicit(f'QuantileQuery.build("{statistic}", {{}})', arguments)
         context = _split_context(arguments)
         return cls(QuantileSelection.build(statistic, **arguments), context)
 
@@ -180,7 +183,9 @@ class TopKQuery:
 
     @classmethod
     def build(cls, **arguments) -> TopKQuery:
-        """`TopKSelection.build`'s arguments plus key, release_id and table, validated."""
+        """`TopKSelection.build`'s arguments plus key, release_id and table, validated;
+        ``privacy_unit`` is required (``None``: per record)."""
+        require_explicit("TopKQuery.build({})", arguments)
         context = _split_context(arguments)
         return cls(TopKSelection.build(**arguments), context)
 

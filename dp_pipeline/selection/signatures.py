@@ -2,7 +2,7 @@
 
 Generated from `dp_pipeline.selection.parameters` and the run context's build by
 `dp_pipeline.query.signatures.public_signature`; ``leading`` is ``self`` for
-``df.dp`` and ``df`` for `dp_pipeline.selection.spark`.
+``df.dp`` and nothing for `dp_pipeline.spark`.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.signatures import public_doc, public_signature
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
 
-__all__ = ["MEDIAN_SUMMARY", "quantile_signature", "selection_doc", "top_k_signature"]
+__all__ = [
+    "MEDIAN_SUMMARY",
+    "SPARK_RETURNS",
+    "quantile_signature",
+    "selection_doc",
+    "top_k_signature",
+]
 
 # Selections run in a context without noise partitions (the mechanism draws from one stream).
 _SELECTION_CONTEXT = ("noise_partitions",)
@@ -22,6 +28,10 @@ MEDIAN_SUMMARY = """`quantile` at q = 1/2 (its own stream label "median")."""
 RETURNS = (
     "a small pandas DataFrame whose attrs['dp'] is a SelectionInfo (mechanism, pure ε, "
     "margin; diagnostics: never publish them)."
+)
+SPARK_RETURNS = (
+    "a SparkDPSelection: a DataFrame -> DataFrame function for df.transform (its .info the "
+    "SelectionInfo); the same inputs as df.dp give the same selection."
 )
 
 
@@ -48,11 +58,12 @@ def top_k_signature(leading: Sequence[str]) -> inspect.Signature:
     )
 
 
-def selection_doc(statistic: str, signature: inspect.Signature) -> str:
-    """The docstring of a selection shim, from its parameter object's."""
+def selection_doc(statistic: str, signature: inspect.Signature, *, spark: bool = False) -> str:
+    """The docstring of a selection shim, from its parameter object's (``spark``: of
+    `dp_pipeline.spark`'s, which returns a query for ``df.transform``)."""
     summary = {
         "quantile": QuantileSelection.__doc__,
         "median": MEDIAN_SUMMARY,
         "top_k": TopKSelection.__doc__,
     }[statistic]
-    return public_doc(summary, signature, RETURNS)
+    return public_doc(summary, signature, SPARK_RETURNS if spark else RETURNS)

@@ -1,4 +1,5 @@
-"""DP selection on Spark: ``dp_quantile``, ``dp_median``, ``dp_top_k``.
+"""DP selection on Spark: the engine of ``dp_pipeline.spark.dp_quantile``, ``dp_median``,
+``dp_top_k`` (`run_quantile_spark`, `run_top_k_spark`).
 
 The utilities' inputs are Spark aggregations; the selection runs on the driver
 with the same code as the pandas engine (`dp_pipeline.selection.query`), so a
@@ -16,15 +17,13 @@ fixed key, release id and table give the same result on both engines.
   count engine's noisy release (discrete Laplace noise added on the executors
   from the per-partition streams) and keeps its top k.
 
-Each function names its privacy unit (``privacy_unit=None``: per record) and takes
-``by=`` for one selection per declared group. Each reads the DataFrame eagerly and
+Each query names its privacy unit (``privacy_unit=None``: per record) and takes
+``by=`` for one selection per declared group. Each run reads the DataFrame eagerly and
 returns a small pandas DataFrame whose ``attrs["dp"]`` shows its `SelectionInfo`,
 exactly as ``df.dp.quantile / median / top_k`` do.
 """
 
 from __future__ import annotations
-
-from fractions import Fraction
 
 import numpy as np
 import pandas as pd
@@ -48,62 +47,35 @@ from dp_pipeline.engines.spark_sql.coding import (
 )
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
-from dp_pipeline.query.signatures import shim
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
-from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
 from dp_pipeline.udfs.noise import CELL_COLUMN
 
 __all__ = [
     "check_numeric_column",
-    "dp_median",
-    "dp_quantile",
-    "dp_top_k",
     "run_quantile_spark",
     "run_top_k_spark",
 ]
 
+# The selections moved beside the Spark aggregations, with the call shape of df.dp.
+_MOVED = {"dp_quantile": "column, q", "dp_median": "column", "dp_top_k": "column, k"}
+
+
+def __getattr__(name: str) -> object:
+    if name in _MOVED:
+        arguments = _MOVED[name]
+        raise DPTypeError(
+            f"dp_pipeline.selection.spark.{name}(df, {arguments}, ...) is now "
+            f"dp_pipeline.spark.{name}({arguments}, ...), a query for df.transform, as "
+            f"dp_count is: write df.transform({name}({arguments}, ...)) for the selection as "
+            f"a Spark DataFrame, or {name}({arguments}, ...).collect(df) for the pandas "
+            f"result with attrs['dp']"
+        )
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _CELL = "_dp_group"
 _POSITION = "_dp_position"
 _OUTSIDE = "_dp_outside"
-
-
-def _quantile(statistic: str):
-    signature = quantile_signature(statistic, leading=("df",))
-
-    def run(df, **arguments) -> pd.DataFrame:
-        if statistic == "median":
-            arguments["q"] = Fraction(1, 2)
-        return run_quantile_spark(df, QuantileQuery.build(statistic, **arguments))
-
-    return shim(
-        f"dp_{statistic}",
-        signature,
-        selection_doc(statistic, signature),
-        run,
-        __name__,
-        call_form=f"dp_{statistic}(df, {{}})",
-    )
-
-
-def _top_k():
-    signature = top_k_signature(leading=("df",))
-
-    def run(df, **arguments) -> pd.DataFrame:
-        return run_top_k_spark(df, TopKQuery.build(**arguments))
-
-    return shim(
-        "dp_top_k",
-        signature,
-        selection_doc("top_k", signature),
-        run,
-        __name__,
-        call_form="dp_top_k(df, {})",
-    )
-
-
-dp_quantile = _quantile("quantile")
-dp_median = _quantile("median")
-dp_top_k = _top_k()
 
 
 def check_numeric_column(df, column: str, role: str) -> None:

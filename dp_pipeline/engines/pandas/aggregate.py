@@ -26,6 +26,7 @@ from dp_pipeline.engines.numpy_rules import (
     integral_keys,
     value_units,
 )
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.hierarchy import HIERARCHY_RULE, HierarchyRule
@@ -47,25 +48,25 @@ __all__ = [
 
 def input_column(df: pd.DataFrame, name: str, role: str) -> pd.Series:
     if name not in df.columns:
-        raise ValueError(
+        raise DPValueError(
             f"{role} column {name!r} is not in the DataFrame; its columns are {list(df.columns)}"
         )
     return df[name]
 
 
 def check_key_dtype(series: pd.Series, domain: Domain) -> None:
-    """Raise `TypeError` naming the column when its dtype cannot hold ``domain``'s keys."""
+    """Raise `DPTypeError` naming the column when its dtype cannot hold ``domain``'s keys."""
     dtype = series.dtype
     if domain.kind == "int":
         # A float column is an integer column with missing values (NaN), as pandas and
         # Parquet writers make it: its NaN rows are null keys, non-integers out of domain.
         if not (pd.api.types.is_integer_dtype(dtype) or pd.api.types.is_float_dtype(dtype)):
-            raise TypeError(
+            raise DPTypeError(
                 f"key column {domain.column!r} has dtype {dtype} but its domain holds integers; "
                 f"it must have an integer dtype (or a float dtype holding integers and NaN)"
             )
     elif not (pd.api.types.is_string_dtype(dtype) or pd.api.types.is_object_dtype(dtype)):
-        raise TypeError(
+        raise DPTypeError(
             f"key column {domain.column!r} has dtype {dtype} but its domain holds strings; "
             f"it must have a string or object dtype"
         )
@@ -100,7 +101,7 @@ def unit_column(df: pd.DataFrame, privacy_unit: str | None) -> pd.Series | None:
     if not (
         pd.api.types.is_integer_dtype(series.dtype) or pd.api.types.is_string_dtype(series.dtype)
     ):
-        raise TypeError(
+        raise DPTypeError(
             f"privacy_unit column {privacy_unit!r} has dtype {series.dtype}; "
             f"it must hold integers or strings"
         )
@@ -206,7 +207,7 @@ def aggregate_pandas(
     Returns ({"count": ..., "sum": ... or None}, the key columns, diagnostics).
     """
     if not isinstance(df, pd.DataFrame):
-        raise TypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
+        raise DPTypeError(f"expected a pandas DataFrame, got {type(df).__name__}")
     cells = spec.cells
     key_series = [input_column(df, d.column, "key") for d in cells.domains]
     for series, domain in zip(key_series, cells.domains, strict=True):
@@ -217,7 +218,7 @@ def aggregate_pandas(
         not pd.api.types.is_numeric_dtype(value_series.dtype)
         or pd.api.types.is_bool_dtype(value_series.dtype)
     ):
-        raise TypeError(
+        raise DPTypeError(
             f"summed column {spec.column!r} has dtype {value_series.dtype}; it must be numeric"
         )
 

@@ -61,6 +61,7 @@ from dp_pipeline.engines.spark_sql.diagnostics import (
     collected_code_summary,
     query_diagnostics,
 )
+from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
@@ -122,10 +123,10 @@ def aggregate_queries(
     All queries must share the privacy unit column (or all have none).
     """
     if not specs:
-        raise ValueError("aggregate_queries needs at least one query")
+        raise DPValueError("aggregate_queries needs at least one query")
     units = {spec.privacy_unit for spec in specs}
     if len(units) != 1:
-        raise ValueError(
+        raise DPValueError(
             f"queries aggregated in one pass must share the privacy unit column; got "
             f"{sorted(str(u) for u in units)}"
         )

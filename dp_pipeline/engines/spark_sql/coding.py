@@ -22,7 +22,7 @@ from pyspark.sql.types import (
 )
 
 from dp_pipeline.engines.numpy_rules import KEY_LIMIT
-from dp_pipeline.errors import InternalError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.query.exact_sums import MAX_SUM_UNITS, SUM_LIMIT
 from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HierarchyRule
 from dp_pipeline.query.quantile_grid import quantile_candidate_count
@@ -147,7 +147,7 @@ def check_schema(df, spec: QuerySpec) -> None:
 
     def need(name: str, role: str):
         if name not in fields:
-            raise ValueError(
+            raise DPValueError(
                 f"{role} column {name!r} is not in the DataFrame; its columns are {df.columns}"
             )
         return fields[name]
@@ -156,27 +156,27 @@ def check_schema(df, spec: QuerySpec) -> None:
     for domain in (*spec.cells.domains, *hierarchy):
         kind = need(domain.column, "key")
         if domain.kind == "int" and not isinstance(kind, (*INTEGRAL_TYPES, *FRACTIONAL_TYPES)):
-            raise TypeError(
+            raise DPTypeError(
                 f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
                 f"domain holds integers; it must have an integer type (or a floating-point "
                 f"type holding integers and NaN)"
             )
         if domain.kind == "str" and not isinstance(kind, StringType):
-            raise TypeError(
+            raise DPTypeError(
                 f"key column {domain.column!r} has Spark type {kind.simpleString()} but its "
                 f"domain holds strings; it must have a string type"
             )
     if spec.privacy_unit is not None:
         kind = need(spec.privacy_unit, "privacy_unit")
         if not isinstance(kind, (*INTEGRAL_TYPES, StringType)):
-            raise TypeError(
+            raise DPTypeError(
                 f"privacy_unit column {spec.privacy_unit!r} has Spark type "
                 f"{kind.simpleString()}; it must hold integers or strings"
             )
     if spec.column is not None:
         kind = need(spec.column, "summed")
         if not isinstance(kind, NumericType):
-            raise TypeError(
+            raise DPTypeError(
                 f"summed column {spec.column!r} has Spark type {kind.simpleString()}; "
                 f"it must be numeric"
             )

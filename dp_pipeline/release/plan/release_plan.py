@@ -64,7 +64,7 @@ __all__ = [
 
 CONFIDENCE = Fraction(95, 100)
 # The δ at which a ρ-budget release reports its ε when neither budget nor cap names one.
-DEFAULT_REPORT_DELTA = Fraction(1, 10**10)
+RELEASE_REPORT_DELTA = Fraction(1, 10**10)
 # Tables whose vector is noised (a top_k: its candidates' counts, one-shot noise).
 NOISED = ("count", "sum", "top_k")
 
@@ -442,7 +442,7 @@ def _report_delta(spec: ReleaseSpec) -> Fraction:
     for budget in (spec.budget, spec.cap):
         if budget is not None and budget.delta:
             return budget.delta
-    return DEFAULT_REPORT_DELTA
+    return RELEASE_REPORT_DELTA
 
 
 def exact_and_decimal(value: Fraction) -> str:

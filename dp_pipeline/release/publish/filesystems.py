@@ -26,6 +26,7 @@ import contextlib
 import os
 import posixpath
 import secrets
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
@@ -77,7 +78,7 @@ def has_jvm(spark) -> bool:
     return spark is not None and getattr(spark, "_jsc", None) is not None
 
 
-class ReleaseFileSystem:
+class ReleaseFileSystem(ABC):
     """Files under one root URI, by relative ``/``-separated path.
 
     ``write_bytes`` replaces a file whole; ``list`` names a folder's entries
@@ -89,32 +90,36 @@ class ReleaseFileSystem:
 
     root: str
 
-    def write_bytes(self, path: str, data: bytes | Iterable[bytes]) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def write_bytes(self, path: str, data: bytes | Iterable[bytes]) -> None: ...
 
-    def read_chunks(self, path: str) -> Iterator[bytes]:
-        raise NotImplementedError
+    @abstractmethod
+    def read_chunks(self, path: str) -> Iterator[bytes]: ...
 
     def read_bytes(self, path: str) -> bytes:
         return b"".join(self.read_chunks(path))
 
-    def list(self, path: str) -> list[str]:
-        raise NotImplementedError
+    @abstractmethod
+    def list(self, path: str) -> list[str]: ...
 
-    def exists(self, path: str) -> bool:
-        raise NotImplementedError
+    @abstractmethod
+    def exists(self, path: str) -> bool: ...
 
-    def delete(self, path: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def delete(self, path: str) -> None: ...
 
-    def mkdirs(self, path: str, owner_only: bool = False) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def mkdirs(self, path: str, owner_only: bool = False) -> None: ...
 
-    def make_plain(self, path: str) -> None:
-        raise NotImplementedError
+    @abstractmethod
+    def make_plain(self, path: str) -> None: ...
 
     def close(self) -> None:
-        """Release what the implementation holds (a private Hadoop FileSystem instance)."""
+        """Release what the implementation holds (a private Hadoop FileSystem instance).
+
+        Nothing by default: a pyarrow file system holds nothing to release.
+        """
+        return None
 
     def where(self, path: str = "") -> str:
         """The URI of ``path``, as messages show it (no user information)."""

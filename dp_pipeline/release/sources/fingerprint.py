@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-from dp_pipeline.errors import DPValueError
+from dp_pipeline.errors import DPFileNotFoundError, DPValueError
 from dp_pipeline.randomness import MasterKey
 
 __all__ = [
@@ -75,7 +75,7 @@ class FileDigest:
 
 def _exists(root: Path) -> None:
     if not root.exists():
-        raise FileNotFoundError(f"input path {str(root)!r} does not exist")
+        raise DPFileNotFoundError(f"input path {str(root)!r} does not exist")
 
 
 def input_files(path: str | os.PathLike[str], input_format: str) -> tuple[Path, ...]:
@@ -94,7 +94,7 @@ def input_files(path: str | os.PathLike[str], input_format: str) -> tuple[Path, 
     dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
     files = tuple(sorted(Path(name) for name in dataset.files))
     if not files:
-        raise FileNotFoundError(f"input path {str(root)!r} holds no data files")
+        raise DPFileNotFoundError(f"input path {str(root)!r} holds no data files")
     return files
 
 

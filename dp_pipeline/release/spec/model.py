@@ -11,7 +11,7 @@ from fractions import Fraction
 from typing import Any
 
 from dp_pipeline.errors import DPError, DPKeyError
-from dp_pipeline.query.quantile_grid import quantile_candidate_count
+from dp_pipeline.query.quantile_grid import TOP_K_METHODS, quantile_candidate_count
 from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec.fields import check_token
 from dp_pipeline.release.spec.hierarchy import HierarchySpec, PostprocessSpec
@@ -45,7 +45,6 @@ STATISTICS = ("count", "sum", "quantile", "median", "top_k")
 # Statistics released by DP selection (the exponential mechanism or one-shot noisy top-k):
 # they take a share of the budget, never an explicit sigma2.
 SELECTIONS = ("quantile", "median", "top_k")
-TOP_K_METHODS = ("peeling", "one_shot")
 ENGINES = ("spark", "pandas")
 INPUT_FORMATS = ("parquet", "csv")
 # input.on_invalid: "drop" invalid rows and count them in the non-private diagnostics,
