@@ -52,7 +52,7 @@ from dp_pipeline.accounting.lattice import fraction_gcd
 from dp_pipeline.errors import DPError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-__all__ = ["METHOD", "SupportLoss", "support_loss"]
+__all__ = ["METHOD", "SupportLoss", "gaussian_masses", "support_loss"]
 
 METHOD = "support_exact"
 _U = 2.0**-53
@@ -115,7 +115,10 @@ def _pure_part(epsilon0: Fraction, count: int) -> _Part:
     )
 
 
-def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
+def gaussian_masses(sigma2: Fraction) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The masses of N_Z(0, σ²) for |y| <= ⌈39σ⌉ + 2 that are >= 2^-1000 (contiguous y):
+    (ys, masses, relative error of each mass, dropped mass), the budget of the module
+    docstring (the truncated and pruned tails are the dropped mass)."""
     s2 = float(sigma2)
     limit = math.ceil(39 * math.sqrt(s2)) + 2
     ys = np.arange(-limit, limit + 1, dtype=np.int64)
@@ -132,11 +135,16 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
     relative = 8 * _U * (float(np.max(-log_weights)) + 2) + 2 * len(ys) * _U + dropped
     keep = masses >= _PRUNE
     dropped += float(math.fsum(masses[~keep])) * (1 + relative) + _TINY * len(ys)
+    return ys[keep], masses[keep], relative, dropped
+
+
+def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
+    ys, masses, relative, dropped = gaussian_masses(sigma2)
     return _Part(
         Fraction(shift * shift) / (2 * sigma2),
         Fraction(shift) / sigma2,
-        ys[keep],
-        masses[keep],
+        ys,
+        masses,
         relative,
         dropped,
         count,

@@ -1,0 +1,213 @@
+"""Exact δ(ε) of one wide discrete Gaussian beside finite supports, by tail sums
+("support_exact + gaussian_tails").
+
+A discrete Gaussian with a large σ² has a support (~78σ points) too wide to convolve
+with the others, and beside small-σ² Gaussians, Laplaces or pure-DP events (whose losses
+sit far apart next to its narrow, fine-lattice loss) the MGF inversion's integrand keeps
+returning at the multiples of its period: its bound on those returns can exceed 20% of δ.
+This path composes everything but that Gaussian exactly (`support_composition`: the
+rest's loss C + γ·w with masses m_w) and sums the Gaussian's loss exactly for each w.
+
+For n copies of N_Z(0, σ²) with shift μ the Gaussian part's loss is n·a + b·k, a =
+μ²/(2σ²), b = μ/σ², k the sum of the n draws (masses P_k, the n-fold direct convolution
+of the one-draw masses). With t_w = ε - L_w and k*_w the first k with n·a + b·k > t_w,
+at the gap g_w = (n·a + b·k*_w - t_w)/b in (0, 1],
+
+    δ(ε) = Σ_w m_w·[(1 - e^{-b·g_w})·T(k*_w) + e^{-b·g_w}·V(k*_w)],
+    T(i) = Σ_{k >= i} P_k,    V(i) = Σ_{k >= i} P_k·(1 - e^{-b(k - i)}),
+
+and V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1): every sum has non-negative terms only, so
+δ keeps its relative precision at any size (no subtraction of nearly equal tails).
+
+Error budget (each term a bound, charged in `GaussianSplit.delta_bound`):
+
+- the masses: m_w within R_w relative plus A_w in total (`support_composition`); the
+  one-draw masses within R_1 relative (`support_composition.gaussian_masses`), the n-fold
+  convolution within R_1·n + (k + 1)·u per merge (non-negative products, summed), plus
+  2^-1074 per product for underflow, absolute;
+- T by a sequential reverse sum within (N + 1)·u relative; V by the recursion within
+  T's error plus 6u per step (N steps; the float b, e^{-b} and 1 - e^{-b} within 2u each);
+- k*_w and g_w: ε - C - n·a and γ/b are exact rationals; x_w = (ε - C - n·a - γw)/b is
+  split into an integer and a fraction whose float value is within 3u absolute; a gap
+  below `_EXACT_GAP` (or a fraction too near 0 to decide its floor) is redone in exact
+  rationals, so every g_w is within 6u/`_EXACT_GAP` relative and each factor within that
+  plus 4u;
+- the sum over w: numpy's pairwise sum of non-negative terms (`support_composition`);
+- the dropped masses (the rest's pruned masses, the Gaussian's tails beyond ⌈39σ⌉ + 2):
+  added to the upper bound only.
+
+The loss distributions composed here are symmetric, so one direction gives δ.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from fractions import Fraction
+from functools import cached_property
+
+import numpy as np
+from scipy.signal import lfilter
+
+from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.support_composition import (
+    METHOD as SUPPORT_METHOD,
+)
+from dp_pipeline.accounting.support_composition import (
+    SupportLoss,
+    gaussian_masses,
+    support_loss,
+)
+from dp_pipeline.mechanisms import DiscreteGaussian
+
+__all__ = ["METHOD", "GaussianSplit", "gaussian_split"]
+
+METHOD = f"{SUPPORT_METHOD} + gaussian_tails"
+_U = 2.0**-53
+_TINY = 2.0**-1074
+_EXACT_GAP = 1e-4  # gaps (in units of b) below this are recomputed in exact rationals
+_MAX_CONVOLUTION = 1 << 26  # products of the n-fold convolution of the Gaussian part
+_MAX_GAUSSIAN = 1 << 22  # points of the Gaussian part
+_MAX_INT = 1 << 60
+
+
+@dataclass(frozen=True)
+class GaussianSplit:
+    """δ(ε) of ``count`` copies of N_Z(0, ``sigma2``) with ``shift`` beside ``rest``."""
+
+    sigma2: Fraction
+    shift: int
+    count: int
+    rest: SupportLoss
+
+    @cached_property
+    def _gaussian(self):
+        """(lowest k, masses P_k, T, V, relative error of T and V, absolute, dropped)."""
+        ys, masses, relative, dropped = gaussian_masses(self.sigma2)
+        one, one_relative = masses, relative
+        absolute = 0.0
+        total = masses
+        for _ in range(self.count - 1):
+            absolute = absolute * (1 + relative) + _TINY * len(total) * len(one)
+            k = min(len(total), len(one))
+            total = np.convolve(total, one)
+            relative = (relative + one_relative + (k + 1) * _U) * (1 + 1e-6)
+        dropped *= self.count
+        n = len(total)
+        # T(i) = Σ_{k >= i} P_k: a sequential sum from the top (non-negative terms)
+        tails = np.cumsum(total[::-1])[::-1]
+        b = float(Fraction(self.shift) / self.sigma2)
+        decay = math.exp(-b)
+        # V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1), V(last) = 0: a first-order recursion,
+        # run from the top (lfilter runs it in order on the reversed sequence)
+        shifted = np.concatenate([tails[1:], [0.0]])[::-1]
+        v = lfilter([-math.expm1(-b)], [1.0, -decay], shifted)[::-1]
+        v = np.maximum(v, 0.0)
+        t_relative = relative + (n + 1) * _U
+        v_relative = t_relative + 6 * n * _U
+        low = int(ys[0]) * self.count
+        return low, tails, v, max(t_relative, v_relative), absolute, dropped
+
+    @cached_property
+    def _rational(self):
+        """(b as a Fraction, P'/Q' = γ/b, C + n·a): the exact constants of k*_w."""
+        b = Fraction(self.shift) / self.sigma2
+        ratio = self.rest.gamma / b
+        offset = self.rest.offset + self.count * Fraction(self.shift * self.shift) / (
+            2 * self.sigma2
+        )
+        return b, ratio, offset
+
+    @cached_property
+    def _products(self):
+        """(P'·w div Q', P'·w mod Q') for every rest position w (exact int64)."""
+        _, ratio, _ = self._rational
+        scaled = self.rest.positions * ratio.numerator
+        return np.floor_divide(scaled, ratio.denominator), np.mod(scaled, ratio.denominator)
+
+    def delta_bound(self, epsilon: float) -> DeltaBound:
+        """Rigorous (lower, upper) on δ(ε) (error budget in the module docstring)."""
+        low, tails, v, gaussian_relative, gaussian_absolute, gaussian_dropped = self._gaussian
+        b, ratio, offset = self._rational
+        quotient, remainder = self._products
+        # x_w = (ε - C - n·a)/b - (P'/Q')·w = (I - quotient) + (F - remainder/Q')
+        scaled = (Fraction(epsilon) - offset) / b
+        # beyond ±2^61 every k*_w is off the support on the same side as with the exact
+        # value (|P'·w div Q'| < 2^60): clamping keeps the int64 arithmetic exact
+        whole = min(max(math.floor(scaled), -(1 << 61)), 1 << 61)
+        fraction = scaled - whole if abs(whole) < 1 << 61 else Fraction(0)  # in [0, 1)
+        fraction_float = float(fraction) - remainder / ratio.denominator  # within 3u
+        negative = fraction_float < 0
+        # k*_w = floor(x_w) + 1, g_w = k*_w - x_w
+        first = (whole - quotient) + np.where(negative, 0, 1)
+        gap = np.where(negative, -fraction_float, 1.0 - fraction_float)
+        unsure = (np.abs(fraction_float) < _EXACT_GAP) | (gap < _EXACT_GAP)
+        for index in np.flatnonzero(unsure):
+            exact = fraction - Fraction(int(remainder[index]), ratio.denominator)
+            below = exact < 0
+            first[index] = (whole - int(quotient[index])) + (0 if below else 1)
+            gap[index] = float(-exact if below else 1 - exact)
+        position = first - low
+        gap = gap + np.maximum(-position, 0)  # below the support: start from its lowest k
+        position = np.maximum(position, 0)
+        inside = position < len(tails)
+        masses = self.rest.masses[inside]
+        position = position[inside]
+        step = float(b) * gap[inside]
+        terms = -np.expm1(-step) * tails[position] + np.exp(-step) * v[position]
+        total = float(np.sum(masses * terms))
+        relative = (
+            self.rest.relative
+            + gaussian_relative
+            + 6 * _U / _EXACT_GAP
+            + 8 * _U
+            + 2 * (math.log2(max(len(terms), 2)) + 20) * _U
+        ) * (1 + 1e-6)
+        absolute = self.rest.absolute + gaussian_absolute
+        lower = max(0.0, total * (1 - relative) - absolute)
+        upper = total * (1 + relative) + absolute + self.rest.dropped + gaussian_dropped
+        upper = min(1.0, math.nextafter(upper, 2.0))
+        return DeltaBound(min(lower, upper), upper, METHOD)
+
+
+def gaussian_split(events) -> GaussianSplit | None:
+    """The split of ``events`` (`PrivacyEvent` values): the discrete Gaussian coordinates
+    with the widest support (one σ² and one shift, any number of copies) apart, the rest
+    composed exactly; None if the rest has no exact composition here (`support_loss`),
+    there is no rest, or the sizes leave int64 or the work caps."""
+    groups: Counter = Counter()
+    for event in events:
+        if isinstance(event.mechanism, DiscreteGaussian):
+            for shift in event.sensitivity:
+                if shift:
+                    groups[(event.mechanism.sigma2, shift)] += event.count
+    if not groups:
+        return None
+    sigma2, shift = max(groups, key=lambda key: (key[0], -key[1]))
+    count = groups[(sigma2, shift)]
+    points = 2 * (math.ceil(39 * math.sqrt(float(sigma2))) + 2) + 1
+    if points * count > _MAX_GAUSSIAN or points * points * count * (count - 1) / 2 > (
+        _MAX_CONVOLUTION
+    ):
+        return None
+    rest = []
+    for event in events:
+        if isinstance(event.mechanism, DiscreteGaussian) and event.mechanism.sigma2 == sigma2:
+            others = tuple(s for s in event.sensitivity if s != shift)
+            if others:
+                rest.append(PrivacyEvent(event.mechanism, others, event.count))
+        else:
+            rest.append(event)
+    if not rest:
+        return None
+    loss = support_loss(rest)
+    if loss is None:
+        return None
+    b = Fraction(shift) / sigma2
+    ratio = loss.gamma / b
+    reach = max(abs(int(loss.positions[0])), abs(int(loss.positions[-1])))
+    if ratio.denominator >= 2**53 or abs(ratio.numerator) * reach >= _MAX_INT:
+        return None
+    return GaussianSplit(sigma2, shift, count, loss)
