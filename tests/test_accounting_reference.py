@@ -113,6 +113,22 @@ def test_small_gaussians_beside_a_wide_one_are_tight():
     assert exact_epsilon[0] <= found.upper <= 1.01 * exact_epsilon[1]
 
 
+def test_copies_of_a_wide_gaussian_are_tight_at_tiny_delta():
+    """Two copies of DG(4181) with shift 16 (the inversion's path, support_exact refuses a
+    support this wide): its bound on the integrand's returns at the lattice period grew
+    as δ fell, +1.4% at δ = 1e-30, +3.4% at 1e-75, +6.9% at 1e-150; the copies' exact
+    convolution summed by its tails (`gaussian_split`) is exact."""
+    plan = [(DiscreteGaussian(Fraction(4181)), (16,), 2)]
+    reference = ReferenceComposition(plan, floor=1e-170)  # δ >= 1e-160 only
+    accountant = _accountant(plan)
+    for epsilon in (3.9653, 6.4163, 9.1448):  # δ about 1e-30, 1e-75, 1e-150
+        exact_lower, exact_upper = reference.delta(epsilon)
+        assert exact_lower > 1e-155
+        bound = accountant.delta(epsilon)
+        assert exact_lower <= bound.upper <= 1.01 * exact_upper, (epsilon, bound, exact_upper)
+        assert 0.9 * exact_lower <= bound.lower <= exact_upper, (epsilon, bound, exact_lower)
+
+
 _PLANS = int(os.environ.get("DP_REFERENCE_PLANS", "24"))
 _FIRST_SEED = int(os.environ.get("DP_REFERENCE_SEED", "0"))
 _DELTAS = (1e-2, 1e-6, 1e-12, 1e-20, 1e-30)  # δ(ε) is checked at the ε where δ is these

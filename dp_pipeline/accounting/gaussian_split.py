@@ -22,9 +22,10 @@ and V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1): every sum has non-negative ter
 Error budget (each term a bound, charged in `GaussianSplit.delta_bound`):
 
 - the masses: m_w within R_w relative plus A_w in total (`support_composition`); the
-  one-draw masses within R_1 relative (`support_composition.gaussian_masses`), the n-fold
-  convolution within R_1·n + (k + 1)·u per merge (non-negative products, summed), plus
-  2^-1074 per product for underflow, absolute;
+  one-draw masses within R_1 relative (`support_composition.gaussian_masses`) plus
+  2^-1073 absolute each (masses are kept down to `_PRUNE`, below the normal range), the
+  n-fold convolution within R_1·n + (k + 1)·u per merge (non-negative products, summed),
+  plus 2^-1074 per product for underflow, absolute;
 - T by a sequential reverse sum within (N + 1)·u relative; V by the recursion within
   T's error plus 6u per step (N steps; the float b, e^{-b} and 1 - e^{-b} within 2u each);
 - k*_w and g_w: ε - C - n·a and γ/b are exact rationals; x_w = (ε - C - n·a - γw)/b is
@@ -68,9 +69,12 @@ METHOD = f"{SUPPORT_METHOD} + gaussian_tails"
 _U = 2.0**-53
 _TINY = 2.0**-1074
 _EXACT_GAP = 1e-4  # gaps (in units of b) below this are recomputed in exact rationals
-_MAX_CONVOLUTION = 1 << 26  # products of the n-fold convolution of the Gaussian part
+_MAX_CONVOLUTION = 1 << 27  # products of the n-fold convolution of the Gaussian part
 _MAX_GAUSSIAN = 1 << 22  # points of the Gaussian part
 _MAX_INT = 1 << 60
+_PRUNE = 2.0**-1070  # masses kept down to here (δ is summed down to ~1e-300)
+_MAX_REST_GAUSSIAN = 1 << 15  # a discrete Gaussian of the rest: up to σ² ~ 1.7e5
+_MAX_REST = 1 << 17  # rest points summed at every δ evaluation
 
 
 @dataclass(frozen=True)
@@ -85,12 +89,13 @@ class GaussianSplit:
     @cached_property
     def _gaussian(self):
         """(lowest k, masses P_k, T, V, relative error of T and V, absolute, dropped)."""
-        ys, masses, relative, dropped = gaussian_masses(self.sigma2)
+        ys, masses, relative, dropped = gaussian_masses(self.sigma2, _PRUNE)
         one, one_relative = masses, relative
-        absolute = 0.0
+        one_absolute = 2 * _TINY * len(ys)  # subnormal masses are kept: 2^-1074 each
+        absolute = one_absolute
         total = masses
         for _ in range(self.count - 1):
-            absolute = absolute * (1 + relative) + _TINY * len(total) * len(one)
+            absolute = (absolute + one_absolute) * (1 + relative) + _TINY * len(total) * len(one)
             k = min(len(total), len(one))
             total = np.convolve(total, one)
             relative = (relative + one_relative + (k + 1) * _U) * (1 + 1e-6)
@@ -175,8 +180,8 @@ class GaussianSplit:
 def gaussian_split(events) -> GaussianSplit | None:
     """The split of ``events`` (`PrivacyEvent` values): the discrete Gaussian coordinates
     with the widest support (one σ² and one shift, any number of copies) apart, the rest
-    composed exactly; None if the rest has no exact composition here (`support_loss`),
-    there is no rest, or the sizes leave int64 or the work caps."""
+    composed exactly (the point mass at 0 when there is none); None if the rest has no
+    exact composition here (`support_loss`), or the sizes leave int64 or the work caps."""
     groups: Counter = Counter()
     for event in events:
         if isinstance(event.mechanism, DiscreteGaussian):
@@ -200,11 +205,20 @@ def gaussian_split(events) -> GaussianSplit | None:
                 rest.append(PrivacyEvent(event.mechanism, others, event.count))
         else:
             rest.append(event)
-    if not rest:
-        return None
-    loss = support_loss(rest)
-    if loss is None:
-        return None
+    if rest:
+        loss = support_loss(rest, _MAX_REST_GAUSSIAN, _PRUNE)
+        if loss is None or len(loss.masses) > _MAX_REST:
+            return None
+    else:  # the Gaussian copies alone: a rest that is the point mass at loss 0
+        loss = SupportLoss(
+            positions=np.zeros(1, dtype=np.int64),
+            masses=np.ones(1),
+            gamma=Fraction(1),
+            offset=Fraction(0),
+            relative=0.0,
+            absolute=0.0,
+            dropped=0.0,
+        )
     b = Fraction(shift) / sigma2
     ratio = loss.gamma / b
     reach = max(abs(int(loss.positions[0])), abs(int(loss.positions[-1])))

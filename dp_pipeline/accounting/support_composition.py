@@ -115,10 +115,13 @@ def _pure_part(epsilon0: Fraction, count: int) -> _Part:
     )
 
 
-def gaussian_masses(sigma2: Fraction) -> tuple[np.ndarray, np.ndarray, float, float]:
-    """The masses of N_Z(0, σ²) for |y| <= ⌈39σ⌉ + 2 that are >= 2^-1000 (contiguous y):
+def gaussian_masses(
+    sigma2: Fraction, prune: float = _PRUNE
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The masses of N_Z(0, σ²) for |y| <= ⌈39σ⌉ + 2 that are >= ``prune`` (contiguous y):
     (ys, masses, relative error of each mass, dropped mass), the budget of the module
-    docstring (the truncated and pruned tails are the dropped mass)."""
+    docstring (the truncated and pruned tails are the dropped mass). With ``prune`` below
+    the normal range, a kept mass may also err by 2^-1074 absolute (for the caller)."""
     s2 = float(sigma2)
     limit = math.ceil(39 * math.sqrt(s2)) + 2
     ys = np.arange(-limit, limit + 1, dtype=np.int64)
@@ -133,13 +136,13 @@ def gaussian_masses(sigma2: Fraction) -> tuple[np.ndarray, np.ndarray, float, fl
     # the masses divide by the truncated Z, larger than the exact ratio by at most
     # dropped/Z <= dropped: a relative error, charged with the float errors
     relative = 8 * _U * (float(np.max(-log_weights)) + 2) + 2 * len(ys) * _U + dropped
-    keep = masses >= _PRUNE
+    keep = masses >= prune
     dropped += float(math.fsum(masses[~keep])) * (1 + relative) + _TINY * len(ys)
     return ys[keep], masses[keep], relative, dropped
 
 
-def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
-    ys, masses, relative, dropped = gaussian_masses(sigma2)
+def _gaussian_part(sigma2: Fraction, shift: int, count: int, prune: float) -> _Part:
+    ys, masses, relative, dropped = gaussian_masses(sigma2, prune)
     return _Part(
         Fraction(shift * shift) / (2 * sigma2),
         Fraction(shift) / sigma2,
@@ -148,15 +151,16 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
         relative,
         dropped,
         count,
+        _TINY * len(ys) if prune < 2.0**-1022 else 0.0,  # subnormal masses: absolute
     )
 
 
-def _parts(events) -> list[_Part] | None:
+def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None:
     counts: Counter = Counter()
     for event in events:
         mechanism = event.mechanism
         if isinstance(mechanism, DiscreteGaussian):
-            if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > _MAX_GAUSSIAN_POINTS:
+            if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > max_gaussian_points:
                 return None
             kind, value = "dg", mechanism.sigma2
         elif isinstance(mechanism, DiscreteLaplace):
@@ -176,7 +180,7 @@ def _parts(events) -> list[_Part] | None:
     parts = []
     for (kind, value, shift), count in counts.items():
         if kind == "dg":
-            parts.append(_gaussian_part(value, shift, count))
+            parts.append(_gaussian_part(value, shift, count, prune))
         elif kind == "dl":
             if shift + 1 > _MAX_POINTS:
                 return None
@@ -191,8 +195,9 @@ class _TooLargeError(DPError):
 
 
 class _Budget:
-    def __init__(self) -> None:
+    def __init__(self, prune: float) -> None:
         self.work = 0
+        self.prune = prune  # merged masses below this are dropped
 
     def charge(self, products: int) -> None:
         self.work += products
@@ -220,7 +225,7 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     k = min(len(a.masses), len(b.masses))
     relative = (a.relative + b.relative + (k + 1) * _U) * (1 + 1e-6) + a.relative * b.relative
     absolute = (a.absolute + b.absolute) * (1 + relative) + _TINY * len(products)
-    keep = merged >= _PRUNE
+    keep = merged >= budget.prune
     dropped = (
         a.dropped + b.dropped + float(math.fsum(merged[~keep])) * (1 + relative) + _TINY * span
     )
@@ -283,10 +288,14 @@ def _summed(n: int) -> float:
     return 6 * _U + 2 * (math.log2(max(n, 2)) + 20) * _U
 
 
-def support_loss(events) -> SupportLoss | None:
+def support_loss(
+    events, max_gaussian_points: int = _MAX_GAUSSIAN_POINTS, prune: float = _PRUNE
+) -> SupportLoss | None:
     """The exact composition of ``events`` (`PrivacyEvent` values), or None when some
-    event has no exact finite lattice support here or the composition is too large."""
-    parts = _parts(events)
+    event has no exact finite lattice support here (a discrete Gaussian's over
+    ``max_gaussian_points``) or the composition is too large. Masses below ``prune``
+    are dropped (their total is charged to the upper bound)."""
+    parts = _parts(events, max_gaussian_points, prune)
     if parts is None:
         return None
     gamma = fraction_gcd([p.step for p in parts])
@@ -305,7 +314,7 @@ def support_loss(events) -> SupportLoss | None:
                 part.count,
             )
         )
-    budget = _Budget()
+    budget = _Budget(prune)
     try:
         powers = [_power(pmf, count, budget) for pmf, count in pmfs]
         while len(powers) > 1:  # the two smallest first: intermediate supports stay small
