@@ -129,6 +129,25 @@ def test_copies_of_a_wide_gaussian_are_tight_at_tiny_delta():
         assert 0.9 * exact_lower <= bound.lower <= exact_upper, (epsilon, bound, exact_lower)
 
 
+def test_wide_gaussians_beside_spiky_losses_keep_a_lower_bound_at_tiny_delta():
+    """Two DG(720) coordinates beside DG(23/50) (loss step 6.5) and pure DP: the inversion
+    gave lower bound 0 for δ(ε) at δ = 1e-75 and 1e-300 and ε(1e-300) in [112.9, 251.05];
+    with the rest composed exactly beside the copies of DG(720) with shift 3 both ends
+    meet (the upper end moved down by 0.13%, to the exact 250.7347)."""
+    plan = [
+        (DiscreteGaussian(Fraction(23, 50)), (3,), 2),
+        (PureDP(Fraction(1, 10)), (1,), 1),
+        (DiscreteGaussian(Fraction(720)), (3, 8), 2),
+    ]
+    accountant = _accountant(plan)
+    for delta in (1e-75, 1e-300):
+        found = accountant.epsilon(delta)
+        assert found.lower >= (1 - 1e-6) * found.upper, (delta, found)
+        bound = accountant.delta(found.upper)
+        assert bound.lower >= 0.99 * bound.upper, (delta, bound)
+    assert accountant.epsilon(1e-300).upper <= 250.7348
+
+
 _PLANS = int(os.environ.get("DP_REFERENCE_PLANS", "24"))
 _FIRST_SEED = int(os.environ.get("DP_REFERENCE_SEED", "0"))
 _DELTAS = (1e-2, 1e-6, 1e-12, 1e-20, 1e-30)  # δ(ε) is checked at the ε where δ is these

@@ -71,10 +71,13 @@ _TINY = 2.0**-1074
 _EXACT_GAP = 1e-4  # gaps (in units of b) below this are recomputed in exact rationals
 _MAX_CONVOLUTION = 1 << 27  # products of the n-fold convolution of the Gaussian part
 _MAX_GAUSSIAN = 1 << 22  # points of the Gaussian part
+_MIN_GAUSSIAN = 1024  # points of one draw below which the split is not tried
 _MAX_INT = 1 << 60
 _PRUNE = 2.0**-1070  # masses kept down to here (δ is summed down to ~1e-300)
 _MAX_REST_GAUSSIAN = 1 << 15  # a discrete Gaussian of the rest: up to σ² ~ 1.7e5
-_MAX_REST = 1 << 17  # rest points summed at every δ evaluation
+_MAX_REST = 1 << 18  # rest points summed at every δ evaluation (~10 ms)
+_MAX_REST_WORK = 1 << 24  # products composing the rest (~0.1 s)
+_SPARSE_WEIGHT = 16  # a product merged by sorting costs about this many merged in place
 
 
 @dataclass(frozen=True)
@@ -193,6 +196,8 @@ def gaussian_split(events) -> GaussianSplit | None:
     sigma2, shift = max(groups, key=lambda key: (key[0], -key[1]))
     count = groups[(sigma2, shift)]
     points = 2 * (math.ceil(39 * math.sqrt(float(sigma2))) + 2) + 1
+    if points < _MIN_GAUSSIAN:
+        return None  # the rest's composition would cost nearly what the whole one does
     if points * count > _MAX_GAUSSIAN or points * points * count * (count - 1) / 2 > (
         _MAX_CONVOLUTION
     ):
@@ -206,7 +211,7 @@ def gaussian_split(events) -> GaussianSplit | None:
         else:
             rest.append(event)
     if rest:
-        loss = support_loss(rest, _MAX_REST_GAUSSIAN, _PRUNE)
+        loss = support_loss(rest, _MAX_REST_GAUSSIAN, _PRUNE, _MAX_REST_WORK, _SPARSE_WEIGHT)
         if loss is None or len(loss.masses) > _MAX_REST:
             return None
     else:  # the Gaussian copies alone: a rest that is the point mass at loss 0

@@ -195,26 +195,43 @@ class _TooLargeError(DPError):
 
 
 class _Budget:
-    def __init__(self, prune: float) -> None:
+    def __init__(self, prune: float, max_work: int, sparse_weight: int = 1) -> None:
         self.work = 0
         self.prune = prune  # merged masses below this are dropped
+        self.max_work = max_work
+        self.sparse_weight = sparse_weight  # a product merged by sorting counts this many
 
     def charge(self, products: int) -> None:
         self.work += products
-        if products > _MAX_PRODUCT or self.work > _MAX_WORK:
+        if products > _MAX_PRODUCT or self.work > self.max_work:
             raise _TooLargeError
 
 
 def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
-    budget.charge(len(a.masses) * len(b.masses))
     low = int(a.positions[0]) + int(b.positions[0])
     high = int(a.positions[-1]) + int(b.positions[-1])
     if max(abs(low), abs(high)) >= _MAX_POSITION:
         raise _TooLargeError
+    # blocks of one side shifted by the other's positions that do not overlap (a wide
+    # lattice beside a fine one): the outer sum is already sorted, with no repeats
+    if (
+        len(a.masses) > 1
+        and len(b.masses) > 1
+        and np.min(np.diff(b.positions)) > int(a.positions[-1]) - int(a.positions[0])
+    ):
+        a, b = b, a
+    separate = len(a.masses) == 1 or (
+        np.min(np.diff(a.positions)) > int(b.positions[-1]) - int(b.positions[0])
+    )
+    span = high - low + 1
+    count = len(a.masses) * len(b.masses)
+    sparse = not separate and span > 4 * count + 1024
+    budget.charge(count * (budget.sparse_weight if sparse else 1))
     positions = np.add.outer(a.positions, b.positions).ravel()
     products = np.multiply.outer(a.masses, b.masses).ravel()
-    span = high - low + 1
-    if span <= 4 * len(products) + 1024:
+    if separate:
+        merged_positions, merged = positions, products
+    elif not sparse:
         sums = np.bincount(positions - low, weights=products, minlength=span)
         kept = np.flatnonzero(sums)
         merged_positions = kept.astype(np.int64) + low
@@ -289,12 +306,17 @@ def _summed(n: int) -> float:
 
 
 def support_loss(
-    events, max_gaussian_points: int = _MAX_GAUSSIAN_POINTS, prune: float = _PRUNE
+    events,
+    max_gaussian_points: int = _MAX_GAUSSIAN_POINTS,
+    prune: float = _PRUNE,
+    max_work: int = _MAX_WORK,
+    sparse_weight: int = 1,
 ) -> SupportLoss | None:
     """The exact composition of ``events`` (`PrivacyEvent` values), or None when some
     event has no exact finite lattice support here (a discrete Gaussian's over
-    ``max_gaussian_points``) or the composition is too large. Masses below ``prune``
-    are dropped (their total is charged to the upper bound)."""
+    ``max_gaussian_points``) or the composition is too large (over ``max_work``
+    products in all, a product merged by sorting counted ``sparse_weight`` times).
+    Masses below ``prune`` are dropped (their total is charged to the upper bound)."""
     parts = _parts(events, max_gaussian_points, prune)
     if parts is None:
         return None
@@ -314,7 +336,7 @@ def support_loss(
                 part.count,
             )
         )
-    budget = _Budget(prune)
+    budget = _Budget(prune, max_work, sparse_weight)
     try:
         powers = [_power(pmf, count, budget) for pmf, count in pmfs]
         while len(powers) > 1:  # the two smallest first: intermediate supports stay small
