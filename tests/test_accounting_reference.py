@@ -148,6 +148,26 @@ def test_wide_gaussians_beside_spiky_losses_keep_a_lower_bound_at_tiny_delta():
     assert accountant.epsilon(1e-300).upper <= 250.7348
 
 
+def test_two_shifts_of_a_wide_gaussian_beside_spiky_losses_are_tight():
+    """DG(14883/25) with shifts 7 and 14 beside DG(41/100) (loss step 48.8), DG(1) and
+    DL(861/10): the inversion bracketed ε(1e-75) in [945.13, 1058.17] (1% over the exact
+    1047.559) with δ lower bound 0; both coordinates of the wide σ² composed exactly
+    as one dense lattice beside the rest close it."""
+    plan = [
+        (DiscreteGaussian(Fraction(1)), (2,), 2),
+        (PureDP(Fraction(2, 7)), (1,), 2),
+        (DiscreteGaussian(Fraction(14883, 25)), (7, 14), 1),
+        (DiscreteGaussian(Fraction(41, 100)), (20,), 1),
+        (DiscreteLaplace(Fraction(861, 10)), (12,), 1),
+    ]
+    accountant = _accountant(plan)
+    found = accountant.epsilon(1e-75)
+    assert found.lower >= (1 - 1e-6) * found.upper, found
+    assert found.upper <= 1047.5595
+    bound = accountant.delta(found.upper)
+    assert bound.lower >= 0.99 * bound.upper, bound
+
+
 _PLANS = int(os.environ.get("DP_REFERENCE_PLANS", "24"))
 _FIRST_SEED = int(os.environ.get("DP_REFERENCE_SEED", "0"))
 _DELTAS = (1e-2, 1e-6, 1e-12, 1e-20, 1e-30)  # δ(ε) is checked at the ε where δ is these

@@ -10,8 +10,11 @@ rest's loss C + γ·w with masses m_w) and sums the Gaussian's loss exactly for 
 
 For n copies of N_Z(0, σ²) with shift μ the Gaussian part's loss is n·a + b·k, a =
 μ²/(2σ²), b = μ/σ², k the sum of the n draws (masses P_k, the n-fold direct convolution
-of the one-draw masses). With t_w = ε - L_w and k*_w the first k with n·a + b·k > t_w,
-at the gap g_w = (n·a + b·k*_w - t_w)/b in (0, 1],
+of the one-draw masses). Where that σ² has several shifts, every coordinate of it is
+tried as the part first: its exact composition (`support_composition`,
+on the lattice step b = gcd of the shifts/σ²) laid out densely, zeros included; the sums
+below hold for any masses on a lattice. With t_w = ε - L_w and k*_w the first k with
+n·a + b·k > t_w, at the gap g_w = (n·a + b·k*_w - t_w)/b in (0, 1],
 
     δ(ε) = Σ_w m_w·[(1 - e^{-b·g_w})·T(k*_w) + e^{-b·g_w}·V(k*_w)],
     T(i) = Σ_{k >= i} P_k,    V(i) = Σ_{k >= i} P_k·(1 - e^{-b(k - i)}),
@@ -21,8 +24,9 @@ and V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1): every sum has non-negative ter
 
 Error budget (each term a bound, charged in `GaussianSplit.delta_bound`):
 
-- the masses: m_w within R_w relative plus A_w in total (`support_composition`); the
-  one-draw masses within R_1 relative (`support_composition.gaussian_masses`) plus
+- the masses: m_w within R_w relative plus A_w in total (`support_composition`, as are
+  the masses of a part composed there); the one-draw masses within R_1 relative
+  (`support_composition.gaussian_masses`) plus
   2^-1073 absolute each (masses are kept down to `_PRUNE`, below the normal range), the
   n-fold convolution within R_1·n + (k + 1)·u per merge (non-negative products, summed),
   plus 2^-1074 per product for underflow, absolute;
@@ -81,52 +85,86 @@ _SPARSE_WEIGHT = 16  # a product merged by sorting costs about this many merged 
 
 
 @dataclass(frozen=True)
-class GaussianSplit:
-    """δ(ε) of ``count`` copies of N_Z(0, ``sigma2``) with ``shift`` beside ``rest``."""
+class LatticePart:
+    """A loss offset + step·k with masses[k - low] at every k from ``low`` on (dense, zeros
+    allowed), each within ``relative`` of its exact value plus ``absolute`` in total, and
+    ``dropped`` P-mass not represented."""
 
-    sigma2: Fraction
-    shift: int
-    count: int
+    offset: Fraction
+    step: Fraction
+    low: int
+    masses: np.ndarray
+    relative: float
+    absolute: float
+    dropped: float
+
+
+def gaussian_copies(sigma2: Fraction, shift: int, count: int) -> LatticePart:
+    """``count`` copies of N_Z(0, σ²) with ``shift``: the n-fold direct convolution of the
+    one-draw masses (module docstring)."""
+    ys, masses, relative, dropped = gaussian_masses(sigma2, _PRUNE)
+    one, one_relative = masses, relative
+    one_absolute = 2 * _TINY * len(ys)  # subnormal masses are kept: 2^-1074 each
+    absolute = one_absolute
+    total = masses
+    for _ in range(count - 1):
+        absolute = (absolute + one_absolute) * (1 + relative) + _TINY * len(total) * len(one)
+        k = min(len(total), len(one))
+        total = np.convolve(total, one)
+        relative = (relative + one_relative + (k + 1) * _U) * (1 + 1e-6)
+    return LatticePart(
+        offset=count * Fraction(shift * shift) / (2 * sigma2),
+        step=Fraction(shift) / sigma2,
+        low=int(ys[0]) * count,
+        masses=total,
+        relative=relative,
+        absolute=absolute,
+        dropped=dropped * count,
+    )
+
+
+def dense_part(loss: SupportLoss) -> LatticePart:
+    """An exact support composition (`support_loss`) laid out densely on its lattice."""
+    low = int(loss.positions[0])
+    masses = np.zeros(int(loss.positions[-1]) - low + 1)
+    masses[loss.positions - low] = loss.masses
+    return LatticePart(
+        loss.offset, loss.gamma, low, masses, loss.relative, loss.absolute, loss.dropped
+    )
+
+
+@dataclass(frozen=True)
+class GaussianSplit:
+    """δ(ε) of a wide lattice ``part`` (discrete Gaussian copies) beside ``rest``."""
+
+    part: LatticePart
     rest: SupportLoss
 
     @cached_property
     def _gaussian(self):
-        """(lowest k, masses P_k, T, V, relative error of T and V, absolute, dropped)."""
-        ys, masses, relative, dropped = gaussian_masses(self.sigma2, _PRUNE)
-        one, one_relative = masses, relative
-        one_absolute = 2 * _TINY * len(ys)  # subnormal masses are kept: 2^-1074 each
-        absolute = one_absolute
-        total = masses
-        for _ in range(self.count - 1):
-            absolute = (absolute + one_absolute) * (1 + relative) + _TINY * len(total) * len(one)
-            k = min(len(total), len(one))
-            total = np.convolve(total, one)
-            relative = (relative + one_relative + (k + 1) * _U) * (1 + 1e-6)
-        dropped *= self.count
+        """(lowest k, T, V, relative error of T and V, absolute, dropped)."""
+        part = self.part
+        total = part.masses
         n = len(total)
         # T(i) = Σ_{k >= i} P_k: a sequential sum from the top (non-negative terms)
         tails = np.cumsum(total[::-1])[::-1]
-        b = float(Fraction(self.shift) / self.sigma2)
+        b = float(part.step)
         decay = math.exp(-b)
         # V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1), V(last) = 0: a first-order recursion,
         # run from the top (lfilter runs it in order on the reversed sequence)
         shifted = np.concatenate([tails[1:], [0.0]])[::-1]
         v = lfilter([-math.expm1(-b)], [1.0, -decay], shifted)[::-1]
         v = np.maximum(v, 0.0)
-        t_relative = relative + (n + 1) * _U
+        t_relative = part.relative + (n + 1) * _U
         v_relative = t_relative + 6 * n * _U
-        low = int(ys[0]) * self.count
-        return low, tails, v, max(t_relative, v_relative), absolute, dropped
+        return part.low, tails, v, max(t_relative, v_relative), part.absolute, part.dropped
 
     @cached_property
     def _rational(self):
-        """(b as a Fraction, P'/Q' = γ/b, C + n·a): the exact constants of k*_w."""
-        b = Fraction(self.shift) / self.sigma2
-        ratio = self.rest.gamma / b
-        offset = self.rest.offset + self.count * Fraction(self.shift * self.shift) / (
-            2 * self.sigma2
-        )
-        return b, ratio, offset
+        """(b as a Fraction, P'/Q' = γ/b, the rest's and the part's offsets): the exact
+        constants of k*_w."""
+        b = self.part.step
+        return b, self.rest.gamma / b, self.rest.offset + self.part.offset
 
     @cached_property
     def _products(self):
@@ -182,9 +220,10 @@ class GaussianSplit:
 
 def gaussian_split(events) -> GaussianSplit | None:
     """The split of ``events`` (`PrivacyEvent` values): the discrete Gaussian coordinates
-    with the widest support (one σ² and one shift, any number of copies) apart, the rest
-    composed exactly (the point mass at 0 when there is none); None if the rest has no
-    exact composition here (`support_loss`), or the sizes leave int64 or the work caps."""
+    with the widest support apart (every coordinate of that σ², else its copies with one
+    shift), the rest composed exactly (the point mass at 0 when there is none); None if
+    the rest has no exact composition here (`support_loss`), or the sizes leave int64 or
+    the work caps."""
     groups: Counter = Counter()
     for event in events:
         if isinstance(event.mechanism, DiscreteGaussian):
@@ -198,24 +237,46 @@ def gaussian_split(events) -> GaussianSplit | None:
     points = 2 * (math.ceil(39 * math.sqrt(float(sigma2))) + 2) + 1
     if points < _MIN_GAUSSIAN:
         return None  # the rest's composition would cost nearly what the whole one does
+    shifts = {s for (value, s) in groups if value == sigma2}
+    if len(shifts) > 1:
+        # every coordinate of that σ² together first: its lattice is dense, and the rest
+        # (without another wide support) stays small
+        wide = [
+            PrivacyEvent(e.mechanism, tuple(s for s in e.sensitivity if s), e.count)
+            for e in events
+            if isinstance(e.mechanism, DiscreteGaussian) and e.mechanism.sigma2 == sigma2
+        ]
+        part = support_loss(wide, _MAX_REST_GAUSSIAN, _PRUNE, _MAX_REST_WORK, _SPARSE_WEIGHT)
+        if part is not None and int(part.positions[-1]) - int(part.positions[0]) < _MAX_GAUSSIAN:
+            loss = _rest_loss(_without(events, sigma2, shifts))
+            split = None if loss is None else _checked(dense_part(part), loss)
+            if split is not None:
+                return split
     if points * count > _MAX_GAUSSIAN or points * points * count * (count - 1) / 2 > (
         _MAX_CONVOLUTION
     ):
         return None
+    loss = _rest_loss(_without(events, sigma2, {shift}))
+    return None if loss is None else _checked(gaussian_copies(sigma2, shift, count), loss)
+
+
+def _without(events, sigma2: Fraction, shifts: set) -> list:
+    """The events without the coordinates of N_Z(0, σ²) with the given shifts."""
     rest = []
     for event in events:
         if isinstance(event.mechanism, DiscreteGaussian) and event.mechanism.sigma2 == sigma2:
-            others = tuple(s for s in event.sensitivity if s != shift)
-            if others:
+            others = tuple(s for s in event.sensitivity if s not in shifts)
+            if any(others):
                 rest.append(PrivacyEvent(event.mechanism, others, event.count))
         else:
             rest.append(event)
-    if rest:
-        loss = support_loss(rest, _MAX_REST_GAUSSIAN, _PRUNE, _MAX_REST_WORK, _SPARSE_WEIGHT)
-        if loss is None or len(loss.masses) > _MAX_REST:
-            return None
-    else:  # the Gaussian copies alone: a rest that is the point mass at loss 0
-        loss = SupportLoss(
+    return rest
+
+
+def _rest_loss(rest) -> SupportLoss | None:
+    """The rest's exact composition (the point mass at 0 when there is none), or None."""
+    if not rest:
+        return SupportLoss(
             positions=np.zeros(1, dtype=np.int64),
             masses=np.ones(1),
             gamma=Fraction(1),
@@ -224,9 +285,14 @@ def gaussian_split(events) -> GaussianSplit | None:
             absolute=0.0,
             dropped=0.0,
         )
-    b = Fraction(shift) / sigma2
-    ratio = loss.gamma / b
+    loss = support_loss(rest, _MAX_REST_GAUSSIAN, _PRUNE, _MAX_REST_WORK, _SPARSE_WEIGHT)
+    return None if loss is None or len(loss.masses) > _MAX_REST else loss
+
+
+def _checked(part: LatticePart, loss: SupportLoss) -> GaussianSplit | None:
+    """The split, if its exact constants keep the int64 arithmetic of k*_w exact."""
+    ratio = loss.gamma / part.step
     reach = max(abs(int(loss.positions[0])), abs(int(loss.positions[-1])))
     if ratio.denominator >= 2**53 or abs(ratio.numerator) * reach >= _MAX_INT:
         return None
-    return GaussianSplit(sigma2, shift, count, loss)
+    return GaussianSplit(part, loss)
