@@ -14,7 +14,10 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    supports on their rational lattice (`support_composition`, "support_exact": discrete
    Laplaces, pure-DP events and discrete Gaussians with σ² up to ~2700, direct
    convolution with relative error bounds, so tight at any δ) when it stays small, else
-   the exact lattice FFT of CKS §4 when
+   that composition of everything but the copies of the widest discrete Gaussian (1,024
+   points or more) with their convolved loss summed exactly by its tails
+   (`gaussian_split`, "support_exact + gaussian_tails"),
+   else the exact lattice FFT of CKS §4 when
    everything sits on a common rational lattice of practical size, and if the bracket is
    wider than 1e-3, the approximate FFT paths (the coarsened lattice of `coarse_lattice`,
    else the grid privacy-loss distribution); the brackets are intersected (each is

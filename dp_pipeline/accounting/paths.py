@@ -34,6 +34,8 @@ from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_loss_pmf,
 )
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
+from dp_pipeline.accounting.gaussian_split import METHOD as SPLIT_METHOD
+from dp_pipeline.accounting.gaussian_split import gaussian_split
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
     InversionComposition,
@@ -72,14 +74,18 @@ _MAX_PLD_POINTS = 1 << 20  # grid PLD parts larger than this are not built (time
 
 
 def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
-    """The exact support composition (`support_composition`, when small enough), the
-    lattice FFT, its coarsened variant, or the grid PLD: (δ bound function, name); with
-    ``exact_only``, one of the first two or None; with ``skip_exact``, the paths after
+    """The exact support composition (`support_composition`, when small enough), or
+    that of all but the widest discrete Gaussian beside it (`gaussian_split`), the lattice
+    FFT, its coarsened variant, or the grid PLD: (δ bound function, name); with
+    ``exact_only``, one of the first three or None; with ``skip_exact``, the paths after
     them (for a caller that found they do not fit). None also when no FFT path fits in
     memory (every grid is capped; see `pld_of`)."""
     exact = None if skip_exact else support_loss(events)
     if exact is not None:
         return exact.delta_bound, SUPPORT_METHOD
+    split = None if skip_exact else gaussian_split(events)
+    if split is not None:
+        return split.delta_bound, SPLIT_METHOD
     components = lattice_components(events)
     if components is not None and any(
         len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components

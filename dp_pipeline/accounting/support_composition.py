@@ -52,7 +52,7 @@ from dp_pipeline.accounting.lattice import fraction_gcd
 from dp_pipeline.errors import DPError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-__all__ = ["METHOD", "SupportLoss", "support_loss"]
+__all__ = ["METHOD", "SupportLoss", "gaussian_masses", "support_loss"]
 
 METHOD = "support_exact"
 _U = 2.0**-53
@@ -115,7 +115,13 @@ def _pure_part(epsilon0: Fraction, count: int) -> _Part:
     )
 
 
-def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
+def gaussian_masses(
+    sigma2: Fraction, prune: float = _PRUNE
+) -> tuple[np.ndarray, np.ndarray, float, float]:
+    """The masses of N_Z(0, σ²) for |y| <= ⌈39σ⌉ + 2 that are >= ``prune`` (contiguous y):
+    (ys, masses, relative error of each mass, dropped mass), the budget of the module
+    docstring (the truncated and pruned tails are the dropped mass). With ``prune`` below
+    the normal range, a kept mass may also err by 2^-1074 absolute (for the caller)."""
     s2 = float(sigma2)
     limit = math.ceil(39 * math.sqrt(s2)) + 2
     ys = np.arange(-limit, limit + 1, dtype=np.int64)
@@ -130,25 +136,31 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int) -> _Part:
     # the masses divide by the truncated Z, larger than the exact ratio by at most
     # dropped/Z <= dropped: a relative error, charged with the float errors
     relative = 8 * _U * (float(np.max(-log_weights)) + 2) + 2 * len(ys) * _U + dropped
-    keep = masses >= _PRUNE
+    keep = masses >= prune
     dropped += float(math.fsum(masses[~keep])) * (1 + relative) + _TINY * len(ys)
+    return ys[keep], masses[keep], relative, dropped
+
+
+def _gaussian_part(sigma2: Fraction, shift: int, count: int, prune: float) -> _Part:
+    ys, masses, relative, dropped = gaussian_masses(sigma2, prune)
     return _Part(
         Fraction(shift * shift) / (2 * sigma2),
         Fraction(shift) / sigma2,
-        ys[keep],
-        masses[keep],
+        ys,
+        masses,
         relative,
         dropped,
         count,
+        _TINY * len(ys) if prune < 2.0**-1022 else 0.0,  # subnormal masses: absolute
     )
 
 
-def _parts(events) -> list[_Part] | None:
+def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None:
     counts: Counter = Counter()
     for event in events:
         mechanism = event.mechanism
         if isinstance(mechanism, DiscreteGaussian):
-            if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > _MAX_GAUSSIAN_POINTS:
+            if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > max_gaussian_points:
                 return None
             kind, value = "dg", mechanism.sigma2
         elif isinstance(mechanism, DiscreteLaplace):
@@ -168,7 +180,7 @@ def _parts(events) -> list[_Part] | None:
     parts = []
     for (kind, value, shift), count in counts.items():
         if kind == "dg":
-            parts.append(_gaussian_part(value, shift, count))
+            parts.append(_gaussian_part(value, shift, count, prune))
         elif kind == "dl":
             if shift + 1 > _MAX_POINTS:
                 return None
@@ -183,25 +195,43 @@ class _TooLargeError(DPError):
 
 
 class _Budget:
-    def __init__(self) -> None:
+    def __init__(self, prune: float, max_work: int, sparse_weight: int = 1) -> None:
         self.work = 0
+        self.prune = prune  # merged masses below this are dropped
+        self.max_work = max_work
+        self.sparse_weight = sparse_weight  # a product merged by sorting counts this many
 
     def charge(self, products: int) -> None:
         self.work += products
-        if products > _MAX_PRODUCT or self.work > _MAX_WORK:
+        if products > _MAX_PRODUCT or self.work > self.max_work:
             raise _TooLargeError
 
 
 def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
-    budget.charge(len(a.masses) * len(b.masses))
     low = int(a.positions[0]) + int(b.positions[0])
     high = int(a.positions[-1]) + int(b.positions[-1])
     if max(abs(low), abs(high)) >= _MAX_POSITION:
         raise _TooLargeError
+    # blocks of one side shifted by the other's positions that do not overlap (a wide
+    # lattice beside a fine one): the outer sum is already sorted, with no repeats
+    if (
+        len(a.masses) > 1
+        and len(b.masses) > 1
+        and np.min(np.diff(b.positions)) > int(a.positions[-1]) - int(a.positions[0])
+    ):
+        a, b = b, a
+    separate = len(a.masses) == 1 or (
+        np.min(np.diff(a.positions)) > int(b.positions[-1]) - int(b.positions[0])
+    )
+    span = high - low + 1
+    count = len(a.masses) * len(b.masses)
+    sparse = not separate and span > 4 * count + 1024
+    budget.charge(count * (budget.sparse_weight if sparse else 1))
     positions = np.add.outer(a.positions, b.positions).ravel()
     products = np.multiply.outer(a.masses, b.masses).ravel()
-    span = high - low + 1
-    if span <= 4 * len(products) + 1024:
+    if separate:
+        merged_positions, merged = positions, products
+    elif not sparse:
         sums = np.bincount(positions - low, weights=products, minlength=span)
         kept = np.flatnonzero(sums)
         merged_positions = kept.astype(np.int64) + low
@@ -212,7 +242,7 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     k = min(len(a.masses), len(b.masses))
     relative = (a.relative + b.relative + (k + 1) * _U) * (1 + 1e-6) + a.relative * b.relative
     absolute = (a.absolute + b.absolute) * (1 + relative) + _TINY * len(products)
-    keep = merged >= _PRUNE
+    keep = merged >= budget.prune
     dropped = (
         a.dropped + b.dropped + float(math.fsum(merged[~keep])) * (1 + relative) + _TINY * span
     )
@@ -275,10 +305,19 @@ def _summed(n: int) -> float:
     return 6 * _U + 2 * (math.log2(max(n, 2)) + 20) * _U
 
 
-def support_loss(events) -> SupportLoss | None:
+def support_loss(
+    events,
+    max_gaussian_points: int = _MAX_GAUSSIAN_POINTS,
+    prune: float = _PRUNE,
+    max_work: int = _MAX_WORK,
+    sparse_weight: int = 1,
+) -> SupportLoss | None:
     """The exact composition of ``events`` (`PrivacyEvent` values), or None when some
-    event has no exact finite lattice support here or the composition is too large."""
-    parts = _parts(events)
+    event has no exact finite lattice support here (a discrete Gaussian's over
+    ``max_gaussian_points``) or the composition is too large (over ``max_work``
+    products in all, a product merged by sorting counted ``sparse_weight`` times).
+    Masses below ``prune`` are dropped (their total is charged to the upper bound)."""
+    parts = _parts(events, max_gaussian_points, prune)
     if parts is None:
         return None
     gamma = fraction_gcd([p.step for p in parts])
@@ -297,7 +336,7 @@ def support_loss(events) -> SupportLoss | None:
                 part.count,
             )
         )
-    budget = _Budget()
+    budget = _Budget(prune, max_work, sparse_weight)
     try:
         powers = [_power(pmf, count, budget) for pmf, count in pmfs]
         while len(powers) > 1:  # the two smallest first: intermediate supports stay small
