@@ -258,7 +258,7 @@ def consistent_results(
     for name in settings.combined:
         if name in streamed:
             continue
-        frame = results[name].copy()
+        frame = results[name].copy(deep=False)  # new columns below; the keys are shared
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
         raw_margin = plans[name].margin_of_error
@@ -342,8 +342,9 @@ def value_margin(raw_margin: int, value: np.ndarray, least_squares: np.ndarray) 
     table's cells (at least 90% covered), 95% where the step moved cells little.
     Pure post-processing of published values; deterministic.
     """
-    moved = np.abs(np.asarray(value, dtype=np.float64) - least_squares)
-    return int(raw_margin) + math.ceil(float(np.quantile(moved, 0.95)) - 1e-9)
+    moved = np.subtract(value, least_squares, dtype=np.float64)
+    np.abs(moved, out=moved)  # one array, partitioned in place by the quantile
+    return int(raw_margin) + math.ceil(float(np.quantile(moved, 0.95, overwrite_input=True)) - 1e-9)
 
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
