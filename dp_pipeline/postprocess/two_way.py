@@ -41,7 +41,11 @@ __all__ = [
     "fit_two_way_many",
 ]
 
-PROJECTION_TOLERANCE = 1e-12  # relative to the largest row target: row sums after a column step
+# Relative to the largest row target: how far the last row step moved a row sum. 1e-9
+# stops three ascent steps before 1e-12 did (9 steps against 12 on the demo's tables)
+# with the same published integers there: the controlled rounding keeps the integer
+# margins exact whatever is left (at most 1e-9 of the largest row target per row sum).
+PROJECTION_TOLERANCE = 1e-9
 MAX_PROJECTION_STEPS = 10_000
 
 
