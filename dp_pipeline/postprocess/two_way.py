@@ -185,11 +185,7 @@ def _row_sums(W: np.ndarray, scratch: np.ndarray, above: np.ndarray):
     def sums(t, lines):
         n = lines.size
         d = scratch[: n * width].reshape(n, width)
-        if n == whole:
-            np.subtract(W, t[:, None], out=d)
-        else:
-            np.take(W, lines, axis=0, out=d)
-            np.subtract(d, t[:, None], out=d)
+        np.subtract(W if n == whole else W[lines], t[:, None], out=d)
         np.maximum(d, 0.0, out=d)
         positive = above[: n * width].reshape(n, width)
         np.greater(d, 0.0, out=positive)
