@@ -27,25 +27,9 @@ def _persisted(spark) -> set[int]:
     return set(spark.sparkContext._jsc.getPersistentRDDs().keys())
 
 
-# The margin of error of ``value`` is computed where the least squares estimates reach
-# the driver, not for tables made consistent on Spark (docs/limitations.md): between the
-# two paths every table and every other report entry must still be the same.
-MARGIN_KEYS = {"value_margin_of_error", "value_margin_of_error_meaning", "within_value_margin"}
-
-
-def _without(value, keys):
-    if isinstance(value, dict):
-        return {k: _without(v, keys) for k, v in value.items() if k not in keys}
-    if isinstance(value, list):
-        return [_without(v, keys) for v in value]
-    return value
-
-
-def _files(folder, margins: bool = True):
+def _files(folder):
     """Every published file's bytes; the report without its ledger reservation time (and
-    the manifest without the report's digest). ``margins=False``: the reports without the
-    margin of error of ``value`` (and without report.html, which shows it), for the
-    driver path against tables made consistent on Spark."""
+    the manifest without the report's digest)."""
     files = {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
     report = files.pop("privacy_report.json").decode()
     reserved = [line for line in report.splitlines() if '"reserved_at"' in line]
@@ -54,17 +38,14 @@ def _files(folder, margins: bool = True):
     manifest = json.loads(files.pop("manifest.json"))
     assert set(manifest["files"]) == set(files)
     del manifest["files"]["privacy_report.json"]
-    if not margins:
-        for name in ("privacy_report.json", "accuracy.json"):
-            if name in files:
-                data = json.loads(report if name == "privacy_report.json" else files[name])
-                data = _without(data, MARGIN_KEYS | {"reserved_at"})
-                files[name] = json.dumps(data, sort_keys=True).encode()
-                manifest["files"].pop(name, None)
-        files.pop("report.html")
-        manifest["files"].pop("report.html")
     files["manifest.json"] = json.dumps(manifest, sort_keys=True).encode()
     return files
+
+
+def _margins(folder) -> dict:
+    """The privacy report's margins of error of ``value``, by table."""
+    report = json.loads((folder / "privacy_report.json").read_text())
+    return report["postprocessing"]["value_margin_of_error"]
 
 
 @pytest.mark.spark
@@ -78,9 +59,10 @@ def test_spark_post_processing_publishes_the_driver_files_byte_for_byte(
         geo_spec(tmp_path / "s", engine="spark"), progress=lines.append, spark=spark
     )
     assert any("on Spark, one task per top-level group" in line for line in lines)
-    published = _files(on_spark.output, margins=False)
+    published = _files(on_spark.output)
     assert {"county_sex.parquet", "state_sex.parquet", "state_tenure.parquet"} <= set(published)
-    assert published == _files(driver.output, margins=False)
+    assert {"county_sex", "state_sex", "state_tenure"} <= set(_margins(on_spark.output))
+    assert published == _files(driver.output)
 
 
 def _with_national_table(folder):
@@ -102,16 +84,16 @@ def test_a_national_table_on_spark_publishes_the_driver_files_byte_for_byte(
     lines = []
     on_spark = run_release(_with_national_table(tmp_path / "s"), progress=lines.append, spark=spark)
     assert any("on Spark, one task per top-level group" in line for line in lines)
-    published = _files(on_spark.output, margins=False)
+    published = _files(on_spark.output)
     assert "sex_total.parquet" in published
-    assert published == _files(driver.output, margins=False)
+    assert published == _files(driver.output)
     # The executors aggregating, the tables kept on Spark: the national block too.
     # PySpark is imported only by the Spark tests (the core install has none)
     monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     lines = []
     kept = run_release(_with_national_table(tmp_path / "k"), progress=lines.append, spark=spark)
     assert any("kept there for post-processing" in line for line in lines)
-    assert _files(kept.output, margins=False) == _files(driver.output, margins=False)
+    assert _files(kept.output) == _files(driver.output)
 
 
 def _top_down_coupled(folder):
@@ -175,12 +157,18 @@ def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
     lines = []
     kept = run_release(geo_spec(tmp_path / "s", engine="spark"), progress=lines.append, spark=spark)
     assert any("kept there for post-processing" in line for line in lines)
-    published = _files(kept.output, margins=False)
+    published = _files(kept.output)
     assert {"county_sex.parquet", "state_sex.parquet", "accuracy.json"} <= set(published)
+    assert {"county_sex", "state_sex", "state_tenure"} <= set(_margins(kept.output))
+    # The tallies of a table written in batches check its cells against that margin too.
+    accuracy = {r["table"]: r for r in json.loads(published["accuracy.json"])["accuracy_vs_truth"]}
+    classes = accuracy["county_sex"]["by_true_count"]
+    assert {c["value_margin_of_error"] for c in classes} == {_margins(kept.output)["county_sex"]}
+    assert all("within_value_margin" in c for c in classes)
     if rows == 1000:
         county = pq.ParquetFile(kept.output / "county_sex.parquet")
         assert [county.metadata.row_group(i).num_rows for i in range(7)] == [1000] * 6 + [286]
-    assert published == _files(driver.output, margins=False)
+    assert published == _files(driver.output)
     assert _persisted(spark) <= persisted  # the release left nothing persisted
 
 

@@ -31,6 +31,7 @@ from .inputs import checked_values, method_name, variance_refusal
 from .plan import Plan, plan
 from .structure import (
     Hierarchy,
+    Margin,
     NoisyCounts,
     PostprocessError,
     common_margin,
@@ -71,15 +72,26 @@ def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnega
     for t, s in enumerate(p.structures):
         if nonnegative and np.any(out[t] < 0):
             raise InternalError(f"table {s.name!r}: a negative count after the top-down step")
+    # Each table's values as floats, and each (table, margin) sum, once: a table shares
+    # the same margin with several others (its geography total with every table).
+    floats: dict[int, np.ndarray] = {}
+    sums: dict[tuple[int, Margin], np.ndarray] = {}
+
+    def margin_sums(t: int, m: Margin, size: int) -> np.ndarray:
+        if (t, m) not in sums:
+            if t not in floats:
+                floats[t] = out[t].astype(np.float64)
+            index = margin_index(p.structures[t], m, hierarchy)
+            sums[t, m] = np.bincount(index, floats[t], size)
+        return sums[t, m]
+
     for i, a in enumerate(p.structures):
         for j in range(i + 1, len(p.structures)):
             b = p.structures[j]
             m = common_margin(a, b)
             size = margin_size(m, [a, b], hierarchy)
             # Float sums of integers are exact below 2**53 (a table's total is far below).
-            ma = np.bincount(margin_index(a, m, hierarchy), out[i].astype(np.float64), size)
-            mb = np.bincount(margin_index(b, m, hierarchy), out[j].astype(np.float64), size)
-            if not np.array_equal(ma, mb):
+            if not np.array_equal(margin_sums(i, m, size), margin_sums(j, m, size)):
                 raise InternalError(
                     f"tables {a.name!r} and {b.name!r} disagree on their common margin"
                 )

@@ -53,6 +53,7 @@ from .groups import (
     verify_group,
 )
 from .inputs import checked_values, method_name, variance_refusal
+from .margins import moves
 from .plan import Plan, plan
 from .structure import Hierarchy, NoisyCounts, PostprocessError, TableShape
 from .topdown import FitOptions, Problem, fit_group
@@ -306,13 +307,27 @@ class GroupSolver:
         """Second pass: the group's consistent cells (top, table, cell, value), table order.
 
         ``value`` is int64 when integer, else float64 (the least squares alone when the
-        solver's options are None; ``top`` is then unused).
+        solver's options are None; ``top`` is then unused). With options, also ``moved``:
+        how far the top-down step moved each cell from its least squares estimate, in
+        whole counts (:func:`.margins.moves`), for the margin of error of ``value``.
         """
         expected, fixed = self.fitted(group, table, cell, value, top)
+        least_squares = None
         if isinstance(fixed, Problem):
+            least_squares = list(fixed.estimates)
             fit_group(fixed, self.options)
             fixed = self.fitted_values(fixed)
-        return self.fitted_columns(group, expected, fixed)
+        elif self.options is not None:  # the national block: its tables as the top fixed them
+            least_squares = [top.least_squares.get(t) for t in range(len(expected))]
+        columns = self.fitted_columns(group, expected, fixed)
+        if least_squares is not None:
+            columns["moved"] = np.concatenate(
+                [
+                    moves(f, ls) if np.size(f) else np.empty(0, dtype=np.int64)
+                    for f, ls in zip(fixed, least_squares, strict=True)
+                ]
+            )
+        return columns
 
     def fitted(self, group, table, cell, value, top, systems: dict | None = None):
         """The block's expected cells per table and its top-down problem (unsolved).

@@ -126,6 +126,7 @@ class TopFixed:
     fixed: dict[int, np.ndarray]  # top-level and national tables, full
     raking_steps: int
     multiplier: np.ndarray | None = None  # national tables: μ of :mod:`.coupled`
+    least_squares: dict[int, np.ndarray] | None = None  # national tables: before this step
 
 
 def solve_group_wls(
@@ -210,7 +211,7 @@ def fit_top_from_summaries(
     fit_top(problem, TOP, options)
     fixed = {t: v for t, v in problem.fixed.items() if t not in finer}
     geo = {lv: v for lv, v in problem.geo_totals.items() if lv <= TOP}
-    return TopFixed(geo, fixed, problem.raking_steps, multiplier)
+    return TopFixed(geo, fixed, problem.raking_steps, multiplier, national)
 
 
 def group_problem(

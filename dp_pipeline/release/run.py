@@ -556,7 +556,7 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
     column names, the `TableAccuracy`).
     """
     schema = table_schema(plan.spec, table.table, raw=True)
-    accuracy = TableAccuracy(plan, table)
+    accuracy = TableAccuracy(plan, table, value_margin=streamed.value_margin)
 
     def published():
         for batch in streamed.batches(ROW_GROUP_ROWS):

@@ -54,12 +54,14 @@ from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
 __all__ = [
     "CELLS_SCHEMA",
+    "MOVED_COLUMN",
     "FittedCells",
     "GroupSolverLike",
     "TopLayout",
     "cells_frame",
     "consistent_cells",
     "consistent_tables",
+    "move_counts",
     "table_values",
     "top_cells",
 ]
@@ -72,6 +74,7 @@ CELLS_SCHEMA = StructType(
         StructField("value", LongType(), False),
     ]
 )
+MOVED_COLUMN = "moved"
 _PART_SCHEMA = StructType(
     [
         StructField("top", IntegerType(), False),
@@ -134,7 +137,30 @@ def _numpy_column(column: pa.ChunkedArray) -> np.ndarray:
 def _fitted_schema(solver: GroupSolverLike) -> StructType:
     integer = solver.options is not None and solver.options.integer
     value = LongType() if integer else DoubleType()
-    return StructType([*CELLS_SCHEMA.fields[:3], StructField("value", value, False)])
+    fields = [*CELLS_SCHEMA.fields[:3], StructField("value", value, False)]
+    if solver.options is not None:  # the top-down step's move of each cell (counts)
+        fields.append(StructField(MOVED_COLUMN, LongType(), False))
+    return StructType(fields)
+
+
+def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
+    """Per table, how many of its cells the top-down step moved by 0, 1, 2, ... counts.
+
+    One small aggregation of the fitted cells' ``moved`` column (a few rows per table
+    come back); the counts the driver's `dp_pipeline.postprocess.margins.move_counts`
+    gives each whole table.
+    """
+    rows = fitted.groupBy("table", MOVED_COLUMN).count().toArrow()
+    table = rows.column("table").to_numpy()
+    moved = rows.column(MOVED_COLUMN).to_numpy()
+    count = rows.column("count").to_numpy()
+    out = []
+    for t in range(tables):
+        mine = table == t
+        counts = np.zeros(int(moved[mine].max(initial=0)) + 1, dtype=np.int64)
+        counts[moved[mine]] = count[mine]
+        out.append(counts)
+    return out
 
 
 @contextmanager
@@ -212,26 +238,37 @@ def consistent_cells(
 
 
 def consistent_tables(
-    spark: SparkSession, solver: GroupSolverLike, values: list[np.ndarray]
+    spark: SparkSession,
+    solver: GroupSolverLike,
+    values: list[np.ndarray],
+    moved: list | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
-    """Each table's consistent values (position, cell order), solved on Spark per group."""
+    """Each table's consistent values (position, cell order), solved on Spark per group.
+
+    ``moved``: a list that receives each table's `move_counts` first (with options).
+    """
     with cells_frame(spark, solver.cells(values)) as frame:
         try:
             fitted, _ = consistent_cells(frame, solver)
-            yield from table_values(fitted, [v.size for v in values])
+            yield from table_values(fitted, [v.size for v in values], moved)
         finally:
             frame.unpersist()
 
 
-def table_values(fitted: DataFrame, cells: list[int]) -> Iterator[tuple[int, np.ndarray]]:
+def table_values(
+    fitted: DataFrame, cells: list[int], moved: list | None = None
+) -> Iterator[tuple[int, np.ndarray]]:
     """Each table's consistent values in cell order, one table at a time.
 
     ``cells`` gives each table's cell count. The fitted cells are persisted on the
     executors (the second pass runs once); the driver holds one table at a time,
     never the whole set, each read as Arrow batches and placed by cell index.
+    ``moved``, when the fitted cells have the column: extended with `move_counts`.
     """
     fitted = fitted.persist(StorageLevel.MEMORY_AND_DISK)
     try:
+        if moved is not None and MOVED_COLUMN in fitted.columns:
+            moved.extend(move_counts(fitted, len(cells)))
         for t, n in enumerate(cells):
             rows = fitted.filter(fitted.table == t).select("cell", "value").toArrow()
             cell = rows.column("cell").to_numpy()
@@ -324,13 +361,22 @@ class FittedCells:
         self.fitted.unpersist()
         self.cells.unpersist()
 
+    def move_counts(self, tables: int) -> list[np.ndarray] | None:
+        """Per table, `move_counts` of the fitted cells (None without a top-down step).
+
+        Runs the second pass now; the fitted cells stay persisted for `batches`.
+        """
+        if MOVED_COLUMN not in self.fitted.columns:
+            return None
+        return move_counts(self.fitted, tables)
+
     def batches(self, table: int, cells: int, rows: int) -> Iterator[pa.Table]:
         """Table ``table``'s fitted cells (``cells`` of them) in ranges of ``rows``, cell order.
 
         Columns: ``cell``, ``value`` and the carried columns. Every cell comes once
         (checked: a missing or repeated cell is an internal error, never a gap).
         """
-        names = [n for n in self.fitted.columns if n not in ("top", "table")]
+        names = [n for n in self.fitted.columns if n not in ("top", "table", MOVED_COLUMN)]
         for start in range(0, cells, rows):
             stop = min(start + rows, cells)
             chosen = self.fitted.filter(

@@ -62,7 +62,9 @@ class TableAccuracy:
     (real input) have no summary.
     """
 
-    def __init__(self, plan: ReleasePlan, table_plan: TablePlan) -> None:
+    def __init__(
+        self, plan: ReleasePlan, table_plan: TablePlan, value_margin: int | None = None
+    ) -> None:
         self.table_plan = table_plan
         spec = table_plan.table
         self.name = spec.name
@@ -78,6 +80,7 @@ class TableAccuracy:
         self._top_name = plan.spec.hierarchy.levels[0] if self._geography_level else None
         self._classes: dict[str, list] | None = None  # post-processed: by true count
         self._value_margin: int | None = None
+        self._given_margin = value_margin  # a table written in batches: its value margin
 
     def add(self, frame: pd.DataFrame) -> None:
         """Tally a batch of released rows (the table's key columns, ``value``, optionally
@@ -114,7 +117,8 @@ class TableAccuracy:
         for label, tally in self._tallies.items():
             tally.add(errors[label], group_of)
         if "raw" in self._tallies:
-            self._add_classes(truth, errors, value_margin_of(frame))
+            margin = value_margin_of(frame)
+            self._add_classes(truth, errors, self._given_margin if margin is None else margin)
 
     def _add_classes(self, truth: np.ndarray, errors: dict, value_margin: int | None) -> None:
         """Per class of true count, exact tallies of the raw and published errors."""

@@ -449,7 +449,7 @@ def published_table(spec: ReleaseSpec, table: TableSpec, frame: pd.DataFrame) ->
     byte-identical files whichever engine and input format produced them.
     """
     schema = table_schema(spec, table, raw=RAW_COLUMN in frame)
-    released = frame[schema.names].copy()
+    released = frame[schema.names]  # a new frame: the caller's keeps its attrs
     released.attrs = {}  # engine metadata is reported in privacy_report.json instead
     arrow = pa.Table.from_pandas(released, schema=schema, preserve_index=False)
     return arrow.replace_schema_metadata(None)

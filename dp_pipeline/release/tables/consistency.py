@@ -28,7 +28,6 @@ as ``value``.
 
 from __future__ import annotations
 
-import math
 import weakref
 from fractions import Fraction
 
@@ -38,6 +37,7 @@ import pandas as pd
 from dp_pipeline.accounting.noise_variance import noise_variance as exact_noise_variance
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.postprocess.margins import move_counts, move_percentile, moves
 from dp_pipeline.release.plan.postprocess import (
     RAW_COLUMN,
     VALUE_MARGIN,
@@ -55,6 +55,7 @@ __all__ = [
     "noise_variance",
     "value_margin",
     "value_margin_of",
+    "value_margin_of_counts",
 ]
 
 # Each post-processed frame's value margin (by the frame's id while it lives), for the
@@ -76,8 +77,9 @@ VALUE_MARGIN_MEANING = (
     "95% margin of error of each cell's published value: the raw noise's margin (which "
     "bounds the least squares estimate's, whose variance is never larger) plus the 95th "
     "percentile over the table's cells of how far the non-negative integer step moved a "
-    "cell from its least squares estimate; at least 90% of cells are expected within it "
-    "(union bound). Cells with true counts near 0 are biased up (a count cannot go below 0)."
+    "cell from its least squares estimate (each move rounded up to a whole count); at "
+    "least 90% of cells are expected within it (union bound). Cells with true counts "
+    "near 0 are biased up (a count cannot go below 0)."
 )
 
 
@@ -114,15 +116,16 @@ def consistent_results(
         return results, {}
     plans = {p.table.name: p for p in plan.tables}
     method, estimates, streamed, least_squares = "", {}, {}, {}
+    margins, counts = {}, {}
     if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
         # The noisy cells never left Spark: they are made consistent there and read
         # back by the writer (`dp_pipeline.release.tables.streamed.StreamedTable`).
-        method, streamed = _streamed_on_spark(spec, plans, results)
+        method, streamed, margins = _streamed_on_spark(spec, plans, results)
     elif settings.tables:
         options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
         noisy = _noisy_counts(spec, plans, results, settings.tables)
         if spark is not None and postprocess_on_spark(spec):
-            method, estimates = _on_spark(spark, noisy, hierarchy_of(spec), options)
+            method, estimates, counts = _on_spark(spark, noisy, hierarchy_of(spec), options)
         else:
             method, estimates, least_squares = _on_driver(spec, noisy, options)
     sum_sets = []
@@ -137,16 +140,17 @@ def consistent_results(
         least_squares.update(solved_ls)
         sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
     updated = {**results, **streamed}
-    margins = {}
     for name in settings.combined:
         if name in streamed:
             continue
-        frame = results[name].copy()
+        frame = results[name].copy(deep=False)  # new columns below; the keys are shared
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
         raw_margin = plans[name].margin_of_error
         if name in least_squares:
             margins[name] = value_margin(raw_margin, estimates[name], least_squares[name])
+        elif name in counts:
+            margins[name] = value_margin_of_counts(raw_margin, counts[name])
         elif not (settings.nonnegative or settings.integer) and settings.consistent:
             margins[name] = int(raw_margin)  # the least squares alone: variance <= raw
         if name in margins:
@@ -220,31 +224,47 @@ def value_margin(raw_margin: int, value: np.ndarray, least_squares: np.ndarray) 
     the raw margin (the noise's exact 95% bound) bounds it at 95% (for the discrete
     Gaussian or Laplace mixtures the least squares makes, as for a normal law). The
     non-negative integer step moves a cell by value − ls, public once published: its
-    95th percentile over the table's cells, rounded up, is added. By the union bound a
-    cell is outside the margin with probability at most 5% + 5% on average over the
-    table's cells (at least 90% covered), 95% where the step moved cells little.
-    Pure post-processing of published values; deterministic.
+    95th percentile over the table's cells, each move rounded up to a whole count
+    (`dp_pipeline.postprocess.margins`), is added. By the union bound a cell is
+    outside the margin with probability at most 5% + 5% on average over the table's
+    cells (at least 90% covered), 95% where the step moved cells little.
+    Pure post-processing of published values; deterministic. Tables made consistent
+    on Spark get the same figure from each group's counts (`value_margin_of_counts`).
     """
-    moved = np.abs(np.asarray(value, dtype=np.float64) - least_squares)
-    return int(raw_margin) + math.ceil(float(np.quantile(moved, 0.95)) - 1e-9)
+
+    return value_margin_of_counts(raw_margin, move_counts(moves(value, least_squares)))
 
 
-def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray]]:
-    """The same estimates as `make_consistent`, one Spark task per top-level group."""
+def value_margin_of_counts(raw_margin: int, counts: np.ndarray) -> int:
+    """`value_margin` from a table's `dp_pipeline.postprocess.margins.move_counts`."""
+
+    return int(raw_margin) + move_percentile(counts)
+
+
+def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray], dict]:
+    """The same estimates as `make_consistent`, one Spark task per top-level group.
+
+    Also returns each table's `dp_pipeline.postprocess.margins.move_counts` (none
+    without a top-down step), for the margin of error of ``value``.
+    """
     from dp_pipeline.engines.spark.postprocess import consistent_tables
     from dp_pipeline.postprocess.group_solver import group_solver
 
     solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
-    values = consistent_tables(spark, solver, [t.values for t in noisy])
-    return solver.method, {noisy[t].name: v for t, v in values}
+    moved: list[np.ndarray] = []
+    values = consistent_tables(spark, solver, [t.values for t in noisy], moved)
+    estimates = {noisy[t].name: v for t, v in values}
+    return solver.method, estimates, {t.name: c for t, c in zip(noisy, moved, strict=True)}
 
 
-def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTable]]:
+def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTable], dict]:
     """The same estimates as `make_consistent` from noisy cells that stay on Spark.
 
     The cells DataFrame is built on the executors from the noise job's output
     (each cell's top-level group from its index and the public hierarchy); the
     consistent tables are read back by the writer one range of cells at a time.
+    Also returns each table's value margin (`value_margin_of_counts`; none without
+    a top-down step), from one small aggregation of the fitted cells.
     """
     from dp_pipeline.engines.spark.postprocess import FittedCells, TopLayout, top_cells
     from dp_pipeline.postprocess.group_solver import group_solver
@@ -285,6 +305,17 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
     except BaseException:
         cells.unpersist()  # the noisy tables are closed by the release (close_tables)
         raise
+    try:
+        counts = fitted.move_counts(len(solver.plan.structures))
+    except BaseException:
+        fitted.close()
+        raise
+    margins = {}
+    if counts is not None:
+        margins = {
+            s.name: value_margin_of_counts(plans[s.name].margin_of_error, c)
+            for s, c in zip(solver.plan.structures, counts, strict=True)
+        }
 
     def close() -> None:
         fitted.close()
@@ -299,9 +330,16 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
         return batches
 
     streamed = {
-        name: StreamedTable(name, shape_cells, noisy.truth, reader(position, shape_cells), close)
+        name: StreamedTable(
+            name,
+            shape_cells,
+            noisy.truth,
+            reader(position, shape_cells),
+            close,
+            margins.get(name),
+        )
         for position, (name, shape_cells) in enumerate(
             (s.name, s.cells) for s in solver.plan.structures
         )
     }
-    return solver.method, streamed
+    return solver.method, streamed, margins

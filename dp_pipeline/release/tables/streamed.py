@@ -94,6 +94,7 @@ class StreamedTable:
     truth: bool
     batches: Callable[[int], Iterator[pa.Table]]
     close: Callable[[], None] = field(default=lambda: None)
+    value_margin: int | None = None  # post-processed: the margin of error of ``value``
 
     def __repr__(self) -> str:
         return f"StreamedTable({self.name!r}, {self.cells} cells)"

@@ -1,0 +1,52 @@
+"""The top-down step's moves as counts: the same percentile from a whole table or its groups."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pytest
+
+from dp_pipeline.postprocess.margins import add_counts, move_counts, move_percentile, moves
+from dp_pipeline.release.tables.consistency import value_margin, value_margin_of_counts
+
+
+def test_a_move_is_rounded_up_to_a_whole_count_with_a_float_slack():
+    value = np.array([3, 3, 0, 5, 7, 2], dtype=np.int64)
+    least_squares = np.array([3.0, 2.5, -0.2, 5.0 + 1e-12, 4.0 - 1e-11, 4.000001])
+    assert moves(value, least_squares).tolist() == [0, 1, 1, 0, 3, 3]
+    assert moves(value, least_squares).dtype == np.int64
+
+
+@pytest.mark.parametrize("cells", [1, 2, 19, 20, 21, 100, 1001])
+def test_the_percentile_is_the_order_statistic_ceil_of_95_percent(cells):
+    rng = np.random.default_rng(cells)  # test data only
+    moved = rng.integers(0, 6, size=cells)
+    expected = int(np.sort(moved)[-(-95 * cells // 100) - 1])
+    assert move_percentile(move_counts(moved)) == expected
+    # q = 1: every cell within it, the largest move.
+    assert move_percentile(move_counts(moved), Fraction(1)) == int(moved.max())
+
+
+def test_groups_counts_added_give_the_whole_tables_percentile():
+    rng = np.random.default_rng(7)  # test data only
+    moved = rng.poisson(0.4, size=5000)
+    parts = np.array_split(moved, [13, 900, 901, 4000])
+    total = np.zeros(1, dtype=np.int64)
+    for part in parts:
+        total = add_counts(total, move_counts(part))
+    assert np.array_equal(total, move_counts(moved))
+    assert move_percentile(total) == move_percentile(move_counts(moved))
+
+
+def test_no_cells_no_move():
+    assert move_percentile(np.zeros(0, dtype=np.int64)) == 0
+    assert move_percentile(move_counts(np.zeros(0, dtype=np.int64))) == 0
+
+
+def test_the_value_margin_adds_the_percentile_to_the_raw_margin():
+    value = np.array([0, 0, 1, 2, 9] * 20, dtype=np.int64)
+    least_squares = value + np.array([0.0, 0.4, -1.2, 0.0, 2.5] * 20)
+    # Moves 0, 1, 2, 0, 3: 95% of 100 cells are within 3 counts, 80% within 2.
+    assert value_margin(11, value, least_squares) == 14
+    assert value_margin_of_counts(11, move_counts(moves(value, least_squares))) == 14
