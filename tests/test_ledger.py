@@ -285,6 +285,25 @@ def test_the_run_states_move_forward_only_for_the_token_holder(ledger_at):
         ledger.abort("r1")
 
 
+def test_a_result_returned_in_memory_commits_from_reading_in_one_move(ledger_at):
+    ledger = Ledger(ledger_at())
+    args = dict(population="people", release_id="q/0", cap=RHO_CAP, fingerprint="a")
+    reservation = ledger.reserve(accountant=accountant(Fraction(5, 4)), **args)
+    returned = {"files": {}, "published": "returned to the caller"}
+    # Only a run that has started reading (and so is charged) hands a result back.
+    with pytest.raises(LedgerError, match="only a release that is reading can hand"):
+        ledger.commit_returned(reservation, returned, "pandas")
+    ledger.advance(reservation, "reading")
+    forged = dataclasses.replace(reservation, token="f" * 32)
+    with pytest.raises(LedgerError, match="another run holds it now"):
+        ledger.commit_returned(forged, returned, "pandas")
+    ledger.commit_returned(reservation, returned, "pandas")
+    entry = ledger.entry("q/0")
+    assert (entry.status, entry.state) == ("committed", "committed")
+    with pytest.raises(LedgerError, match="is committed; only a reserved release"):
+        ledger.abort("q/0")
+
+
 def test_a_new_ledger_is_the_owners_only(tmp_path):
     path = tmp_path / "fresh" / "ledger.sqlite"
     ledger = Ledger(path)

@@ -366,9 +366,8 @@ class Session:
             position = len(self._records)
             self._records.append(record)
             result = run_planned(planned, df, engine)
-            self._ledger.advance(reservation, "noised")
-            self._ledger.mark_publishing(reservation, _EMPTY_MANIFEST, engine)
-            self._ledger.commit(reservation)
+            # Returned, never written: the remaining states in one transaction.
+            self._ledger.commit_returned(reservation, _EMPTY_MANIFEST, engine)
             self._records[position] = replace(record, state="committed")
             return result
 

@@ -526,6 +526,35 @@ class Ledger:
             work, action=f"committing {reservation.release_id!r}", lock=reservation.population
         )
 
+    def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
+        """Record a result handed to the caller in memory: from ``reading`` through
+        ``noised`` and ``publishing`` to ``committed`` in one transaction.
+
+        For a `dp_pipeline.Session` query, whose noisy result is returned, never
+        written: nothing can happen between those states that a crash could leave
+        half done, so one transaction records them all (the spend stood from
+        ``reading`` on, as for any run).
+        """
+        self._check_lease(reservation.release_id)
+
+        def work(connection) -> None:
+            row = self._held(connection, reservation, "committing")
+            if row_state(row) != "reading":
+                raise LedgerError(
+                    f"release id {reservation.release_id!r} is {row_state(row)}; only a "
+                    "release that is reading can hand its result to the caller"
+                )
+            connection.execute(
+                "UPDATE releases SET status = 'committed', state = 'committed', "
+                "published_at = ?, finished_at = ?, manifest = ?, engine = ? "
+                "WHERE release_id = ?",
+                (now_text(), now_text(), canonical_json(manifest), engine, reservation.release_id),
+            )
+
+        self._backend.write(
+            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        )
+
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
         """The row of ``reservation``, if the run holding it still holds it; else refuse."""
         release_id = reservation.release_id
