@@ -1,16 +1,13 @@
 """A year of monthly releases from two hosts against one ledger (examples/monthly_schedule.py).
 
-The ledger is a parameter: a SQLite file here, and the URL in
-``$DP_PIPELINE_TEST_LEDGER_URL`` too when it is set (a ledger server).
+The ledger is a parameter: a SQLite file, and a database on a throw-away PostgreSQL
+server (``ledger_at`` in conftest.py), as a scheduler's hosts share it.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
@@ -19,16 +16,10 @@ import monthly_schedule  # noqa: E402
 
 from dp_pipeline.release.ledger.store import Ledger  # noqa: E402
 
-LEDGERS = [pytest.param(None, id="sqlite")]
-if os.environ.get("DP_PIPELINE_TEST_LEDGER_URL"):
-    LEDGERS.append(pytest.param(os.environ["DP_PIPELINE_TEST_LEDGER_URL"], id="server"))
 
-
-@pytest.mark.parametrize("ledger", LEDGERS)
-def test_two_hosts_a_year_one_ledger_and_the_annual_cap_holds(tmp_path, capsys, ledger):
-    arguments = ["--work", str(tmp_path / "work")]
-    if ledger is not None:
-        arguments += ["--ledger", ledger]
+def test_two_hosts_a_year_one_ledger_and_the_annual_cap_holds(tmp_path, capsys, ledger_at):
+    ledger = ledger_at()
+    arguments = ["--work", str(tmp_path / "work"), "--ledger", ledger]
     status = monthly_schedule.main(arguments)
     out = capsys.readouterr().out
     assert status == 0, out
@@ -49,7 +40,7 @@ def test_two_hosts_a_year_one_ledger_and_the_annual_cap_holds(tmp_path, capsys, 
     for host in ("host-a", "host-b"):
         assert not (work / host / ".dp_pipeline").exists()
         assert not (work / host / "home" / ".dp_pipeline" / "ledger.sqlite").exists()
-    if ledger is None:
-        entries = Ledger(work / "ledger.sqlite").history()
-        assert [e.status for e in entries] == ["committed"] * 10
-        assert entries[-1].cumulative["rho"] == "1/10"
+    with Ledger(ledger) as shared:
+        entries = shared.history()
+    assert [e.status for e in entries] == ["committed"] * 10
+    assert entries[-1].cumulative["rho"] == "1/10"
