@@ -2,7 +2,8 @@
 
     dp-release plan SPEC [--release-id ID] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
-                        [--engine spark|pandas] [--master URL] [--release-id ID]
+                        [--engine spark|pandas] [--master URL | --remote URL]
+                        [--release-id ID]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--abort RELEASE_ID]
     dp-release --version
@@ -81,6 +82,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--output", dest="output_dir", help="output folder (default: spec)")
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
+    run.add_argument(
+        "--remote",
+        help=(
+            "run on Spark Connect: sc://HOST:PORT, or local[N] for a local Connect server "
+            "(default: the SPARK_REMOTE environment variable, as PySpark reads it)"
+        ),
+    )
     run.add_argument("--release-id", help="override release.id (scheduled releases)")
     run.add_argument("--persons", dest="synthetic_persons", type=int, help="synthetic input size")
     run.add_argument("--ledger", dest="ledger_path", help="ledger SQLite file")
@@ -150,6 +158,23 @@ def _run(arguments) -> int:
         key_file=arguments.key_file,
         synthetic_persons=arguments.synthetic_persons,
     )
+    if arguments.remote is not None:
+        if arguments.master is not None:
+            raise SpecError(
+                [
+                    "--remote and --master: give one (--remote runs on Spark Connect, --master on "
+                    "a classic session)"
+                ]
+            )
+        if spec.engine != "spark":
+            raise SpecError(
+                [
+                    f"--remote: a Spark Connect URL is for the spark engine, not {spec.engine!r}; "
+                    "add --engine spark or leave --remote out"
+                ]
+            )
+        # As `pyspark --remote URL` does: the session is made from SPARK_REMOTE.
+        os.environ["SPARK_REMOTE"] = arguments.remote
     result = run_release(spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose)
     cumulative = result.reservation.cumulative
     outcome = {

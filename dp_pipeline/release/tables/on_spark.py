@@ -30,7 +30,12 @@ from dp_pipeline.engines.backend import noisy_cells
 from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
-from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.engines.spark.runtime import (
+    connect_session,
+    ensure_java,
+    local_session,
+    session_master,
+)
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.plan.postprocess import postprocess_on_spark
@@ -87,7 +92,11 @@ def open_spark_input(
     own_session = spark is None
     log = None
     if own_session:
-        progress(f"spark: starting a session on {spec.master}")
+        remote = os.environ.get("SPARK_REMOTE")
+        if remote:
+            progress(f"spark: starting a Spark Connect session on {_shown_url(remote)}")
+        else:
+            progress(f"spark: starting a session on {spec.master}")
         if verbose:
             spark = spark_session(spec.master)
         else:
@@ -99,7 +108,7 @@ def open_spark_input(
                     raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
-        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+        progress(f"spark: using the running session (master {session_master(spark)})")
     opened = OpenedInput(Path(path), input_format, "spark", (), spark, own_session, log)
     try:
         opened.files = spark_input_files(spark, path, input_format)
@@ -378,7 +387,16 @@ def _grid_position(frame, table):
 
 
 def spark_session(master: str):
-    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``."""
+    """The release's own session: Spark Connect if ``SPARK_REMOTE`` is set, else on ``master``.
+
+    ``SPARK_REMOTE`` (``dp-release run --remote URL`` sets it, as ``pyspark --remote``
+    does): a Spark Connect session on that URL (`connect_session`; ``local[N]`` starts
+    a local Connect server). Otherwise ``local_session`` for ``local[N]`` / ``local[*]``
+    masters, else a classic session on ``master``.
+    """
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect_session(remote, app_name="dp_pipeline release")
     match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
     if match:
         cores = match.group(1)
@@ -389,3 +407,8 @@ def spark_session(master: str):
     # with the same layout; set PYSPARK_PYTHON otherwise).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     return SparkSession.builder.master(master).appName("dp_pipeline release").getOrCreate()
+
+
+def _shown_url(remote: str) -> str:
+    """A Spark Connect URL without its parameters (a ``token=`` is a secret)."""
+    return remote.split(";", 1)[0].rstrip("/")
