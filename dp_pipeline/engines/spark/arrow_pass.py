@@ -5,10 +5,10 @@ built in Spark; classic or Spark Connect) hands each task its rows as Arrow
 batches; the task runs the numpy rules of `dp_pipeline.engines.spark.parquet_pass`
 (`ChunkAggregator`: the pandas engine's coding, clamping and exact sums) on chunks
 of them and adds every query's rows into dense per-query vectors. It also records
-its unit ids as one run (first, last, strictly increasing, nulls). The driver
+its unit ids as strictly increasing segments (first, last). The driver
 collects each task's vectors (pickled, in slices), sums them and, with a unit,
 trusts the sums only when the runs prove that no unit has several rows
-(`runs_prove_unique`: strictly increasing within every task, disjoint ranges): a
+(`runs_prove_unique`: every segment's range disjoint from the others): a
 unit with one row is within every bound, so the sums are then the bounded
 aggregates the general rule gives, bit for bit. The proof and the sums come from
 the same rows in the same task, so the input need not be deterministic.

@@ -37,6 +37,7 @@ from dp_pipeline.query.spec import QuerySpec
 __all__ = [
     "ChunkAggregator",
     "IncreasingRun",
+    "IncreasingRuns",
     "TablePartial",
     "merge_partials",
     "parquet_ids_function",
@@ -70,6 +71,56 @@ class IncreasingRun:
         if self.first is None:
             self.first = int(values[0])
         self.last = int(values[-1])
+
+
+class IncreasingRuns:
+    """The non-null integer ids seen so far as maximal strictly increasing segments.
+
+    One (first, last) per segment, in arrival order: the ids of a task reading
+    several sorted files (in whatever order Spark packs them) are a few segments.
+    Distinct ids in disjoint segments prove that no id occurs twice
+    (`runs_prove_unique`). After more than ``limit`` segments (ids in no order)
+    ``increasing`` turns False and only nulls are counted.
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.segments: list[list[int]] = []
+        self.limit = limit
+        self.increasing = True
+        self.nulls = 0
+
+    def update(self, column: pa.Array) -> None:
+        """Take the next ids."""
+        self.nulls += column.null_count
+        if not self.increasing:
+            return
+        values = column.drop_null().to_numpy() if column.null_count else column.to_numpy()
+        if values.size == 0:
+            return
+        breaks = np.flatnonzero(values[1:] <= values[:-1]) + 1
+        if breaks.size > self.limit:
+            self.increasing = False
+            return
+        starts = [0, *breaks.tolist()]
+        ends = [*breaks.tolist(), values.size]
+        for start, end in zip(starts, ends, strict=True):
+            first, last = int(values[start]), int(values[end - 1])
+            if start == 0 and self.segments and first > self.segments[-1][1]:
+                self.segments[-1][1] = last  # continues the open segment
+            else:
+                self.segments.append([first, last])
+        if len(self.segments) > self.limit:
+            self.increasing = False
+
+    def runs(self) -> list[tuple]:
+        """(first, last, increasing, nulls) per segment (the nulls on the first), for
+        `runs_prove_unique`."""
+        if not self.segments:
+            return [(None, None, self.increasing, self.nulls)]
+        return [
+            (first, last, self.increasing, self.nulls if index == 0 else 0)
+            for index, (first, last) in enumerate(self.segments)
+        ]
 
 
 def _signature(domain: Domain) -> tuple:
@@ -213,10 +264,12 @@ class ChunkAggregator:
 
     ``add`` takes one chunk (a ``pyarrow.Table`` with the key, summed, grid-source
     and unit columns) and adds every row of every query into dense `TablePartial`
-    vectors; with a unit, it also records the chunk's ids in ``run`` (or a new run
-    per chunk, ``run_per_chunk``). ``complete`` turns False once some ids are not
-    strictly increasing (with ``require_increasing``), after which ``add`` reads
-    nothing more. ``result`` is what `merge_partials` combines.
+    vectors; with a unit, it also records the ids: one `IncreasingRun` per chunk
+    (``run_per_chunk``: the Parquet pass's row groups), else the strictly increasing
+    segments of all chunks together (`IncreasingRuns`). ``complete`` turns False once
+    some chunk's ids are not strictly increasing, or there are too many segments
+    (with ``require_increasing``), after which ``add`` reads nothing more.
+    ``result`` is what `merge_partials` combines.
     ``derived``: ``{key column: GridPosition}``, keys computed from a numeric column
     (null where it is not finite), as `dp_pipeline.engines.spark.aggregate` does.
     The specs must hold no key (`QuerySpec.without_key`): this object is built on
@@ -251,7 +304,7 @@ class ChunkAggregator:
         )
         self.tables = [TablePartial(spec) for spec in specs]
         self.runs: list[tuple] = []
-        self.run = IncreasingRun() if unit is not None else None
+        self.run = IncreasingRuns() if unit is not None else None
         self.complete = True
 
     def needed(self) -> list[str]:
@@ -309,8 +362,7 @@ class ChunkAggregator:
         """``tables`` (the `TablePartial` of each query), ``runs``, ``complete``."""
         runs = list(self.runs)
         if not self.run_per_chunk and self.run is not None:
-            run = self.run
-            runs.append((run.first, run.last, run.increasing, run.nulls))
+            runs += self.run.runs()
         return {"tables": self.tables, "runs": runs, "complete": self.complete}
 
 
