@@ -129,13 +129,23 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--general-path",
         action="store_true",
-        help="aggregate with Spark SQL jobs only (no pyarrow pass over the Parquet row groups)",
+        help=(
+            "aggregate as any non-local input is (the Arrow pass over Spark's reader), not "
+            "with the pyarrow pass over the Parquet row groups"
+        ),
+    )
+    parser.add_argument(
+        "--sql-path",
+        action="store_true",
+        help="aggregate with Spark SQL jobs only (neither one-pass path)",
     )
     arguments = parser.parse_args(argv)
-    if arguments.general_path:
-        from dp_pipeline.engines.spark import parquet_plan
+    from dp_pipeline.engines.spark import parquet_plan
 
-        parquet_plan.ONE_PASS_CELLS = 0  # parquet_pieces then declines: the Spark SQL path
+    if arguments.general_path:
+        parquet_plan.PARQUET_PASS = False  # the Arrow pass, as for every other input
+    if arguments.sql_path:
+        parquet_plan.ONE_PASS_CELLS = 0  # both one-pass paths decline: the Spark SQL jobs
 
     from dp_pipeline.release.tables.on_spark import spark_session
 
@@ -191,8 +201,10 @@ def main(argv=None) -> int:
     private, plain = best["private"], best[baseline_name]
     print()
     unit = "each row a unit" if arguments.each_row else "unit person_id"
-    if arguments.general_path:
-        unit += ", general (Spark SQL) path"
+    if arguments.sql_path:
+        unit += ", Spark SQL path"
+    elif arguments.general_path:
+        unit += ", general (Arrow pass) path"
     print(
         f"demo release ({unit}), {arguments.persons:,} persons, Spark {arguments.master}, "
         f"fastest of {arguments.rounds} round(s) after a warm-up round"

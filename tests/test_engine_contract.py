@@ -119,21 +119,58 @@ def one_row_units(df, specs) -> bool:
     return pd.api.types.is_integer_dtype(ids.dtype) and ids.dropna().is_unique
 
 
+def sorted_ids(df, specs) -> bool:
+    """Can the Arrow pass prove every unit has one row (no unit, or increasing ids)?"""
+    (unit,) = {spec.privacy_unit for spec in specs}
+    if unit is None:
+        return True
+    ids = df[unit].dropna()
+    return pd.api.types.is_integer_dtype(ids.dtype) and bool((ids.diff().iloc[1:] > 0).all())
+
+
 @pytest.fixture(
     params=[
         "pandas",
         pytest.param("spark_sql", marks=pytest.mark.spark),
+        pytest.param("arrow_pass", marks=pytest.mark.spark),
         pytest.param("parquet_pass", marks=pytest.mark.spark),
     ]
 )
-def engine(request, tmp_path):
+def engine(request, tmp_path, monkeypatch):
     if request.param == "pandas":
         return pandas_engine()  # no Spark fixture: the core install has no PySpark
     spark = request.getfixturevalue("spark")
     parquet_pass_calls = request.getfixturevalue("parquet_pass_calls")
     files = count()
 
+    if request.param == "arrow_pass":
+        import dp_pipeline.engines.spark.aggregate as spark_aggregate
+
+        arrow_calls = []
+        original = spark_aggregate.arrow_pass
+
+        def recording(*args):
+            result = original(*args)
+            arrow_calls.append(result is not None)
+            return result
+
+        monkeypatch.setattr(spark_aggregate, "arrow_pass", recording)
+
+        def to_spark(df):
+            return spark.createDataFrame(df)  # any DataFrame: the Arrow pass, if ids are sorted
+
+        def check_path(df, specs, calls):
+            assert calls == [False], f"the Parquet pass ran: {calls}"
+            taken = arrow_calls[-1]
+            if not sorted_ids(df, specs):
+                assert not taken, "the Arrow pass must decline ids it cannot prove unique"
+
+        return spark_engine(request.param, spark, to_spark, check_path, parquet_pass_calls)
+
     if request.param == "spark_sql":
+        from dp_pipeline.engines.spark import parquet_plan
+
+        monkeypatch.setattr(parquet_plan, "ONE_PASS_CELLS", 0)  # neither one-pass path
 
         def to_spark(df):
             return spark.createDataFrame(df)  # not a bare Parquet scan: the Spark SQL jobs

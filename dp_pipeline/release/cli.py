@@ -2,9 +2,9 @@
 
     dp-release plan SPEC [--release-id ID] [--date YYYY-MM-DD] [--ledger PATH] [--json]
     dp-release run SPEC [--input PATH] [--format parquet|csv] [--output DIR]
-                        [--engine spark|pandas] [--master URL] [--conf KEY=VALUE ...]
-                        [--release-id ID] [--date YYYY-MM-DD] [--persons N] [--ledger PATH]
-                        [--key-file PATH] [--json] [--verbose]
+                        [--engine spark|pandas] [--master URL | --remote URL]
+                        [--conf KEY=VALUE ...] [--release-id ID] [--date YYYY-MM-DD]
+                        [--persons N] [--ledger PATH] [--key-file PATH] [--json] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
     dp-release --version
 
@@ -31,6 +31,7 @@ quietly with status 1 instead of a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -113,6 +114,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--engine", choices=ENGINES, help="engine (default: spec, else spark)")
     run.add_argument("--master", help="Spark master URL (default: spec, else local[2])")
+    run.add_argument(
+        "--remote",
+        help=(
+            "run on Spark Connect: sc://HOST:PORT, or local[N] for a local Connect server "
+            "(default: the SPARK_REMOTE environment variable, as PySpark reads it)"
+        ),
+    )
     run.add_argument(
         "--conf",
         dest="spark_conf",
@@ -248,6 +256,46 @@ def _plan(arguments) -> int:
     return 0
 
 
+def _check_remote(arguments, spec) -> None:
+    """``--remote`` with ``--master``, or with the pandas engine: a `SpecError` before anything."""
+    if arguments.remote is None:
+        return
+    if arguments.master is not None:
+        raise SpecError(
+            [
+                "--remote and --master: give one (--remote runs on Spark Connect, --master on "
+                "a classic session)"
+            ],
+            "command line",
+        )
+    if spec.engine != "spark":
+        raise SpecError(
+            [
+                f"--remote: a Spark Connect URL is for the spark engine, not {spec.engine!r}; "
+                "add --engine spark or leave --remote out"
+            ],
+            "command line",
+        )
+
+
+@contextlib.contextmanager
+def _spark_remote(remote: str | None):
+    """``SPARK_REMOTE`` set to ``--remote`` for the run, as ``pyspark --remote URL`` does
+    (the release's session is made from it), and restored afterwards."""
+    if remote is None:
+        yield
+        return
+    before = os.environ.get("SPARK_REMOTE")
+    os.environ["SPARK_REMOTE"] = remote
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("SPARK_REMOTE", None)
+        else:
+            os.environ["SPARK_REMOTE"] = before
+
+
 def _run(arguments) -> int:
     """Run a release; the exit code says what happened (`dp_pipeline.release.outcome`)."""
     trace = RunTrace()
@@ -268,9 +316,14 @@ def _run(arguments) -> int:
             key_file=arguments.key_file,
             synthetic_persons=arguments.synthetic_persons,
         )
-        result = run_release(
-            spec, progress=Progress(quiet=arguments.quiet), verbose=arguments.verbose, trace=trace
-        )
+        _check_remote(arguments, spec)
+        with _spark_remote(arguments.remote):
+            result = run_release(
+                spec,
+                progress=Progress(quiet=arguments.quiet),
+                verbose=arguments.verbose,
+                trace=trace,
+            )
     except BrokenPipeError:
         raise
     except Exception as error:

@@ -31,6 +31,7 @@ import pyarrow as pa
 from pyspark import StorageLevel
 from pyspark.sql import functions as sf
 
+from dp_pipeline.engines.spark.arrow_pass import arrow_pass
 from dp_pipeline.engines.spark.parquet_plan import parquet_pass
 from dp_pipeline.engines.spark.units import check_units, mark_deferred
 from dp_pipeline.engines.spark_sql.bounding import ROW_CELL_COLUMN, bounded_pairs
@@ -81,7 +82,7 @@ def stable_input(df, specs: Sequence[QuerySpec]):
     """
     try:
         deterministic = bool(df._jdf.queryExecution().analyzed().deterministic())
-    except Exception:  # an API change must fail safe: evaluate once
+    except Exception:  # Spark Connect (no JVM here) or an API change: fail safe, evaluate once
         deterministic = False
     if deterministic:
         return df
@@ -109,12 +110,14 @@ def aggregate_queries(
     diagnostics (one per query) are computed eagerly, so bad data raises here
     with ``on_invalid="error"``, before any noise.
 
-    A bare scan of local Parquet files is aggregated by `parquet_pass` when
-    it can prove every unit has one row (sorted integer ids, or no unit);
-    anything else by Spark SQL jobs. Both give the same rows and diagnostics.
-    With ``collect`` (a release, which collects every cell anyway), the
-    Parquet path returns its rows as a ``pyarrow.Table`` already on the
-    driver instead of a DataFrame; the other path still returns a DataFrame.
+    A bare scan of local Parquet files (classic sessions) is aggregated by
+    `parquet_pass` when it can prove every unit has one row (sorted integer ids,
+    or no unit); any other DataFrame whose columns the numpy rules read by
+    `arrow_pass` (one ``mapInArrow``) when its ids are sorted; anything else by
+    Spark SQL jobs. All give the same rows and diagnostics. With ``collect`` (a
+    release, which collects every cell anyway), the two one-pass paths return
+    their rows as a ``pyarrow.Table`` already on the driver instead of a
+    DataFrame; the Spark SQL path still returns a DataFrame.
 
     ``derived``: ``{column name: dp_pipeline.query.quantile_grid.GridPosition}``, integer key
     columns computed from the input (a quantile's grid positions) by both paths, so
@@ -135,11 +138,13 @@ def aggregate_queries(
     df = with_derived(df, derived)
     for spec in specs:
         check_schema(df, spec)
-    if unit is not None:
-        df = stable_input(df, specs)
     result = parquet_pass(source, df, specs, unit, collect, derived or {})
+    if result is None:
+        result = arrow_pass(source, df, specs, unit, collect, derived or {})
     if result is not None:
         return result
+    if unit is not None:
+        df = stable_input(df, specs)
     check = None if unit is None else check_units(df, unit)
     coded = df
     for index, spec in enumerate(specs):

@@ -35,7 +35,9 @@ from dp_pipeline.query.exact_sums import CellTotals, cell_totals
 from dp_pipeline.query.spec import QuerySpec
 
 __all__ = [
+    "ChunkAggregator",
     "IncreasingRun",
+    "IncreasingRuns",
     "TablePartial",
     "merge_partials",
     "parquet_ids_function",
@@ -69,6 +71,56 @@ class IncreasingRun:
         if self.first is None:
             self.first = int(values[0])
         self.last = int(values[-1])
+
+
+class IncreasingRuns:
+    """The non-null integer ids seen so far as maximal strictly increasing segments.
+
+    One (first, last) per segment, in arrival order: the ids of a task reading
+    several sorted files (in whatever order Spark packs them) are a few segments.
+    Distinct ids in disjoint segments prove that no id occurs twice
+    (`runs_prove_unique`). After more than ``limit`` segments (ids in no order)
+    ``increasing`` turns False and only nulls are counted.
+    """
+
+    def __init__(self, limit: int = 1024) -> None:
+        self.segments: list[list[int]] = []
+        self.limit = limit
+        self.increasing = True
+        self.nulls = 0
+
+    def update(self, column: pa.Array) -> None:
+        """Take the next ids."""
+        self.nulls += column.null_count
+        if not self.increasing:
+            return
+        values = column.drop_null().to_numpy() if column.null_count else column.to_numpy()
+        if values.size == 0:
+            return
+        breaks = np.flatnonzero(values[1:] <= values[:-1]) + 1
+        if breaks.size > self.limit:
+            self.increasing = False
+            return
+        starts = [0, *breaks.tolist()]
+        ends = [*breaks.tolist(), values.size]
+        for start, end in zip(starts, ends, strict=True):
+            first, last = int(values[start]), int(values[end - 1])
+            if start == 0 and self.segments and first > self.segments[-1][1]:
+                self.segments[-1][1] = last  # continues the open segment
+            else:
+                self.segments.append([first, last])
+        if len(self.segments) > self.limit:
+            self.increasing = False
+
+    def runs(self) -> list[tuple]:
+        """(first, last, increasing, nulls) per segment (the nulls on the first), for
+        `runs_prove_unique`."""
+        if not self.segments:
+            return [(None, None, self.increasing, self.nulls)]
+        return [
+            (first, last, self.increasing, self.nulls if index == 0 else 0)
+            for index, (first, last) in enumerate(self.segments)
+        ]
 
 
 def _signature(domain: Domain) -> tuple:
@@ -207,6 +259,113 @@ def parquet_ids_function(unit: str) -> Callable[[Iterator[tuple[str, int]]], Ite
     return ids
 
 
+class ChunkAggregator:
+    """Partial aggregates of several queries over Arrow chunks of rows (the numpy rules).
+
+    ``add`` takes one chunk (a ``pyarrow.Table`` with the key, summed, grid-source
+    and unit columns) and adds every row of every query into dense `TablePartial`
+    vectors; with a unit, it also records the ids: one `IncreasingRun` per chunk
+    (``run_per_chunk``: the Parquet pass's row groups), else the strictly increasing
+    segments of all chunks together (`IncreasingRuns`). ``complete`` turns False once
+    some chunk's ids are not strictly increasing, or there are too many segments
+    (with ``require_increasing``), after which ``add`` reads nothing more.
+    ``result`` is what `merge_partials` combines.
+    ``derived``: ``{key column: GridPosition}``, keys computed from a numeric column
+    (null where it is not finite), as `dp_pipeline.engines.spark.aggregate` does.
+    The specs must hold no key (`QuerySpec.without_key`): this object is built on
+    the executors.
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[QuerySpec],
+        unit: str | None,
+        derived: dict | None = None,
+        require_increasing: bool = True,
+        run_per_chunk: bool = True,
+    ) -> None:
+        self.derived = dict(derived or {})
+        self.unit = unit
+        self.require_increasing = require_increasing
+        self.run_per_chunk = run_per_chunk
+        # The tables of a consistent set share one rule: its rows are looked up once.
+        self.rules = list({s.hierarchy.key: s.hierarchy for s in specs if s.hierarchy}.values())
+        domains = {}
+        for spec in specs:
+            hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+            for domain in (*spec.cells.domains, *hierarchy):
+                domains.setdefault(_signature(domain), domain)
+        self.domains = domains
+        derived_names = set(self.derived)
+        self.key_columns = sorted({d.column for d in domains.values()} - derived_names)
+        self.value_columns = sorted({spec.column for spec in specs if spec.column is not None})
+        self.integer_keys = sorted(
+            {d.column for d in domains.values() if d.kind == "int"} - derived_names
+        )
+        self.tables = [TablePartial(spec) for spec in specs]
+        self.runs: list[tuple] = []
+        self.run = IncreasingRuns() if unit is not None else None
+        self.complete = True
+
+    def needed(self) -> list[str]:
+        """The input columns a chunk must hold."""
+        sources = {grid.column for grid in self.derived.values()}
+        unit = [self.unit] if self.unit else []
+        return sorted({*self.key_columns, *self.value_columns, *sources, *unit})
+
+    def string_keys(self) -> list[str]:
+        """String key columns (read dictionary-encoded: each distinct string looked up once)."""
+        return sorted(
+            {d.column for d in self.domains.values() if d.kind == "str"}
+            - {*self.value_columns, self.unit}
+        )
+
+    def add(self, chunk: pa.Table) -> None:
+        """Add a chunk's rows to every query (nothing once ``complete`` is False)."""
+        size = chunk.num_rows
+        if size == 0 or not self.complete:
+            return
+        chunk = chunk.combine_chunks()
+        unit_null = None
+        if self.unit is not None:
+            ids = chunk.column(self.unit).chunk(0)
+            run = IncreasingRun() if self.run_per_chunk else self.run
+            run.update(ids.cast(pa.int64()))
+            if self.run_per_chunk:
+                self.runs.append((run.first, run.last, run.increasing, run.nulls))
+            self.complete = run.increasing or not self.require_increasing
+            unit_null = _null_mask(ids)
+        if not self.complete:
+            return  # the driver will take the general path: read nothing more
+        columns = {c: chunk.column(c).chunk(0) for c in self.key_columns}
+        for name, grid in self.derived.items():
+            positions, finite = grid.positions(_as_double(chunk.column(grid.column).chunk(0)))
+            columns[name] = pa.array(positions, mask=~finite)
+        outside = {}
+        for name in self.integer_keys:
+            if pa.types.is_floating(columns[name].type):
+                # The pandas engine's rule for float integer keys: NaN is null,
+                # a non-integer is outside the domain.
+                keys, missing, outside[name] = integral_keys(_as_double(columns[name]))
+                columns[name] = pa.array(keys, mask=missing)
+        nulls = {c: _null_mask(a) for c, a in columns.items()}
+        positions = {sig: _positions(d, columns[d.column]) for sig, d in self.domains.items()}
+        for sig, domain in self.domains.items():
+            if domain.column in outside:
+                positions[sig][outside[domain.column]] = -1
+        values = {c: _as_double(chunk.column(c).chunk(0)) for c in self.value_columns}
+        broken = {rule.key: rule_breaks(rule, positions, nulls) for rule in self.rules}
+        for table in self.tables:
+            table.add(positions, nulls, unit_null, values, size, broken)
+
+    def result(self) -> dict:
+        """``tables`` (the `TablePartial` of each query), ``runs``, ``complete``."""
+        runs = list(self.runs)
+        if not self.run_per_chunk and self.run is not None:
+            runs += self.run.runs()
+        return {"tables": self.tables, "runs": runs, "complete": self.complete}
+
+
 def parquet_partials_function(
     specs: Sequence[QuerySpec],
     unit: str | None,
@@ -219,77 +378,28 @@ def parquet_partials_function(
     (first, last, increasing, nulls) per row group; only with a unit) and
     ``complete``: False once some row group's ids are not strictly increasing,
     at which the task stops reading (the driver will not use the result).
-    ``derived``: ``{key column: GridPosition}``, keys computed from a numeric
-    column (null where it is not finite), as `dp_pipeline.engines.spark.aggregate` does.
+    ``derived``: see `ChunkAggregator`.
     ``require_increasing=False`` reads everything whatever the order of the ids
     (the driver has proven them unique another way).
     """
     derived = dict(derived or {})
     # Aggregation tasks get no key material: these copies hold no master key.
     specs = [spec.without_key() for spec in specs]
-    # The tables of a consistent set share one rule: its rows are looked up once.
-    rules = list({s.hierarchy.key: s.hierarchy for s in specs if s.hierarchy}.values())
-    domains = {}
-    for spec in specs:
-        hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
-        for domain in (*spec.cells.domains, *hierarchy):
-            domains.setdefault(_signature(domain), domain)
-    key_columns = sorted({domain.column for domain in domains.values()} - set(derived))
-    value_columns = sorted({spec.column for spec in specs if spec.column is not None})
-    sources = sorted({grid.column for grid in derived.values()})
-    # String keys are read dictionary-encoded: each distinct string is looked up once.
-    strings = sorted(
-        {d.column for d in domains.values() if d.kind == "str"} - {*value_columns, unit}
-    )
-    integer_keys = sorted({d.column for d in domains.values() if d.kind == "int"} - set(derived))
-    needed = sorted({*key_columns, *value_columns, *sources, *([unit] if unit else [])})
 
     def partials(pieces: Iterator[tuple[str, int]]) -> Iterator[dict]:
         import pyarrow.parquet as pq
 
-        tables = [TablePartial(spec) for spec in specs]
-        runs = []
-        complete = True
+        aggregator = ChunkAggregator(specs, unit, derived, require_increasing)
+        needed = aggregator.needed()
+        strings = aggregator.string_keys()
         files: dict[str, pq.ParquetFile] = {}
         for path, group in pieces:
+            if not aggregator.complete:
+                break
             if path not in files:
                 files[path] = pq.ParquetFile(path, read_dictionary=strings)
-            chunk = files[path].read_row_group(group, columns=needed, use_threads=False)
-            size = chunk.num_rows
-            if size == 0:
-                continue
-            chunk = chunk.combine_chunks()
-            unit_null = None
-            if unit is not None:
-                ids = chunk.column(unit).chunk(0)
-                run = IncreasingRun()
-                run.update(ids.cast(pa.int64()))
-                runs.append((run.first, run.last, run.increasing, run.nulls))
-                complete = complete and (run.increasing or not require_increasing)
-                unit_null = _null_mask(ids)
-            if not complete:
-                break  # the driver will take the general path: read nothing more
-            columns = {c: chunk.column(c).chunk(0) for c in key_columns}
-            for name, grid in derived.items():
-                positions, finite = grid.positions(_as_double(chunk.column(grid.column).chunk(0)))
-                columns[name] = pa.array(positions, mask=~finite)
-            outside = {}
-            for name in integer_keys:
-                if pa.types.is_floating(columns[name].type):
-                    # The pandas engine's rule for float integer keys: NaN is null,
-                    # a non-integer is outside the domain.
-                    keys, missing, outside[name] = integral_keys(_as_double(columns[name]))
-                    columns[name] = pa.array(keys, mask=missing)
-            nulls = {c: _null_mask(a) for c, a in columns.items()}
-            positions = {sig: _positions(d, columns[d.column]) for sig, d in domains.items()}
-            for sig, domain in domains.items():
-                if domain.column in outside:
-                    positions[sig][outside[domain.column]] = -1
-            values = {c: _as_double(chunk.column(c).chunk(0)) for c in value_columns}
-            broken = {rule.key: rule_breaks(rule, positions, nulls) for rule in rules}
-            for table in tables:
-                table.add(positions, nulls, unit_null, values, size, broken)
-        yield {"tables": tables, "runs": runs, "complete": complete}
+            aggregator.add(files[path].read_row_group(group, columns=needed, use_threads=False))
+        yield aggregator.result()
 
     return partials
 

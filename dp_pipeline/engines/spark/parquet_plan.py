@@ -16,8 +16,9 @@ from dp_pipeline.engines.spark.parquet_pass import (
     parquet_ids_function,
     parquet_partials_function,
 )
+from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.engines.spark.units import runs_prove_unique
-from dp_pipeline.engines.spark_sql.coding import DEFERRED_COLUMN, coded_rows, table_tag
+from dp_pipeline.engines.spark_sql.coding import DEFERRED_COLUMN
 from dp_pipeline.engines.spark_sql.diagnostics import query_diagnostics
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
@@ -25,6 +26,8 @@ from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 # Queries declaring up to this many cells in all may take the Parquet path
 # (`parquet_pass`): every task holds dense int64 vectors of all their cells.
 ONE_PASS_CELLS = 4_000_000
+# False: bare local Parquet scans take the path of every other input (benchmarks, tests).
+PARQUET_PASS = True
 # Unsorted integer unit ids are proven unique on the driver by sorting them all
 # (8 bytes an id) up to this many rows; beyond, the general path bounds them.
 ID_SORT_ROWS = 50_000_000
@@ -33,7 +36,8 @@ ID_SORT_ROWS = 50_000_000
 def parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: dict | None = None):
     """(path, row group) of every row group ``df`` reads, or None if it is not a bare local scan.
 
-    Only ``spark.read.parquet(...)`` of local (``file:``) files without
+    Only ``spark.read.parquet(...)`` of local (``file:``) files on a classic session
+    (the pass runs RDD tasks, which Spark Connect has not), without
     partition columns qualifies (no projection or filter: every row of every
     file is an input row), and only when pyarrow reads every column the
     queries use with the type Spark gives it: integer (or floating-point) keys of
@@ -42,8 +46,8 @@ def parquet_pieces(df, specs: Sequence[QuerySpec], unit: str | None, derived: di
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    if sum(spec.cells.total for spec in specs) > ONE_PASS_CELLS:
-        return None
+    if sum(spec.cells.total for spec in specs) > ONE_PASS_CELLS or is_connect(df):
+        return None  # Spark Connect: no SparkContext to run the pass's tasks
     try:
         plan = df._jdf.queryExecution().analyzed()
         if plan.getClass().getSimpleName() != "LogicalRelation":
@@ -120,7 +124,7 @@ def parquet_pass(
     """
     from py4j.protocol import Py4JJavaError
 
-    pieces = parquet_pieces(source, specs, unit, derived)
+    pieces = parquet_pieces(source, specs, unit, derived) if PARQUET_PASS else None
     if not pieces:
         return None
     context = df.sparkSession.sparkContext
@@ -145,8 +149,16 @@ def parquet_pass(
         return None
     if not result["complete"]:
         return None
-    tables = result["tables"]
+    return one_pass_result(result["tables"], specs, df, collect)
 
+
+def one_pass_result(tables, specs: Sequence[QuerySpec], df, collect: bool):
+    """(aggregates, diagnostics) of `aggregate_queries` from one pass's summed `TablePartial`s.
+
+    Used when every unit is proven to have one row (the partial sums are then the
+    bounded aggregates). With ``collect`` the aggregates are an Arrow table on the
+    driver, else a persisted DataFrame of ``df``'s session.
+    """
     summary = []
     for index, table in enumerate(tables):
         rows = {code: (n, 0) for code, n in table.dropped.items()}
@@ -166,10 +178,7 @@ def parquet_pass(
                     "pairs_removed": 0,
                 }
             )
-    coded = df  # lazy: only an on_invalid="error" message reads it, for its example
-    for index, spec in enumerate(specs):
-        coded = coded_rows(coded, spec, table_tag(index))
-    diagnostics = query_diagnostics(summary, specs, coded)
+    diagnostics = query_diagnostics(summary, specs, df)
     table = aggregates_table(tables)
     if collect:
         return table, diagnostics

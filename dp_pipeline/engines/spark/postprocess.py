@@ -49,6 +49,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.errors import InternalError
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 
@@ -170,12 +171,13 @@ def cells_frame(spark: SparkSession, columns: dict[str, np.ndarray]) -> Iterator
     In local mode the cells are staged as one Parquet file in a private temporary
     folder (removed on exit) and read back: 8x faster than sending the rows from
     Python (a 1 M-row ``createDataFrame``: 11.8 s against 1.4 s under load, on two
-    cores). On a cluster, whose executors cannot see the driver's disk, the rows
-    are sent. Either way the frame is hash-partitioned by ``top`` once and
-    persisted, so both grouped passes read it without another shuffle.
+    cores). On a cluster, whose executors cannot see the driver's disk, and on
+    Spark Connect (whose server may be elsewhere), the rows are sent as Arrow.
+    Either way the frame is hash-partitioned by ``top`` once and persisted, so
+    both grouped passes read it without another shuffle.
     """
     table = _arrow(columns, CELLS_SCHEMA)
-    if not spark.sparkContext.master.startswith("local"):
+    if is_connect(spark) or not spark.sparkContext.master.startswith("local"):
         frame = spark.createDataFrame(table)
         yield _partitioned(frame)
         return

@@ -1,8 +1,16 @@
-"""The Java runtime and a local Spark master for the Spark engine (PySpark optional elsewhere)."""
+"""The Java runtime, a local Spark master and Spark Connect sessions for the Spark engine.
+
+A session is classic (a SparkContext in this process, py4j to the JVM) or Spark
+Connect (a gRPC client of a Spark Connect server, local or remote: no JVM here,
+no SparkContext, no RDDs). `is_connect` tells them apart; the engine takes the
+paths that need the SparkContext only on a classic session. PySpark is optional
+elsewhere.
+"""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 
@@ -10,7 +18,7 @@ from pyspark.sql import SparkSession
 
 from dp_pipeline.errors import DPRuntimeError, DPValueError
 
-__all__ = ["ensure_java", "local_session"]
+__all__ = ["connect_session", "ensure_java", "is_connect", "local_session", "session_master"]
 
 
 def ensure_java() -> str:
@@ -56,32 +64,77 @@ def local_session(
     else this interpreter (``sys.executable``). Java: see `ensure_java`.
     """
     ensure_java()
-
     cores = cores or os.cpu_count() or 1
     if cores < 1 or max_task_failures < 1:
         raise DPValueError(
             f"cores and max_task_failures must be >= 1, got {cores}, {max_task_failures}"
         )
     master = f"local[{cores}]" if max_task_failures == 1 else f"local[{cores},{max_task_failures}]"
-    # Python workers must run this interpreter (its pyarrow, its dp_pipeline), not whatever
-    # `python3` is first on PATH (a venv used without activation). PySpark's SparkContext
-    # reads PYSPARK_PYTHON from the environment, not from the session config.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.sql.shuffle.partitions", str(shuffle_partitions or 2 * cores))
-        .config("spark.default.parallelism", str(2 * cores))
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.task.maxFailures", str(max_task_failures))
-        .config("spark.driver.memory", driver_memory)
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-    )
-    for name, value in (conf or {}).items():
+    builder = SparkSession.builder.master(master).appName(app_name)
+    settings = _local_settings(cores, shuffle_partitions, max_task_failures, driver_memory)
+    for name, value in {**settings, **(conf or {})}.items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def _local_settings(
+    cores: int, shuffle_partitions: int | None, max_task_failures: int, driver_memory: str
+) -> dict[str, str]:
+    """`local_session`'s settings of a local JVM (also a local Spark Connect server's)."""
+    # Python workers must run this interpreter (its pyarrow, its dp_pipeline), not whatever
+    # `python3` is first on PATH (a venv used without activation). PySpark's SparkContext
+    # reads PYSPARK_PYTHON from the environment, not from the session config.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    return {
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
+        "spark.sql.shuffle.partitions": str(shuffle_partitions or 2 * cores),
+        "spark.default.parallelism": str(2 * cores),
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.task.maxFailures": str(max_task_failures),
+        "spark.driver.memory": driver_memory,
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+
+
+def connect_session(
+    remote: str, *, app_name: str = "dp_pipeline", conf: dict[str, str] | None = None
+):
+    """A Spark Connect session on ``remote``, as PySpark's ``builder.remote(url)`` makes it.
+
+    ``sc://host:port[/;params]`` connects to a running Spark Connect server;
+    ``local``, ``local[N]`` or ``local[*]`` starts a local server in this process
+    (PySpark's own way, on its default port) with `local_session`'s settings,
+    stopped with the session. Needs PySpark's Connect client (``pyspark[connect]``:
+    grpcio, protobuf, zstandard). ``conf``: Spark settings given to the builder.
+    """
+    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", remote)
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    if match:
+        ensure_java()
+        cores = match.group(1)
+        cores = (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
+        for name, value in _local_settings(cores, None, 1, "2g").items():
+            builder = builder.config(name, value)
+    for name, value in (conf or {}).items():
+        builder = builder.config(name, value)
+    return builder.getOrCreate()
+
+
+def is_connect(spark) -> bool:
+    """Is ``spark`` (a session or a DataFrame) of Spark Connect, i.e. without a SparkContext?"""
+    session = getattr(spark, "sparkSession", spark)
+    return type(session).__module__.startswith("pyspark.sql.connect")
+
+
+def session_master(spark) -> str:
+    """The session's master URL, for a progress line (Spark Connect: as its server reports it)."""
+    if not is_connect(spark):
+        return spark.sparkContext.master
+    try:
+        return f"{spark.conf.get('spark.master')}, Spark Connect"
+    except Exception:  # a server may not report it: say what is known
+        return "a Spark Connect server"

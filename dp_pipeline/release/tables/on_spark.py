@@ -31,7 +31,12 @@ from dp_pipeline.engines.backend import noisy_cells
 from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
-from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.engines.spark.runtime import (
+    connect_session,
+    ensure_java,
+    local_session,
+    session_master,
+)
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.plan.postprocess import postprocess_on_spark
@@ -111,7 +116,11 @@ def open_spark_input(
     restore = None
     if own_session:
         settings = f" with settings {conf.described()}" if conf else ""
-        progress(f"spark: starting a session on {spec.master}{settings}")
+        remote = os.environ.get("SPARK_REMOTE")
+        if remote:
+            progress(f"spark: starting a Spark Connect session on {_shown_url(remote)}{settings}")
+        else:
+            progress(f"spark: starting a session on {spec.master}{settings}")
         if verbose:
             spark = spark_session(spec.master, conf.as_dict())
         else:
@@ -123,7 +132,7 @@ def open_spark_input(
                     raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
     else:
-        progress(f"spark: using the running session (master {spark.sparkContext.master})")
+        progress(f"spark: using the running session (master {session_master(spark)})")
         restore = running_session_settings(spark, conf, progress)
     table = spec.input_table if path is None else None
     location = "" if table is not None else str(path)
@@ -477,10 +486,17 @@ def _grid_position(frame, table):
 
 
 def spark_session(master: str, conf: dict[str, str] | None = None):
-    """``local_session`` for ``local[N]`` / ``local[*]`` masters, else a session on ``master``.
+    """The release's own session: Spark Connect if ``SPARK_REMOTE`` is set, else on ``master``.
 
-    ``conf``: Spark settings given to the session's builder (``spark-submit --conf``'s).
+    ``SPARK_REMOTE`` (``dp-release run --remote URL`` sets it, as ``pyspark --remote``
+    does): a Spark Connect session on that URL (`connect_session`; ``local[N]`` starts
+    a local Connect server). Otherwise ``local_session`` for ``local[N]`` / ``local[*]``
+    masters, else a classic session on ``master``. ``conf``: Spark settings given to
+    the session's builder (``spark-submit --conf``'s).
     """
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect_session(remote, app_name="dp_pipeline release", conf=conf)
     match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
     if match:
         cores = match.group(1)
@@ -537,3 +553,8 @@ def running_session_settings(spark, conf, progress):
         )
     progress(f"spark: settings {conf.described()} set on the running session for this run")
     return restore
+
+
+def _shown_url(remote: str) -> str:
+    """A Spark Connect URL without its parameters (a ``token=`` is a secret)."""
+    return remote.split(";", 1)[0].rstrip("/")
