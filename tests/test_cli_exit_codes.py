@@ -159,7 +159,7 @@ def test_an_unexpected_error_before_the_reservation_is_1_with_its_traceback(
     def broken(*arguments):
         raise RuntimeError("a bug")
 
-    monkeypatch.setattr(run_module, "files_fingerprint", broken)
+    monkeypatch.setattr(run_module, "release_identity", broken)
     capsys.readouterr()
     with pytest.raises(RuntimeError, match="a bug"):  # Python's exit status 1, its traceback
         main(["run", write_spec(tmp_path), "--json", "--quiet"])

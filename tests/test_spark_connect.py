@@ -285,7 +285,8 @@ def test_dp_release_run_remote_local_publishes_the_classic_sessions_bytes(tmp_pa
     classic_run = subprocess.run(
         [*run, "--master", "local[2]"], env=env, capture_output=True, text=True, cwd=ROOT
     )
-    assert classic_run.returncode == 0, classic_run.stderr[-3000:]
+    # Exit 3: already committed, the same bytes re-emitted (nothing spent).
+    assert classic_run.returncode == 3, classic_run.stderr[-3000:]
     assert "already committed" in classic_run.stdout
     assert _published(remote) == connect_files
 
