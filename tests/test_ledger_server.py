@@ -35,6 +35,10 @@ from dp_pipeline.release.run import Progress, apply_overrides, read_release, run
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import Budget
 
+# The server's behaviour does not depend on the pandas version: the core install's tier
+# (-m "not spark and not postgresql") leaves these to the main run.
+pytestmark = pytest.mark.postgresql
+
 ROOT = Path(__file__).resolve().parents[1]
 LAUNCHER = str(ROOT / "tests" / "protocol_launcher.py")
 QUIET = Progress(quiet=True)
