@@ -306,7 +306,10 @@ def _master_key(spec: ReleaseSpec, progress):
     if problem is not None:
         raise SpecError([problem], spec.source)
     local = ledger_location(spec.ledger_path).path
-    recorded = local is not None and local.is_file() and bool(Ledger(local).history())
+    recorded = False
+    if local is not None and local.is_file():
+        with Ledger(local) as ledger:  # closed at once: the run opens its own below
+            recorded = bool(ledger.history())
     return load_or_create_master_key(
         spec.key_file, progress, ledger_with_releases=spec.ledger_path if recorded else None
     )
