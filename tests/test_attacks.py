@@ -1044,12 +1044,14 @@ def test_key_ledger_and_cache_folders_are_private_whatever_creates_them(
             f'ledger = "{tmp_path}/ledger.sqlite"', f'ledger = "{tmp_path}/.dp_pipeline/l.sqlite"'
         )
         assert main(["run", str(write_spec(tmp_path / "spec", text)), "--quiet"]) == 0
-        # A file key under new folders (run), and a ledger under new ones (ledger command).
+        # A file key under new folders (run), and a ledger under new ones (opened directly:
+        # the ledger command reads a ledger and never creates one).
         monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
         key_file = tmp_path / "keys" / "nested" / "master.key"
         spec_file = write_spec(tmp_path / "other")
         assert main(["run", str(spec_file), "--quiet", "--key-file", str(key_file)]) == 0
         ledger = tmp_path / "audit" / ".dp_pipeline" / "ledger.sqlite"
+        Ledger(ledger).close()
         assert main(["ledger", "--ledger", str(ledger)]) == 0
     finally:
         os.umask(previous)

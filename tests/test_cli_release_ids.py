@@ -9,6 +9,7 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.release_ids import render_release_id, run_date
 from dp_pipeline.release.spec.model import SpecError
 
@@ -109,5 +110,6 @@ def test_the_ledger_reports_each_population_as_a_table_and_as_json(tmp_path, cap
     assert population["left"]["epsilon"] == pytest.approx(8 - spent["epsilon"])
     assert f"epsilon {spent['epsilon']:.6g}" in row
     assert [entry["release_id"] for entry in population["history"]] == ["m-2026-01", "m-2026-02"]
+    Ledger(tmp_path / "empty.sqlite").close()
     assert main(["ledger", "--ledger", str(tmp_path / "empty.sqlite"), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["populations"] == []

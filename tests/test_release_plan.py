@@ -17,6 +17,7 @@ import pytest
 
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.plan.costs import sensitivity_vector
 from dp_pipeline.release.plan.release_plan import PlanError, plan_release
 from dp_pipeline.release.spec.load import load_spec, parse_spec
@@ -139,8 +140,13 @@ def test_cli_reports_spec_errors_with_status_2(tmp_path, capsys):
     assert "shares sum to 7/6" in err
 
 
-def test_cli_ledger_empty_and_unknown_population(tmp_path, capsys):
+def test_cli_ledger_missing_empty_and_unknown_population(tmp_path, capsys):
     ledger = str(tmp_path / "l.sqlite")
+    # Reading a ledger never creates one: a mistyped path is an error, not an empty history.
+    assert main(["ledger", "--ledger", ledger]) == 2
+    assert f"--ledger {ledger}: no ledger there" in capsys.readouterr().err
+    assert not (tmp_path / "l.sqlite").exists()
+    Ledger(ledger).close()
     assert main(["ledger", "--ledger", ledger]) == 0
     assert "no releases yet" in capsys.readouterr().out
     assert main(["ledger", "--ledger", ledger, "--population", "x"]) == 2

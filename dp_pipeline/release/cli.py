@@ -42,6 +42,7 @@ from dp_pipeline import __version__
 from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.ledger_report import summaries, summary_table
 from dp_pipeline.release.locations import default_ledger, legacy_ledger_problem
@@ -412,6 +413,14 @@ def _cap(cap: dict) -> str:
 def _ledger(arguments) -> int:
     if arguments.ledger_path is None:
         arguments.ledger_path = _default(default_ledger, "--ledger")
+    location = ledger_location(str(arguments.ledger_path))
+    if location.path is not None and not location.path.exists():
+        # Reading a ledger must not create one: a mistyped path would otherwise show an
+        # empty history, and a later run would reserve in the wrong file.
+        raise LedgerError(
+            f"--ledger {location.shown}: no ledger there (a ledger is created by the first "
+            "`dp-release run` that reserves); check the path or $DP_PIPELINE_HOME"
+        )
     with Ledger(arguments.ledger_path) as ledger:
         return _ledger_report(arguments, ledger)
 
