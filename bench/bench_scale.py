@@ -146,8 +146,16 @@ def child(arguments) -> None:
         timings = dict(result.timings)
         starting = [t for t, m in marks if m.startswith("spark: starting a session")]
         started_ = [t for t, m in marks if m.startswith("spark: the JVM's and Spark's own")]
-        if starting and started_:
+        fingerprinted = [t for t, m in marks if m.startswith("fingerprinted the input")]
+        if starting and started_ and fingerprinted:
+            # The setup phase's parts, from the progress lines' times: the session's start,
+            # Spark's listing and schema check, the fingerprint, then key (before the
+            # session), identity and reservation together.
             timings["session"] = started_[0] - starting[0]
+            timings["listing"] = fingerprinted[0] - timings["fingerprint"] - started_[0]
+            timings["setup, rest"] = (
+                timings["setup"] - timings["session"] - timings["listing"] - timings["fingerprint"]
+            )
         figures["files"] = len(list(result.output.glob("*.parquet")))
         # When each step began (s from the run's start): the setup phase's parts.
         figures["steps"] = [(round(t - started, 2), m[:60]) for t, m in marks]
@@ -256,7 +264,8 @@ def main(argv=None) -> int:
         f"{arguments.driver_memory}; fastest of {arguments.rounds} round(s), one process a run; "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
-    phases = ["plan", "session", "fingerprint", "setup", "read", "aggregate", "noise"]
+    phases = ["plan", "session", "listing", "fingerprint", "setup, rest", "setup", "read"]
+    phases += ["aggregate", "noise"]
     phases += ["postprocess", "write", "total"]
     print("| phase (s) | " + " | ".join(r["name"] for r in rows) + " |")
     print("|---|" + "---:|" * len(rows))
@@ -266,8 +275,9 @@ def main(argv=None) -> int:
             value = row["timings"].get(phase)
             cells.append(f"{value:.2f}" if value is not None else "–")
         print(f"| {phase} | " + " | ".join(cells) + " |")
-    print("| driver peak RSS, Python (MiB) | " + " | ".join(f"{r['python']:.0f}" for r in rows))
-    print("| driver peak RSS, JVM (MiB) | " + " | ".join(f"{r['jvm']:.0f}" for r in rows))
+    for label, key in (("Python", "python"), ("JVM", "jvm")):
+        peaks = " | ".join(f"{r[key]:.0f}" for r in rows)
+        print(f"| driver peak RSS, {label} (MiB) | {peaks} |")
     found = {r["name"]: r["timings"] for r in rows}
     if "private" in found:
         private = found["private"]
