@@ -25,6 +25,8 @@ process ends; the Python workers the JVM starts are not counted). The runs:
   group by the same keys, complete the declared domain, write Parquet), each table
   a scan of the Parquet files (``--plain-cache``: the input cached in Spark first).
 
+``--local`` reads the folder by its local path instead (the release then takes the
+Parquet pass of bare local scans); ``--conf KEY=VALUE`` adds a Spark setting to both.
 Rounds alternate the two; the table shows each run's phases, the setup share of the
 release and the ratio private / plain, with and without the session's start (both
 pipelines pay one).
@@ -119,8 +121,8 @@ def child(arguments) -> None:
     from dp_pipeline.release.spec.load import load_spec
 
     out = Path(arguments.out)
-    settings = _settings(Path(arguments.folder), arguments.driver_memory)
-    uri = f"viewfs://{CLUSTER}/{MOUNT}"
+    settings = _settings(Path(arguments.folder), arguments.driver_memory) + arguments.conf
+    uri = str(arguments.folder) if arguments.local else f"viewfs://{CLUSTER}/{MOUNT}"
     spec = apply_overrides(
         load_spec(arguments.spec),
         input_path=uri,
@@ -208,6 +210,14 @@ def main(argv=None) -> int:
         "--only", choices=("private", "plain"), help="run one pipeline (the other's figures: –)"
     )
     parser.add_argument("--plain-cache", action="store_true", help="plain: cache the input first")
+    parser.add_argument(
+        "--conf", action="append", default=[], help="KEY=VALUE: one more Spark setting of both"
+    )
+    parser.add_argument(
+        "--local",
+        action="store_true",
+        help="read the folder by its local path, not through viewfs:// (the Parquet pass)",
+    )
     parser.add_argument("--generate-only", action="store_true", help="write the sample, exit")
     parser.add_argument("--verbose", action="store_true", help="the runs' progress lines")
     parser.add_argument("--child", choices=("private", "plain"), help=argparse.SUPPRESS)
@@ -242,6 +252,8 @@ def main(argv=None) -> int:
                 command += ["--out", str(out), "--master", arguments.master]
                 command += ["--driver-memory", arguments.driver_memory, "--spec", arguments.spec]
                 command += ["--plain-cache"] * arguments.plain_cache
+                command += ["--local"] * arguments.local
+                command += [f"--conf={setting}" for setting in arguments.conf]
                 command += ["--verbose"] * arguments.verbose
                 done = subprocess.run(
                     command, env=environment, capture_output=True, text=True, check=False
@@ -260,8 +272,10 @@ def main(argv=None) -> int:
     print()
     print(
         f"{arguments.persons:,} persons in {len(files)} Parquet file(s) ({size / 2**30:.2f} GiB) "
-        f"read through viewfs://, Spark {arguments.master}, spark.driver.memory "
-        f"{arguments.driver_memory}; fastest of {arguments.rounds} round(s), one process a run; "
+        f"read {'by local path' if arguments.local else 'through viewfs://'}, Spark "
+        f"{arguments.master}, spark.driver.memory {arguments.driver_memory}"
+        f"{''.join(', ' + setting for setting in arguments.conf)}; fastest of "
+        f"{arguments.rounds} round(s), one process a run; "
         f"load average {min(loads):.1f}-{max(loads):.1f}"
     )
     phases = ["plan", "session", "listing", "fingerprint", "setup, rest", "setup", "read"]
