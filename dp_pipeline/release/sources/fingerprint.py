@@ -12,8 +12,9 @@ Each file has a content digest (`content_digest`): SHA-256 over the SHA-256s of
 its consecutive ranges of `CHUNK_BYTES`, framed by the file's size. The ranges
 are independent, so they are hashed where the bytes are and in parallel (Spark:
 tasks of the executors, `dp_pipeline.release.sources.spark_files`; pandas:
-threads of this process), each reading one range in blocks of 1 MiB: no task
-holds a file, and the driver never streams the input. The digests are plain
+threads of this process), each reading one range in blocks of 1 MiB
+(`range_reader`): no task holds a file, and the driver streams no input larger
+than one range. The digests are plain
 SHA-256 (no key travels to an executor).
 
 The fingerprint is HMAC-SHA256 under a subkey of the `MasterKey` (label

@@ -16,11 +16,16 @@ the key; no key leaves the driver and the driver never reads the input.
   (`range_digest`), so memory stays bounded whatever the file size.
   The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
   the same code runs on a Spark Connect session.
+  The function shipped to the workers imports nothing of dp_pipeline there
+  (`range_reader`), so a task starts without the package's import. A local input
+  of at most `DRIVER_BYTES` is hashed by the driver instead: a Spark job costs
+  more than hashing one range.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
-  the session's Hadoop file system (the one the release reads through), one file
-  per Arrow batch; the executor hashes its ranges from the bytes. That reader holds
-  a file in memory and takes at most `BINARY_FILE_BYTES` per file: a larger file is
-  refused before the reservation, naming the limit.
+  the session's Hadoop file system (the one the release reads through) and Spark's
+  ``sha2`` hashes each range of the content in the JVM: only the digests leave the
+  executors, no byte goes to a Python worker. That reader holds a file in memory,
+  takes at most `BINARY_FILE_BYTES` per file and gives an empty file no row: a
+  larger or an empty file is refused before the reservation, naming the rule.
 
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
 (a URI's user info, a signed request) and internal addresses, so none is shown.
@@ -217,9 +222,9 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
     if missing:
         raise SpecError(
             [
-                f"{len(missing)} file(s) that Spark reads are hidden from its binaryFile "
-                "listing (a name starting with '_' or '.'), so they cannot be fingerprinted; "
-                "rename them"
+                f"{len(missing)} file(s) that Spark reads are missing from its binaryFile "
+                "listing (an empty file, or a name starting with '_' or '.'), so they cannot "
+                "be fingerprinted; remove the empty files, rename the others"
             ],
             source=source,
         )
