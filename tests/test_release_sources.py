@@ -210,9 +210,11 @@ def _ledger_rows(path: Path) -> int:
 
 @pytest.mark.spark
 def test_executors_hash_local_ranges_to_the_drivers_digests(spark, tmp_path, monkeypatch):
+    from dp_pipeline.release.sources import spark_files
     from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
 
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)  # ranges are planned on the driver
+    monkeypatch.setattr(spark_files, "DRIVER_BYTES", 0)  # not the driver's path for small inputs
     files = []
     for index, size in enumerate((0, 100, 4096, 10_000)):
         path = tmp_path / f"part-{index}.bin"
@@ -222,6 +224,61 @@ def test_executors_hash_local_ranges_to_the_drivers_digests(spark, tmp_path, mon
     names = [p.name for p in files]
     on_executors = executor_digests(spark, uris, names, file_sizes(spark, uris, "t"), "t")
     assert on_executors == local_digests(files, names)
+
+
+@pytest.mark.spark
+def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
+    spark, tmp_path, monkeypatch
+):
+    from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
+
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)  # several ranges, a partial last
+    files = []
+    # No empty file: binaryFile gives an empty file no row (it has no split).
+    for index, size in enumerate((100, 4096, 10_000)):
+        path = tmp_path / f"part-{index}.bin"
+        path.write_bytes(bytes((index * 5 + i) % 253 for i in range(size)))
+        files.append(path)
+    key = "fs.viewfs.mounttable.dpfp.link./data"
+    spark.conf.set(key, f"file://{tmp_path}")
+    try:
+        uris = tuple(f"viewfs://dpfp/data/{p.name}" for p in files)
+        names = [p.name for p in files]
+        found = executor_digests(spark, uris, names, file_sizes(spark, uris, "t"), "t")
+    finally:
+        spark.conf.unset(key)
+    assert found == local_digests(files, names)
+
+
+def test_the_executors_range_hasher_imports_nothing_of_the_package(tmp_path):
+    import subprocess
+    import sys
+
+    import pyarrow as pa
+    from pyspark import cloudpickle
+
+    from dp_pipeline.release.sources.spark_files import _local_range_hasher
+
+    data = tmp_path / "blob.bin"
+    data.write_bytes(bytes(range(256)) * 40)
+    tasks = [(str(data), 0, 5000), (str(data), 5000, 5240), (str(data), 0, 99_999)]
+    hasher = cloudpickle.dumps(_local_range_hasher(tasks, 2))
+    batch = pa.RecordBatch.from_arrays([pa.array([0, 1], pa.int64())], ["id"])
+    code = (
+        "import pickle, sys, pyarrow as pa\n"
+        "hasher, batch = pickle.loads(sys.stdin.buffer.read())\n"
+        "out = pa.Table.from_batches(list(hasher([batch])))\n"
+        "print(sorted(out.column('id').to_pylist()), out.column('sha256').null_count,\n"
+        "      any(name.startswith('dp_pipeline') for name in sys.modules))\n"
+    )
+    # A fresh interpreter, as a Spark Python worker unpickles the function.
+    payload = cloudpickle.dumps((cloudpickle.loads(hasher), batch))
+    env = {"PATH": "", "PYTHONPATH": ""}
+    shown = subprocess.run(
+        [sys.executable, "-c", code], input=payload, capture_output=True, check=True, env=env
+    ).stdout.decode()
+    # Three ranges hashed, the one past the file's end null, no dp_pipeline module loaded.
+    assert shown.split() == ["[0,", "1,", "2]", "1", "False"]
 
 
 @pytest.mark.spark

@@ -12,8 +12,9 @@ Each file has a content digest (`content_digest`): SHA-256 over the SHA-256s of
 its consecutive ranges of `CHUNK_BYTES`, framed by the file's size. The ranges
 are independent, so they are hashed where the bytes are and in parallel (Spark:
 tasks of the executors, `dp_pipeline.release.sources.spark_files`; pandas:
-threads of this process), each reading one range in blocks of 1 MiB: no task
-holds a file, and the driver never streams the input. The digests are plain
+threads of this process), each reading one range in blocks of 1 MiB
+(`range_reader`): no task holds a file, and the driver streams no input larger
+than one range. The digests are plain
 SHA-256 (no key travels to an executor).
 
 The fingerprint is HMAC-SHA256 under a subkey of the `MasterKey` (label
@@ -29,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +51,7 @@ __all__ = [
     "input_files",
     "local_digests",
     "local_path",
-    "range_digest",
+    "range_reader",
 ]
 
 _BLOCK = 1 << 20
@@ -114,21 +115,35 @@ def chunk_ranges(size: int) -> list[tuple[int, int]]:
     return [(offset, min(CHUNK_BYTES, size - offset)) for offset in starts] or [(0, 0)]
 
 
-def range_digest(handle, offset: int, length: int) -> bytes:
-    """SHA-256 of ``length`` bytes of an open binary file from ``offset`` (read in 1 MiB blocks).
+def range_reader(block: int = _BLOCK) -> Callable[[str, int, int], bytes | None]:
+    """A function ``(path, offset, length) -> SHA-256`` of a file's range, read in ``block`` bytes.
 
-    Raises `FileRangeError` when the file ends before: it changed after it was listed.
+    It returns None when the file is gone or ends before ``offset + length`` (it
+    changed after it was listed). The function is a closure over the standard
+    library only: pickled to a Spark Python worker it imports nothing of
+    dp_pipeline there, so a hashing task starts without the package's import. It
+    reads into one reused buffer (no allocation per block); hashlib releases the
+    GIL while it hashes a block, so threads hash in parallel.
     """
-    handle.seek(offset)
-    digest = hashlib.sha256()
-    left = length
-    while left:
-        block = handle.read(min(_BLOCK, left))
-        if not block:
-            raise FileRangeError("a file is shorter than its listed size (it changed meanwhile)")
-        digest.update(block)
-        left -= len(block)
-    return digest.digest()
+
+    def digest(path: str, offset: int, length: int) -> bytes | None:
+        view = memoryview(bytearray(max(1, min(block, length))))
+        hasher = hashlib.sha256()
+        try:
+            with open(path, "rb", buffering=0) as handle:  # open() follows symlinks
+                handle.seek(offset)
+                left = length
+                while left:
+                    read = handle.readinto(view[: min(len(view), left)])
+                    if not read:
+                        return None
+                    hasher.update(view[:read])
+                    left -= read
+        except OSError:
+            return None
+        return hasher.digest()
+
+    return digest
 
 
 def content_digest(size: int, range_digests: Sequence[bytes]) -> str:
@@ -142,11 +157,6 @@ def content_digest(size: int, range_digests: Sequence[bytes]) -> str:
     return digest.hexdigest()
 
 
-def _local_range(path: Path, offset: int, length: int) -> bytes:
-    with path.open("rb") as handle:  # open() follows symlinks, as the engines do
-        return range_digest(handle, offset, length)
-
-
 def local_digests(
     files: Sequence[Path], names: Sequence[str], threads: int | None = None
 ) -> tuple[FileDigest, ...]:
@@ -158,8 +168,11 @@ def local_digests(
     sizes = [Path(file).stat().st_size for file in files]
     tasks = [(i, o, n) for i, size in enumerate(sizes) for o, n in chunk_ranges(size)]
     workers = threads or min(4, os.cpu_count() or 1)
+    read = range_reader()
     with ThreadPoolExecutor(max_workers=workers) as pool:
-        parts = list(pool.map(lambda t: _local_range(Path(files[t[0]]), t[1], t[2]), tasks))
+        parts = list(pool.map(lambda t: read(str(files[t[0]]), t[1], t[2]), tasks))
+    if None in parts:
+        raise FileRangeError("a file vanished or is shorter than its listed size (it changed)")
     by_file: list[list[bytes]] = [[] for _ in files]
     for (index, _, _), part in zip(tasks, parts, strict=True):
         by_file[index].append(part)

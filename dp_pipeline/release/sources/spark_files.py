@@ -16,11 +16,16 @@ the key; no key leaves the driver and the driver never reads the input.
   (`range_digest`), so memory stays bounded whatever the file size.
   The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
   the same code runs on a Spark Connect session.
+  The function shipped to the workers imports nothing of dp_pipeline there
+  (`range_reader`), so a task starts without the package's import. A local input
+  of at most `DRIVER_BYTES` is hashed by the driver instead: a Spark job costs
+  more than hashing one range.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
-  the session's Hadoop file system (the one the release reads through), one file
-  per Arrow batch; the executor hashes its ranges from the bytes. That reader holds
-  a file in memory and takes at most `BINARY_FILE_BYTES` per file: a larger file is
-  refused before the reservation, naming the limit.
+  the session's Hadoop file system (the one the release reads through) and Spark's
+  ``sha2`` hashes each range of the content in the JVM: only the digests leave the
+  executors, no byte goes to a Python worker. That reader holds a file in memory,
+  takes at most `BINARY_FILE_BYTES` per file and gives an empty file no row: a
+  larger or an empty file is refused before the reservation, naming the rule.
 
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
 (a URI's user info, a signed request) and internal addresses, so none is shown.
@@ -31,20 +36,24 @@ unreachable store, refused credentials) into one line naming the source and the 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import re
 from collections.abc import Iterator, Sequence
 from urllib.parse import urlparse
 
 import pyarrow as pa
 from pyspark.errors import PySparkException
+from pyspark.sql import functions as sf
 
+from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.fingerprint import (
+    CHUNK_BYTES,
     FileDigest,
+    FileRangeError,
     chunk_ranges,
     content_digest,
+    local_digests,
     local_path,
-    range_digest,
+    range_reader,
 )
 from dp_pipeline.release.sources.source import shown_location
 from dp_pipeline.release.spec.model import SpecError
@@ -58,6 +67,7 @@ except ImportError:  # pragma: no cover - Spark Connect only
 
 __all__ = [
     "BINARY_FILE_BYTES",
+    "DRIVER_BYTES",
     "MAX_HASH_TASKS",
     "executor_digests",
     "file_sizes",
@@ -69,6 +79,9 @@ __all__ = [
 
 # Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
 BINARY_FILE_BYTES = 2**31 - 1
+# Local inputs of at most one range are hashed by the driver: a Spark job costs about
+# 0.3 s (an empty four-task job on local[2]), one thread hashes 64 MiB in 0.05 s.
+DRIVER_BYTES = CHUNK_BYTES
 # Hashing tasks of one job when the session does not say its parallelism. A task costs
 # a scheduling round trip (about 0.5 s on a loaded two-core machine), so the ranges are
 # dealt round-robin to as many tasks as the session runs at once (its default
@@ -209,9 +222,9 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
     if missing:
         raise SpecError(
             [
-                f"{len(missing)} file(s) that Spark reads are hidden from its binaryFile "
-                "listing (a name starting with '_' or '.'), so they cannot be fingerprinted; "
-                "rename them"
+                f"{len(missing)} file(s) that Spark reads are missing from its binaryFile "
+                "listing (an empty file, or a name starting with '_' or '.'), so they cannot "
+                "be fingerprinted; remove the empty files, rename the others"
             ],
             source=source,
         )
@@ -229,17 +242,21 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
 
 
 def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
-    """The mapInArrow function hashing, for each id ``g``, the ranges ``tasks[g::groups]``."""
+    """The mapInArrow function hashing, for each id ``g``, the ranges ``tasks[g::groups]``.
+
+    A closure over `range_reader`'s closure, pyarrow and the task list only: its
+    worker imports no dp_pipeline module. A range that could not be read (the
+    file vanished or shrank) comes back as null.
+    """
+    read = range_reader()
 
     def hash_ranges(batches):
         for batch in batches:
             indices, found = [], []
             for group in batch.column(0).to_pylist():
                 for index in range(group, len(tasks), groups):
-                    path, offset, length = tasks[index]
-                    with open(path, "rb") as handle:
-                        found.append(range_digest(handle, offset, length))
                     indices.append(index)
+                    found.append(read(*tasks[index]))
             yield pa.RecordBatch.from_arrays(
                 [pa.array(indices, pa.int64()), pa.array(found, pa.binary())], ["id", "sha256"]
             )
@@ -247,32 +264,23 @@ def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
     return hash_ranges
 
 
-def _hash_contents(batches):
-    """mapInArrow over binaryFile rows: each file's content digest, from its ranges' SHA-256s."""
-    for batch in batches:
-        contents = batch.column("content")
-        found = []
-        for index in range(batch.num_rows):
-            data = memoryview(contents[index].as_buffer())
-            parts = [hashlib.sha256(data[o : o + n]).digest() for o, n in chunk_ranges(len(data))]
-            found.append(content_digest(len(data), parts))
-        yield pa.RecordBatch.from_arrays(
-            [batch.column("path"), pa.array(found, pa.string())], ["path", "sha256"]
-        )
-
-
 def executor_digests(
     spark, uris: Sequence[str], names: Sequence[str], sizes: dict[str, int], source: str
 ) -> tuple[FileDigest, ...]:
     """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc)."""
     local = [local_path(uri) for uri in uris]
-    with listing_errors(source, urlparse(uris[0]).scheme):
-        if all(path is not None for path in local):
-            digests = _local_digests(spark, uris, sizes)
-        else:
-            digests = _binary_file_digests(spark, uris)
-    changed = [uri for uri in uris if uri not in digests]
-    if changed:
+    digests: dict[str, str] = {}
+    if all(path is not None for path in local) and sum(sizes.values()) <= DRIVER_BYTES:
+        with contextlib.suppress(FileRangeError, OSError):  # vanished or shrank: below
+            found = local_digests([str(path) for path in local], names)
+            digests = {uri: digest.sha256 for uri, digest in zip(uris, found, strict=True)}
+    else:
+        with listing_errors(source, urlparse(uris[0]).scheme):
+            if all(path is not None for path in local):
+                digests = _local_digests(spark, uris, sizes)
+            else:
+                digests = _binary_file_digests(spark, uris)
+    if any(uri not in digests for uri in uris):
         raise SpecError(
             [
                 "a listed file could not be hashed (it vanished); run again on an input that "
@@ -306,17 +314,18 @@ def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[st
 
 
 def _binary_file_digests(spark, uris: Sequence[str]) -> dict[str, str]:
-    key = "spark.sql.execution.arrow.maxRecordsPerBatch"
-    previous = spark.conf.get(key, None)
-    # One file per Arrow batch: a batch's binary column holds at most 2 GiB in all.
-    spark.conf.set(key, "1")
-    try:
-        frame = spark.read.format("binaryFile").load(list(uris)).select("path", "content")
-        rows = frame.mapInArrow(_hash_contents, "path string, sha256 string").toArrow()
-    finally:
-        if previous is None:
-            spark.conf.unset(key)
-        else:
-            spark.conf.set(key, previous)
-    paths, found = rows.column("path").to_pylist(), rows.column("sha256").to_pylist()
-    return dict(zip(paths, found, strict=True))
+    # Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
+    # read: only the digests leave the executors (no file's bytes go through Arrow
+    # to a Python worker, and no Python worker is needed).
+    chunk = fingerprint.CHUNK_BYTES
+    ranges = (
+        f"transform(sequence(0, greatest(cast(ceil(size / {chunk}) AS INT) - 1, 0)), "
+        f"i -> sha2(substring(content, i * {chunk} + 1, {chunk}), 256))"
+    )
+    frame = spark.read.format("binaryFile").load(list(uris))
+    frame = frame.select("path", "content", sf.length("content").alias("size"))
+    rows = frame.select("path", "size", sf.expr(ranges).alias("ranges")).collect()
+    return {
+        row["path"]: content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]])
+        for row in rows
+    }
