@@ -241,6 +241,36 @@ def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_pa
         run_release(spec, progress=QUIET)
 
 
+@pytest.mark.parametrize("failure", ["shrank", "vanished"])
+def test_a_file_that_shrinks_or_vanishes_while_hashed_again_is_a_changed_input(
+    tmp_path, monkeypatch, failure
+):
+    import dp_pipeline.release.sources.source as source_module
+    from dp_pipeline.release.sources.fingerprint import FileRangeError
+
+    data = write_census_sample(tmp_path / "persons.parquet", 2000, seed=4)
+    local_digests = source_module.local_digests
+    calls = []
+
+    def hash_then_fail(*args, **kwargs):
+        # The second hashing is the mid-run check: the file changes under it.
+        calls.append(1)
+        if len(calls) == 1:
+            return local_digests(*args, **kwargs)
+        if failure == "shrank":
+            raise FileRangeError("a file held fewer bytes than listed")
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(source_module, "local_digests", hash_then_fail)
+    spec = small_spec(tmp_path, input_path=str(data))
+    with pytest.raises(InputChangedError, match=r"input '.*persons.parquet' changed while"):
+        run_release(spec, progress=QUIET)
+    assert len(calls) == 2
+    assert not (Path(spec.output_dir) / spec.release_id).exists()
+    entry = Ledger(spec.ledger_path).entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", "reading")
+
+
 def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):
     """conf/monthly_example.toml: 12 monthly releases fit the annual cap, the 13th is refused."""
     spec = apply_overrides(

@@ -94,6 +94,7 @@ from dp_pipeline.release.report.accuracy import (
     table_accuracies,
 )
 from dp_pipeline.release.report.writer import html_report, privacy_report
+from dp_pipeline.release.sources.fingerprint import FileRangeError
 from dp_pipeline.release.sources.schema import (
     check_input_columns,
     published_table,
@@ -460,7 +461,9 @@ def _check_input_unchanged(spec, master, source, fingerprint) -> None:
     source.check_unchanged(source.list_files(), spec.release_id)
     try:
         again = source.fingerprint(master)
-    except SpecError:  # a file vanished or shrank while it was hashed again
+    except (SpecError, FileRangeError, OSError):
+        # A file vanished or shrank while it was hashed again: changed, like any other
+        # difference (charged, nothing published), never a bare error of the reader.
         again = None
     if again != fingerprint:
         raise InputChangedError(
