@@ -77,7 +77,12 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting.bounded_range_adaptive import MAX_RUNS, adaptive_pair, cells_per_run
+from dp_pipeline.accounting.bounded_range_adaptive import (
+    MAX_RUNS,
+    adaptive_pair,
+    cells_per_run,
+    lattice_losses,
+)
 from dp_pipeline.accounting.inversion_terms import SupportGroup
 from dp_pipeline.accounting.lattice import LatticeComponent
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
@@ -250,7 +255,7 @@ def block_support(epsilon: Fraction, count: int, points: int = POINTS) -> Suppor
     while stride < cells and 2 * count * cells // stride > 2 * points:
         stride *= 2
     offset, step, masses = adaptive_pair(epsilon, count, stride)
-    losses = np.array([float(offset + step * j) for j in range(len(masses))])
+    losses = lattice_losses(offset, step, len(masses))
     return SupportGroup(
         masses=masses,
         losses=losses,
@@ -264,5 +269,5 @@ def block_pld(epsilon: Fraction, count: int, step: float):
     """The grid `PrivacyLossDistribution` (symmetric: the block's family is closed under
     exchanging the neighbours) of the adaptive block."""
     offset, lattice_step, masses = adaptive_pair(epsilon, count)
-    losses = np.array([float(offset + lattice_step * j) for j in range(len(masses))])
+    losses = lattice_losses(offset, lattice_step, len(masses))
     return PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)

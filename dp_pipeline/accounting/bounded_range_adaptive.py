@@ -68,7 +68,13 @@ import numpy as np
 
 from dp_pipeline.errors import DPValueError
 
-__all__ = ["MAX_RUNS", "adaptive_delta_bounds", "adaptive_pair", "cells_per_run"]
+__all__ = [
+    "MAX_RUNS",
+    "adaptive_delta_bounds",
+    "adaptive_pair",
+    "cells_per_run",
+    "lattice_losses",
+]
 
 MAX_RUNS = 128  # beyond, the one-run pairs (and the ε²/8 zCDP cap) bound the runs
 _UNIT = 2.0**-53
@@ -133,17 +139,19 @@ def _recursion(epsilon: Fraction, count: int, cells: int, lower: bool):
         # row r of the windows is cur[r : r + n]: at t = r·h, A = δ_{j-1}(x - ε + t) is
         # row r and B = δ_{j-1}(x + t) row m + r
         windows = np.lib.stride_tricks.sliding_window_view(cur, n)
+        # the objective at the lattice t: ends[r] at t = r·h, r = 0..m
+        ends = p * windows[: m + 1] + q * windows[m : 2 * m + 1]
         if lower:
-            best = (p * windows[: m + 1] + q * windows[m : 2 * m + 1]).max(axis=0)
+            best = ends.max(axis=0)
         else:
-            a0, a1 = windows[:m], windows[1 : m + 1]
-            b0, b1 = windows[m : 2 * m], windows[m + 1 : 2 * m + 1]
-            ends = np.maximum(p[:m] * a0 + q[:m] * b0, p[1:] * a1 + q[1:] * b1)
-            # -K2 ∝ (A0 - A1)/(1 - e^{-ε}) - (B0 - B1)/(e^ε - 1); the differences' float
-            # error charged against the values themselves
-            minus_k2 = np.maximum(coef_a * (a0 - a1) - coef_b * (b0 - b1), 0.0)
-            minus_k2 += 8 * _UNIT * (coef_a * a0 + coef_b * b0)
-            best = (ends * (1 + 4 * _UNIT) + width * minus_k2).max(axis=0) * _STEP_SLACK
+            # -K2 ∝ (A0 - A1)/(1 - e^{-ε}) - (B0 - B1)/(e^ε - 1) depends on r + i only: a
+            # window of one array; the differences' float error charged against the values
+            drop = cur[:-1] - cur[1:]
+            excess = np.maximum(coef_a * drop[: len(drop) - m] - coef_b * drop[m:], 0.0)
+            excess += 8 * _UNIT * (coef_a * cur[: len(drop) - m] + coef_b * cur[m:-1])
+            excess = np.lib.stride_tricks.sliding_window_view(width * excess, n)[:m]
+            best = (np.maximum(ends[:-1], ends[1:]) * (1 + 4 * _UNIT) + excess).max(axis=0)
+            best *= _STEP_SLACK
             # no subnormal values (whose float error is not relative): wherever δ_j may
             # be positive (x < jε, an integer test) the bound is at least _TINY
             live = (count + step_no) * m
@@ -158,6 +166,15 @@ def _recursion(epsilon: Fraction, count: int, cells: int, lower: bool):
     return result
 
 
+def lattice_losses(offset: Fraction, step: Fraction, size: int) -> np.ndarray:
+    """The floats nearest offset + step·j, j = 0..size-1 (exact integer arithmetic: the
+    division of two Python integers is correctly rounded)."""
+    common = offset.denominator * step.denominator // math.gcd(offset.denominator, step.denominator)
+    start = offset.numerator * (common // offset.denominator)
+    increment = step.numerator * (common // step.denominator)
+    return np.array([(start + increment * j) / common for j in range(size)])
+
+
 def adaptive_delta_bounds(epsilon: Fraction, count: int, cells: int | None = None):
     """(x, lower, upper) on the lattice x_i = -kε + i·ε/cells: DDR's optimal adaptive
     δ_k(x) of ``count`` ε-BR runs lies within [lower, upper] (lower: the recursion over
@@ -167,7 +184,7 @@ def adaptive_delta_bounds(epsilon: Fraction, count: int, cells: int | None = Non
     upper = _recursion(epsilon, count, cells, False)
     lower = _recursion(epsilon, count, cells, True)
     step = epsilon / cells
-    x = np.array([float(-count * epsilon + step * i) for i in range(len(upper))])
+    x = lattice_losses(-count * epsilon, step, len(upper))
     return x, lower.copy(), upper.copy()
 
 
@@ -178,7 +195,7 @@ def _pair(epsilon: Fraction, count: int, cells: int, stride: int):
     n = len(upper)
     step = epsilon * stride / cells
     h = float(step)
-    x = np.array([float(-count * epsilon + step * i) for i in range(n)])
+    x = lattice_losses(-count * epsilon, step, n)
     alpha = np.exp(x)
     # slopes of the piecewise-linear interpolation in α, from (0, 1) through the points
     nodes_a = np.concatenate(([0.0], alpha))
@@ -189,10 +206,8 @@ def _pair(epsilon: Fraction, count: int, cells: int, stride: int):
     mu = q * alpha
     # D_μ(x_i) = Σ_{j>i} μ_j (1 - e^{-(j-i)h}), bounded below (non-negative terms)
     kernel = -np.expm1(-h * np.arange(n, dtype=np.float64)) * (1 - 4 * _UNIT)
-    profile = np.zeros(n)
-    for d in range(1, n):
-        profile[: n - d] += mu[d:] * kernel[d]
-    profile *= 1 - (n + 8) * _UNIT
+    # a direct convolution (no FFT): sums of non-negative terms, n ulps at most
+    profile = np.convolve(mu[::-1], kernel)[:n][::-1] * (1 - (2 * n + 8) * _UNIT)
     total = math.fsum(mu.tolist()) * (1 - 4 * _UNIT)
     large = upper >= _SMALL
     ratio = float(np.max(upper[large] / profile[large])) if np.any(large) else 1.0
