@@ -6,7 +6,7 @@ none through the accountant:
   losses ε - t and -t, P-mass p_t = (e^ε - e^{ε-t})/(e^ε - 1) on the first;
 - sup over a grid of t of δ(B_t^{⊗k}): DDR's optimal non-adaptive composition (their
   Section 5), a value some ε-BR mechanisms reach, so every sound bound lies above it;
-- the exact composition of the accountant's discretised pair, by polynomial products;
+- the exact curve of the accountant's pair for k runs, summed from its masses;
 - the continuous dominating pair composed with a discrete Gaussian, by closed-form
   integrals of its density e^{(ε+x)/2}/(2(e^ε - 1)) against the Gaussian's pmf.
 """
@@ -28,6 +28,7 @@ from dp_pipeline.accounting.bounded_range import (
     bounded_range_epsilon_of,
     bounded_range_losses,
 )
+from dp_pipeline.accounting.bounded_range_adaptive import adaptive_pair
 from dp_pipeline.accounting.brackets import inversion_delta
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, pld_of
@@ -120,6 +121,7 @@ def test_lattice_pair_is_a_pair_of_distributions_on_exact_losses():
 
 @pytest.mark.parametrize("k", [2, 5, 10])
 def test_k_selections_lie_above_ddr_optimal_and_below_randomized_response(k):
+    # the optimal adaptive composition lies above the non-adaptive optimum (up to ~9% here)
     mechanism = _mechanism("1/2")
     eps = float(mechanism.pure_epsilon)
     accountant = PrivacyAccountant().add(mechanism, count=k)
@@ -128,16 +130,15 @@ def test_k_selections_lie_above_ddr_optimal_and_below_randomized_response(k):
         reference = _ddr_delta(eps, k, x, grid=400)
         bound = accountant.delta(x)
         assert reference <= bound.lower <= bound.upper
-        # the adaptive envelope is at most ~50% above the non-adaptive optimum here
         assert bound.upper <= 1.5 * reference
         assert bound.upper < old.delta(x).upper
 
 
 @pytest.mark.parametrize("k", [20, 30])
 def test_many_selections_lie_between_ddr_optimal_and_the_zcdp_cap(k):
-    """Many selections: the composed curve (or the ε²/8 zCDP cap, whichever is smaller)
-    stays above DDR's non-adaptive optimum and at most the cap; measured δ/optimum here
-    1.12-2.10 (the adaptive envelope against the non-adaptive optimum, widest in the tail)."""
+    """Many selections: the block's curve (or the ε²/8 zCDP cap, whichever is smaller)
+    stays above DDR's non-adaptive optimum and at most the cap (the tightness against it:
+    tests/test_accounting_bounded_range_adaptive.py)."""
     mechanism = _mechanism("1/2")
     eps = float(mechanism.pure_epsilon)
     accountant = PrivacyAccountant().add(mechanism, count=k)
@@ -148,28 +149,18 @@ def test_many_selections_lie_between_ddr_optimal_and_the_zcdp_cap(k):
         assert bound.upper <= min(zcdp_to_delta(k * eps * eps / 8, x), 2.2 * reference)
 
 
-def test_k_selections_bracket_the_exact_composition_of_the_lattice_pair():
+def test_k_selections_bracket_the_exact_curve_of_their_block_pair():
+    # k runs of one ε enter as one block: the dominating pair of their optimal adaptive
+    # composition (`bounded_range_adaptive`); its δ summed exactly (mpmath) from its masses
     mechanism = _mechanism("1/2")
     k = 3
-    offset, step, _ = bounded_range_losses(mechanism.pure_epsilon)
-    pmf = [mp.mpf(1)]
-    exact_one = [
-        mp.tanh(mp.mpf(step) / 4) * mp.e ** (j * mp.mpf(step) / 2) for j in range(POINTS + 1)
-    ]
-    scale = mp.e ** mp.mpf(mechanism.pure_epsilon) - 1
-    exact_one = [c * (1 if j in (0, POINTS) else 2) / scale for j, c in enumerate(exact_one)]
-    for _ in range(k):
-        result = [mp.mpf(0)] * (len(pmf) + POINTS)
-        for i, a in enumerate(pmf):
-            for j, b in enumerate(exact_one):
-                result[i + j] += a * b
-        pmf = result
+    offset, step, masses = adaptive_pair(bounded_range_epsilon_of(mechanism), k)
     accountant = PrivacyAccountant().add(mechanism, count=k)
     for x in (0.0, 0.4, 0.9):
         exact = mp.fsum(
-            w * (1 - mp.e ** (x - (k * mp.mpf(offset) + i * mp.mpf(step))))
-            for i, w in enumerate(pmf)
-            if k * offset + i * step > Fraction(x)
+            mp.mpf(w) * (1 - mp.e ** (x - (mp.mpf(offset) + i * mp.mpf(step))))
+            for i, w in enumerate(masses)
+            if offset + i * step > Fraction(x)
         )
         bound = accountant.delta(x)
         assert bound.lower <= exact <= bound.upper

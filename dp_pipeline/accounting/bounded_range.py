@@ -35,9 +35,16 @@ pair. Against randomized response at ε (what pure ε-DP gives: mean loss ≈ ε
 mean loss is ≈ ε²/6, so a few selections beside counts cost markedly less. The pair is
 the least dominating one for ONE mechanism, not for a composition: its k-fold product
 behaves like a Gaussian with ρ ≈ kε²/6, while every ε-BR mechanism is also ε²/8-zCDP
-(Cesar & Rogers 2021), whose conversion the accountant applies as a cap; for many
-selections (k ≳ 15 at δ = 1e-6) the cap is the tighter one. DDR's optimal adaptive
-composition (their recursion over t) would be tighter than both and is not used.
+(Cesar & Rogers 2021), whose conversion the accountant applies as a cap.
+
+**k runs of one ε: their optimal adaptive composition.** The runs of the selections'
+heaviest ε (k·ε² largest, 2 <= k <= 128: `adaptive_block`) enter instead as ONE
+component, the dominating pair of DDR's optimal adaptive composition of k ε-BR mechanisms
+(their recursion over t, `bounded_range_adaptive`, which states the theorem and why the
+block composes with every other event): within 0.7% of DDR's non-adaptive optimum in
+ε(1e-6) for k = 2..100 at ε = 1/2, where the k-fold one-run pair (with the zCDP cap) was
+up to 10% above it. The other selections keep the one-run pair, which is fixed whatever
+came before; that is what lets the block compose with them.
 
 **Discretisation, an upper bound.** The continuous loss is put on the lattice
 s_j = -ε + j·h, h = 2ε/m, j = 0..m, by splitting the loss mass of each cell
@@ -57,8 +64,9 @@ their lower bounds move by about 1e-15 relative). Spreading each loss over a cel
 width h adds at most h²/4 to its variance, about 3/m² of the loss's own (m = `POINTS`).
 
 **Reference.** For k identical ε-BR mechanisms alone, Dong, Durfee & Rogers (2020,
-Section 5) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); any sound bound
-for adaptive composition lies above it (the tests compare against it with mpmath).
+Section 5) give the optimal non-adaptive δ(ε_g) = sup_t δ(B_t^{⊗k})(ε_g); their adaptive
+optimum lies above it (Section 6: adaptively chosen t gain up to ~9% in δ here), and so
+does every sound bound (the tests compare both with mpmath).
 """
 
 from __future__ import annotations
@@ -69,6 +77,12 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.accounting.bounded_range_adaptive import (
+    MAX_RUNS,
+    adaptive_pair,
+    cells_per_run,
+    lattice_losses,
+)
 from dp_pipeline.accounting.inversion_terms import SupportGroup
 from dp_pipeline.accounting.lattice import LatticeComponent
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
@@ -76,6 +90,10 @@ from dp_pipeline.errors import DPTypeError, DPValueError
 
 __all__ = [
     "POINTS",
+    "adaptive_block",
+    "block_lattice",
+    "block_pld",
+    "block_support",
     "bounded_range_delta",
     "bounded_range_epsilon_of",
     "bounded_range_lattice",
@@ -198,3 +216,58 @@ def bounded_range_pld(epsilon: Fraction, step: float, points: int = POINTS):
     bounded_range_losses(epsilon, points)
     losses = _lattice(epsilon, points)[3]
     return PrivacyLossDistribution.from_losses(losses, _rounded_up(epsilon, points), 0.0, step)
+
+
+# ----------------------------------------------------------------- the adaptive block
+
+
+def adaptive_block(events) -> tuple[Fraction, int] | None:
+    """The selections composed as one block by DDR's optimal adaptive curve
+    (`bounded_range_adaptive`): (ε, k) for the bounded-range ε whose runs weigh most
+    (k·ε², k their total count, ties to the larger ε) among those with 2 <= k <=
+    `MAX_RUNS`; None if there is none.
+    The other selections keep their one-run pair (a fixed dominating pair, which is what
+    lets the block compose with them, module docstring of `bounded_range_adaptive`)."""
+    counts: dict[Fraction, int] = {}
+    for event in events:
+        value = bounded_range_epsilon_of(event.mechanism)
+        if value is not None:
+            counts[value] = counts.get(value, 0) + event.count
+    counts = {value: count for value, count in counts.items() if 2 <= count <= MAX_RUNS}
+    if not counts:
+        return None
+    epsilon = max(counts, key=lambda value: (counts[value] * value * value, value))
+    return epsilon, counts[epsilon]
+
+
+def block_lattice(epsilon: Fraction, count: int) -> LatticeComponent:
+    """The `LatticeComponent` of the adaptive block (its whole support, count 1)."""
+    offset, step, masses = adaptive_pair(epsilon, count)
+    return LatticeComponent(offset=offset, step=step, count=1, probabilities=tuple(masses.tolist()))
+
+
+def block_support(epsilon: Fraction, count: int, points: int = POINTS) -> SupportGroup:
+    """The MGF inversion's `SupportGroup` of the adaptive block, on at most 2·points + 1
+    losses (every stride-th point of its lattice: a coarser chord, still dominating);
+    the masses are the measure itself (no float error), each loss within 2 ulps of kε."""
+    cells = cells_per_run(count)
+    stride = 1
+    while stride < cells and 2 * count * cells // stride > 2 * points:
+        stride *= 2
+    offset, step, masses = adaptive_pair(epsilon, count, stride)
+    losses = lattice_losses(offset, step, len(masses))
+    return SupportGroup(
+        masses=masses,
+        losses=losses,
+        count=1,
+        loss_error=2 * _UNIT * float(count * epsilon),
+        mass_error=0.0,
+    )
+
+
+def block_pld(epsilon: Fraction, count: int, step: float):
+    """The grid `PrivacyLossDistribution` (symmetric: the block's family is closed under
+    exchanging the neighbours) of the adaptive block."""
+    offset, lattice_step, masses = adaptive_pair(epsilon, count)
+    losses = lattice_losses(offset, lattice_step, len(masses))
+    return PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)

@@ -16,6 +16,10 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounded_range import (
+    adaptive_block,
+    block_lattice,
+    block_pld,
+    block_support,
     bounded_range_epsilon_of,
     bounded_range_lattice,
     bounded_range_pld,
@@ -194,6 +198,7 @@ def inversion_split(events, support_below, shared: dict | None = None):
     asymmetric = False
     unit = 2.0**-53
     support_size = 0
+    block, block_added = adaptive_block(events), False
     for event in events:
         mechanism = event.mechanism
         shifts = Counter(s for s in event.sensitivity if s)
@@ -228,6 +233,16 @@ def inversion_split(events, support_below, shared: dict | None = None):
                 backward.append(group)
             continue
         bounded_range = bounded_range_epsilon_of(mechanism)
+        if bounded_range is not None and block is not None and bounded_range == block[0]:
+            if not block_added:  # the block's runs enter once, as one group
+                block_added = True
+                key = ("br-block", *block)
+                if key not in shared:
+                    shared[key] = block_support(*block, support_points(events))
+                support_size += len(shared[key].masses)
+                forward.append(shared[key])
+                backward.append(shared[key])
+            continue
         if bounded_range is not None:
             key = ("br", bounded_range, event.count)
             if key not in shared:
@@ -323,6 +338,7 @@ def lattice_components(events) -> list[LatticeComponent] | None:
             if pure > 0:
                 counts[("rr", pure, 1)] += event.count
     components = []
+    block = adaptive_block(events)
     for (kind, value, shift), count in counts.items():
         if kind == "dg":
             components.append(
@@ -333,6 +349,8 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                     sigma2=value,
                 )
             )
+        elif kind == "br" and block is not None and value == block[0]:
+            components.append(block_lattice(*block))
         elif kind == "br":
             components.append(bounded_range_lattice(value, count))
         elif kind == "dl":
@@ -363,6 +381,7 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
     more than `pld.MAX_GRID_POINTS` (checked before anything that large is allocated)."""
     parts_spec = []
     variance = 0.0
+    block, block_added = adaptive_block(events), False
     for event in events:
         mechanism = event.mechanism
         if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
@@ -373,7 +392,12 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
                 else:
                     variance += multiplicity * event.count * (shift / float(mechanism.scale)) ** 2
         else:
-            parts_spec.append((mechanism, 1, event.count))
+            if block is not None and bounded_range_epsilon_of(mechanism) == block[0]:
+                if not block_added:  # shift 0 marks the block: all its runs in one part
+                    parts_spec.append((mechanism, 0, block[1]))
+                    block_added = True
+            else:
+                parts_spec.append((mechanism, 1, event.count))
             pure = pure_epsilon_of(mechanism)
             variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
     step = max(math.sqrt(variance) / _PLD_RESOLUTION, 1e-7)
@@ -386,6 +410,9 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
         parts = []
         for mechanism, shift, count in parts_spec:
             bounded_range = bounded_range_epsilon_of(mechanism)
+            if bounded_range is not None and shift == 0:
+                parts.append(block_pld(bounded_range, count, step))
+                continue
             if bounded_range is not None:
                 part = bounded_range_pld(bounded_range, step)
             else:
