@@ -216,3 +216,31 @@ def test_an_output_store_that_refuses_credentials_is_refused_before_the_reservat
     assert "cannot be written" in problem and "\n" not in problem
     assert SECRET not in problem and ACCESS_KEY not in problem
     assert _ledger_rows(tmp_path / "ledger.sqlite") == 0
+
+
+def test_the_store_path_fingerprints_a_folder_as_the_local_path_does(tmp_path, monkeypatch):
+    """The pyarrow.fs path (here on the local file system through a file: URI) lists,
+    names and hashes the files exactly as the local path does, range by range."""
+    from dp_pipeline import MasterKey
+    from dp_pipeline.release.sources import fingerprint
+    from dp_pipeline.release.sources.arrow_files import open_arrow_input
+    from dp_pipeline.release.tables.engines import open_input
+
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 1000)  # several ranges per file
+    _, parquet_path = write_inputs(tmp_path)
+    folder = tmp_path / "people"
+    (folder / "year_group=a").mkdir(parents=True)
+    table = pq.read_table(parquet_path)
+    pq.write_table(table.slice(0, 60), folder / "year_group=a" / "part-0.parquet")
+    pq.write_table(table.slice(60), folder / "part-1.parquet")
+    (folder / ".hidden.parquet").write_bytes(b"not read by either path")
+    spec = pandas_spec(tmp_path)
+    key = MasterKey.from_hex("5a" * 32)
+    stored = open_arrow_input(spec, f"file://{folder}", "parquet")
+    local = open_input(spec, folder, "parquet", print)
+    assert [d.name for d in stored.digests()] == ["part-1.parquet", "year_group=a/part-0.parquet"]
+    assert stored.digests() == local.digests()
+    assert stored.fingerprint(key) == local.fingerprint(key)
+    assert stored.list_files() == stored.listed()
+    single = open_arrow_input(spec, f"file://{folder}/part-1.parquet", "parquet")
+    assert [d.name for d in single.digests()] == ["part-1.parquet"]

@@ -132,12 +132,20 @@ def _range(filesystem, path: str, offset: int, length: int) -> bytes:
 
 
 def _digests(
-    filesystem, paths: Sequence[str], names: Sequence[str], threads: int | None = None
+    filesystem, paths: Sequence[str], names: Sequence[str], where: str
 ) -> tuple[FileDigest, ...]:
     """Each file's `FileDigest`, its ranges read from the store by threads (bounded memory)."""
-    sizes = [info.size for info in filesystem.get_file_info(list(paths))]
+    from pyarrow import fs as arrow_fs
+
+    infos = filesystem.get_file_info(list(paths))
+    if any(info.type != arrow_fs.FileType.File for info in infos):
+        raise SpecError(
+            ["a listed file vanished; run again on an input that is not being written to"],
+            source=f"input {where!r}",
+        )
+    sizes = [info.size for info in infos]
     tasks = [(i, o, n) for i, size in enumerate(sizes) for o, n in chunk_ranges(size)]
-    workers = threads or min(8, 2 * (os.cpu_count() or 1))
+    workers = min(8, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(pool.map(lambda t: _range(filesystem, paths[t[0]], t[1], t[2]), tasks))
     by_file: list[list[bytes]] = [[] for _ in paths]
@@ -177,10 +185,10 @@ def open_arrow_input(spec: ReleaseSpec, location: str, input_format: str) -> Ope
 
     def hasher(listed: tuple[str, ...]) -> tuple[FileDigest, ...]:
         with arrow_errors(location):
-            return _digests(filesystem, listed, _names(listed, base, is_file))
+            return _digests(filesystem, listed, _names(listed, base, is_file), where)
 
     return OpenedInput(
-        PurePosixPath(base),  # type: ignore[arg-type]  # a path on the store, not local
+        PurePosixPath(base),  # the input's path on its store (``filesystem``), not a local one
         input_format,
         "pandas",
         (),
