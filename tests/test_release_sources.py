@@ -179,7 +179,7 @@ def test_conf_arguments_merge_over_the_spec_and_bad_ones_are_named(tmp_path):
         assert expected in str(caught.value)
 
 
-def test_the_pandas_engine_reads_file_uris_and_names_the_fix_for_others(tmp_path):
+def test_the_pandas_engine_reads_file_uris_and_names_the_fix_for_hdfs(tmp_path):
     _, parquet_path = write_inputs(tmp_path)
     spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, 'path = "x"', engine="pandas")))
     by_uri = apply_overrides(spec, input_path=f"file://{parquet_path}", release_id="uri-1")
@@ -190,7 +190,9 @@ def test_the_pandas_engine_reads_file_uris_and_names_the_fix_for_others(tmp_path
     hdfs = apply_overrides(spec, input_path="hdfs://user:pw123@namenode:8020/x", release_id="h-1")
     with pytest.raises(SpecError) as caught:
         run_release(hdfs, progress=Progress(quiet=True))
-    assert "read by the spark engine" in str(caught.value) and "pw123" not in str(caught.value)
+    # pyarrow opens hdfs:// only with libhdfs and a JVM: the fix names both ways.
+    assert "read it with the spark engine" in str(caught.value), str(caught.value)
+    assert "pw123" not in str(caught.value) and len(caught.value.problems) == 1
 
 
 # ----------------------------------------------------------------- Spark sources
@@ -436,3 +438,72 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
         run_release(other, progress=Progress(quiet=True), spark=spark)
     assert "['spend'] used by the spec are not in the CSV header" in str(caught.value)
     assert _ledger_rows(tmp_path / "l2.sqlite") == 0
+
+
+@pytest.mark.spark
+def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_path):
+    """Only the first remote file's header was read: a later file was read by position."""
+    csv_path, _ = write_inputs(tmp_path)
+    header, *rows = csv_path.read_text().splitlines()
+    data = tmp_path / "csv_parts"
+    data.mkdir()
+    (data / "part-0.csv").write_text("\n".join([header, *rows[:40]]) + "\n")
+    (data / "part-1.csv").write_text("")  # an empty part: no header, nothing read
+    mount = f'"spark.hadoop.fs.viewfs.mounttable.dpparts.link./people" = "file://{data}"'
+    text = spec_text(tmp_path, 'path = "viewfs://dpparts/people"\nformat = "csv"')
+    text += f"\n[run.spark_conf]\n{mount}\n"
+    spec = load_spec(write_spec(tmp_path, text))
+    # The same columns in another order, pid and spend swapped: never read by position.
+    swapped = "spend,year,sex,pid,note"
+    moved = [",".join([r.split(",")[3], *r.split(",")[1:3], r.split(",")[0], "x"]) for r in rows]
+    cases = {
+        "swapped": ("\n".join([swapped, *moved[40:]]), "header differs from the first file's"),
+        "twice": ("pid,year,sex,spend,pid\n1,2001,F,3,1", "['pid'] appear more than once"),
+        "missing": ("pid,year,sex,note\n1,2001,F,x", "['spend'] used by the spec are not in"),
+    }
+    for index, (content, expected) in enumerate(cases.values()):
+        (data / "part-2.csv").write_text(content + "\n")
+        ledger = tmp_path / f"refused-{index}.sqlite"
+        other = apply_overrides(spec, release_id=f"people-{index}", ledger_path=str(ledger))
+        with pytest.raises(SpecError) as caught:
+            run_release(other, progress=Progress(quiet=True), spark=spark)
+        message = str(caught.value)
+        assert expected in message and "viewfs://dpparts/people/part-2.csv" in message
+        assert "2001" not in message and "spend,year" not in message
+        assert _ledger_rows(ledger) == 0
+    # One header in every file, with a ragged row: read by name, published.
+    (data / "part-2.csv").write_text("\n".join([header, *rows[40:], "7,2001,F"]) + "\n")
+    published = run_release(spec, progress=Progress(quiet=True), spark=spark)
+    assert (published.output / "manifest.json").exists()
+
+
+@pytest.mark.spark
+def test_a_view_is_refused_before_the_reservation_not_fingerprinted_as_its_files(spark, tmp_path):
+    """A view's files were its identity: another WHERE clause kept the same fingerprint."""
+    _, parquet_path = write_inputs(tmp_path)
+    spark.sql(f"CREATE DATABASE IF NOT EXISTS dp_views LOCATION '{tmp_path / 'warehouse'}'")
+    frame = spark.read.parquet(str(parquet_path))
+    frame.write.option("path", str(tmp_path / "people_t")).saveAsTable("dp_views.people")
+    spark.sql("CREATE VIEW dp_views.adults AS SELECT * FROM dp_views.people WHERE year > 2001")
+    frame.where("year > 2002").createOrReplaceGlobalTempView("dp_recent")
+    spark.createDataFrame(frame.limit(5).toPandas()).createOrReplaceGlobalTempView("dp_memory")
+    try:
+        for table, expected in (
+            ("dp_views.adults", "it is of type VIEW, not a table stored in files"),
+            ("global_temp.dp_recent", "it is a temporary view, not a table stored in files"),
+            ("global_temp.dp_memory", "it is a temporary view, not a table stored in files"),
+        ):
+            text = spec_text(tmp_path, f'table = "{table}"')
+            spec = load_spec(write_spec(tmp_path, text))
+            with pytest.raises(SpecError) as caught:
+                run_release(spec, progress=Progress(quiet=True), spark=spark)
+            message = str(caught.value)
+            assert expected in message and f"input.table {table!r}" in message
+            assert "CREATE TABLE ... AS SELECT" in message
+            assert _ledger_rows(tmp_path / "ledger.sqlite") == 0
+    finally:
+        spark.sql("DROP VIEW IF EXISTS dp_views.adults")
+        spark.catalog.dropGlobalTempView("dp_recent")
+        spark.catalog.dropGlobalTempView("dp_memory")
+        spark.sql("DROP TABLE IF EXISTS dp_views.people")
+        spark.sql("DROP DATABASE IF EXISTS dp_views CASCADE")

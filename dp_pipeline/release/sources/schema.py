@@ -30,7 +30,8 @@ float64), the same on every engine and for every input format.
 from __future__ import annotations
 
 import csv
-from pathlib import Path
+from collections.abc import Sequence
+from pathlib import Path, PurePath
 
 import numpy as np
 import pandas as pd
@@ -52,7 +53,9 @@ __all__ = [
     "NUMBER",
     "arrow_frame",
     "check_column_families",
+    "check_csv_headers",
     "check_input_columns",
+    "check_parquet_footers",
     "csv_columns",
     "csv_header_of",
     "csv_schema_of_header",
@@ -110,15 +113,20 @@ def csv_header_of(line: str) -> list[str] | None:
         return None
 
 
-def csv_header(path: Path) -> list[str] | None:
+def csv_header(path: Path | str, filesystem=None) -> list[str] | None:
     """The column names in the first line of a CSV file (Spark's default quoting).
 
+    ``filesystem``: the ``pyarrow.fs`` file system ``path`` is on (None: local).
     None when the first line cannot be read as a header (not UTF-8 text, or no line).
-    Only the first line's bytes are read: what follows is data, and must not decide
+    Only the first line's bytes are used: what follows is data, and must not decide
     anything before the reservation.
     """
-    with open(path, "rb") as handle:
-        line = handle.readline(_HEADER_BYTES)
+    if filesystem is None:
+        with open(path, "rb") as handle:
+            line = handle.readline(_HEADER_BYTES)
+    else:
+        with filesystem.open_input_stream(str(path), compression=None) as handle:
+            line = _first_line(handle)
     try:
         return next(csv.reader([line.decode("utf-8").rstrip("\r\n")]), None)
     except (UnicodeDecodeError, csv.Error):
@@ -126,6 +134,21 @@ def csv_header(path: Path) -> list[str] | None:
 
 
 _HEADER_BYTES = 1 << 20  # a header line longer than this is not read as one
+_HEADER_BLOCK = 1 << 16
+
+
+def _first_line(handle) -> bytes:
+    """The first line of a ``pyarrow`` stream (read in blocks; at most `_HEADER_BYTES`)."""
+    line = b""
+    while len(line) < _HEADER_BYTES:
+        block = handle.read(_HEADER_BLOCK)
+        end = block.find(b"\n")
+        if end >= 0:
+            return (line + block[: end + 1])[:_HEADER_BYTES]
+        if not block:
+            break
+        line += block
+    return line[:_HEADER_BYTES]
 
 
 def check_input_columns(
@@ -140,34 +163,61 @@ def check_input_columns(
     local = [file for file in files if file.is_file()]
     if not local:
         return  # nothing local to look at: the engine names the missing column
-    kinds = csv_columns(spec)
     if input_format == "csv":
         # An empty part file (Spark writes one for an empty partition) holds no header
         # and no row: the engines read nothing from it.
         local = [file for file in local if file.stat().st_size > 0] or local[:1]
-        first = _check_header(csv_header(local[0]), kinds, local[0])
-        for file in local[1:]:
-            header = _check_header(csv_header(file), kinds, file)
-            if header != first:
-                differs = next(
-                    (a for a, b in zip(header, first, strict=False) if a != b), "(count)"
-                )
-                raise SpecError(
-                    [
-                        f"its header differs from the first file's ({str(local[0])!r}) at "
-                        f"column {differs!r}: the files of a CSV folder must have one header, "
-                        f"in one column order; its columns are {header}, the first file's "
-                        f"are {first}"
-                    ],
-                    source=f"input {str(file)!r}",
-                )
+        check_csv_headers(spec, [(str(file), csv_header(file)) for file in local])
         return
-    types: dict[str, tuple[pa.DataType, Path]] = {}
-    for file in local:
-        _check_footer(spec, root, file, kinds, types)
+    check_parquet_footers(spec, root, local)
 
 
-def _partition_columns(root: Path, file: Path) -> set[str]:
+def check_parquet_footers(
+    spec: ReleaseSpec, root: PurePath, files: Sequence[PurePath], filesystem=None
+) -> None:
+    """Every Parquet file's footer against the spec, before the reservation (no row read).
+
+    ``files`` on ``filesystem`` (``pyarrow.fs``; None: local), under the input's ``root``
+    (its ``name=value`` folders are columns). Raises `SpecError` naming the file and column.
+    """
+    kinds = csv_columns(spec)
+    types: dict[str, tuple[pa.DataType, PurePath]] = {}
+    for file in files:
+        _check_footer(spec, root, file, kinds, types, filesystem)
+
+
+def check_csv_headers(
+    spec: ReleaseSpec, headers: Sequence[tuple[str, list[str] | None]]
+) -> list[str]:
+    """Every file's CSV header against the spec and the first file's (before the reservation).
+
+    ``headers``: each file's name as messages may show it, and its header (`csv_header`;
+    None when its first line is not one), in the engine's order, empty files left out.
+    Each must be a header holding the spec's columns, no name twice, and all the same
+    as the first, so no file is read by position under another file's column order.
+    Returns the header. Raises `SpecError` naming the file and the column (the header's
+    names are schema, never data).
+    """
+    kinds = csv_columns(spec)
+    first_name, first_header = headers[0]
+    first = _check_header(first_header, kinds, first_name)
+    for name, found in headers[1:]:
+        header = _check_header(found, kinds, name)
+        if header != first:
+            differs = next((a for a, b in zip(header, first, strict=False) if a != b), "(count)")
+            raise SpecError(
+                [
+                    f"its header differs from the first file's ({first_name!r}) at "
+                    f"column {differs!r}: the files of a CSV folder must have one header, "
+                    f"in one column order; its columns are {header}, the first file's "
+                    f"are {first}"
+                ],
+                source=f"input {name!r}",
+            )
+    return first
+
+
+def _partition_columns(root: PurePath, file: PurePath) -> set[str]:
     try:
         relative = file.parent.relative_to(root)
     except ValueError:
@@ -195,10 +245,12 @@ def _type_family(data_type: pa.DataType) -> str:
     return str(data_type)
 
 
-def _check_footer(spec, root: Path, file: Path, kinds: dict[str, str], types: dict) -> None:
+def _check_footer(
+    spec, root: PurePath, file: PurePath, kinds: dict[str, str], types: dict, filesystem=None
+) -> None:
     source = f"input {str(file)!r}"
     try:
-        schema = pq.read_schema(file)
+        schema = pq.read_schema(str(file), filesystem=filesystem)
     except (pa.ArrowException, OSError):
         raise SpecError(
             ["its Parquet footer cannot be read (not a Parquet file, or a truncated one)"],
@@ -327,7 +379,7 @@ def read_csv_pandas(spec: ReleaseSpec, path: Path) -> pd.DataFrame:
     return read_csv_rows(spec, path)[0]
 
 
-def read_csv_rows(spec: ReleaseSpec, path: Path) -> tuple[pd.DataFrame, int]:
+def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple[pd.DataFrame, int]:
     """The spec's columns of a CSV file, typed as `spark_typed_columns` types them on Spark.
 
     Integer keys: nullable ``Int64``; numbers: float64 (NaN where missing); string
@@ -336,12 +388,13 @@ def read_csv_rows(spec: ReleaseSpec, path: Path) -> tuple[pd.DataFrame, int]:
     whose field count differs from the header is skipped and counted (returned
     second): it is malformed, never read by position. A file the reader cannot
     parse raises `dp_pipeline.release.sources.source.InputReadError`, naming the file and
-    the rule, never a line, a record or a value of it.
+    the rule, never a line, a record or a value of it. ``filesystem``: the
+    ``pyarrow.fs`` file system ``path`` is on (None: local).
     """
     import pyarrow.csv as pcsv
 
     kinds = csv_columns(spec)
-    _check_header(csv_header(path), kinds, path)
+    _check_header(csv_header(path, filesystem), kinds, path)
     malformed = [0]
 
     def skip(_row) -> str:  # the row's text is never kept or shown
@@ -349,8 +402,9 @@ def read_csv_rows(spec: ReleaseSpec, path: Path) -> tuple[pd.DataFrame, int]:
         return "skip"
 
     try:
+        opened = path if filesystem is None else filesystem.open_input_stream(str(path))
         text = pcsv.read_csv(
-            path,
+            opened,
             parse_options=pcsv.ParseOptions(invalid_row_handler=skip),
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(kinds),

@@ -91,6 +91,10 @@ class OpenedInput:
     header: bytes = b""
     total_bytes: int = 0  # the listed files' sizes (Spark: which aggregation path)
     csv_header: list[str] | None = None  # a CSV input outside the local file system
+    # The pandas engine's input on a pyarrow file system: ``uris`` are paths on it, and
+    # ``path`` the input's path there (a file when ``base_is_file``).
+    filesystem: Any = None
+    base_is_file: bool = False
     # Undoes the session settings a run set on a running session (see `close`).
     restore: Callable[[], None] | None = None
 

@@ -23,9 +23,10 @@ the key; no key leaves the driver and the driver never reads the input.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
   the session's Hadoop file system (the one the release reads through) and Spark's
   ``sha2`` hashes each range of the content in the JVM: only the digests leave the
-  executors, no byte goes to a Python worker. That reader holds a file in memory,
-  takes at most `BINARY_FILE_BYTES` per file and gives an empty file no row: a
-  larger or an empty file is refused before the reservation, naming the rule.
+  executors, no byte goes to a Python worker. That reader holds a file in memory
+  and takes at most `BINARY_FILE_BYTES` per file: a larger file is refused before
+  the reservation, naming the rule. An empty file (no row in that reader, listed by
+  its file index) is fingerprinted by its name and size.
 
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
 (a URI's user info, a signed request) and internal addresses, so none is shown.
@@ -36,7 +37,7 @@ unreachable store, refused credentials) into one line naming the source and the 
 from __future__ import annotations
 
 import contextlib
-import re
+import hashlib
 from collections.abc import Iterator, Sequence
 from urllib.parse import urlparse
 
@@ -45,6 +46,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
 from dp_pipeline.release.sources import fingerprint
+from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     CHUNK_BYTES,
     FileDigest,
@@ -71,6 +73,7 @@ __all__ = [
     "MAX_HASH_TASKS",
     "executor_digests",
     "file_sizes",
+    "first_lines",
     "listed_files",
     "listing_errors",
     "listing_frame",
@@ -97,44 +100,7 @@ def _hash_tasks(spark) -> int:
     return parallelism if parallelism > 0 else MAX_HASH_TASKS
 
 
-# What a failure of Spark's listing means, from the Java exception's class and
-# condition (never shown): the first rule that matches names the problem.
-_RULES = (
-    (
-        r"UnsupportedFileSystemException|No FileSystem for scheme",
-        "no file system is configured for the scheme {scheme!r}; configure one for the "
-        "session (its Hadoop settings, e.g. spark.hadoop.fs.{scheme}.impl, under "
-        "[run.spark_conf] or dp-release run --conf) or give a URI of a file system it has",
-    ),
-    (
-        r"TABLE_OR_VIEW_NOT_FOUND|NoSuchTableException|SCHEMA_NOT_FOUND|NoSuchDatabaseException",
-        "no such table in the session's catalog; check input.table (the database and "
-        "table name) and the session's catalog settings (spark.sql.catalogImplementation, "
-        "spark.sql.warehouse.dir) under [run.spark_conf] or --conf",
-    ),
-    (
-        r"PATH_NOT_FOUND|FileNotFoundException|Path does not exist",
-        "no such file or folder on its file system; give the path of the input "
-        "(input.path or --input)",
-    ),
-    (
-        r"AccessDenied|AccessControlException|Forbidden|\b403\b|\b401\b|Unauthori[sz]ed|"
-        r"[Cc]redential|InvalidAccessKey|SignatureDoesNotMatch|ExpiredToken|"
-        r"Permission denied|LoginException",
-        "access was refused (missing or failing credentials, or no permission to list "
-        "it); check the credentials the session uses (set them in the environment or a "
-        "credential provider, not in the spec) and the permissions of the path",
-    ),
-    (
-        r"ConnectException|UnknownHost|NoRouteToHost|SocketTimeout|ConnectTimeout|"
-        r"Connection refused|timed out|Unable to execute HTTP request",
-        "its file system cannot be reached (connection refused, unknown host or a "
-        "timeout); check the URI's host and port, the network, and that the store is up",
-    ),
-)
-
-
-def _classified(error: BaseException) -> str | None:
+def _classified(error: BaseException, scheme: str) -> str | None:
     text = f"{type(error).__name__} {error}"
     java = getattr(error, "java_exception", None)
     if java is not None:
@@ -144,10 +110,7 @@ def _classified(error: BaseException) -> str | None:
     if callable(condition):
         with contextlib.suppress(Exception):
             text += f" {condition()}"
-    for pattern, rule in _RULES:
-        if re.search(pattern, text):
-            return rule
-    return None
+    return failure_rule(text, scheme)
 
 
 @contextlib.contextmanager
@@ -156,11 +119,11 @@ def listing_errors(source: str, scheme: str = "") -> Iterator[None]:
     try:
         yield
     except _SPARK_ERRORS as error:
-        rule = _classified(error) or (
+        rule = _classified(error, scheme) or (
             "Spark could not list or read it; the JVM's log of the run has the details "
             "(its message is not shown: it can quote credentials)"
         )
-        raise SpecError([rule.format(scheme=scheme)], source=source) from None
+        raise SpecError([rule], source=source) from None
 
 
 def source_label(location: str, table: str | None) -> str:
@@ -178,6 +141,31 @@ def listing_frame(spark, location: str, input_format: str, table: str | None):
     return reader.csv(location) if input_format == "csv" else reader.parquet(location)
 
 
+# The catalog's types of a table stored in files (not a view, not a temporary view).
+_STORED_TABLE_TYPES = ("MANAGED", "EXTERNAL")
+
+
+def _check_stored_table(spark, table: str, source: str) -> None:
+    """Refuse a view: its files are not what it returns (its query filters or joins them).
+
+    The release's identity is the files a table reads; a view (persistent, temporary
+    or global temporary) over files returns rows its query chooses, so two different
+    inputs would have one fingerprint.
+    """
+    entry = spark.catalog.getTable(table)
+    if entry.isTemporary or entry.tableType not in _STORED_TABLE_TYPES:
+        kind = "a temporary view" if entry.isTemporary else f"of type {entry.tableType}"
+        raise SpecError(
+            [
+                f"it is {kind}, not a table stored in files: "
+                "a release is bound to the files it reads, and a view's query decides which "
+                "of its files' rows it returns; write the view's rows to a table "
+                "(CREATE TABLE ... AS SELECT) and release that table"
+            ],
+            source=source,
+        )
+
+
 def listed_files(spark, location: str, input_format: str, table: str | None) -> tuple[str, ...]:
     """The files Spark reads for the input, as Spark names them (sorted URIs).
 
@@ -186,6 +174,8 @@ def listed_files(spark, location: str, input_format: str, table: str | None) -> 
     """
     source = source_label(location, table)
     with listing_errors(source, urlparse(location).scheme):
+        if table is not None:
+            _check_stored_table(spark, table, source)
         uris = listing_frame(spark, location, input_format, table).inputFiles()
     if not uris:
         what = (
@@ -216,8 +206,16 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
                 source=source,
             ) from None
     with listing_errors(source, urlparse(uris[0]).scheme):
-        rows = spark.read.format("binaryFile").load(list(uris)).select("path", "length")
-        sizes = {row["path"]: int(row["length"]) for row in rows.collect()}
+        files = spark.read.format("binaryFile").load(list(uris))
+        sizes = {
+            row["path"]: int(row["length"]) for row in files.select("path", "length").collect()
+        }
+        # Spark's scans skip empty files (no rows, no bytes read), binaryFile's too; its
+        # file index still lists them, so a listed file without a row is empty (only when
+        # the rows name files as the list does: never a file taken as empty by its name).
+        named_alike = set(sizes) <= set(uris)
+        listed = set(files.inputFiles()) if named_alike and len(sizes) < len(uris) else set()
+    sizes.update((uri, 0) for uri in uris if uri not in sizes and uri in listed)
     missing = [uri for uri in uris if uri not in sizes]
     if missing:
         raise SpecError(
@@ -239,6 +237,33 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
             source=source,
         )
     return {uri: sizes[uri] for uri in uris}
+
+
+# Files whose first line one Spark job reads (a union of one-row reads per file).
+HEADER_FILES_PER_JOB = 64
+
+
+def first_lines(spark, uris: Sequence[str], source: str) -> dict[str, str | None]:
+    """The first line of each file in ``uris``, read by Spark (None: the file has no line).
+
+    Each file is read through the session's file system as text with a limit of one
+    row, so only the start of each file is read (a header, never a data row's use
+    before the reservation); one job reads up to `HEADER_FILES_PER_JOB` files.
+    """
+    lines: dict[str, str | None] = dict.fromkeys(uris)
+    with listing_errors(source, urlparse(uris[0]).scheme if uris else ""):
+        for start in range(0, len(uris), HEADER_FILES_PER_JOB):
+            batch = list(uris[start : start + HEADER_FILES_PER_JOB])
+            frames = [
+                spark.read.text(uri).limit(1).select(sf.lit(index).alias("i"), "value")
+                for index, uri in enumerate(batch)
+            ]
+            union = frames[0]
+            for frame in frames[1:]:
+                union = union.unionAll(frame)
+            for row in union.collect():
+                lines[batch[row["i"]]] = row["value"]
+    return lines
 
 
 def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
@@ -279,7 +304,11 @@ def executor_digests(
             if all(path is not None for path in local):
                 digests = _local_digests(spark, uris, sizes)
             else:
-                digests = _binary_file_digests(spark, uris)
+                # An empty file has no bytes to read (and no row in binaryFile's scan).
+                empty = content_digest(0, [hashlib.sha256(b"").digest()])
+                read = [uri for uri in uris if sizes[uri] > 0]
+                digests = _binary_file_digests(spark, read) if read else {}
+                digests.update((uri, empty) for uri in uris if sizes[uri] == 0)
     if any(uri not in digests for uri in uris):
         raise SpecError(
             [

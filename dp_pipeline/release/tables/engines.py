@@ -19,15 +19,15 @@ PySpark is an optional dependency.
 from __future__ import annotations
 
 import importlib
-from urllib.parse import urlparse
 
 import pandas as pd
 
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.plan.release_plan import ReleasePlan
+from dp_pipeline.release.sources.arrow_files import open_arrow_input
 from dp_pipeline.release.sources.fingerprint import input_files, local_path
-from dp_pipeline.release.sources.source import InputChangedError, OpenedInput, shown_location
-from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.release.sources.source import InputChangedError, OpenedInput
+from dp_pipeline.release.spec.model import ReleaseSpec
 from dp_pipeline.release.tables.on_pandas import pandas_tables, true_values_pandas
 
 __all__ = [
@@ -50,21 +50,15 @@ def open_input(
     """The `OpenedInput` of ``path`` for ``spec.engine`` (Spark: a session is started if none).
 
     ``path`` is a local path or a URI (None: the spec's catalog table, Spark only).
-    The pandas engine reads local files (a path or a ``file:`` URI). A session
+    The pandas engine reads local files (a path or a ``file:`` URI) and any URI
+    ``pyarrow.fs`` opens (`open_arrow_input`). A session
     started here writes the JVM's and Spark's own lines to a log file (named in a
     progress line) unless ``verbose``.
     """
     if spec.engine == "pandas":
         local = local_path(str(path))
         if local is None:
-            raise SpecError(
-                [
-                    f"the pandas engine reads local files (a path or a file: URI); "
-                    f"{urlparse(str(path)).scheme}: is read by the spark engine "
-                    '(engine = "spark" under [run], or --engine spark)'
-                ],
-                source=f"input {shown_location(str(path))!r}",
-            )
+            return open_arrow_input(spec, str(path), input_format)
         files = input_files(local, input_format)
         return OpenedInput(local, input_format, "pandas", files, location=str(local))
     return _spark_half().open_spark_input(

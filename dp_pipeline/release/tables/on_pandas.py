@@ -56,6 +56,8 @@ def read_pandas_rows(spec: ReleaseSpec, source: OpenedInput) -> tuple[pd.DataFra
     """
     import pyarrow.dataset as ds
 
+    if source.filesystem is not None:
+        return _read_store_rows(spec, source)
     if source.format == "csv":
         return read_csv_rows(spec, source.files[0])
     options = {}
@@ -69,6 +71,28 @@ def read_pandas_rows(spec: ReleaseSpec, source: OpenedInput) -> tuple[pd.DataFra
             source.path,
             "the Parquet reader failed on its contents (a corrupt or truncated file, or a "
             "value its column's type cannot hold)",
+        ) from None
+
+
+def _read_store_rows(spec: ReleaseSpec, source: OpenedInput) -> tuple[pd.DataFrame, int]:
+    """`read_pandas_rows` of an input on a pyarrow file system (its listed files only)."""
+    import pyarrow.dataset as ds
+
+    filesystem, files = source.filesystem, list(source.listed())
+    try:
+        if source.format == "csv":
+            return read_csv_rows(spec, files[0], filesystem)
+        options = {}
+        if not source.base_is_file:
+            options = {"partitioning": "hive", "partition_base_dir": str(source.path)}
+        dataset = ds.dataset(files, filesystem=filesystem, format="parquet", **options)
+        return arrow_frame(dataset.to_table()), 0
+    except (OSError, pa.ArrowException):
+        # The store's and the reader's texts can quote the data and the store's names.
+        raise InputReadError(
+            source.where,
+            "reading it from its store failed (the store became unreachable or refused a "
+            "request, or a file is corrupt or truncated)",
         ) from None
 
 
@@ -118,7 +142,7 @@ def pandas_tables(spec, plan, master, source, release_digest, with_truth, progre
 
     timings = {}
     started = time.perf_counter()
-    progress(f"pandas: reading {source.path}")
+    progress(f"pandas: reading {source.where}")
     frame, malformed = read_pandas_rows(spec, source)
     timings["read"] = time.perf_counter() - started
     # No row count here: progress lines are not a release, and carry no confidential figure.

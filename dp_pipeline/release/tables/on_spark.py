@@ -55,6 +55,7 @@ from dp_pipeline.release.sources.schema import (
     NUMBER,
     arrow_frame,
     check_column_families,
+    check_csv_headers,
     csv_columns,
     csv_header_of,
     csv_schema_of_header,
@@ -70,6 +71,7 @@ from dp_pipeline.release.sources.source import (
 from dp_pipeline.release.sources.spark_files import (
     executor_digests,
     file_sizes,
+    first_lines,
     listed_files,
     listing_errors,
     source_label,
@@ -185,13 +187,14 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
             _check_spark_columns(spec, schema, source)
         elif not opened.files and opened.format == "parquet":
             _check_spark_columns(spec, spark.read.parquet(location).schema, source)
-        elif not opened.files:
-            first = next((uri for uri in uris if sizes[uri] > 0), uris[0])
-            line = spark.read.text(first).limit(1).collect()
-            opened.csv_header = csv_header_of(line[0]["value"] if line else "")
-    if opened.csv_header is not None or (not opened.files and opened.format == "csv"):
-        # The first file's header against the spec, before the reservation.
-        csv_schema_of_header(spec, opened.csv_header, shown_location(location))
+    if not opened.files and table is None and opened.format == "csv":
+        # Every file's header against the spec and the first's, before the reservation
+        # (a local folder's are checked by `check_input_columns`); empty files hold none.
+        read = [uri for uri in uris if sizes[uri] > 0] or list(uris[:1])
+        lines = first_lines(spark, read, source)
+        opened.csv_header = check_csv_headers(
+            spec, [(shown_location(uri), csv_header_of(lines[uri] or "")) for uri in read]
+        )
 
 
 def _check_spark_columns(spec: ReleaseSpec, schema, source: str) -> None:
