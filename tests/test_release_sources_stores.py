@@ -2,16 +2,19 @@
 as a local copy, schema checked, and every failure of the store (unreachable, refused
 credentials) one line before the reservation, with no credential in it.
 
-The S3 store is a real server process: moto's S3-compatible server (``moto_server``)
-when it is on the PATH, on a free local port; the tests that need it are skipped
-without it. The unreachable store needs no server (a closed local port).
+The S3 store is a real server process: moto's S3-compatible server (``moto_server``,
+installed with the test extra), on a free local port; without it the tests that need
+it are skipped locally and fail in CI. The unreachable store needs no server (a closed
+local port).
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from pathlib import Path
@@ -43,9 +46,13 @@ def s3_uri(endpoint: str, key: str, secret: str = SECRET) -> str:
 @pytest.fixture
 def s3_store():
     """A running S3-compatible server on a free local port: its ``host:port``."""
-    server = shutil.which("moto_server")
+    beside = Path(sys.executable).with_name("moto_server")  # the test extra's script
+    server = str(beside) if beside.exists() else shutil.which("moto_server")
     if server is None:
-        pytest.skip("no S3-compatible server (moto_server) on the PATH")
+        message = "no S3-compatible server (moto_server): install the test extra"
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"{message} (CI must run the store tests)")
+        pytest.skip(message)
     port = _free_port()
     process = subprocess.Popen(
         [server, "-H", "127.0.0.1", "-p", str(port)],

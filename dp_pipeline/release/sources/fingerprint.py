@@ -51,6 +51,7 @@ __all__ = [
     "input_files",
     "local_digests",
     "local_path",
+    "range_digest",
     "range_reader",
 ]
 
@@ -144,6 +145,25 @@ def range_reader(block: int = _BLOCK) -> Callable[[str, int, int], bytes | None]
         return hasher.digest()
 
     return digest
+
+
+def range_digest(handle, offset: int, length: int) -> bytes:
+    """SHA-256 of ``length`` bytes of an open binary file from ``offset`` (read in 1 MiB blocks).
+
+    For file objects of other file systems (`pyarrow.fs` input files); the same digest as
+    `range_reader`'s for a local file. Raises `FileRangeError` when the file ends
+    before: it changed after it was listed.
+    """
+    handle.seek(offset)
+    digest = hashlib.sha256()
+    left = length
+    while left:
+        block = handle.read(min(_BLOCK, left))
+        if not block:
+            raise FileRangeError("a file is shorter than its listed size (it changed meanwhile)")
+        digest.update(block)
+        left -= len(block)
+    return digest.digest()
 
 
 def content_digest(size: int, range_digests: Sequence[bytes]) -> str:

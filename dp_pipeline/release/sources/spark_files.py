@@ -13,7 +13,7 @@ the key; no key leaves the driver and the driver never reads the input.
 - Files on the local file system (``file:``, what Spark's local file system reads
   with the operating system's own calls): the ranges are dealt round-robin to as
   many tasks as the session runs at once, each range read in 1 MiB blocks
-  (`range_digest`), so memory stays bounded whatever the file size.
+  (`range_reader`), so memory stays bounded whatever the file size.
   The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
   the same code runs on a Spark Connect session.
   The function shipped to the workers imports nothing of dp_pipeline there
