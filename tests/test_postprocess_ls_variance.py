@@ -7,7 +7,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp_pipeline.postprocess import Hierarchy, TableShape
+from dp_pipeline.postprocess import Hierarchy, TableShape, ls_variance
 from dp_pipeline.postprocess.ls_variance import least_squares_variances, path_shapes
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.postprocess.wls import constraint_system
@@ -89,3 +89,12 @@ def test_positions_share_a_path_shape_exactly_when_their_subtrees_do_level_by_le
     assert counties[5] != counties[3]
     assert tracts[0] == tracts[1] and tracts[2] == tracts[3] and tracts[4] == tracts[8]
     assert tracts[2] != tracts[0] and tracts[10] != tracts[4]
+
+
+def test_a_level_of_too_many_shapes_gets_its_noise_variance(monkeypatch):
+    monkeypatch.setattr(ls_variance, "MAX_PATH_SHAPES", 3)  # 5 path shapes of county and tract
+    solved = least_squares_variances(TABLES, HIERARCHY, VARIANCES)
+    exact = dense_variances(TABLES, HIERARCHY, VARIANCES)
+    assert solved["tract_age"] == 3.0 and solved["county_sex_age"] == 3.5
+    assert solved["county"] == 20.0
+    assert solved["state_sex"] == pytest.approx(exact["state_sex"].max(), rel=1e-9)

@@ -21,7 +21,9 @@ the inverse-variance metric the projection onto a larger space has a larger
 P V in the positive semi-definite order, so its diagonal bounds each cell's
 variance from above. A national table's own variance is bounded by its noise
 variance (diag(P V) ≤ diag(V)). Both bounds are stated as such by
-:func:`least_squares_variances`.
+:func:`least_squares_variances`. So is the bound a table gets when its level has
+more than `MAX_PATH_SHAPES` path shapes (a deep hierarchy of irregular shape,
+where the solves would cost more than the release's own): its noise variance.
 
 Pure functions of public facts; deterministic (the solver's fixed operation order).
 """
@@ -38,7 +40,11 @@ from .plan import plan
 from .structure import TOP, HasShape, Hierarchy
 from .wls import solve_wls
 
-__all__ = ["least_squares_variances", "path_shapes"]
+__all__ = ["MAX_PATH_SHAPES", "least_squares_variances", "path_shapes"]
+
+# Most solves per table: one per path shape of its level (a two-level hierarchy has one
+# per distinct number of children of a top-level position).
+MAX_PATH_SHAPES = 64
 
 
 def path_shapes(hierarchy: Hierarchy) -> list[np.ndarray]:
@@ -82,8 +88,10 @@ def least_squares_variances(
 
     Exact (to the solver's tolerance, 1e-7 of a count per unit of input) for the
     geography tables when every table has a hierarchy key, and for every table
-    without a hierarchy; with national tables too, an upper bound for every table
-    (module docstring). Each cell's variance is at most its table's noise variance.
+    without a hierarchy; with national tables too, an upper bound for every table,
+    and the noise variance for a table whose level has more than `MAX_PATH_SHAPES`
+    path shapes (module docstring). Each cell's variance is at most its table's
+    noise variance.
     """
     names = [t.name for t in tables]
     bound = {n: float(v) for n, v in zip(names, variances, strict=True)}
@@ -137,6 +145,8 @@ def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float
     for t, s in enumerate(p.structures):
         level_paths = paths[s.level]
         _, first = np.unique(level_paths, return_index=True)
+        if first.size > MAX_PATH_SHAPES:
+            continue  # the noise variance bounds it
         tops = hierarchy.ancestors(s.level, TOP)
         for position in np.sort(first):
             wanted.setdefault(int(tops[position]), []).append((t, int(position)))
@@ -154,4 +164,4 @@ def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float
             ).estimates
             variance = _variance(variances[t], est[t][cell])
             out[s.name] = max(out.get(s.name, 0.0), variance)
-    return {name: min(v, bound[name]) for name, v in out.items()}
+    return {s.name: min(out.get(s.name, bound[s.name]), bound[s.name]) for s in p.structures}
