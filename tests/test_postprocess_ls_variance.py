@@ -98,3 +98,26 @@ def test_a_level_of_too_many_shapes_gets_its_noise_variance(monkeypatch):
     assert solved["tract_age"] == 3.0 and solved["county_sex_age"] == 3.5
     assert solved["county"] == 20.0
     assert solved["state_sex"] == pytest.approx(exact["state_sex"].max(), rel=1e-9)
+
+
+def test_two_levels_solve_on_the_orbits_exactly():
+    # States of 3, 1 and 2 counties; county and state tables sharing keys or not.
+    hierarchy = Hierarchy(("state", "county"), (3, 6), (np.array([0, 0, 0, 1, 2, 2]),))
+    tables = [
+        TableShape("county_age_sex", ("county", "age", "sex"), (6, 4, 2)),
+        TableShape("state_age_sex", ("state", "age", "sex"), (3, 4, 2)),
+        TableShape("state_race", ("state", "race"), (3, 3)),
+        TableShape("county_size", ("county", "size"), (6, 3)),
+        TableShape("age_by_sex", ("sex", "age"), (2, 4)),  # keys in another order
+    ]
+    variances = [Fraction(37, 2), Fraction(74), Fraction(60), Fraction(90), Fraction(5)]
+    geo, national = tables[:4], tables[4:]
+    dense = dense_variances(geo, hierarchy, variances[:4])
+    solved = least_squares_variances(geo, hierarchy, variances[:4])
+    for name, cells in dense.items():
+        assert solved[name] == pytest.approx(cells.max(), rel=1e-9)
+    # Without a hierarchy (the state an ordinary key), on the orbits too.
+    pair, weights = [tables[1], *national], [variances[1], variances[4]]
+    dense = dense_variances(pair, None, weights)
+    solved = least_squares_variances(pair, None, weights)
+    assert solved == pytest.approx({n: cells.max() for n, cells in dense.items()}, rel=1e-9)

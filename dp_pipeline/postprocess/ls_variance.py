@@ -15,6 +15,16 @@ from the top level have the same subtree shapes (isomorphic rooted subtrees, lev
 by level) share it. With every table keyed by the hierarchy the groups (top-level
 positions) are independent, so one group of each path shape is solved, on its own.
 
+With at most two levels the solve is small. P u_i is invariant under the
+symmetries that fix cell i (the strictly convex least squares has one solution,
+so it keeps every symmetry of its data), so it is constant on their orbits: per
+table, whether a cell's position is cell i's (or any, when the levels differ) and
+whether each key it shares with cell i's table has cell i's value. The least
+squares over vectors constant on those orbits has a few dozen unknowns; it is
+solved densely on the null space of the constraints (:func:`_orbit_solve`), exactly
+to rounding. Deeper hierarchies, whose positions' orbits depend on the tree, use
+the conjugate gradients on the whole group.
+
 National tables (no hierarchy key) couple the groups. They are left out of the
 geography tables' solves: fewer constraints project onto a larger space, and in
 the inverse-variance metric the projection onto a larger space has a larger
@@ -34,11 +44,12 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
+import scipy.sparse as sp
 
 from .groups import group_hierarchy, group_structures
 from .plan import plan
 from .structure import TOP, HasShape, Hierarchy
-from .wls import solve_wls
+from .wls import constraint_system, solve_wls
 
 __all__ = ["MAX_PATH_SHAPES", "least_squares_variances", "path_shapes"]
 
@@ -120,19 +131,75 @@ def _solved(tables, hierarchy, variances, bound) -> dict[str, float]:
     out = dict(bound)
     if not p.constraints:
         return out
-    systems: dict = {}
     for t, s in enumerate(p.structures):
-        est = solve_wls(
-            p.structures, _unit(p.structures, t, 0), variances, p.constraints, None, systems=systems
-        ).estimates
-        out[s.name] = _variance(variances[t], est[t][0])
+        own = _orbit_solve(p.structures, None, p.constraints, variances, t, 0)
+        out[s.name] = _variance(variances[t], own)
     return out
+
+
+def _orbit_solve(structures, hierarchy, constraints, variances, t: int, position: int) -> float:
+    """(P u_i)_i for cell i of table ``t`` at geography ``position`` (0 elsewhere), keys at 0.
+
+    For at most two levels (or none): the least squares restricted to vectors constant
+    on the orbits of the symmetries fixing cell i (module docstring), densely.
+    """
+    target = structures[t]
+    codes, cell_i = [], 0
+    per_table = 2 ** max(len(s.keys) for s in structures)  # codes of one table: below this
+    for u, s in enumerate(structures):
+        code = np.zeros(s.sizes, dtype=np.int64)
+        for axis, key in enumerate(s.keys):
+            shape = [1] * len(s.sizes)
+            shape[axis] = -1
+            if axis == s.geo_axis:
+                # Positions are told apart only at cell i's own level, below the top.
+                same = target.geo_axis is not None and s.level == target.level and s.level > TOP
+                label = np.arange(s.sizes[axis]) == position if same else None
+            else:
+                label = np.arange(s.sizes[axis]) == 0 if key in target.keys else None
+            if label is not None:
+                code = code * 2 + label.astype(np.int64).reshape(shape)
+        codes.append(code.reshape(-1) + u * per_table)
+        if u == t:
+            cell_i = (
+                position * int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64))
+                if (s.geo_axis is not None)
+                else 0
+            )
+    offsets = np.cumsum([0, *(s.cells for s in structures)])
+    _, orbit = np.unique(np.concatenate(codes), return_inverse=True)
+    orbits = int(orbit.max()) + 1
+    system = constraint_system(structures, [float(v) for v in variances], constraints, hierarchy)
+    cells = orbit.size
+    members = sp.csr_matrix((np.ones(cells), (np.arange(cells), orbit)), shape=(cells, orbits))
+    constrained = (system.C @ members).toarray()
+    weights = np.bincount(orbit, weights=1.0 / system.v, minlength=orbits)
+    own = int(orbit[offsets[t] + cell_i])
+    rhs = np.zeros(orbits)
+    rhs[own] = 1.0 / float(variances[t])
+    free = _null_space(constrained)
+    w = free @ np.linalg.solve(free.T @ (weights[:, None] * free), free.T @ rhs)
+    return float(w[own])
 
 
 def _variance(noise_variance: Fraction, own: float) -> float:
     # (P u_i)_i is in [0, 1] for a projection orthogonal in a diagonal metric; the
     # solver's tolerance can put it a hair outside.
     return float(noise_variance) * min(max(float(own), 0.0), 1.0)
+
+
+def _null_space(matrix: np.ndarray) -> np.ndarray:
+    """An orthonormal basis of {w : matrix @ w = 0} (columns), by a thin SVD.
+
+    Thin: the constraints have many rows and few orbit columns, and only the right
+    singular vectors are needed (rows padded with zeros up to the columns).
+    """
+    rows, columns = matrix.shape
+    if rows < columns:
+        matrix = np.vstack([matrix, np.zeros((columns - rows, columns))])
+    _, singular, right = np.linalg.svd(matrix, full_matrices=False)
+    tolerance = max(matrix.shape) * np.finfo(np.float64).eps * (singular[0] if singular.size else 0)
+    return right[int(np.sum(singular > tolerance)) :].T
 
 
 def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float]:
@@ -151,17 +218,21 @@ def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float
         for position in np.sort(first):
             wanted.setdefault(int(tops[position]), []).append((t, int(position)))
     systems: dict = {}
+    small = len(hierarchy.levels) <= 2
     for group in sorted(wanted):
         sub_h, positions = group_hierarchy(hierarchy, group)
         sub_s = group_structures(p.structures, positions)
         for t, position in wanted[group]:
             s = sub_s[t]
             local = int(np.searchsorted(positions[s.level], position))
-            # C order with every key before the geography at 0: the geography's stride.
-            cell = local * int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64))
-            est = solve_wls(
-                sub_s, _unit(sub_s, t, cell), variances, p.constraints, sub_h, systems=systems
-            ).estimates
-            variance = _variance(variances[t], est[t][cell])
+            if small:
+                own = _orbit_solve(sub_s, sub_h, p.constraints, variances, t, local)
+            else:
+                # C order with every key before the geography at 0: the geography's stride.
+                cell = local * int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64))
+                own = solve_wls(
+                    sub_s, _unit(sub_s, t, cell), variances, p.constraints, sub_h, systems=systems
+                ).estimates[t][cell]
+            variance = _variance(variances[t], own)
             out[s.name] = max(out.get(s.name, 0.0), variance)
     return {s.name: min(out.get(s.name, bound[s.name]), bound[s.name]) for s in p.structures}
