@@ -49,7 +49,7 @@ import scipy.sparse as sp
 from .groups import group_hierarchy, group_structures
 from .plan import plan
 from .structure import TOP, HasShape, Hierarchy
-from .wls import constraint_system, solve_wls
+from .wls import constraint_system, shape_key, solve_wls
 
 __all__ = ["MAX_PATH_SHAPES", "least_squares_variances", "path_shapes"]
 
@@ -131,13 +131,16 @@ def _solved(tables, hierarchy, variances, bound) -> dict[str, float]:
     out = dict(bound)
     if not p.constraints:
         return out
+    systems: dict = {}
     for t, s in enumerate(p.structures):
-        own = _orbit_solve(p.structures, None, p.constraints, variances, t, 0)
+        own = _orbit_solve(p.structures, None, p.constraints, variances, t, 0, systems)
         out[s.name] = _variance(variances[t], own)
     return out
 
 
-def _orbit_solve(structures, hierarchy, constraints, variances, t: int, position: int) -> float:
+def _orbit_solve(
+    structures, hierarchy, constraints, variances, t: int, position: int, systems: dict
+) -> float:
     """(P u_i)_i for cell i of table ``t`` at geography ``position`` (0 elsewhere), keys at 0.
 
     For at most two levels (or none): the least squares restricted to vectors constant
@@ -167,9 +170,15 @@ def _orbit_solve(structures, hierarchy, constraints, variances, t: int, position
                 else 0
             )
     offsets = np.cumsum([0, *(s.cells for s in structures)])
-    _, orbit = np.unique(np.concatenate(codes), return_inverse=True)
-    orbits = int(orbit.max()) + 1
-    system = constraint_system(structures, [float(v) for v in variances], constraints, hierarchy)
+    codes = np.concatenate(codes)
+    present = np.bincount(codes, minlength=1) > 0  # codes are small: no sort needed
+    orbit = (np.cumsum(present) - 1)[codes]
+    orbits = int(present.sum())
+    key = shape_key(structures, hierarchy)
+    if key not in systems:  # one group's system serves every table's cell
+        weights = [float(v) for v in variances]
+        systems[key] = constraint_system(structures, weights, constraints, hierarchy)
+    system = systems[key]
     cells = orbit.size
     members = sp.csr_matrix((np.ones(cells), (np.arange(cells), orbit)), shape=(cells, orbits))
     constrained = (system.C @ members).toarray()
@@ -217,16 +226,16 @@ def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float
         tops = hierarchy.ancestors(s.level, TOP)
         for position in np.sort(first):
             wanted.setdefault(int(tops[position]), []).append((t, int(position)))
-    systems: dict = {}
     small = len(hierarchy.levels) <= 2
     for group in sorted(wanted):
+        systems: dict = {}  # this group's system, for each of its tables (one group held)
         sub_h, positions = group_hierarchy(hierarchy, group)
         sub_s = group_structures(p.structures, positions)
         for t, position in wanted[group]:
             s = sub_s[t]
             local = int(np.searchsorted(positions[s.level], position))
             if small:
-                own = _orbit_solve(sub_s, sub_h, p.constraints, variances, t, local)
+                own = _orbit_solve(sub_s, sub_h, p.constraints, variances, t, local, systems)
             else:
                 # C order with every key before the geography at 0: the geography's stride.
                 cell = local * int(np.prod(s.sizes[s.geo_axis + 1 :], dtype=np.int64))
