@@ -50,7 +50,7 @@ def main() -> None:
         solved = make_consistent(tables, hierarchy)
         if value_margin is not None and getattr(solved, "least_squares", None):
             for name, values in solved.values.items():
-                value_margin(10, values, solved.least_squares[name])
+                value_margin(10.0, values, solved.least_squares[name], True, True)
         seconds.append(time.process_time() - started)
     import dp_pipeline
 

@@ -7,15 +7,35 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from dp_pipeline.postprocess.margins import add_counts, move_counts, move_percentile, moves
+from dp_pipeline.postprocess.margins import (
+    MOVE_UNITS,
+    add_counts,
+    move_counts,
+    move_percentile,
+    moves,
+)
 from dp_pipeline.release.tables.consistency import value_margin, value_margin_of_counts
 
 
-def test_a_move_is_rounded_up_to_a_whole_count_with_a_float_slack():
+def test_a_move_is_rounded_up_to_a_whole_sixteenth_with_a_float_slack():
     value = np.array([3, 3, 0, 5, 7, 2], dtype=np.int64)
     least_squares = np.array([3.0, 2.5, -0.2, 5.0 + 1e-12, 4.0 - 1e-11, 4.000001])
-    assert moves(value, least_squares).tolist() == [0, 1, 1, 0, 3, 3]
+    assert MOVE_UNITS == 16
+    assert moves(value, least_squares).tolist() == [0, 8, 4, 0, 48, 33]
     assert moves(value, least_squares).dtype == np.int64
+
+
+def test_raising_a_negative_estimate_toward_zero_adds_nothing_to_a_nonnegative_truth():
+    value = np.array([0, 1, 3, 2, 5], dtype=np.int64)
+    least_squares = np.array([-2.5, -3.0, -1.0, 2.5, 4.0])
+    # Raised from -2.5 to 0 and from -3 to 1: no truth t >= 0 is further from them;
+    # from -1 to 3: up to 3 - 1 = 2 counts further (t = 0); lowered 2.5 -> 2: 1/2.
+    assert moves(value, least_squares, nonnegative=True).tolist() == [0, 0, 32, 8, 16]
+    assert moves(value, least_squares).tolist() == [40, 64, 64, 8, 16]
+    # The bound: |value - t| <= |ls - t| + move for every truth t >= 0.
+    truths = np.arange(0, 12)[:, None]
+    moved = moves(value, least_squares, nonnegative=True) / MOVE_UNITS
+    assert np.all(np.abs(value - truths) <= np.abs(least_squares - truths) + moved + 1e-12)
 
 
 @pytest.mark.parametrize("cells", [1, 2, 19, 20, 21, 100, 1001])
@@ -44,9 +64,15 @@ def test_no_cells_no_move():
     assert move_percentile(move_counts(np.zeros(0, dtype=np.int64))) == 0
 
 
-def test_the_value_margin_adds_the_percentile_to_the_raw_margin():
+def test_the_value_margin_adds_the_percentile_to_the_least_squares_margin():
     value = np.array([0, 0, 1, 2, 9] * 20, dtype=np.int64)
     least_squares = value + np.array([0.0, 0.4, -1.2, 0.0, 2.5] * 20)
-    # Moves 0, 1, 2, 0, 3: 95% of 100 cells are within 3 counts, 80% within 2.
-    assert value_margin(11, value, least_squares) == 14
-    assert value_margin_of_counts(11, move_counts(moves(value, least_squares))) == 14
+    # Moves 0, 0.4, 1.2, 0, 2.5: 95% of 100 cells are within 2.5 counts, 80% within 1.2.
+    counts = move_counts(moves(value, least_squares, False))
+    assert move_percentile(counts) == 40
+    # Integers: |value - truth| is an integer <= 10.2 + 2.5, so at most 12.
+    assert value_margin(10.2, value, least_squares, False, True) == 12
+    assert value_margin_of_counts(10.2, counts, True) == 12
+    # Real values: the ceiling.
+    assert value_margin(10.2, value, least_squares, False, False) == 13
+    assert value_margin_of_counts(10.2, counts, False) == 13

@@ -12,8 +12,10 @@ import pandas as pd
 import pytest
 
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError
+from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.run import Progress, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec
+from dp_pipeline.release.tables.consistency import least_squares_margins
 
 ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
@@ -153,11 +155,16 @@ def test_value_has_a_margin_of_error_that_covers_it(tmp_path):
     margins = report["postprocessing"]["value_margin_of_error"]
     assert set(margins) == {"county_sex", "state_sex", "state_tenure"}
     raw = {t["name"]: t["margin_of_error"] for t in report["tables"]}
+    plans = {p.table.name: p for p in plan_release(spec).tables}
+    least_squares = least_squares_margins(spec, plans, list(margins))
     for name, margin in margins.items():
-        assert isinstance(margin, int) and margin >= raw[name]
+        # The least squares' own margin, from its exact variance: at most the raw one.
+        assert least_squares[name] <= raw[name]
         moved = np.abs(tables[name]["value"] - tables[name]["raw_value"])
+        assert isinstance(margin, int) and int(least_squares[name]) <= margin
         assert margin <= raw[name] + int(moved.max()) + 1
-    assert "union bound" in report["postprocessing"]["value_margin_of_error_meaning"]
+    meaning = report["postprocessing"]["value_margin_of_error_meaning"]
+    assert "union bound" in meaning and "not a guarantee" in meaning
     accuracy = json.loads((result.output / "accuracy.json").read_text())["accuracy_vs_truth"]
     rows = {row["table"]: row for row in accuracy}
     classes = rows["county_sex"]["by_true_count"]

@@ -308,8 +308,9 @@ class GroupSolver:
 
         ``value`` is int64 when integer, else float64 (the least squares alone when the
         solver's options are None; ``top`` is then unused). With options, also ``moved``:
-        how far the top-down step moved each cell from its least squares estimate, in
-        whole counts (:func:`.margins.moves`), for the margin of error of ``value``.
+        the most the top-down step can have added to each cell's error, in
+        `.margins.MOVE_UNITS`-ths of a count (:func:`.margins.moves`; the truth taken
+        as non-negative when the step is), for the margin of error of ``value``.
         """
         expected, fixed = self.fitted(group, table, cell, value, top)
         least_squares = None
@@ -323,7 +324,9 @@ class GroupSolver:
         if least_squares is not None:
             columns["moved"] = np.concatenate(
                 [
-                    moves(f, ls) if np.size(f) else np.empty(0, dtype=np.int64)
+                    moves(f, ls, self.options.nonnegative)
+                    if np.size(f)
+                    else np.empty(0, dtype=np.int64)
                     for f, ls in zip(fixed, least_squares, strict=True)
                 ]
             )

@@ -1,13 +1,18 @@
-"""How far the non-negative integer step moved each cell, as counts that any engine can add up.
+"""How much the top-down step can add to each cell's error, as counts any engine adds up.
 
 The margin of error of a post-processed table's published value
-(`dp_pipeline.release.consistency.value_margin`) adds to the raw noise's margin the
-95th percentile, over the table's cells, of how far the top-down step moved a cell
-from its least squares estimate. Each cell's move is rounded up to a whole count
-(:func:`moves`), so a table's moves are summarised exactly by how many cells moved
-by 0, 1, 2, ... counts (:func:`move_counts`): a driver sums one table, an engine
-sums each group's counts and adds them, and both find the same percentile
-(:func:`move_percentile`), bit for bit, without bringing the cells together.
+(`dp_pipeline.release.tables.consistency.value_margin`) adds to the least squares
+estimate's margin the 95th percentile, over the table's cells, of :func:`moves`:
+per cell, the most the top-down step can have added to the cell's error whatever
+the truth, |value − truth| ≤ |ls − truth| + move. Moving a cell by d adds at most
+d; when the truth is known to be non-negative (counts, sums with a lower bound of
+0), raising a negative estimate toward 0 adds nothing until it passes |ls| (for a
+truth t ≥ 0 > ls, |value − t| − |ls − t| ≤ max(0, value − |ls|)). Each move is
+rounded up to a whole `MOVE_UNITS`-th of a count, so a table's moves are
+summarised exactly by how many cells moved by 0, 1, 2, ... units
+(:func:`move_counts`): a driver sums one table, an engine sums each group's counts
+and adds them, and both find the same percentile (:func:`move_percentile`), bit
+for bit, without bringing the cells together.
 
 Pure post-processing of published values and the least squares estimates; deterministic.
 """
@@ -18,26 +23,48 @@ from fractions import Fraction
 
 import numpy as np
 
-__all__ = ["MOVE_SLACK", "PERCENTILE", "add_counts", "move_counts", "move_percentile", "moves"]
+__all__ = [
+    "MOVE_SLACK",
+    "MOVE_UNITS",
+    "PERCENTILE",
+    "add_counts",
+    "move_counts",
+    "move_percentile",
+    "moves",
+]
 
-# A move within this of a whole count is that count: the least squares estimate is a
+# A move within this of a whole unit is that unit: the least squares estimate is a
 # float, so a cell it put at an integer can sit a rounding error away from it.
 MOVE_SLACK = 1e-9
+# Moves are counted in sixteenths of a count: a margin built from them is at most
+# 1/16 of a count above the exact percentile.
+MOVE_UNITS = 16
 PERCENTILE = Fraction(95, 100)
 
 
-def moves(value: np.ndarray, least_squares: np.ndarray) -> np.ndarray:
-    """Per cell, ceil(|value - least_squares| - `MOVE_SLACK`), at least 0 (int64, counts)."""
-    moved = np.subtract(value, least_squares, dtype=np.float64)
+def moves(value: np.ndarray, least_squares: np.ndarray, nonnegative: bool = False) -> np.ndarray:
+    """Per cell, the most the step can add to its error, in `MOVE_UNITS`-ths, rounded up (int64).
+
+    |value − ls| in general; with ``nonnegative`` (the truth is known to be >= 0),
+    max(0, value − |ls|) for a cell raised above its estimate (module docstring).
+    At least 0.
+    """
+    ls = np.asarray(least_squares, dtype=np.float64)
+    value = np.asarray(value, dtype=np.float64)
+    moved = np.subtract(value, ls)
+    raised = moved > 0
     np.abs(moved, out=moved)
-    moved -= MOVE_SLACK
+    if nonnegative:
+        moved = np.where(raised, value - np.abs(ls), moved)
+    moved *= MOVE_UNITS
+    moved -= MOVE_SLACK * MOVE_UNITS
     np.ceil(moved, out=moved)
     np.maximum(moved, 0.0, out=moved)
     return moved.astype(np.int64)
 
 
 def move_counts(moved: np.ndarray) -> np.ndarray:
-    """How many cells moved by 0, 1, 2, ... counts (int64; index = move)."""
+    """How many cells moved by 0, 1, 2, ... units (int64; index = move)."""
     return np.bincount(np.asarray(moved, dtype=np.int64), minlength=1).astype(np.int64)
 
 

@@ -139,13 +139,13 @@ def _fitted_schema(solver: GroupSolverLike) -> StructType:
     integer = solver.options is not None and solver.options.integer
     value = LongType() if integer else DoubleType()
     fields = [*CELLS_SCHEMA.fields[:3], StructField("value", value, False)]
-    if solver.options is not None:  # the top-down step's move of each cell (counts)
+    if solver.options is not None:  # the top-down step's move of each cell (move units)
         fields.append(StructField(MOVED_COLUMN, LongType(), False))
     return StructType(fields)
 
 
 def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
-    """Per table, how many of its cells the top-down step moved by 0, 1, 2, ... counts.
+    """Per table, how many of its cells the top-down step moved by 0, 1, 2, ... move units.
 
     One small aggregation of the fitted cells' ``moved`` column (a few rows per table
     come back); the counts the driver's `dp_pipeline.postprocess.margins.move_counts`

@@ -28,6 +28,7 @@ as ``value``.
 
 from __future__ import annotations
 
+import math
 import weakref
 from fractions import Fraction
 
@@ -37,7 +38,9 @@ import pandas as pd
 from dp_pipeline.accounting.noise_variance import noise_variance as exact_noise_variance
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
-from dp_pipeline.postprocess.margins import move_counts, move_percentile, moves
+from dp_pipeline.postprocess.ls_variance import least_squares_variances
+from dp_pipeline.postprocess.margins import MOVE_UNITS, move_counts, move_percentile, moves
+from dp_pipeline.postprocess.structure import TableShape
 from dp_pipeline.release.plan.postprocess import (
     RAW_COLUMN,
     VALUE_MARGIN,
@@ -52,6 +55,7 @@ __all__ = [
     "RAW_COLUMN",
     "VALUE_MARGIN",
     "consistent_results",
+    "least_squares_margins",
     "noise_variance",
     "value_margin",
     "value_margin_of",
@@ -74,13 +78,24 @@ def value_margin_of(frame: pd.DataFrame) -> int | None:
 
 
 VALUE_MARGIN_MEANING = (
-    "95% margin of error of each cell's published value: the raw noise's margin (which "
-    "bounds the least squares estimate's, whose variance is never larger) plus the 95th "
-    "percentile over the table's cells of how far the non-negative integer step moved a "
-    "cell from its least squares estimate (each move rounded up to a whole count); at "
-    "least 90% of cells are expected within it (union bound). Cells with true counts "
-    "near 0 are biased up (a count cannot go below 0)."
+    "95% margin of error of each cell's published value: the least squares estimate's "
+    "margin (the normal law's 95% point, 1.96 standard deviations for Gaussian noise, "
+    "2.12 for Laplace noise, of the table's largest exact per-cell variance, computed from "
+    "the public noise variances and the hierarchy; never more than the raw margin) plus "
+    "the 95th percentile over the table's cells of how much the non-negative integer step "
+    "can have added to a cell's error (its move from the least squares estimate, except "
+    "that raising a negative estimate toward 0 adds nothing until it passes |estimate|; "
+    "rounded up to a sixteenth of a count), rounded down to a whole count for integer "
+    "values. The least squares error is a weighted sum of independent discrete noises, "
+    "close to but not exactly normal, so its 95% is an approximation, not a guarantee; "
+    "with the union bound, about 90% of a table's cells or more are expected within the "
+    "margin. Cells with true counts near 0 are biased up (a count cannot go below 0)."
 )
+
+# The normal law's two-sided 95% point, and the Laplace law's in standard deviations
+# (P(|X| > x) = exp(-x sqrt(2)) for unit variance): the z of a margin from a variance.
+NORMAL_95 = 1.959963984540054
+LAPLACE_95 = math.log(20) / math.sqrt(2)
 
 
 def noise_variance(table_plan: TablePlan) -> Fraction:
@@ -117,10 +132,14 @@ def consistent_results(
     plans = {p.table.name: p for p in plan.tables}
     method, estimates, streamed, least_squares = "", {}, {}, {}
     margins, counts = {}, {}
+    # The least squares part of each table's value margin: public facts only.
+    ls_margins = least_squares_margins(spec, plans, settings.tables)
+    for names in settings.sum_sets:
+        ls_margins.update(least_squares_margins(spec, plans, names))
     if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
         # The noisy cells never left Spark: they are made consistent there and read
         # back by the writer (`dp_pipeline.release.tables.streamed.StreamedTable`).
-        method, streamed, margins = _streamed_on_spark(spec, plans, results)
+        method, streamed, margins = _streamed_on_spark(spec, plans, results, ls_margins)
     elif settings.tables:
         options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
         noisy = _noisy_counts(spec, plans, results, settings.tables)
@@ -129,8 +148,11 @@ def consistent_results(
         else:
             method, estimates, least_squares = _on_driver(spec, noisy, options)
     sum_sets = []
+    # Per table, whether the top-down step made it non-negative (its truth is then >= 0).
+    nonnegative_of = dict.fromkeys(settings.tables, settings.nonnegative)
     for names in settings.sum_sets:
         nonnegative = settings.nonnegative and plans[names[0]].table.lower >= 0
+        nonnegative_of.update(dict.fromkeys(names, nonnegative))
         options = {"nonnegative": nonnegative, "integer": settings.integer}
         solved_method, solved, solved_ls = _on_driver(
             spec, _noisy_counts(spec, plans, results, names), options
@@ -146,13 +168,15 @@ def consistent_results(
         frame = results[name].copy(deep=False)  # new columns below; the keys are shared
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
-        raw_margin = plans[name].margin_of_error
+        ls_margin, integer = ls_margins[name], settings.integer
         if name in least_squares:
-            margins[name] = value_margin(raw_margin, estimates[name], least_squares[name])
+            margins[name] = value_margin(
+                ls_margin, estimates[name], least_squares[name], nonnegative_of[name], integer
+            )
         elif name in counts:
-            margins[name] = value_margin_of_counts(raw_margin, counts[name])
+            margins[name] = value_margin_of_counts(ls_margin, counts[name], integer)
         elif not (settings.nonnegative or settings.integer) and settings.consistent:
-            margins[name] = int(raw_margin)  # the least squares alone: variance <= raw
+            margins[name] = math.ceil(ls_margin)  # the least squares alone (real values)
         if name in margins:
             _remember_margin(frame, margins[name])
         updated[name] = frame
@@ -214,31 +238,75 @@ def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
     return each[0].method, values, estimates
 
 
-def value_margin(raw_margin: int, value: np.ndarray, least_squares: np.ndarray) -> int:
+def least_squares_margins(
+    spec: ReleaseSpec, plans: dict[str, TablePlan], names: tuple[str, ...] | list[str]
+) -> dict[str, float]:
+    """Per table of one combined set, the 95% margin of its least squares estimate (counts).
+
+    z·sqrt(var) (a real number), var the table's largest exact per-cell variance of the least
+    squares estimate (`dp_pipeline.postprocess.ls_variance`: ls − truth = P e is a
+    fixed linear map of the noise, Cov = P V, computed from the public shapes,
+    hierarchy and noise variances; with national tables an upper bound), z the
+    normal law's 95% point (`NORMAL_95`) for discrete Gaussian noise, the Laplace
+    law's (`LAPLACE_95`) for discrete Laplace noise. The error is a weighted sum of
+    independent discrete noises: near normal, not exactly, so the 95% is an
+    approximation, checked by coverage on synthetic truth (docs/consistency.md).
+    Never more than the raw margin, the noise's exact 95% bound (the least squares
+    variance is never larger). Without ``consistent`` each table is its own
+    estimate: the raw margin. Independent of the data, computed on the driver for
+    every engine, so every engine publishes the same integers.
+    """
+    raw = {n: float(plans[n].margin_of_error) for n in names}
+    if not names or not spec.postprocess.consistent:
+        return raw
+    shapes = [
+        TableShape(n, plans[n].table.keys, tuple(len(spec.domains[k]) for k in plans[n].table.keys))
+        for n in names
+    ]
+    variances = least_squares_variances(
+        shapes, hierarchy_of(spec), [noise_variance(plans[n]) for n in names]
+    )
+    out = {}
+    for n in names:
+        z = LAPLACE_95 if isinstance(plans[n].mechanism, DiscreteLaplace) else NORMAL_95
+        out[n] = min(raw[n], z * math.sqrt(variances[n]))
+    return out
+
+
+def value_margin(
+    ls_margin: float,
+    value: np.ndarray,
+    least_squares: np.ndarray,
+    nonnegative: bool,
+    integer: bool,
+) -> int:
     """The 95% margin of error of a post-processed table's ``value`` (counts, an integer).
 
-    value − truth = (ls − truth) + (value − ls), where ls is the least squares
-    estimate the non-negative integer step started from. ls − truth is a fixed linear
-    map of the noise, ls = P y with P a projection orthogonal in the inverse-variance
-    metric, so its variance is at most the raw noise's, cell by cell (diag(P V) <= diag(V));
-    the raw margin (the noise's exact 95% bound) bounds it at 95% (for the discrete
-    Gaussian or Laplace mixtures the least squares makes, as for a normal law). The
-    non-negative integer step moves a cell by value − ls, public once published: its
-    95th percentile over the table's cells, each move rounded up to a whole count
-    (`dp_pipeline.postprocess.margins`), is added. By the union bound a cell is
-    outside the margin with probability at most 5% + 5% on average over the table's
-    cells (at least 90% covered), 95% where the step moved cells little.
-    Pure post-processing of published values; deterministic. Tables made consistent
-    on Spark get the same figure from each group's counts (`value_margin_of_counts`).
+    |value − truth| <= |ls − truth| + move, where ls is the least squares estimate the
+    non-negative integer step started from and move the most the step can have added
+    to the cell's error (`dp_pipeline.postprocess.margins.moves`; with ``nonnegative``
+    the truth is taken as >= 0, so raising a negative estimate toward 0 adds nothing
+    until it passes |ls|). ls − truth is a fixed linear map of the noise whose 95%
+    margin is ``ls_margin`` (`least_squares_margins`, from the exact per-cell
+    variance). The moves are public once published: their 95th percentile H over
+    the table's cells is added. By the union bound a cell is outside the margin with
+    probability at most 5% + 5% on average over the table's cells (at least 90%
+    covered), 95% where the step moved cells little. With ``integer`` the value and
+    the truth are integers, so the margin is floor(ls_margin + H); else the
+    ceiling. Pure post-processing of published values and public facts;
+    deterministic. Tables made consistent on Spark get the same figure from each
+    group's counts (`value_margin_of_counts`).
     """
 
-    return value_margin_of_counts(raw_margin, move_counts(moves(value, least_squares)))
+    counts = move_counts(moves(value, least_squares, nonnegative))
+    return value_margin_of_counts(ls_margin, counts, integer)
 
 
-def value_margin_of_counts(raw_margin: int, counts: np.ndarray) -> int:
+def value_margin_of_counts(ls_margin: float, counts: np.ndarray, integer: bool) -> int:
     """`value_margin` from a table's `dp_pipeline.postprocess.margins.move_counts`."""
 
-    return int(raw_margin) + move_percentile(counts)
+    bound = ls_margin + move_percentile(counts) / MOVE_UNITS  # a sixteenth: exact in binary
+    return math.floor(bound) if integer else math.ceil(bound)
 
 
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray], dict]:
@@ -257,7 +325,9 @@ def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarr
     return solver.method, estimates, {t.name: c for t, c in zip(noisy, moved, strict=True)}
 
 
-def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTable], dict]:
+def _streamed_on_spark(
+    spec, plans, results, ls_margins
+) -> tuple[str, dict[str, StreamedTable], dict]:
     """The same estimates as `make_consistent` from noisy cells that stay on Spark.
 
     The cells DataFrame is built on the executors from the noise job's output
@@ -313,7 +383,7 @@ def _streamed_on_spark(spec, plans, results) -> tuple[str, dict[str, StreamedTab
     margins = {}
     if counts is not None:
         margins = {
-            s.name: value_margin_of_counts(plans[s.name].margin_of_error, c)
+            s.name: value_margin_of_counts(ls_margins[s.name], c, settings.integer)
             for s, c in zip(solver.plan.structures, counts, strict=True)
         }
 
