@@ -276,3 +276,28 @@ def test_fit_groups_refuses_problems_of_different_plans():
     b.order = b.order[::-1]
     with pytest.raises(InternalError, match="different plans"):
         fit_groups([a, b], FitOptions())
+
+
+def test_estimates_near_integers_are_rounded_to_them():
+    # A near-exact table's estimates sit within a few tenths of integers whose margins
+    # are the targets; a maximum flow alone may round any of them up or down as long
+    # as the margins match (each county's two cells trade a count): the nearest box
+    # keeps every one at its integer.
+    rng = np.random.default_rng(3)  # test data only
+    rows, cols = 60, 8
+    truth = rng.integers(0, 30, (rows, cols))
+    x = truth + rng.uniform(-0.2, 0.2, truth.shape)
+    row, col = np.divmod(np.arange(rows * cols), cols)
+    t = TwoWayTable(x.reshape(-1), row, col, truth.sum(axis=1), truth.sum(axis=0))
+    for nonnegative in (True, False):
+        out = controlled_round(
+            t.values, t.row, t.col, t.row_targets, t.col_targets, nonnegative=nonnegative
+        )
+        np.testing.assert_array_equal(out, truth.reshape(-1))
+    # Where the nearest integers do not match the margins, the strict box still rounds.
+    more = np.eye(rows, dtype=np.int64)[0], np.eye(cols, dtype=np.int64)[0]
+    shifted = TwoWayTable(t.values, row, col, t.row_targets + more[0], t.col_targets + more[1])
+    out = controlled_round_many([shifted], nonnegative=True)[0]
+    assert np.array_equal(np.bincount(row, out, rows), shifted.row_targets)
+    assert np.array_equal(np.bincount(col, out, cols), shifted.col_targets)
+    assert np.abs(out - x.reshape(-1)).max() < 1

@@ -10,6 +10,8 @@ import pytest
 
 from dp_pipeline.postprocess import Hierarchy, NoisyCounts, make_consistent
 from dp_pipeline.postprocess.children import fit_children, round_children
+from dp_pipeline.postprocess.plan import FixedMargin, OwnMargin, plan
+from dp_pipeline.postprocess.structure import Margin, TableShape
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
     fit_group,
@@ -263,3 +265,31 @@ def test_two_blocks_rake_like_each_block_alone():
     out = controlled_round(both, row, col, R, C, nonnegative=True)
     np.testing.assert_array_equal(np.bincount(row, out).astype(np.int64), R)
     np.testing.assert_array_equal(np.bincount(col, out).astype(np.int64), C)
+
+
+def test_a_margin_shared_with_a_later_table_is_fixed_first_from_the_least_squares():
+    hierarchy = Hierarchy(("state", "county"), (2, 5), (np.array([0, 0, 1, 1, 1]),))
+    shapes = [
+        TableShape("county_age_sex", ("county", "age", "sex"), (5, 3, 2)),
+        TableShape("state_age_sex", ("state", "age", "sex"), (2, 3, 2)),
+        TableShape("county_sex", ("county", "sex"), (5, 2)),
+    ]
+    order = {tp.table: tp for tp in plan(shapes, hierarchy).order}
+    county_sex, state_sex = Margin(1, ("sex",)), Margin(0, ("sex",))
+    # The county table fixes county x sex from its own estimates (against the county
+    # totals and state x sex), then its cells against it and state x age x sex.
+    own = OwnMargin(county_sex, (FixedMargin(Margin(1, ()), None), FixedMargin(state_sex, 1)))
+    assert order[0].own == (own,)
+    assert order[0].fixed == (FixedMargin(county_sex, 0), FixedMargin(Margin(0, ("age", "sex")), 1))
+    assert order[2].fixed == (FixedMargin(county_sex, 0),) and order[2].own == ()
+    # The demo's tables share nothing beyond their totals but whole tables: no own margins.
+    demo = [shapes[0], shapes[1], TableShape("county_h", ("county", "household_size"), (5, 7))]
+    assert all(tp.own == () for tp in plan(demo, hierarchy).order)
+    rng = np.random.default_rng(0)  # test data only
+    tables = [
+        NoisyCounts(s.name, s.keys, s.sizes, rng.integers(0, 9, int(np.prod(s.sizes))), Fraction(v))
+        for s, v in zip(shapes, (18, 74, 1), strict=True)
+    ]
+    v = make_consistent(tables, hierarchy).values
+    sums = v["county_age_sex"].reshape(5, 3, 2).sum(axis=1)
+    np.testing.assert_array_equal(v["county_sex"], sums.reshape(-1))

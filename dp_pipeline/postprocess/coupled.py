@@ -128,7 +128,7 @@ def coupled_refusal(p: Plan, hierarchy: Hierarchy | None) -> str | None:
         return "no combined table is keyed by a hierarchy level, so there are no groups"
     for tp in p.order:
         s = p.structures[tp.table]
-        for fixed in tp.fixed:
+        for fixed in tp.takes:
             if s.level > TOP and fixed.margin.level < TOP and fixed.source is not None:
                 return (
                     f"table {s.name!r} (by {hierarchy.levels[s.level]}) takes the margin "

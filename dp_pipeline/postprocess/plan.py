@@ -25,7 +25,15 @@ from .structure import (
     validate_shapes,
 )
 
-__all__ = ["Constraint", "FixedMargin", "Plan", "TablePlan", "check_combinable", "plan"]
+__all__ = [
+    "Constraint",
+    "FixedMargin",
+    "OwnMargin",
+    "Plan",
+    "TablePlan",
+    "check_combinable",
+    "plan",
+]
 
 GEOGRAPHY = "geography totals"
 
@@ -48,15 +56,37 @@ class FixedMargin:
 
 
 @dataclass(frozen=True)
+class OwnMargin:
+    """A margin a table shares with a later table, fixed first from the table's own estimates.
+
+    ``fixed``: the one or two maximal margins already fixed that it must match (rows
+    first for two), as for a table.
+    """
+
+    margin: Margin
+    fixed: tuple[FixedMargin, ...]
+
+
+@dataclass(frozen=True)
 class TablePlan:
-    """How one table is fitted: children of one fixed margin, or a two-way table."""
+    """How one table is fitted: children of one fixed margin, or a two-way table.
+
+    A fixed margin whose ``source`` is the table itself is one of its ``own`` margins,
+    fitted just before the table (in the order of ``own``).
+    """
 
     table: int
     fixed: tuple[FixedMargin, ...]  # one or two maximal margins; rows first for two
+    own: tuple[OwnMargin, ...] = ()
 
     @property
     def two_way(self) -> bool:
         return len(self.fixed) == 2
+
+    @property
+    def takes(self) -> tuple[FixedMargin, ...]:
+        """Every margin fixed before the table that it or its own margins must match."""
+        return (*self.fixed, *(f for o in self.own for f in o.fixed))
 
 
 @dataclass(frozen=True)
@@ -131,11 +161,67 @@ def _source_name(fixed: FixedMargin, structures, hierarchy) -> str:
     return f"{what} (from table {structures[fixed.source].name!r})"
 
 
+def _two_sorted(fixed: list[FixedMargin]) -> tuple[FixedMargin, ...]:
+    if len(fixed) == 2:
+        fixed.sort(key=lambda f: (-f.margin.level, f.source is not None, f.source or 0))
+    return tuple(fixed)
+
+
+def _margin_table(s: TableStructure, margin: Margin) -> TableStructure:
+    """``margin`` of table ``s`` as a table shape (for its common margins with others)."""
+    keys = tuple(k for k in s.keys if k in margin.keys or s.keys.index(k) == s.geo_axis)
+    sizes = tuple(s.key_size(k) for k in keys)
+    geo_axis = None if s.geo_axis is None else keys.index(s.keys[s.geo_axis])
+    return TableStructure(s.name, keys, sizes, s.level, geo_axis)
+
+
+def _own_margins(
+    t: int,
+    fixed: list[FixedMargin],
+    structures: Sequence[TableStructure],
+    later: Sequence[int],
+    done: Sequence[int],
+) -> tuple[list[FixedMargin], tuple[OwnMargin, ...]]:
+    """Margins table ``t`` shares with ``later`` tables, to fix from its own estimates first.
+
+    Top-down fixes a table's cells to the margins of the tables before it only; a
+    margin it shares with a later, more precise table (a county x sex table with a
+    large budget beside a state x age x sex one) would otherwise be whatever the
+    earlier table's projection and rounding made of it, and the later table would
+    have to absorb that. Fixed first from the least squares estimate (where every
+    table's measurements of it are weighted by their inverse variances), the margin
+    moves only by its own rounding. The first such margin (in the order of the later
+    tables) is taken that is not the whole table, not implied by what is fixed, and
+    leaves the table and the margin solvable exactly (at most two fixed margins each);
+    at most one. With none, the table keeps the plain plan.
+    """
+    s = structures[t]
+    wanted = []
+    for u in later:
+        m = common_margin(s, structures[u])
+        if m == s.full_margin or any(f.margin.implies(m) for f in fixed):
+            continue
+        if any(w.implies(m) for w in wanted):
+            continue
+        wanted = [w for w in wanted if not m.implies(w)] + [m]
+    for m in wanted:
+        shape = _margin_table(s, m)
+        candidates = [FixedMargin(Margin(m.level, ()), None)]
+        candidates += [FixedMargin(common_margin(shape, structures[u]), u) for u in done]
+        own_fixed = _maximal(candidates)
+        trial = _maximal([*fixed, FixedMargin(m, t)])
+        if len(own_fixed) > 2 or len(trial) > 2:
+            continue
+        # One own margin: two fitted apart could disagree on their common margin.
+        return trial, (OwnMargin(m, _two_sorted(own_fixed)),)
+    return fixed, ()
+
+
 def _order(structures: Sequence[TableStructure], hierarchy: Hierarchy | None):
     positions = sorted(range(len(structures)), key=lambda i: (structures[i].level, i))
     done: list[int] = []
     order = []
-    for t in positions:
+    for k, t in enumerate(positions):
         s = structures[t]
         candidates = [FixedMargin(Margin(s.level, ()), None)]
         candidates += [FixedMargin(common_margin(s, structures[u]), u) for u in done]
@@ -148,9 +234,8 @@ def _order(structures: Sequence[TableStructure], hierarchy: Hierarchy | None):
                 "at most two can be matched exactly (a two-way table); leave one of the "
                 "tables named here out of the consistency step"
             )
-        if len(fixed) == 2:
-            fixed.sort(key=lambda f: (-f.margin.level, f.source is not None, f.source or 0))
-        order.append(TablePlan(t, tuple(fixed)))
+        fixed, own = _own_margins(t, fixed, structures, positions[k + 1 :], done)
+        order.append(TablePlan(t, _two_sorted(fixed), own))
         done.append(t)
     return tuple(order)
 

@@ -6,8 +6,12 @@ unbiased controlled rounding"). Such a rounding exists for any real table whose
 margins are the integer targets (the transportation polytope is integral); it is
 found as an integer maximum flow source -> row -> column -> sink
 (``scipy.sparse.csgraph.maximum_flow``, Dinic's algorithm), each row -> column
-edge carrying the cell's choice of ceil over floor. Several tables (one per
-state) are rounded by one maximum flow over the disjoint union of their
+edge carrying the cell's choice of ceil over floor. A maximum flow takes any choice
+that matches the margins, so the flow is first tried with every estimate within
+:data:`NEAR` of an integer fixed at that integer (the rounding then moves no cell by
+more than 1 - NEAR: a near-exact table's near-integer estimates stay put); only where
+no such rounding exists does every cell get its floor/ceil choice. Several tables
+(one per state) are rounded by one maximum flow over the disjoint union of their
 networks, which gives each table exactly the flow it gets alone.
 
 Pure post-processing of noisy values; deterministic.
@@ -35,6 +39,7 @@ __all__ = [
 ]
 
 SNAP = 1e-7  # an estimate this close to an integer is that integer
+NEAR = 0.25  # first try: estimates this close to an integer take it (see _boxes)
 # Cells solved together at most (2 MB per float array): small tables (states with few
 # counties) share one maximum flow or projection array, saving numpy's per-call cost; a
 # large table is solved alone, its arrays staying in cache (a union of large networks
@@ -174,14 +179,27 @@ def _boxes(x: np.ndarray, nonnegative: bool):
     """The floor/ceil boxes to try in turn, made when needed: (low, cap) integer arrays
     and low as floats (the same integers, for float sums).
 
-    First the strict box (near-integers fixed, others floor or ceil); if float error in
-    the fit made it infeasible, near-integers may also move by one either way.
+    First the nearest box: cells within :data:`NEAR` of an integer fixed there, the
+    others floor or ceil. A move costs (n - x)² (one table, one variance), so where a
+    rounding in this box exists it moves no cell by more than 1 - NEAR and none of
+    the near cells (a near-exact table's, whose estimates sit close to integers) by
+    more than NEAR; a maximum flow alone may take any floor/ceil choice that matches
+    the margins. Then the strict box (near-integers fixed, others floor or ceil),
+    which always holds a rounding; if float error in the fit made it infeasible,
+    near-integers may also move by one either way. Whatever the box, a rounding is
+    returned only when its margins are exactly the targets (checked in integers).
     """
     nearest = np.rint(x)
     distance = x - nearest
     np.abs(distance, out=distance)
+    near = distance <= NEAR
+    if nonnegative:
+        near &= nearest >= 0
+    low = np.floor(x)
+    np.copyto(low, nearest, where=near)
+    yield low.astype(np.int64), np.logical_not(near).view(np.int8), low
     snapped = distance <= SNAP
-    del distance
+    del distance, near
     # floor(x) or the nearest integer; ceil(x) - floor(x) = 1 off the integers. (When
     # ``nonnegative`` x >= 0 already, so clamping the floor at zero changes nothing.)
     low = np.floor(x)

@@ -9,11 +9,15 @@ is a projection, as in the Census Bureau's per-geography non-negative least
 squares: the closest non-negative table (Euclidean; one table has one noise
 variance, so this is the inverse-variance metric of the least squares) with the
 fixed margins, then integers that keep them (largest remainders, controlled
-rounding). A projection moves every positive cell that shares a margin by the
-same amount, not in proportion to its size, so large cells stay close to the
-least squares estimate; the price is a positive bias at true counts near zero
-(cells cannot go below 0). Every step keeps what is fixed exactly, so all
-pairwise margins agree in integers.
+rounding). A margin a table shares with a later table (not implied by what is
+fixed) is fixed first, from the table's own least squares estimates
+(:class:`.plan.OwnMargin`): the least squares weighs every table's measurement of it
+by its inverse variance, so a near-exact later table keeps its values and the
+earlier, noisier table absorbs the rounding. A projection moves every positive
+cell that shares a margin by the same amount, not in proportion to its size, so
+large cells stay close to the least squares estimate; the price is a positive
+bias at true counts near zero (cells cannot go below 0). Every step keeps what
+is fixed exactly, so all pairwise margins agree in integers.
 
 Once the national total, the totals of the group level and every table at or
 above it are fixed, each position of the group level (a state) is an
@@ -32,7 +36,7 @@ import numpy as np
 
 from ..errors import InternalError
 from .children import ChildrenProblem, fit_children_many, round_children_many
-from .plan import Plan, TablePlan
+from .plan import FixedMargin, Plan, TablePlan
 from .rounding import batches
 from .structure import (
     NATIONAL,
@@ -74,6 +78,8 @@ class Problem:
     fixed: dict[int, np.ndarray] = field(default_factory=dict)
     geo_totals: dict[int, np.ndarray] = field(default_factory=dict)
     raking_steps: int = 0
+    # A table's own margins (TablePlan.own) once fitted, by (table, margin).
+    own: dict[tuple[int, Margin], np.ndarray] = field(default_factory=dict)
 
 
 def group_level(plan: Plan) -> int:
@@ -84,7 +90,7 @@ def group_level(plan: Plan) -> int:
     if plan.finest_level <= 0:
         return NATIONAL
     for tp in plan.order:
-        if plan.structures[tp.table].level > 0 and any(f.margin.level < 0 for f in tp.fixed):
+        if plan.structures[tp.table].level > 0 and any(f.margin.level < 0 for f in tp.takes):
             return NATIONAL
     return 0
 
@@ -93,9 +99,12 @@ def _round_half_up(x: float) -> int:
     return int(np.floor(x + 0.5))
 
 
-def _margin_values(problem: Problem, margin: Margin, source: int | None) -> np.ndarray:
+def _margin_values(problem: Problem, margin: Margin, source: int | None, table: int) -> np.ndarray:
+    """The fixed values of ``margin`` from ``source`` for fitting ``table`` (or its own margin)."""
     if source is None:
         return problem.geo_totals[margin.level]
+    if source == table:
+        return problem.own[(table, margin)]
     s = problem.structures[source]
     size = margin_size(margin, [s], problem.hierarchy)
     idx = margin_index(s, margin, problem.hierarchy)
@@ -138,11 +147,9 @@ class _TwoWay:
     cells: TwoWayTable  # the estimates, row and column of each cell, the two margins
 
 
-def _two_way(problem: Problem, tp: TablePlan) -> _TwoWay:
-    s = problem.structures[tp.table]
-    z = problem.estimates[tp.table]
+def _two_way(problem: Problem, s: TableStructure, z: np.ndarray, fixed, table: int) -> _TwoWay:
     h = problem.hierarchy
-    a, b = tp.fixed
+    a, b = fixed
     inner = Margin(
         max(a.margin.level, b.margin.level), tuple(sorted({*a.margin.keys, *b.margin.keys}))
     )
@@ -156,25 +163,57 @@ def _two_way(problem: Problem, tp: TablePlan) -> _TwoWay:
         z_inner = np.bincount(to_inner, z, pseudo.cells)
     row = margin_index(pseudo, a.margin, h)
     col = margin_index(pseudo, b.margin, h)
-    R = _margin_values(problem, a.margin, a.source)
-    C = _margin_values(problem, b.margin, b.source)
+    R = _margin_values(problem, a.margin, a.source, table)
+    C = _margin_values(problem, b.margin, b.source, table)
     return _TwoWay(s, pseudo, to_inner, TwoWayTable(z_inner, row, col, R, C))
 
 
 def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions):
-    """Table ``tp`` of each problem; the problems' projections, sorts and maximum flows together."""
-    if not tp.two_way:
-        (only,) = tp.fixed
+    """Table ``tp`` of each problem; the problems' projections, sorts and maximum flows together.
+
+    The table's own margins (:class:`.plan.OwnMargin`) first: each the margin of the
+    table's least squares estimates, fitted to what is fixed as a table would be.
+    """
+    t = tp.table
+    for own in tp.own:
+        shapes = [_pseudo_table(p.structures[t].name, own.margin, p) for p in problems]
+        estimates = [
+            np.bincount(
+                margin_index(p.structures[t], own.margin, p.hierarchy), p.estimates[t], shape.cells
+            )
+            for p, shape in zip(problems, shapes, strict=True)
+        ]
+        fitted = _fit_cells(problems, shapes, estimates, own.fixed, t, options)
+        for p, values in zip(problems, fitted, strict=True):
+            p.own[(t, own.margin)] = values
+    shapes = [p.structures[t] for p in problems]
+    return _fit_cells(problems, shapes, [p.estimates[t] for p in problems], tp.fixed, t, options)
+
+
+def _fit_cells(
+    problems: Sequence[Problem],
+    shapes: Sequence[TableStructure],
+    estimates: Sequence[np.ndarray],
+    fixed: tuple[FixedMargin, ...],
+    table: int,
+    options: FitOptions,
+):
+    """Cells of shape ``shapes[k]`` and estimates ``estimates[k]`` fitted in problem k to
+    the one or two ``fixed`` margins (children, or a two-way table)."""
+    if len(fixed) == 1:
+        (only,) = fixed
         asks = [
             ChildrenProblem(
-                p.estimates[tp.table],
-                margin_index(p.structures[tp.table], only.margin, p.hierarchy),
-                _margin_values(p, only.margin, only.source),
+                z,
+                margin_index(s, only.margin, p.hierarchy),
+                _margin_values(p, only.margin, only.source, table),
             )
-            for p in problems
+            for p, s, z in zip(problems, shapes, estimates, strict=True)
         ]
         return _children_many(asks, options)
-    two_ways = [_two_way(p, tp) for p in problems]
+    two_ways = [
+        _two_way(p, s, z, fixed, table) for p, s, z in zip(problems, shapes, estimates, strict=True)
+    ]
     fitted = fit_two_way_many([w.cells for w in two_ways], nonnegative=options.nonnegative)
     for p, (_, steps) in zip(problems, fitted, strict=True):
         p.raking_steps = max(p.raking_steps, steps)
@@ -185,13 +224,13 @@ def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions)
         rounded = [t.values for t in tables]
     out: list[np.ndarray | None] = [None] * len(two_ways)
     asks, asked = [], []
-    for k, (p, w, x) in enumerate(zip(problems, two_ways, rounded, strict=True)):
+    for k, (w, x) in enumerate(zip(two_ways, rounded, strict=True)):
         if w.to_inner is None:
             out[k] = x
         elif w.pseudo.cells == w.table.cells:
             out[k] = x[w.to_inner]  # the two-way table is the table, in another cell order
         else:
-            asks.append(ChildrenProblem(p.estimates[tp.table], w.to_inner, x))
+            asks.append(ChildrenProblem(estimates[k], w.to_inner, x))
             asked.append(k)
     for k, cells in zip(asked, _children_many(asks, options), strict=True):
         out[k] = cells
