@@ -88,6 +88,7 @@ class _Part:
     dropped: float
     count: int
     absolute: float = 0.0  # a mass error not relative to the mass itself
+    gaussian: bool = False  # the copies' pruned support grows as √count, not as count
 
 
 def _laplace_part(scale: Fraction, shift: int, count: int) -> _Part:
@@ -156,6 +157,7 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int, prune: float) -> _P
         dropped,
         count,
         _TINY * len(ys) if prune < 2.0**-1022 else 0.0,  # subnormal masses: absolute
+        gaussian=True,
     )
 
 
@@ -281,8 +283,9 @@ def _errors(pmf: _Pmf) -> tuple[float, float, float]:
 def _predicted_work(parts: list[_Part], multipliers: list[int], sparse_weight: int) -> float:
     """The work `support_loss` would charge, predicted from the supports' sizes and spans
     alone (no pruning: an over-estimate of the merged sizes), so that a composition far
-    over its budget or its point cap is refused before any merge (merges by sorting are
-    the slow ones); infinite for one predicted over twice the point cap."""
+    over its budget is refused before any merge (merges by sorting are the slow ones);
+    infinite when its final size is predicted over 4x the point cap (`_predicted_points`:
+    such a composition would fail that cap only after its sorts)."""
     work = 0.0
     sizes = []  # (points, span in units of γ, a lattice step of the positions)
     for part, n in zip(parts, multipliers, strict=True):
@@ -302,13 +305,38 @@ def _predicted_work(parts: list[_Part], multipliers: list[int], sparse_weight: i
         separate = a == 1 or b == 1 or step_b > span_a or step_a > span_b
         sparse = not separate and span // step > 4 * count + 1024
         work += count * (sparse_weight if sparse else 1)
-        points = min(count, span // step + 1)
-        if points > 2 * _MAX_POINTS:
-            # pruning keeps most of a merge's points (about π/4 of the products of two
-            # Gaussian-like sides): this one would pass the cap only after its sort
-            return math.inf
-        sizes = [(points, span, step), *sizes[2:]]
+        sizes = [(min(count, span // step + 1), span, step), *sizes[2:]]
+    if _predicted_points(parts, multipliers) > 4 * _MAX_POINTS:
+        return math.inf
     return work
+
+
+def _predicted_points(parts: list[_Part], multipliers: list[int]) -> float:
+    """An estimate of the composition's kept points: each part's copies an arithmetic
+    progression (step n, their pruned length: a discrete Gaussian's grows as √count),
+    two progressions joined into one of step gcd where that is shorter than their
+    product, and the product of the lengths that remain."""
+    progressions: list[tuple[int, int]] = []  # (step, length)
+    for part, n in zip(parts, multipliers, strict=True):
+        length = len(part.ks)
+        total = part.count * (length - 1) + 1
+        if part.gaussian:  # its tails are pruned
+            total = min(total, math.ceil(math.sqrt(part.count) * length) + 2)
+        step, best = n, None
+        for index, (other_step, other_length) in enumerate(progressions):
+            common = math.gcd(step, other_step)
+            joined = (step * (total - 1) + other_step * (other_length - 1)) // common + 1
+            if joined < total * other_length and (best is None or joined < best[1]):
+                best = (index, joined, common)
+        if best is None:
+            progressions.append((step, total))
+        else:
+            index, joined, common = best
+            progressions[index] = (common, joined)
+    points = 1.0
+    for _, length in progressions:
+        points *= length
+    return points
 
 
 @dataclass(frozen=True)
