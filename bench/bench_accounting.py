@@ -525,11 +525,97 @@ def _mixtures_table(first: int, last: int) -> None:
     print(f"\nslowest: seed {slowest[1]}, {slowest[0]:.3f} s ({slowest[0] / reference:.2f}x)")
 
 
+def _wide_plans_table(first: int, last: int) -> None:
+    """The wide reference plans ``first..last`` (`random_plan(seed, wide=True)`: σ² up to
+    1e6, no cost cap): CPU seconds of each first query on a fresh accountant (ε(δ) at
+    1e-6, 1e-30, 1e-100 and δ(ε) at 1 and 5), and, where the reference's composition
+    of all but one copy of the widest Gaussian is cheap, every answer checked against it:
+    validity, the upper δ within 1% and the lower within 10% for δ >= 1e-30, ε(δ)
+    within 1% (queries at the ε where the accountant puts δ = 1e-2 ... 1e-150)."""
+    from tests.accounting_reference import (
+        ReferenceComposition,
+        _split_wide,
+        _support_size,
+        describe,
+        random_plan,
+    )
+
+    def fresh(plan):
+        accountant = PrivacyAccountant()
+        for mechanism, shifts, count in plan:
+            if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+                accountant.add(mechanism, list(shifts), count)
+            else:
+                accountant.add(mechanism, count=count)
+        return accountant
+
+    over, checked, misses = [], 0, []
+    worst = (0.0, None)
+    for seed in range(first, last + 1):
+        plan = random_plan(seed, wide=True)
+        slowest = 0.0
+        for query, argument in (
+            ("epsilon", 1e-6),
+            ("epsilon", 1e-30),
+            ("epsilon", 1e-100),
+            ("delta", 1.0),
+            ("delta", 5.0),
+        ):
+            accountant = fresh(plan)
+            start = time.process_time()
+            getattr(accountant, query)(argument)
+            slowest = max(slowest, time.process_time() - start)
+        worst = max(worst, (slowest, seed), key=lambda pair: pair[0])
+        if slowest > 0.5:
+            over.append(f"{seed}: {slowest:.2f} s {describe(plan)}")
+            print(f"over 0.5 s: {over[-1]}", flush=True)
+        cost = 1.0
+        for mechanism, shifts, count in _split_wide(plan, 1e-320, 4096)[0]:
+            cost *= _support_size(mechanism, shifts) ** count
+        if cost > 3e6:
+            continue
+        checked += 1
+        reference = ReferenceComposition(plan)
+        missed = len(misses)
+        for target in (1e-2, 1e-6, 1e-12, 1e-20, 1e-30, 1e-75, 1e-150):
+            epsilon = fresh(plan).epsilon(target).upper
+            if not 0 < epsilon < 1e6:
+                continue
+            bound = fresh(plan).delta(epsilon)
+            low, high = reference.delta(epsilon)
+            if bound.upper < low or bound.lower > high:
+                misses.append(f"{seed} δ({epsilon:.6g}) INVALID {bound} exact [{low}, {high}]")
+            elif low >= 1e-30 and (bound.upper > 1.01 * high or bound.lower < 0.9 * low):
+                misses.append(f"{seed} δ({epsilon:.6g}) {bound} exact {high:.6g}")
+        for delta in (1e-3, 1e-30, 1e-100):
+            bound = fresh(plan).epsilon(delta)
+            if not 0 < bound.upper < 1e6:
+                continue
+            if reference.delta(bound.upper)[0] > delta or (
+                bound.lower > 0 and reference.delta(bound.lower)[1] < delta
+            ):
+                misses.append(f"{seed} ε({delta:g}) INVALID {bound}")
+            elif reference.delta(bound.upper / 1.01)[1] <= delta:
+                misses.append(f"{seed} ε({delta:g}) over 1%: {bound}")
+        for line in misses[missed:]:
+            print(f"miss: {line} ({describe(plan)})", flush=True)
+    print(f"wide plans {first}-{last}: slowest first query seed {worst[1]}, {worst[0]:.3f} s CPU")
+    print(f"first queries over 0.5 s CPU: {len(over)}")
+    print(f"checked against the reference: {checked} plans, misses: {len(misses)}")
+    for line in misses:
+        print(f"  {line}")
+
+
 def main() -> None:
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)\n")
     if "--random-plans" in sys.argv[1:-1]:
         first, last = sys.argv[sys.argv.index("--random-plans") + 1].split("-")
         _random_plans_table(int(first), int(last))
+        print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
+        return
+    if "--wide-plans" in sys.argv[1:-1]:
+        first, last = sys.argv[sys.argv.index("--wide-plans") + 1].split("-")
+        _wide_plans_table(int(first), int(last))
         print(f"\nload average at end: {os.getloadavg()[0]:.1f}")
         return
     if "--mixtures" in sys.argv[1:-1]:

@@ -11,6 +11,7 @@ from seed ``DP_REFERENCE_SEED`` (default 0).
 from __future__ import annotations
 
 import os
+import time
 from fractions import Fraction
 
 import pytest
@@ -198,3 +199,42 @@ def test_random_mixture_is_bracketed_and_tight(seed):
         assert reference.delta(bound.upper)[0] <= delta, (name, delta, bound)
         assert bound.lower <= exact_high * (1 + 1e-9) + 1e-12, (name, delta, bound)
         assert bound.upper <= 1.01 * exact_high + 1e-9, (name, delta, bound, exact_high)
+
+
+def test_a_narrow_gaussian_beside_small_supports_is_split_off():
+    """Wide plan 20, 4xDL(10485/64)@(11,) + 2xDG(17)@(3, 4): the whole exact composition
+    is over its caps, and without a discrete Gaussian of 1,024+ points the split was not
+    tried: the coarsened lattice bracketed ε(1e-100) in [13.06, 38.109] (the exact value
+    37.850161, so the lower end 65% under). The copies of DG(17) with one shift summed by
+    their tails beside the rest's exact composition meet the reference at both ends."""
+    plan = random_plan(20, wide=True)
+    reference = ReferenceComposition(plan)
+    accountant = _accountant(plan)
+    for delta in (1e-30, 1e-100):
+        found = accountant.epsilon(delta)
+        assert reference.delta(found.upper)[0] <= delta, (delta, found)
+        assert reference.delta(found.lower)[1] >= delta, (delta, found)
+        # within 1% above and 10% below the exact ε
+        assert reference.delta(found.upper / 1.01)[1] > delta, (delta, found)
+        assert reference.delta(found.lower / 0.9)[0] <= delta, (delta, found)
+    epsilon = accountant.epsilon(1e-100).upper
+    exact_lower, exact_upper = reference.delta(epsilon)
+    bound = accountant.delta(epsilon)
+    assert exact_lower <= bound.upper <= 1.01 * exact_upper, bound
+    assert 0.9 * exact_lower <= bound.lower <= exact_upper, bound
+
+
+@pytest.mark.parametrize("seed", [152, 163])
+def test_first_query_of_a_wide_plan_predicts_a_failing_exact_composition(seed):
+    """The whole plan's exact composition on these wide plans (σ² up to 1e6) merged by
+    sorting up to 7.3M products and then failed its work budget or point cap, 0.8-1.0 s
+    of CPU before another path answered; copies merged on their own lattice, merges
+    binned on the gcd of their gaps and the work and final size predicted before any
+    merge, every first query takes a few hundredths of a second (0.5 s allowed)."""
+    plan = random_plan(seed, wide=True)
+    for query, argument in (("epsilon", 1e-6), ("delta", 1.0)):
+        accountant = _accountant(plan)
+        start = time.process_time()
+        bound = getattr(accountant, query)(argument)
+        elapsed = time.process_time() - start
+        assert elapsed < 0.5, (describe(plan), query, elapsed, bound)

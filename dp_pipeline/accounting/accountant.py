@@ -14,8 +14,8 @@ It records events (mechanism, per-coordinate sensitivity vector, count) and answ
    supports on their rational lattice (`support_composition`, "support_exact": discrete
    Laplaces, pure-DP events and discrete Gaussians with σ² up to ~2700, direct
    convolution with relative error bounds, so tight at any δ) when it stays small, else
-   that composition of everything but the copies of the widest discrete Gaussian (1,024
-   points or more) with their convolved loss summed exactly by its tails
+   that composition of everything but the copies of the widest discrete Gaussian
+   with their convolved loss summed exactly by its tails
    (`gaussian_split`, "support_exact + gaussian_tails"),
    else the exact lattice FFT of CKS §4 when
    everything sits on a common rational lattice of practical size, and if the bracket is

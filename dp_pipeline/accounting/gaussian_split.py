@@ -75,7 +75,6 @@ _TINY = 2.0**-1074
 _EXACT_GAP = 1e-4  # gaps (in units of b) below this are recomputed in exact rationals
 _MAX_CONVOLUTION = 1 << 27  # products of the n-fold convolution of the Gaussian part
 _MAX_GAUSSIAN = 1 << 22  # points of the Gaussian part
-_MIN_GAUSSIAN = 1024  # points of one draw below which the split is not tried
 _MAX_INT = 1 << 60
 _PRUNE = 2.0**-1070  # masses kept down to here (δ is summed down to ~1e-300)
 _MAX_REST_GAUSSIAN = 1 << 15  # a discrete Gaussian of the rest: up to σ² ~ 1.7e5
@@ -234,9 +233,9 @@ def gaussian_split(events) -> GaussianSplit | None:
         return None
     sigma2, shift = max(groups, key=lambda key: (key[0], -key[1]))
     count = groups[(sigma2, shift)]
+    # any width: the split is tried once the whole composition failed, and the rest
+    # without the widest Gaussian is often small where the whole was not
     points = 2 * (math.ceil(39 * math.sqrt(float(sigma2))) + 2) + 1
-    if points < _MIN_GAUSSIAN:
-        return None  # the rest's composition would cost nearly what the whole one does
     shifts = {s for (value, s) in groups if value == sigma2}
     if len(shifts) > 1:
         # every coordinate of that σ² together first: its lattice is dense, and the rest

@@ -33,7 +33,11 @@ Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
 
 The composition is built only while it stays small (`_MAX_PRODUCT` products per merge,
 `_MAX_POINTS` distinct losses, positions within int64): otherwise `support_loss` returns
-None and the accountant takes its other paths.
+None and the accountant takes its other paths. The copies of one component are merged
+on its own lattice and every merge is binned on the gcd of its gaps (dense where the
+positions share a step); the work and sizes are predicted from the supports before any
+merge, so a composition far over the caps is refused at once (only the time changes:
+the masses computed are the same).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ class _Part:
     dropped: float
     count: int
     absolute: float = 0.0  # a mass error not relative to the mass itself
+    gaussian: bool = False  # the copies' pruned support grows as √count, not as count
 
 
 def _laplace_part(scale: Fraction, shift: int, count: int) -> _Part:
@@ -152,6 +157,7 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int, prune: float) -> _P
         dropped,
         count,
         _TINY * len(ys) if prune < 2.0**-1022 else 0.0,  # subnormal masses: absolute
+        gaussian=True,
     )
 
 
@@ -223,7 +229,10 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     separate = len(a.masses) == 1 or (
         np.min(np.diff(a.positions)) > int(b.positions[-1]) - int(b.positions[0])
     )
-    span = high - low + 1
+    # every merged position is low + g·j (g the gcd of both sides' gaps): binned in units
+    # of g, a sum of lattices with a common step is a dense merge, not a sort
+    g = math.gcd(_step(a.positions), _step(b.positions)) or 1
+    span = (high - low) // g + 1
     count = len(a.masses) * len(b.masses)
     sparse = not separate and span > 4 * count + 1024
     budget.charge(count * (budget.sparse_weight if sparse else 1))
@@ -232,9 +241,9 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     if separate:
         merged_positions, merged = positions, products
     elif not sparse:
-        sums = np.bincount(positions - low, weights=products, minlength=span)
+        sums = np.bincount((positions - low) // g, weights=products, minlength=span)
         kept = np.flatnonzero(sums)
-        merged_positions = kept.astype(np.int64) + low
+        merged_positions = kept.astype(np.int64) * g + low
         merged = sums[kept]
     else:
         merged_positions, inverse = np.unique(positions, return_inverse=True)
@@ -251,6 +260,11 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     return _Pmf(merged_positions[keep], merged[keep], relative, absolute, dropped)
 
 
+def _step(positions: np.ndarray) -> int:
+    """The gcd of the gaps between ``positions`` (0 for a single point)."""
+    return int(np.gcd.reduce(np.diff(positions))) if len(positions) > 1 else 0
+
+
 def _power(pmf: _Pmf, count: int, budget: _Budget) -> _Pmf:
     result = None
     while count:
@@ -260,6 +274,69 @@ def _power(pmf: _Pmf, count: int, budget: _Budget) -> _Pmf:
         if count:
             pmf = _merge(pmf, pmf, budget)
     return result
+
+
+def _errors(pmf: _Pmf) -> tuple[float, float, float]:
+    return pmf.relative, pmf.absolute, pmf.dropped
+
+
+def _predicted_work(parts: list[_Part], multipliers: list[int], sparse_weight: int) -> float:
+    """The work `support_loss` would charge, predicted from the supports' sizes and spans
+    alone (no pruning: an over-estimate of the merged sizes), so that a composition far
+    over its budget is refused before any merge (merges by sorting are the slow ones);
+    infinite when its final size is predicted over 4x the point cap (`_predicted_points`:
+    such a composition would fail that cap only after its sorts)."""
+    work = 0.0
+    sizes = []  # (points, span in units of γ, a lattice step of the positions)
+    for part, n in zip(parts, multipliers, strict=True):
+        points, span = len(part.ks), int(part.ks[-1] - part.ks[0])
+        total_points, total_span = points, span
+        for _ in range(part.count - 1):  # dense merges on the part's own lattice
+            work += total_points * points
+            total_span += span
+            total_points = min(total_points * points, total_span + 1)
+        sizes.append((total_points, total_span * n, n))
+    while len(sizes) > 1:
+        sizes.sort()
+        (a, span_a, step_a), (b, span_b, step_b) = sizes[0], sizes[1]
+        step = math.gcd(step_a, step_b) or 1
+        span = span_a + span_b
+        count = a * b
+        separate = a == 1 or b == 1 or step_b > span_a or step_a > span_b
+        sparse = not separate and span // step > 4 * count + 1024
+        work += count * (sparse_weight if sparse else 1)
+        sizes = [(min(count, span // step + 1), span, step), *sizes[2:]]
+    if _predicted_points(parts, multipliers) > 4 * _MAX_POINTS:
+        return math.inf
+    return work
+
+
+def _predicted_points(parts: list[_Part], multipliers: list[int]) -> float:
+    """An estimate of the composition's kept points: each part's copies an arithmetic
+    progression (step n, their pruned length: a discrete Gaussian's grows as √count),
+    two progressions joined into one of step gcd where that is shorter than their
+    product, and the product of the lengths that remain."""
+    progressions: list[tuple[int, int]] = []  # (step, length)
+    for part, n in zip(parts, multipliers, strict=True):
+        length = len(part.ks)
+        total = part.count * (length - 1) + 1
+        if part.gaussian:  # its tails are pruned
+            total = min(total, math.ceil(math.sqrt(part.count) * length) + 2)
+        step, best = n, None
+        for index, (other_step, other_length) in enumerate(progressions):
+            common = math.gcd(step, other_step)
+            joined = (step * (total - 1) + other_step * (other_length - 1)) // common + 1
+            if joined < total * other_length and (best is None or joined < best[1]):
+                best = (index, joined, common)
+        if best is None:
+            progressions.append((step, total))
+        else:
+            index, joined, common = best
+            progressions[index] = (common, joined)
+    points = 1.0
+    for _, length in progressions:
+        points *= length
+    return points
 
 
 @dataclass(frozen=True)
@@ -323,22 +400,24 @@ def support_loss(
     gamma = fraction_gcd([p.step for p in parts])
     offset = sum((p.count * p.offset for p in parts), Fraction(0))
     reach = 0
-    pmfs = []
+    multipliers = []
     for part in parts:
         multiplier = part.step / gamma
         n = multiplier.numerator  # an integer: γ divides every step
         reach += part.count * n * int(np.max(np.abs(part.ks)))
         if reach >= _MAX_POSITION or len(part.ks) == 0:
             return None
-        pmfs.append(
-            (
-                _Pmf(part.ks * n, part.masses, part.relative, part.absolute, part.dropped),
-                part.count,
-            )
-        )
+        multipliers.append(n)
+    if _predicted_work(parts, multipliers, sparse_weight) > 2 * max_work:
+        return None
     budget = _Budget(prune, max_work, sparse_weight)
     try:
-        powers = [_power(pmf, count, budget) for pmf, count in pmfs]
+        powers = []
+        for part, n in zip(parts, multipliers, strict=True):
+            # the copies of one part on its own lattice (K), dense, then scaled to γ
+            pmf = _Pmf(part.ks, part.masses, part.relative, part.absolute, part.dropped)
+            power = _power(pmf, part.count, budget)
+            powers.append(_Pmf(power.positions * n, power.masses, *_errors(power)))
         while len(powers) > 1:  # the two smallest first: intermediate supports stay small
             powers.sort(key=lambda p: len(p.masses))
             powers = [_merge(powers[0], powers[1], budget), *powers[2:]]
