@@ -506,3 +506,51 @@ def test_the_arrow_pass_aggregates_any_dataframe_whose_ids_it_proves_unique(
     assert_queries_equal_pandas(spark, df, specs, sdf)
     # Ids in decreasing order are single-id segments, all disjoint: proven unique too.
     assert calls == [units != "several rows"]
+
+
+def test_the_arrow_pass_codes_short_key_domains_in_spark_as_the_numpy_rules_do(spark):
+    """Keys of range and short-list domains reach the Arrow pass's tasks coded by Spark
+    (`KeyCodes`, packed into longs): their positions and null masks are the numpy rules'
+    on the raw columns, for nulls, NaN, non-integers, infinities and values outside."""
+    import pyarrow as pa
+
+    from dp_pipeline.engines.spark.arrow_pass import KeyCodes
+    from dp_pipeline.engines.spark.parquet_pass import ChunkAggregator
+
+    rows = pd.DataFrame(
+        {
+            "state": pd.array([0, 4, 5, -1, None, 2, 3, 1], dtype="Int64"),
+            "level": [0.0, 1.0, np.nan, 2.5, np.inf, 1.0, -3.0, None],
+            "sex": ["f", "m", "x", None, "f", "F", "m", ""],
+            "code": [f"c{i:03d}" for i in (0, 99, 5, 7, 100, 1, 2, 3)],
+            "income": np.arange(8, dtype=float),
+        }
+    )
+    specs = [
+        spec("count", table="a"),
+        spec("sum", table="b", by=["level", "sex"], domains={"level": [1, 2, 0], "sex": ["m"]}),
+        spec("count", table="c", by=["code"], domains={"code": [f"c{i:03d}" for i in range(100)]}),
+    ]
+    sdf = spark.createDataFrame(rows)
+    codes, packed = KeyCodes.plan(sdf, specs, keep={"income"})
+    assert codes.columns == {"state", "level", "sex"}  # 100 values: left to the numpy rules
+    chunk = sdf.select(*packed).toArrow()
+    positions, nulls = codes.decode(chunk)
+
+    numpy_rules = ChunkAggregator([s.without_key() for s in specs], None)
+    seen = {}
+    for table in numpy_rules.tables:
+        table.add = lambda p, n, *rest: seen.update(positions=p, nulls=n)
+    numpy_rules.add(pa.Table.from_pandas(rows, preserve_index=False))
+    assert set(positions) == {s for s in seen["positions"] if s[0] != "code"}
+    for signature, found in positions.items():
+        missing = seen["nulls"][signature[0]]
+        expected = seen["positions"][signature]
+        if missing is not None:
+            expected = np.where(missing, -1, expected)  # a null key's position may be anything
+        assert found.tolist() == expected.tolist(), signature
+    for column in codes.columns:
+        expected = seen["nulls"][column]
+        assert (nulls[column] is None) == (expected is None)
+        if expected is not None:
+            assert nulls[column].tolist() == expected.tolist()

@@ -42,6 +42,7 @@ __all__ = [
     "merge_partials",
     "parquet_ids_function",
     "parquet_partials_function",
+    "query_domains",
 ]
 
 
@@ -121,6 +122,16 @@ class IncreasingRuns:
             (first, last, self.increasing, self.nulls if index == 0 else 0)
             for index, (first, last) in enumerate(self.segments)
         ]
+
+
+def query_domains(specs: Sequence[QuerySpec]) -> dict[tuple, Domain]:
+    """Every key domain of ``specs`` (cells and hierarchies), once, by its signature."""
+    domains = {}
+    for spec in specs:
+        hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
+        for domain in (*spec.cells.domains, *hierarchy):
+            domains.setdefault(_signature(domain), domain)
+    return domains
 
 
 def _signature(domain: Domain) -> tuple:
@@ -290,11 +301,7 @@ class ChunkAggregator:
         self.run_per_chunk = run_per_chunk
         # The tables of a consistent set share one rule: its rows are looked up once.
         self.rules = list({s.hierarchy.key: s.hierarchy for s in specs if s.hierarchy}.values())
-        domains = {}
-        for spec in specs:
-            hierarchy = spec.hierarchy.domains if spec.hierarchy is not None else ()
-            for domain in (*spec.cells.domains, *hierarchy):
-                domains.setdefault(_signature(domain), domain)
+        domains = query_domains(specs)
         self.domains = domains
         derived_names = set(self.derived)
         self.key_columns = sorted({d.column for d in domains.values()} - derived_names)
@@ -320,8 +327,13 @@ class ChunkAggregator:
             - {*self.value_columns, self.unit}
         )
 
-    def add(self, chunk: pa.Table) -> None:
-        """Add a chunk's rows to every query (nothing once ``complete`` is False)."""
+    def add(self, chunk: pa.Table, coded: tuple[dict, dict] | None = None) -> None:
+        """Add a chunk's rows to every query (nothing once ``complete`` is False).
+
+        ``coded``: (positions by domain signature, null masks by column) of key
+        columns that Spark already coded (`dp_pipeline.engines.spark.arrow_pass`);
+        the chunk need not hold those columns.
+        """
         size = chunk.num_rows
         if size == 0 or not self.complete:
             return
@@ -337,22 +349,26 @@ class ChunkAggregator:
             unit_null = _null_mask(ids)
         if not self.complete:
             return  # the driver will take the general path: read nothing more
-        columns = {c: chunk.column(c).chunk(0) for c in self.key_columns}
+        known_positions, known_nulls = coded if coded is not None else ({}, {})
+        columns = {c: chunk.column(c).chunk(0) for c in self.key_columns if c not in known_nulls}
         for name, grid in self.derived.items():
             positions, finite = grid.positions(_as_double(chunk.column(grid.column).chunk(0)))
             columns[name] = pa.array(positions, mask=~finite)
         outside = {}
         for name in self.integer_keys:
-            if pa.types.is_floating(columns[name].type):
+            if name in columns and pa.types.is_floating(columns[name].type):
                 # The pandas engine's rule for float integer keys: NaN is null,
                 # a non-integer is outside the domain.
                 keys, missing, outside[name] = integral_keys(_as_double(columns[name]))
                 columns[name] = pa.array(keys, mask=missing)
         nulls = {c: _null_mask(a) for c, a in columns.items()}
-        positions = {sig: _positions(d, columns[d.column]) for sig, d in self.domains.items()}
+        nulls.update(known_nulls)
+        positions = dict(known_positions)
         for sig, domain in self.domains.items():
-            if domain.column in outside:
-                positions[sig][outside[domain.column]] = -1
+            if sig not in positions:
+                positions[sig] = _positions(domain, columns[domain.column])
+                if domain.column in outside:
+                    positions[sig][outside[domain.column]] = -1
         values = {c: _as_double(chunk.column(c).chunk(0)) for c in self.value_columns}
         broken = {rule.key: rule_breaks(rule, positions, nulls) for rule in self.rules}
         for table in self.tables:
