@@ -211,6 +211,17 @@ def _ledger_rows(path: Path) -> int:
 
 
 @pytest.mark.spark
+def test_in_local_mode_the_driver_hashes_inputs_of_up_to_four_ranges(spark):
+    # The executors of a local master are the driver's own cores: a job would only add
+    # its round trip. A cluster master keeps one range (see `_driver_bytes`).
+    from dp_pipeline.release.sources import spark_files
+
+    assert spark.sparkContext.master.startswith("local")
+    limit = spark_files._driver_bytes(spark)
+    assert limit == spark_files.LOCAL_MODE_FACTOR * spark_files.DRIVER_BYTES == 256 * 2**20
+
+
+@pytest.mark.spark
 def test_executors_hash_local_ranges_to_the_drivers_digests(spark, tmp_path, monkeypatch):
     from dp_pipeline.release.sources import spark_files
     from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes

@@ -17,9 +17,11 @@ the key; no key leaves the driver and the driver never reads the input.
   The tasks are a ``spark.range`` with ``mapInArrow``: no RDD or SparkContext, so
   the same code runs on a Spark Connect session.
   The function shipped to the workers imports nothing of dp_pipeline there
-  (`range_reader`), so a task starts without the package's import. A local input
-  of at most `DRIVER_BYTES` is hashed by the driver instead: a Spark job costs
-  more than hashing one range.
+  (`range_reader`), so a task starts without the package's import. On a classic
+  session a local input of at most `DRIVER_BYTES` (in local mode `LOCAL_MODE_FACTOR`
+  times that: the executors are then the driver's own cores) is hashed by the
+  driver's threads instead: a Spark job costs more than hashing one range. A Spark
+  Connect client never hashes: the path it would open need not be the server's file.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
   the session's Hadoop file system (the one the release reads through) and Spark's
   ``sha2`` hashes each range of the content in the JVM: only the digests leave the
@@ -45,6 +47,7 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
+from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
@@ -85,6 +88,11 @@ BINARY_FILE_BYTES = 2**31 - 1
 # Local inputs of at most one range are hashed by the driver: a Spark job costs about
 # 0.3 s (an empty four-task job on local[2]), one thread hashes 64 MiB in 0.05 s.
 DRIVER_BYTES = CHUNK_BYTES
+# In local mode the executors are the driver's own machine and cores, so the driver's
+# threads hash as many bytes in parallel as the tasks would, without the job's round
+# trip: up to this many times `DRIVER_BYTES` (a 10 M-person census file, 0.12 GiB, in
+# about 0.1 s against 0.3-0.5 s for the job).
+LOCAL_MODE_FACTOR = 4
 # Hashing tasks of one job when the session does not say its parallelism. A task costs
 # a scheduling round trip (about 0.5 s on a loaded two-core machine), so the ranges are
 # dealt round-robin to as many tasks as the session runs at once (its default
@@ -289,13 +297,23 @@ def _local_range_hasher(tasks: list[tuple[str, int, int]], groups: int):
     return hash_ranges
 
 
+def _driver_bytes(spark) -> int:
+    """The most bytes of local files the driver hashes itself (more: the executors)."""
+    if is_connect(spark):
+        # The client is not where the server reads: a path it opens may be another file.
+        return 0
+    master = spark.sparkContext.master
+    local_mode = master == "local" or master.startswith("local[")
+    return DRIVER_BYTES * (LOCAL_MODE_FACTOR if local_mode else 1)
+
+
 def executor_digests(
     spark, uris: Sequence[str], names: Sequence[str], sizes: dict[str, int], source: str
 ) -> tuple[FileDigest, ...]:
     """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc)."""
     local = [local_path(uri) for uri in uris]
     digests: dict[str, str] = {}
-    if all(path is not None for path in local) and sum(sizes.values()) <= DRIVER_BYTES:
+    if all(path is not None for path in local) and sum(sizes.values()) <= _driver_bytes(spark):
         with contextlib.suppress(FileRangeError, OSError):  # vanished or shrank: below
             found = local_digests([str(path) for path in local], names)
             digests = {uri: digest.sha256 for uri, digest in zip(uris, found, strict=True)}
