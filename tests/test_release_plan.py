@@ -142,10 +142,15 @@ def test_cli_reports_spec_errors_with_status_2(tmp_path, capsys):
 
 def test_cli_ledger_missing_empty_and_unknown_population(tmp_path, capsys):
     ledger = str(tmp_path / "l.sqlite")
-    # Reading a ledger never creates one: a mistyped path is an error, not an empty history.
-    assert main(["ledger", "--ledger", ledger]) == 2
-    assert f"--ledger {ledger}: no ledger there" in capsys.readouterr().err
-    assert not (tmp_path / "l.sqlite").exists()
+    # Reading a ledger never creates one: a missing file is reported, and left missing.
+    nested = str(tmp_path / "typo" / "l.sqlite")
+    assert main(["ledger", "--ledger", nested]) == 0
+    assert f"no ledger at {nested} (the first `dp-release run`" in capsys.readouterr().out
+    assert main(["ledger", "--ledger", nested, "--abort", "r-1"]) == 2
+    assert f"--abort r-1: no ledger at {nested}" in capsys.readouterr().err
+    assert main(["ledger", "--ledger", nested, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["populations"] == []
+    assert not (tmp_path / "typo").exists()
     Ledger(ledger).close()
     assert main(["ledger", "--ledger", ledger]) == 0
     assert "no releases yet" in capsys.readouterr().out

@@ -415,14 +415,28 @@ def _ledger(arguments) -> int:
         arguments.ledger_path = _default(default_ledger, "--ledger")
     location = ledger_location(str(arguments.ledger_path))
     if location.path is not None and not location.path.exists():
-        # Reading a ledger must not create one: a mistyped path would otherwise show an
-        # empty history, and a later run would reserve in the wrong file.
-        raise LedgerError(
-            f"--ledger {location.shown}: no ledger there (a ledger is created by the first "
-            "`dp-release run` that reserves); check the path or $DP_PIPELINE_HOME"
-        )
+        # Reading a ledger never creates one (nor its folder): a mistyped path leaves
+        # nothing behind for a later run to reserve in.
+        return _no_ledger(arguments, location)
     with Ledger(arguments.ledger_path) as ledger:
         return _ledger_report(arguments, ledger)
+
+
+def _no_ledger(arguments, location) -> int:
+    """What `dp-release ledger` says of a SQLite path that holds no ledger (yet)."""
+    missing = (
+        f"no ledger at {location.shown} (the first `dp-release run` that reserves creates "
+        "it; check the path or $DP_PIPELINE_HOME)"
+    )
+    if arguments.abort or arguments.population:
+        flag = f"--abort {arguments.abort}" if arguments.abort else "--population"
+        raise LedgerError(f"{flag}: {missing}")
+    if arguments.json:
+        described = {"ledger": public_location(str(arguments.ledger_path)), "populations": []}
+        print(json.dumps(described, sort_keys=True, default=str))
+    else:
+        print(f"{missing}: no releases yet")
+    return 0
 
 
 def _ledger_report(arguments, ledger: Ledger) -> int:
