@@ -77,7 +77,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.errors import DPValueError
+from dp_pipeline.errors import DPValueError, InternalError
 
 __all__ = [
     "MAX_RUNS",
@@ -228,7 +228,7 @@ def _pair(epsilon: Fraction, count: int, cells: int, stride: int):
     small = ~large & (upper > 0)
     if np.any(small):
         if upper[-1] > 0:  # δ_k(kε) = 0 exactly; the recursion keeps it 0
-            raise AssertionError("the bound at the top loss must be 0")
+            raise InternalError("the bound at the top loss must be 0")
         gaps = kernel[::-1][small]  # 1 - e^{-(n-1-i)h}, bounded below
         mu[-1] += float(np.max(upper[small] / gaps)) * (1 + 4 * _UNIT)
     mu.flags.writeable = False
