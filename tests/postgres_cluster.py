@@ -74,7 +74,12 @@ class PostgresCluster:
         self._as_postgres = hasattr(os, "geteuid") and os.geteuid() == 0
 
     def _command(self, *arguments: str) -> list[str]:
-        prefix = ["runuser", "-u", "postgres", "--"] if self._as_postgres else []
+        # runuser lives in sbin, which a non-login PATH may leave out.
+        runuser = shutil.which("runuser") or next(
+            (str(p) for p in (Path("/usr/sbin/runuser"), Path("/sbin/runuser")) if p.exists()),
+            "runuser",
+        )
+        prefix = [runuser, "-u", "postgres", "--"] if self._as_postgres else []
         return [*prefix, *arguments]
 
     def _run(self, *arguments: str) -> None:
