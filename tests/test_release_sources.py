@@ -263,6 +263,7 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
     assert found == local_digests(files, names)
 
 
+@pytest.mark.spark  # PySpark's cloudpickle and spark_files (no session is started)
 def test_the_executors_range_hasher_imports_nothing_of_the_package(tmp_path):
     import subprocess
     import sys
