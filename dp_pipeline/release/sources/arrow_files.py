@@ -38,7 +38,7 @@ from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     FileDigest,
     chunk_ranges,
-    content_digest,
+    grouped_digests,
     range_digest,
 )
 from dp_pipeline.release.sources.schema import check_csv_headers, check_parquet_footers, csv_header
@@ -148,13 +148,7 @@ def _digests(
     workers = min(8, 2 * (os.cpu_count() or 1))
     with ThreadPoolExecutor(max_workers=workers) as pool:
         parts = list(pool.map(lambda t: _range(filesystem, paths[t[0]], t[1], t[2]), tasks))
-    by_file: list[list[bytes]] = [[] for _ in paths]
-    for (index, _, _), part in zip(tasks, parts, strict=True):
-        by_file[index].append(part)
-    return tuple(
-        FileDigest(name, size, content_digest(size, found))
-        for name, size, found in zip(names, sizes, by_file, strict=True)
-    )
+    return grouped_digests(names, sizes, tasks, parts)
 
 
 def open_arrow_input(spec: ReleaseSpec, location: str, input_format: str) -> OpenedInput:

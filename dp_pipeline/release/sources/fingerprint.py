@@ -48,6 +48,7 @@ __all__ = [
     "digests_fingerprint",
     "file_name",
     "files_fingerprint",
+    "grouped_digests",
     "input_files",
     "local_digests",
     "local_path",
@@ -193,7 +194,17 @@ def local_digests(
         parts = list(pool.map(lambda t: read(str(files[t[0]]), t[1], t[2]), tasks))
     if None in parts:
         raise FileRangeError("a file vanished or is shorter than its listed size (it changed)")
-    by_file: list[list[bytes]] = [[] for _ in files]
+    return grouped_digests(names, sizes, tasks, parts)
+
+
+def grouped_digests(
+    names: Sequence[str],
+    sizes: Sequence[int],
+    tasks: Sequence[tuple[int, int, int]],
+    parts: Sequence[bytes],
+) -> tuple[FileDigest, ...]:
+    """Each file's `FileDigest` from its ranges' SHA-256s (``tasks``: (file, offset, length))."""
+    by_file: list[list[bytes]] = [[] for _ in names]
     for (index, _, _), part in zip(tasks, parts, strict=True):
         by_file[index].append(part)
     return tuple(
