@@ -92,6 +92,20 @@ def test_names_are_relative_to_the_root_on_every_file_system(tmp_path):
     assert shown_location("s3a://AKIA:hunter2@bucket/x") == "s3a://<credentials>@bucket/x"
 
 
+def test_a_uri_query_or_fragment_is_never_shown():
+    # pyarrow's file systems take keys in the query, and a shared-access signature
+    # is one; a query can hold nothing else worth the risk.
+    shown = shown_location("s3://bucket/p.parquet?access_key=AKIA&secret_key=hunter2")
+    assert shown == "s3://bucket/p.parquet?<query>"
+    assert shown_location("https://acct.blob.example/c/x.csv?sv=1&sig=hunter2") == (
+        "https://acct.blob.example/c/x.csv?<query>"
+    )
+    assert shown_location("gs://bucket/x.csv#hunter2") == "gs://bucket/x.csv"
+    assert shown_location("viewfs://c1/data/x.parquet") == "viewfs://c1/data/x.parquet"
+    # A local path is shown as written, whatever characters its name has.
+    assert shown_location("/data/a?b#c.csv") == "/data/a?b#c.csv"
+
+
 # ----------------------------------------------------------------- the spec's fields
 
 

@@ -29,12 +29,20 @@ __all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log", "sh
 
 
 def shown_location(location: str) -> str:
-    """``location`` as messages may show it: a URI's user info (``user:secret@``) removed."""
+    """``location`` as messages may show it: a URI's user info and query removed.
+
+    Both can carry credentials (``s3a://key:secret@bucket/x``; pyarrow's
+    ``?access_key=…&secret_key=…``, a shared-access signature's ``?sig=…``), so
+    neither is ever shown; a local path is shown as written.
+    """
+    if "://" not in location:
+        return location
     parsed = urlparse(location)
     if parsed.netloc and "@" in parsed.netloc:
-        netloc = "<credentials>@" + parsed.netloc.rsplit("@", 1)[1]
-        return urlunparse(parsed._replace(netloc=netloc))
-    return location
+        parsed = parsed._replace(netloc="<credentials>@" + parsed.netloc.rsplit("@", 1)[1])
+    if parsed.query or parsed.params or parsed.fragment:
+        parsed = parsed._replace(query="<query>" if parsed.query else "", params="", fragment="")
+    return urlunparse(parsed)
 
 
 class InputChangedError(DPError, RuntimeError):
