@@ -505,6 +505,41 @@ def test_the_cli_never_shows_the_ledger_password(postgres_server, tmp_path, caps
     assert postgres_server.password not in text and "bad-Secret-1" not in text
 
 
+def test_plan_checks_the_server_ledger_the_spec_names(postgres_server, tmp_path, capsys):
+    from dp_pipeline.release.cli import main
+
+    url = postgres_server.url(postgres_server.create_database())
+    spec_file, _ = small_spec(tmp_path, url)
+    spec_file.write_text(
+        spec_file.read_text().replace(f'ledger = "{tmp_path}/ledger.sqlite"', f"ledger = {url!r}")
+    )
+    # No ledger in that database yet: planned anyway, with a note saying why unchecked.
+    assert main(["plan", str(spec_file)]) == 0
+    captured = capsys.readouterr()
+    assert "note: the spec's ledger was not checked: " in captured.err
+    assert "no ledger in that database" in captured.err
+    with Ledger(url) as ledger:
+        ledger.reserve(
+            population="small-people",
+            release_id="earlier",
+            accountant=accountant(4),
+            fingerprint="a",
+            cap=RHO_CAP,
+        )
+    assert main(["plan", str(spec_file)]) == 0
+    captured = capsys.readouterr()
+    assert f"ledger {mask_url(url)}, population small-people" in captured.out
+    assert "spent (0 committed, 1 reserved)" in captured.out
+    # An unreachable server is a note too; its password is never shown.
+    unreachable = f"postgresql://dp_test:{postgres_server.password}@127.0.0.1:1/x?connect_timeout=3"
+    spec_file.write_text(spec_file.read_text().replace(repr(url), repr(unreachable)))
+    assert main(["plan", str(spec_file)]) == 0
+    captured = capsys.readouterr()
+    assert "note: the spec's ledger was not checked: " in captured.err
+    assert "the server cannot be reached" in captured.err
+    assert postgres_server.password not in captured.out + captured.err
+
+
 def test_a_bad_ledger_stops_a_run_before_the_key_or_the_input(postgres_server, tmp_path, capsys):
     from dp_pipeline.release.cli import main
 

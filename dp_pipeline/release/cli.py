@@ -19,7 +19,7 @@ invalid-row count, a file the reader cannot parse) leave the reservation spent,
 and the same release id resumes it. ``--release-id`` may be a template with the
 run's date (``'labour-{date:%Y-%m}'``, `dp_pipeline.release.release_ids`).
 ``plan`` with a ledger (``--ledger``, else the spec's ``run.ledger`` if that file
-exists) also prints what the population has spent, what this release costs, what
+exists or names a server) also prints what the population has spent, what this release costs, what
 is left and whether it fits, composed as ``run`` composes them; it only reads the
 ledger (never creates, migrates or leases it). A refusal over the cap, in
 ``run`` or ``plan``, names the largest epsilon (at the budget's delta) or rho
@@ -233,10 +233,7 @@ def _plan(arguments) -> int:
     # A scheduled release is planned before its input arrives: the input's problems
     # are notes here, and errors for `run`.
     plan = plan_release(spec, input_present=False)
-    ledger_path = arguments.ledger_path
-    if ledger_path is None and os.path.isfile(spec.ledger_path):
-        ledger_path = spec.ledger_path
-    check = None if ledger_path is None else check_against_ledger(spec, plan, ledger_path)
+    check = _plan_ledger_check(arguments.ledger_path, spec, plan)
     if arguments.json:
         described = plan.to_dict()
         if check is not None:
@@ -255,6 +252,27 @@ def _plan(arguments) -> int:
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
     return 0
+
+
+def _plan_ledger_check(given: str | None, spec, plan):
+    """The ledger check `plan` prints: ``--ledger``, else the spec's ``run.ledger``.
+
+    A ledger named by ``--ledger`` must open (its error is the command's). The spec's
+    own is checked when it is there: a SQLite file that exists, or a server, whose
+    failure (unreachable, no ledger yet) is a note on stderr, as a missing file is
+    no check at all: a release is planned before its ledger need exist.
+    """
+    if given is not None:
+        return check_against_ledger(spec, plan, given)
+    location = ledger_location(spec.ledger_path)
+    if location.kind == "sqlite":
+        exists = location.path is not None and location.path.is_file()
+        return check_against_ledger(spec, plan, spec.ledger_path) if exists else None
+    try:
+        return check_against_ledger(spec, plan, spec.ledger_path)
+    except LedgerError as error:
+        print(f"note: the spec's ledger was not checked: {error}", file=sys.stderr)
+        return None
 
 
 def _check_remote(arguments, spec) -> None:
