@@ -38,7 +38,7 @@ _RULES = (
         r"AccessDenied|ACCESS_DENIED|AccessControlException|Forbidden|\b403\b|\b401\b|"
         r"Unauthori[sz]ed|[Cc]redential|InvalidAccessKey|INVALID_ACCESS_KEY|"
         r"SignatureDoesNotMatch|SIGNATURE_DOES_NOT_MATCH|ExpiredToken|EXPIRED_TOKEN|"
-        r"Permission denied|LoginException",
+        r"Permission denied|LoginException|Login failed|Login incorrect",
         "access was refused (missing or failing credentials, or no permission to list "
         "it); check the credentials the session uses (set them in the environment or a "
         "credential provider, not in the spec) and the permissions of the path",

@@ -108,12 +108,20 @@ def _hash_tasks(spark) -> int:
     return parallelism if parallelism > 0 else MAX_HASH_TASKS
 
 
+# Hadoop wraps a store's own failure (a refused login, a refused connection) in its
+# file system's exception: the chain of causes is read this deep for the kind.
+_CAUSES = 8
+
+
 def _classified(error: BaseException, scheme: str) -> str | None:
     text = f"{type(error).__name__} {error}"
     java = getattr(error, "java_exception", None)
-    if java is not None:
-        with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):
+        for _ in range(_CAUSES):
+            if java is None:
+                break
             text += f" {java.getClass().getName()} {java.toString()}"
+            java = java.getCause()
     condition = getattr(error, "getCondition", None)
     if callable(condition):
         with contextlib.suppress(Exception):
