@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -264,18 +265,60 @@ def test_the_noise_steps_on_connect_give_the_pandas_release(connect):
         assert lazy.num_rows == sum(q.cells.total for q in queries)
 
 
+class _Squatter:
+    """A process's listener on PySpark's default Connect port (15002), counting connections."""
+
+    def __init__(self) -> None:
+        self.accepted = 0
+        self.socket = socket.socket()
+        try:
+            self.socket.bind(("127.0.0.1", 15002))
+        except OSError:  # something holds it already: it is the squatter then
+            self.socket.close()
+            self.socket = None
+            return
+        self.socket.listen()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self.socket.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            connection.close()
+
+    def close(self) -> None:
+        if self.socket is not None:
+            self.socket.close()
+
+
 def test_dp_release_run_remote_local_publishes_the_classic_sessions_bytes(tmp_path):
-    """``--remote local[2]`` starts PySpark's local Connect server in the job's process."""
+    """``--remote local[2]`` starts a local Connect server in the job's process, on a port
+    of its own: a process holding PySpark's default port 15002 sees no connection."""
     # Another process: this one is a Connect client (or has a classic session) already.
     spec_path = tmp_path / "small.toml"
     spec_path.write_text(SMALL_SPEC.format(tmp=tmp_path).replace('"pandas"', '"spark"'))
     env = {**os.environ, "DP_PIPELINE_MASTER_KEY": KEY_HEX, "PYTHONPATH": str(ROOT)}
     env.pop("SPARK_CONNECT_MODE_ENABLED", None)
+    env.pop("SPARK_CONNECT_AUTHENTICATE_TOKEN", None)
     run = [sys.executable, "-m", "dp_pipeline.release.cli", "run", str(spec_path)]
-    connect_run = subprocess.run(
-        [*run, "--remote", "local[2]"], env=env, capture_output=True, text=True, cwd=ROOT
-    )
+    squatter = _Squatter()
+    try:
+        connect_run = subprocess.run(
+            [*run, "--remote", "local[2]"],
+            env=env,
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            timeout=600,
+        )
+    finally:
+        squatter.close()
     assert connect_run.returncode == 0, connect_run.stderr[-3000:]
+    assert squatter.accepted == 0
     assert "starting a Spark Connect session on local[2]" in connect_run.stderr
     spec = load_spec(spec_path)
     remote = Path(spec.output_dir) / spec.release_id
@@ -289,6 +332,43 @@ def test_dp_release_run_remote_local_publishes_the_classic_sessions_bytes(tmp_pa
     assert classic_run.returncode == 3, classic_run.stderr[-3000:]
     assert "already committed" in classic_run.stdout
     assert _published(remote) == connect_files
+
+
+LOCAL_SERVER_TOKEN = """
+import os
+from pyspark.sql.connect.session import SparkSession as Connect
+from dp_pipeline.engines.spark.runtime import connect_session
+session = connect_session("local[1]")
+assert session.range(3).count() == 3
+port = int(session.client._builder.endpoint.rsplit(":", 1)[1])
+token = os.environ["SPARK_CONNECT_AUTHENTICATE_TOKEN"]
+assert port != 15002 and len(token) >= 32
+intruder = Connect.builder.remote(f"sc://localhost:{port}/;token=not-{token}").create()
+try:
+    intruder.range(3).count()
+except Exception as error:
+    print("refused", type(error).__name__)
+else:
+    print("admitted")
+intruder.client.close()
+session.stop()
+"""
+
+
+def test_the_local_connect_server_admits_only_its_own_token():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
+        env.pop(name, None)
+    done = subprocess.run(
+        [sys.executable, "-c", LOCAL_SERVER_TOKEN],
+        env=env,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "refused" in done.stdout and "admitted" not in done.stdout, done.stdout
 
 
 def test_remote_and_master_together_are_refused(tmp_path, capsys):

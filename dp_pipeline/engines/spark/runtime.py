@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import shutil
 import sys
 
@@ -107,21 +108,74 @@ def connect_session(
 
     ``sc://host:port[/;params]`` connects to a running Spark Connect server;
     ``local``, ``local[N]`` or ``local[*]`` starts a local server in this process
-    (PySpark's own way, on its default port) with `local_session`'s settings,
+    (`local_connect_session`: on a port of its own, with a token of its own),
     stopped with the session. Needs PySpark's Connect client (``pyspark[connect]``:
     grpcio, protobuf, zstandard). ``conf``: Spark settings given to the builder.
     """
     match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", remote)
-    builder = SparkSession.builder.remote(remote).appName(app_name)
     if match:
-        ensure_java()
         cores = match.group(1)
         cores = (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
-        for name, value in _local_settings(cores, None, 1, "2g").items():
-            builder = builder.config(name, value)
+        return local_connect_session(cores, app_name=app_name, conf=conf)
+    builder = SparkSession.builder.remote(remote).appName(app_name)
     for name, value in (conf or {}).items():
         builder = builder.config(name, value)
     return builder.getOrCreate()
+
+
+# Settings PySpark gives the in-process server of ``remote("local")``.
+_CONNECT_SERVER = {
+    "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+    "spark.sql.artifact.isolation.enabled": "true",
+    "spark.sql.artifact.isolation.alwaysApplyClassloader": "true",
+}
+_TOKEN_VARIABLE = "SPARK_CONNECT_AUTHENTICATE_TOKEN"
+
+
+def local_connect_session(
+    cores: int, *, app_name: str = "dp_pipeline", conf: dict[str, str] | None = None
+):
+    """A Spark Connect session on a server this process starts: local[``cores``], loopback only.
+
+    PySpark's ``remote("local[N]")`` binds its server to the fixed port 15002 and
+    connects to ``localhost:15002`` whatever answers there: a second job on the host
+    then reaches the first job's server, and any local process that holds the port
+    receives the job's plans (and the functions they ship, keyed noise included).
+    Here the server binds 127.0.0.1 on a port the system assigns, requires a fresh
+    random token (or ``SPARK_CONNECT_AUTHENTICATE_TOKEN`` if set), and the client
+    connects to that port, read back from the server itself. `local_session`'s
+    settings, then ``conf``; stopping the session stops the server.
+    """
+    from pyspark import SparkConf, SparkContext
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    ensure_java()
+    if SparkContext._active_spark_context is not None:
+        raise DPRuntimeError(
+            "a local Spark Connect server needs a process without a Spark session: "
+            "this one has one; stop it first, or connect to a running server (sc://host:port)"
+        )
+    os.environ.setdefault(_TOKEN_VARIABLE, secrets.token_urlsafe(32))
+    settings = {
+        **_local_settings(cores, None, 1, "2g"),
+        **(conf or {}),
+        **_CONNECT_SERVER,
+        "spark.master": f"local[{cores}]",
+        "spark.app.name": app_name,
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": "0",
+    }
+    for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # a classic JVM first
+        os.environ.pop(name, None)
+    context = SparkContext.getOrCreate(SparkConf(loadDefaults=True).setAll(settings.items()))
+    SparkSession(context)  # the server's root session, as PySpark's launcher makes it
+    context.setLogLevel("ERROR")
+    service = getattr(context._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
+    port = int(getattr(service, "MODULE$").localPort())
+    # Connect sessions stop their local server when this is set (PySpark's own rule).
+    os.environ["SPARK_LOCAL_REMOTE"] = "1"
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    return ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
 
 def is_connect(spark) -> bool:
