@@ -33,6 +33,10 @@ TIGHT_ENOUGH = 1e-3  # below this gap only the exact lattice FFT is tried, not t
 # per convolution of unit-mass vectors), so their upper end cannot be below it, and their
 # lower end is 0 or at most the true δ
 ABSOLUTE_FLOOR = 1e-17
+# below this δ a loose inversion is refined (`intersect_brackets`); above, the FFT paths
+# resolve δ to ~1e-12 absolute as before, and the refinement's rest evaluations (one per
+# lattice point, each an inversion) would only add time
+REFINE_BELOW = 1e-12
 
 
 def pmf_group(p: np.ndarray, q: np.ndarray, count: int):
@@ -85,9 +89,10 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
     if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
     intersection with the inversion is not tight either; and, when the caller passes
     ``decide`` (a δ it only compares with, `epsilon_search`), only when neither bracket
-    decides which side of it δ lies on. ``refine`` (a cheap rigorous bracket, e.g. the
+    decides which side of it δ lies on. ``refine`` (a rigorous bracket, e.g. the
     conditioning on a coarse discrete Gaussian coordinate) is intersected with a loose,
-    undecided primary bracket before all of these, and the result stands in for it.
+    undecided primary bracket whose upper end is below `REFINE_BELOW` before all of
+    these, and the result stands in for it.
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
@@ -99,7 +104,7 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
             return first
         if decide is not None and (first.lower > decide or first.upper <= decide):
             return first  # the caller only compares with ``decide``: no path changes that
-        if refine is not None:
+        if refine is not None and first.upper < REFINE_BELOW:
             first = _intersection(first, refine(epsilon))
             gap = first.upper - first.lower
             if first.upper > 0 and gap <= TIGHT * first.upper:

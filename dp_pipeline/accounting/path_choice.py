@@ -47,7 +47,7 @@ class DirectPaths:
     middle_name: Callable[[], str | None] | None = None
 
 
-def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
+def direct_paths(events, rho: float | None, summarize=None, refine: bool = True) -> DirectPaths:
     """The direct path of ``events`` (a list of `PrivacyEvent`; ``rho`` their ρ as a float,
     None if not finite), uncapped: every bound it gives is a rigorous δ(ε) bracket.
 
@@ -55,7 +55,7 @@ def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
     their ρ is not finite); with it, a loose MGF inversion is intersected with the
     `laplace_conditioning` brackets and the conditioning on a coarse discrete Gaussian
     coordinate with up to `_MIDDLE_POINTS` lattice points between its closed forms before
-    any FFT path is built.
+    any FFT path is built (with ``refine`` only: the rests of conditionings go without).
     """
     single = single_coordinate(events)
     inversion = None if single is not None else (inversion_of(events) or None)
@@ -99,11 +99,13 @@ def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
                 FAR_BELOW + chosen[2].far_above()
             ):
                 chosen = None  # one point between: the accountant conditions on it already
+            elif chosen is not None and chosen[2].method.startswith("lattice_conditioning"):
+                chosen = None  # a rest that conditions in turn: each of its points costs one
             conditionings.append(None if chosen is None else LatticeConditioning(*chosen))
         return conditionings[0]
 
-    def refine(eps):
-        conditioning = conditioning_of() if summarize else None
+    def conditioned(eps):
+        conditioning = conditioning_of() if summarize and refine else None
         if conditioning is None:
             return DeltaBound(0.0, 1.0, "mgf_inversion")
         return conditioning.delta_bound(eps)
@@ -113,11 +115,11 @@ def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
         return DeltaBound(0.0, 1.0, "mgf_inversion") if bracket is None else bracket(eps)
 
     def middle_name():
-        if summarize and conditioning_of() is not None:
+        if summarize and refine and conditioning_of() is not None:
             return conditioning_of().method
         return None if laplace_bracket_of() is None else LAPLACE_METHOD
 
-    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle, refine)
+    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle, conditioned)
     return DirectPaths(delta_of, name, None, fallback_name, middle_name)
 
 
