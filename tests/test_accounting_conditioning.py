@@ -255,3 +255,29 @@ def test_wide_seed_56_epsilon_at_1e_100_is_tight():
     bound = accountant.delta(1228.0)
     assert bound.method.startswith("lattice_conditioning")
     assert bound.upper - bound.lower <= 1e-3 * bound.upper, bound
+
+
+def test_conditioning_with_an_asymmetric_rest_keeps_the_largest_middle_term():
+    """A selection (bounded range) in the rest: its two directions differ, so the lower end
+    keeps the largest middle term only; the bracket overlaps the MGF inversion's (direct,
+    independent of the conditioning, loose over this lattice) and is narrower."""
+    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.brackets import inversion_delta
+    from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
+    from dp_pipeline.accounting.events import PrivacyEvent
+    from dp_pipeline.accounting.paths import inversion_of
+
+    events = [
+        PrivacyEvent(DiscreteGaussian(Fraction(4, 25)), (13,), 1),
+        PrivacyEvent(DiscreteGaussian(6), (3,), 1),
+        PrivacyEvent(BaseTwoExponential(Fraction(1, 2)), (1,), 1),
+        PrivacyEvent(DiscreteGaussian(37), (1,), 1),
+    ]
+    chosen = conditioning_coordinate(events, _rest_summary, 4)
+    assert chosen is not None and not chosen[3]
+    conditioning = LatticeConditioning(*chosen)
+    direct = inversion_delta(inversion_of(events))
+    for epsilon in (450.0, 528.6, 560.0, 600.0, 620.0):  # ℓ_0 = 528.125, step 81.25
+        ours, theirs = conditioning.delta_bound(epsilon), direct(epsilon)
+        assert ours.lower <= theirs.upper and theirs.lower <= ours.upper, (epsilon, ours, theirs)
+        assert ours.upper - ours.lower <= theirs.upper - theirs.lower
