@@ -531,7 +531,8 @@ def _wide_plans_table(first: int, last: int) -> None:
     1e-6, 1e-30, 1e-100 and δ(ε) at 1 and 5), and, where the reference's composition
     of all but one copy of the widest Gaussian is cheap, every answer checked against it:
     validity, the upper δ within 1% and the lower within 10% for δ >= 1e-30, ε(δ)
-    within 1% (queries at the ε where the accountant puts δ = 1e-2 ... 1e-150)."""
+    within 1% (queries at the ε where the accountant puts δ = 1e-2 ... 1e-150); and the
+    first ε(δ) queries whose bracket is wider than 1% (upper > 1.01 lower)."""
     from tests.accounting_reference import (
         ReferenceComposition,
         _split_wide,
@@ -549,7 +550,7 @@ def _wide_plans_table(first: int, last: int) -> None:
                 accountant.add(mechanism, count=count)
         return accountant
 
-    over, checked, misses = [], 0, []
+    over, checked, misses, wide = [], 0, [], []
     worst = (0.0, None)
     for seed in range(first, last + 1):
         plan = random_plan(seed, wide=True)
@@ -563,8 +564,12 @@ def _wide_plans_table(first: int, last: int) -> None:
         ):
             accountant = fresh(plan)
             start = time.process_time()
-            getattr(accountant, query)(argument)
+            bound = getattr(accountant, query)(argument)
             slowest = max(slowest, time.process_time() - start)
+            finite = query == "epsilon" and 0 < bound.upper < 1e6
+            if finite and not bound.upper <= 1.01 * bound.lower:
+                wide.append(f"{seed} ε({argument:g}) in [{bound.lower:.6g}, {bound.upper:.6g}]")
+                print(f"bracket over 1%: {wide[-1]} ({bound.method})", flush=True)
         worst = max(worst, (slowest, seed), key=lambda pair: pair[0])
         if slowest > 0.5:
             over.append(f"{seed}: {slowest:.2f} s {describe(plan)}")
@@ -601,6 +606,9 @@ def _wide_plans_table(first: int, last: int) -> None:
             print(f"miss: {line} ({describe(plan)})", flush=True)
     print(f"wide plans {first}-{last}: slowest first query seed {worst[1]}, {worst[0]:.3f} s CPU")
     print(f"first queries over 0.5 s CPU: {len(over)}")
+    print(f"ε(δ) brackets wider than 1% (upper > 1.01 lower): {len(wide)}")
+    for line in wide:
+        print(f"  {line}")
     print(f"checked against the reference: {checked} plans, misses: {len(misses)}")
     for line in misses:
         print(f"  {line}")

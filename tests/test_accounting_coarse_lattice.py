@@ -211,7 +211,8 @@ def test_directly_convolved_supports_match_a_brute_force_sum():
             for k, p in enumerate(part.probabilities)
             if p > 0
         ]
-    weights = [(y, mpmath.exp(-mpmath.mpf(y * y) / 50)) for y in range(-200, 201)]
+    # |y| <= 12σ of N_Z(0, 25): the rest weighs below e^-72
+    weights = [(y, mpmath.exp(-mpmath.mpf(y * y) / 50)) for y in range(-60, 61)]
     total = mpmath.fsum(w for _, w in weights)
     gaussian_losses = [(mpmath.mpf(1) / 50 + mpmath.mpf(y) / 25, w / total) for y, w in weights]
     for epsilon in (0.0, 1.0, 5.0, 12.0):
@@ -247,3 +248,57 @@ def test_seed_102_window_from_a_chernoff_search_over_both_tails():
         assert tight.upper - tight.lower <= 1e-3 * tight.upper
         bound = coarse.delta_bound(epsilon, "test")
         assert bound.lower <= tight.upper and tight.lower <= bound.upper
+
+
+def test_supports_held_a_few_times_and_a_shared_part_match_a_brute_force_sum():
+    import mpmath
+
+    mpmath.mp.dps = 30
+    # supports held 3 and 2 times (their count-fold sums are small, so they are convolved
+    # directly as copies), a support held once and a discrete Gaussian; the
+    # first two components are the ``common`` part, computed once for both calls
+    parts = [
+        LatticeComponent(Fraction(-1, 5), Fraction(1, 5), 3, None, (0.25, 0.25, 0.5)),
+        LatticeComponent(Fraction(-2, 3), Fraction(2, 3), 2, None, (0.2, 0.3, 0.5)),
+    ]
+    others = [
+        LatticeComponent(Fraction(0), Fraction(2, 5), 1, None, (0.5, 0.5)),
+        LatticeComponent(Fraction(1, 50), Fraction(1, 25), 1, Fraction(25)),
+    ]
+    shared: dict = {}
+    first = lattice_loss(parts + others, 1e-14, shared=shared, common=2)
+    again = lattice_loss(parts + others, 1e-14, shared=shared, common=2)
+    alone = lattice_loss(parts + others, 1e-14)
+    assert any(key[0] == "common" for key in shared)
+    assert np.array_equal(first.probabilities, again.probabilities)
+    assert np.allclose(first.probabilities, alone.probabilities, rtol=0, atol=1e-15)
+    support = [(mpmath.mpf(0), mpmath.mpf(1))]
+    for part in parts + others[:1]:
+        offset, step = part.offset, part.step
+        for _ in range(part.count):
+            support = [
+                (
+                    value
+                    + mpmath.mpf(offset.numerator) / offset.denominator
+                    + k * mpmath.mpf(step.numerator) / step.denominator,
+                    mass * mpmath.mpf(p),
+                )
+                for value, mass in support
+                for k, p in enumerate(part.probabilities)
+            ]
+    # |y| <= 12σ of N_Z(0, 25): the rest weighs below e^-72
+    weights = [(y, mpmath.exp(-mpmath.mpf(y * y) / 50)) for y in range(-60, 61)]
+    total = mpmath.fsum(w for _, w in weights)
+    gaussian_losses = [(mpmath.mpf(1) / 50 + mpmath.mpf(y) / 25, w / total) for y, w in weights]
+    for epsilon in (0.0, 1.0, 3.0, 6.0):
+        eps = mpmath.mpf(epsilon)
+        exact = mpmath.fsum(
+            mass * g_mass * -mpmath.expm1(eps - value - g_value)
+            for value, mass in support
+            for g_value, g_mass in gaussian_losses
+            if value + g_value > eps
+        )
+        for loss in (first, again):
+            bound = loss.delta_bound(epsilon, "test")
+            assert bound.lower <= exact <= bound.upper
+            assert bound.upper - bound.lower <= 1e-11

@@ -210,3 +210,74 @@ def test_tail_bounds_reject_a_first_index_at_or_below_epsilon():
 def test_tail_bounds_reject_a_sum_too_long():
     with pytest.raises(ValueError, match="is too long to sum"):
         discrete_gaussian_tail_bounds(Fraction(10**14), 1, 0.0, 0)
+
+
+def test_conditioning_with_several_lattice_points_between_its_closed_forms():
+    """DG(4/25) with shift 13 (loss step 81.25) beside DG(6)@3 and pure ε = 1: the rest's
+    t_hi is about 49, so two lattice points lie between the closed forms; each is summed
+    from the rest's bracket (a symmetric rest: the lower ends add up)."""
+    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
+    from dp_pipeline.accounting.events import PrivacyEvent
+
+    sigma2, shift = Fraction(4, 25), 13
+    events = [
+        PrivacyEvent(DiscreteGaussian(sigma2), (shift,), 1),
+        PrivacyEvent(DiscreteGaussian(6), (3,), 1),
+        PrivacyEvent(PureDP(Fraction(1)), (1,), 1),
+    ]
+    assert conditioning_coordinate(events, _rest_summary) is None  # one point: not enough
+    chosen = conditioning_coordinate(events, _rest_summary, 4)
+    assert chosen is not None and chosen[3]  # the rest is symmetric
+    conditioning = LatticeConditioning(*chosen)
+    rest = _convolve(_mp_gaussian(Fraction(6), 3, 40), _mp_pure(Fraction(1)))
+    loss = float(Fraction(shift * shift + 2 * shift * 4, 2) / sigma2)  # ℓ_4 = 853.125
+    for t in (-60.0, -30.0, -2.0, 0.0, 0.5, 10.0, 35.0, 70.0):
+        bound = conditioning.delta_bound(loss + t)
+        exact = _mp_delta(rest, loss + t, sigma2, shift)
+        assert mpmath.mpf(bound.lower) <= exact <= mpmath.mpf(bound.upper), (t, bound, exact)
+        assert bound.upper - bound.lower <= 1e-6 * bound.upper, (t, bound)
+
+
+def test_wide_seed_56_epsilon_at_1e_100_is_tight():
+    """2xDG(89403/10)@18 + DG(307/50)@11 + PureDP(8) + DG(4/25)@13 + 2xDG(4031/2)@6: the MGF
+    inversion alone bracketed ε(1e-100) in [1143.86, 1230.60] (its comb bound over the
+    81.25-step lattice); intersected with the conditioning on DG(4/25) it is tight."""
+    accountant = PrivacyAccountant()
+    accountant.add(DiscreteGaussian(Fraction(89403, 10)), [18], 2)
+    accountant.add(DiscreteGaussian(Fraction(307, 50)), [11])
+    accountant.add(PureDP(Fraction(8)))
+    accountant.add(DiscreteGaussian(Fraction(4, 25)), [13])
+    accountant.add(DiscreteGaussian(Fraction(4031, 2)), [6], 2)
+    for delta in (1e-30, 1e-100):
+        bound = accountant.epsilon(delta)
+        assert bound.upper - bound.lower <= 1e-6 * bound.upper, (delta, bound)
+    bound = accountant.delta(1228.0)
+    assert bound.method.startswith("lattice_conditioning")
+    assert bound.upper - bound.lower <= 1e-3 * bound.upper, bound
+
+
+def test_conditioning_with_an_asymmetric_rest_keeps_the_largest_middle_term():
+    """A selection (bounded range) in the rest: its two directions differ, so the lower end
+    keeps the largest middle term only; the bracket overlaps the MGF inversion's (direct,
+    independent of the conditioning, loose over this lattice) and is narrower."""
+    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.brackets import inversion_delta
+    from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
+    from dp_pipeline.accounting.events import PrivacyEvent
+    from dp_pipeline.accounting.paths import inversion_of
+
+    events = [
+        PrivacyEvent(DiscreteGaussian(Fraction(4, 25)), (13,), 1),
+        PrivacyEvent(DiscreteGaussian(6), (3,), 1),
+        PrivacyEvent(BaseTwoExponential(Fraction(1, 2)), (1,), 1),
+        PrivacyEvent(DiscreteGaussian(37), (1,), 1),
+    ]
+    chosen = conditioning_coordinate(events, _rest_summary, 4)
+    assert chosen is not None and not chosen[3]
+    conditioning = LatticeConditioning(*chosen)
+    direct = inversion_delta(inversion_of(events))
+    for epsilon in (450.0, 528.6, 560.0, 600.0, 620.0):  # ℓ_0 = 528.125, step 81.25
+        ours, theirs = conditioning.delta_bound(epsilon), direct(epsilon)
+        assert ours.lower <= theirs.upper and theirs.lower <= ours.upper, (epsilon, ours, theirs)
+        assert ours.upper - ours.lower <= theirs.upper - theirs.lower

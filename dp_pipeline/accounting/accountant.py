@@ -28,7 +28,10 @@ before these, a discrete Gaussian coordinate whose loss lattice step μ/σ² exc
 range of everything else (`conditioning`, "lattice_conditioning + <method of the rest>"):
 δ is the sum over its lattice of P[Y=y]·δ_rest(ε - ℓ_y), Theorem 7 tail sums where the
 rest is decided, one evaluation of the rest's bracket where it is not; a bracket wider
-than 1e-4 relative is intersected with the paths above;
+than 1e-4 relative is intersected with the paths above; where such a step is shorter but
+leaves at most five lattice points between the closed forms, a loose MGF inversion below
+δ = 1e-12 (where its comb bound over that lattice is wide) is intersected with the same
+conditioning, one evaluation of the rest per point;
 
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
@@ -116,6 +119,9 @@ class PrivacyAccountant:
     def __init__(self) -> None:
         self._events: list[PrivacyEvent] = []
         self._cache: dict = {}
+        # whether a loose MGF inversion is refined by a coarse Gaussian conditioning
+        # (`path_choice`); off for the rest of a conditioning, whose cost it would multiply
+        self._refine = True
 
     # ----------------------------------------------------------------- recording
     def add(
@@ -325,7 +331,7 @@ class PrivacyAccountant:
         """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
         if "paths" in self._cache:
             return self._cache["paths"]
-        paths = direct_paths(self._events, self._rho_or_none(), _rest_summary)
+        paths = direct_paths(self._events, self._rho_or_none(), _rest_summary, self._refine)
         if paths.methods is None:
             self._cache["fallback"] = paths.fallback_name
             self._cache["middle"] = paths.middle_name
@@ -401,6 +407,7 @@ def _rest_summary(events: Sequence[PrivacyEvent]) -> RestSummary | None:
     """The other events of a conditioning (`conditioning`), or None without a finite ρ."""
     rest = PrivacyAccountant()
     rest._events = list(events)
+    rest._refine = False  # evaluated once per lattice point: no conditioning inside it
     rho = rest._rho_or_none()
     if rho is None:
         return None

@@ -28,6 +28,15 @@ __all__ = [
 # moves ε(δ) by ~1e-5 relative, far inside the 1% the accountant is held to
 TIGHT = 1e-4
 TIGHT_ENOUGH = 1e-3  # below this gap only the exact lattice FFT is tried, not the approximate
+# below this δ only the exact paths are tried: the approximate FFT paths (coarsened lattice,
+# grid PLD) charge their float round-off as an absolute error of at least ~1e-15 (u·log2 N
+# per convolution of unit-mass vectors), so their upper end cannot be below it, and their
+# lower end is 0 or at most the true δ
+ABSOLUTE_FLOOR = 1e-17
+# below this δ a loose inversion is refined (`intersect_brackets`); above, the FFT paths
+# resolve δ to ~1e-12 absolute as before, and the refinement's rest evaluations (one per
+# lattice point, each an inversion) would only add time
+REFINE_BELOW = 1e-12
 
 
 def pmf_group(p: np.ndarray, q: np.ndarray, count: int):
@@ -73,14 +82,17 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback, middle=None):
+def intersect_brackets(primary, fallback, middle=None, refine=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
     if ``middle`` (a cheap rigorous bracket, e.g. `laplace_conditioning`) is given, its
     intersection with the inversion is not tight either; and, when the caller passes
     ``decide`` (a δ it only compares with, `epsilon_search`), only when neither bracket
-    decides which side of it δ lies on.
+    decides which side of it δ lies on. ``refine`` (a rigorous bracket, e.g. the
+    conditioning on a coarse discrete Gaussian coordinate) is intersected with a loose,
+    undecided primary bracket whose upper end is below `REFINE_BELOW` before all of
+    these, and the result stands in for it.
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
@@ -92,6 +104,13 @@ def intersect_brackets(primary, fallback, middle=None):
             return first
         if decide is not None and (first.lower > decide or first.upper <= decide):
             return first  # the caller only compares with ``decide``: no path changes that
+        if refine is not None and first.upper < REFINE_BELOW:
+            first = _intersection(first, refine(epsilon))
+            gap = first.upper - first.lower
+            if first.upper > 0 and gap <= TIGHT * first.upper:
+                return first
+            if decide is not None and (first.lower > decide or first.upper <= decide):
+                return first
         if middle is not None:
             # used only where it closes or decides the bracket (in place of the FFT paths):
             # elsewhere the bracket stays the inversion's, so that a search over ε takes
@@ -105,8 +124,10 @@ def intersect_brackets(primary, fallback, middle=None):
                 return closed
             if decide is not None and closed.upper <= decide:
                 return closed
-        # the exact lattice FFT when it exists; the approximate FFT paths only if loose
-        second = fallback(epsilon, exact_only=gap <= TIGHT_ENOUGH * first.upper)
+        # the exact lattice FFT when it exists; the approximate FFT paths only if loose and
+        # δ is within their (absolute) resolution
+        exact_only = gap <= TIGHT_ENOUGH * first.upper or first.upper < ABSOLUTE_FLOOR
+        second = fallback(epsilon, exact_only=exact_only)
         if second is None:
             return first
         return _intersection(first, second)

@@ -270,9 +270,9 @@ def coarsened_lattice_loss(
         up.append(rounded_up)
         down.append(rounded_down)
         extra += max(error_up, error_down)
-    shared: dict = {}  # the exact components' φ, for both roundings
-    upper_loss = lattice_loss(exact + up, tolerance, max_size, shared)
-    lower_loss = lattice_loss(exact + down, tolerance, max_size, shared)
+    shared: dict = {}  # the exact components' part of the spectrum, for both roundings
+    upper_loss = lattice_loss(exact + up, tolerance, max_size, shared, len(exact))
+    lower_loss = lattice_loss(exact + down, tolerance, max_size, shared, len(exact))
     if upper_loss is None or lower_loss is None:
         return None
     return CoarsenedLatticeLoss(upper_loss, lower_loss, extra, rounded, grid)

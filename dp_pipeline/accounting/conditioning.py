@@ -24,6 +24,15 @@ such y, the bounds of the other terms hold for either direction of the rest, so 
 the rest's bracket (the maximum over its directions) keeps the lower bound below the
 maximum over directions of the composition's δ.
 
+With b > (T + t_hi)/m, at most m + 1 y fall between (one rest evaluation each). The
+upper bound sums their upper ends (each the maximum over the rest's directions, so the
+sum bounds every direction's). The lower bound sums their lower ends when the rest is
+symmetric (discrete Gaussians, discrete Laplaces, randomized response for pure ε: one
+direction); otherwise it keeps only the largest middle term, which the direction that
+reaches it satisfies alone (the other terms are >= 0). `direct_paths` uses this form
+(m <= 4) as a cheap bracket beside a loose MGF inversion: at tiny δ the inversion's
+comb bound over such a coarse lattice is wide, and conditioning is not.
+
 Rounding: ε - ℓ_y is exact (rationals), rounded down for the upper bound of g and up for
 the lower (g is non-increasing); e^t and 1 - e^t carry 4 ulps each.
 """
@@ -37,15 +46,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import round_up
+from dp_pipeline.accounting.bounded_range import bounded_range_epsilon_of
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.brackets import TIGHT
 from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_pmf_bounds,
     discrete_gaussian_tail_bounds,
 )
-from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
-from dp_pipeline.mechanisms import DiscreteGaussian
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
     "LatticeConditioning",
@@ -58,6 +68,7 @@ _U = 2.0**-53
 FAR_BELOW = 40  # T: below ε - ℓ_y = -T, g(t) = 1 - e^t within e^{-40} relative
 _CAP_LOG = 740.0  # e^{-740} < 1e-321: the closed-form cap of the rest beyond t_hi
 _MAX_SIGMA2 = 10**6  # the Theorem 7 tail sums stay below ~10^4 terms
+_REFINED = 1e-7  # closed-form middle terms left while their width is below this, relative
 _ABOVE_SLACK = math.exp(-FAR_BELOW) / -math.expm1(-FAR_BELOW)  # Σ p·e^t <= slack·Σ p(1 - e^t)
 
 
@@ -122,10 +133,13 @@ def conditioned_composition(events, summarize, paths):
     return delta_of, conditioning.method
 
 
-def conditioning_coordinate(events, summarize: Callable[[list], RestSummary | None]):
-    """(σ², shift, the rest's summary) of the discrete Gaussian coordinate to condition on,
-    or None: a coordinate held once (σ² <= 10^6) whose lattice step μ/σ² exceeds T + t_hi
-    of the other events, the largest such step.
+def conditioning_coordinate(
+    events, summarize: Callable[[list], RestSummary | None], middle: int = 1
+):
+    """(σ², shift, the rest's summary, whether the rest is symmetric) of the discrete
+    Gaussian coordinate to condition on, or None: a coordinate held once (σ² <= 10^6)
+    whose lattice step μ/σ² exceeds (T + t_hi)/``middle`` of the other events (at most
+    ``middle`` + 1 lattice points between, module docstring), the largest such step.
 
     ``summarize(rest_events)``: the `RestSummary` of a list of events (None if their ρ is
     not finite).
@@ -136,13 +150,13 @@ def conditioning_coordinate(events, summarize: Callable[[list], RestSummary | No
         if not isinstance(mechanism, DiscreteGaussian) or mechanism.sigma2 > _MAX_SIGMA2:
             continue
         # a float pre-filter (σ² as a float is within 1e-15 relative): most steps are small
-        reach = FAR_BELOW * float(mechanism.sigma2) * (1 - 1e-9)
+        reach = FAR_BELOW / middle * float(mechanism.sigma2) * (1 - 1e-9)
         if max(event.sensitivity) <= reach:
             continue
         held = Counter(s for s in event.sensitivity if s)
         for shift, multiplicity in held.items():
             step = Fraction(shift) / mechanism.sigma2
-            if multiplicity * event.count != 1 or step <= FAR_BELOW:
+            if multiplicity * event.count != 1 or step * middle <= FAR_BELOW:
                 continue
             if best is None or step > best[0]:
                 best = (step, index, shift)
@@ -156,9 +170,22 @@ def conditioning_coordinate(events, summarize: Callable[[list], RestSummary | No
     if any(remaining):
         rest.insert(index, PrivacyEvent(event.mechanism, tuple(remaining), event.count))
     summary = summarize(rest) if rest else None
-    if summary is None or float(step) <= FAR_BELOW + summary.far_above():
+    if summary is None or float(step) * middle <= FAR_BELOW + summary.far_above():
         return None
-    return event.mechanism.sigma2, shift, summary
+    return event.mechanism.sigma2, shift, summary, all(_symmetric(e.mechanism) for e in rest)
+
+
+def _symmetric(mechanism) -> bool:
+    """Whether a mechanism's privacy loss has the same law in both directions: discrete
+    Gaussians and Laplaces (reflect the output about μ/2) and pure ε-DP events, which
+    every path counts as randomized response (not selections, not pmf pairs)."""
+    if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+        return True
+    return (
+        not hasattr(mechanism, "privacy_loss_pmfs")
+        and bounded_range_epsilon_of(mechanism) is None
+        and pure_epsilon_of(mechanism) is not None
+    )
 
 
 @dataclass(frozen=True)
@@ -168,6 +195,7 @@ class LatticeConditioning:
     sigma2: Fraction
     shift: int
     rest: RestSummary
+    symmetric: bool = False  # the rest's loss has one law in both directions
 
     @property
     def method(self) -> str:
@@ -191,19 +219,49 @@ class LatticeConditioning:
         lower = tail_lower
         high = self.rest.far_above()
         upper += self.rest.cap(high)  # the y whose t = ε - ℓ_y >= t_hi (P-mass <= 1)
-        # the only y that can lie between: above - 1 (ℓ_{above-2} <= ε + T - b < ε - t_hi)
+        # the y that lie between: above - 1, above - 2, ... while ε - ℓ_y < t_hi (one when
+        # b > T + t_hi: ℓ_{above-2} <= ε + T - b < ε - t_hi)
         middle = above - 1
-        t = eps - self._loss(middle)
+        between = []  # (t, P[Y=y] lower, upper) of the y between
+        while (t := eps - self._loss(middle)) < high:
+            between.append((t, *discrete_gaussian_pmf_bounds(sigma2, middle)))
+            middle -= 1
         method = self.method
-        if t < high:
-            p_lower, p_upper = discrete_gaussian_pmf_bounds(sigma2, middle)
+        # each term's bracket: closed forms first (g <= cap(t) for t >= 0, g >= 1 - e^t
+        # below), the rest evaluated where that leaves a term wide (widest first, until the
+        # closed-form terms' width is within `_REFINED` of the lower bound; all of them
+        # when one lies between)
+        terms = [self._closed_form_term(*term) for term in between]
+        order = sorted(range(len(terms)), key=lambda i: terms[i][1] - terms[i][0], reverse=True)
+        for rank, index in enumerate(order):
+            remaining = sum(terms[i][1] - terms[i][0] for i in order[rank:])
+            known = lower + sum(term[0] for term in terms)
+            if len(terms) > 1 and remaining <= _REFINED * known:
+                break
+            t, p_lower, p_upper = between[index]
             g_lower, g_upper, rest_method = self._g_bounds(t)
-            upper += p_upper * g_upper * (1 + 4 * _U)
-            lower += p_lower * g_lower * (1 - 4 * _U)
+            terms[index] = (p_lower * g_lower * (1 - 4 * _U), p_upper * g_upper * (1 + 4 * _U))
             method = f"lattice_conditioning + {rest_method}"
+        if len(terms) == 1:
+            upper += terms[0][1]
+        elif terms:
+            upper += math.fsum(term[1] for term in terms) * (1 + len(terms) * _U)
+        if terms:
+            # summed for a symmetric rest; else the largest (module docstring)
+            if len(terms) == 1 or not self.symmetric:
+                lower += max(term[0] for term in terms)
+            else:
+                lower += math.fsum(term[0] for term in terms) * (1 - len(terms) * _U)
         upper = min(1.0, round_up(upper, 2))
         lower = max(0.0, lower * (1 - 4 * _U))
         return DeltaBound(min(lower, upper), upper, method)
+
+    def _closed_form_term(self, t: Fraction, p_lower: float, p_upper: float):
+        """(lower, upper) on P[Y=y]·g(t) from closed forms alone: 0 <= g(t) <= cap(t) for
+        t >= 0 (cap non-increasing: taken at t rounded down), 1 - e^t <= g(t) <= 1 below."""
+        if t >= 0:
+            return 0.0, p_upper * min(1.0, self.rest.cap(_float_down(t))) * (1 + 4 * _U)
+        return p_lower * -math.expm1(_float_up(t)) * (1 - 8 * _U), p_upper
 
     def _g_bounds(self, t: Fraction) -> tuple[float, float, str]:
         """(lower, upper) on g(t) for the exact rational t, and the rest's method."""

@@ -215,13 +215,16 @@ def lattice_loss(
     tolerance: float = 1e-13,
     max_size: int = MAX_FFT_SIZE,
     shared: dict | None = None,
+    common: int = 0,
 ) -> LatticeLoss | None:
     """Compose lattice components by FFT; ``None`` if the window would exceed ``max_size``.
 
     ``tolerance`` bounds the aliasing error E (absolute, on δ). ``shared``: a dict kept by
     a caller composing several variants of one composition (the coarsened lattice's two
-    roundings), where the discrete Gaussians' φ on equal grids are computed once.
+    roundings), where the discrete Gaussians' φ on equal grids are computed once, and so is
+    the part of the product of the first ``common`` components (the same in every call).
     """
+    common = sum(1 for c in components[:common] if c.count > 0)
     components = [c for c in components if c.count > 0]
     gamma = fraction_gcd([c.step for c in components])
     multipliers = [int(c.step / gamma) for c in components]
@@ -259,18 +262,16 @@ def lattice_loss(
         if aliasing <= tolerance:
             break
         size *= 2
-    spectrum, merge_error = _spectrum(components, multipliers, supports, size, shared)
+    spectrum, merge_error, factors = _spectrum(
+        components, multipliers, supports, size, shared, common
+    )
     residues = np.fft.irfft(spectrum, n=size)
     first = center - size // 2 + 1
     window = residues[(first + np.arange(size)) % size]
     np.clip(window, 0.0, None, out=window)
-    groups = len(components)
-    roundoff = (
-        2
-        * _UNIT_ROUNDOFF
-        * math.sqrt(size)
-        * (math.log2(size) + groups + sum(math.log2(c.count + 1) for c in components) + 4)
-    )
+    # factors: the spectra multiplied and log2(count + 1) for each power taken (the
+    # supports convolved directly enter as one transform per merged product)
+    roundoff = 2 * _UNIT_ROUNDOFF * math.sqrt(size) * (math.log2(size) + factors + 4)
     return LatticeLoss(
         probabilities=window,
         first=first,
@@ -299,8 +300,8 @@ _MAX_PRODUCT = 1 << 23  # points of a direct convolution (memory: 16 bytes each)
 
 
 def _spectrum(
-    components, multipliers, supports, size: int, shared: dict | None = None
-) -> tuple[np.ndarray, float]:
+    components, multipliers, supports, size: int, shared: dict | None = None, common: int = 0
+) -> tuple[np.ndarray, float, float]:
     """Π_j φ_j(θ_f)^count_j at θ_f = 2πf/size, f = 0..size/2 (W is real, so its
     characteristic function is Hermitian and this half determines it), and the L1 error
     of the masses convolved directly (``merge_error``).
@@ -308,18 +309,54 @@ def _spectrum(
     Finite supports held once are convolved directly, smallest first, while their product
     stays within 4·size points (and 2^23) (a product of masses is within u of its exact value per
     factor and a sum of m of them within (m - 1)·u, all terms positive: the L1 error is
-    at most Σ over merges of (largest multiplicity + 1)·u, charged with 1% to spare); each
-    remaining support costs one real FFT. Discrete Gaussians multiply by their Poisson-
-    summed φ, the others by their FFT (to the power ``count``). The real FFT obeys the
-    round-off model of `multivariate` as the complex one did (the same factors, per
-    frequency, and the same inverse transform restricted to real input).
+    at most Σ over merges of (largest multiplicity + 1)·u, charged with 1% to spare); a
+    support held a few times whose count-fold sum has at most `_MERGED_POINTS` points
+    enters as that many copies, convolved the same way (one FFT for all the small
+    supports of a composition instead of one each); each remaining support costs one real
+    FFT. Discrete Gaussians multiply by their Poisson-summed φ, the others by their FFT
+    (to the power ``count``). The real FFT obeys the round-off model of `multivariate` as
+    the complex one did (the same factors, per frequency, and the same inverse transform
+    restricted to real input). Returns the spectrum, the merge error and the round-off
+    model's factor count: one per spectrum multiplied, plus log2(count + 1) per power.
+
+    ``common``: the first ``common`` components are the same in every call that passes
+    ``shared`` (the exact components of the coarsened lattice's two roundings); their part
+    of the product is computed once and kept there.
     """
+    if shared is None or common <= 0:
+        log_phi, spectrum, merge_error, factors = _partial_spectrum(
+            components, multipliers, supports, size, shared
+        )
+    else:
+        key = ("common", tuple(components[:common]), tuple(multipliers[:common]), size)
+        if key not in shared:
+            shared[key] = _partial_spectrum(
+                components[:common], multipliers[:common], supports[:common], size, shared
+            )
+        log_phi, spectrum, merge_error, factors = shared[key]
+        rest_log_phi, rest, rest_error, rest_factors = _partial_spectrum(
+            components[common:], multipliers[common:], supports[common:], size, shared
+        )
+        log_phi = log_phi + rest_log_phi
+        merge_error += rest_error
+        factors += rest_factors + 1  # the two parts' product
+        if rest is not None:
+            spectrum = rest if spectrum is None else spectrum * rest
+    phi = np.exp(log_phi)
+    return (phi if spectrum is None else spectrum * phi), merge_error * 1.01, factors
+
+
+def _partial_spectrum(components, multipliers, supports, size: int, shared: dict | None):
+    """(Σ count·log φ of the discrete Gaussians, the product of the other factors or None,
+    the merge error, the factor count): the parts of `_spectrum` for some components."""
     frequencies = np.arange(size // 2 + 1, dtype=np.int64)
     log_phi = np.zeros(len(frequencies))
     spectrum = None
     sparse = []
+    factors = 0.0
     for component, n, support in zip(components, multipliers, supports, strict=True):
         if support is None:
+            factors += 1 + math.log2(component.count + 1)
             key = ("log_phi", component.sigma2, n % size, size)
             if shared is None or key not in shared:
                 index = (frequencies * (n % size)) % size
@@ -334,11 +371,13 @@ def _spectrum(
             continue
         kept = np.flatnonzero(support > 0)
         positions = (n * kept.astype(np.int64)) % size
-        if component.count == 1:
-            sparse.append((positions, support[kept]))
+        span = int(kept[-1] - kept[0]) if len(kept) else 0
+        if component.count == 1 or (component.count * span + 1) * len(kept) <= _MERGED_POINTS:
+            sparse.extend([(positions, support[kept])] * component.count)
             continue
         factor = np.fft.rfft(np.bincount(positions, weights=support[kept], minlength=size))
         factor = factor**component.count
+        factors += 1 + math.log2(component.count + 1)
         spectrum = factor if spectrum is None else spectrum * factor
     merge_error = 0.0
     sparse.sort(key=lambda pair: len(pair[0]))
@@ -358,6 +397,6 @@ def _spectrum(
         # the masses landing on one residue are summed here (a support may wrap around)
         merge_error += (int(np.bincount(positions).max()) - 1) * _UNIT_ROUNDOFF
         factor = np.fft.rfft(np.bincount(positions, weights=masses, minlength=size))
+        factors += 1 + math.log2(2)  # as a component held once
         spectrum = factor if spectrum is None else spectrum * factor
-    phi = np.exp(log_phi)
-    return (phi if spectrum is None else spectrum * phi), merge_error * 1.01
+    return log_phi, spectrum, merge_error, factors

@@ -14,12 +14,21 @@ from dataclasses import dataclass
 
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.brackets import intersect_brackets, inversion_delta
+from dp_pipeline.accounting.conditioning import (
+    FAR_BELOW,
+    LatticeConditioning,
+    conditioning_coordinate,
+)
 from dp_pipeline.accounting.laplace_conditioning import METHOD as LAPLACE_METHOD
 from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
 __all__ = ["DirectPaths", "direct_paths", "no_path_bound"]
+
+# lattice points between the conditioning's two closed forms beside a loose MGF inversion
+# (`conditioning`: one rest evaluation each)
+_MIDDLE_POINTS = 4
 
 
 @dataclass(frozen=True)
@@ -38,13 +47,15 @@ class DirectPaths:
     middle_name: Callable[[], str | None] | None = None
 
 
-def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
+def direct_paths(events, rho: float | None, summarize=None, refine: bool = True) -> DirectPaths:
     """The direct path of ``events`` (a list of `PrivacyEvent`; ``rho`` their ρ as a float,
     None if not finite), uncapped: every bound it gives is a rigorous δ(ε) bracket.
 
     ``summarize(rest_events)``: the `conditioning.RestSummary` of other events (None if
     their ρ is not finite); with it, a loose MGF inversion is intersected with the
-    `laplace_conditioning` brackets before any FFT path is built.
+    `laplace_conditioning` brackets and the conditioning on a coarse discrete Gaussian
+    coordinate with up to `_MIDDLE_POINTS` lattice points between its closed forms before
+    any FFT path is built (with ``refine`` only: the rests of conditionings go without).
     """
     single = single_coordinate(events)
     inversion = None if single is not None else (inversion_of(events) or None)
@@ -79,14 +90,36 @@ def direct_paths(events, rho: float | None, summarize=None) -> DirectPaths:
             laplace.append(laplace_bracket(found) if found else None)
         return laplace[0]
 
+    conditionings: list = []  # a coarse Gaussian coordinate's conditioning, or None
+
+    def conditioning_of():
+        if not conditionings:
+            chosen = conditioning_coordinate(events, summarize, _MIDDLE_POINTS)
+            if chosen is not None and float(chosen[1] / chosen[0]) > (
+                FAR_BELOW + chosen[2].far_above()
+            ):
+                chosen = None  # one point between: the accountant conditions on it already
+            elif chosen is not None and chosen[2].method.startswith("lattice_conditioning"):
+                chosen = None  # a rest that conditions in turn: each of its points costs one
+            conditionings.append(None if chosen is None else LatticeConditioning(*chosen))
+        return conditionings[0]
+
+    def conditioned(eps):
+        conditioning = conditioning_of() if summarize and refine else None
+        if conditioning is None:
+            return DeltaBound(0.0, 1.0, "mgf_inversion")
+        return conditioning.delta_bound(eps)
+
     def middle(eps):
         bracket = laplace_bracket_of()
         return DeltaBound(0.0, 1.0, "mgf_inversion") if bracket is None else bracket(eps)
 
     def middle_name():
+        if summarize and refine and conditioning_of() is not None:
+            return conditioning_of().method
         return None if laplace_bracket_of() is None else LAPLACE_METHOD
 
-    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle)
+    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle, conditioned)
     return DirectPaths(delta_of, name, None, fallback_name, middle_name)
 
 
