@@ -30,6 +30,7 @@ from dp_pipeline.accounting.bounded_range import (
     bounded_range_pld,
 )
 from dp_pipeline.accounting.bounded_range_adaptive import (
+    BLOCK_RUNS,
     MAX_RUNS,
     adaptive_delta_bounds,
     adaptive_pair,
@@ -231,7 +232,7 @@ def test_every_selection_epsilon_forms_its_blocks():
     assert adaptive_blocks(two.events) == ((_br("1/5"), 21, 1), (_br("1/2"), 3, 1))
     assert adaptive_blocks(_selections("1/10", 1).events) == ((_br("1/10"), 1, 1),)
     many = _selections("1/10", 2 * MAX_RUNS + 3)
-    assert adaptive_blocks(many.events) == ((_br("1/10"), MAX_RUNS, 2), (_br("1/10"), 3, 1))
+    assert adaptive_blocks(many.events) == ((_br("1/10"), BLOCK_RUNS, 4), (_br("1/10"), 3, 1))
     assert adaptive_blocks(_selections("1/10", MAX_RUNS).events) == ((_br("1/10"), MAX_RUNS, 1),)
     assert many.epsilon(1e-6).upper > _selections("1/10", MAX_RUNS).epsilon(1e-6).upper
 
@@ -360,7 +361,7 @@ def test_more_runs_than_a_block_compose_as_blocks(k):
 
 def test_blocks_take_every_path_alike():
     # each path composes its own dominating measure of the blocks (the MGF inversion a
-    # strided one, 1.5-3% higher in δ here), so each bracket holds its own measure's δ
+    # strided one, 1.5-7% higher in δ here), so each bracket holds its own measure's δ
     events = (
         _mixed((("1/2", 3), ("1/5", 4), ("1/10", MAX_RUNS + 2)))
         .add(DiscreteGaussian(Fraction(300)), sensitivity=[1, 1])
@@ -371,7 +372,7 @@ def test_blocks_take_every_path_alike():
     for x in (1.0, 2.0, 3.0):
         bounds = [delta_of(x) for delta_of in brackets]
         assert all(b.lower <= b.upper for b in bounds)
-        assert max(b.upper for b in bounds) <= 1.04 * min(b.upper for b in bounds)
+        assert max(b.upper for b in bounds) <= 1.08 * min(b.upper for b in bounds)
 
 
 def test_bad_block_arguments_are_named():

@@ -114,7 +114,7 @@ __all__ = [
 ]
 
 MAX_RUNS = 128  # runs of one block at most
-BLOCK_RUNS = 128  # beyond MAX_RUNS runs of one ε, blocks of this many (and one of the rest)
+BLOCK_RUNS = 64  # beyond MAX_RUNS runs of one ε: blocks of this many (and one of the rest)
 _UNIT = 2.0**-53
 _STEP_SLACK = 1 + 32 * _UNIT  # each recursion step's result is raised by this factor
 _WEIGHT_SLACK = 1 + 16 * _UNIT  # each weight p_t, 1 - p_t, e^{-h}... raised by this
