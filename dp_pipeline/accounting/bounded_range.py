@@ -164,8 +164,8 @@ def _lattice(epsilon: Fraction, points: int):
     # e^{jh/2}/(e^ε - 1) = e^{jh/2 - ε}/(1 - e^{-ε}): no overflow for a large ε
     masses = math.tanh(h / 4) * np.exp(j * (h / 2) - eps) / -math.expm1(-eps)
     masses[1:-1] *= 2
-    # each loss the float nearest the exact rational offset + step·j
-    losses = np.array([float(-epsilon + step * i) for i in range(points + 1)])
+    # each loss the float nearest the exact rational offset + step·j (integer division)
+    losses = lattice_losses(-epsilon, step, points + 1)
     masses.flags.writeable = False
     losses.flags.writeable = False
     return -epsilon, step, masses, losses

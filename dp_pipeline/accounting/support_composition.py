@@ -70,12 +70,13 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounded_range import (
+    POINTS,
     adaptive_blocks,
     bounded_range_epsilon_of,
     bounded_range_losses,
     mass_error,
 )
-from dp_pipeline.accounting.bounded_range_adaptive import adaptive_pair
+from dp_pipeline.accounting.bounded_range_adaptive import adaptive_pair, cells_per_run
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
@@ -226,6 +227,14 @@ def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None
         else:
             parts.append(_pure_part(value, count))
     if selections:
+        # selections at several ε share no lattice: their supports multiply (checked
+        # before any measure is built; a calibration asks again at every candidate ε)
+        spans: dict = {}
+        for epsilon, runs, copies in adaptive_blocks(events):
+            size = 2 * runs * cells_per_run(runs) if runs > 1 else POINTS
+            spans[epsilon] = spans.get(epsilon, 0) + copies * size
+        if math.prod(span + 1 for span in spans.values()) > 4 * _MAX_POINTS:
+            return None
         parts.extend(_selection_parts(events, parts))
     return parts or None
 
