@@ -40,8 +40,9 @@ conversion of the others ("pure_dp + zcdp"), both always valid.
 Selections (the exponential mechanism, ε-bounded-range) enter every path by their exact
 bounded-range privacy curve, as a dominating pair on a lattice of exact rational losses
 (`bounded_range`: Dong, Durfee & Rogers 2020; Zhu, Dong & Wang 2022), not by their pure ε;
-the runs of one ε enter together by the pair of DDR's optimal adaptive composition
-(`bounded_range_adaptive`); the zCDP cap counts them at ρ = ε²/8.
+the runs of each ε enter together, in blocks of up to 128 runs, by the pair of DDR's
+optimal adaptive composition (`bounded_range_adaptive`); the zCDP cap counts them at
+ρ = ε²/8.
 
 Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
 own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves

@@ -2,9 +2,10 @@
 ("support_exact + gaussian_tails").
 
 A discrete Gaussian with a large σ² has a support (~78σ points) too wide to convolve
-with the others, and beside small-σ² Gaussians, Laplaces or pure-DP events (whose losses
-sit far apart next to its narrow, fine-lattice loss) the MGF inversion's integrand keeps
-returning at the multiples of its period: its bound on those returns can exceed 20% of δ.
+with the others, and beside small-σ² Gaussians, Laplaces, selections or pure-DP events
+(whose losses sit far apart next to its narrow, fine-lattice loss) the MGF inversion's
+integrand keeps returning at the multiples of its period: its bound on those returns can
+exceed 20% of δ.
 This path composes everything but that Gaussian exactly (`support_composition`: the
 rest's loss C + γ·w with masses m_w) and sums the Gaussian's loss exactly for each w.
 

@@ -16,14 +16,11 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounded_range import (
-    adaptive_block,
+    adaptive_blocks,
     block_lattice,
     block_pld,
     block_support,
     bounded_range_epsilon_of,
-    bounded_range_lattice,
-    bounded_range_pld,
-    bounded_range_support,
     support_points,
 )
 from dp_pipeline.accounting.bounds import DeltaBound
@@ -198,7 +195,7 @@ def inversion_split(events, support_below, shared: dict | None = None):
     asymmetric = False
     unit = 2.0**-53
     support_size = 0
-    block, block_added = adaptive_block(events), False
+    blocks_added = False
     for event in events:
         mechanism = event.mechanism
         shifts = Counter(s for s in event.sensitivity if s)
@@ -232,25 +229,18 @@ def inversion_split(events, support_below, shared: dict | None = None):
                 forward.append(group)
                 backward.append(group)
             continue
-        bounded_range = bounded_range_epsilon_of(mechanism)
-        if bounded_range is not None and block is not None and bounded_range == block[0]:
-            if not block_added:  # the block's runs enter once, as one group
-                block_added = True
-                key = ("br-block", *block)
-                if key not in shared:
-                    shared[key] = block_support(*block, support_points(events))
-                support_size += len(shared[key].masses)
-                forward.append(shared[key])
-                backward.append(shared[key])
-            continue
-        if bounded_range is not None:
-            key = ("br", bounded_range, event.count)
-            if key not in shared:
+        if bounded_range_epsilon_of(mechanism) is not None:
+            if not blocks_added:  # every selection enters once, in its ε's blocks
+                blocks_added = True
                 points = support_points(events)
-                shared[key] = bounded_range_support(bounded_range, event.count, points)
-            support_size += len(shared[key].masses)
-            forward.append(shared[key])
-            backward.append(shared[key])
+                for block in adaptive_blocks(events):
+                    key = ("br-block", *block, points)
+                    if key not in shared:
+                        epsilon, runs, copies = block
+                        shared[key] = block_support(epsilon, runs, points, copies)
+                    support_size += len(shared[key].masses)
+                    forward.append(shared[key])
+                    backward.append(shared[key])
             continue
         if hasattr(mechanism, "privacy_loss_pmfs"):
             key = ("pmf", id(mechanism), event.count)
@@ -328,7 +318,7 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                 if shift:
                     counts[("dl", mechanism.scale, shift)] += event.count
         elif bounded_range_epsilon_of(mechanism) is not None:
-            counts[("br", bounded_range_epsilon_of(mechanism), 1)] += event.count
+            counts[("br", None, 0)] = 1  # every selection at once, in blocks (below)
         elif hasattr(mechanism, "privacy_loss_pmfs"):
             return None
         else:
@@ -338,7 +328,6 @@ def lattice_components(events) -> list[LatticeComponent] | None:
             if pure > 0:
                 counts[("rr", pure, 1)] += event.count
     components = []
-    block = adaptive_block(events)
     for (kind, value, shift), count in counts.items():
         if kind == "dg":
             components.append(
@@ -349,10 +338,8 @@ def lattice_components(events) -> list[LatticeComponent] | None:
                     sigma2=value,
                 )
             )
-        elif kind == "br" and block is not None and value == block[0]:
-            components.append(block_lattice(*block))
         elif kind == "br":
-            components.append(bounded_range_lattice(value, count))
+            components.extend(block_lattice(*block) for block in adaptive_blocks(events))
         elif kind == "dl":
             _, probabilities = discrete_laplace_loss_pmf(value, shift)
             components.append(
@@ -381,7 +368,6 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
     more than `pld.MAX_GRID_POINTS` (checked before anything that large is allocated)."""
     parts_spec = []
     variance = 0.0
-    block, block_added = adaptive_block(events), False
     for event in events:
         mechanism = event.mechanism
         if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
@@ -392,11 +378,7 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
                 else:
                     variance += multiplicity * event.count * (shift / float(mechanism.scale)) ** 2
         else:
-            if block is not None and bounded_range_epsilon_of(mechanism) == block[0]:
-                if not block_added:  # shift 0 marks the block: all its runs in one part
-                    parts_spec.append((mechanism, 0, block[1]))
-                    block_added = True
-            else:
+            if bounded_range_epsilon_of(mechanism) is None:  # selections: blocks, below
                 parts_spec.append((mechanism, 1, event.count))
             pure = pure_epsilon_of(mechanism)
             variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
@@ -406,17 +388,14 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
     for mechanism, shift, count in parts_spec:
         if _pld_points(mechanism, shift, count, step) > max_points:
             return None
+    blocks = adaptive_blocks(events)
+    for epsilon, runs, copies in blocks:
+        if runs * copies * 2 * float(epsilon) / step + 2 > max_points:
+            return None
     try:
-        parts = []
+        parts = [block_pld(epsilon, runs, step, copies) for epsilon, runs, copies in blocks]
         for mechanism, shift, count in parts_spec:
-            bounded_range = bounded_range_epsilon_of(mechanism)
-            if bounded_range is not None and shift == 0:
-                parts.append(block_pld(bounded_range, count, step))
-                continue
-            if bounded_range is not None:
-                part = bounded_range_pld(bounded_range, step)
-            else:
-                part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
+            part = PrivacyLossDistribution.from_mechanism(mechanism, shift, step)
             parts.append(part.self_compose(count) if count > 1 else part)
         while len(parts) > 1:
             parts = [

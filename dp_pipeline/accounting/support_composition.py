@@ -1,7 +1,10 @@
 """Exact composition of finite-support privacy losses on their rational lattice ("support_exact").
 
 A discrete Laplace of scale b with shift Δ has the loss -Δ/b + (2/b)·K, K = 0..Δ; pure
-ε₀-DP has its randomized response, -ε₀ + 2ε₀·K, K in {0, 1}; a discrete Gaussian
+ε₀-DP has its randomized response, -ε₀ + 2ε₀·K, K in {0, 1}; a selection (ε-bounded
+range) its dominating lattice, -ε + (2ε/256)·K for a single run at its ε
+(`bounded_range`), the measure of DDR's adaptive block -kε + (ε/cells)·K for k runs
+(`bounded_range_adaptive`, every block of `bounded_range.adaptive_blocks`); a discrete Gaussian
 N_Z(0, σ²) with shift μ has μ²/(2σ²) + (μ/σ²)·y, kept here for |y| <= R = ⌈39σ⌉ + 2 (the
 mass beyond, < e^{-760}, is a dropped mass). Every offset and step is an exact rational,
 so the composed loss is C + γ·w exactly, with C the sum of the offsets, γ the rational gcd
@@ -10,10 +13,27 @@ of non-negative masses merged by exact integer position, never an FFT, so each c
 mass is within a relative error R of its exact value (plus an absolute underflow term A)
 whatever its size, and δ keeps its relative precision down to the float range.
 
+A selection's ε is a dyadic rational with a large numerator, so its lattice and another
+event's (a Laplace's 2/b, a Gaussian's μ/σ², another ε's) rarely share a step that keeps
+the positions within int64. Then each selection's offset and step are rounded UP to
+multiples of a grid g (the others' gcd halved until g <= step/2^20): the loss o + s·K
+becomes o' + s'·K with o' >= o and s' >= s, so every loss moves up (by at most
+(K + 1)·g, under 1/100 of a cell s for the at most 8193 points of a block) with its
+P-mass. The δ computed here,
+Σ m_w (1 - e^{ε - L_w})_+ over the product of the P-measures, only grows when any loss
+grows, and before the rounding it bounds every adaptive composition (the symmetric
+dominating pairs of `bounded_range`; the product of the blocks' measures,
+`bounded_range_adaptive`), so the rounded composition bounds it too (its lower bound is
+that of the rounded measure). Two selections at different ε on that grid rarely share
+a step either: their product support (~10^7 points for two blocks of a few runs) is
+then over the point cap, and the accountant takes the lattice FFT or the grid PLD.
+
 Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
 
 - inputs: each discrete Laplace mass within 4(Δ + 4)·u of itself (the budget of
-  `discrete_laplace_loss_pmf`), the randomized response's 1/(1 + e^{∓ε₀}) within 2u, each
+  `discrete_laplace_loss_pmf`), a single selection's within `bounded_range.mass_error`,
+  an adaptive block's exact (the float measure is the certified object), the
+  randomized response's 1/(1 + e^{∓ε₀}) within 2u, each
   discrete Gaussian mass e^{-y²/(2σ²)}/Z within 8u·(max y²/(2σ²) + 2) + 2(2R + 1)·u
   (the exponent's error and the direct sum Z); u = 2^-53;
 - a merge of two pmfs: a product of two masses is one rounding and the k <= min(n_a, n_b)
@@ -49,6 +69,14 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.accounting.bounded_range import (
+    POINTS,
+    adaptive_blocks,
+    bounded_range_epsilon_of,
+    bounded_range_losses,
+    mass_error,
+)
+from dp_pipeline.accounting.bounded_range_adaptive import adaptive_pair, cells_per_run
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
@@ -67,6 +95,7 @@ _MAX_POINTS = 1 << 20  # distinct losses kept after a merge
 _MAX_WORK = 1 << 24  # products over the whole composition (time: about 0.4 s)
 _MAX_GAUSSIAN_POINTS = 4096  # a discrete Gaussian's support: 2⌈39σ⌉ + 5 points (σ² <= ~2700)
 _MAX_POSITION = 1 << 62
+_SELECTION_GRID = 1 << 20  # a selection's lattice step rounded up to 1/this of itself
 
 
 @dataclass(frozen=True)
@@ -163,8 +192,12 @@ def _gaussian_part(sigma2: Fraction, shift: int, count: int, prune: float) -> _P
 
 def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None:
     counts: Counter = Counter()
+    selections = False
     for event in events:
         mechanism = event.mechanism
+        if bounded_range_epsilon_of(mechanism) is not None:
+            selections = True  # every selection at once, in its ε's blocks (below)
+            continue
         if isinstance(mechanism, DiscreteGaussian):
             if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > max_gaussian_points:
                 return None
@@ -193,7 +226,52 @@ def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None
             parts.append(_laplace_part(value, shift, count))
         else:
             parts.append(_pure_part(value, count))
+    if selections:
+        # selections at several ε share no lattice: their supports multiply (checked
+        # before any measure is built; a calibration asks again at every candidate ε)
+        spans: dict = {}
+        for epsilon, runs, copies in adaptive_blocks(events):
+            size = 2 * runs * cells_per_run(runs) if runs > 1 else POINTS
+            spans[epsilon] = spans.get(epsilon, 0) + copies * size
+        if math.prod(span + 1 for span in spans.values()) > 4 * _MAX_POINTS:
+            return None
+        parts.extend(_selection_parts(events, parts))
     return parts or None
+
+
+def _selection_parts(events, others: list[_Part]) -> list[_Part]:
+    """The selections' blocks (`bounded_range.adaptive_blocks`): each its dominating
+    measure on its own rational lattice, or, when the common lattice with the ``others``
+    would leave int64, with offset and step rounded UP to multiples of a grid g
+    (module docstring)."""
+    raw = []
+    for epsilon, runs, copies in adaptive_blocks(events):
+        if runs == 1:
+            offset, step, masses = bounded_range_losses(epsilon)
+            relative = mass_error(float(epsilon))
+        else:
+            offset, step, masses = adaptive_pair(epsilon, runs)
+            relative = 0.0  # the measure is the float masses themselves
+        raw.append((offset, step, masses, relative, copies))
+    steps = [p.step for p in others] + [r[1] for r in raw]
+    gamma = fraction_gcd(steps)
+    reach = sum(p.count * (p.step / gamma) * int(np.max(np.abs(p.ks))) for p in others)
+    reach += sum(r[4] * (r[1] / gamma) * (len(r[2]) - 1) for r in raw)
+    grid = None
+    if reach >= _MAX_POSITION // 4:
+        finest = min(r[1] for r in raw)
+        grid = fraction_gcd([p.step for p in others]) if others else finest
+        while grid > finest / _SELECTION_GRID:
+            grid /= 2
+    parts = []
+    for offset, step, masses, relative, copies in raw:
+        if grid is not None:  # losses only move up: δ only grows (module docstring)
+            offset = math.ceil(offset / grid) * grid
+            step = math.ceil(step / grid) * grid
+        ks = np.arange(len(masses), dtype=np.int64)
+        keep = masses > 0
+        parts.append(_Part(offset, step, ks[keep], np.asarray(masses)[keep], relative, 0.0, copies))
+    return parts
 
 
 class _TooLargeError(DPError):
