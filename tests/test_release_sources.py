@@ -277,6 +277,63 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
     assert found == local_digests(files, names)
 
 
+@pytest.mark.spark
+def test_files_on_another_file_system_are_sized_and_hashed_by_one_jvm_job(
+    spark, tmp_path, monkeypatch
+):
+    # Sizes None: the hashing job reads each file's length with its bytes (no metadata
+    # job first); an empty file (no row in binaryFile's scan) is found in its file index.
+    from dp_pipeline.release.sources.spark_files import executor_digests
+
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
+    files = []
+    for index, size in enumerate((0, 100, 4096, 10_000)):
+        path = tmp_path / f"part-{index}.bin"
+        path.write_bytes(bytes((index * 3 + i) % 249 for i in range(size)))
+        files.append(path)
+    key = "fs.viewfs.mounttable.dpsized.link./data"
+    spark.conf.set(key, f"file://{tmp_path}")
+    try:
+        uris = tuple(f"viewfs://dpsized/data/{p.name}" for p in files)
+        names = [p.name for p in files]
+        found = executor_digests(spark, uris, names, None, "t")
+        assert found == local_digests(files, names)
+        # One changed byte in the last range changes that file's digest, and only its.
+        changed = bytearray(files[3].read_bytes())
+        changed[9_000] ^= 1
+        files[3].write_bytes(bytes(changed))
+        again = executor_digests(spark, uris, names, None, "t")
+    finally:
+        spark.conf.unset(key)
+    assert again[:3] == found[:3]
+    assert again[3].size == found[3].size and again[3].sha256 != found[3].sha256
+
+
+@pytest.mark.spark
+def test_a_parquet_input_off_the_local_disk_is_read_once_as_it_was_listed(spark, tmp_path):
+    # One read lists the files and infers the schema; the tables read that DataFrame,
+    # whose file index is the list fingerprinted (no second listing or schema job).
+    from dp_pipeline.release.tables.on_spark import open_spark_input, spark_input_frames
+
+    _, parquet_path = write_inputs(tmp_path)
+    data = tmp_path / "mounted"
+    data.mkdir()
+    (data / "part-0.parquet").write_bytes(parquet_path.read_bytes())
+    mount = f'"spark.hadoop.fs.viewfs.mounttable.dponce.link./data" = "file://{data}"'
+    text = spec_text(tmp_path, 'path = "viewfs://dponce/data"\nformat = "parquet"')
+    spec = load_spec(write_spec(tmp_path, text + f"\n[run.spark_conf]\n{mount}\n"))
+    opened = open_spark_input(spec, spec.input_path, "parquet", Progress(quiet=True), spark)
+    try:
+        assert opened.uris == ("viewfs://dponce/data/part-0.parquet",)
+        assert tuple(sorted(opened.frame.inputFiles())) == opened.uris
+        assert spark_input_frames(spec, opened) == (opened.frame, None)
+        assert opened.total_bytes == 0  # known with the digests
+        digests = opened.digests()
+        assert opened.total_bytes == digests[0].size == (data / "part-0.parquet").stat().st_size
+    finally:
+        opened.close()
+
+
 @pytest.mark.spark  # PySpark's cloudpickle and spark_files (no session is started)
 def test_the_executors_range_hasher_imports_nothing_of_the_package(tmp_path):
     import subprocess

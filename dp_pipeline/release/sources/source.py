@@ -97,7 +97,12 @@ class OpenedInput:
     lister: Callable[[], tuple[str, ...]] | None = None
     hasher: Callable[[tuple[str, ...]], tuple[FileDigest, ...]] | None = None
     header: bytes = b""
-    total_bytes: int = 0  # the listed files' sizes (Spark: which aggregation path)
+    # The listed files' sizes (Spark: which aggregation path); for files off the local
+    # disk known once they are fingerprinted (their sizes come with their digests).
+    total_bytes: int = 0
+    # The DataFrame the Spark engine reads, when the listing read it (a Parquet input off
+    # the local disk: its file index is the list fingerprinted); None: read by location.
+    frame: Any = None
     csv_header: list[str] | None = None  # a CSV input outside the local file system
     # The pandas engine's input on a pyarrow file system: ``uris`` are paths on it, and
     # ``path`` the input's path there (a file when ``base_is_file``).

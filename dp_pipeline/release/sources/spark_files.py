@@ -28,7 +28,12 @@ the key; no key leaves the driver and the driver never reads the input.
   executors, no byte goes to a Python worker. That reader holds a file in memory
   and takes at most `BINARY_FILE_BYTES` per file: a larger file is refused before
   the reservation, naming the rule. An empty file (no row in that reader, listed by
-  its file index) is fingerprinted by its name and size.
+  its file index) is fingerprinted by its name and size. The job's rows carry each
+  file's length with its digest: no metadata job runs before it.
+
+Listing (`listed_input`): a Parquet input outside the local file system is read once,
+``spark.read.parquet``: its file index is the list fingerprinted and the DataFrame the
+tables read, its schema the one checked (one listing and one schema inference).
 
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
 (a URI's user info, a signed request) and internal addresses, so none is shown.
@@ -78,6 +83,7 @@ __all__ = [
     "file_sizes",
     "first_lines",
     "listed_files",
+    "listed_input",
     "listing_errors",
     "listing_frame",
     "source_label",
@@ -204,6 +210,31 @@ def listed_files(spark, location: str, input_format: str, table: str | None) -> 
     return tuple(sorted(uris))
 
 
+def listed_input(
+    spark, location: str, input_format: str, table: str | None
+) -> tuple[tuple[str, ...], object | None]:
+    """`listed_files`, and for a Parquet input outside the local file system its DataFrame.
+
+    Such an input is read once, ``spark.read.parquet(location)``: one listing of its
+    files (the DataFrame's file index, which its reads use) and one schema inference
+    (a footer, as Spark infers it), instead of a listing for the fingerprint, another
+    read for the schema check and a third for the tables. The DataFrame (second item)
+    reads exactly the listed files; None for other inputs (listed with a placeholder
+    schema, no file opened). A read that fails leaves the reasons to `listed_files`
+    (no such path, no data files) and to the schema check.
+    """
+    if table is None and input_format == "parquet" and local_path(location) is None:
+        frame = None
+        try:
+            frame = spark.read.parquet(location)
+            uris = tuple(sorted(frame.inputFiles()))
+        except _SPARK_ERRORS:
+            frame = None  # named below, outside this block (no chained Spark message)
+        if frame is not None and uris:
+            return uris, frame
+    return listed_files(spark, location, input_format, table), None
+
+
 def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
     """Each listed file's size in bytes (local files: stat; others: binaryFile's metadata).
 
@@ -316,10 +347,23 @@ def _driver_bytes(spark) -> int:
 
 
 def executor_digests(
-    spark, uris: Sequence[str], names: Sequence[str], sizes: dict[str, int], source: str
+    spark,
+    uris: Sequence[str],
+    names: Sequence[str],
+    sizes: dict[str, int] | None,
+    source: str,
 ) -> tuple[FileDigest, ...]:
-    """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc)."""
+    """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc).
+
+    ``sizes`` None: the files' sizes now (a local file's by stat; another file's by the
+    hashing job itself, which reads its length with its bytes: no job of its own).
+    """
     local = [local_path(uri) for uri in uris]
+    if all(path is not None for path in local):
+        sizes = file_sizes(spark, uris, source) if sizes is None else sizes
+    elif sizes is None:
+        sizes, digests = _sized_binary_file_digests(spark, uris, source)
+        return _file_digests(uris, names, sizes, digests, source)
     digests: dict[str, str] = {}
     if all(path is not None for path in local) and sum(sizes.values()) <= _driver_bytes(spark):
         with contextlib.suppress(FileRangeError, OSError):  # vanished or shrank: below
@@ -331,10 +375,19 @@ def executor_digests(
                 digests = _local_digests(spark, uris, sizes)
             else:
                 # An empty file has no bytes to read (and no row in binaryFile's scan).
-                empty = content_digest(0, [hashlib.sha256(b"").digest()])
                 read = [uri for uri in uris if sizes[uri] > 0]
-                digests = _binary_file_digests(spark, read) if read else {}
-                digests.update((uri, empty) for uri in uris if sizes[uri] == 0)
+                found = _binary_file_digests(spark, read)[0] if read else {}
+                digests = {uri: digest for uri, (_, digest) in found.items()}
+                digests.update((uri, _empty_digest()) for uri in uris if sizes[uri] == 0)
+    return _file_digests(uris, names, sizes, digests, source)
+
+
+def _empty_digest() -> str:
+    """The content digest of an empty file (one empty range; no bytes to read)."""
+    return content_digest(0, [hashlib.sha256(b"").digest()])
+
+
+def _file_digests(uris, names, sizes, digests, source: str) -> tuple[FileDigest, ...]:
     if any(uri not in digests for uri in uris):
         raise SpecError(
             [
@@ -368,19 +421,58 @@ def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[st
     return digests
 
 
-def _binary_file_digests(spark, uris: Sequence[str]) -> dict[str, str]:
-    # Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
-    # read: only the digests leave the executors (no file's bytes go through Arrow
-    # to a Python worker, and no Python worker is needed).
+def _sized_binary_file_digests(
+    spark, uris: Sequence[str], source: str
+) -> tuple[dict[str, int], dict[str, str]]:
+    """Each file's size and content digest from one binaryFile job (files off the local disk).
+
+    The job's rows carry each file's length with its digest, so no metadata job runs
+    first. A file binaryFile cannot take (over `BINARY_FILE_BYTES`) fails the job: the
+    metadata job (`file_sizes`) then names the rule. An empty file has no row: it is
+    empty when binaryFile's own file index lists it (as in `file_sizes`).
+    """
+    failure = None
+    with listing_errors(source, urlparse(uris[0]).scheme):
+        try:
+            found, frame = _binary_file_digests(spark, uris)
+        except _SPARK_ERRORS as error:
+            failure = error
+    if failure is not None:
+        # Outside the handler: neither message carries Spark's (it can quote credentials).
+        file_sizes(spark, uris, source)  # raises the rule of a file binaryFile cannot take
+        with listing_errors(source, urlparse(uris[0]).scheme):
+            raise failure
+    if len(found) < len(uris) and set(found) <= set(uris):
+        with listing_errors(source, urlparse(uris[0]).scheme):
+            listed = set(frame.inputFiles())
+        empty = [uri for uri in uris if uri not in found and uri in listed]
+        found.update((uri, (0, _empty_digest())) for uri in empty)
+    if any(uri not in found for uri in uris):
+        file_sizes(spark, uris, source)  # names files binaryFile does not list
+    sizes = {uri: found[uri][0] for uri in uris if uri in found}
+    return sizes, {uri: found[uri][1] for uri in uris if uri in found}
+
+
+def _binary_file_digests(spark, uris: Sequence[str]):
+    """({path: (size, content digest)}, the binaryFile DataFrame) of ``uris`` (one job).
+
+    Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
+    read: only the digests leave the executors (no file's bytes go through Arrow to a
+    Python worker, and no Python worker is needed).
+    """
     chunk = fingerprint.CHUNK_BYTES
     ranges = (
         f"transform(sequence(0, greatest(cast(ceil(size / {chunk}) AS INT) - 1, 0)), "
         f"i -> sha2(substring(content, i * {chunk} + 1, {chunk}), 256))"
     )
-    frame = spark.read.format("binaryFile").load(list(uris))
-    frame = frame.select("path", "content", sf.length("content").alias("size"))
+    files = spark.read.format("binaryFile").load(list(uris))
+    frame = files.select("path", "content", sf.length("content").alias("size"))
     rows = frame.select("path", "size", sf.expr(ranges).alias("ranges")).collect()
-    return {
-        row["path"]: content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]])
+    found = {
+        row["path"]: (
+            row["size"],
+            content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]]),
+        )
         for row in rows
     }
+    return found, files

@@ -73,6 +73,7 @@ from dp_pipeline.release.sources.spark_files import (
     file_sizes,
     first_lines,
     listed_files,
+    listed_input,
     listing_errors,
     source_label,
 )
@@ -162,21 +163,29 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
     """Fill ``opened`` with Spark's file list, sizes, listing and hashing (see open_spark_input)."""
     spark, table, location = opened.spark, opened.table, opened.location or ""
     source = source_label(location, table)
-    uris = listed_files(spark, location, opened.format, table)
-    sizes = file_sizes(spark, uris, source)
+    # A Parquet input off the local disk is read here, once: its file index is the list
+    # fingerprinted and the one its rows are read from, its schema the one checked.
+    uris, frame = listed_input(spark, location, opened.format, table)
     local = [local_path(uri) for uri in uris]
     if all(file is not None for file in local):
         opened.files = tuple(local)
     opened.uris = uris
-    opened.total_bytes = sum(sizes.values())
+    opened.frame = frame
+    sizes = None
+    if opened.files or opened.format == "csv":
+        # Local files: stat. Other files' sizes come with their digests (one job).
+        sizes = file_sizes(spark, uris, source)
+        opened.total_bytes = sum(sizes.values())
 
     def name(uri: str) -> str:
         # A table's files by their whole URI: its location is the catalog's, not the spec's.
         return uri if table is not None else file_name(uri, location)
 
     def hasher(listed: tuple[str, ...]):
-        now = file_sizes(spark, listed, source)  # a file that grew is hashed whole
-        return executor_digests(spark, listed, [name(u) for u in listed], now, source)
+        # Sizes taken now, with the bytes: a file that grew is hashed whole.
+        found = executor_digests(spark, listed, [name(u) for u in listed], None, source)
+        opened.total_bytes = sum(digest.size for digest in found)
+        return found
 
     opened.hasher = hasher
     opened.lister = lambda: listed_files(spark, location, opened.format, table)
@@ -186,8 +195,9 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
             opened.header = f"table {table}\n{schema.simpleString()}".encode()
             _check_spark_columns(spec, schema, source)
         elif not opened.files and opened.format == "parquet":
-            _check_spark_columns(spec, spark.read.parquet(location).schema, source)
-    if not opened.files and table is None and opened.format == "csv":
+            read = frame if frame is not None else spark.read.parquet(location)
+            _check_spark_columns(spec, read.schema, source)
+    if sizes is not None and not opened.files and table is None and opened.format == "csv":
         # Every file's header against the spec and the first's, before the reservation
         # (a local folder's are checked by `check_input_columns`); empty files hold none.
         read = [uri for uri in uris if sizes[uri] > 0] or list(uris[:1])
@@ -277,6 +287,8 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
     reader = source.spark.read
     if source.table is not None:
         return source.spark.table(source.table), None
+    if source.frame is not None:  # read when it was listed: the files fingerprinted
+        return source.frame, None
     location = source.location or str(source.path)
     if source.format != "csv":
         return reader.parquet(location), None
