@@ -67,7 +67,7 @@ from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
-from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem
+from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem, split_uri
 from dp_pipeline.release.publish.manifest import (
     MANIFEST_NAME,
     check_replaceable,
@@ -586,7 +586,7 @@ def read_release(folder: str | os.PathLike[str], spark=None) -> dict[str, pd.Dat
     system, or ``pyarrow.fs`` without a classic session.
     """
     if is_uri(str(folder)):
-        root, _, name = str(folder).rstrip("/").rpartition("/")
+        root, name = split_uri(str(folder))
         filesystem = open_filesystem(root, spark)
         try:
             files = verified_files(filesystem, name, ".parquet")
