@@ -47,6 +47,7 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
+from dp_pipeline.engines.spark.failures import java_out_of_memory, session_failure
 from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.failures import failure_rule
@@ -122,11 +123,17 @@ def _classified(error: BaseException, scheme: str) -> str | None:
 
 
 @contextlib.contextmanager
-def listing_errors(source: str, scheme: str = "") -> Iterator[None]:
-    """Spark's errors while listing or hashing ``source`` as one `SpecError` line (see module)."""
+def listing_errors(source: str, scheme: str = "", spark=None) -> Iterator[None]:
+    """Spark's errors while listing or hashing ``source`` as one `SpecError` line (see module).
+
+    Not an error of the session itself (``spark``'s JVM out of memory or gone,
+    `session_failure`): no fault of the source, the run names it.
+    """
     try:
         yield
     except _SPARK_ERRORS as error:
+        if java_out_of_memory(error) or session_failure(spark, error) is not None:
+            raise
         rule = _classified(error, scheme) or (
             "Spark could not list or read it; the JVM's log of the run has the details "
             "(its message is not shown: it can quote credentials)"
@@ -318,7 +325,7 @@ def executor_digests(
             found = local_digests([str(path) for path in local], names)
             digests = {uri: digest.sha256 for uri, digest in zip(uris, found, strict=True)}
     else:
-        with listing_errors(source, urlparse(uris[0]).scheme):
+        with listing_errors(source, urlparse(uris[0]).scheme, spark):
             if all(path is not None for path in local):
                 digests = _local_digests(spark, uris, sizes)
             else:
