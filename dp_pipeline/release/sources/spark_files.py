@@ -50,6 +50,15 @@ from pyspark.sql import functions as sf
 from dp_pipeline.engines.spark.failures import java_out_of_memory, session_failure
 from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.release.sources import fingerprint
+from dp_pipeline.release.sources.binary_memory import (
+    BINARY_FILE_BYTES,
+    file_groups,
+    hashing_budget,
+    heap_setting,
+    memory_bytes,
+    task_slots,
+    too_large_problem,
+)
 from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     CHUNK_BYTES,
@@ -85,7 +94,6 @@ __all__ = [
 ]
 
 # Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
-BINARY_FILE_BYTES = 2**31 - 1
 # Local inputs of at most one range are hashed by the driver: a Spark job costs about
 # 0.3 s (an empty four-task job on local[2]), one thread hashes 64 MiB in 0.05 s.
 DRIVER_BYTES = CHUNK_BYTES
@@ -241,17 +249,34 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
             ],
             source=source,
         )
-    too_large = [uri for uri in uris if sizes[uri] > BINARY_FILE_BYTES]
-    if too_large:
-        raise SpecError(
-            [
-                f"{len(too_large)} file(s) are larger than 2 GiB, the most Spark's binaryFile "
-                "reader (which fingerprints files outside the local file system) takes per "
-                "file; write the input as smaller files (Spark writes parts of about 128 MB)"
-            ],
-            source=source,
-        )
+    # Refused before the reservation: a file binaryFile cannot hold, or not in this heap.
+    shown = [(shown_location(uri), uri, sizes[uri]) for uri in uris]
+    problem = too_large_problem(shown, *_task_heap(spark))
+    if problem is not None:
+        raise SpecError([problem], source=source)
     return {uri: sizes[uri] for uri in uris}
+
+
+def _task_slots(spark) -> int | None:
+    """How many hashing tasks one JVM runs at once (`task_slots`; None: not known)."""
+    try:
+        conf = spark.conf
+        master = conf.get("spark.master", "") or ""
+        return task_slots(
+            master, conf.get("spark.executor.cores", None), conf.get("spark.task.cpus", None)
+        )
+    except _SPARK_ERRORS:
+        return None
+
+
+def _task_heap(spark) -> tuple[str, int | None]:
+    """The setting sizing the heap hashing tasks run in (`heap_setting`) and its bytes
+    (None: not known, e.g. a server that does not say)."""
+    try:
+        setting = heap_setting(spark.conf.get("spark.master", "") or "")
+        return setting, memory_bytes(spark.conf.get(setting, "1g") or "1g")
+    except _SPARK_ERRORS:
+        return "spark.driver.memory", None
 
 
 # Files whose first line one Spark job reads (a union of one-row reads per file).
@@ -332,7 +357,7 @@ def executor_digests(
                 # An empty file has no bytes to read (and no row in binaryFile's scan).
                 empty = content_digest(0, [hashlib.sha256(b"").digest()])
                 read = [uri for uri in uris if sizes[uri] > 0]
-                digests = _binary_file_digests(spark, read) if read else {}
+                digests = _binary_file_digests(spark, read, sizes) if read else {}
                 digests.update((uri, empty) for uri in uris if sizes[uri] == 0)
     if any(uri not in digests for uri in uris):
         raise SpecError(
@@ -367,7 +392,20 @@ def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[st
     return digests
 
 
-def _binary_file_digests(spark, uris: Sequence[str]) -> dict[str, str]:
+def _binary_file_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[str, str]:
+    # One job per group of files one heap holds at once (`file_groups`: binaryFile holds
+    # whole files, one per task), however many tasks the session runs at once.
+    _, heap = _task_heap(spark)
+    listed = [(uri, sizes[uri]) for uri in uris]
+    slots = _task_slots(spark)
+    groups = [list(uris)] if heap is None else file_groups(listed, hashing_budget(heap), slots)
+    digests: dict[str, str] = {}
+    for group in groups:
+        digests.update(_binary_group_digests(spark, group))
+    return digests
+
+
+def _binary_group_digests(spark, uris: Sequence[str]) -> dict[str, str]:
     # Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
     # read: only the digests leave the executors (no file's bytes go through Arrow
     # to a Python worker, and no Python worker is needed).
