@@ -25,9 +25,11 @@ the key; no key leaves the driver and the driver never reads the input.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
   the session's Hadoop file system (the one the release reads through) and Spark's
   ``sha2`` hashes each range of the content in the JVM: only the digests leave the
-  executors, no byte goes to a Python worker. That reader holds a file in memory
-  and takes at most `BINARY_FILE_BYTES` per file: a larger file is refused before
-  the reservation, naming the rule. An empty file (no row in that reader, listed by
+  executors, no byte goes to a Python worker. That reader holds a whole file in a
+  JVM's heap and takes at most `BINARY_FILE_BYTES` per file: the files are hashed
+  in groups one heap holds, and a file too large for the heap or that reader is
+  refused before the reservation, naming the file and the fix
+  (`dp_pipeline.release.sources.binary_memory`). An empty file (no row in that reader, listed by
   its file index) is fingerprinted by its name and size.
 
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
