@@ -35,7 +35,11 @@ from dp_pipeline.release.plan.costs import PlanError
 from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.publish.manifest import PublicationError
 from dp_pipeline.release.run import run_release
-from dp_pipeline.release.sources.source import InputChangedError, InputReadError
+from dp_pipeline.release.sources.source import (
+    EngineStoppedError,
+    InputChangedError,
+    InputReadError,
+)
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
 from dp_pipeline.release.tables.invalid_rows import InvalidRowsRefusedError
@@ -53,6 +57,7 @@ __all__ = [
     "DPValueError",
     "DiscreteGaussian",
     "DiscreteLaplace",
+    "EngineStoppedError",
     "GridTooLargeError",
     "InputChangedError",
     "InputReadError",

@@ -17,7 +17,8 @@ The main subclasses live beside their checks and are re-exported from ``dp_pipel
 `InvalidRowsRefusedError` are kinds of it), `dp_pipeline.release.plan.costs.PlanError`,
 `LedgerError` (here, below both the ledger and the publishing step that raise its
 kinds: `BudgetExceededError`, `ReleaseIdReuseError`, `LeaseHeldError`, `PublicationError`),
-`dp_pipeline.release.keys.KeyFileError`, `dp_pipeline.release.sources.source.InputChangedError`,
+`dp_pipeline.release.keys.KeyFileError`, `dp_pipeline.release.sources.source.InputChangedError`
+and `EngineStoppedError` (there too),
 `dp_pipeline.accounting.pld_grid.GridTooLargeError` and
 `dp_pipeline.postprocess.structure.PostprocessError`.
 """

@@ -64,7 +64,11 @@ def local_bytes(folder: Path) -> dict[str, bytes]:
 def assert_same_release(folder: Path, reference: Path) -> None:
     """The same files and bytes, but for the reservation's time in the privacy report
     (and so the report's line in the manifest): two ledgers reserved them."""
-    got, expected = local_bytes(folder), local_bytes(reference)
+    assert_same_files(local_bytes(folder), local_bytes(reference))
+
+
+def assert_same_files(got: dict[str, bytes], expected: dict[str, bytes]) -> None:
+    """`assert_same_release` on the files' bytes by name."""
     assert set(got) == set(expected)  # no checksum or temporary companions
     moments = ("privacy_report.json", "manifest.json")
     assert {k: v for k, v in got.items() if k not in moments} == {

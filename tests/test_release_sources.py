@@ -281,8 +281,9 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
 def test_files_on_another_file_system_are_sized_and_hashed_by_one_jvm_job(
     spark, tmp_path, monkeypatch
 ):
-    # Sizes None: the hashing job reads each file's length with its bytes (no metadata
-    # job first); an empty file (no row in binaryFile's scan) is found in its file index.
+    # Sizes None: the sizes come from Spark's file index first (which refuses a file
+    # the hashing heap cannot hold); an empty file (no row in binaryFile's scan) has the
+    # empty digest.
     from dp_pipeline.release.sources.spark_files import executor_digests
 
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)

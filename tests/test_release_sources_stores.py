@@ -2,21 +2,14 @@
 as a local copy, schema checked, and every failure of the store (unreachable, refused
 credentials) one line before the reservation, with no credential in it.
 
-The S3 store is a real server process: moto's S3-compatible server (``moto_server``,
-installed with the test extra), on a free local port; without it the tests that need
+The S3 store is a real server process (`tests.s3_server`: moto's S3-compatible server,
+installed with the test extra, on a free local port); without it the tests that need
 it are skipped locally and fail in CI. The unreachable store needs no server (a closed
 local port).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -25,74 +18,24 @@ import pytest
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
+from tests.s3_server import (
+    ACCESS_KEY,
+    SECRET,
+    free_port,
+    refuse_every_request,
+    request,
+    s3_server,
+    s3_uri,
+    upload,
+)
 from tests.test_release_inputs import write_inputs
 from tests.test_release_sources import _ledger_rows, spec_text, write_spec
-
-ACCESS_KEY, SECRET = "AKIDDPTEST0000000001", "TOPSECRET-s3-key-42"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def s3_uri(endpoint: str, key: str, secret: str = SECRET) -> str:
-    """``key`` in the bucket ``people`` at ``endpoint`` (plain HTTP), with credentials."""
-    options = f"endpoint_override={endpoint}&scheme=http&region=us-east-1"
-    return f"s3://{ACCESS_KEY}:{secret}@people/{key}?{options}"
 
 
 @pytest.fixture
 def s3_store():
     """A running S3-compatible server on a free local port: its ``host:port``."""
-    beside = Path(sys.executable).with_name("moto_server")  # the test extra's script
-    server = str(beside) if beside.exists() else shutil.which("moto_server")
-    if server is None:
-        message = "no S3-compatible server (moto_server): install the test extra"
-        if os.environ.get("CI", "").lower() == "true":
-            pytest.fail(f"{message} (CI must run the store tests)")
-        pytest.skip(message)
-    port = _free_port()
-    process = subprocess.Popen(
-        [server, "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    endpoint = f"127.0.0.1:{port}"
-    try:
-        for _ in range(1200):
-            try:
-                urllib.request.urlopen(f"http://{endpoint}/moto-api/", timeout=1)
-                break
-            except OSError:
-                time.sleep(0.1)
-        else:
-            pytest.skip("the S3-compatible server did not start")
-        _request(endpoint, "/people", b"")  # the bucket
-        yield endpoint
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-
-
-def _request(endpoint: str, path: str, data: bytes, method: str = "PUT") -> None:
-    request = urllib.request.Request(
-        f"http://{endpoint}{path}", data=data, method=method, headers={"Content-Type": "text/plain"}
-    )
-    urllib.request.urlopen(request, timeout=30).read()
-
-
-def upload(endpoint: str, folder: Path, prefix: str) -> None:
-    """Every file under ``folder`` to ``people/<prefix>/<its relative path>``."""
-    for file in sorted(folder.rglob("*")):
-        if file.is_file():
-            _request(endpoint, f"/people/{prefix}/{file.relative_to(folder)}", file.read_bytes())
-
-
-def refuse_every_request(endpoint: str) -> None:
-    """From now on the server checks every request's credentials (it knows none)."""
-    _request(endpoint, "/moto-api/reset-auth", b"0", method="POST")
+    yield from s3_server()
 
 
 def pandas_spec(tmp_path: Path):
@@ -129,7 +72,7 @@ def test_the_pandas_engine_reads_an_s3_store_as_a_local_copy(s3_store, tmp_path)
     )
     # Another file in the folder behind the same URI: the committed id is refused.
     pq.write_table(table.slice(0, 5), tmp_path / "more.parquet")
-    _request(s3_store, "/people/parquet/part-2.parquet", (tmp_path / "more.parquet").read_bytes())
+    request(s3_store, "/people/parquet/part-2.parquet", (tmp_path / "more.parquet").read_bytes())
     with pytest.raises(Exception, match="input data changed"):
         run_release(stored, quiet)
 
@@ -173,7 +116,7 @@ def test_refused_credentials_are_one_line_before_the_reservation(s3_store, tmp_p
 def test_an_unreachable_store_is_one_line_before_the_reservation(
     tmp_path, monkeypatch, credentials
 ):
-    endpoint = f"127.0.0.1:{_free_port()}"  # nothing listens there
+    endpoint = f"127.0.0.1:{free_port()}"  # nothing listens there
     uri = s3_uri(endpoint, "people.parquet")
     if credentials == "in the environment":
         uri = uri.replace(f"{ACCESS_KEY}:{SECRET}@", "")

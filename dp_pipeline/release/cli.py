@@ -69,6 +69,7 @@ from dp_pipeline.release.release_ids import (
     run_date,
 )
 from dp_pipeline.release.run import Progress, RunTrace, apply_overrides, run_release
+from dp_pipeline.release.sources.source import EngineStoppedError
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import ENGINES, INPUT_FORMATS, SpecError
 
@@ -347,8 +348,11 @@ def _run(arguments) -> int:
         raise
     except Exception as error:
         code = error_code(error, trace.reservation)
-        if code == ExitCode.ERROR:
-            pass  # raised below: Python prints the traceback once
+        # A bug is raised below (Python prints its traceback once); a session that died
+        # is no bug: its one line names what happened and the fix.
+        bug = code == ExitCode.ERROR and not isinstance(error, EngineStoppedError)
+        if bug:
+            pass  # raised below
         elif not isinstance(error, DPError):
             traceback.print_exc()  # not dp_pipeline's own: how it failed is for a person
         else:
@@ -371,8 +375,8 @@ def _run(arguments) -> int:
                 ),
                 flush=True,
             )
-        if code == ExitCode.ERROR:
-            raise  # a bug: Python's own exit status (1) and traceback
+        if bug:
+            raise  # Python's own exit status (1) and traceback
         return int(code)
     committed = result.outcome == "already_committed"
     code = ExitCode.ALREADY_COMMITTED if committed else ExitCode.PUBLISHED

@@ -71,8 +71,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str, str]] = {
         "done",
     ),
     ExitCode.ERROR: (
-        "an unexpected error before any reservation (a bug or the machine; the traceback "
-        "is on stderr)",
+        "an unexpected error before any reservation (a bug, its traceback on stderr; or "
+        "the machine, e.g. the Spark JVM killed, named in one line)",
         "nothing",
         "alert a person",
     ),

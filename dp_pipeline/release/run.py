@@ -57,6 +57,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
@@ -67,7 +68,7 @@ from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
-from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem
+from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem, split_uri
 from dp_pipeline.release.publish.manifest import (
     MANIFEST_NAME,
     check_replaceable,
@@ -238,8 +239,15 @@ def run_release(
     ``spark`` is an existing SparkSession to use (engine "spark"); by default
     one is started in local mode (or on ``spec.master``) and stopped afterwards,
     its JVM's own log lines written to a file unless ``verbose``. ``trace``, if
-    given, records the reservation as soon as it is made (`RunTrace`).
+    given, records the reservation as soon as it is made (`RunTrace`). A Spark
+    session that dies under the run raises `EngineStoppedError` (one line: what
+    happened and the fix).
     """
+    with lost_jvm_unlogged():  # py4j's own traceback of the lost JVM says nothing more
+        return _run_release(spec, progress, spark, verbose=verbose, trace=trace)
+
+
+def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
     progress = progress or Progress()
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -279,6 +287,7 @@ def run_release(
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read.
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
+    trace = trace if trace is not None else RunTrace()
     try:
         result = _run_opened(
             spec,
@@ -291,8 +300,16 @@ def run_release(
             clock,
             sample=sample,
             ledger=server,
-            trace=trace if trace is not None else RunTrace(),
+            trace=trace,
         )
+    except Exception as error:
+        # A session that died under the run (its JVM killed or out of memory) is named in
+        # one line with the fix, not by py4j's traceback of the next call that failed.
+        stopped = source.stopped(error, reserved=trace.reservation is not None)
+        kept_log(stopped or error, source.close(failed=True))
+        if stopped is not None:
+            raise stopped from None
+        raise
     except BaseException as error:
         kept_log(error, source.close(failed=True))
         raise
@@ -586,7 +603,7 @@ def read_release(folder: str | os.PathLike[str], spark=None) -> dict[str, pd.Dat
     system, or ``pyarrow.fs`` without a classic session.
     """
     if is_uri(str(folder)):
-        root, _, name = str(folder).rstrip("/").rpartition("/")
+        root, name = split_uri(str(folder))
         filesystem = open_filesystem(root, spark)
         try:
             files = verified_files(filesystem, name, ".parquet")

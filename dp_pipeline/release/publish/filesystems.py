@@ -43,6 +43,7 @@ __all__ = [
     "join_uri",
     "open_filesystem",
     "probe_write",
+    "split_uri",
 ]
 
 # Bytes moved per call between Python and the file system (py4j or Arrow).
@@ -69,8 +70,26 @@ def display_uri(uri: str) -> str:
 
 
 def join_uri(root: str, *names: str) -> str:
-    """``root/name/...`` (a URI is joined with ``/`` whatever the local separator)."""
-    return "/".join([str(root).rstrip("/"), *names])
+    """``root/name/...`` (a URI is joined with ``/`` whatever the local separator).
+
+    The names go into the URI's path, before its query: a store's options
+    (``s3://bucket/out?endpoint_override=host:9000``) stay options, so
+    ``s3://bucket/out/<id>?endpoint_override=host:9000``.
+    """
+    text = str(root)
+    if not is_uri(text):
+        return "/".join([text.rstrip("/"), *names])
+    parts = urlsplit(text)
+    path = "/".join([parts.path.rstrip("/"), *names])
+    return urlunsplit((parts.scheme, parts.netloc, path, parts.query, parts.fragment))
+
+
+def split_uri(uri: str) -> tuple[str, str]:
+    """``(parent, name)`` of a URI's last path segment, its query kept on the parent
+    (``s3://b/out/r-1?region=x`` -> ``("s3://b/out?region=x", "r-1")``)."""
+    parts = urlsplit(str(uri))
+    parent, _, name = parts.path.rstrip("/").rpartition("/")
+    return urlunsplit((parts.scheme, parts.netloc, parent, parts.query, parts.fragment)), name
 
 
 def has_jvm(spark) -> bool:

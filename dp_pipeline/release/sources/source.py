@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
+from dp_pipeline.engines.spark.failures import session_failure, stop_session
 from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.errors import DPError
 from dp_pipeline.release.sources.fingerprint import (
@@ -25,7 +26,14 @@ from dp_pipeline.release.sources.fingerprint import (
 )
 from dp_pipeline.release.spec.model import SpecError
 
-__all__ = ["InputChangedError", "InputReadError", "OpenedInput", "kept_log", "shown_location"]
+__all__ = [
+    "EngineStoppedError",
+    "InputChangedError",
+    "InputReadError",
+    "OpenedInput",
+    "kept_log",
+    "shown_location",
+]
 
 
 def shown_location(location: str) -> str:
@@ -47,6 +55,15 @@ def shown_location(location: str) -> str:
 
 class InputChangedError(DPError, RuntimeError):
     """The input's files or bytes changed between the start and the end of a run."""
+
+
+class EngineStoppedError(DPError, RuntimeError):
+    """The engine's session stopped under the run (its JVM killed or out of memory).
+
+    One line: what happened, the fix, and whether the budget was reserved (then the
+    same release id resumes it, charged once). Raised ``from None``: py4j's traceback
+    says nothing of what happened.
+    """
 
 
 class InputReadError(SpecError):
@@ -151,14 +168,38 @@ class OpenedInput:
                 f"written to"
             )
 
+    def stopped(self, error: BaseException, reserved: bool) -> EngineStoppedError | None:
+        """The `EngineStoppedError` to raise for ``error`` when the Spark session stopped
+        under it (`session_failure`: its JVM exited or was lost), else None.
+
+        ``reserved``: the ledger holds the release's reservation (it stays spent).
+        """
+        failure = session_failure(self.spark, error)
+        if failure is None:
+            return None
+        after = (
+            "the budget stays reserved and the same release id resumes the run with the "
+            "same noise, no new spend"
+            if reserved
+            else "nothing was reserved"
+        )
+        return EngineStoppedError(
+            f"the Spark engine stopped while the release ran: {failure.what}; {failure.fix}; "
+            f"then run the same command again: {after}"
+        )
+
     def close(self, failed: bool = False) -> str | None:
-        """Stop a session started here; delete its JVM log unless ``failed`` (returned then)."""
+        """Stop a session started here; delete its JVM log unless ``failed`` (returned then).
+
+        A session whose JVM is gone is forgotten (`stop_session`), not an error here.
+        """
         if self.restore is not None:
-            self.restore()
-            self.restore = None
+            restore, self.restore = self.restore, None
+            if session_failure(self.spark, RuntimeError()) is None:
+                restore()  # settings of a session that no longer runs need no restoring
         if self.own_session and self.spark is not None:
-            self.spark.stop()
-            self.spark = None
+            spark, self.spark = self.spark, None
+            stop_session(spark)
         if failed:
             return self.jvm_log
         if self.jvm_log is not None:

@@ -25,11 +25,12 @@ the key; no key leaves the driver and the driver never reads the input.
 - Files on any other file system: Spark's ``binaryFile`` reader opens them through
   the session's Hadoop file system (the one the release reads through) and Spark's
   ``sha2`` hashes each range of the content in the JVM: only the digests leave the
-  executors, no byte goes to a Python worker. That reader holds a file in memory
-  and takes at most `BINARY_FILE_BYTES` per file: a larger file is refused before
-  the reservation, naming the rule. An empty file (no row in that reader, listed by
-  its file index) is fingerprinted by its name and size. The job's rows carry each
-  file's length with its digest: no metadata job runs before it.
+  executors, no byte goes to a Python worker. That reader holds a whole file in a
+  JVM's heap and takes at most `BINARY_FILE_BYTES` per file: the files are hashed
+  in groups one heap holds, and a file too large for the heap or that reader is
+  refused before the reservation, naming the file and the fix
+  (`dp_pipeline.release.sources.binary_memory`). An empty file (no row in that reader, listed by
+  its file index) is fingerprinted by its name and size.
 
 Listing (`listed_input`): a Parquet input outside the local file system is read once,
 ``spark.read.parquet``: its file index is the list fingerprinted and the DataFrame the
@@ -52,8 +53,18 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
+from dp_pipeline.engines.spark.failures import java_out_of_memory, session_failure
 from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.release.sources import fingerprint
+from dp_pipeline.release.sources.binary_memory import (
+    BINARY_FILE_BYTES,
+    file_groups,
+    hashing_budget,
+    heap_setting,
+    memory_bytes,
+    task_slots,
+    too_large_problem,
+)
 from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     CHUNK_BYTES,
@@ -90,7 +101,6 @@ __all__ = [
 ]
 
 # Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
-BINARY_FILE_BYTES = 2**31 - 1
 # Local inputs of at most one range are hashed by the driver: a Spark job costs about
 # 0.3 s (an empty four-task job on local[2]), one thread hashes 64 MiB in 0.05 s.
 DRIVER_BYTES = CHUNK_BYTES
@@ -136,11 +146,17 @@ def _classified(error: BaseException, scheme: str) -> str | None:
 
 
 @contextlib.contextmanager
-def listing_errors(source: str, scheme: str = "") -> Iterator[None]:
-    """Spark's errors while listing or hashing ``source`` as one `SpecError` line (see module)."""
+def listing_errors(source: str, scheme: str = "", spark=None) -> Iterator[None]:
+    """Spark's errors while listing or hashing ``source`` as one `SpecError` line (see module).
+
+    Not an error of the session itself (``spark``'s JVM out of memory or gone,
+    `session_failure`): no fault of the source, the run names it.
+    """
     try:
         yield
     except _SPARK_ERRORS as error:
+        if java_out_of_memory(error) or session_failure(spark, error) is not None:
+            raise
         rule = _classified(error, scheme) or (
             "Spark could not list or read it; the JVM's log of the run has the details "
             "(its message is not shown: it can quote credentials)"
@@ -273,17 +289,34 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
             ],
             source=source,
         )
-    too_large = [uri for uri in uris if sizes[uri] > BINARY_FILE_BYTES]
-    if too_large:
-        raise SpecError(
-            [
-                f"{len(too_large)} file(s) are larger than 2 GiB, the most Spark's binaryFile "
-                "reader (which fingerprints files outside the local file system) takes per "
-                "file; write the input as smaller files (Spark writes parts of about 128 MB)"
-            ],
-            source=source,
-        )
+    # Refused before the reservation: a file binaryFile cannot hold, or not in this heap.
+    shown = [(shown_location(uri), uri, sizes[uri]) for uri in uris]
+    problem = too_large_problem(shown, *_task_heap(spark))
+    if problem is not None:
+        raise SpecError([problem], source=source)
     return {uri: sizes[uri] for uri in uris}
+
+
+def _task_slots(spark) -> int | None:
+    """How many hashing tasks one JVM runs at once (`task_slots`; None: not known)."""
+    try:
+        conf = spark.conf
+        master = conf.get("spark.master", "") or ""
+        return task_slots(
+            master, conf.get("spark.executor.cores", None), conf.get("spark.task.cpus", None)
+        )
+    except _SPARK_ERRORS:
+        return None
+
+
+def _task_heap(spark) -> tuple[str, int | None]:
+    """The setting sizing the heap hashing tasks run in (`heap_setting`) and its bytes
+    (None: not known, e.g. a server that does not say)."""
+    try:
+        setting = heap_setting(spark.conf.get("spark.master", "") or "")
+        return setting, memory_bytes(spark.conf.get(setting, "1g") or "1g")
+    except _SPARK_ERRORS:
+        return "spark.driver.memory", None
 
 
 # Files whose first line one Spark job reads (a union of one-row reads per file).
@@ -355,39 +388,26 @@ def executor_digests(
 ) -> tuple[FileDigest, ...]:
     """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc).
 
-    ``sizes`` None: the files' sizes now (a local file's by stat; another file's by the
-    hashing job itself, which reads its length with its bytes: no job of its own).
+    ``sizes`` None: the files' sizes now (`file_sizes`, which refuses a file the
+    hashing cannot hold before anything is hashed).
     """
     local = [local_path(uri) for uri in uris]
-    if all(path is not None for path in local):
-        sizes = file_sizes(spark, uris, source) if sizes is None else sizes
-    elif sizes is None:
-        sizes, digests = _sized_binary_file_digests(spark, uris, source)
-        return _file_digests(uris, names, sizes, digests, source)
+    sizes = file_sizes(spark, uris, source) if sizes is None else sizes
     digests: dict[str, str] = {}
     if all(path is not None for path in local) and sum(sizes.values()) <= _driver_bytes(spark):
         with contextlib.suppress(FileRangeError, OSError):  # vanished or shrank: below
             found = local_digests([str(path) for path in local], names)
             digests = {uri: digest.sha256 for uri, digest in zip(uris, found, strict=True)}
     else:
-        with listing_errors(source, urlparse(uris[0]).scheme):
+        with listing_errors(source, urlparse(uris[0]).scheme, spark):
             if all(path is not None for path in local):
                 digests = _local_digests(spark, uris, sizes)
             else:
                 # An empty file has no bytes to read (and no row in binaryFile's scan).
+                empty = content_digest(0, [hashlib.sha256(b"").digest()])
                 read = [uri for uri in uris if sizes[uri] > 0]
-                found = _binary_file_digests(spark, read)[0] if read else {}
-                digests = {uri: digest for uri, (_, digest) in found.items()}
-                digests.update((uri, _empty_digest()) for uri in uris if sizes[uri] == 0)
-    return _file_digests(uris, names, sizes, digests, source)
-
-
-def _empty_digest() -> str:
-    """The content digest of an empty file (one empty range; no bytes to read)."""
-    return content_digest(0, [hashlib.sha256(b"").digest()])
-
-
-def _file_digests(uris, names, sizes, digests, source: str) -> tuple[FileDigest, ...]:
+                digests = _binary_file_digests(spark, read, sizes) if read else {}
+                digests.update((uri, empty) for uri in uris if sizes[uri] == 0)
     if any(uri not in digests for uri in uris):
         raise SpecError(
             [
@@ -421,58 +441,32 @@ def _local_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[st
     return digests
 
 
-def _sized_binary_file_digests(
-    spark, uris: Sequence[str], source: str
-) -> tuple[dict[str, int], dict[str, str]]:
-    """Each file's size and content digest from one binaryFile job (files off the local disk).
-
-    The job's rows carry each file's length with its digest, so no metadata job runs
-    first. A file binaryFile cannot take (over `BINARY_FILE_BYTES`) fails the job: the
-    metadata job (`file_sizes`) then names the rule. An empty file has no row: it is
-    empty when binaryFile's own file index lists it (as in `file_sizes`).
-    """
-    failure = None
-    with listing_errors(source, urlparse(uris[0]).scheme):
-        try:
-            found, frame = _binary_file_digests(spark, uris)
-        except _SPARK_ERRORS as error:
-            failure = error
-    if failure is not None:
-        # Outside the handler: neither message carries Spark's (it can quote credentials).
-        file_sizes(spark, uris, source)  # raises the rule of a file binaryFile cannot take
-        with listing_errors(source, urlparse(uris[0]).scheme):
-            raise failure
-    if len(found) < len(uris) and set(found) <= set(uris):
-        with listing_errors(source, urlparse(uris[0]).scheme):
-            listed = set(frame.inputFiles())
-        empty = [uri for uri in uris if uri not in found and uri in listed]
-        found.update((uri, (0, _empty_digest())) for uri in empty)
-    if any(uri not in found for uri in uris):
-        file_sizes(spark, uris, source)  # names files binaryFile does not list
-    sizes = {uri: found[uri][0] for uri in uris if uri in found}
-    return sizes, {uri: found[uri][1] for uri in uris if uri in found}
+def _binary_file_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[str, str]:
+    # One job per group of files one heap holds at once (`file_groups`: binaryFile holds
+    # whole files, one per task), however many tasks the session runs at once.
+    _, heap = _task_heap(spark)
+    listed = [(uri, sizes[uri]) for uri in uris]
+    slots = _task_slots(spark)
+    groups = [list(uris)] if heap is None else file_groups(listed, hashing_budget(heap), slots)
+    digests: dict[str, str] = {}
+    for group in groups:
+        digests.update(_binary_group_digests(spark, group))
+    return digests
 
 
-def _binary_file_digests(spark, uris: Sequence[str]):
-    """({path: (size, content digest)}, the binaryFile DataFrame) of ``uris`` (one job).
-
-    Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
-    read: only the digests leave the executors (no file's bytes go through Arrow to a
-    Python worker, and no Python worker is needed).
-    """
+def _binary_group_digests(spark, uris: Sequence[str]) -> dict[str, str]:
+    # Hashed in the JVM by Spark's own sha2 over each range of the content binaryFile
+    # read: only the digests leave the executors (no file's bytes go through Arrow
+    # to a Python worker, and no Python worker is needed).
     chunk = fingerprint.CHUNK_BYTES
     ranges = (
         f"transform(sequence(0, greatest(cast(ceil(size / {chunk}) AS INT) - 1, 0)), "
         f"i -> sha2(substring(content, i * {chunk} + 1, {chunk}), 256))"
     )
-    files = spark.read.format("binaryFile").load(list(uris))
-    frame = files.select("path", "content", sf.length("content").alias("size"))
+    frame = spark.read.format("binaryFile").load(list(uris))
+    frame = frame.select("path", "content", sf.length("content").alias("size"))
     rows = frame.select("path", "size", sf.expr(ranges).alias("ranges")).collect()
-    found = {
-        row["path"]: (
-            row["size"],
-            content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]]),
-        )
+    return {
+        row["path"]: content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]])
         for row in rows
     }
-    return found, files

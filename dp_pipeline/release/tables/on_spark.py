@@ -28,6 +28,7 @@ from pyspark.sql import functions as sf
 from pyspark.sql.types import DoubleType, FloatType, IntegralType, StringType
 
 from dp_pipeline.engines.backend import noisy_cells
+from dp_pipeline.engines.spark.failures import session_failure
 from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
 from dp_pipeline.engines.spark.quiet import jvm_output_to_file
@@ -317,11 +318,17 @@ def spark_input_frame(spec: ReleaseSpec, source: OpenedInput):
 
 
 @contextlib.contextmanager
-def spark_read_errors(path) -> Iterator[None]:
-    """Spark's and Arrow's errors on the input's contents as `InputReadError` (no data quoted)."""
+def spark_read_errors(path, spark=None) -> Iterator[None]:
+    """Spark's and Arrow's errors on the input's contents as `InputReadError` (no data quoted).
+
+    Not when ``spark``'s session stopped under the error (`session_failure`: its JVM
+    killed or out of memory): that is no fault of the input, and the run names it.
+    """
     try:
         yield
-    except (PySparkException, Py4JJavaError, pa.ArrowException):
+    except (PySparkException, Py4JJavaError, pa.ArrowException) as error:
+        if session_failure(spark, error) is not None:
+            raise
         raise InputReadError(
             path,
             "Spark failed on its contents (a corrupt or truncated file, or a value its "
@@ -340,7 +347,7 @@ def spark_tables(spec, plan, master, source, release_digest, with_truth, progres
     returned as `dp_pipeline.release.tables.streamed.OnSpark` entries, the aggregates
     persisted until the release closes them.
     """
-    with spark_read_errors(source.where):
+    with spark_read_errors(source.where, source.spark):
         return _spark_tables(spec, plan, master, source, release_digest, with_truth, progress)
 
 

@@ -1,0 +1,252 @@
+"""A classic Spark session that stopped under a run: what happened, named without its messages.
+
+A classic session's JVM is a process of its own (PySpark launches it as a child
+of the driver's Python process and talks to it through py4j). It can die under
+a run: Spark's handler exits it with status 52 (`SPARK_OOM_EXIT`) when a task of
+a local session throws ``java.lang.OutOfMemoryError``; the system's
+out-of-memory killer or an operator kills it with a signal. The driver then sees
+a py4j connection error from whatever call came next, and its traceback names
+py4j's internals, not what happened.
+
+`session_failure` says what happened, from facts that do not depend on the data:
+the JVM process's exit status (when this process launched it), the classes of
+the errors (a lost py4j connection; ``java.lang.OutOfMemoryError`` in the chain
+of a Java exception's causes) and whether the SparkContext was stopped; never an
+error's message. `stop_session` stops a session whose JVM may be gone, and lets
+the next session of this process start a JVM of its own.
+
+PySpark is not imported here (py4j only, when installed): `release.sources.source`
+closes every engine's input through it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import subprocess
+from collections.abc import Iterator
+
+try:
+    from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
+except ImportError:  # pragma: no cover - without PySpark there is no session to fail
+
+    class Py4JError(Exception):  # type: ignore[no-redef]
+        """Stands for py4j's errors where py4j is not installed (never raised)."""
+
+    Py4JJavaError = Py4JNetworkError = Py4JError  # type: ignore[misc]
+
+__all__ = [
+    "JVM_EXIT_SECONDS",
+    "SPARK_OOM_EXIT",
+    "SessionFailure",
+    "java_out_of_memory",
+    "lost_jvm_unlogged",
+    "session_failure",
+    "stop_session",
+]
+
+# org.apache.spark.util.SparkExitCode.OOM: a JVM whose thread threw OutOfMemoryError.
+SPARK_OOM_EXIT = 52
+# How long a JVM whose connection was lost, or whose context stopped, is given to exit
+# (its shutdown hooks run first).
+JVM_EXIT_SECONDS = 15
+# How far a Java exception's causes are followed.
+_CAUSES = 32
+
+_MEMORY_FIX = (
+    "raise spark.driver.memory (the JVM's heap in local mode, 2g unless set: --conf "
+    "spark.driver.memory=8g or [run.spark_conf]; on a cluster spark.executor.memory), or "
+    "read the input in smaller files"
+)
+_KILLED_FIX = (
+    "keep spark.driver.memory (the JVM's heap in local mode, 2g unless set) within the "
+    "memory the machine has free, or run on a larger machine or a cluster"
+)
+
+
+class SessionFailure:
+    """What stopped a session (``what``) and the fix (``fix``): two phrases for a message."""
+
+    def __init__(self, what: str, fix: str) -> None:
+        self.what = what
+        self.fix = fix
+
+    def __repr__(self) -> str:
+        return f"SessionFailure({self.what!r}, {self.fix!r})"
+
+
+def _chain(error: BaseException | None):
+    """``error`` and the errors it was raised from or during (Python's ``__cause__``/context)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__ or error.__context__
+
+
+def _connection_lost(error: BaseException) -> bool:
+    """Whether py4j lost its connection to the JVM under ``error`` (by the errors' classes)."""
+    return any(isinstance(e, Py4JNetworkError | ConnectionError) for e in _chain(error))
+
+
+def java_out_of_memory(error: BaseException) -> bool:
+    """Whether a Java exception under ``error`` is or was caused by ``java.lang.OutOfMemoryError``.
+
+    Only classes are compared (``getClass().getName()``), never messages. A JVM
+    that no longer answers has no causes to show: False.
+    """
+    for raised in _chain(error):
+        if not isinstance(raised, Py4JJavaError):
+            continue
+        java = getattr(raised, "java_exception", None)
+        with contextlib.suppress(Py4JError, ConnectionError, AttributeError):
+            for _ in range(_CAUSES):
+                if java is None:
+                    break
+                if java.getClass().getName() == "java.lang.OutOfMemoryError":
+                    return True
+                java = java.getCause()
+    return False
+
+
+def _jvm_process(spark) -> subprocess.Popen | None:
+    """The JVM's process when this Python process launched it (PySpark's gateway), else None."""
+    context = getattr(spark, "_sc", None)
+    gateway = getattr(context, "_gateway", None)
+    process = getattr(gateway, "proc", None)
+    return process if isinstance(process, subprocess.Popen) else None
+
+
+def _exit_status(process: subprocess.Popen | None, wait: bool) -> int | None:
+    if process is None:
+        return None
+    if wait:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            return process.wait(timeout=JVM_EXIT_SECONDS)
+    return process.poll()
+
+
+def _exited(status: int) -> SessionFailure:
+    if status == SPARK_OOM_EXIT:
+        return SessionFailure(
+            f"the Spark JVM ran out of memory (java.lang.OutOfMemoryError) and exited "
+            f"(status {SPARK_OOM_EXIT})",
+            _MEMORY_FIX,
+        )
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return SessionFailure(
+            f"the Spark JVM was killed ({name}; the system's out-of-memory killer sends "
+            "SIGKILL when the machine runs short of memory)",
+            _KILLED_FIX,
+        )
+    return SessionFailure(
+        f"the Spark JVM exited (status {status})",
+        "the JVM's log of the run says why; " + _MEMORY_FIX,
+    )
+
+
+def _context_stopped(spark) -> bool:
+    context = getattr(spark, "_sc", None)
+    java = getattr(context, "_jsc", None)
+    if java is None:
+        return context is not None
+    try:
+        return bool(java.sc().isStopped())
+    except (Py4JError, ConnectionError):
+        return True
+
+
+def session_failure(spark, error: BaseException) -> SessionFailure | None:
+    """What stopped the classic session ``spark`` under ``error``, or None if it did not stop.
+
+    In order: the JVM process (launched by this process) exited: its status says
+    how (`SPARK_OOM_EXIT`: out of memory; a signal: killed); py4j lost the JVM
+    (one launched elsewhere, ``spark-submit``'s): it stopped answering; a Java
+    exception caused by ``java.lang.OutOfMemoryError`` (the JVM still runs); the
+    SparkContext was stopped. A Spark Connect session (no JVM here) or no session:
+    None. Messages are never read, so the answer does not depend on the data.
+    """
+    if spark is None or getattr(spark, "_sc", None) is None:
+        return None
+    lost = _connection_lost(error)
+    status = _exit_status(_jvm_process(spark), wait=lost)
+    if status is not None:
+        return _exited(status)
+    if lost:
+        return SessionFailure(
+            "the Spark JVM stopped answering (it was killed or ran out of memory)",
+            "the JVM's log of the run says why; " + _MEMORY_FIX,
+        )
+    if java_out_of_memory(error):
+        return SessionFailure("Spark ran out of memory (java.lang.OutOfMemoryError)", _MEMORY_FIX)
+    if _context_stopped(spark):
+        # Spark stops the context first when its JVM exits (out of memory: status 52), so
+        # a JVM this process launched is given the time to exit and say how.
+        status = _exit_status(_jvm_process(spark), wait=True)
+        if status is not None:
+            return _exited(status)
+        return SessionFailure(
+            "the Spark session was stopped during the run (its SparkContext is stopped)",
+            "run it where nothing else stops the session",
+        )
+    return None
+
+
+def stop_session(spark) -> None:
+    """Stop ``spark``; if its JVM is gone, forget it, so this process's next session starts one.
+
+    PySpark keeps the JVM's gateway for the life of the process: after its JVM
+    died, every new session would be built on the dead gateway. When the JVM
+    process (launched here) has exited, the gateway is closed and forgotten.
+    """
+    process = _jvm_process(spark)
+    dead = process is not None and process.poll() is not None
+    try:
+        spark.stop()
+    except (Py4JError, ConnectionError):
+        if not dead and process is not None:
+            raise
+        dead = True
+    if dead and getattr(spark, "_sc", None) is not None:
+        _forget_jvm(type(spark), type(spark._sc))
+
+
+def _forget_jvm(session, context) -> None:
+    """Drop PySpark's references to a dead JVM (its gateway, context and sessions)."""
+    gateway = context._gateway
+    if gateway is not None:
+        with contextlib.suppress(Exception):  # sockets to a dead process: nothing to report
+            gateway.shutdown()
+    context._gateway = None
+    context._jvm = None
+    context._active_spark_context = None
+    session._instantiatedSession = None
+    session._activeSession = None
+
+
+class _LostJvmRecords(logging.Filter):
+    """Drops py4j's own record of a lost connection (logged on the root logger with its
+    traceback, "Exception while sending command."): the run names what happened."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        lost = record.exc_info is not None and isinstance(
+            record.exc_info[1], Py4JNetworkError | ConnectionError
+        )
+        return not (lost and record.name == "root" and "py4j" in record.pathname)
+
+
+@contextlib.contextmanager
+def lost_jvm_unlogged() -> Iterator[None]:
+    """Within the block, py4j's traceback of a lost JVM connection is not logged."""
+    root = logging.getLogger()
+    records = _LostJvmRecords()
+    root.addFilter(records)
+    try:
+        yield
+    finally:
+        root.removeFilter(records)
