@@ -278,7 +278,7 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
 
 
 @pytest.mark.spark
-def test_files_on_another_file_system_are_sized_and_hashed_by_one_jvm_job(
+def test_files_on_another_file_system_are_sized_by_their_index_and_hashed_in_the_jvm(
     spark, tmp_path, monkeypatch
 ):
     # Sizes None: the sizes come from Spark's file index first (which refuses a file

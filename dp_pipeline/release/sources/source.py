@@ -115,7 +115,7 @@ class OpenedInput:
     hasher: Callable[[tuple[str, ...]], tuple[FileDigest, ...]] | None = None
     header: bytes = b""
     # The listed files' sizes (Spark: which aggregation path); for files off the local
-    # disk known once they are fingerprinted (their sizes come with their digests).
+    # disk known once they are fingerprinted (they are sized when they are hashed).
     total_bytes: int = 0
     # The DataFrame the Spark engine reads, when the listing read it (a Parquet input off
     # the local disk: its file index is the list fingerprinted); None: read by location.

@@ -174,7 +174,8 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
     opened.frame = frame
     sizes = None
     if opened.files or opened.format == "csv":
-        # Local files: stat. Other files' sizes come with their digests (one job).
+        # Local files: stat. Other files are sized when they are hashed (`file_sizes`
+        # first: the heap-bounded groups of `executor_digests` need their sizes).
         sizes = file_sizes(spark, uris, source)
         opened.total_bytes = sum(sizes.values())
 
