@@ -27,12 +27,15 @@ import signal
 import subprocess
 from collections.abc import Iterator
 
+from dp_pipeline.errors import DPError
+
 try:
     from py4j.protocol import Py4JError, Py4JJavaError, Py4JNetworkError
 except ImportError:  # pragma: no cover - without PySpark there is no session to fail
 
-    class Py4JError(Exception):  # type: ignore[no-redef]
-        """Stands for py4j's errors where py4j is not installed (never raised)."""
+    class Py4JError(DPError):  # type: ignore[no-redef]
+        """Stands for py4j's errors where py4j is not installed (never raised, so no
+        ``except`` clause naming it catches anything)."""
 
     Py4JJavaError = Py4JNetworkError = Py4JError  # type: ignore[misc]
 
