@@ -43,6 +43,7 @@ __all__ = [
     "JVM_EXIT_SECONDS",
     "SPARK_OOM_EXIT",
     "SessionFailure",
+    "java_causes",
     "java_out_of_memory",
     "lost_jvm_unlogged",
     "session_failure",
@@ -93,24 +94,34 @@ def _connection_lost(error: BaseException) -> bool:
     return any(isinstance(e, Py4JNetworkError | ConnectionError) for e in _chain(error))
 
 
+def java_causes(error: BaseException, depth: int = _CAUSES) -> Iterator:
+    """``error``'s Java exception (py4j's ``java_exception``) and its causes, at most ``depth``.
+
+    Hadoop wraps a store's own failure (a refused login, a lost connection, an
+    ``OutOfMemoryError``) in its file system's or Spark's exception, so a kind is
+    read along the chain. A JVM that no longer answers ends the chain early.
+    """
+    java = getattr(error, "java_exception", None)
+    with contextlib.suppress(Py4JError, ConnectionError, AttributeError):
+        for _ in range(depth):
+            if java is None:
+                return
+            yield java
+            java = java.getCause()
+
+
 def java_out_of_memory(error: BaseException) -> bool:
     """Whether a Java exception under ``error`` is or was caused by ``java.lang.OutOfMemoryError``.
 
     Only classes are compared (``getClass().getName()``), never messages. A JVM
     that no longer answers has no causes to show: False.
     """
-    for raised in _chain(error):
-        if not isinstance(raised, Py4JJavaError):
-            continue
-        java = getattr(raised, "java_exception", None)
-        with contextlib.suppress(Py4JError, ConnectionError, AttributeError):
-            for _ in range(_CAUSES):
-                if java is None:
-                    break
-                if java.getClass().getName() == "java.lang.OutOfMemoryError":
-                    return True
-                java = java.getCause()
-    return False
+    return any(
+        java.getClass().getName() == "java.lang.OutOfMemoryError"
+        for raised in _chain(error)
+        if isinstance(raised, Py4JJavaError)
+        for java in java_causes(raised)
+    )
 
 
 def _jvm_process(spark) -> subprocess.Popen | None:

@@ -53,7 +53,11 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
-from dp_pipeline.engines.spark.failures import java_out_of_memory, session_failure
+from dp_pipeline.engines.spark.failures import (
+    java_causes,
+    java_out_of_memory,
+    session_failure,
+)
 from dp_pipeline.engines.spark.runtime import is_connect
 from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.binary_memory import (
@@ -124,20 +128,15 @@ def _hash_tasks(spark) -> int:
     return parallelism if parallelism > 0 else MAX_HASH_TASKS
 
 
-# Hadoop wraps a store's own failure (a refused login, a refused connection) in its
-# file system's exception: the chain of causes is read this deep for the kind.
+# How deep a failure's Java causes are read for its kind (`java_causes`).
 _CAUSES = 8
 
 
 def _classified(error: BaseException, scheme: str) -> str | None:
     text = f"{type(error).__name__} {error}"
-    java = getattr(error, "java_exception", None)
     with contextlib.suppress(Exception):
-        for _ in range(_CAUSES):
-            if java is None:
-                break
+        for java in java_causes(error, _CAUSES):
             text += f" {java.getClass().getName()} {java.toString()}"
-            java = java.getCause()
     condition = getattr(error, "getCondition", None)
     if callable(condition):
         with contextlib.suppress(Exception):
