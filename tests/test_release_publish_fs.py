@@ -30,8 +30,15 @@ from dp_pipeline.release.publish.filesystems import (
     display_uri,
     open_filesystem,
 )
-from dp_pipeline.release.publish.manifest import PublicationError
-from dp_pipeline.release.publish.remote import pending_name
+from dp_pipeline.release.publish.manifest import PublicationError, write_manifest
+from dp_pipeline.release.publish.remote import (
+    RemoteReleaseDirectory,
+    check_remote_replaceable,
+    clean_remote_stale,
+    pending_name,
+    read_remote_manifest,
+    remote_hidden_folders,
+)
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
@@ -185,6 +192,129 @@ def test_arrow_file_system_interface(tmp_path):
     assert not fs.exists("a/x.bin")
     with pytest.raises(OutputLocationError, match=r"reading '.*a/x\.bin' failed"):
         fs.read_bytes("a/x.bin")
+
+
+# ------------------------------------------- the protocol's steps, in process (file://)
+
+RELEASE = "r-1"
+DIGEST = "d" * 64
+
+
+class CopyingFileSystem(ArrowFileSystem):
+    """``file://`` as an object store is published: no atomic rename, so the copy path."""
+
+    def renames_atomically(self) -> bool:
+        return False
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL at a checkpoint: nothing after it runs, no clean-up either."""
+
+
+def staged(directory: RemoteReleaseDirectory) -> dict:
+    """Stage a two-file release in ``directory`` (entered, never left: a kill leaves no
+    clean-up); its manifest."""
+    folder = directory.__enter__()
+    (folder / "a.parquet").write_bytes(b"a" * 10)
+    (folder / "b.parquet").write_bytes(b"b" * 20)
+    return write_manifest(folder, RELEASE, DIGEST)
+
+
+def file_system(kind, root: Path):
+    return (ArrowFileSystem if kind == "rename" else CopyingFileSystem)(f"file://{root}")
+
+
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(tmp_path, kind):
+    fs = file_system(kind, tmp_path / "out")
+    fs.mkdirs("")
+    directory = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(directory)
+    expected = local_bytes(directory.temporary)
+    upload = ["before_upload", "mid_upload", "mid_upload", "after_hidden_manifest"]
+    seen: list[tuple[str, list[str], dict | None]] = []
+
+    def checkpoint(name: str) -> None:
+        listing = fs.list("")
+        if name in upload:  # owner-only while it is written
+            (hidden,) = [n for n in listing if n.startswith(f".{RELEASE}.tmp-")]
+            assert stat.S_IMODE((tmp_path / "out" / hidden).stat().st_mode) == 0o700
+        seen.append((name, listing, read_remote_manifest(fs, RELEASE)))
+
+    assert directory.publish(manifest, checkpoint) == f"file://{tmp_path}/out/{RELEASE}"
+    directory.__exit__(None, None, None)
+    steps = [name for name, _, _ in seen]
+    middle = ["before_final", "mid_copy", "mid_copy"] if kind == "copy" else ["before_final"]
+    assert steps == [*upload, *middle, "after_manifest"]
+    for name, listing, trusted in seen:
+        if name == "after_manifest":
+            assert trusted == manifest
+        elif kind == "rename" or name in upload:
+            assert RELEASE not in listing  # the files are only under the hidden prefix
+        else:  # copied one by one, beside the marker, without a manifest until the last
+            assert RELEASE in listing and pending_name(RELEASE) in listing and trusted is None
+    assert os.listdir(tmp_path / "out") == [RELEASE]
+    assert local_bytes(tmp_path / "out" / RELEASE) == expected
+
+
+STEPS = ["before_upload", "mid_upload", "after_hidden_manifest", "before_final", "after_manifest"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "step"),
+    [("rename", step) for step in STEPS] + [("copy", step) for step in [*STEPS, "mid_copy"]],
+)
+def test_a_publication_killed_at_any_step_is_not_trusted_and_the_rerun_completes_it(
+    tmp_path, kind, step
+):
+    out = tmp_path / "out"
+    fs = file_system(kind, out)
+    fs.mkdirs("")
+    killed = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(killed)
+    expected = local_bytes(killed.temporary)
+
+    def kill(name: str) -> None:
+        if name == step:
+            raise Killed
+
+    with pytest.raises(Killed):
+        killed.publish(manifest, kill)
+    trusted = read_remote_manifest(fs, RELEASE)
+    assert (trusted is not None) == (step == "after_manifest")
+    if kind == "rename" and step != "after_manifest":
+        assert not (out / RELEASE).exists()
+    renamed = kind == "rename" and step == "after_manifest"
+    hidden = [n for n in os.listdir(out) if n.startswith(f".{RELEASE}.tmp-")]
+    assert len(hidden) == (0 if renamed else 1)
+    # The next run of the release (holding its lease) removes the hidden leftovers first.
+    assert clean_remote_stale(fs, RELEASE) == [f"file://{out}/{name}" for name in hidden]
+    check_remote_replaceable(fs, RELEASE, DIGEST)
+    again = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging2")
+    assert staged(again) == manifest
+    again.publish(manifest)
+    again.__exit__(None, None, None)
+    assert os.listdir(out) == [RELEASE]
+    assert local_bytes(out / RELEASE) == expected
+    assert read_remote_manifest(fs, RELEASE) == manifest
+
+
+def test_hidden_leftovers_are_those_of_exactly_the_release(tmp_path):
+    fs = ArrowFileSystem(f"file://{tmp_path}")
+    for name in (".r-1.tmp-12-ab12", ".r-1.old-3-ff", ".r-1.x.tmp-12-ab12", "r-1", ".r-1.tmp-x"):
+        fs.mkdirs(name)
+    assert remote_hidden_folders(fs, "r-1") == [".r-1.old-3-ff", ".r-1.tmp-12-ab12"]
+    clean_remote_stale(fs, "r-1")
+    assert sorted(os.listdir(tmp_path)) == [".r-1.tmp-x", ".r-1.x.tmp-12-ab12", "r-1"]
+
+
+def test_a_folder_created_meanwhile_at_the_release_is_never_renamed_over(tmp_path):
+    fs = ArrowFileSystem(f"file://{tmp_path}")
+    fs.mkdirs("hidden")
+    fs.mkdirs("taken")
+    with pytest.raises(OutputLocationError, match=r"renaming to '.*taken': it exists"):
+        fs.rename("hidden", "taken")
+    assert fs.exists("hidden") and fs.list("taken") == []
 
 
 # ---------------------------------------------------------------- viewfs:// (Hadoop)
