@@ -10,6 +10,7 @@ pandas engine, no session).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -299,6 +300,35 @@ def test_a_publication_killed_at_any_step_is_not_trusted_and_the_rerun_completes
     assert read_remote_manifest(fs, RELEASE) == manifest
 
 
+def test_a_folder_left_by_a_killed_copy_is_replaced_whole_by_one_rename(tmp_path):
+    """A partial copy beside its marker (an object store's step, or a killed repair) is
+    this release's: a file system that renames removes it and renames the new copy in."""
+    out = tmp_path / "out"
+    copying = CopyingFileSystem(f"file://{out}")
+    copying.mkdirs("")
+    killed = RemoteReleaseDirectory(copying, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(killed)
+    expected = local_bytes(killed.temporary)
+
+    def kill(name: str) -> None:
+        if name == "mid_copy":
+            raise Killed
+
+    with pytest.raises(Killed):
+        killed.publish(manifest, kill)
+    assert (out / pending_name(RELEASE)).exists() and len(os.listdir(out / RELEASE)) == 1
+    renaming = ArrowFileSystem(f"file://{out}")
+    clean_remote_stale(renaming, RELEASE)
+    check_remote_replaceable(renaming, RELEASE, DIGEST)
+    with pytest.raises(PublicationError, match="exists and is not a copy of this release"):
+        check_remote_replaceable(renaming, RELEASE, "e" * 64)  # another release's digest
+    again = RemoteReleaseDirectory(renaming, RELEASE, DIGEST, tmp_path / "staging2")
+    staged(again)
+    again.publish(manifest)
+    assert os.listdir(out) == [RELEASE]  # the marker is gone with the partial copy
+    assert local_bytes(out / RELEASE) == expected
+
+
 def test_hidden_leftovers_are_those_of_exactly_the_release(tmp_path):
     fs = ArrowFileSystem(f"file://{tmp_path}")
     for name in (".r-1.tmp-12-ab12", ".r-1.old-3-ff", ".r-1.x.tmp-12-ab12", "r-1", ".r-1.tmp-x"):
@@ -345,6 +375,7 @@ def test_viewfs_release_is_byte_identical_to_a_local_release(tmp_path, spark):
         pd.testing.assert_frame_equal(frame, read_release(local_result.output)[name])
     fs = open_filesystem(uri, spark)
     assert isinstance(fs, HadoopFileSystem)
+    assert fs.renames_atomically()  # the mount link's target is a local disk
     assert fs.list(remote.release_id) == sorted(local_bytes(folder))
     # A file system's own message is never quoted (it can hold credentials): its class is.
     with pytest.raises(OutputLocationError) as raised:
@@ -403,19 +434,24 @@ def reference_release(tmp_path_factory, spark):
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    ("kill_at", "state", "files", "manifest"),
+    ("kill_at", "state", "hidden", "final"),
     [
         ("after_reserve", "reserved", False, False),
         ("after_noise", "noised", False, False),
         ("before_publish", "noised", False, False),
+        ("before_upload", "publishing", True, False),
         ("mid_upload", "publishing", True, False),
-        ("after_manifest", "publishing", True, True),
-        ("after_publish", "publishing", True, True),
+        ("after_hidden_manifest", "publishing", True, False),
+        ("before_final", "publishing", True, False),
+        ("after_manifest", "publishing", False, True),
+        ("after_publish", "publishing", False, True),
     ],
 )
 def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
-    tmp_path, spark, kill_at, state, files, manifest, reference_release
+    tmp_path, spark, kill_at, state, hidden, final, reference_release
 ):
+    """A viewfs mount onto a local disk renames a folder atomically: the release folder
+    exists only whole, with its manifest; until then the files are under a hidden prefix."""
     mounted = tmp_path / "mounted"
     uri = mount(spark, mounted)
     spec = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
@@ -429,20 +465,30 @@ def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
     entry = Ledger(spec.ledger_path).entry(spec.release_id)
     assert (entry.status, entry.state) == ("reserved", state)  # the ledger has not committed
     folder = mounted / spec.release_id
-    assert folder.exists() == files
-    assert (folder / "manifest.json").exists() == manifest
-    if files:
-        assert (mounted / pending_name(spec.release_id)).exists() != (kill_at == "after_publish")
-    if files and not manifest:
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # hidden from others meanwhile
+    assert folder.exists() == final  # a reader listing the output sees no partial release
+    assert not (mounted / pending_name(spec.release_id)).exists()  # no marker: a rename
+    (leftover,) = [p for p in mounted.iterdir() if p.name != spec.release_id] or [None]
+    assert (leftover is not None) == hidden
+    if hidden:
+        assert leftover.name.startswith(f".{spec.release_id}.tmp-")
+        if kill_at != "before_final":  # owner-only until it is made a plain folder
+            assert stat.S_IMODE(leftover.stat().st_mode) == 0o700
+        if kill_at in ("after_hidden_manifest", "before_final"):
+            assert (leftover / "manifest.json").exists()
+    if final:
+        assert (folder / "manifest.json").exists()
+    else:
         with pytest.raises(PublicationError, match="is not a complete release"):
             read_release(f"{uri}/{spec.release_id}", spark=spark)
     if kill_at == "before_publish":  # the staged copy is private and local
         (staged,) = (Path(spec.ledger_path).parent / "staging").iterdir()
         assert stat.S_IMODE(staged.stat().st_mode) == 0o700
-    result = run_release(spec, progress=QUIET, spark=spark)
+    lines = io.StringIO()
+    result = run_release(spec, progress=Progress(stream=lines), spark=spark)
     assert result.outcome == "resumed"
+    if hidden:  # the hidden leftovers of exactly this release, removed under its lease
+        assert f"removed {uri}/{leftover.name}, left by an interrupted run" in lines.getvalue()
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
-    assert os.listdir(mounted) == [spec.release_id]  # the marker is gone
+    assert os.listdir(mounted) == [spec.release_id]  # no hidden leftovers
     assert not os.listdir(Path(spec.ledger_path).parent / "staging")
     assert_same_release(folder, reference_release)
