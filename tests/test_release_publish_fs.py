@@ -225,9 +225,9 @@ def file_system(kind, root: Path):
     return (ArrowFileSystem if kind == "rename" else CopyingFileSystem)(f"file://{root}")
 
 
-@pytest.mark.parametrize("kind", ["rename", "copy"])
-def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(tmp_path, kind):
-    fs = file_system(kind, tmp_path / "out")
+def check_publication_steps(fs, out: Path, tmp_path: Path, kind: str) -> None:
+    """Publish a staged release to ``fs`` (rooted at the local folder ``out``), looking at
+    the output at each step as a reader listing it would."""
     fs.mkdirs("")
     directory = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging")
     manifest = staged(directory)
@@ -239,10 +239,10 @@ def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(
         listing = fs.list("")
         if name in upload:  # owner-only while it is written
             (hidden,) = [n for n in listing if n.startswith(f".{RELEASE}.tmp-")]
-            assert stat.S_IMODE((tmp_path / "out" / hidden).stat().st_mode) == 0o700
+            assert stat.S_IMODE((out / hidden).stat().st_mode) == 0o700
         seen.append((name, listing, read_remote_manifest(fs, RELEASE)))
 
-    assert directory.publish(manifest, checkpoint) == f"file://{tmp_path}/out/{RELEASE}"
+    assert directory.publish(manifest, checkpoint) == fs.where(RELEASE)
     directory.__exit__(None, None, None)
     steps = [name for name, _, _ in seen]
     middle = ["before_final", "mid_copy", "mid_copy"] if kind == "copy" else ["before_final"]
@@ -254,8 +254,13 @@ def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(
             assert RELEASE not in listing  # the files are only under the hidden prefix
         else:  # copied one by one, beside the marker, without a manifest until the last
             assert RELEASE in listing and pending_name(RELEASE) in listing and trusted is None
-    assert os.listdir(tmp_path / "out") == [RELEASE]
-    assert local_bytes(tmp_path / "out" / RELEASE) == expected
+    assert os.listdir(out) == [RELEASE]
+    assert local_bytes(out / RELEASE) == expected  # no checksum companions either
+
+
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(tmp_path, kind):
+    check_publication_steps(file_system(kind, tmp_path / "out"), tmp_path / "out", tmp_path, kind)
 
 
 STEPS = ["before_upload", "mid_upload", "after_hidden_manifest", "before_final", "after_manifest"]
@@ -402,6 +407,21 @@ def test_an_unwritable_viewfs_output_is_refused_before_the_reservation(tmp_path,
     assert "grant this job write access there or name another output" in problem
     assert "\n" not in problem
     assert Ledger(spec.ledger_path).history() == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_viewfs_publication_steps_through_the_hadoop_file_system(tmp_path, spark, kind):
+    """The Hadoop FileSystem's rename (viewfs onto a local disk) and, as on an object
+    store's connector, its copy (``FileUtil.copy``), step by step."""
+    out = tmp_path / "mounted"
+    fs = open_filesystem(mount(spark, out, f"steps{kind}"), spark)
+    try:
+        if kind == "copy":  # as a mount link onto an object store would be
+            fs.renames_atomically = lambda: False  # type: ignore[method-assign]
+        check_publication_steps(fs, out, tmp_path, kind)
+    finally:
+        fs.close()
 
 
 def run_killed(arguments, kill_at, submit_args):
