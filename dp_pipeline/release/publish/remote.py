@@ -13,7 +13,8 @@ at ``<output>/<release id>`` where the file system can rename a folder atomicall
    - where a folder is renamed in one step (`ReleaseFileSystem.renames_atomically`:
      HDFS, a viewfs mount link onto HDFS or a local disk, ``file://``), it gets a
      new folder's permissions and is renamed to ``<output>/<release id>``, which
-     readers see whole or not at all;
+     readers see whole or not at all (a folder there that the marker below names,
+     left by a killed copy or repair of this release, is removed first);
    - elsewhere (object stores: ``s3a``, ``gs``, ``abfss``, ``s3``), a hidden
      marker ``<output>/.<release id>.publishing`` (release id and digest) is
      written, the folder ``<output>/<release id>/`` is made owner-only where the
@@ -25,11 +26,14 @@ at ``<output>/<release id>`` where the file system can rename a folder atomicall
 3. the hidden folder and the marker are removed.
 
 The ledger records the manifest before step 1 and commits after step 3, so a
-committed release id has its manifest in place. A run killed at any step
-leaves nothing trusted: a hidden folder (removed by the next run of the id,
-which holds its lease: `clean_remote_stale`), and on an object store a folder
-without a manifest beside its marker, which lets the next run of the same
-release (same id and digest) overwrite it; any other folder at
+committed release id has its manifest in place. A run killed before the final
+folder holds its manifest leaves nothing a reader trusts: a hidden folder
+(removed by the next run of the id, which holds its lease:
+`clean_remote_stale`), and on an object store a folder without a manifest
+beside its marker, which lets the next run of the same release (same id and
+digest) overwrite it; killed later, it leaves the complete release (and maybe
+the hidden folder and the marker), which the next run checks, tidies and
+commits. Any other folder at
 ``<output>/<release id>`` is refused, never deleted. A complete copy of the
 same release is checked file by file against its manifest and not written
 again; one whose files differ is repaired in place (the marker written and the
