@@ -5,7 +5,8 @@
 
 The package has no fault injection of its own: ``run._checkpoint`` is a no-op
 called at each named point of the protocol (after_reserve, after_noise,
-mid_table, before_publish, after_publish), and ``store._checkpoint`` one called
+mid_table, before_publish, the steps of an output URI's publication from
+before_upload to after_manifest, after_publish), and ``store._checkpoint`` one called
 inside the ledger's reservation transaction (mid_reserve: the row is written, not
 yet committed). This launcher, run by the tests in a
 child process, replaces it before calling the CLI's ``main(ARGS)``:

@@ -10,6 +10,7 @@ pandas engine, no session).
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
@@ -30,8 +31,15 @@ from dp_pipeline.release.publish.filesystems import (
     display_uri,
     open_filesystem,
 )
-from dp_pipeline.release.publish.manifest import PublicationError
-from dp_pipeline.release.publish.remote import pending_name
+from dp_pipeline.release.publish.manifest import PublicationError, write_manifest
+from dp_pipeline.release.publish.remote import (
+    RemoteReleaseDirectory,
+    check_remote_replaceable,
+    clean_remote_stale,
+    pending_name,
+    read_remote_manifest,
+    remote_hidden_folders,
+)
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
@@ -187,6 +195,163 @@ def test_arrow_file_system_interface(tmp_path):
         fs.read_bytes("a/x.bin")
 
 
+# ------------------------------------------- the protocol's steps, in process (file://)
+
+RELEASE = "r-1"
+DIGEST = "d" * 64
+
+
+class CopyingFileSystem(ArrowFileSystem):
+    """``file://`` as an object store is published: no atomic rename, so the copy path."""
+
+    def renames_atomically(self) -> bool:
+        return False
+
+
+class Killed(BaseException):
+    """Stands for SIGKILL at a checkpoint: nothing after it runs, no clean-up either."""
+
+
+def staged(directory: RemoteReleaseDirectory) -> dict:
+    """Stage a two-file release in ``directory`` (entered, never left: a kill leaves no
+    clean-up); its manifest."""
+    folder = directory.__enter__()
+    (folder / "a.parquet").write_bytes(b"a" * 10)
+    (folder / "b.parquet").write_bytes(b"b" * 20)
+    return write_manifest(folder, RELEASE, DIGEST)
+
+
+def file_system(kind, root: Path):
+    return (ArrowFileSystem if kind == "rename" else CopyingFileSystem)(f"file://{root}")
+
+
+def check_publication_steps(fs, out: Path, tmp_path: Path, kind: str) -> None:
+    """Publish a staged release to ``fs`` (rooted at the local folder ``out``), looking at
+    the output at each step as a reader listing it would."""
+    fs.mkdirs("")
+    directory = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(directory)
+    expected = local_bytes(directory.temporary)
+    upload = ["before_upload", "mid_upload", "mid_upload", "after_hidden_manifest"]
+    seen: list[tuple[str, list[str], dict | None]] = []
+
+    def checkpoint(name: str) -> None:
+        listing = fs.list("")
+        if name in upload:  # owner-only while it is written
+            (hidden,) = [n for n in listing if n.startswith(f".{RELEASE}.tmp-")]
+            assert stat.S_IMODE((out / hidden).stat().st_mode) == 0o700
+        seen.append((name, listing, read_remote_manifest(fs, RELEASE)))
+
+    assert directory.publish(manifest, checkpoint) == fs.where(RELEASE)
+    directory.__exit__(None, None, None)
+    steps = [name for name, _, _ in seen]
+    middle = ["before_final", "mid_copy", "mid_copy"] if kind == "copy" else ["before_final"]
+    assert steps == [*upload, *middle, "after_manifest"]
+    for name, listing, trusted in seen:
+        if name == "after_manifest":
+            assert trusted == manifest
+        elif kind == "rename" or name in upload:
+            assert RELEASE not in listing  # the files are only under the hidden prefix
+        else:  # copied one by one, beside the marker, without a manifest until the last
+            assert RELEASE in listing and pending_name(RELEASE) in listing and trusted is None
+    assert os.listdir(out) == [RELEASE]
+    assert local_bytes(out / RELEASE) == expected  # no checksum companions either
+
+
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_a_reader_listing_the_output_sees_no_release_folder_before_its_manifest(tmp_path, kind):
+    check_publication_steps(file_system(kind, tmp_path / "out"), tmp_path / "out", tmp_path, kind)
+
+
+STEPS = ["before_upload", "mid_upload", "after_hidden_manifest", "before_final", "after_manifest"]
+
+
+@pytest.mark.parametrize(
+    ("kind", "step"),
+    [("rename", step) for step in STEPS] + [("copy", step) for step in [*STEPS, "mid_copy"]],
+)
+def test_a_publication_killed_at_any_step_is_not_trusted_and_the_rerun_completes_it(
+    tmp_path, kind, step
+):
+    out = tmp_path / "out"
+    fs = file_system(kind, out)
+    fs.mkdirs("")
+    killed = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(killed)
+    expected = local_bytes(killed.temporary)
+
+    def kill(name: str) -> None:
+        if name == step:
+            raise Killed
+
+    with pytest.raises(Killed):
+        killed.publish(manifest, kill)
+    trusted = read_remote_manifest(fs, RELEASE)
+    assert (trusted is not None) == (step == "after_manifest")
+    if kind == "rename" and step != "after_manifest":
+        assert not (out / RELEASE).exists()
+    renamed = kind == "rename" and step == "after_manifest"
+    hidden = [n for n in os.listdir(out) if n.startswith(f".{RELEASE}.tmp-")]
+    assert len(hidden) == (0 if renamed else 1)
+    # The next run of the release (holding its lease) removes the hidden leftovers first.
+    assert clean_remote_stale(fs, RELEASE) == [f"file://{out}/{name}" for name in hidden]
+    check_remote_replaceable(fs, RELEASE, DIGEST)
+    again = RemoteReleaseDirectory(fs, RELEASE, DIGEST, tmp_path / "staging2")
+    assert staged(again) == manifest
+    again.publish(manifest)
+    again.__exit__(None, None, None)
+    assert os.listdir(out) == [RELEASE]
+    assert local_bytes(out / RELEASE) == expected
+    assert read_remote_manifest(fs, RELEASE) == manifest
+
+
+def test_a_folder_left_by_a_killed_copy_is_replaced_whole_by_one_rename(tmp_path):
+    """A partial copy beside its marker (an object store's step, or a killed repair) is
+    this release's: a file system that renames removes it and renames the new copy in."""
+    out = tmp_path / "out"
+    copying = CopyingFileSystem(f"file://{out}")
+    copying.mkdirs("")
+    killed = RemoteReleaseDirectory(copying, RELEASE, DIGEST, tmp_path / "staging")
+    manifest = staged(killed)
+    expected = local_bytes(killed.temporary)
+
+    def kill(name: str) -> None:
+        if name == "mid_copy":
+            raise Killed
+
+    with pytest.raises(Killed):
+        killed.publish(manifest, kill)
+    assert (out / pending_name(RELEASE)).exists() and len(os.listdir(out / RELEASE)) == 1
+    renaming = ArrowFileSystem(f"file://{out}")
+    clean_remote_stale(renaming, RELEASE)
+    check_remote_replaceable(renaming, RELEASE, DIGEST)
+    with pytest.raises(PublicationError, match="exists and is not a copy of this release"):
+        check_remote_replaceable(renaming, RELEASE, "e" * 64)  # another release's digest
+    again = RemoteReleaseDirectory(renaming, RELEASE, DIGEST, tmp_path / "staging2")
+    staged(again)
+    again.publish(manifest)
+    assert os.listdir(out) == [RELEASE]  # the marker is gone with the partial copy
+    assert local_bytes(out / RELEASE) == expected
+
+
+def test_hidden_leftovers_are_those_of_exactly_the_release(tmp_path):
+    fs = ArrowFileSystem(f"file://{tmp_path}")
+    for name in (".r-1.tmp-12-ab12", ".r-1.old-3-ff", ".r-1.x.tmp-12-ab12", "r-1", ".r-1.tmp-x"):
+        fs.mkdirs(name)
+    assert remote_hidden_folders(fs, "r-1") == [".r-1.old-3-ff", ".r-1.tmp-12-ab12"]
+    clean_remote_stale(fs, "r-1")
+    assert sorted(os.listdir(tmp_path)) == [".r-1.tmp-x", ".r-1.x.tmp-12-ab12", "r-1"]
+
+
+def test_a_folder_created_meanwhile_at_the_release_is_never_renamed_over(tmp_path):
+    fs = ArrowFileSystem(f"file://{tmp_path}")
+    fs.mkdirs("hidden")
+    fs.mkdirs("taken")
+    with pytest.raises(OutputLocationError, match=r"renaming to '.*taken': it exists"):
+        fs.rename("hidden", "taken")
+    assert fs.exists("hidden") and fs.list("taken") == []
+
+
 # ---------------------------------------------------------------- viewfs:// (Hadoop)
 
 
@@ -215,6 +380,7 @@ def test_viewfs_release_is_byte_identical_to_a_local_release(tmp_path, spark):
         pd.testing.assert_frame_equal(frame, read_release(local_result.output)[name])
     fs = open_filesystem(uri, spark)
     assert isinstance(fs, HadoopFileSystem)
+    assert fs.renames_atomically()  # the mount link's target is a local disk
     assert fs.list(remote.release_id) == sorted(local_bytes(folder))
     # A file system's own message is never quoted (it can hold credentials): its class is.
     with pytest.raises(OutputLocationError) as raised:
@@ -241,6 +407,21 @@ def test_an_unwritable_viewfs_output_is_refused_before_the_reservation(tmp_path,
     assert "grant this job write access there or name another output" in problem
     assert "\n" not in problem
     assert Ledger(spec.ledger_path).history() == []
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("kind", ["rename", "copy"])
+def test_viewfs_publication_steps_through_the_hadoop_file_system(tmp_path, spark, kind):
+    """The Hadoop FileSystem's rename (viewfs onto a local disk) and, as on an object
+    store's connector, its copy (``FileUtil.copy``), step by step."""
+    out = tmp_path / "mounted"
+    fs = open_filesystem(mount(spark, out, f"steps{kind}"), spark)
+    try:
+        if kind == "copy":  # as a mount link onto an object store would be
+            fs.renames_atomically = lambda: False  # type: ignore[method-assign]
+        check_publication_steps(fs, out, tmp_path, kind)
+    finally:
+        fs.close()
 
 
 def run_killed(arguments, kill_at, submit_args):
@@ -273,19 +454,24 @@ def reference_release(tmp_path_factory, spark):
 
 @pytest.mark.spark
 @pytest.mark.parametrize(
-    ("kill_at", "state", "files", "manifest"),
+    ("kill_at", "state", "hidden", "final"),
     [
         ("after_reserve", "reserved", False, False),
         ("after_noise", "noised", False, False),
         ("before_publish", "noised", False, False),
+        ("before_upload", "publishing", True, False),
         ("mid_upload", "publishing", True, False),
-        ("after_manifest", "publishing", True, True),
-        ("after_publish", "publishing", True, True),
+        ("after_hidden_manifest", "publishing", True, False),
+        ("before_final", "publishing", True, False),
+        ("after_manifest", "publishing", False, True),
+        ("after_publish", "publishing", False, True),
     ],
 )
 def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
-    tmp_path, spark, kill_at, state, files, manifest, reference_release
+    tmp_path, spark, kill_at, state, hidden, final, reference_release
 ):
+    """A viewfs mount onto a local disk renames a folder atomically: the release folder
+    exists only whole, with its manifest; until then the files are under a hidden prefix."""
     mounted = tmp_path / "mounted"
     uri = mount(spark, mounted)
     spec = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
@@ -299,20 +485,30 @@ def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
     entry = Ledger(spec.ledger_path).entry(spec.release_id)
     assert (entry.status, entry.state) == ("reserved", state)  # the ledger has not committed
     folder = mounted / spec.release_id
-    assert folder.exists() == files
-    assert (folder / "manifest.json").exists() == manifest
-    if files:
-        assert (mounted / pending_name(spec.release_id)).exists() != (kill_at == "after_publish")
-    if files and not manifest:
-        assert stat.S_IMODE(folder.stat().st_mode) == 0o700  # hidden from others meanwhile
+    assert folder.exists() == final  # a reader listing the output sees no partial release
+    assert not (mounted / pending_name(spec.release_id)).exists()  # no marker: a rename
+    (leftover,) = [p for p in mounted.iterdir() if p.name != spec.release_id] or [None]
+    assert (leftover is not None) == hidden
+    if hidden:
+        assert leftover.name.startswith(f".{spec.release_id}.tmp-")
+        if kill_at != "before_final":  # owner-only until it is made a plain folder
+            assert stat.S_IMODE(leftover.stat().st_mode) == 0o700
+        if kill_at in ("after_hidden_manifest", "before_final"):
+            assert (leftover / "manifest.json").exists()
+    if final:
+        assert (folder / "manifest.json").exists()
+    else:
         with pytest.raises(PublicationError, match="is not a complete release"):
             read_release(f"{uri}/{spec.release_id}", spark=spark)
     if kill_at == "before_publish":  # the staged copy is private and local
         (staged,) = (Path(spec.ledger_path).parent / "staging").iterdir()
         assert stat.S_IMODE(staged.stat().st_mode) == 0o700
-    result = run_release(spec, progress=QUIET, spark=spark)
+    lines = io.StringIO()
+    result = run_release(spec, progress=Progress(stream=lines), spark=spark)
     assert result.outcome == "resumed"
+    if hidden:  # the hidden leftovers of exactly this release, removed under its lease
+        assert f"removed {uri}/{leftover.name}, left by an interrupted run" in lines.getvalue()
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
-    assert os.listdir(mounted) == [spec.release_id]  # the marker is gone
+    assert os.listdir(mounted) == [spec.release_id]  # no hidden leftovers
     assert not os.listdir(Path(spec.ledger_path).parent / "staging")
     assert_same_release(folder, reference_release)

@@ -1,10 +1,12 @@
 """Releases published to an S3-compatible store by the pandas engine (``s3://`` through
 ``pyarrow.fs``), against a real server process (`tests.s3_server`).
 
-The protocol is the one of every output without a rename
-(`dp_pipeline.release.publish.remote`): the files under ``<output>/<id>/``,
-``manifest.json`` (every file's SHA-256) last, the ledger committing only after it;
-a folder without its manifest is never trusted, and a resume completes it. The
+The protocol is the one of every output without an atomic rename
+(`dp_pipeline.release.publish.remote`): the files under a hidden prefix
+``<output>/.<id>.tmp-<pid>-<token>/``, ``manifest.json`` (every file's SHA-256)
+last, then copied to ``<output>/<id>/``, ``manifest.json`` last, the ledger
+committing only after it; a folder without its manifest is never trusted, and a
+resume removes the hidden prefix a killed run left and completes the folder. The
 store's options (endpoint, scheme, region) ride in the URI's query and its
 credentials in its user information: neither is ever shown.
 """
@@ -170,19 +172,26 @@ def run_killed(arguments: list[str], kill_at: str) -> subprocess.CompletedProces
 
 
 @pytest.mark.parametrize(
-    ("kill_at", "state", "files", "manifest"),
+    ("kill_at", "state", "hidden", "final", "marker"),
     [
-        ("after_reserve", "reserved", False, False),
-        ("after_noise", "noised", False, False),
-        ("before_publish", "noised", False, False),
-        ("mid_upload", "publishing", True, False),
-        ("after_manifest", "publishing", True, True),
-        ("after_publish", "publishing", True, True),
+        ("after_reserve", "reserved", 0, 0, False),
+        ("after_noise", "noised", 0, 0, False),
+        ("before_publish", "noised", 0, 0, False),
+        ("before_upload", "publishing", 0, 0, False),
+        ("mid_upload", "publishing", 1, 0, False),
+        ("after_hidden_manifest", "publishing", None, 0, False),
+        ("before_final", "publishing", None, 0, True),
+        ("mid_copy", "publishing", None, 1, True),
+        ("after_manifest", "publishing", None, None, True),
+        ("after_publish", "publishing", 0, None, False),
     ],
 )
 def test_a_killed_s3_publication_is_not_trusted_and_the_resume_completes_it(
-    s3_store, tmp_path, kill_at, state, files, manifest, reference_release
+    s3_store, tmp_path, kill_at, state, hidden, final, marker, reference_release
 ):
+    """An object store has no rename: the files go under a hidden prefix, manifest last,
+    then are copied into the release folder, manifest last. ``hidden`` and ``final`` count
+    the files a kill leaves in each (None: all of the release's, manifest included)."""
     output = s3_uri(s3_store, PREFIX)
     spec = small_spec(tmp_path / "remote", output_dir=output)
     arguments = ["run", str(tmp_path / "remote" / "small.toml"), "--output", output]
@@ -193,20 +202,25 @@ def test_a_killed_s3_publication_is_not_trusted_and_the_resume_completes_it(
     entry = Ledger(spec.ledger_path).entry(spec.release_id)
     assert (entry.status, entry.state) == ("reserved", state)  # the ledger has not committed
     left = stored(s3_store)
+    everything = local_bytes(reference_release)
+    prefixes = {name.split("/")[0] for name in left if "/" in name} - {spec.release_id}
+    assert all(name.startswith(f".{spec.release_id}.tmp-") for name in prefixes)
+    assert len(prefixes) == (hidden != 0)
+    hidden_files = in_folder(left, prefixes.pop()) if prefixes else {}
+    assert len(hidden_files) == (len(everything) if hidden is None else hidden)
     folder = in_folder(left, spec.release_id)
-    assert bool(folder) == files
-    assert ("manifest.json" in folder) == manifest
-    marker = pending_name(spec.release_id) in left
-    assert marker == (files and kill_at != "after_publish")
+    assert len(folder) == (len(everything) if final is None else final)
+    assert (pending_name(spec.release_id) in left) == marker
     uri = s3_uri(s3_store, f"{PREFIX}/{spec.release_id}")
-    if files and not manifest:
+    if final is not None:
         with pytest.raises(PublicationError, match="is not a complete release"):
             read_release(uri)
     result = run_release(spec, progress=QUIET)
     assert result.outcome == "resumed"
     assert Ledger(spec.ledger_path).entry(spec.release_id).status == "committed"
-    final = stored(s3_store)
-    assert all(name.startswith(f"{spec.release_id}/") for name in final)  # the marker is gone
+    final_files = stored(s3_store)
+    # No marker and no hidden prefix are left: only the release's folder.
+    assert all(name.startswith(f"{spec.release_id}/") for name in final_files)
     assert not os.listdir(Path(spec.ledger_path).parent / "staging")
-    assert_same_files(in_folder(final, spec.release_id), local_bytes(reference_release))
+    assert_same_files(in_folder(final_files, spec.release_id), everything)
     read_release(uri)

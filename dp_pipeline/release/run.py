@@ -87,6 +87,7 @@ from dp_pipeline.release.publish.outputs import (
 from dp_pipeline.release.publish.remote import (
     RemoteReleaseDirectory,
     check_remote_replaceable,
+    clean_remote_stale,
     verified_files,
 )
 from dp_pipeline.release.report.accuracy import (
@@ -129,9 +130,10 @@ def _checkpoint(name: str) -> None:
     with one that stops or kills the process at ``name``: "after_reserve",
     "after_noise", "mid_table" (a row group of a table kept on Spark is
     written), "before_publish" (the outputs and manifest are written, the
-    ledger does not yet record publication), "mid_upload" (an output URI: a
-    file is copied, the manifest is not), "after_manifest" (an output URI: the
-    manifest is copied, its marker not yet removed) or "after_publish".
+    ledger does not yet record publication), the steps of an output URI's
+    publication (`RemoteReleaseDirectory.publish`: "before_upload",
+    "mid_upload", "after_hidden_manifest", "before_final", "mid_copy",
+    "after_manifest") or "after_publish" (the ledger not yet committed).
     """
 
 
@@ -371,7 +373,10 @@ def _run_opened(
             check_replaceable(final, spec.release_id)
         else:
             check_remote_replaceable(target, spec.release_id, identity.digest)
-        for leftover in clean_stale(final or staging / spec.release_id):
+        leftovers = [str(path) for path in clean_stale(final or staging / spec.release_id)]
+        if target is not None:
+            leftovers += clean_remote_stale(target, spec.release_id)
+        for leftover in leftovers:
             progress(f"removed {leftover}, left by an interrupted run")
         reservation = ledger.reserve(
             population=spec.population,

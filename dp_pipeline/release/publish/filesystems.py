@@ -3,9 +3,11 @@
 A local output folder (no ``scheme://``) is written as it always was: a hidden
 folder renamed into place (`dp_pipeline.release.publish.outputs`). Any other
 output (``viewfs://``, ``hdfs://``, ``s3a://``, ``abfss://``, ``gs://``,
-``file://``) is written without a rename, through one of two implementations
-of `ReleaseFileSystem`, each bound to the output's root URI and addressed by
-paths relative to it:
+``file://``) is written through one of two implementations of
+`ReleaseFileSystem`, each bound to the output's root URI and addressed by paths
+relative to it, by the protocol of `dp_pipeline.release.publish.remote` (a
+hidden folder made final by one rename where `ReleaseFileSystem.renames_atomically`,
+else by copying its files):
 
 - `HadoopFileSystem`: the Hadoop ``FileSystem`` of a classic Spark session (the
   JVM through py4j, with the session's Hadoop configuration: mount tables,
@@ -45,6 +47,10 @@ __all__ = [
     "probe_write",
     "split_uri",
 ]
+
+# The schemes whose Hadoop FileSystem renames a folder atomically (a viewfs path is
+# resolved to its mount link's target first).
+_ATOMIC_RENAME_SCHEMES = frozenset({"hdfs", "file"})
 
 # Bytes moved per call between Python and the file system (py4j or Arrow).
 CHUNK_BYTES = 4 << 20
@@ -104,7 +110,8 @@ class ReleaseFileSystem(ABC):
     (none for a missing folder); ``delete`` removes a file or a folder and what it
     holds; ``mkdirs(owner_only=True)`` makes a folder only its owner can read
     where the file system has permissions (object stores have none),
-    ``make_plain`` gives it a new folder's default permissions.
+    ``make_plain`` gives it a new folder's default permissions; ``rename``
+    moves a folder to a path that does not exist, ``copy`` copies one file.
     """
 
     root: str
@@ -132,6 +139,26 @@ class ReleaseFileSystem(ABC):
 
     @abstractmethod
     def make_plain(self, path: str) -> None: ...
+
+    @abstractmethod
+    def renames_atomically(self) -> bool:
+        """Whether renaming a folder of the root to a sibling is one atomic step
+        (readers see the old name or the new one, never a part)."""
+
+    @abstractmethod
+    def rename(self, source: str, target: str) -> None:
+        """Rename the folder ``source`` to ``target``, which must not exist."""
+
+    @abstractmethod
+    def copy(self, source: str, target: str) -> None:
+        """Copy the file ``source`` to ``target`` (replaced whole)."""
+
+    def _refuse_existing(self, target: str) -> None:
+        if self.exists(target):
+            raise OutputLocationError(
+                f"renaming to {self.where(target)!r}: it exists (written meanwhile by "
+                "someone else); it is left as it is"
+            )
 
     def close(self) -> None:
         """Release what the implementation holds (a private Hadoop FileSystem instance).
@@ -254,6 +281,37 @@ class HadoopFileSystem(ReleaseFileSystem):
         mode = self._permission.getDirDefault().applyUMask(self._permission.getUMask(self._conf))
         self._set_permission(self._path(path), join_uri(self.root, path), mode)
 
+    def renames_atomically(self) -> bool:
+        """HDFS (also behind a viewfs mount link) and local targets rename a folder in
+        one step; object-store connectors (``s3a``, ``gs``, ``abfss``) copy its files."""
+        root = self._path("")
+        where = self.root
+        resolved = self._call("resolving", where, lambda: self._fs.resolvePath(root))
+        scheme = str(resolved.toUri().getScheme() or "").lower()
+        return scheme in _ATOMIC_RENAME_SCHEMES
+
+    def rename(self, source: str, target: str) -> None:
+        self._refuse_existing(target)
+        old, new = self._path(source), self._path(target)
+        where = join_uri(self.root, target)
+        if not self._call("renaming to", where, lambda: self._fs.rename(old, new)):
+            raise OutputLocationError(
+                f"renaming to {display_uri(where)!r} failed on its file system (refused)"
+            )
+
+    def copy(self, source: str, target: str) -> None:
+        old, new = self._path(source), self._path(target)
+        utilities = self._jvm.org.apache.hadoop.fs.FileUtil
+        where = join_uri(self.root, target)
+
+        def copy():
+            return utilities.copy(self._fs, old, self._fs, new, False, True, self._conf)
+
+        if not self._call("copying to", where, copy):
+            raise OutputLocationError(
+                f"copying to {display_uri(where)!r} failed on its file system (refused)"
+            )
+
     def _set_permission(self, target, where: str, mode) -> None:
         from py4j.protocol import Py4JJavaError
 
@@ -350,6 +408,21 @@ class ArrowFileSystem(ReleaseFileSystem):
 
     def make_plain(self, path: str) -> None:
         self._chmod(path, None)
+
+    def renames_atomically(self) -> bool:
+        """A local or HDFS (libhdfs) folder is renamed in one step; object stores copy."""
+        return isinstance(self._fs, self._arrow.LocalFileSystem | self._arrow.HadoopFileSystem)
+
+    def rename(self, source: str, target: str) -> None:
+        self._refuse_existing(target)
+        self._call(
+            "renaming to", target, lambda: self._fs.move(self._path(source), self._path(target))
+        )
+
+    def copy(self, source: str, target: str) -> None:
+        self._call(
+            "copying to", target, lambda: self._fs.copy_file(self._path(source), self._path(target))
+        )
 
     def _chmod(self, path: str, mode: int | None) -> None:
         # pyarrow.fs has no permissions; a local target gets them through os.

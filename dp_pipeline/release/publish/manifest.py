@@ -7,7 +7,8 @@ last: every other file's SHA-256 and size, the release id and the release's
 digest (`dp_pipeline.release.ledger.identity`). A folder without a manifest, or whose
 files are not exactly the manifest's, is not a release: readers and later runs
 trust a release folder only through its manifest (where no atomic rename
-exists, as on object stores, the manifest is the commit point for readers).
+exists, as on object stores, the manifest copied last into the final folder is
+the commit point for readers: `dp_pipeline.release.publish.remote`).
 
 The ledger records the manifest when publication starts, so a release id
 re-emits the same bytes or nothing (`check_same_bytes`), and a folder at the
@@ -34,6 +35,7 @@ __all__ = [
     "check_same_bytes",
     "hidden_folders",
     "hidden_name",
+    "is_hidden_name",
     "read_manifest",
     "write_manifest",
 ]
@@ -53,15 +55,20 @@ def hidden_name(release_id: str, kind: str, pid: int, token: str) -> str:
     return f".{release_id}.{kind}-{pid}-{token}"
 
 
+def is_hidden_name(name: str, release_id: str) -> bool:
+    """Whether ``name`` is a `hidden_name` of exactly ``release_id`` (never of ``<id>.y``)."""
+    pattern = rf"\.{re.escape(release_id)}\.(tmp|old)-[0-9]+-[0-9a-f]+"
+    return re.fullmatch(pattern, name) is not None
+
+
 def hidden_folders(final: Path) -> list[Path]:
     """The hidden folders (``tmp`` and ``old``) of exactly the release at ``final``."""
     if not final.parent.is_dir():
         return []
-    pattern = re.compile(rf"\.{re.escape(final.name)}\.(tmp|old)-[0-9]+-[0-9a-f]+")
     return sorted(
         path
         for path in final.parent.iterdir()
-        if pattern.fullmatch(path.name) and path.is_dir() and not path.is_symlink()
+        if is_hidden_name(path.name, final.name) and path.is_dir() and not path.is_symlink()
     )
 
 
