@@ -249,6 +249,10 @@ class PrivacyAccountant:
             )
         if "conditioned" in self._cache:
             self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
+        tilted = self._cache.get("tilted")
+        name = tilted() if tilted is not None else None
+        if name is not None and name not in self._cache["methods"]:
+            return (*self._cache["methods"], name)
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -333,6 +337,7 @@ class PrivacyAccountant:
         if "paths" in self._cache:
             return self._cache["paths"]
         paths = direct_paths(self._events, self._rho_or_none(), _rest_summary, self._refine)
+        self._cache["tilted"] = paths.tilted_name
         if paths.methods is None:
             self._cache["fallback"] = paths.fallback_name
             self._cache["middle"] = paths.middle_name

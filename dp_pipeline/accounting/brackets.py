@@ -7,6 +7,7 @@ intersection is too; the bound keeps the method that gave its upper end.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,9 +19,11 @@ from dp_pipeline.accounting.inversion import (
 __all__ = [
     "TIGHT",
     "TIGHT_ENOUGH",
+    "fft_refined",
     "intersect_brackets",
     "inversion_delta",
     "pmf_group",
+    "refine_below",
     "same_group",
 ]
 
@@ -82,7 +85,7 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback, middle=None, refine=None):
+def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
@@ -92,7 +95,9 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
     decides which side of it δ lies on. ``refine`` (a rigorous bracket, e.g. the
     conditioning on a coarse discrete Gaussian coordinate) is intersected with a loose,
     undecided primary bracket whose upper end is below `REFINE_BELOW` before all of
-    these, and the result stands in for it.
+    these, and the result stands in for it. ``tilted`` (a rigorous bracket with relative
+    precision at tiny δ, `tilted_lattice`) is intersected last, with a result that is
+    still loose and undecided below `REFINE_BELOW` (`refine_below`).
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
@@ -128,12 +133,44 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
         # δ is within their (absolute) resolution
         exact_only = gap <= TIGHT_ENOUGH * first.upper or first.upper < ABSOLUTE_FLOOR
         second = fallback(epsilon, exact_only=exact_only)
-        if second is None:
-            return first
-        return _intersection(first, second)
+        if second is not None:
+            first = _intersection(first, second)
+        return first if tilted is None else refine_below(first, epsilon, tilted, decide)
 
     delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
     return delta_of, "mgf_inversion"
+
+
+def refine_below(
+    bound: DeltaBound,
+    epsilon: float,
+    tilted: Callable[[float], DeltaBound],
+    decide: float | None = None,
+) -> DeltaBound:
+    """``bound`` intersected with ``tilted(ε)`` (a rigorous bracket) when it is loose (gap
+    over `TIGHT` relative) with its lower end below `REFINE_BELOW` and, given ``decide`` (a δ
+    the caller only compares with), undecided with ``decide`` below `REFINE_BELOW`; else
+    ``bound`` itself. (The approximate FFT paths' upper ends stay above ~1e-15, so the
+    lower end, not the upper, says whether δ may be below `REFINE_BELOW`.)"""
+    if not bound.lower < REFINE_BELOW or bound.upper - bound.lower <= TIGHT * bound.upper:
+        return bound
+    if decide is not None and (
+        decide > REFINE_BELOW or bound.lower > decide or bound.upper <= decide
+    ):
+        return bound
+    return _intersection(bound, tilted(epsilon))
+
+
+def fft_refined(
+    delta_of: Callable[[float], DeltaBound], tilted: Callable[[float], DeltaBound]
+) -> Callable[..., DeltaBound]:
+    """An FFT path's δ bound function with `refine_below` applied (accepts ``decide``)."""
+
+    def refined(epsilon: float, decide: float | None = None) -> DeltaBound:
+        return refine_below(delta_of(epsilon), epsilon, tilted, decide)
+
+    refined.accepts_decide = True  # type: ignore[attr-defined]
+    return refined
 
 
 def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
