@@ -36,6 +36,10 @@ TIGHT_ENOUGH = 1e-3  # below this gap only the exact lattice FFT is tried, not t
 # per convolution of unit-mass vectors), so their upper end cannot be below it, and their
 # lower end is 0 or at most the true δ
 ABSOLUTE_FLOOR = 1e-17
+# relative gap of a bracket below REFINE_BELOW past which the tilted lattice refines it: the
+# 1% the accountant is held to (a δ bracket within 1% puts ε(δ) far inside 1% too)
+LOOSE = 1e-2
+EPSILON_LOOSE = 1e-3  # ... and in a search for ε(δ), the relative ε width past which it does
 # below this δ a loose inversion is refined (`intersect_brackets`); above, the FFT paths
 # resolve δ to ~1e-12 absolute as before, and the refinement's rest evaluations (one per
 # lattice point, each an inversion) would only add time
@@ -148,16 +152,23 @@ def refine_below(
     decide: float | None = None,
 ) -> DeltaBound:
     """``bound`` intersected with ``tilted(ε)`` (a rigorous bracket) when it is loose (gap
-    over `TIGHT` relative) with its lower end below `REFINE_BELOW` and, given ``decide`` (a δ
-    the caller only compares with), undecided with ``decide`` below `REFINE_BELOW`; else
-    ``bound`` itself. (The approximate FFT paths' upper ends stay above ~1e-15, so the
-    lower end, not the upper, says whether δ may be below `REFINE_BELOW`.)"""
-    if not bound.lower < REFINE_BELOW or bound.upper - bound.lower <= TIGHT * bound.upper:
+    over `LOOSE` relative) with its lower end below `REFINE_BELOW` and, given ``decide`` (a δ
+    the caller only compares with), undecided with ``decide`` below `REFINE_BELOW` and wide
+    enough to move ε by more than `EPSILON_LOOSE` relative; else ``bound`` itself. (The
+    approximate FFT paths' upper ends stay above ~1e-15, so the lower end, not the upper,
+    says whether δ may be below `REFINE_BELOW`.)"""
+    if not bound.lower < REFINE_BELOW or bound.upper - bound.lower <= LOOSE * bound.upper:
         return bound
-    if decide is not None and (
-        decide > REFINE_BELOW or bound.lower > decide or bound.upper <= decide
-    ):
-        return bound
+    if decide is not None:
+        if decide > REFINE_BELOW or bound.lower > decide or bound.upper <= decide:
+            return bound
+        # in a search for ε(δ): δ(ε) = e^{-I(ε)} with I convex and I(0) >= 0 has slope
+        # c >= I/ε = log(1/δ)/ε, so a δ bracket [l, u] spans at most log(u/l)/log(1/δ) of ε
+        # relative: left alone where that is within `EPSILON_LOOSE`
+        if bound.lower > 0 and math.log(bound.upper / bound.lower) <= EPSILON_LOOSE * -math.log(
+            decide
+        ):
+            return bound
     return _intersection(bound, tilted(epsilon))
 
 

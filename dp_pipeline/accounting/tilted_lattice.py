@@ -79,6 +79,8 @@ _MAX_ROUNDING_SHIFT = 5e-3
 _EPSILON_SHIFT = 1e-4  # else Δ relative to ε (ε(δ) moves by at most Δ)
 _MAX_BUILDS = 3  # tilts built per composition (each one FFT per rounding direction)
 _MAX_C = 1e4  # larger tilts are not built (ε at the top of the loss's support)
+_NEAR = 0.1  # no new tilt within this relative distance of the c of one built
+_WEIGHT_CUTOFF = 50.0  # terms with c·t beyond this (weight <= e^{-50}) are charged, not summed
 _TIGHT = 1e-6  # a cached tilt whose bracket is this tight is not rebuilt for a new ε
 
 
@@ -176,27 +178,39 @@ def _tilt(component: LatticeComponent, c: float, grid: Fraction, up: bool) -> _T
         offset=component.offset + step * (first + start),
         step=step,
         count=component.count,
-        probabilities=tuple(masses[start:stop].tolist()),
+        probabilities=masses[start:stop]
+        if step == grid and step != component.step
+        else tuple(masses[start:stop].tolist()),  # rounded: an array (never hashed, `lattice`)
     )
     margin = abs(constant) + abs(top) + abs(math.log(total)) + abs(log_z_high)
     return _Tilt(tilted, log_low, log_high, tail, relative, margin)
 
 
-def _tilted_expectation(loss: LatticeLoss, epsilon: float, c: float) -> tuple[float, float]:
+def _tilted_expectation(loss: LatticeLoss, epsilon: float, c: float) -> tuple[float, float, float]:
     """Σ_{w: L_w > ε} p̃_w·e^{-c t_w}(1 - e^{-t_w}), t_w = L_w - ε from exact rationals
-    (as `LatticeLoss`), and the relative error of its evaluation."""
+    (as `LatticeLoss`), over t_w <= `_WEIGHT_CUTOFF`/c; the relative error of its
+    evaluation; and the bound e^{-_WEIGHT_CUTOFF} on the terms left out (w <= e^{-ct} and
+    the masses sum to at most 1 + ``loss.error``)."""
     threshold = (Fraction(epsilon) - loss.offset) / loss.gamma
     above = math.floor(threshold) + 1
     start = max(0, above - loss.first)
     if start >= len(loss.probabilities):
-        return 0.0, 0.0
-    tail = loss.probabilities[start:]
+        return 0.0, 0.0, 0.0
     gap = float(Fraction(loss.first + start) - threshold)
-    t = float(loss.gamma) * (gap + np.arange(len(tail), dtype=np.float64))
+    gamma = float(loss.gamma)
+    left_out = 0.0
+    stop = len(loss.probabilities)
+    if c > 0:
+        reach = math.floor(_WEIGHT_CUTOFF / (c * gamma) * (1 - 1e-9) - gap)
+        if start + reach + 1 < stop:
+            stop = start + max(0, reach) + 1
+            left_out = math.exp(-_WEIGHT_CUTOFF * (1 - 2e-9)) * (1 + loss.error)
+    tail = loss.probabilities[start:stop]
+    t = gamma * (gap + np.arange(len(tail), dtype=np.float64))
     with np.errstate(under="ignore"):
         value = float(np.sum(tail * np.exp(-c * t) * -np.expm1(-t)))
     relative = (math.log2(max(2, len(tail))) + 12 + 4 * c * float(t[-1])) * _U
-    return value, relative
+    return value, relative, left_out
 
 
 @dataclass(frozen=True)
@@ -215,12 +229,12 @@ class _Build:
         ends = []
         for side, up in ((self.upper, True), (self.lower, False)):
             loss, log_m, tail, relative, margin = side
-            expectation, evaluation = _tilted_expectation(loss, epsilon, c)
+            expectation, evaluation, left_out = _tilted_expectation(loss, epsilon, c)
             log_margin = 8 * _U * (margin + c * epsilon + 1) + relative
             log_factor = log_m - c * epsilon
             total_relative = evaluation + loss.relative
             if up:
-                value = expectation * (1 + total_relative) + loss.error + tail + 1e-300
+                value = expectation * (1 + total_relative) + loss.error + tail + left_out + 1e-300
                 log_value = log_factor + log_margin + math.log(value)
                 ends.append(min(1.0, round_up(math.exp(min(log_value, 0.0)))))
             else:
@@ -337,7 +351,8 @@ class TiltedLattice:
         """A rigorous bracket of δ(ε) (the trivial [0, 1] if no tilt could be built).
 
         A tilt built for another ε is reused where its bracket is about as tight as its
-        rounding allows (`_Build.tolerance`): a new one would be little tighter.
+        rounding allows (`_Build.tolerance`) or its c is within `_NEAR` of this ε's saddle
+        point: a new one would be little tighter.
         """
         best = DeltaBound(0.0, 1.0, METHOD)
         if not self._components:
@@ -352,8 +367,8 @@ class TiltedLattice:
             c = saddle_point(self._log_mgf, epsilon)
         except (OverflowError, ValueError, ZeroDivisionError):
             return best  # ε at or beyond the largest loss: no finite saddle point
-        if not 0 < c < _MAX_C:
-            return best
+        if not 0 < c < _MAX_C or any(abs(b.c - c) <= _NEAR * c for b in self._builds):
+            return best  # a tilt this close gives about the same bracket
         key = round(math.log(c), 3)
         if key in self._failed:
             return best
