@@ -142,3 +142,16 @@ def test_no_tilt_for_selections_or_beyond_the_support():
     assert path is not None
     bound = path.delta_bound(10.0)  # above the largest loss 3 + 1
     assert bound.lower == 0.0 and bound.upper == 1.0
+
+
+def test_too_wide_gaussian_is_not_tilted():
+    """A discrete Gaussian far too wide to tilt term by term (σ² = 1e27) leaves the path
+    without a bracket (trivial, never invalid) instead of allocating its window."""
+    accountant = _accountant(
+        [(DiscreteGaussian(F(10**27)), (3,), 1), (DiscreteLaplace(F(7, 2)), (3,), 2)]
+    )
+    path = tilted_lattice(accountant._events)
+    assert path is not None
+    assert path.delta_bound(3.0) == path.delta_bound(3.0)
+    bound = path.delta_bound(3.0)
+    assert (bound.lower, bound.upper) == (0.0, 1.0)

@@ -33,6 +33,12 @@ leaves at most five lattice points between the closed forms, a loose MGF inversi
 δ = 1e-12 (where its comb bound over that lattice is wide) is intersected with the same
 conditioning, one evaluation of the rest per point;
 
+below δ = 1e-12, a bracket of steps 2-4 still wider than 1% (in a search for ε(δ): wide
+enough to move ε by over 0.1%) is intersected with the lattice FFT of the exponentially
+tilted losses (`tilted_lattice`, "tilted_lattice_fft"): δ(ε) = M(c)e^{-cε}·E_c[w(L - ε)]
+with the weight w <= 1, so the FFT's absolute errors become errors relative to δ, at
+any δ in the float range (losses off the grid rounded up and down as in `coarse_lattice`);
+
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
 conversion of the others ("pure_dp + zcdp"), both always valid.
