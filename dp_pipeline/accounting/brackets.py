@@ -89,7 +89,7 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None):
+def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None, slope=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
@@ -101,7 +101,7 @@ def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None)
     undecided primary bracket whose upper end is below `REFINE_BELOW` before all of
     these, and the result stands in for it. ``tilted`` (a rigorous bracket with relative
     precision at tiny δ, `tilted_lattice`) is intersected last, with a result that is
-    still loose and undecided below `REFINE_BELOW` (`refine_below`).
+    still loose and undecided below `REFINE_BELOW` (`refine_below`, with ``slope``).
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
@@ -139,7 +139,7 @@ def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None)
         second = fallback(epsilon, exact_only=exact_only)
         if second is not None:
             first = _intersection(first, second)
-        return first if tilted is None else refine_below(first, epsilon, tilted, decide)
+        return first if tilted is None else refine_below(first, epsilon, tilted, decide, slope)
 
     delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
     return delta_of, "mgf_inversion"
@@ -150,6 +150,7 @@ def refine_below(
     epsilon: float,
     tilted: Callable[[float], DeltaBound],
     decide: float | None = None,
+    slope: Callable[[float], float | None] | None = None,
 ) -> DeltaBound:
     """``bound`` intersected with ``tilted(ε)`` (a rigorous bracket) when it is loose (gap
     over `LOOSE` relative) with its lower end below `REFINE_BELOW` and, given ``decide`` (a δ
@@ -162,23 +163,27 @@ def refine_below(
     if decide is not None:
         if decide > REFINE_BELOW or bound.lower > decide or bound.upper <= decide:
             return bound
-        # in a search for ε(δ): δ(ε) = e^{-I(ε)} with I convex and I(0) >= 0 has slope
-        # c >= I/ε = log(1/δ)/ε, so a δ bracket [l, u] spans at most log(u/l)/log(1/δ) of ε
-        # relative: left alone where that is within `EPSILON_LOOSE`
-        if bound.lower > 0 and math.log(bound.upper / bound.lower) <= EPSILON_LOOSE * -math.log(
-            decide
-        ):
-            return bound
+        # in a search for ε(δ): where δ(ε) falls with slope c = -d log δ/dε (``slope(ε)``,
+        # the saddle point; else log(1/δ)/ε, below it when log(1/δ(ε)) is convex and
+        # starts from 0), a δ bracket [l, u] spans about log(u/l)/(cε) of ε relative:
+        # left alone where that is within `EPSILON_LOOSE`
+        if bound.lower > 0:
+            c = slope(epsilon) if slope is not None else None
+            scale = c * epsilon if c is not None else -math.log(decide)
+            if math.log(bound.upper / bound.lower) <= EPSILON_LOOSE * scale:
+                return bound
     return _intersection(bound, tilted(epsilon))
 
 
 def fft_refined(
-    delta_of: Callable[[float], DeltaBound], tilted: Callable[[float], DeltaBound]
+    delta_of: Callable[[float], DeltaBound],
+    tilted: Callable[[float], DeltaBound],
+    slope: Callable[[float], float | None] | None = None,
 ) -> Callable[..., DeltaBound]:
     """An FFT path's δ bound function with `refine_below` applied (accepts ``decide``)."""
 
     def refined(epsilon: float, decide: float | None = None) -> DeltaBound:
-        return refine_below(delta_of(epsilon), epsilon, tilted, decide)
+        return refine_below(delta_of(epsilon), epsilon, tilted, decide, slope)
 
     refined.accepts_decide = True  # type: ignore[attr-defined]
     return refined

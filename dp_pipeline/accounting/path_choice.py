@@ -82,6 +82,11 @@ def direct_paths(events, rho: float | None, summarize=None, refine: bool = True)
             return DeltaBound(0.0, 1.0, TILTED_METHOD)
         return tilts[0].delta_bound(eps)
 
+    def slope(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        return None if tilts[0] is None else tilts[0].saddle(eps)
+
     def tilted_name():
         return TILTED_METHOD if tilts and tilts[0] is not None and tilts[0].used else None
 
@@ -92,7 +97,7 @@ def direct_paths(events, rho: float | None, summarize=None, refine: bool = True)
             return DirectPaths(delta_of, name, (name,), None)
         delta_of, name = fft
         if refine:
-            delta_of = fft_refined(delta_of, tilted)
+            delta_of = fft_refined(delta_of, tilted, slope)
         return DirectPaths(delta_of, name, (name,), None, None, tilted_name)
     built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
@@ -149,7 +154,12 @@ def direct_paths(events, rho: float | None, summarize=None, refine: bool = True)
         return None if laplace_bracket_of() is None else LAPLACE_METHOD
 
     delta_of, name = intersect_brackets(
-        inversion_delta(inversion), fallback, middle, conditioned, tilted if refine else None
+        inversion_delta(inversion),
+        fallback,
+        middle,
+        conditioned,
+        tilted if refine else None,
+        slope,
     )
     return DirectPaths(delta_of, name, None, fallback_name, middle_name, tilted_name)
 

@@ -271,6 +271,7 @@ class TiltedLattice:
         self._builds: list[_Build] = []
         self._failed: set = set()
         self._float_cache: dict = {}
+        self._saddles: dict = {}
 
     @property
     def used(self) -> bool:
@@ -287,6 +288,14 @@ class TiltedLattice:
         first = second = 0.0
         for component in self._components:
             step = float(component.step)
+            if component.sigma2 is not None and component.sigma2 >= 100:
+                # the tilted N_Z is N_Z(μ, σ²) recentred: its mean and variance are μ and σ²
+                # within e^{-2π²σ²} relative (Poisson summation)
+                sigma2 = float(component.sigma2)
+                mu = c * step * sigma2
+                first += component.count * (float(component.offset) + step * mu)
+                second += component.count * step * step * sigma2
+                continue
             if component.sigma2 is not None:
                 sigma2 = float(component.sigma2)
                 mu = c * step * sigma2
@@ -361,6 +370,21 @@ class TiltedLattice:
             target *= 2
         return None
 
+    def saddle(self, epsilon: float) -> float | None:
+        """The saddle point c of ε (`saddle.saddle_point`), or None if there is none in
+        (0, `_MAX_C`) (ε at or beyond the largest loss); ≈ -d log δ/dε there."""
+        if epsilon not in self._saddles:
+            try:
+                c: float | None = saddle_point(self._log_mgf, epsilon)
+            except (OverflowError, ValueError, ZeroDivisionError):
+                c = None
+            if c is not None and not 0 < c < _MAX_C:
+                c = None
+            if len(self._saddles) > 64:
+                self._saddles.clear()
+            self._saddles[epsilon] = c
+        return self._saddles[epsilon]
+
     def delta_bound(self, epsilon: float) -> DeltaBound:
         """A rigorous bracket of δ(ε) (the trivial [0, 1] if no tilt could be built).
 
@@ -377,11 +401,8 @@ class TiltedLattice:
                 return best
         if len(self._builds) >= _MAX_BUILDS:
             return best
-        try:
-            c = saddle_point(self._log_mgf, epsilon)
-        except (OverflowError, ValueError, ZeroDivisionError):
-            return best  # ε at or beyond the largest loss: no finite saddle point
-        if not 0 < c < _MAX_C or any(abs(b.c - c) <= _NEAR * c for b in self._builds):
+        c = self.saddle(epsilon)
+        if c is None or any(abs(b.c - c) <= _NEAR * c for b in self._builds):
             return best  # a tilt this close gives about the same bracket
         key = round(math.log(c), 3)
         if key in self._failed:
