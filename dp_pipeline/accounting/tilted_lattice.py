@@ -240,18 +240,22 @@ class _Build:
         for side, up in ((self.upper, True), (self.lower, False)):
             loss, log_m, tail, relative, margin = side
             expectation, evaluation, left_out = _tilted_expectation(loss, epsilon, c)
-            log_margin = 8 * _U * (margin + c * epsilon + 1) + relative
             log_factor = log_m - c * epsilon
-            total_relative = evaluation + loss.relative
+            # the products and sums forming ``value`` err by a few u of it (4u charged)
+            total_relative = evaluation + loss.relative + 4 * _U
             if up:
                 value = expectation * (1 + total_relative) + loss.error + tail + left_out + 1e-300
-                log_value = log_factor + log_margin + math.log(value)
-                ends.append(min(1.0, round_up(math.exp(min(log_value, 0.0)))))
             else:
                 value = (expectation * (1 - total_relative) - loss.error) * (1 - tail)
                 if value <= 0:
                     ends.append(0.0)
                     continue
+            # each float term of the log (and its sum) errs by at most 8u of its magnitude
+            log_margin = 8 * _U * (margin + c * epsilon + abs(math.log(value)) + 1) + relative
+            if up:
+                log_value = log_factor + log_margin + math.log(value)
+                ends.append(min(1.0, round_up(math.exp(min(log_value, 0.0)))))
+            else:
                 log_value = log_factor - log_margin + math.log(value)
                 ends.append(max(0.0, math.exp(log_value) * (1 - 4 * _U)))
         upper, lower = ends
