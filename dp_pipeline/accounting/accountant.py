@@ -33,6 +33,12 @@ leaves at most five lattice points between the closed forms, a loose MGF inversi
 δ = 1e-12 (where its comb bound over that lattice is wide) is intersected with the same
 conditioning, one evaluation of the rest per point;
 
+below δ = 1e-12, a bracket of steps 2-4 still wider than 1% (in a search for ε(δ): wide
+enough to move ε by over 0.1%) is intersected with the lattice FFT of the exponentially
+tilted losses (`tilted_lattice`, "tilted_lattice_fft"): δ(ε) = M(c)e^{-cε}·E_c[w(L - ε)]
+with the weight w <= 1, so the FFT's absolute errors become errors relative to δ, at
+any δ in the float range (losses off the grid rounded up and down as in `coarse_lattice`);
+
 and, whenever every event has a finite ρ, the upper bound is also capped by the zCDP
 conversion (CKS Corollary 13) and by basic composition of the pure-DP events with the zCDP
 conversion of the others ("pure_dp + zcdp"), both always valid.
@@ -249,6 +255,10 @@ class PrivacyAccountant:
             )
         if "conditioned" in self._cache:
             self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
+        tilted = self._cache.get("tilted")
+        name = tilted() if tilted is not None else None
+        if name is not None and name not in self._cache["methods"]:
+            return (*self._cache["methods"], name)
         return self._cache["methods"]
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
@@ -333,6 +343,7 @@ class PrivacyAccountant:
         if "paths" in self._cache:
             return self._cache["paths"]
         paths = direct_paths(self._events, self._rho_or_none(), _rest_summary, self._refine)
+        self._cache["tilted"] = paths.tilted_name
         if paths.methods is None:
             self._cache["fallback"] = paths.fallback_name
             self._cache["middle"] = paths.middle_name

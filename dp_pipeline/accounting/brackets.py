@@ -7,6 +7,7 @@ intersection is too; the bound keeps the method that gave its upper end.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import numpy as np
 
@@ -18,9 +19,11 @@ from dp_pipeline.accounting.inversion import (
 __all__ = [
     "TIGHT",
     "TIGHT_ENOUGH",
+    "fft_refined",
     "intersect_brackets",
     "inversion_delta",
     "pmf_group",
+    "refine_below",
     "same_group",
 ]
 
@@ -33,6 +36,10 @@ TIGHT_ENOUGH = 1e-3  # below this gap only the exact lattice FFT is tried, not t
 # per convolution of unit-mass vectors), so their upper end cannot be below it, and their
 # lower end is 0 or at most the true δ
 ABSOLUTE_FLOOR = 1e-17
+# relative gap of a bracket below REFINE_BELOW past which the tilted lattice refines it: the
+# 1% the accountant is held to (a δ bracket within 1% puts ε(δ) far inside 1% too)
+LOOSE = 1e-2
+EPSILON_LOOSE = 1e-3  # ... and in a search for ε(δ), the relative ε width past which it does
 # below this δ a loose inversion is refined (`intersect_brackets`); above, the FFT paths
 # resolve δ to ~1e-12 absolute as before, and the refinement's rest evaluations (one per
 # lattice point, each an inversion) would only add time
@@ -82,7 +89,7 @@ def inversion_delta(candidates):
     return delta_of
 
 
-def intersect_brackets(primary, fallback, middle=None, refine=None):
+def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None, slope=None):
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
@@ -92,7 +99,9 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
     decides which side of it δ lies on. ``refine`` (a rigorous bracket, e.g. the
     conditioning on a coarse discrete Gaussian coordinate) is intersected with a loose,
     undecided primary bracket whose upper end is below `REFINE_BELOW` before all of
-    these, and the result stands in for it.
+    these, and the result stands in for it. ``tilted`` (a rigorous bracket with relative
+    precision at tiny δ, `tilted_lattice`) is intersected last, with a result that is
+    still loose and undecided below `REFINE_BELOW` (`refine_below`, with ``slope``).
     """
 
     def delta_of(epsilon: float, decide: float | None = None) -> DeltaBound:
@@ -128,12 +137,56 @@ def intersect_brackets(primary, fallback, middle=None, refine=None):
         # δ is within their (absolute) resolution
         exact_only = gap <= TIGHT_ENOUGH * first.upper or first.upper < ABSOLUTE_FLOOR
         second = fallback(epsilon, exact_only=exact_only)
-        if second is None:
-            return first
-        return _intersection(first, second)
+        if second is not None:
+            first = _intersection(first, second)
+        return first if tilted is None else refine_below(first, epsilon, tilted, decide, slope)
 
     delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
     return delta_of, "mgf_inversion"
+
+
+def refine_below(
+    bound: DeltaBound,
+    epsilon: float,
+    tilted: Callable[[float], DeltaBound],
+    decide: float | None = None,
+    slope: Callable[[float], float | None] | None = None,
+) -> DeltaBound:
+    """``bound`` intersected with ``tilted(ε)`` (a rigorous bracket) when it is loose (gap
+    over `LOOSE` relative) with its lower end below `REFINE_BELOW` and, given ``decide`` (a δ
+    the caller only compares with), undecided with ``decide`` below `REFINE_BELOW` and wide
+    enough to move ε by more than `EPSILON_LOOSE` relative; else ``bound`` itself. (The
+    approximate FFT paths' upper ends stay above ~1e-15, so the lower end, not the upper,
+    says whether δ may be below `REFINE_BELOW`.)"""
+    if not bound.lower < REFINE_BELOW or bound.upper - bound.lower <= LOOSE * bound.upper:
+        return bound
+    if decide is not None:
+        if decide > REFINE_BELOW or bound.lower > decide or bound.upper <= decide:
+            return bound
+        # in a search for ε(δ): where δ(ε) falls with slope c = -d log δ/dε (``slope(ε)``,
+        # the saddle point; else log(1/δ)/ε, below it when log(1/δ(ε)) is convex and
+        # starts from 0), a δ bracket [l, u] spans about log(u/l)/(cε) of ε relative:
+        # left alone where that is within `EPSILON_LOOSE`
+        if bound.lower > 0:
+            c = slope(epsilon) if slope is not None else None
+            scale = c * epsilon if c is not None else -math.log(decide)
+            if math.log(bound.upper / bound.lower) <= EPSILON_LOOSE * scale:
+                return bound
+    return _intersection(bound, tilted(epsilon))
+
+
+def fft_refined(
+    delta_of: Callable[[float], DeltaBound],
+    tilted: Callable[[float], DeltaBound],
+    slope: Callable[[float], float | None] | None = None,
+) -> Callable[..., DeltaBound]:
+    """An FFT path's δ bound function with `refine_below` applied (accepts ``decide``)."""
+
+    def refined(epsilon: float, decide: float | None = None) -> DeltaBound:
+        return refine_below(delta_of(epsilon), epsilon, tilted, decide, slope)
+
+    refined.accepts_decide = True  # type: ignore[attr-defined]
+    return refined
 
 
 def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:

@@ -46,14 +46,16 @@ def fraction_gcd(values: Sequence[Fraction]) -> Fraction:
 class LatticeComponent:
     """A privacy loss offset + step·K with K integer, repeated ``count`` times independently.
 
-    Either ``sigma2`` is set (K ~ N_Z(0, σ²)) or ``probabilities`` (P[K = i], i = 0..r).
+    Either ``sigma2`` is set (K ~ N_Z(0, σ²)) or ``probabilities`` (P[K = i], i = 0..r):
+    a tuple, or a float array where the component is never hashed (not among the
+    ``common`` components of `lattice_loss`, whose ``shared`` cache is keyed by them).
     """
 
     offset: Fraction
     step: Fraction
     count: int
     sigma2: Fraction | None = None
-    probabilities: tuple[float, ...] | None = None
+    probabilities: tuple[float, ...] | np.ndarray | None = None
 
 
 def _discrete_gaussian_log_phi(theta: np.ndarray, sigma2: float) -> np.ndarray:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from dp_pipeline.accounting.bounds import DeltaBound
-from dp_pipeline.accounting.brackets import intersect_brackets, inversion_delta
+from dp_pipeline.accounting.brackets import fft_refined, intersect_brackets, inversion_delta
 from dp_pipeline.accounting.conditioning import (
     FAR_BELOW,
     LatticeConditioning,
@@ -21,7 +21,13 @@ from dp_pipeline.accounting.conditioning import (
 )
 from dp_pipeline.accounting.laplace_conditioning import METHOD as LAPLACE_METHOD
 from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
-from dp_pipeline.accounting.paths import fft_composition, inversion_of, single_coordinate
+from dp_pipeline.accounting.paths import (
+    fft_composition,
+    inversion_of,
+    single_coordinate,
+    tilted_lattice,
+)
+from dp_pipeline.accounting.tilted_lattice import METHOD as TILTED_METHOD
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
 __all__ = ["DirectPaths", "direct_paths", "no_path_bound"]
@@ -37,7 +43,9 @@ class DirectPaths:
 
     ``methods`` is the one method it can use, or None when it is the MGF inversion
     with an FFT fallback, whose name ``fallback_name()`` gives (building it if need be);
-    ``middle_name()`` names the cheap bracket tried between the two (None if none is).
+    ``middle_name()`` names the cheap bracket tried between the two (None if none is);
+    ``tilted_name()`` names the tilted lattice once a loose bracket below δ = 1e-12 has
+    used it (None before).
     """
 
     delta_of: Callable[[float], DeltaBound]
@@ -45,6 +53,7 @@ class DirectPaths:
     methods: tuple[str, ...] | None
     fallback_name: Callable[[], str | None] | None
     middle_name: Callable[[], str | None] | None = None
+    tilted_name: Callable[[], str | None] | None = None
 
 
 def direct_paths(events, rho: float | None, summarize=None, refine: bool = True) -> DirectPaths:
@@ -56,15 +65,40 @@ def direct_paths(events, rho: float | None, summarize=None, refine: bool = True)
     `laplace_conditioning` brackets and the conditioning on a coarse discrete Gaussian
     coordinate with up to `_MIDDLE_POINTS` lattice points between its closed forms before
     any FFT path is built (with ``refine`` only: the rests of conditionings go without).
+    Below δ = 1e-12 a bracket still loose is intersected with the tilted lattice FFT
+    (`tilted_lattice`: relative precision at any δ), built on first use (``refine`` only).
     """
     single = single_coordinate(events)
     inversion = None if single is not None else (inversion_of(events) or None)
     if single is not None:
         delta_of, name = single
         return DirectPaths(delta_of, name, (name,), None)
+    tilts: list = []  # the tilted lattice (or None), built on first use
+
+    def tilted(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        if tilts[0] is None:
+            return DeltaBound(0.0, 1.0, TILTED_METHOD)
+        return tilts[0].delta_bound(eps)
+
+    def slope(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        return None if tilts[0] is None else tilts[0].saddle(eps)
+
+    def tilted_name():
+        return TILTED_METHOD if tilts and tilts[0] is not None and tilts[0].used else None
+
     if inversion is None:
-        delta_of, name = fft_composition(events) or no_path_bound(rho)
-        return DirectPaths(delta_of, name, (name,), None)
+        fft = fft_composition(events)
+        if fft is None:
+            delta_of, name = no_path_bound(rho)
+            return DirectPaths(delta_of, name, (name,), None)
+        delta_of, name = fft
+        if refine:
+            delta_of = fft_refined(delta_of, tilted, slope)
+        return DirectPaths(delta_of, name, (name,), None, None, tilted_name)
     built: list = []  # the FFT paths are built only if the MGF inversion is loose
 
     tried: set = set()  # which of the two builds were attempted (each once)
@@ -119,8 +153,15 @@ def direct_paths(events, rho: float | None, summarize=None, refine: bool = True)
             return conditioning_of().method
         return None if laplace_bracket_of() is None else LAPLACE_METHOD
 
-    delta_of, name = intersect_brackets(inversion_delta(inversion), fallback, middle, conditioned)
-    return DirectPaths(delta_of, name, None, fallback_name, middle_name)
+    delta_of, name = intersect_brackets(
+        inversion_delta(inversion),
+        fallback,
+        middle,
+        conditioned,
+        tilted if refine else None,
+        slope,
+    )
+    return DirectPaths(delta_of, name, None, fallback_name, middle_name, tilted_name)
 
 
 def no_path_bound(rho: float | None):

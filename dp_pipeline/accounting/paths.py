@@ -49,6 +49,7 @@ from dp_pipeline.accounting.pld import GridTooLargeError, PrivacyLossDistributio
 from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_group
 from dp_pipeline.accounting.support_composition import METHOD as SUPPORT_METHOD
 from dp_pipeline.accounting.support_composition import support_loss
+from dp_pipeline.accounting.tilted_lattice import TiltedLattice
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
@@ -59,6 +60,7 @@ __all__ = [
     "pld_of",
     "single_coordinate",
     "support_threshold",
+    "tilted_lattice",
 ]
 
 _LATTICE_TOLERANCE = 1e-14
@@ -114,6 +116,19 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
             return (lambda eps: coarse.delta_bound(eps, name)), name
     pld = pld_of(events)
     return None if pld is None else (pld.delta, "pld_fft")
+
+
+def tilted_lattice(events) -> TiltedLattice | None:
+    """The tilted lattice FFT of the events (`tilted_lattice`): discrete Gaussians, discrete
+    Laplaces and pure-DP events only (None with selections or other pmf mechanisms)."""
+    if any(bounded_range_epsilon_of(e.mechanism) is not None for e in events):
+        return None
+    components = lattice_components(events)
+    if components is None or any(
+        len(c.probabilities or ()) > _MAX_LATTICE_SUPPORT for c in components
+    ):
+        return None
+    return TiltedLattice(components)
 
 
 def single_coordinate(events):
