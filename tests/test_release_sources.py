@@ -310,6 +310,89 @@ def test_files_on_another_file_system_are_sized_by_their_index_and_hashed_in_the
     assert again[3].size == found[3].size and again[3].sha256 != found[3].sha256
 
 
+def _jobs_after(spark, last: int) -> list[int]:
+    """The ids of the Spark jobs started after job ``last`` (-1: all retained)."""
+    return sorted(j for j in spark.sparkContext.statusTracker().getJobIdsForGroup(None) if j > last)
+
+
+def _last_job(spark) -> int:
+    return max(_jobs_after(spark, -1), default=-1)
+
+
+@pytest.mark.spark
+def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job(
+    spark, tmp_path, monkeypatch
+):
+    # The DataFrame that listed the files holds their sizes: no binaryFile metadata job
+    # before the hashing one, the same sizes as that job's (an empty file: 0), and the
+    # digests still bind every byte.
+    from dp_pipeline.release.sources.spark_files import (
+        executor_digests,
+        file_sizes,
+        index_sizes,
+        listed_frame,
+    )
+
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
+    data = tmp_path / "data"
+    data.mkdir()
+    files = []
+    for index, size in enumerate((0, 100, 10_000)):
+        path = data / f"part-{index}.bin"
+        path.write_bytes(bytes((index * 7 + i) % 251 for i in range(size)))
+        files.append(path)
+    key = "fs.viewfs.mounttable.dpindex.link./data"
+    spark.conf.set(key, f"file://{data}")
+    try:
+        uris, index = listed_frame(spark, "viewfs://dpindex/data", "parquet", None)
+        assert uris == tuple(f"viewfs://dpindex/data/{p.name}" for p in files)
+        names = [p.name for p in files]
+        last = _last_job(spark)
+        sizes = index_sizes(spark, index, uris)
+        assert _jobs_after(spark, last) == []
+        assert (
+            sizes
+            == file_sizes(spark, uris, "t")
+            == {uri: p.stat().st_size for uri, p in zip(uris, files, strict=True)}
+        )
+        # Not the files the index lists: the metadata job sizes them.
+        assert index_sizes(spark, index, uris[1:]) is None
+        last = _last_job(spark)
+        found = executor_digests(spark, uris, names, None, "t", index)
+        assert len(_jobs_after(spark, last)) == 1
+        assert found == local_digests(files, names)
+        changed = bytearray(files[2].read_bytes())
+        changed[9_000] ^= 1
+        files[2].write_bytes(bytes(changed))
+        again = executor_digests(spark, uris, names, None, "t", index)
+    finally:
+        spark.conf.unset(key)
+    assert again[:2] == found[:2] and again[2].sha256 != found[2].sha256
+
+
+@pytest.mark.spark
+def test_a_file_named_like_hidden_that_the_index_lists_is_hashed_with_the_others(spark, tmp_path):
+    # Spark's Parquet listing keeps '_x=1.parquet' (its tables read it); sized by that
+    # listing's index, it is hashed by name like any other file, its bytes bound.
+    from dp_pipeline.release.sources.spark_files import executor_digests, listed_frame
+
+    data = tmp_path / "data"
+    data.mkdir()
+    files = [data / "_x=1.parquet", data / "part-0.parquet"]
+    for index, path in enumerate(files):
+        path.write_bytes(bytes((index + i) % 247 for i in range(300)))
+    key = "fs.viewfs.mounttable.dpskip.link./data"
+    spark.conf.set(key, f"file://{data}")
+    try:
+        uris, index = listed_frame(spark, "viewfs://dpskip/data", "parquet", None)
+        names = [p.name for p in files]
+        assert uris == tuple(f"viewfs://dpskip/data/{name}" for name in names)
+        found = executor_digests(spark, uris, names, None, "t", index)
+    finally:
+        spark.conf.unset(key)
+    assert found == local_digests(files, names)
+
+
 @pytest.mark.spark
 def test_a_parquet_input_off_the_local_disk_is_read_once_as_it_was_listed(spark, tmp_path):
     # One read lists the files and infers the schema; the tables read that DataFrame,
@@ -329,7 +412,9 @@ def test_a_parquet_input_off_the_local_disk_is_read_once_as_it_was_listed(spark,
         assert tuple(sorted(opened.frame.inputFiles())) == opened.uris
         assert spark_input_frames(spec, opened) == (opened.frame, None)
         assert opened.total_bytes == 0  # known with the digests
+        last = _last_job(spark)
         digests = opened.digests()
+        assert len(_jobs_after(spark, last)) == 1  # sized by the read's file index
         assert opened.total_bytes == digests[0].size == (data / "part-0.parquet").stat().st_size
     finally:
         opened.close()

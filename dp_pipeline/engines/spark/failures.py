@@ -8,6 +8,10 @@ out-of-memory killer or an operator kills it with a signal. The driver then sees
 a py4j connection error from whatever call came next, and its traceback names
 py4j's internals, not what happened.
 
+A Spark Connect server can stop too (or its network): the client retries, then
+raises an error carrying the gRPC status ``UNAVAILABLE`` and the server's or the
+channel's text; `connect_server_lost` reads the status only.
+
 `session_failure` says what happened, from facts that do not depend on the data:
 the JVM process's exit status (when this process launched it), the classes of
 the errors (a lost py4j connection; ``java.lang.OutOfMemoryError`` in the chain
@@ -43,6 +47,7 @@ __all__ = [
     "JVM_EXIT_SECONDS",
     "SPARK_OOM_EXIT",
     "SessionFailure",
+    "connect_server_lost",
     "java_causes",
     "java_out_of_memory",
     "lost_jvm_unlogged",
@@ -87,6 +92,42 @@ def _chain(error: BaseException | None):
         seen.add(id(error))
         yield error
         error = error.__cause__ or error.__context__
+
+
+def _is_connect(spark) -> bool:
+    # A Spark Connect session's class (pyspark.sql.connect), without importing PySpark.
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+# The gRPC status of a call to a server that cannot be reached (grpc.StatusCode's name).
+_UNREACHABLE = "UNAVAILABLE"
+
+
+def connect_server_lost(error: BaseException) -> bool:
+    """Whether a Spark Connect call failed under ``error`` because its server is unreachable.
+
+    By the gRPC status codes in the error's chain only (PySpark's
+    ``getGrpcStatusCode()``, a gRPC error's ``code()``): ``UNAVAILABLE``, which the
+    client gives after its retries when the server stopped or cannot be connected to.
+    Never the message, which is the server's text.
+    """
+    for found in _chain(error):
+        status = getattr(found, "getGrpcStatusCode", None)
+        if status is None and _grpc_error(found):
+            status = getattr(found, "code", None)
+        if callable(status):
+            with contextlib.suppress(Exception):
+                if getattr(status(), "name", None) == _UNREACHABLE:
+                    return True
+    return False
+
+
+def _grpc_error(error: BaseException) -> bool:
+    try:
+        import grpc
+    except ImportError:  # pragma: no cover - no Spark Connect client without grpc
+        return False
+    return isinstance(error, grpc.RpcError)
 
 
 def _connection_lost(error: BaseException) -> bool:
@@ -176,15 +217,24 @@ def _context_stopped(spark) -> bool:
 
 
 def session_failure(spark, error: BaseException) -> SessionFailure | None:
-    """What stopped the classic session ``spark`` under ``error``, or None if it did not stop.
+    """What stopped the session ``spark`` under ``error``, or None if it did not stop.
 
     In order: the JVM process (launched by this process) exited: its status says
     how (`SPARK_OOM_EXIT`: out of memory; a signal: killed); py4j lost the JVM
     (one launched elsewhere, ``spark-submit``'s): it stopped answering; a Java
     exception caused by ``java.lang.OutOfMemoryError`` (the JVM still runs); the
-    SparkContext was stopped. A Spark Connect session (no JVM here) or no session:
-    None. Messages are never read, so the answer does not depend on the data.
+    SparkContext was stopped. A Spark Connect session (no JVM here): its server
+    unreachable (`connect_server_lost`), else None; no session: None. Messages are
+    never read, so the answer does not depend on the data.
     """
+    if spark is not None and _is_connect(spark):
+        if connect_server_lost(error):
+            return SessionFailure(
+                "the Spark Connect server is unreachable (it stopped, or the connection "
+                "to it was lost)",
+                "check that the server runs and that this machine reaches it",
+            )
+        return None
     if spark is None or getattr(spark, "_sc", None) is None:
         return None
     lost = _connection_lost(error)
@@ -211,13 +261,21 @@ def session_failure(spark, error: BaseException) -> SessionFailure | None:
     return None
 
 
-def stop_session(spark) -> None:
+def stop_session(spark, unreachable: bool = False) -> None:
     """Stop ``spark``; if its JVM is gone, forget it, so this process's next session starts one.
 
     PySpark keeps the JVM's gateway for the life of the process: after its JVM
     died, every new session would be built on the dead gateway. When the JVM
     process (launched here) has exited, the gateway is closed and forgotten.
+    A Spark Connect session whose server is ``unreachable`` only closes its channel:
+    releasing it on the server would be retried for minutes, then logged with the
+    channel's text.
     """
+    if _is_connect(spark):
+        if unreachable:
+            spark.release_session_on_close = False
+        spark.stop()
+        return
     process = _jvm_process(spark)
     dead = process is not None and process.poll() is not None
     try:

@@ -127,6 +127,8 @@ class OpenedInput:
     base_is_file: bool = False
     # Undoes the session settings a run set on a running session (see `close`).
     restore: Callable[[], None] | None = None
+    # The session stopped under the run (`stopped`): closing it asks nothing of it.
+    unreachable: bool = False
 
     @property
     def where(self) -> str:
@@ -177,6 +179,7 @@ class OpenedInput:
         failure = session_failure(self.spark, error)
         if failure is None:
             return None
+        self.unreachable = True
         after = (
             "the budget stays reserved and the same release id resumes the run with the "
             "same noise, no new spend"
@@ -195,11 +198,11 @@ class OpenedInput:
         """
         if self.restore is not None:
             restore, self.restore = self.restore, None
-            if session_failure(self.spark, RuntimeError()) is None:
+            if not self.unreachable and session_failure(self.spark, RuntimeError()) is None:
                 restore()  # settings of a session that no longer runs need no restoring
         if self.own_session and self.spark is not None:
             spark, self.spark = self.spark, None
-            stop_session(spark)
+            stop_session(spark, unreachable=self.unreachable)
         if failed:
             return self.jvm_log
         if self.jvm_log is not None:

@@ -36,6 +36,10 @@ Listing (`listed_input`): a Parquet input outside the local file system is read 
 ``spark.read.parquet``: its file index is the list fingerprinted and the DataFrame the
 tables read, its schema the one checked (one listing and one schema inference).
 
+Sizes (`file_sizes`): on a classic session the listing's own file index gives each
+file's size (`index_sizes`: the driver's listing, no Spark job); otherwise, and when
+that index does not list exactly the files, a ``binaryFile`` metadata job does.
+
 Errors (`listing_errors`): Spark's and Hadoop's messages can quote credentials
 (a URI's user info, a signed request) and internal addresses, so none is shown.
 The failure is classified (no such path or table, no file system for the scheme,
@@ -47,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 from collections.abc import Iterator, Sequence
+from typing import Any
 from urllib.parse import urlparse
 
 import pyarrow as pa
@@ -84,11 +89,16 @@ from dp_pipeline.release.sources.source import shown_location
 from dp_pipeline.release.spec.model import SpecError
 
 try:  # a classic session's errors; a Spark Connect client has no py4j
-    from py4j.protocol import Py4JJavaError
+    from py4j.protocol import Py4JError, Py4JJavaError
 
     _SPARK_ERRORS: tuple[type[BaseException], ...] = (PySparkException, Py4JJavaError)
+    # A JVM method a Spark version does not have, too.
+    _PY4J_ERRORS: tuple[type[BaseException], ...] = (Py4JError,)
 except ImportError:  # pragma: no cover - Spark Connect only
     _SPARK_ERRORS = (PySparkException,)
+    _PY4J_ERRORS = ()
+# What reading a DataFrame's file index through the JVM can raise (`index_sizes`).
+_INDEX_ERRORS: tuple[type[BaseException], ...] = (AttributeError, *_SPARK_ERRORS, *_PY4J_ERRORS)
 
 __all__ = [
     "BINARY_FILE_BYTES",
@@ -97,7 +107,9 @@ __all__ = [
     "executor_digests",
     "file_sizes",
     "first_lines",
+    "index_sizes",
     "listed_files",
+    "listed_frame",
     "listed_input",
     "listing_errors",
     "listing_frame",
@@ -209,11 +221,20 @@ def listed_files(spark, location: str, input_format: str, table: str | None) -> 
     Raises `SpecError` (one line, no Spark message) when it cannot be listed or
     holds no file.
     """
+    return listed_frame(spark, location, input_format, table)[0]
+
+
+def listed_frame(
+    spark: Any, location: str, input_format: str, table: str | None
+) -> tuple[tuple[str, ...], Any]:
+    """`listed_files`, and the DataFrame whose file index listed them (`listing_frame`:
+    no file opened), whose sizes `index_sizes` reads."""
     source = source_label(location, table)
     with listing_errors(source, urlparse(location).scheme):
         if table is not None:
             _check_stored_table(spark, table, source)
-        uris = listing_frame(spark, location, input_format, table).inputFiles()
+        frame = listing_frame(spark, location, input_format, table)
+        uris = frame.inputFiles()
     if not uris:
         what = (
             "the table has no files Spark can list (an empty table, or a view or table "
@@ -222,21 +243,22 @@ def listed_files(spark, location: str, input_format: str, table: str | None) -> 
             else "it holds no data files; give a file or a folder of data files"
         )
         raise SpecError([what], source=source)
-    return tuple(sorted(uris))
+    return tuple(sorted(uris)), frame
 
 
 def listed_input(
     spark, location: str, input_format: str, table: str | None
-) -> tuple[tuple[str, ...], object | None]:
-    """`listed_files`, and for a Parquet input outside the local file system its DataFrame.
+) -> tuple[tuple[str, ...], object | None, object]:
+    """`listed_files`, for a Parquet input outside the local file system its DataFrame,
+    and the DataFrame whose file index listed the files (`index_sizes`).
 
     Such an input is read once, ``spark.read.parquet(location)``: one listing of its
     files (the DataFrame's file index, which its reads use) and one schema inference
     (a footer, as Spark infers it), instead of a listing for the fingerprint, another
     read for the schema check and a third for the tables. The DataFrame (second item)
     reads exactly the listed files; None for other inputs (listed with a placeholder
-    schema, no file opened). A read that fails leaves the reasons to `listed_files`
-    (no such path, no data files) and to the schema check.
+    schema, no file opened, the third item). A read that fails leaves the reasons to
+    `listed_files` (no such path, no data files) and to the schema check.
     """
     if table is None and input_format == "parquet" and local_path(location) is None:
         frame = None
@@ -246,14 +268,41 @@ def listed_input(
         except _SPARK_ERRORS:
             frame = None  # named below, outside this block (no chained Spark message)
         if frame is not None and uris:
-            return uris, frame
-    return listed_files(spark, location, input_format, table), None
+            return uris, frame, frame
+    uris, index = listed_frame(spark, location, input_format, table)
+    return uris, None, index
 
 
-def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
-    """Each listed file's size in bytes (local files: stat; others: binaryFile's metadata).
+def index_sizes(spark: Any, index: Any, uris: Sequence[str]) -> dict[str, int] | None:
+    """Each of ``uris``' size in bytes as the file index of the DataFrame ``index`` listed it.
+
+    The driver's listing already holds each file's status, so no Spark job runs and no
+    file is opened. None when it cannot be read so (a Spark Connect session, whose
+    client has no JVM; a DataFrame that is not a scan of files) or does not list
+    exactly ``uris``.
+    """
+    if index is None or is_connect(spark):
+        return None
+    sizes: dict[str, int] = {}
+    try:
+        statuses = index._jdf.queryExecution().analyzed().relation().location().allFiles()
+        found = statuses.iterator()
+        while found.hasNext():
+            status = found.next()
+            sizes[str(status.getPath().toString())] = int(status.getLen())
+    except _INDEX_ERRORS:
+        return None
+    if set(sizes) != set(uris):
+        return None
+    return {uri: sizes[uri] for uri in uris}
+
+
+def file_sizes(spark, uris: Sequence[str], source: str, index=None) -> dict[str, int]:
+    """Each listed file's size in bytes (local files: stat; others: the file index of
+    the DataFrame ``index`` that listed them (`index_sizes`), else binaryFile's metadata).
 
     Only metadata: binaryFile opens no file when its content column is not selected.
+    Raises `SpecError` before anything is hashed for a file the hashing cannot hold.
     """
     local = [local_path(uri) for uri in uris]
     if all(path is not None for path in local):
@@ -267,6 +316,9 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
                 ],
                 source=source,
             ) from None
+    indexed = index_sizes(spark, index, uris)
+    if indexed is not None:
+        return _holdable(spark, uris, indexed, source)
     with listing_errors(source, urlparse(uris[0]).scheme):
         files = spark.read.format("binaryFile").load(list(uris))
         sizes = {
@@ -288,6 +340,12 @@ def file_sizes(spark, uris: Sequence[str], source: str) -> dict[str, int]:
             ],
             source=source,
         )
+    return _holdable(spark, uris, sizes, source)
+
+
+def _holdable(
+    spark: Any, uris: Sequence[str], sizes: dict[str, int], source: str
+) -> dict[str, int]:
     # Refused before the reservation: a file binaryFile cannot hold, or not in this heap.
     shown = [(shown_location(uri), uri, sizes[uri]) for uri in uris]
     problem = too_large_problem(shown, *_task_heap(spark))
@@ -384,14 +442,17 @@ def executor_digests(
     names: Sequence[str],
     sizes: dict[str, int] | None,
     source: str,
+    index=None,
 ) -> tuple[FileDigest, ...]:
     """Each file's `FileDigest`, its bytes hashed on the executors (see the module doc).
 
-    ``sizes`` None: the files' sizes now (`file_sizes`, which refuses a file the
-    hashing cannot hold before anything is hashed).
+    ``sizes`` None: the files' sizes now (`file_sizes`, from the file index of the
+    DataFrame ``index`` that listed them when it can; it refuses a file the hashing
+    cannot hold before anything is hashed). The digest binds each file's whole
+    content as read, whatever size was listed.
     """
     local = [local_path(uri) for uri in uris]
-    sizes = file_sizes(spark, uris, source) if sizes is None else sizes
+    sizes = file_sizes(spark, uris, source, index) if sizes is None else sizes
     digests: dict[str, str] = {}
     if all(path is not None for path in local) and sum(sizes.values()) <= _driver_bytes(spark):
         with contextlib.suppress(FileRangeError, OSError):  # vanished or shrank: below

@@ -73,7 +73,7 @@ from dp_pipeline.release.sources.spark_files import (
     executor_digests,
     file_sizes,
     first_lines,
-    listed_files,
+    listed_frame,
     listed_input,
     listing_errors,
     source_label,
@@ -166,17 +166,20 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
     source = source_label(location, table)
     # A Parquet input off the local disk is read here, once: its file index is the list
     # fingerprinted and the one its rows are read from, its schema the one checked.
-    uris, frame = listed_input(spark, location, opened.format, table)
+    uris, frame, index = listed_input(spark, location, opened.format, table)
     local = [local_path(uri) for uri in uris]
     if all(file is not None for file in local):
         opened.files = tuple(local)
     opened.uris = uris
     opened.frame = frame
     sizes = None
+    # The DataFrame whose file index listed the files last: their sizes without a job
+    # (`file_sizes`), at the setup and again after the mid-run check's listing.
+    listing = {"index": index}
     if opened.files or opened.format == "csv":
         # Local files: stat. Other files are sized when they are hashed (`file_sizes`
         # first: the heap-bounded groups of `executor_digests` need their sizes).
-        sizes = file_sizes(spark, uris, source)
+        sizes = file_sizes(spark, uris, source, index)
         opened.total_bytes = sum(sizes.values())
 
     def name(uri: str) -> str:
@@ -185,12 +188,17 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
 
     def hasher(listed: tuple[str, ...]):
         # Sizes taken now, with the bytes: a file that grew is hashed whole.
-        found = executor_digests(spark, listed, [name(u) for u in listed], None, source)
+        names = [name(u) for u in listed]
+        found = executor_digests(spark, listed, names, None, source, listing["index"])
         opened.total_bytes = sum(digest.size for digest in found)
         return found
 
+    def lister() -> tuple[str, ...]:
+        uris, listing["index"] = listed_frame(spark, location, opened.format, table)
+        return uris
+
     opened.hasher = hasher
-    opened.lister = lambda: listed_files(spark, location, opened.format, table)
+    opened.lister = lister
     with listing_errors(source):
         if table is not None:
             schema = spark.table(table).schema
