@@ -110,6 +110,7 @@ __all__ = [
     "adaptive_delta_bounds",
     "adaptive_pair",
     "cells_per_run",
+    "dominating_masses",
     "lattice_losses",
 ]
 
@@ -230,10 +231,17 @@ def adaptive_delta_bounds(epsilon: Fraction, count: int, cells: int | None = Non
 def _pair(epsilon: Fraction, count: int, cells: int, stride: int):
     """The P-masses on every ``stride``-th lattice point (read-only; module docstring)."""
     upper = _recursion(epsilon, count, cells, False)[::stride].copy()
+    return dominating_masses(upper, -count * epsilon, epsilon * stride / cells)
+
+
+def dominating_masses(upper: np.ndarray, offset: Fraction, step: Fraction) -> np.ndarray:
+    """P-masses μ on the losses offset + step·j (read-only) with D_μ >= ``upper`` at every
+    point and D_μ(x) >= 1 - e^x below the lattice (module docstring, "A dominating pair"):
+    ``upper`` holds upper bounds of a curve convex in α = e^x at those points, 0 at the
+    last point, 1 - e^x or more at and below the first, at least 2^-900 where positive."""
     n = len(upper)
-    step = epsilon * stride / cells
     h = float(step)
-    x = lattice_losses(-count * epsilon, step, n)
+    x = lattice_losses(offset, step, n)
     alpha = np.exp(x)
     # slopes of the piecewise-linear interpolation in α, from (0, 1) through the points
     nodes_a = np.concatenate(([0.0], alpha))
