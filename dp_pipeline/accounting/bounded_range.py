@@ -46,7 +46,10 @@ over t, `bounded_range_adaptive`, which states the theorem and why the blocks co
 with each other and with every other event): within 0.7% of DDR's non-adaptive optimum
 in ε(1e-6) for k = 2..100 at ε = 1/2, where the k-fold one-run pair (with the zCDP cap)
 was up to 10% above it. A single run at its ε keeps the one-run pair (the least
-dominating pair of one run).
+dominating pair of one run). Selections at 2 to 4 distinct ε (at most 128 runs in all,
+within the work budget of `bounded_range_joint.joint_lattice`) form one joint block
+instead: the adaptive recursion over the runs left of each ε, in any order
+(`bounded_range_joint`, which states the induction).
 
 **Discretisation, an upper bound.** The continuous loss is put on the lattice
 s_j = -ε + j·h, h = 2ε/m, j = 0..m, by splitting the loss mass of each cell

@@ -85,13 +85,13 @@ expectation is at most the expectation of the supremum): T_ε U' <= E_G[T_ε
 G^b_{a_b}. Then δ^b <= D_{μ_b} for every block, one at a time (each side an expectation
 over the other blocks' pairs, non-negative in the replaced curve), gives U <= the curve of
 the product of the measures μ_b, which the composition paths compute; with the fixed
-pairs G_j of the other events as above. So every ε forms its own blocks (`adaptive_blocks`
-in `bounded_range`). This is not the optimal curve of the whole: the product of the
-blocks' curves lies above the joint recursion over the runs left of each ε (two runs at
-ε = 1/2 and two at 1/5: 4-20% in δ above the best interleaved strategy found by brute
-force), which would need a common lattice of the ε and work growing with the product of
-the counts; DDR's efficiently computable formulations (non-adaptive optimum, adaptive
-recursion) are for runs at one common ε.
+pairs G_j of the other events as above. This is not the optimal curve of the whole: the
+product of the blocks' curves lies above the joint recursion over the runs left of each ε
+(two runs at ε = 1/2 and two at 1/5: 4-20% in δ above the best interleaved strategy found
+by brute force). Selections at 2 to 4 distinct ε within its budget take that joint
+recursion instead (`bounded_range_joint`, on a common lattice of the ε raised to multiples
+of one step; its work grows with the product of the counts); the others form one block
+per ε (`adaptive_blocks` in `bounded_range`).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ covers every order, fixed or chosen adaptively, so the bound holds for any order
 release uses; for one ε it is DDR's recursion itself. An ε-BR mechanism is ε'-BR for
 every ε' >= ε, so each ε_b may be raised to a lattice multiple ε'_b = n_b·h.
 
-**Every float step charged.** On the lattice x_i = -K·h + i·h, K = Σ k_b n_b, each T_ε is
+**Every float step charged.** On the lattice x_i = -K·h + i·h, K >= Σ k_b n_b, each T_ε is
 the step of `bounded_range_adaptive` with ε = n·h (t on the same lattice, each t-cell
 bounded in closed form, every weight and result raised by its float error), evaluated
 for all states of one level at once; the maximum over b is exact. The lattice h and the
@@ -74,10 +74,17 @@ WORK_BUDGET = 3.5e7  # estimated multiply-adds of the recursion (~0.35 s CPU)
 MAX_EXCESS = 1.5e-2  # estimated relative excess in ε of the joint curve at most
 
 
+def _half(counts, cells) -> int:
+    """K: the lattice spans -K·step..K·step, Σ k_b·cells_b rounded up to a multiple of 32
+    (the curve is 0 above Σ k_b·ε'_b; 2K keeps divisors for the strided pairs)."""
+    total = sum(k * n for k, n in zip(counts, cells, strict=True))
+    return -(-total // 32) * 32
+
+
 def _work(cells, counts) -> float:
     """The recursion's multiply-adds, about: per state and ε with runs left, (cells + 1)
     times half the lattice (a level's states reach a part of it)."""
-    points = 2 * sum(k * n for k, n in zip(counts, cells, strict=True)) + 1
+    points = 2 * _half(counts, cells) + 1
     states = math.prod(k + 1 for k in counts)
     rows = sum((n + 1) * k / (k + 1) for k, n in zip(counts, cells, strict=True))
     return states * rows * points / 2
@@ -118,7 +125,7 @@ def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
                 continue
             if (
                 max(cells) > MAX_CELLS
-                or 2 * sum(k * c for k, c in zip(counts, cells, strict=True)) + 1 > MAX_POINTS
+                or 2 * _half(counts, cells) + 1 > MAX_POINTS
                 or _work(cells, counts) > WORK_BUDGET
             ):
                 break
@@ -189,7 +196,8 @@ def joint_recursion(
     cells: tuple[int, ...],
     lower: bool = False,
 ) -> np.ndarray:
-    """Ū_k on the lattice x_i = -K·step + i·step, i = 0..2K, K = Σ k_b·cells_b (read-only):
+    """Ū_k on the lattice x_i = -K·step + i·step, i = 0..2K, K >= Σ k_b·cells_b (`_half`;
+    read-only):
     an upper bound of the optimal adaptive curve of the runs ``groups`` ((ε_b, k_b) pairs,
     each ε_b <= cells_b·step) in any order at every point (module docstring); with
     ``lower`` the recursion over lattice t at ε'_b = cells_b·step (an adaptive strategy's
@@ -198,7 +206,7 @@ def joint_recursion(
         raise DPValueError("each epsilon must lie at or below its cells times the step")
     counts = [k for _, k in groups]
     h = float(step)
-    K = sum(k * n for k, n in zip(counts, cells, strict=True))
+    K = _half(counts, cells)
     total = 2 * K + 1
     pad = max(cells)
     offsets = np.arange(-pad, total + pad) - K
@@ -247,7 +255,7 @@ def joint_pair(groups: tuple[tuple[Fraction, int], ...], stride: int = 1):
     if lattice is None:
         return None
     step, cells = lattice
-    top = sum(k * n for (_, k), n in zip(groups, cells, strict=True))
+    top = _half([k for _, k in groups], cells)
     if isinstance(stride, bool) or not isinstance(stride, int) or stride < 1 or 2 * top % stride:
         raise DPValueError("stride must be an integer >= 1 dividing the lattice's cells")
     return -top * step, step * stride, _joint_masses(groups, step, cells, stride).copy()
@@ -258,11 +266,11 @@ def joint_cells(groups: tuple[tuple[Fraction, int], ...]) -> int | None:
     lattice = joint_lattice(groups)
     if lattice is None:
         return None
-    return 2 * sum(k * n for (_, k), n in zip(groups, lattice[1], strict=True))
+    return 2 * _half([k for _, k in groups], lattice[1])
 
 
 @functools.lru_cache(maxsize=32)
 def _joint_masses(groups, step, cells, stride):
     upper = joint_recursion(groups, step, cells)[::stride].copy()
-    top = sum(k * n for (_, k), n in zip(groups, cells, strict=True))
+    top = _half([k for _, k in groups], cells)
     return dominating_masses(upper, -top * step, step * stride)

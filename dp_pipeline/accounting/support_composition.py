@@ -24,9 +24,11 @@ P-mass. The δ computed here,
 grows, and before the rounding it bounds every adaptive composition (the symmetric
 dominating pairs of `bounded_range`; the product of the blocks' measures,
 `bounded_range_adaptive`), so the rounded composition bounds it too (its lower bound is
-that of the rounded measure). Two selections at different ε on that grid rarely share
-a step either: their product support (~10^7 points for two blocks of a few runs) is
-then over the point cap, and the accountant takes the lattice FFT or the grid PLD.
+that of the rounded measure). Two selections' blocks at different ε on that grid rarely
+share a step either: their product support (~10^7 points for two blocks of a few runs)
+is then over the point cap, and the accountant takes the lattice FFT or the grid PLD;
+selections at 2-4 distinct ε that form one joint block (`bounded_range_joint`) enter as
+one measure on one rational lattice.
 
 Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
 
