@@ -70,15 +70,16 @@ MAX_STATES = 4096  # states (runs left of each ε) at most
 MAX_POINTS = 4097  # lattice points of the joint curve at most
 MAX_CELLS = 512  # cells per ε at most
 MIN_CELLS = 4  # cells of the smallest ε at least
-WORK_BUDGET = 3.5e7  # estimated multiply-adds of the recursion (~0.35 s CPU)
+WORK_BUDGET = 3.6e7  # estimated multiply-adds of the recursion (~0.35 s CPU)
 MAX_EXCESS = 1.5e-2  # estimated relative excess in ε of the joint curve at most
+SLACK = 1e-3  # the cheapest lattice within this much estimated excess of the least
 
 
 def _half(counts, cells) -> int:
-    """K: the lattice spans -K·step..K·step, Σ k_b·cells_b rounded up to a multiple of 32
+    """K: the lattice spans -K·step..K·step, Σ k_b·cells_b rounded up to a multiple of 16
     (the curve is 0 above Σ k_b·ε'_b; 2K keeps divisors for the strided pairs)."""
     total = sum(k * n for k, n in zip(counts, cells, strict=True))
-    return -(-total // 32) * 32
+    return -(-total // 16) * 16
 
 
 def _work(cells, counts) -> float:
@@ -105,8 +106,9 @@ def _excess(epsilons, counts, cells, step) -> float:
 def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
     """(step, cells) of the joint recursion of ``groups`` ((ε, runs) pairs, ε increasing,
     at least two): each ε raised to cells_b·step >= ε_b (an ε-BR mechanism is ε'-BR for
-    every ε' >= ε), chosen by the least estimated excess (`_excess`) within the work and
-    size budgets; None when no lattice fits or the excess exceeds `MAX_EXCESS`."""
+    every ε' >= ε): the cheapest (`_work`) within `SLACK` of the least estimated excess
+    (`_excess`) within the work and size budgets; None when no lattice fits or the excess
+    exceeds `MAX_EXCESS`."""
     epsilons = [float(e) for e, _ in groups]
     counts = [k for _, k in groups]
     if (
@@ -115,7 +117,7 @@ def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
         or sum(counts) > MAX_RUNS
     ):
         return None
-    best = None
+    found: list[tuple[float, float, list[int]]] = []
     for eps in epsilons:
         for n in range(1, MAX_CELLS + 1):
             h = eps / n
@@ -129,13 +131,14 @@ def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
                 or _work(cells, counts) > WORK_BUDGET
             ):
                 break
-            score = _excess(epsilons, counts, cells, h)
-            if best is None or score < best[0]:
-                best = (score, tuple(cells))
-    if best is None or best[0] > MAX_EXCESS:
+            found.append((_excess(epsilons, counts, cells, h), _work(cells, counts), cells))
+    if not found or min(found)[0] > MAX_EXCESS:
         return None
+    # the cheapest lattice within `SLACK` of the least estimated excess
+    least = min(found)[0]
+    best = min((work, score, cells) for score, work, cells in found if score <= least + SLACK)
     exact = [e for e, _ in groups]
-    step = max(e / c for e, c in zip(exact, best[1], strict=True))
+    step = max(e / c for e, c in zip(exact, best[2], strict=True))
     return step, tuple(math.ceil(e / step) for e in exact)
 
 
