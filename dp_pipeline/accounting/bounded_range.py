@@ -263,14 +263,14 @@ def adaptive_blocks(events) -> tuple[tuple[Any, int, int], ...]:
     return tuple(blocks)
 
 
-def block_span(epsilon, runs: int, copies: int = 1) -> float:
+def block_span(epsilon: Any, runs: int, copies: int = 1) -> float:
     """The width of a block's loss range over its copies, about (2·Σ k·ε)."""
     if isinstance(epsilon, tuple):
         return 2 * copies * sum(k * float(e) for e, k in epsilon) * 1.01
     return 2 * copies * runs * float(epsilon)
 
 
-def block_points(epsilon, runs: int) -> int:
+def block_points(epsilon: Any, runs: int) -> int:
     """The lattice cells of one block's measure (`block_measure`)."""
     if isinstance(epsilon, tuple):
         cells = joint_cells(epsilon)
@@ -280,7 +280,7 @@ def block_points(epsilon, runs: int) -> int:
     return 2 * runs * cells_per_run(runs) if runs > 1 else POINTS
 
 
-def block_measure(epsilon, runs: int):
+def block_measure(epsilon: Any, runs: int) -> tuple[Fraction, Fraction, np.ndarray, float]:
     """(offset, step, P-masses, relative mass error) of one block: the one-run pair's
     lattice for a single run, the adaptive block's or the joint block's measure (exact:
     the float masses are the certified measure)."""
@@ -295,7 +295,7 @@ def block_measure(epsilon, runs: int):
     return (*adaptive_pair(epsilon, runs), 0.0)
 
 
-def _joint_stride(groups, points: int) -> int:
+def _joint_stride(groups: Any, points: int) -> int:
     """The least stride dividing the joint lattice's cells that leaves at most
     2·points + 1 points (the top and bottom points always kept)."""
     cells = block_points(groups, 0)

@@ -49,6 +49,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Sequence
 from fractions import Fraction
 
 import numpy as np
@@ -75,14 +76,14 @@ MAX_EXCESS = 1.5e-2  # estimated relative excess in ε of the joint curve at mos
 SLACK = 1e-3  # the cheapest lattice within this much estimated excess of the least
 
 
-def _half(counts, cells) -> int:
+def _half(counts: Sequence[int], cells: Sequence[int]) -> int:
     """K: the lattice spans -K·step..K·step, Σ k_b·cells_b rounded up to a multiple of 16
     (the curve is 0 above Σ k_b·ε'_b; 2K keeps divisors for the strided pairs)."""
     total = sum(k * n for k, n in zip(counts, cells, strict=True))
     return -(-total // 16) * 16
 
 
-def _work(cells, counts) -> float:
+def _work(cells: Sequence[int], counts: Sequence[int]) -> float:
     """The recursion's multiply-adds, about: per state and ε with runs left, (cells + 1)
     times half the lattice (a level's states reach a part of it)."""
     points = 2 * _half(counts, cells) + 1
@@ -91,7 +92,9 @@ def _work(cells, counts) -> float:
     return states * rows * points / 2
 
 
-def _excess(epsilons, counts, cells, step) -> float:
+def _excess(
+    epsilons: Sequence[float], counts: Sequence[int], cells: Sequence[int], step: float
+) -> float:
     """The estimated relative excess in ε of the joint curve: each ε raised to its lattice
     multiple (weighted by k·ε²) and the lattice's discretisation (measured: about
     0.1/cells for the smallest ε's cells)."""
@@ -103,7 +106,9 @@ def _excess(epsilons, counts, cells, step) -> float:
 
 
 @functools.lru_cache(maxsize=64)
-def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
+def joint_lattice(
+    groups: tuple[tuple[Fraction, int], ...],
+) -> tuple[Fraction, tuple[int, ...]] | None:
     """(step, cells) of the joint recursion of ``groups`` ((ε, runs) pairs, ε increasing,
     at least two): each ε raised to cells_b·step >= ε_b (an ε-BR mechanism is ε'-BR for
     every ε' >= ε): the cheapest (`_work`) within `SLACK` of the least estimated excess
@@ -142,7 +147,17 @@ def joint_lattice(groups: tuple[tuple[Fraction, int], ...]):
     return step, tuple(math.ceil(e / step) for e in exact)
 
 
-def _step(cur, pad, n, eps, h, low, high, live, lower):
+def _step(
+    cur: np.ndarray,
+    pad: int,
+    n: int,
+    eps: float,
+    h: float,
+    low: int,
+    high: int,
+    live: np.ndarray,
+    lower: bool,
+) -> np.ndarray:
     """T_ε of the extended curves ``cur`` (one per row, ``pad`` cells each side) at the
     lattice indices low..high-1, for one run at ε = n·h; ``live[s]``: the first index of
     row s where the new curve is 0 (module docstring). The step of
@@ -248,7 +263,9 @@ def joint_recursion(
     return result
 
 
-def joint_pair(groups: tuple[tuple[Fraction, int], ...], stride: int = 1):
+def joint_pair(
+    groups: tuple[tuple[Fraction, int], ...], stride: int = 1
+) -> tuple[Fraction, Fraction, np.ndarray] | None:
     """The dominating pair of the selections ``groups`` ((ε, runs) pairs) composed
     adaptively in any order (module docstring): (offset, step, P-masses), the loss
     offset + step·j with P-mass masses[j]; every ``stride``-th point of the recursion's
@@ -273,7 +290,9 @@ def joint_cells(groups: tuple[tuple[Fraction, int], ...]) -> int | None:
 
 
 @functools.lru_cache(maxsize=32)
-def _joint_masses(groups, step, cells, stride):
+def _joint_masses(
+    groups: tuple[tuple[Fraction, int], ...], step: Fraction, cells: tuple[int, ...], stride: int
+) -> np.ndarray:
     upper = joint_recursion(groups, step, cells)[::stride].copy()
     top = _half([k for _, k in groups], cells)
     return dominating_masses(upper, -top * step, step * stride)
