@@ -157,9 +157,9 @@ def test_the_joint_lattice_raises_each_epsilon_a_little(groups):
     lower = joint_recursion(exact, step, cells, True)
     assert np.all(lower <= upper)
     # the charged steps against the recursion over lattice t (both at the raised ε;
-    # 35 cells or more for the smallest ε here, 0.1-0.9% apart where δ >= 1e-6)
+    # 30 cells or more for the smallest ε here, at most 0.2-1.2% apart where δ >= 1e-6)
     live = lower > 1e-6
-    assert np.all(upper[live] <= 1.01 * lower[live])
+    assert np.all(upper[live] <= 1.02 * lower[live])
 
 
 def test_the_joint_pair_dominates_the_recursion_at_every_point():
