@@ -229,7 +229,12 @@ def test_every_selection_epsilon_forms_its_blocks():
         .add(BaseTwoExponential(Fraction(1, 5)), count=20)
         .add(BaseTwoExponential(Fraction(1, 5)), count=1)
     )
-    assert adaptive_blocks(two.events) == ((_br("1/5"), 21, 1), (_br("1/2"), 3, 1))
+    # two ε within the joint recursion's budget: one joint block of all their runs
+    groups = ((_br("1/5"), 21), (_br("1/2"), 3))
+    assert adaptive_blocks(two.events) == ((groups, 24, 1),)
+    # beyond it (more than MAX_RUNS runs in all): each ε its own blocks
+    apart = _mixed((("1/2", 3), ("1/5", MAX_RUNS)))
+    assert adaptive_blocks(apart.events) == ((_br("1/5"), MAX_RUNS, 1), (_br("1/2"), 3, 1))
     assert adaptive_blocks(_selections("1/10", 1).events) == ((_br("1/10"), 1, 1),)
     many = _selections("1/10", 2 * MAX_RUNS + 3)
     assert adaptive_blocks(many.events) == ((_br("1/10"), BLOCK_RUNS, 4), (_br("1/10"), 3, 1))

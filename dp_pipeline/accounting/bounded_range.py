@@ -46,7 +46,10 @@ over t, `bounded_range_adaptive`, which states the theorem and why the blocks co
 with each other and with every other event): within 0.7% of DDR's non-adaptive optimum
 in ε(1e-6) for k = 2..100 at ε = 1/2, where the k-fold one-run pair (with the zCDP cap)
 was up to 10% above it. A single run at its ε keeps the one-run pair (the least
-dominating pair of one run).
+dominating pair of one run). Selections at 2 to 4 distinct ε (at most 128 runs in all,
+within the work budget of `bounded_range_joint.joint_lattice`) form one joint block
+instead: the adaptive recursion over the runs left of each ε, in any order
+(`bounded_range_joint`, which states the induction).
 
 **Discretisation, an upper bound.** The continuous loss is put on the lattice
 s_j = -ε + j·h, h = 2ε/m, j = 0..m, by splitting the loss mass of each cell
@@ -76,6 +79,7 @@ from __future__ import annotations
 import functools
 import math
 from fractions import Fraction
+from typing import Any
 
 import numpy as np
 
@@ -86,6 +90,7 @@ from dp_pipeline.accounting.bounded_range_adaptive import (
     cells_per_run,
     lattice_losses,
 )
+from dp_pipeline.accounting.bounded_range_joint import joint_cells, joint_lattice, joint_pair
 from dp_pipeline.accounting.inversion_terms import SupportGroup
 from dp_pipeline.accounting.lattice import LatticeComponent
 from dp_pipeline.accounting.pld import PrivacyLossDistribution
@@ -95,7 +100,10 @@ __all__ = [
     "POINTS",
     "adaptive_blocks",
     "block_lattice",
+    "block_measure",
     "block_pld",
+    "block_points",
+    "block_span",
     "block_support",
     "bounded_range_delta",
     "bounded_range_epsilon_of",
@@ -224,20 +232,27 @@ def bounded_range_pld(epsilon: Fraction, step: float, points: int = POINTS):
 # ----------------------------------------------------------------- the adaptive block
 
 
-def adaptive_blocks(events) -> tuple[tuple[Fraction, int, int], ...]:
+def adaptive_blocks(events) -> tuple[tuple[Any, int, int], ...]:
     """The selections of ``events`` as blocks (ε, runs, copies), increasing in ε: for each
     bounded-range ε with k runs in all, one block of its k runs when k <= `MAX_RUNS`,
     else k // `BLOCK_RUNS` copies of a block of `BLOCK_RUNS` runs and one block of the
     remaining runs. A block of runs >= 2 enters as the pair of DDR's optimal adaptive
     composition (`bounded_range_adaptive`), one of a single run as the one-run pair; the
     blocks compose with each other and with every other event (module docstring of
-    `bounded_range_adaptive`, "Blocks at several ε")."""
+    `bounded_range_adaptive`, "Blocks at several ε"). Selections at 2 to 4 distinct ε
+    (at most `MAX_RUNS` runs in all) for which `bounded_range_joint.joint_lattice` finds
+    a lattice form instead one joint block (groups, runs, 1), groups the (ε, k) pairs
+    increasing in ε: the joint adaptive recursion over all their runs in any order
+    (`bounded_range_joint`)."""
     counts: dict[Fraction, int] = {}
     for event in events:
         value = bounded_range_epsilon_of(event.mechanism)
         if value is not None and event.count > 0:
             counts[value] = counts.get(value, 0) + event.count
-    blocks = []
+    groups = tuple((epsilon, counts[epsilon]) for epsilon in sorted(counts))
+    if len(groups) >= 2 and joint_lattice(groups) is not None:
+        return ((groups, sum(counts.values()), 1),)
+    blocks: list[tuple[Any, int, int]] = []
     for epsilon in sorted(counts):
         runs = counts[epsilon]
         if runs > MAX_RUNS:
@@ -248,12 +263,51 @@ def adaptive_blocks(events) -> tuple[tuple[Fraction, int, int], ...]:
     return tuple(blocks)
 
 
+def block_span(epsilon: Any, runs: int, copies: int = 1) -> float:
+    """The width of a block's loss range over its copies, about (2·Σ k·ε)."""
+    if isinstance(epsilon, tuple):
+        return 2 * copies * sum(k * float(e) for e, k in epsilon) * 1.01
+    return 2 * copies * runs * float(epsilon)
+
+
+def block_points(epsilon: Any, runs: int) -> int:
+    """The lattice cells of one block's measure (`block_measure`)."""
+    if isinstance(epsilon, tuple):
+        cells = joint_cells(epsilon)
+        if cells is None:
+            raise DPValueError("the joint block has no lattice")
+        return cells
+    return 2 * runs * cells_per_run(runs) if runs > 1 else POINTS
+
+
+def block_measure(epsilon: Any, runs: int) -> tuple[Fraction, Fraction, np.ndarray, float]:
+    """(offset, step, P-masses, relative mass error) of one block: the one-run pair's
+    lattice for a single run, the adaptive block's or the joint block's measure (exact:
+    the float masses are the certified measure)."""
+    if isinstance(epsilon, tuple):
+        pair = joint_pair(epsilon)
+        if pair is None:
+            raise DPValueError("the joint block has no lattice")
+        return (*pair, 0.0)
+    if runs == 1:
+        offset, step, masses = bounded_range_losses(epsilon)
+        return offset, step, masses, mass_error(float(epsilon))
+    return (*adaptive_pair(epsilon, runs), 0.0)
+
+
+def _joint_stride(groups: Any, points: int) -> int:
+    """The least stride dividing the joint lattice's cells that leaves at most
+    2·points + 1 points (the top and bottom points always kept)."""
+    cells = block_points(groups, 0)
+    return next(s for s in range(1, cells + 1) if cells % s == 0 and cells // s <= 2 * points)
+
+
 def block_lattice(epsilon: Fraction, runs: int, copies: int = 1) -> LatticeComponent:
     """The `LatticeComponent` of ``copies`` adaptive blocks of ``runs`` runs (the one-run
     pair for a single run)."""
     if runs == 1:
         return bounded_range_lattice(epsilon, copies)
-    offset, step, masses = adaptive_pair(epsilon, runs)
+    offset, step, masses, _ = block_measure(epsilon, runs)
     return LatticeComponent(
         offset=offset, step=step, count=copies, probabilities=tuple(masses.tolist())
     )
@@ -268,17 +322,25 @@ def block_support(
     within 2 ulps of kε. A single run: the one-run pair (`bounded_range_support`)."""
     if count == 1:
         return bounded_range_support(epsilon, copies, points)
-    cells = cells_per_run(count)
-    stride = 1
-    while stride < cells and 2 * count * cells // stride > 2 * points:
-        stride *= 2
-    offset, step, masses = adaptive_pair(epsilon, count, stride)
+    if isinstance(epsilon, tuple):
+        pair = joint_pair(epsilon, _joint_stride(epsilon, points))
+        if pair is None:
+            raise DPValueError("the joint block has no lattice")
+        offset, step, masses = pair
+        reach = float(-offset)
+    else:
+        cells = cells_per_run(count)
+        stride = 1
+        while stride < cells and 2 * count * cells // stride > 2 * points:
+            stride *= 2
+        offset, step, masses = adaptive_pair(epsilon, count, stride)
+        reach = float(count * epsilon)
     losses = lattice_losses(offset, step, len(masses))
     return SupportGroup(
         masses=masses,
         losses=losses,
         count=copies,
-        loss_error=2 * _UNIT * float(count * epsilon),
+        loss_error=2 * _UNIT * reach,
         mass_error=0.0,
     )
 
@@ -290,7 +352,7 @@ def block_pld(epsilon: Fraction, count: int, step: float, copies: int = 1):
     if count == 1:
         part = bounded_range_pld(epsilon, step)
         return part.self_compose(copies) if copies > 1 else part
-    offset, lattice_step, masses = adaptive_pair(epsilon, count)
+    offset, lattice_step, masses, _ = block_measure(epsilon, count)
     losses = lattice_losses(offset, lattice_step, len(masses))
     part = PrivacyLossDistribution.from_losses(losses, masses, 0.0, step)
     return part.self_compose(copies) if copies > 1 else part

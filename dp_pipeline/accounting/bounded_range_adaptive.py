@@ -85,13 +85,13 @@ expectation is at most the expectation of the supremum): T_ε U' <= E_G[T_ε
 G^b_{a_b}. Then δ^b <= D_{μ_b} for every block, one at a time (each side an expectation
 over the other blocks' pairs, non-negative in the replaced curve), gives U <= the curve of
 the product of the measures μ_b, which the composition paths compute; with the fixed
-pairs G_j of the other events as above. So every ε forms its own blocks (`adaptive_blocks`
-in `bounded_range`). This is not the optimal curve of the whole: the product of the
-blocks' curves lies above the joint recursion over the runs left of each ε (two runs at
-ε = 1/2 and two at 1/5: 4-20% in δ above the best interleaved strategy found by brute
-force), which would need a common lattice of the ε and work growing with the product of
-the counts; DDR's efficiently computable formulations (non-adaptive optimum, adaptive
-recursion) are for runs at one common ε.
+pairs G_j of the other events as above. This is not the optimal curve of the whole: the
+product of the blocks' curves lies above the joint recursion over the runs left of each ε
+(two runs at ε = 1/2 and two at 1/5: 4-20% in δ above the best interleaved strategy found
+by brute force). Selections at 2 to 4 distinct ε within its budget take that joint
+recursion instead (`bounded_range_joint`, on a common lattice of the ε raised to multiples
+of one step; its work grows with the product of the counts); the others form one block
+per ε (`adaptive_blocks` in `bounded_range`).
 """
 
 from __future__ import annotations
@@ -110,6 +110,7 @@ __all__ = [
     "adaptive_delta_bounds",
     "adaptive_pair",
     "cells_per_run",
+    "dominating_masses",
     "lattice_losses",
 ]
 
@@ -230,10 +231,17 @@ def adaptive_delta_bounds(epsilon: Fraction, count: int, cells: int | None = Non
 def _pair(epsilon: Fraction, count: int, cells: int, stride: int):
     """The P-masses on every ``stride``-th lattice point (read-only; module docstring)."""
     upper = _recursion(epsilon, count, cells, False)[::stride].copy()
+    return dominating_masses(upper, -count * epsilon, epsilon * stride / cells)
+
+
+def dominating_masses(upper: np.ndarray, offset: Fraction, step: Fraction) -> np.ndarray:
+    """P-masses μ on the losses offset + step·j (read-only) with D_μ >= ``upper`` at every
+    point and D_μ(x) >= 1 - e^x below the lattice (module docstring, "A dominating pair"):
+    ``upper`` holds upper bounds of a curve convex in α = e^x at those points, 0 at the
+    last point, 1 - e^x or more at and below the first, at least 2^-900 where positive."""
     n = len(upper)
-    step = epsilon * stride / cells
     h = float(step)
-    x = lattice_losses(-count * epsilon, step, n)
+    x = lattice_losses(offset, step, n)
     alpha = np.exp(x)
     # slopes of the piecewise-linear interpolation in α, from (0, 1) through the points
     nodes_a = np.concatenate(([0.0], alpha))

@@ -19,6 +19,7 @@ from dp_pipeline.accounting.bounded_range import (
     adaptive_blocks,
     block_lattice,
     block_pld,
+    block_span,
     block_support,
     bounded_range_epsilon_of,
     support_points,
@@ -405,7 +406,7 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
             return None
     blocks = adaptive_blocks(events)
     for epsilon, runs, copies in blocks:
-        if runs * copies * 2 * float(epsilon) / step + 2 > max_points:
+        if block_span(epsilon, runs, copies) / step + 2 > max_points:
             return None
     try:
         parts = [block_pld(epsilon, runs, step, copies) for epsilon, runs, copies in blocks]

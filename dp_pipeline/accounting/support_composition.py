@@ -24,9 +24,11 @@ P-mass. The δ computed here,
 grows, and before the rounding it bounds every adaptive composition (the symmetric
 dominating pairs of `bounded_range`; the product of the blocks' measures,
 `bounded_range_adaptive`), so the rounded composition bounds it too (its lower bound is
-that of the rounded measure). Two selections at different ε on that grid rarely share
-a step either: their product support (~10^7 points for two blocks of a few runs) is
-then over the point cap, and the accountant takes the lattice FFT or the grid PLD.
+that of the rounded measure). Two selections' blocks at different ε on that grid rarely
+share a step either: their product support (~10^7 points for two blocks of a few runs)
+is then over the point cap, and the accountant takes the lattice FFT or the grid PLD;
+selections at 2-4 distinct ε that form one joint block (`bounded_range_joint`) enter as
+one measure on one rational lattice.
 
 Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
 
@@ -70,13 +72,11 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounded_range import (
-    POINTS,
     adaptive_blocks,
+    block_measure,
+    block_points,
     bounded_range_epsilon_of,
-    bounded_range_losses,
-    mass_error,
 )
-from dp_pipeline.accounting.bounded_range_adaptive import adaptive_pair, cells_per_run
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
@@ -231,8 +231,7 @@ def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None
         # before any measure is built; a calibration asks again at every candidate ε)
         spans: dict = {}
         for epsilon, runs, copies in adaptive_blocks(events):
-            size = 2 * runs * cells_per_run(runs) if runs > 1 else POINTS
-            spans[epsilon] = spans.get(epsilon, 0) + copies * size
+            spans[epsilon] = spans.get(epsilon, 0) + copies * block_points(epsilon, runs)
         if math.prod(span + 1 for span in spans.values()) > 4 * _MAX_POINTS:
             return None
         parts.extend(_selection_parts(events, parts))
@@ -246,12 +245,8 @@ def _selection_parts(events, others: list[_Part]) -> list[_Part]:
     (module docstring)."""
     raw = []
     for epsilon, runs, copies in adaptive_blocks(events):
-        if runs == 1:
-            offset, step, masses = bounded_range_losses(epsilon)
-            relative = mass_error(float(epsilon))
-        else:
-            offset, step, masses = adaptive_pair(epsilon, runs)
-            relative = 0.0  # the measure is the float masses themselves
+        # an adaptive or joint block's measure is the float masses themselves (relative 0)
+        offset, step, masses, relative = block_measure(epsilon, runs)
         raw.append((offset, step, masses, relative, copies))
     steps = [p.step for p in others] + [r[1] for r in raw]
     gamma = fraction_gcd(steps)
