@@ -74,6 +74,11 @@ class OutputLocationError(DPValueError):
         self.rule = rule
 
 
+# The operations in which a missing file or folder means the output's parent or bucket
+# is missing (elsewhere it is the caller's to name).
+_CREATING = frozenset({"open", "opening", "creating", "writing"})
+
+
 def _failed(what: str, where: str, error: BaseException) -> OutputLocationError:
     """``what`` on ``where`` failed with ``error``: its class, and its kind with the fix when
     it shows one (`output_failure_rule`); never its text (it can quote credentials)."""
@@ -82,7 +87,8 @@ def _failed(what: str, where: str, error: BaseException) -> OutputLocationError:
     if isinstance(error, Py4JJavaError):
         with contextlib.suppress(Exception):
             kind = error.java_exception.getClass().getSimpleName()
-    rule = output_failure_rule(error, urlsplit(str(where)).scheme.lower())
+    scheme = urlsplit(str(where)).scheme.lower()
+    rule = output_failure_rule(error, scheme, creating=what in _CREATING)
     if rule is not None:
         return OutputLocationError(
             f"{what} {shown!r} failed on its file system ({kind}): {rule}", rule

@@ -143,9 +143,16 @@ def error_kind(error: BaseException) -> str | None:
     return failure_kind(error_text(error))
 
 
-def output_failure_rule(error: BaseException, scheme: str = "") -> str | None:
+def output_failure_rule(
+    error: BaseException, scheme: str = "", creating: bool = True
+) -> str | None:
     """What an output's message says of ``error`` (one line, with its fix), or None when
-    it is of no known kind. The error's text is only matched, never returned."""
+    it is of no known kind. A missing file or folder is a kind only when ``creating``
+    (opening the output, making a folder or writing a file there: its parent or bucket
+    is missing); reading or listing one is the caller's to name. The error's text is only
+    matched, never returned."""
     kind = error_kind(error)
+    if kind == "path" and not creating:
+        return None
     rule = _OUTPUT_RULES.get(kind) if kind is not None else None
     return None if rule is None else rule.format(scheme=scheme)
