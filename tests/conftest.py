@@ -14,6 +14,7 @@ import importlib.util
 import os
 
 import pytest
+from ftp_server import ftp_store  # noqa: F401 (the fixture, for every test)
 from postgres_cluster import PostgresCluster, postgres_binaries
 
 # Without the spark extra (the core install, tested on the newest pandas), the modules

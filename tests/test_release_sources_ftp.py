@@ -5,11 +5,8 @@ reservation, with no password in the message."""
 
 from __future__ import annotations
 
-import logging
-import socket
-import threading
-
 import pytest
+from ftp_server import PASSWORD, USER, free_port
 
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec.load import load_spec
@@ -22,36 +19,6 @@ pytestmark = [
     # pyftpdlib runs on the standard library's asyncore/asynchat on this Python.
     pytest.mark.filterwarnings("ignore::DeprecationWarning"),
 ]
-
-USER, PASSWORD = "dpuser", "S3cr3t-ftp-Pw"
-
-
-@pytest.fixture
-def ftp_store(tmp_path):
-    """An FTP server on a free loopback port serving ``tmp_path / 'store'`` to USER."""
-    pytest.importorskip("pyftpdlib")
-    from pyftpdlib.authorizers import DummyAuthorizer
-    from pyftpdlib.handlers import FTPHandler
-    from pyftpdlib.servers import FTPServer
-
-    root = tmp_path / "store"
-    root.mkdir()
-    authorizer = DummyAuthorizer()
-    authorizer.add_user(USER, PASSWORD, str(root), perm="elr")
-    handler = type("Handler", (FTPHandler,), {"authorizer": authorizer})
-    logging.getLogger("pyftpdlib").setLevel(logging.WARNING)
-    server = FTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, kwargs={"timeout": 0.2}, daemon=True)
-    thread.start()
-    yield root, server.address[1]
-    server.close_all()
-    thread.join(timeout=5)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.parametrize(
@@ -74,7 +41,7 @@ def test_an_ftp_store_s_failures_are_one_line_before_the_reservation(
     elif case == "no such path":
         name = "nobody.parquet"
     elif case == "nothing listening":
-        port = _free_port()
+        port = free_port()
     uri = f"ftp://{USER}:{password}@127.0.0.1:{port}/{name}"
     spec = load_spec(write_spec(tmp_path, spec_text(tmp_path, f'path = "{uri}"')))
     with pytest.raises(SpecError) as caught:

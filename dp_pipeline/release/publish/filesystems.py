@@ -19,7 +19,10 @@ else by copying its files):
 `open_filesystem` picks one or raises `OutputLocationError` (one line naming
 the output and the fix). Messages and errors never quote a URI's user
 information (`display_uri`) nor an underlying exception's text, which can hold
-credentials: only the exception's class name.
+credentials: a refused login or permission, a missing folder and an unreachable
+store are named by their kind with the fix (`output_failure_rule`, the rules of
+an input's failures: a Python error's class and number, a Java exception's
+causes), any other failure by the exception's class name.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
+from dp_pipeline.engines.spark.failures import Py4JError, Py4JJavaError
 from dp_pipeline.errors import DPValueError
+from dp_pipeline.release.sources.failures import output_failure_rule
 
 __all__ = [
     "ArrowFileSystem",
@@ -57,7 +62,38 @@ CHUNK_BYTES = 4 << 20
 
 
 class OutputLocationError(DPValueError):
-    """The output location cannot be used: nothing was reserved or published there."""
+    """The output location cannot be used: nothing was reserved or published there.
+
+    ``rule`` is the kind of failure with its fix (`output_failure_rule`: refused
+    credentials, no such folder, an unreachable store) when the file system's error
+    showed one, else None.
+    """
+
+    def __init__(self, message: str, rule: str | None = None) -> None:
+        super().__init__(message)
+        self.rule = rule
+
+
+# The operations in which a missing file or folder means the output's parent or bucket
+# is missing (elsewhere it is the caller's to name).
+_CREATING = frozenset({"open", "opening", "creating", "writing"})
+
+
+def _failed(what: str, where: str, error: BaseException) -> OutputLocationError:
+    """``what`` on ``where`` failed with ``error``: its class, and its kind with the fix when
+    it shows one (`output_failure_rule`); never its text (it can quote credentials)."""
+    shown = display_uri(where)
+    kind = type(error).__name__
+    if isinstance(error, Py4JJavaError):
+        with contextlib.suppress(Exception):
+            kind = error.java_exception.getClass().getSimpleName()
+    scheme = urlsplit(str(where)).scheme.lower()
+    rule = output_failure_rule(error, scheme, creating=what in _CREATING)
+    if rule is not None:
+        return OutputLocationError(
+            f"{what} {shown!r} failed on its file system ({kind}): {rule}", rule
+        )
+    return OutputLocationError(f"{what} {shown!r} failed on its file system ({kind})")
 
 
 def is_uri(output: str) -> bool:
@@ -212,18 +248,12 @@ class HadoopFileSystem(ReleaseFileSystem):
 
     def _call(self, what: str, where: str, action):
         # py4j's error text carries the Java message and stack, which can quote
-        # credentials from the configuration or the URI: only the class is kept.
-        from py4j.protocol import Py4JError, Py4JJavaError
-
+        # credentials from the configuration or the URI: only its kind is kept.
         try:
             return action()
-        except Py4JJavaError as error:
-            kind = error.java_exception.getClass().getSimpleName()
-        except Py4JError:
-            kind = "Py4JError"
-        raise OutputLocationError(
-            f"{what} {display_uri(where)!r} failed on its file system ({kind})"
-        ) from None
+        except Py4JError as error:
+            failure = _failed(what, where, error)
+        raise failure from None
 
     def _path(self, path: str):
         return self._Path(join_uri(self.root, path) if path else self.root)
@@ -343,9 +373,8 @@ class ArrowFileSystem(ReleaseFileSystem):
         try:
             self._fs, self._base = arrow_fs.FileSystem.from_uri(self.root)
         except Exception as error:  # its text may quote the URI's secrets
-            raise OutputLocationError(
-                f"opening {display_uri(self.root)!r} failed ({type(error).__name__})"
-            ) from None
+            failure = _failed("opening", self.root, error)
+            raise failure from None
 
     def _path(self, path: str) -> str:
         return posixpath.join(self._base, path) if path else self._base
@@ -354,9 +383,8 @@ class ArrowFileSystem(ReleaseFileSystem):
         try:
             return action()
         except Exception as error:  # its text may quote the URI's secrets
-            raise OutputLocationError(
-                f"{what} {self.where(path)!r} failed on its file system ({type(error).__name__})"
-            ) from None
+            failure = _failed(what, join_uri(self.root, path) if path else self.root, error)
+        raise failure from None
 
     def write_bytes(self, path: str, data: bytes | Iterable[bytes]) -> None:
         def write():
@@ -442,6 +470,8 @@ def open_filesystem(root: str, spark=None) -> ReleaseFileSystem:
         if has_jvm(spark):
             return HadoopFileSystem(spark, root)
     except OutputLocationError as error:
+        if error.rule is not None:
+            raise _output_error(display_uri(root), error.rule, error.rule) from None
         raise OutputLocationError(
             f"output.dir = {display_uri(root)!r} (or --output): the session has no file system "
             f"for it ({error}); check the URI's scheme and host, and the session's Hadoop "
@@ -460,6 +490,8 @@ def open_filesystem(root: str, spark=None) -> ReleaseFileSystem:
     try:
         return ArrowFileSystem(root)
     except OutputLocationError as error:
+        if error.rule is not None:
+            raise _output_error(display_uri(root), error.rule, error.rule) from None
         raise OutputLocationError(
             f"output.dir = {display_uri(root)!r} (or --output): pyarrow cannot open it "
             f"({error}); check the URI and the file system's settings, or name another output"
@@ -474,8 +506,21 @@ def probe_write(filesystem: ReleaseFileSystem) -> None:
         filesystem.write_bytes(name, b"probe\n")
         filesystem.delete(name)
     except OutputLocationError as error:
+        if error.rule is not None:
+            raise _output_error(
+                filesystem.where(),
+                "cannot be written (a probe file could not be created and deleted there): "
+                + error.rule,
+                error.rule,
+            ) from None
         raise OutputLocationError(
             f"output.dir = {filesystem.where()!r} (or --output): cannot be written (a probe "
             f"file could not be created and deleted there: {error}); grant this job write "
             "access there or name another output"
         ) from None
+
+
+def _output_error(shown: str, what: str, rule: str) -> OutputLocationError:
+    """The one line naming the output (``shown``: no user information), what failed and
+    the rule's fix."""
+    return OutputLocationError(f"output.dir = {shown!r} (or --output): {what}", rule)

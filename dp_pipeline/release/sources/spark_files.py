@@ -59,7 +59,6 @@ from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
 from dp_pipeline.engines.spark.failures import (
-    java_causes,
     java_out_of_memory,
     session_failure,
 )
@@ -74,7 +73,7 @@ from dp_pipeline.release.sources.binary_memory import (
     task_slots,
     too_large_problem,
 )
-from dp_pipeline.release.sources.failures import failure_rule
+from dp_pipeline.release.sources.failures import error_text, failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     CHUNK_BYTES,
     FileDigest,
@@ -145,15 +144,7 @@ _CAUSES = 8
 
 
 def _classified(error: BaseException, scheme: str) -> str | None:
-    text = f"{type(error).__name__} {error}"
-    with contextlib.suppress(Exception):
-        for java in java_causes(error, _CAUSES):
-            text += f" {java.getClass().getName()} {java.toString()}"
-    condition = getattr(error, "getCondition", None)
-    if callable(condition):
-        with contextlib.suppress(Exception):
-            text += f" {condition()}"
-    return failure_rule(text, scheme)
+    return failure_rule(error_text(error, _CAUSES), scheme)
 
 
 @contextlib.contextmanager
