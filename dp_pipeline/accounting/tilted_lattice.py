@@ -65,8 +65,14 @@ from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.coarse_lattice import _choose_grid, _floor_ratio
 from dp_pipeline.accounting.lattice import LatticeComponent, LatticeLoss, lattice_loss
 from dp_pipeline.accounting.saddle import saddle_point
+from dp_pipeline.errors import DPError
 
 __all__ = ["METHOD", "TiltedLattice"]
+
+
+class _NoTiltError(DPError, OverflowError):
+    """No tilt is built at this c (caught by `TiltedLattice.saddle`: the path is not taken)."""
+
 
 METHOD = "tilted_lattice_fft"
 
@@ -288,7 +294,7 @@ class TiltedLattice:
         K itself is not needed by `saddle.saddle_point`)."""
         c = max(0.0, float(np.asarray(c, dtype=np.float64).ravel()[0]))
         if not c < _MAX_C:
-            raise OverflowError("no saddle point below the largest tilt")
+            raise _NoTiltError("no saddle point below the largest tilt")
         first = second = 0.0
         for component in self._components:
             step = float(component.step)
@@ -305,7 +311,7 @@ class TiltedLattice:
                 mu = c * step * sigma2
                 reach = math.ceil(_WINDOW_SIGMAS * math.sqrt(sigma2)) + 2
                 if not abs(mu) < 2**50:
-                    raise OverflowError("tilted centre beyond the integer range")
+                    raise _NoTiltError("tilted centre beyond the integer range")
                 ks = np.arange(round(mu) - reach, round(mu) + reach + 1, dtype=np.float64)
                 log_weights = -((ks - mu) ** 2) / (2 * sigma2)
             else:
@@ -380,7 +386,7 @@ class TiltedLattice:
         if epsilon not in self._saddles:
             try:
                 c: float | None = saddle_point(self._log_mgf, epsilon)
-            except (OverflowError, ValueError, ZeroDivisionError):
+            except (_NoTiltError, OverflowError, ValueError, ZeroDivisionError):
                 c = None
             if c is not None and not 0 < c < _MAX_C:
                 c = None
