@@ -19,6 +19,7 @@ from fractions import Fraction
 import mpmath as mp
 import numpy as np
 import pytest
+from bounded_range_reference import delta_one, mpf_of, non_adaptive_two, p_of
 
 from dp_pipeline import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.accounting import PrivacyAccountant
@@ -45,46 +46,26 @@ from dp_pipeline.accounting.zcdp import zcdp_to_delta
 mp.mp.dps = 30
 
 
-def _p(eps, t):
-    """P-mass of the loss ε - t in B_t (the other loss is -t)."""
-    return (mp.e**eps - mp.e ** (eps - t)) / mp.expm1(eps)
-
-
-def _delta_one(eps, x):
-    if x >= eps:
-        return mp.mpf(0)
-    if x <= -eps:
-        return -mp.expm1(x)
-    return (mp.e ** (eps / 2) - mp.e ** (x / 2)) ** 2 / mp.expm1(eps)
-
-
-def _mpf(value):
-    if isinstance(value, Fraction):
-        return mp.mpf(value.numerator) / value.denominator
-    return mp.mpf(value)
-
-
-@functools.cache
 def _adaptive(epsilon: Fraction, k: int, x, grid: int):
     """max over a grid of t of the recursion, at every level: an adaptive strategy's value."""
-    eps, x = _mpf(epsilon), _mpf(x)
+    eps, x = mpf_of(epsilon), mpf_of(x)
     if k == 1:
-        return _delta_one(eps, x)
+        return delta_one(eps, x)
     best = mp.mpf(0)
     for j in range(grid + 1):
         t = eps * j / grid
-        p = _p(eps, t)
+        p = p_of(eps, t)
         high = _adaptive(epsilon, k - 1, x - eps + t, grid)
         best = max(best, p * high + (1 - p) * _adaptive(epsilon, k - 1, x + t, grid))
     return best
 
 
 def _non_adaptive(eps, k: int, x, grid: int = 400):
-    eps, x = _mpf(eps), _mpf(x)
+    eps, x = mpf_of(eps), mpf_of(x)
     best = mp.mpf(0)
     for j in range(grid + 1):
         t = eps * j / grid
-        p = _p(eps, t)
+        p = p_of(eps, t)
         total = mp.fsum(
             mp.binomial(k, i)
             * p ** (k - i)
@@ -124,17 +105,17 @@ def test_an_explicit_adaptive_strategy_exceeds_the_non_adaptive_optimum_and_is_b
     # two runs at ε = 1/2: the first B_{t1}; the second B_{t2} with t2 read from the
     # first output; its hockey-stick divergence at e^0 beats every non-adaptive pair of
     # runs by ~5%: a bound built on non-adaptive composition would be unsound
-    eps, x = _mpf(_br("1/2")), mp.mpf(0)
+    eps, x = mpf_of(_br("1/2")), mp.mpf(0)
     best = mp.mpf(0)
     for i in range(101):
         t1 = eps * i / 100
-        p1 = _p(eps, t1)
+        p1 = p_of(eps, t1)
         # after loss l1 the best second run reaches δ_1(x - l1): pick its t
         value = mp.mpf(0)
         for mass, loss in ((p1, eps - t1), (1 - p1, -t1)):
             rest = x - loss
             t2 = min(max((eps - rest) / 2, 0), eps)  # e^{2t} = e^{ε - x}
-            p2 = _p(eps, t2)
+            p2 = p_of(eps, t2)
             for mass2, loss2 in ((p2, eps - t2), (1 - p2, -t2)):
                 value += mass * mass2 * max(0, 1 - mp.e ** (rest - loss2))
         best = max(best, value)
@@ -245,41 +226,17 @@ def test_every_selection_epsilon_forms_its_blocks():
 # ----------------------------------------------------------------- several ε, many runs
 
 
-def _non_adaptive_mixed(groups, x, grid: int):
-    """max over a grid of (t_1, t_2) of δ(B_{t_1}^{⊗k_1} ⊗ B_{t_2}^{⊗k_2})(x): selections
-    at two ε, each group with one fixed t (non-adaptive BR mechanisms: a lower bound)."""
-    (e1, k1), (e2, k2) = ((_mpf(e), k) for e, k in groups)
-    x = _mpf(x)
-    best = mp.mpf(0)
-    for a in range(grid + 1):
-        t1 = e1 * a / grid
-        p1 = _p(e1, t1)
-        for b in range(grid + 1):
-            t2 = e2 * b / grid
-            p2 = _p(e2, t2)
-            total = mp.mpf(0)
-            for i in range(k1 + 1):
-                for j in range(k2 + 1):
-                    loss = (k1 - i) * e1 - k1 * t1 + (k2 - j) * e2 - k2 * t2
-                    if loss > x:
-                        mass = mp.binomial(k1, i) * p1 ** (k1 - i) * (1 - p1) ** i
-                        mass *= mp.binomial(k2, j) * p2 ** (k2 - j) * (1 - p2) ** j
-                        total += mass * (1 - mp.e ** (x - loss))
-            best = max(best, total)
-    return best
-
-
 @functools.cache
 def _adaptive_sequence(epsilons: tuple, x, grid: int):
     """DDR's recursion for runs at the given ε in this order, brute force over a grid of t
     at every level: the value of an explicit adaptive strategy (a lower bound)."""
-    eps, x = _mpf(epsilons[0]), _mpf(x)
+    eps, x = mpf_of(epsilons[0]), mpf_of(x)
     if len(epsilons) == 1:
-        return _delta_one(eps, x)
+        return delta_one(eps, x)
     best = mp.mpf(0)
     for j in range(grid + 1):
         t = eps * j / grid
-        p = _p(eps, t)
+        p = p_of(eps, t)
         high = _adaptive_sequence(epsilons[1:], x - eps + t, grid)
         best = max(best, p * high + (1 - p) * _adaptive_sequence(epsilons[1:], x + t, grid))
     return best
@@ -287,8 +244,8 @@ def _adaptive_sequence(epsilons: tuple, x, grid: int):
 
 def _randomized_response(groups, x):
     """δ(x) of randomized response at each pure ε, composed exactly (binomial sums)."""
-    (e1, k1), (e2, k2) = ((_mpf(e), k) for e, k in groups)
-    x = _mpf(x)
+    (e1, k1), (e2, k2) = ((mpf_of(e), k) for e, k in groups)
+    x = mpf_of(x)
     total = mp.mpf(0)
     h1, h2 = 1 / (1 + mp.e ** (-e1)), 1 / (1 + mp.e ** (-e2))
     for i in range(k1 + 1):
@@ -325,7 +282,7 @@ def test_selections_at_two_epsilons_lie_between_brute_force_and_the_old_bounds(g
     partial = block_pld(*heaviest, step).compose(rest[0])
     for fraction in (0.15, 0.3, 0.45):
         x = fraction * total
-        reference = _non_adaptive_mixed(exact, x, grid=24)
+        reference = non_adaptive_two(exact, x, grid=24)
         bound = accountant.delta(x)
         # 1.10-1.45x: the adaptive optimum lies above this reference, and composing the
         # blocks' curves is looser than the joint adaptive optimum (the test below)
@@ -395,12 +352,12 @@ def test_bad_block_arguments_are_named():
 def _with_randomized_response(epsilon, k: int, scale, n: int, x, grid: int = 200):
     """max over a grid of t of δ(B_t^{⊗k} ⊗ L^{⊗n})(x), L a discrete Laplace of ``scale``
     with shift 1 (its loss ±1/scale, P[+] = 1/(1 + e^{-1/scale})): a lower bound."""
-    eps, x, r = _mpf(epsilon), _mpf(x), 1 / _mpf(scale)
+    eps, x, r = mpf_of(epsilon), mpf_of(x), 1 / mpf_of(scale)
     high = 1 / (1 + mp.e ** (-r))
     best = mp.mpf(0)
     for j in range(grid + 1):
         t = eps * j / grid
-        p = _p(eps, t)
+        p = p_of(eps, t)
         total = mp.mpf(0)
         for i in range(k + 1):
             for m in range(n + 1):

@@ -16,6 +16,7 @@ from fractions import Fraction
 import mpmath as mp
 import numpy as np
 import pytest
+from bounded_range_reference import delta_one, mpf_of, non_adaptive_two, p_of
 
 from dp_pipeline import BaseTwoExponential, DiscreteGaussian
 from dp_pipeline.accounting import PrivacyAccountant
@@ -32,22 +33,6 @@ from dp_pipeline.accounting.paths import fft_composition, inversion_of, pld_of
 mp.mp.dps = 20
 
 
-def _mpf(value: Fraction):
-    return mp.mpf(value.numerator) / value.denominator
-
-
-def _p(eps, t):
-    return (mp.e**eps - mp.e ** (eps - t)) / mp.expm1(eps)
-
-
-def _delta_one(eps, x):
-    if x >= eps:
-        return mp.mpf(0)
-    if x <= -eps:
-        return -mp.expm1(x)
-    return (mp.e ** (eps / 2) - mp.e ** (x / 2)) ** 2 / mp.expm1(eps)
-
-
 @functools.cache
 def _any_order(left: tuple, x, grid: int):
     """The δ(x) of the adaptive strategy choosing the next ε and its t (grid) greedily by
@@ -57,37 +42,15 @@ def _any_order(left: tuple, x, grid: int):
         if not k:
             continue
         rest = tuple((e, r - (i == b)) for i, (e, r) in enumerate(left))
-        eps = _mpf(epsilon)
+        eps = mpf_of(epsilon)
         if not any(r for _, r in rest):
-            best = max(best, _delta_one(eps, x))
+            best = max(best, delta_one(eps, x))
             continue
         for j in range(grid + 1):
             t = eps * j / grid
-            p = _p(eps, t)
+            p = p_of(eps, t)
             value = p * _any_order(rest, x - eps + t, grid)
             best = max(best, value + (1 - p) * _any_order(rest, x + t, grid))
-    return best
-
-
-def _non_adaptive(groups, x, grid: int):
-    """max over a grid of (t_1, t_2) of δ(B_{t_1}^{⊗k_1} ⊗ B_{t_2}^{⊗k_2})(x)."""
-    (e1, k1), (e2, k2) = ((_mpf(e), k) for e, k in groups)
-    best = mp.mpf(0)
-    for a in range(grid + 1):
-        t1 = e1 * a / grid
-        p1 = _p(e1, t1)
-        for b in range(grid + 1):
-            t2 = e2 * b / grid
-            p2 = _p(e2, t2)
-            total = mp.mpf(0)
-            for i in range(k1 + 1):
-                for j in range(k2 + 1):
-                    loss = (k1 - i) * e1 - k1 * t1 + (k2 - j) * e2 - k2 * t2
-                    if loss > x:
-                        mass = mp.binomial(k1, i) * p1 ** (k1 - i) * (1 - p1) ** i
-                        mass *= mp.binomial(k2, j) * p2 ** (k2 - j) * (1 - p2) ** j
-                        total += mass * (1 - mp.e ** (x - loss))
-            best = max(best, total)
     return best
 
 
@@ -113,7 +76,7 @@ def test_two_epsilons_sit_within_two_percent_of_an_adaptive_strategy():
         reference = _any_order(left, mp.mpf(x), 10)
         bound = accountant.delta(x).upper
         assert reference <= bound <= reference * 1.02
-        non_adaptive = _non_adaptive(left, mp.mpf(x), 24)
+        non_adaptive = non_adaptive_two(left, mp.mpf(x), 24)
         assert non_adaptive <= bound
 
 
@@ -138,7 +101,7 @@ def test_the_joint_bound_lies_above_the_non_adaptive_optimum():
     groups = (("1/2", 3), ("1/5", 20))
     accountant = _mixed(groups)
     for x in (1.0, 2.0):
-        assert _non_adaptive(_groups(groups), mp.mpf(x), 16) <= accountant.delta(x).upper
+        assert non_adaptive_two(_groups(groups), mp.mpf(x), 16) <= accountant.delta(x).upper
 
 
 @pytest.mark.parametrize("groups", [_ROWS[i][0] for i in (0, 1, 3)])
