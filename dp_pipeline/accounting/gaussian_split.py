@@ -54,7 +54,6 @@ from fractions import Fraction
 from functools import cached_property
 
 import numpy as np
-from scipy.signal import lfilter
 
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.events import PrivacyEvent
@@ -153,6 +152,8 @@ class GaussianSplit:
         # V(i) = (1 - e^{-b})·T(i+1) + e^{-b}·V(i+1), V(last) = 0: a first-order recursion,
         # run from the top (lfilter runs it in order on the reversed sequence)
         shifted = np.concatenate([tails[1:], [0.0]])[::-1]
+        from scipy.signal import lfilter  # scipy.signal costs ~1 s to import: only here
+
         v = lfilter([-math.expm1(-b)], [1.0, -decay], shifted)[::-1]
         v = np.maximum(v, 0.0)
         t_relative = part.relative + (n + 1) * _U
