@@ -11,6 +11,8 @@ from seed ``DP_REFERENCE_SEED`` (default 0).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from fractions import Fraction
 
@@ -128,6 +130,26 @@ def test_copies_of_a_wide_gaussian_are_tight_at_tiny_delta():
         bound = accountant.delta(epsilon)
         assert exact_lower <= bound.upper <= 1.01 * exact_upper, (epsilon, bound, exact_upper)
         assert 0.9 * exact_lower <= bound.lower <= exact_upper, (epsilon, bound, exact_lower)
+
+
+def test_the_tail_sums_do_not_import_scipy_signal():
+    """The tail recursion of `gaussian_split` ran in scipy.signal's lfilter, whose import
+    took ~1 s (several seconds under load) inside the first query that used the split; it
+    is now a banded solve of scipy.linalg, loaded with the package."""
+    code = (
+        "import sys\n"
+        "from fractions import Fraction\n"
+        "from dp_pipeline.accounting import PrivacyAccountant\n"
+        "from dp_pipeline.mechanisms import DiscreteGaussian\n"
+        "bound = PrivacyAccountant().add(DiscreteGaussian(Fraction(4181)), [16], 2).delta(6.4163)\n"
+        "print(bound.method, 'scipy.signal' in sys.modules)\n"
+    )
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = dict(os.environ, PYTHONPATH=root)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=environment, check=True
+    )
+    assert result.stdout.split() == ["support_exact", "+", "gaussian_tails", "False"], result
 
 
 def test_wide_gaussians_beside_spiky_losses_keep_a_lower_bound_at_tiny_delta():
