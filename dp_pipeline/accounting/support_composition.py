@@ -39,7 +39,8 @@ Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
   discrete Gaussian mass e^{-y²/(2σ²)}/Z within 8u·(max y²/(2σ²) + 2) + 2(2R + 1)·u
   (the exponent's error and the direct sum Z); u = 2^-53;
 - a merge of two pmfs: a product of two masses is one rounding and the k <= min(n_a, n_b)
-  products landing on one position are summed in order, all terms non-negative, so the
+  products landing on one position are summed (in any order: exact zeros of a dense
+  layout add nothing, exactly), all terms non-negative, so the
   result is within R_a + R_b + (k + 1)·u of its exact value (first order, rounded up
   by a factor 1 + 1e-6); a product below the normal range errs by at most 2^-1074 more,
   charged to A;
@@ -309,6 +310,17 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     count = len(a.masses) * len(b.masses)
     sparse = not separate and span > 4 * count + 1024
     budget.charge(count * (budget.sparse_weight if sparse else 1))
+    a_span = (int(a.positions[-1]) - int(a.positions[0])) // g + 1
+    b_span = (int(b.positions[-1]) - int(b.positions[0])) // g + 1
+    if not separate and not sparse and a_span * b_span <= 4 * count + 1024:
+        # both sides laid out densely in units of g (zeros between): their direct
+        # convolution adds the same non-zero products per position as the binning
+        # (a zero product adds nothing, exactly), without the count-long outer arrays
+        sums = np.convolve(_dense(a, g, a_span), _dense(b, g, b_span))
+        kept = np.flatnonzero(sums)
+        merged_positions = kept.astype(np.int64) * g + low
+        merged = sums[kept]
+        return _merged(a, b, merged_positions, merged, count, span, budget)
     positions = np.add.outer(a.positions, b.positions).ravel()
     products = np.multiply.outer(a.masses, b.masses).ravel()
     if separate:
@@ -321,9 +333,24 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
     else:
         merged_positions, inverse = np.unique(positions, return_inverse=True)
         merged = np.bincount(inverse.ravel(), weights=products)
+    return _merged(a, b, merged_positions, merged, count, span, budget)
+
+
+def _dense(pmf: _Pmf, g: int, span: int) -> np.ndarray:
+    """The masses of ``pmf`` at their positions in units of ``g`` from the first, zeros
+    between (``span`` long)."""
+    dense = np.zeros(span)
+    dense[(pmf.positions - pmf.positions[0]) // g] = pmf.masses
+    return dense
+
+
+def _merged(
+    a: _Pmf, b: _Pmf, merged_positions, merged, count: int, span: int, budget: _Budget
+) -> _Pmf:
+    """The merge of ``a`` and ``b`` from its summed masses: error terms and pruning."""
     k = min(len(a.masses), len(b.masses))
     relative = (a.relative + b.relative + (k + 1) * _U) * (1 + 1e-6) + a.relative * b.relative
-    absolute = (a.absolute + b.absolute) * (1 + relative) + _TINY * len(products)
+    absolute = (a.absolute + b.absolute) * (1 + relative) + _TINY * count
     keep = merged >= budget.prune
     dropped = (
         a.dropped + b.dropped + float(math.fsum(merged[~keep])) * (1 + relative) + _TINY * span
