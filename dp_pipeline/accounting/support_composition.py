@@ -58,9 +58,11 @@ The composition is built only while it stays small (`_MAX_PRODUCT` products per 
 `_MAX_POINTS` distinct losses, positions within int64): otherwise `support_loss` returns
 None and the accountant takes its other paths. The copies of one component are merged
 on its own lattice and every merge is binned on the gcd of its gaps (dense where the
-positions share a step); the work and sizes are predicted from the supports before any
-merge, so a composition far over the caps is refused at once (only the time changes:
-the masses computed are the same).
+positions share a step: one direct convolution where both sides are dense on it, else
+rows of one side's dense copies by the other's residues modulo its step); the work and
+sizes are predicted from the supports before any merge, so a composition far over the
+caps is refused at once (only the time changes: the masses are the same sums, up to
+their order, within the budget above).
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ _TINY = 2.0**-1074
 _PRUNE = 2.0**-1000
 _MAX_PRODUCT = 1 << 23  # products formed by one merge (time: about 0.2 s at most)
 _MAX_POINTS = 1 << 20  # distinct losses kept after a merge
+_RESIDUE_POINTS = 1 << 14  # points of the side looped over in a merge by residues
 _MAX_WORK = 1 << 24  # products over the whole composition (time: about 0.4 s)
 _MAX_GAUSSIAN_POINTS = 4096  # a discrete Gaussian's support: 2⌈39σ⌉ + 5 points (σ² <= ~2700)
 _MAX_POSITION = 1 << 62
@@ -321,6 +324,10 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
         merged_positions = kept.astype(np.int64) * g + low
         merged = sums[kept]
         return _merged(a, b, merged_positions, merged, count, span, budget)
+    if not separate:
+        by_residue = _residue_merge(a, b, count) or _residue_merge(b, a, count)
+        if by_residue is not None:
+            return _merged(a, b, *by_residue, count, span, budget)
     positions = np.add.outer(a.positions, b.positions).ravel()
     products = np.multiply.outer(a.masses, b.masses).ravel()
     if separate:
@@ -334,6 +341,39 @@ def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
         merged_positions, inverse = np.unique(positions, return_inverse=True)
         merged = np.bincount(inverse.ravel(), weights=products)
     return _merged(a, b, merged_positions, merged, count, span, budget)
+
+
+def _residue_merge(x: _Pmf, y: _Pmf, count: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """The merge of ``x``, dense on the lattice of its own gaps' gcd s, with ``y``, whose
+    positions are y_0 + r + s·q (r in [0, s)): every sum lands on row k = i + q of the
+    column of its residue r, so each point of ``y`` adds its mass times the dense ``x``
+    into one row span of that column, in order (a zero product adds nothing, exactly);
+    read row by row, the positions come out increasing. None where ``x`` is not dense
+    (over 4 slots per point), the rows x columns over 4 per product, or ``y`` too long
+    for its loop. (positions, masses)."""
+    s = _step(x.positions)
+    if s == 0 or len(y.masses) > _RESIDUE_POINTS:
+        return None
+    x_first, y_first = int(x.positions[0]), int(y.positions[0])
+    x_span = (int(x.positions[-1]) - x_first) // s + 1
+    if x_span > 4 * len(x.masses) + 16:
+        return None
+    quotients, residues = np.divmod(y.positions - y_first, s)
+    columns, column_of = np.unique(residues, return_inverse=True)
+    rows = x_span + int(quotients[-1])  # y is increasing: its last quotient is the largest
+    if rows * len(columns) > 4 * count + 1024:
+        return None
+    dense = np.zeros(x_span)
+    dense[(x.positions - x_first) // s] = x.masses
+    table = np.zeros((len(columns), rows))  # column-major: each point's span contiguous
+    for column, row, mass in zip(
+        column_of.tolist(), quotients.tolist(), y.masses.tolist(), strict=True
+    ):
+        table[column, row : row + x_span] += mass * dense
+    flat = table.T.ravel()  # row by row: positions x_0 + y_0 + s·k + r, increasing
+    kept = np.flatnonzero(flat)
+    positions = (x_first + y_first) + s * (kept // len(columns)) + columns[kept % len(columns)]
+    return positions.astype(np.int64), flat[kept]
 
 
 def _dense(pmf: _Pmf, g: int, span: int) -> np.ndarray:
