@@ -365,12 +365,12 @@ def _residue_merge(x: _Pmf, y: _Pmf, count: int) -> tuple[np.ndarray, np.ndarray
         return None
     dense = np.zeros(x_span)
     dense[(x.positions - x_first) // s] = x.masses
-    table = np.zeros((len(columns), rows))  # column-major: each point's span contiguous
+    table = np.zeros((rows, len(columns)))
     for column, row, mass in zip(
         column_of.tolist(), quotients.tolist(), y.masses.tolist(), strict=True
     ):
-        table[column, row : row + x_span] += mass * dense
-    flat = table.T.ravel()  # row by row: positions x_0 + y_0 + s·k + r, increasing
+        table[row : row + x_span, column] += mass * dense
+    flat = table.ravel()  # row by row: positions x_0 + y_0 + s·k + r, increasing
     kept = np.flatnonzero(flat)
     positions = (x_first + y_first) + s * (kept // len(columns)) + columns[kept % len(columns)]
     return positions.astype(np.int64), flat[kept]
