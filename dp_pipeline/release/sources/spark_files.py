@@ -8,7 +8,8 @@ Hashing (`executor_digests`): each file's ranges of `CHUNK_BYTES` are hashed on
 the executors, in parallel, and only their SHA-256s come back to the driver,
 which combines them into each file's content digest
 (`dp_pipeline.release.sources.fingerprint.content_digest`) and HMACs the list under
-the key; no key leaves the driver and the driver never reads the input.
+the key; no key leaves the driver, and outside local mode (whose executors are the
+driver's own threads and cores) the driver never reads the input.
 
 - Files on the local file system (``file:``, what Spark's local file system reads
   with the operating system's own calls): the ranges are dealt round-robin to as
