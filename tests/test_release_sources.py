@@ -254,11 +254,14 @@ def test_executors_hash_local_ranges_to_the_drivers_digests(spark, tmp_path, mon
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("streamed", [True, False], ids=["driver-jvm", "binaryfile"])
 def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, streamed
 ):
+    from dp_pipeline.release.sources import spark_files
     from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
 
+    monkeypatch.setattr(spark_files, "_streams_in_driver", lambda session: streamed)
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)  # several ranges, a partial last
     files = []
     # No empty file: binaryFile gives an empty file no row (it has no split).
@@ -266,10 +269,11 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
         path = tmp_path / f"part-{index}.bin"
         path.write_bytes(bytes((index * 5 + i) % 253 for i in range(size)))
         files.append(path)
-    key = "fs.viewfs.mounttable.dpfp.link./data"
+    cluster = f"dpfp{int(streamed)}"  # Hadoop caches a viewfs file system by its name
+    key = f"fs.viewfs.mounttable.{cluster}.link./data"
     spark.conf.set(key, f"file://{tmp_path}")
     try:
-        uris = tuple(f"viewfs://dpfp/data/{p.name}" for p in files)
+        uris = tuple(f"viewfs://{cluster}/data/{p.name}" for p in files)
         names = [p.name for p in files]
         found = executor_digests(spark, uris, names, file_sizes(spark, uris, "t"), "t")
     finally:
@@ -278,24 +282,28 @@ def test_files_on_another_file_system_hash_in_the_jvm_to_the_drivers_digests(
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("streamed", [True, False], ids=["driver-jvm", "binaryfile"])
 def test_files_on_another_file_system_are_sized_by_their_index_and_hashed_in_the_jvm(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, streamed
 ):
     # Sizes None: the sizes come from Spark's file index first (which refuses a file
     # the hashing heap cannot hold); an empty file (no row in binaryFile's scan) has the
     # empty digest.
+    from dp_pipeline.release.sources import spark_files
     from dp_pipeline.release.sources.spark_files import executor_digests
 
+    monkeypatch.setattr(spark_files, "_streams_in_driver", lambda session: streamed)
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
     files = []
     for index, size in enumerate((0, 100, 4096, 10_000)):
         path = tmp_path / f"part-{index}.bin"
         path.write_bytes(bytes((index * 3 + i) % 249 for i in range(size)))
         files.append(path)
-    key = "fs.viewfs.mounttable.dpsized.link./data"
+    cluster = f"dpsized{int(streamed)}"  # Hadoop caches a viewfs file system by its name
+    key = f"fs.viewfs.mounttable.{cluster}.link./data"
     spark.conf.set(key, f"file://{tmp_path}")
     try:
-        uris = tuple(f"viewfs://dpsized/data/{p.name}" for p in files)
+        uris = tuple(f"viewfs://{cluster}/data/{p.name}" for p in files)
         names = [p.name for p in files]
         found = executor_digests(spark, uris, names, None, "t")
         assert found == local_digests(files, names)
@@ -310,6 +318,43 @@ def test_files_on_another_file_system_are_sized_by_their_index_and_hashed_in_the
     assert again[3].size == found[3].size and again[3].sha256 != found[3].sha256
 
 
+@pytest.mark.spark
+def test_in_local_mode_the_driver_jvm_streams_files_off_the_local_disk_without_a_job(
+    spark, tmp_path, monkeypatch
+):
+    # Local mode's executors are the driver JVM's threads: they stream each range through
+    # the session's Hadoop file system (no Spark job, no whole file in the heap) to the
+    # same digests; a file that shrank, grew or vanished since it was sized is refused.
+    from dp_pipeline.release.sources import spark_files
+    from dp_pipeline.release.sources.spark_files import executor_digests
+
+    assert spark_files._streams_in_driver(spark)
+    monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
+    files = []
+    for index, size in enumerate((0, 4096, 8192, 10_000)):
+        path = tmp_path / f"part-{index}.bin"
+        path.write_bytes(bytes((index * 11 + i) % 241 for i in range(size)))
+        files.append(path)
+    key = "fs.viewfs.mounttable.dpstream.link./data"
+    spark.conf.set(key, f"file://{tmp_path}")
+    try:
+        uris = tuple(f"viewfs://dpstream/data/{p.name}" for p in files)
+        names = [p.name for p in files]
+        sizes = {uri: p.stat().st_size for uri, p in zip(uris, files, strict=True)}
+        last = _last_job(spark)
+        found = executor_digests(spark, uris, names, sizes, "t")
+        assert _jobs_after(spark, last) == []
+        assert found == local_digests(files, names)
+        for uri, size in ((uris[2], 8191), (uris[2], 8193), (uris[3], 20_000)):
+            with pytest.raises(SpecError, match="could not be hashed"):
+                executor_digests(spark, uris, names, {**sizes, uri: size}, "t")
+        gone = (*uris, "viewfs://dpstream/data/gone.bin")
+        with pytest.raises(SpecError, match="could not be hashed"):
+            executor_digests(spark, gone, [*names, "gone.bin"], {**sizes, gone[-1]: 10}, "t")
+    finally:
+        spark.conf.unset(key)
+
+
 def _jobs_after(spark, last: int) -> list[int]:
     """The ids of the Spark jobs started after job ``last`` (-1: all retained)."""
     return sorted(j for j in spark.sparkContext.statusTracker().getJobIdsForGroup(None) if j > last)
@@ -320,12 +365,14 @@ def _last_job(spark) -> int:
 
 
 @pytest.mark.spark
+@pytest.mark.parametrize("streamed", [True, False], ids=["driver-jvm", "binaryfile"])
 def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job(
-    spark, tmp_path, monkeypatch
+    spark, tmp_path, monkeypatch, streamed
 ):
     # The DataFrame that listed the files holds their sizes: no binaryFile metadata job
-    # before the hashing one, the same sizes as that job's (an empty file: 0), and the
-    # digests still bind every byte.
+    # before the hashing one (none at all when the driver JVM streams the files), the
+    # same sizes as that job's (an empty file: 0), and the digests still bind every byte.
+    from dp_pipeline.release.sources import spark_files
     from dp_pipeline.release.sources.spark_files import (
         executor_digests,
         file_sizes,
@@ -333,6 +380,7 @@ def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job
         listed_frame,
     )
 
+    monkeypatch.setattr(spark_files, "_streams_in_driver", lambda session: streamed)
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
     data = tmp_path / "data"
     data.mkdir()
@@ -341,11 +389,12 @@ def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job
         path = data / f"part-{index}.bin"
         path.write_bytes(bytes((index * 7 + i) % 251 for i in range(size)))
         files.append(path)
-    key = "fs.viewfs.mounttable.dpindex.link./data"
+    cluster = f"dpindex{int(streamed)}"  # Hadoop caches a viewfs file system by its name
+    key = f"fs.viewfs.mounttable.{cluster}.link./data"
     spark.conf.set(key, f"file://{data}")
     try:
-        uris, index = listed_frame(spark, "viewfs://dpindex/data", "parquet", None)
-        assert uris == tuple(f"viewfs://dpindex/data/{p.name}" for p in files)
+        uris, index = listed_frame(spark, f"viewfs://{cluster}/data", "parquet", None)
+        assert uris == tuple(f"viewfs://{cluster}/data/{p.name}" for p in files)
         names = [p.name for p in files]
         last = _last_job(spark)
         sizes = index_sizes(spark, index, uris)
@@ -359,7 +408,7 @@ def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job
         assert index_sizes(spark, index, uris[1:]) is None
         last = _last_job(spark)
         found = executor_digests(spark, uris, names, None, "t", index)
-        assert len(_jobs_after(spark, last)) == 1
+        assert len(_jobs_after(spark, last)) == (0 if streamed else 1)
         assert found == local_digests(files, names)
         changed = bytearray(files[2].read_bytes())
         changed[9_000] ^= 1
@@ -414,7 +463,8 @@ def test_a_parquet_input_off_the_local_disk_is_read_once_as_it_was_listed(spark,
         assert opened.total_bytes == 0  # known with the digests
         last = _last_job(spark)
         digests = opened.digests()
-        assert len(_jobs_after(spark, last)) == 1  # sized by the read's file index
+        # Sized by the read's file index; in local mode the driver JVM hashes, no job.
+        assert len(_jobs_after(spark, last)) == 0
         assert opened.total_bytes == digests[0].size == (data / "part-0.parquet").stat().st_size
     finally:
         opened.close()

@@ -8,7 +8,8 @@ Hashing (`executor_digests`): each file's ranges of `CHUNK_BYTES` are hashed on
 the executors, in parallel, and only their SHA-256s come back to the driver,
 which combines them into each file's content digest
 (`dp_pipeline.release.sources.fingerprint.content_digest`) and HMACs the list under
-the key; no key leaves the driver and the driver never reads the input.
+the key; no key leaves the driver, and outside local mode (whose executors are the
+driver's own threads and cores) the driver never reads the input.
 
 - Files on the local file system (``file:``, what Spark's local file system reads
   with the operating system's own calls): the ranges are dealt round-robin to as
@@ -22,7 +23,12 @@ the key; no key leaves the driver and the driver never reads the input.
   times that: the executors are then the driver's own cores) is hashed by the
   driver's threads instead: a Spark job costs more than hashing one range. A Spark
   Connect client never hashes: the path it would open need not be the server's file.
-- Files on any other file system: Spark's ``binaryFile`` reader opens them through
+- Files on any other file system, on a classic session in local mode (whose executors
+  are the driver JVM's own threads): those threads stream each range through the
+  session's Hadoop file system (the one the release reads through) into Java's
+  ``MessageDigest``, as many threads as the master runs tasks (`_stream_digests`): no
+  Spark job, no byte in Python, and no file held in the heap.
+- Files on any other file system otherwise: Spark's ``binaryFile`` reader opens them through
   the session's Hadoop file system (the one the release reads through) and Spark's
   ``sha2`` hashes each range of the content in the JVM: only the digests leave the
   executors, no byte goes to a Python worker. That reader holds a whole file in a
@@ -50,7 +56,9 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import re
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlparse
 
@@ -453,6 +461,8 @@ def executor_digests(
         with listing_errors(source, urlparse(uris[0]).scheme, spark):
             if all(path is not None for path in local):
                 digests = _local_digests(spark, uris, sizes)
+            elif _streams_in_driver(spark):
+                digests = _stream_digests(spark, uris, sizes)
             else:
                 # An empty file has no bytes to read (and no row in binaryFile's scan).
                 empty = content_digest(0, [hashlib.sha256(b"").digest()])
@@ -521,3 +531,71 @@ def _binary_group_digests(spark, uris: Sequence[str]) -> dict[str, str]:
         row["path"]: content_digest(row["size"], [bytes.fromhex(part) for part in row["ranges"]])
         for row in rows
     }
+
+
+def _streams_in_driver(spark) -> bool:
+    """Whether files off the local file system are hashed by the driver JVM's threads
+    (`_stream_digests`): a classic session in local mode, whose executors are those
+    threads; not a Spark Connect client (no JVM), not a cluster's executors."""
+    if is_connect(spark):
+        return False
+    master = spark.sparkContext.master
+    return master == "local" or master.startswith("local[")
+
+
+# A file that vanished or shrank after it was sized, as Hadoop's streams say it.
+_CHANGED_FILE = re.compile(r"FileNotFoundException|EOFException")
+
+
+def _stream_digests(spark, uris: Sequence[str], sizes: dict[str, int]) -> dict[str, str]:
+    """Each file's content digest, its ranges streamed through the session's Hadoop file
+    system in the driver JVM and hashed there by ``MessageDigest``, one range per thread
+    (as many threads as the local master runs tasks).
+
+    Only the ranges' SHA-256s come to Python (no byte of the files); each range is read
+    through a 1 KiB buffer (commons-codec's ``DigestUtils``), so the JVM holds no file and
+    no range: no heap the size of the files, as `_binary_file_digests`'s whole-file rows
+    need. A file that ends before its listed size or goes on after it is left out (the
+    caller names it).
+    """
+    jvm = spark._jvm
+    conf = spark._jsparkSession.sessionState().newHadoopConf()
+    tasks = [(uri, offset, length) for uri in uris for offset, length in chunk_ranges(sizes[uri])]
+
+    def hash_range(task: tuple[str, int, int]) -> bytes | None:
+        uri, offset, length = task
+        try:
+            return read_range(uri, offset, length)
+        except _SPARK_ERRORS as error:
+            if _CHANGED_FILE.search(error_text(error, _CAUSES)):
+                return None  # vanished or shrank since it was sized
+            raise
+
+    def read_range(uri: str, offset: int, length: int) -> bytes | None:
+        path = jvm.org.apache.hadoop.fs.Path(uri)
+        stream = path.getFileSystem(conf).open(path)
+        try:
+            if offset:
+                stream.seek(offset)
+            digest = jvm.java.security.MessageDigest.getInstance("SHA-256")
+            bounded = jvm.org.apache.commons.io.input.BoundedInputStream(stream, length)
+            jvm.org.apache.commons.codec.digest.DigestUtils.updateDigest(digest, bounded)
+            if bounded.getCount() != length:
+                return None  # shrank since it was sized
+            if offset + length == sizes[uri] and stream.read() != -1:
+                return None  # grew since it was sized
+            return bytes(digest.digest())
+        finally:
+            stream.close()
+
+    threads = max(1, min(len(tasks), _task_slots(spark) or 1))
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        parts = list(pool.map(hash_range, tasks))
+    digests, first = {}, 0
+    for uri in uris:
+        count = len(chunk_ranges(sizes[uri]))
+        found = parts[first : first + count]
+        first += count
+        if None not in found:
+            digests[uri] = content_digest(sizes[uri], [part for part in found if part is not None])
+    return digests
