@@ -2,6 +2,9 @@
 recorder of which Spark aggregation path ran, and a real PostgreSQL server for the
 ledger tests (``ledger_at`` runs a test on both ledger backends).
 
+Workers: the test command runs the suite on every core (pytest-xdist, ``-n auto``);
+tests sharing a module- or class-scoped fixture stay on one worker.
+
 Tiers: every test that uses the ``spark`` fixture is marked ``spark``, so
 ``pytest -m "not spark"`` is the fast tier. It must start no JVM: under that
 marker expression, starting a SparkContext fails the test that tried, naming
@@ -10,8 +13,11 @@ the fix (mark it ``spark``).
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
+import re
+from pathlib import Path
 
 import pytest
 from ftp_server import ftp_store  # noqa: F401 (the fixture, for every test)
@@ -21,6 +27,32 @@ from postgres_cluster import PostgresCluster, postgres_binaries
 # that need PySpark to import are not collected; everything else runs.
 SPARK_ONLY_MODULES = ["test_spark_engine.py", "test_selection_spark.py", "test_spark_cluster.py"]
 collect_ignore = [] if importlib.util.find_spec("pyspark") else SPARK_ONLY_MODULES
+
+
+# A module that defines a fixture wider than one test (a release, a server, a cluster).
+_SHARED_FIXTURE = re.compile(r"""scope\s*=\s*["'](?:package|module|class)["']""")
+
+
+@functools.cache
+def _shares_fixtures(module: str) -> bool:
+    path = Path(__file__).resolve().parents[1] / module
+    return path.suffix == ".py" and bool(_SHARED_FIXTURE.search(path.read_text()))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Under ``-n`` (pytest-xdist's default ``--dist load``): each test is scheduled on
+    its own, except that the tests of a module sharing a module- or class-scoped fixture
+    run on one worker, so that fixture is built once."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedFixtureScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if _shares_fixtures(module) else nodeid
+
+    return SharedFixtureScheduling(config, log)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from connect_server import connect_server
 from release_specs import SMALL_SPEC
 
 import dp_pipeline.release.plan.postprocess as postprocess_checks
@@ -38,25 +39,6 @@ ROOT = Path(__file__).resolve().parents[1]
 QUIET = Progress(quiet=True)
 KEY_HEX = "a7d393ef6fecbbd9712b118e67aee439871402fd15b4ba05fd5f5db5b4d22ede"
 KEY = MasterKey.from_hex("5a" * 32)
-
-SERVER = """
-import sys
-from dp_pipeline.engines.spark.runtime import local_session
-session = local_session(2, shuffle_partitions=4, driver_memory="1g", conf={
-    "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-    "spark.connect.grpc.binding.address": "127.0.0.1",
-    "spark.connect.grpc.binding.port": sys.argv[1],
-})
-print("ready", flush=True)
-sys.stdin.read()
-session.stop()
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _published(folder: Path) -> dict[str, bytes]:
@@ -85,21 +67,8 @@ def connect(classic, tmp_path_factory):
     """A Spark Connect session on a server in a child process (this process: the client)."""
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    port = _free_port()
     log = tmp_path_factory.mktemp("server") / "server.log"
-    with log.open("w") as errors:
-        server = subprocess.Popen(
-            [sys.executable, "-c", SERVER, str(port)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=errors,
-            text=True,
-            cwd=ROOT,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-        )
-    try:
-        if server.stdout.readline().strip() != "ready":
-            pytest.fail(f"the Spark Connect server did not start:\n{log.read_text()[-3000:]}")
+    with connect_server(log) as (port, _):
         # As a Connect client process: PySpark's functions build Connect columns.
         os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
         session = ConnectSession.builder.remote(f"sc://127.0.0.1:{port}").getOrCreate()
@@ -108,13 +77,6 @@ def connect(classic, tmp_path_factory):
         finally:
             session.stop()
             del os.environ["SPARK_CONNECT_MODE_ENABLED"]
-    finally:
-        server.stdin.close()
-        try:
-            server.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from connect_server import connect_server
 from release_specs import SMALL_SPEC
 
 from dp_pipeline.engines.spark.failures import connect_server_lost, session_failure
@@ -22,20 +23,6 @@ grpc = pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]"
 
 ROOT = Path(__file__).resolve().parents[1]
 KEY_HEX = "a7d393ef6fecbbd9712b118e67aee439871402fd15b4ba05fd5f5db5b4d22ede"
-
-SERVER = """
-import sys
-from dp_pipeline.engines.spark.runtime import local_session
-session = local_session(1, shuffle_partitions=2, driver_memory="1g", conf={
-    "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-    "spark.connect.grpc.binding.address": "127.0.0.1",
-    "spark.connect.grpc.binding.port": "0",
-})
-service = getattr(session._jvm, "org.apache.spark.sql.connect.service.SparkConnectService$")
-port = int(getattr(service, "MODULE$").localPort())
-print("ready", port, session.sparkContext._gateway.proc.pid, flush=True)
-sys.stdin.read()
-"""
 
 # The release's client: its retries shortened (the client's default waits minutes for a
 # server to come back); the server's JVM killed once the budget is reserved.
@@ -90,35 +77,15 @@ def test_a_connect_server_that_dies_after_the_reservation_is_named_in_one_line(t
     env = {**os.environ, "DP_PIPELINE_MASTER_KEY": KEY_HEX, "PYTHONPATH": str(ROOT)}
     for name in ("SPARK_CONNECT_MODE_ENABLED", "SPARK_REMOTE", "SPARK_CONNECT_AUTHENTICATE_TOKEN"):
         env.pop(name, None)
-    log = (tmp_path / "server.log").open("w")
-    server = subprocess.Popen(
-        [sys.executable, "-c", SERVER],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=log,
-        text=True,
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        ready, port, jvm = server.stdout.readline().split()
-        assert ready == "ready"
+    with connect_server(tmp_path / "server.log", cores=1, partitions=2, env=env) as (port, jvm):
         client = subprocess.run(
-            [sys.executable, "-c", CLIENT, port, jvm, str(spec_path)],
+            [sys.executable, "-c", CLIENT, str(port), str(jvm), str(spec_path)],
             env=env,
             capture_output=True,
             text=True,
             cwd=ROOT,
             timeout=600,
         )
-    finally:
-        server.stdin.close()
-        try:
-            server.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait()
-        log.close()
     lines = client.stdout.strip().splitlines()
     assert lines[0] == "raised EngineStoppedError", client.stdout + client.stderr[-3000:]
     message = lines[1]
@@ -126,7 +93,7 @@ def test_a_connect_server_that_dies_after_the_reservation_is_named_in_one_line(t
     assert "the Spark Connect server is unreachable" in message
     assert "the same release id resumes the run" in message and "no new spend" in message
     # Nothing of the client's or the server's own text.
-    for text in ("UNAVAILABLE", "StatusCode", "grpc", "127.0.0.1", port, "refused"):
+    for text in ("UNAVAILABLE", "StatusCode", "grpc", "127.0.0.1", str(port), "refused"):
         assert text not in message
 
 
