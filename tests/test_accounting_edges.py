@@ -373,11 +373,21 @@ def test_report_shows_lower_and_upper_for_every_figure():
     assert bounds["epsilon_zcdp"] == {"lower": 0.99, "upper": 1.2}
 
 
-def test_a_dense_merge_of_supports_is_a_direct_convolution_within_its_budget():
-    """Two discrete Gaussian supports of ~2,000 points on one lattice (4.6M products):
-    the merge built the count-long outer sums and products (~75 MB) and binned them,
-    0.07-0.37 s of CPU; laid out densely it is one direct convolution (a few kB). Its
-    masses agree with the binned sums within both merges' relative budgets."""
+@pytest.mark.parametrize(
+    "steps",
+    [
+        pytest.param((1, 1), id="dense-direct-convolution"),
+        pytest.param((5, 2), id="two-lattices-by-residues"),
+    ],
+)
+def test_a_large_support_merge_is_within_its_budget_in_bounded_memory(steps):
+    """Two discrete Gaussian supports of ~2,000 points (4.3-4.6M products): the merge
+    built the count-long outer sums and products (~75 MB) and binned them, 0.07-0.37 s
+    of CPU. On one lattice (steps 1, 1) it is one direct convolution of the dense
+    layouts; on steps 5 and 2 (not dense together: 14,000 positions) it is five rows of
+    shifted copies of the step-5 side, one per residue of the step-2 side modulo 5. The
+    positions are those the binned sums keep, and the masses agree with them within
+    both merges' relative budgets."""
     import tracemalloc
 
     import numpy as np
@@ -390,46 +400,7 @@ def test_a_dense_merge_of_supports_is_a_direct_convolution_within_its_budget():
     )
 
     pmfs = []
-    for sigma2 in (Fraction(800), Fraction(700)):
-        ys, masses, relative, _ = gaussian_masses(sigma2)
-        pmfs.append(_Pmf(ys.astype(np.int64), masses, relative, 0.0, 0.0))
-    a, b = pmfs
-    tracemalloc.start()
-    try:
-        merged = _merge(a, b, _Budget(2.0**-1000, 1 << 40))
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-    assert len(a.masses) * len(b.masses) > 4_000_000
-    assert peak < 4_000_000, peak
-    positions = np.add.outer(a.positions, b.positions).ravel()
-    low = int(positions.min())
-    binned = np.bincount(positions - low, weights=np.multiply.outer(a.masses, b.masses).ravel())
-    kept = binned[merged.positions - low]
-    assert np.all(np.abs(merged.masses - kept) <= 2 * merged.relative * kept)
-    assert merged.relative < 1e-11
-    assert np.count_nonzero(binned >= 2.0**-1000) == len(merged.masses)
-
-
-def test_a_merge_of_two_lattices_by_residues_is_within_its_budget():
-    """Two discrete Gaussian supports on steps 5 and 2 (4.3M products, 14,000 positions):
-    laid out on one lattice they are not dense (no direct convolution), and the merge
-    built the count-long outer arrays (~70 MB) and binned them; by the residues of the
-    step-2 side modulo 5 it is five rows of shifted copies of the step-5 side, in order.
-    The masses agree with the binned sums within both merges' relative budgets."""
-    import tracemalloc
-
-    import numpy as np
-
-    from dp_pipeline.accounting.support_composition import (
-        _Budget,
-        _merge,
-        _Pmf,
-        gaussian_masses,
-    )
-
-    pmfs = []
-    for sigma2, step in ((Fraction(800), 5), (Fraction(700), 2)):
+    for sigma2, step in zip((Fraction(800), Fraction(700)), steps, strict=True):
         ys, masses, relative, _ = gaussian_masses(sigma2)
         pmfs.append(_Pmf(step * ys.astype(np.int64), masses, relative, 0.0, 0.0))
     a, b = pmfs
@@ -447,3 +418,4 @@ def test_a_merge_of_two_lattices_by_residues_is_within_its_budget():
     assert np.array_equal(merged.positions, np.flatnonzero(binned >= 2.0**-1000) + low)
     kept = binned[merged.positions - low]
     assert np.all(np.abs(merged.masses - kept) <= 2 * merged.relative * kept)
+    assert merged.relative < 1e-11
