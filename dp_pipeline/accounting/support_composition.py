@@ -363,8 +363,7 @@ def _residue_merge(x: _Pmf, y: _Pmf, count: int) -> tuple[np.ndarray, np.ndarray
     rows = x_span + int(quotients[-1])  # y is increasing: its last quotient is the largest
     if rows * len(columns) > 4 * count + 1024:
         return None
-    dense = np.zeros(x_span)
-    dense[(x.positions - x_first) // s] = x.masses
+    dense = _dense(x, s, x_span)
     table = np.zeros((rows, len(columns)))
     for column, row, mass in zip(
         column_of.tolist(), quotients.tolist(), y.masses.tolist(), strict=True
