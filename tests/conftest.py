@@ -88,6 +88,21 @@ def no_jvm_in_the_fast_tier(request, monkeypatch):
 
 
 @pytest.fixture(autouse=True)
+def mpmath_precision(request):
+    """Each test computes at its module's mpmath precision (``MPMATH_DPS`` decimal
+    digits, 40 unless the module sets it), and a test that changes it changes it for
+    itself only: the global precision would otherwise depend on which tests ran before
+    on the same worker."""
+    try:
+        import mpmath
+    except ImportError:
+        yield
+        return
+    with mpmath.workdps(getattr(request.module, "MPMATH_DPS", 40)):
+        yield
+
+
+@pytest.fixture(autouse=True)
 def private_dp_pipeline_home(tmp_path_factory, monkeypatch):
     """A spec without run.ledger or run.key_file uses the dp_pipeline home: each test
     gets its own, never the home of whoever runs the tests."""

@@ -5,7 +5,8 @@ when the range is short and otherwise by Euler-Maclaurin (integral via erf plus
 endpoint corrections up to the third derivative; the next term is of relative
 size σ^-5, below 1e-15 for σ >= 1000, where it is used). The normaliser uses
 Poisson summation: Z = sqrt(2πσ²) (1 + 2 Σ_k exp(-2π²σ²k²)).
-Discrete Laplace masses are closed-form geometric sums.
+Discrete Laplace masses are closed-form geometric sums. The working precision is the
+calling test's (tests/conftest.py: 40 digits unless its module sets ``MPMATH_DPS``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,6 @@ from fractions import Fraction
 
 import mpmath
 
-mpmath.mp.dps = 40
 
 INF = None
 

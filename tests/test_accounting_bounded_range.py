@@ -34,7 +34,7 @@ from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, pld_of
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
-mp.mp.dps = 30
+MPMATH_DPS = 30  # decimal digits: tests/conftest.py sets them for each test
 
 
 def _pair(eps, t):

@@ -30,7 +30,7 @@ from dp_pipeline.accounting.bounded_range_joint import (
 from dp_pipeline.accounting.brackets import inversion_delta
 from dp_pipeline.accounting.paths import fft_composition, inversion_of, pld_of
 
-mp.mp.dps = 20
+MPMATH_DPS = 20  # decimal digits: tests/conftest.py sets them for each test
 
 
 @functools.cache

@@ -24,7 +24,7 @@ from dp_pipeline.accounting.discrete_gaussian import (
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
-mpmath.mp.dps = 50
+MPMATH_DPS = 50  # decimal digits: tests/conftest.py sets them for each test
 
 SIGMA2 = Fraction(579961577, 958029)  # seed 60's coarse-lattice discrete Gaussian
 SHIFT = 70368

@@ -32,7 +32,7 @@ from dp_pipeline.accounting.discrete_laplace import (
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
-mpmath.mp.dps = 60
+MPMATH_DPS = 60  # decimal digits: tests/conftest.py sets them for each test
 TINY = 5e-324
 
 

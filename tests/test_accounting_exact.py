@@ -29,7 +29,7 @@ from dp_pipeline.accounting.discrete_laplace import (
 )
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-mpmath.mp.dps = 60
+MPMATH_DPS = 60  # decimal digits: tests/conftest.py sets them for each test
 
 
 def _mp_discrete_gaussian_delta(sigma2: Fraction, shift: int, epsilon: float) -> mpmath.mpf:

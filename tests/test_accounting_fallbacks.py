@@ -23,7 +23,7 @@ from dp_pipeline.accounting.pld import GridTooLargeError
 from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_group
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
-mpmath.mp.dps = 40
+MPMATH_DPS = 40  # decimal digits: tests/conftest.py sets them for each test
 
 
 def _laplace_masses(scale: int, shift: int, top: int):

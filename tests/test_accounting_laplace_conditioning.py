@@ -20,7 +20,7 @@ from dp_pipeline.accounting.laplace_conditioning import METHOD, laplace_conditio
 from dp_pipeline.accounting.paths import fft_composition
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-mpmath.mp.dps = 40
+MPMATH_DPS = 40  # decimal digits: tests/conftest.py sets them for each test
 
 LAPLACE_SCALE, LAPLACE_SHIFT = Fraction(2), 200  # pure ε = 100
 GAUSSIAN_SIGMA2, GAUSSIAN_SHIFT = Fraction(4), 1  # ρ = 1/8

@@ -33,7 +33,7 @@ from dp_pipeline.randomness import derive_stream
 
 KEY = MasterKey(bytes(range(32)))
 ALPHA = 1e-4  # false-positive rate of every goodness-of-fit test below
-mpmath.mp.dps = 60
+MPMATH_DPS = 60  # decimal digits: tests/conftest.py sets them for each test
 
 
 def stream(*labels):
