@@ -15,7 +15,6 @@ from fractions import Fraction
 
 import mpmath
 
-
 INF = None
 
 
