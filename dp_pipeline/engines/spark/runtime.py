@@ -17,9 +17,17 @@ import sys
 
 from pyspark.sql import SparkSession
 
+from dp_pipeline.engines.spark.class_archive import OPTION, driver_java_options
 from dp_pipeline.errors import DPRuntimeError, DPValueError
 
-__all__ = ["connect_session", "ensure_java", "is_connect", "local_session", "session_master"]
+__all__ = [
+    "connect_session",
+    "ensure_java",
+    "is_connect",
+    "local_session",
+    "session_master",
+    "with_class_archive",
+]
 
 
 def ensure_java() -> str:
@@ -64,7 +72,7 @@ def local_session(
     ignores ``spark.task.maxFailures``). Python workers use ``PYSPARK_PYTHON`` if set,
     else this interpreter (``sys.executable``). Java: see `ensure_java`.
     """
-    ensure_java()
+    java_home = ensure_java()
     cores = cores or os.cpu_count() or 1
     if cores < 1 or max_task_failures < 1:
         raise DPValueError(
@@ -73,11 +81,18 @@ def local_session(
     master = f"local[{cores}]" if max_task_failures == 1 else f"local[{cores},{max_task_failures}]"
     builder = SparkSession.builder.master(master).appName(app_name)
     settings = _local_settings(cores, shuffle_partitions, max_task_failures, driver_memory)
-    for name, value in {**settings, **(conf or {})}.items():
+    for name, value in with_class_archive({**settings, **(conf or {})}, java_home).items():
         builder = builder.config(name, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def with_class_archive(settings: dict[str, str], java_home: str) -> dict[str, str]:
+    """``settings`` with the driver JVM started from Spark's class archive where it can be
+    (`dp_pipeline.engines.spark.class_archive`): start-up time only, no other effect."""
+    options = driver_java_options(settings, java_home)
+    return settings if options is None else {**settings, OPTION: options}
 
 
 def _local_settings(
@@ -149,7 +164,7 @@ def local_connect_session(
     from pyspark import SparkConf, SparkContext
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    ensure_java()
+    java_home = ensure_java()
     if SparkContext._active_spark_context is not None:
         raise DPRuntimeError(
             "a local Spark Connect server needs a process without a Spark session: "
@@ -167,6 +182,7 @@ def local_connect_session(
     }
     for name in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED"):  # a classic JVM first
         os.environ.pop(name, None)
+    settings = with_class_archive(settings, java_home)
     context = SparkContext.getOrCreate(SparkConf(loadDefaults=True).setAll(settings.items()))
     SparkSession(context)  # the server's root session, as PySpark's launcher makes it
     context.setLogLevel("ERROR")

@@ -37,6 +37,7 @@ from dp_pipeline.engines.spark.runtime import (
     ensure_java,
     local_session,
     session_master,
+    with_class_archive,
 )
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
@@ -532,13 +533,13 @@ def spark_session(master: str, conf: dict[str, str] | None = None):
     if match:
         cores = match.group(1)
         return local_session(None if cores in (None, "*") else int(cores), conf=conf)
-    ensure_java()
+    java_home = ensure_java()
     # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
     # interpreter, which has dp_pipeline (right for workers on this machine or an image
     # with the same layout; set PYSPARK_PYTHON otherwise).
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName("dp_pipeline release")
-    for key, value in (conf or {}).items():
+    for key, value in with_class_archive(dict(conf or {}), java_home).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

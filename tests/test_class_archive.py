@@ -1,0 +1,147 @@
+"""The driver JVM's class-data-sharing archive: where it lives, when it is written, used
+or left alone, and real driver JVMs that write it, start from it, and start without it
+when it is damaged."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+from dp_pipeline.engines.spark.class_archive import (
+    OPTION,
+    SWITCH,
+    WRITING_SECONDS,
+    driver_java_options,
+)
+from dp_pipeline.engines.spark.runtime import ensure_java
+
+HEADER = (0xF00BABA8).to_bytes(4, "little")
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark-conf"))
+    monkeypatch.delenv(SWITCH, raising=False)
+    return tmp_path / "cache" / "dp_pipeline"
+
+
+def _archive(options: str) -> Path:
+    return Path(options.split("=", 1)[1].split()[0])
+
+
+def test_the_first_jvm_writes_the_archive_later_ones_start_from_it(cache):
+    java = ensure_java()
+    options = driver_java_options({}, java)
+    assert options.startswith("-XX:ArchiveClassesAtExit=") and "-Xlog:cds*=off" in options
+    archive = _archive(options)
+    assert archive.parent == cache
+    assert oct(cache.stat().st_mode & 0o777) == "0o700"
+    archive.write_bytes(HEADER + bytes(60))
+    assert (
+        driver_java_options({}, java)
+        == f"-XX:SharedArchiveFile={archive} -XX:+VerifySharedSpaces -Xlog:cds*=off"
+    )
+    # The caller's options are kept, the archive's after them.
+    kept = driver_java_options({OPTION: "-Dx=1"}, java)
+    assert kept == f"-Dx=1 -XX:SharedArchiveFile={archive} -XX:+VerifySharedSpaces -Xlog:cds*=off"
+
+
+def test_an_archive_being_written_is_left_alone_and_a_killed_writers_file_replaced(cache):
+    java = ensure_java()
+    archive = _archive(driver_java_options({}, java))
+    archive.write_bytes(bytes(64))  # the header comes last: still being written
+    assert driver_java_options({}, java) is None
+    assert archive.exists()
+    old = time.time() - WRITING_SECONDS - 5
+    os.utime(archive, (old, old))
+    assert driver_java_options({}, java).startswith("-XX:ArchiveClassesAtExit=")
+    assert not archive.exists()
+
+
+def test_another_class_path_is_another_archive(cache):
+    java = ensure_java()
+    plain = _archive(driver_java_options({}, java))
+    with_jars = _archive(driver_java_options({"spark.jars": "/opt/extra.jar"}, java))
+    assert plain.parent == with_jars.parent and plain != with_jars
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["switched off", "the caller's class sharing", "a defaults file", "a shared folder", "link"],
+)
+def test_the_archive_is_not_used(cache, tmp_path, monkeypatch, case):
+    java = ensure_java()
+    settings: dict[str, str] = {}
+    if case == "switched off":
+        monkeypatch.setenv(SWITCH, "off")
+    elif case == "the caller's class sharing":
+        settings = {OPTION: "-Xshare:off"}
+    elif case == "a defaults file":
+        folder = tmp_path / "spark-conf"
+        folder.mkdir()
+        (folder / "spark-defaults.conf").write_text(f"{OPTION}  -Dsite=1\n")
+    elif case == "a shared folder":
+        cache.mkdir(parents=True)
+        cache.chmod(0o777)
+    else:
+        archive = _archive(driver_java_options({}, java))
+        target = tmp_path / "elsewhere.jsa"
+        target.write_bytes(HEADER + bytes(60))
+        archive.symlink_to(target)
+    assert driver_java_options(settings, java) is None
+    if case == "a defaults file":  # the caller's own options replace the file's anyway
+        assert driver_java_options({OPTION: "-Dx=1"}, java) is not None
+
+
+_DRIVER = """
+from dp_pipeline.spark import local_session
+spark = local_session(1, driver_memory="1g")
+jvm = spark.sparkContext._jvm
+arguments = jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()
+print([a for a in arguments if "Archive" in a], spark.range(1000).count())
+"""
+
+
+def _driver(environment) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", _DRIVER],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+@pytest.mark.spark
+def test_real_driver_jvms_write_use_and_survive_a_damaged_archive(tmp_path):
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    environment.pop(SWITCH, None)
+    first = _driver(environment)
+    assert "-XX:ArchiveClassesAtExit=" in first and first.endswith(" 1000")
+    archive = Path(first.split("=", 1)[1].split("'")[0])
+    deadline = time.monotonic() + 240  # written by the JVM as it exits, after the driver
+    while time.monotonic() < deadline:
+        if archive.exists() and archive.read_bytes()[:4] == HEADER:
+            break
+        time.sleep(1)
+    assert archive.read_bytes()[:4] == HEADER
+    assert archive.stat().st_size > 10_000_000
+    second = _driver(environment)
+    assert f"-XX:SharedArchiveFile={archive}" in second and second.endswith(" 1000")
+    # A damaged archive (its header kept): the JVM refuses it and starts without it.
+    data = bytearray(archive.read_bytes())
+    data[4096:8192] = bytes(4096)
+    archive.chmod(0o600)
+    archive.write_bytes(bytes(data))
+    third = _driver(environment)
+    assert f"-XX:SharedArchiveFile={archive}" in third and third.endswith(" 1000")
