@@ -181,6 +181,28 @@ def test_laplace_support_window_and_delta_against_the_exact_formula():
         assert bound.upper - bound.lower <= 4e-12
 
 
+def test_finite_supports_that_fit_a_window_are_composed_there_without_aliasing():
+    import math
+
+    # a loss of ±1 (lattice 1/500, variance 250,000 lattice units²) beside one on {0, 1/250}:
+    # the sub-Gaussian sizing asks for 8,192 points; the whole support (1,003 points) fits
+    # in 1,024 with no mass outside, so that window is used and no aliasing is charged
+    ends = LatticeComponent(Fraction(-1), Fraction(1, 500), 1, None, (0.5,) + (0.0,) * 999 + (0.5,))
+    pair = LatticeComponent(Fraction(0), Fraction(1, 250), 1, None, (0.25, 0.75))
+    loss = lattice_loss([ends, pair], 1e-14)
+    assert len(loss.probabilities) == 1024 and loss.first == 0
+    for epsilon in (0.0, 0.5, 1.0, 1.002):
+        exact = sum(
+            p * q * -math.expm1(epsilon - end - step)
+            for end, p in ((-1.0, 0.5), (1.0, 0.5))
+            for step, q in ((0.0, 0.25), (0.004, 0.75))
+            if end + step > epsilon
+        )
+        bound = loss.delta_bound(epsilon, "test")
+        assert bound.lower <= exact <= bound.upper
+        assert bound.upper - bound.lower <= 1e-12
+
+
 def test_directly_convolved_supports_match_a_brute_force_sum():
     import mpmath
 

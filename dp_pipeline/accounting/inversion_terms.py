@@ -191,6 +191,18 @@ def stack_buckets(groups: Sequence[SupportGroup]) -> list[SupportBucket]:
     return buckets
 
 
+def _exp_sum(real: np.ndarray, imag: np.ndarray, axis: int) -> np.ndarray:
+    """Σ over ``axis`` of e^{real + i·imag} (``real`` broadcast to ``imag``'s shape): the
+    same floats as ``np.exp(real + 1j * imag).sum(axis)``, whose real parts are ``real``
+    and imaginary parts ``imag`` exactly, laid out like ``imag`` as that sum's are (so
+    summed in the same order), without its temporary complex arrays."""
+    exponent = np.empty_like(imag, dtype=np.complex128)
+    exponent.real[...] = real
+    exponent.imag[...] = imag
+    np.exp(exponent, out=exponent)
+    return exponent.sum(axis=axis)
+
+
 def theta_nodes(theta: ThetaGaussian, c: float, u: np.ndarray, log_value, log_with_error, error):
     """Add ``count``·log M(c + iu) of a Poisson-summed Gaussian to the node arrays.
 
@@ -206,7 +218,7 @@ def theta_nodes(theta: ThetaGaussian, c: float, u: np.ndarray, log_value, log_wi
     rho = theta.rho
     real = -rho * d * d
     imag = rho * (2 * c + 1) * u[:, None] - (2 * math.pi * theta.mu * c) * ks
-    sums = np.exp(real + 1j * imag).sum(axis=1)
+    sums = _exp_sum(real, imag, axis=1)
     moduli = np.exp(real)
     absolute = moduli.sum(axis=1)
     eta = 16 * _U * rho * (d * d + np.abs(d) * (np.abs(ks) * theta.period + u[:, None]) + 1)
@@ -274,8 +286,8 @@ def node_values(buckets, thetas, smooth: tuple, node: tuple):
         kept = np.flatnonzero(np.any(relative_log[0] > -60, axis=0))
         omitted = absolute - np.exp(relative_log[..., kept]).sum(axis=2)
         losses = bucket.losses[:, kept]
-        exponent = relative_log[..., kept] + 1j * (u[:, None, None] * losses[None])
-        sums = np.exp(exponent).sum(axis=2)  # (N, G)
+        phases = u[:, None, None] * losses[None]
+        sums = _exp_sum(relative_log[..., kept], phases, axis=2)  # (N, G)
         size = len(kept)
         finite_log = np.where(np.isfinite(bucket.log_masses), np.abs(bucket.log_masses), 0)
         per_term = (

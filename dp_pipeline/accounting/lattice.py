@@ -221,7 +221,10 @@ def lattice_loss(
 ) -> LatticeLoss | None:
     """Compose lattice components by FFT; ``None`` if the window would exceed ``max_size``.
 
-    ``tolerance`` bounds the aliasing error E (absolute, on δ). ``shared``: a dict kept by
+    ``tolerance`` bounds the aliasing error E (absolute, on δ): E is the mass of W outside
+    the window, bounded by a Chernoff bound, or exactly 0 when every component has a finite
+    support and all of W's fits in a window no wider than that bound asks for (the window
+    then starts at W's smallest value). ``shared``: a dict kept by
     a caller composing several variants of one composition (the coarsened lattice's two
     roundings), where the discrete Gaussians' φ on equal grids are computed once, and so is
     the part of the product of the first ``common`` components (the same in every call).
@@ -255,9 +258,16 @@ def lattice_loss(
         proxy_variance += component.count * n * n * k_var
     terms = [None if support is None else _mgf_terms(support) for support in supports]
     center = round(mean)
+    first = None
+    extent = _finite_extent(components, multipliers, supports)
+    # a finite W whose whole support fits in a window has no mass outside it: no aliasing
+    whole = None if extent is None else 1 << max(4, (extent[1] - extent[0]).bit_length())
     half = 2 + math.sqrt(2 * proxy_variance * math.log(4 / tolerance))
     size = 1 << max(4, math.ceil(math.log2(2 * half + 4)))
     while True:
+        if whole is not None and whole <= min(size, max_size):
+            size, aliasing, first = whole, 0.0, extent[0]
+            break
         if size > max_size:
             return None
         aliasing = _tail_bound(components, terms, multipliers, size / 2 - 1.5, proxy_variance)
@@ -268,8 +278,9 @@ def lattice_loss(
         components, multipliers, supports, size, shared, common
     )
     residues = np.fft.irfft(spectrum, n=size)
-    first = center - size // 2 + 1
-    window = residues[(first + np.arange(size)) % size]
+    if first is None:
+        first = center - size // 2 + 1
+    window = np.roll(residues, -(first % size))  # window[i] = residues[(first + i) % size]
     np.clip(window, 0.0, None, out=window)
     # factors: the spectra multiplied and log2(count + 1) for each power taken (the
     # supports convolved directly enter as one transform per merged product)
@@ -282,6 +293,21 @@ def lattice_loss(
         error=aliasing + roundoff + merge_error,
         relative=_input_relative(components),
     )
+
+
+def _finite_extent(components, multipliers, supports) -> tuple[int, int] | None:
+    """(smallest, largest) value of W = Σ n·K over all copies when every component has a
+    finite support (its first and last positive mass), else None."""
+    low = high = 0
+    for component, n, support in zip(components, multipliers, supports, strict=True):
+        if support is None:
+            return None
+        kept = np.flatnonzero(support > 0)
+        if len(kept) == 0:
+            return None
+        low += component.count * n * int(kept[0])
+        high += component.count * n * int(kept[-1])
+    return low, high
 
 
 def _input_relative(components) -> float:
@@ -339,20 +365,32 @@ def _spectrum(
         rest_log_phi, rest, rest_error, rest_factors = _partial_spectrum(
             components[common:], multipliers[common:], supports[common:], size, shared
         )
-        log_phi = log_phi + rest_log_phi
+        if rest_log_phi is not None:
+            log_phi = rest_log_phi if log_phi is None else log_phi + rest_log_phi
         merge_error += rest_error
         factors += rest_factors + 1  # the two parts' product
         if rest is not None:
             spectrum = rest if spectrum is None else spectrum * rest
+    if log_phi is None:  # no discrete Gaussian: φ = 1, nothing to multiply by
+        return spectrum, merge_error * 1.01, factors
     phi = np.exp(log_phi)
     return (phi if spectrum is None else spectrum * phi), merge_error * 1.01, factors
 
 
+def _added(total: np.ndarray | None, term: np.ndarray) -> np.ndarray:
+    """``total + term`` in place (``total`` None: a new array, 0 + term as before)."""
+    if total is None:
+        total = np.zeros(len(term))
+    total += term
+    return total
+
+
 def _partial_spectrum(components, multipliers, supports, size: int, shared: dict | None):
-    """(Σ count·log φ of the discrete Gaussians, the product of the other factors or None,
-    the merge error, the factor count): the parts of `_spectrum` for some components."""
+    """(Σ count·log φ of the discrete Gaussians or None if there are none, the product of
+    the other factors or None, the merge error, the factor count): the parts of
+    `_spectrum` for some components."""
     frequencies = np.arange(size // 2 + 1, dtype=np.int64)
-    log_phi = np.zeros(len(frequencies))
+    log_phi = None
     spectrum = None
     sparse = []
     factors = 0.0
@@ -366,10 +404,10 @@ def _partial_spectrum(components, multipliers, supports, size: int, shared: dict
                 theta = (2 * math.pi / size) * signed
                 value = _discrete_gaussian_log_phi(theta, float(component.sigma2))
                 if shared is None:
-                    log_phi += component.count * value
+                    log_phi = _added(log_phi, component.count * value)
                     continue
                 shared[key] = value
-            log_phi += component.count * shared[key]
+            log_phi = _added(log_phi, component.count * shared[key])
             continue
         kept = np.flatnonzero(support > 0)
         positions = (n * kept.astype(np.int64)) % size
