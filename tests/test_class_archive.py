@@ -15,6 +15,7 @@ import pytest
 pytest.importorskip("pyspark")
 
 from dp_pipeline.engines.spark.class_archive import (
+    KEPT,
     OPTION,
     SWITCH,
     WRITING_SECONDS,
@@ -64,6 +65,23 @@ def test_an_archive_being_written_is_left_alone_and_a_killed_writers_file_replac
     os.utime(archive, (old, old))
     assert driver_java_options({}, java).startswith("-XX:ArchiveClassesAtExit=")
     assert not archive.exists()
+
+
+def test_a_new_archive_replaces_the_oldest_beyond_the_kept_few(cache):
+    java = ensure_java()
+    cache.mkdir(parents=True, mode=0o700)
+    others = [cache / f"spark-driver-{index:016x}.jsa" for index in range(KEPT + 2)]
+    for age, path in enumerate(others):
+        path.write_bytes(HEADER)
+        os.utime(path, (1000.0 - age, 1000.0 - age))  # others[0] the newest
+    unrelated = cache / "notes.txt"
+    unrelated.write_text("kept")
+    archive = _archive(driver_java_options({}, java))
+    assert sorted(cache.glob("spark-driver-*.jsa")) == sorted(others[: KEPT - 1])
+    assert unrelated.exists() and not archive.exists()
+    archive.write_bytes(HEADER)
+    driver_java_options({}, java)  # a ready archive: nothing is removed
+    assert len(list(cache.glob("spark-driver-*.jsa"))) == KEPT
 
 
 def test_another_class_path_is_another_archive(cache):

@@ -15,7 +15,8 @@ PySpark version and class path. The JVM checks the archive itself (runtime, clas
 path, header) and starts without it when it does not match; its messages about that
 are off. The first driver JVM that finds no archive writes one as it exits (the JVMs
 that start meanwhile start without it); a file left half-written by a killed JVM has
-no header and is replaced. ``DP_PIPELINE_CLASS_ARCHIVE=off`` turns the archive off,
+no header and is replaced. The folder keeps the four newest archives (a new one
+replaces the oldest). ``DP_PIPELINE_CLASS_ARCHIVE=off`` turns the archive off,
 and it is not used when the Spark settings already choose the driver's class
 sharing, or a ``spark-defaults.conf`` sets the driver's Java options (a setting here
 would replace them).
@@ -43,6 +44,8 @@ _QUIET = "-XX:+VerifySharedSpaces -Xlog:cds*=off"
 # A JVM writes its archive as it exits, in seconds; a header-less file older than this
 # was left by a JVM killed while writing.
 WRITING_SECONDS = 600
+# Archives kept in the folder (the newest): one per Java runtime and class path in use.
+KEPT = 4
 
 
 def driver_java_options(settings: dict[str, str], java_home: str) -> str | None:
@@ -68,8 +71,25 @@ def driver_java_options(settings: dict[str, str], java_home: str) -> str | None:
     state = _state(archive)
     if state == "busy":
         return None
-    verb = "SharedArchiveFile" if state == "ready" else "ArchiveClassesAtExit"
+    if state == "ready":
+        verb = "SharedArchiveFile"
+    else:
+        verb = "ArchiveClassesAtExit"
+        _remove_older(archive)
     return f"{current} -XX:{verb}={archive} {_QUIET}".strip()
+
+
+def _remove_older(archive: Path) -> None:
+    """Keep the `KEPT - 1` newest other archives beside the one about to be written: each
+    virtual environment (each class path) has its own, some 150 MiB each."""
+    others = []
+    for path in archive.parent.glob("spark-driver-*.jsa"):
+        with contextlib.suppress(OSError):
+            if path != archive and not path.is_symlink():
+                others.append((path.stat().st_mtime, path))
+    for _, path in sorted(others, reverse=True)[KEPT - 1 :]:
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 def _archive_path(settings: dict[str, str], java_home: str) -> Path | None:
