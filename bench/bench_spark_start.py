@@ -24,6 +24,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from dp_pipeline.engines.spark.class_archive import MAGIC  # noqa: E402
 
 CHILD = """
 import time
@@ -59,7 +62,7 @@ def main() -> int:
         archives: list[Path] = []
         while time.monotonic() < deadline:
             archives = list(Path(cache, "dp_pipeline").glob("*.jsa"))
-            if archives and archives[0].read_bytes()[:4] == (0xF00BABA8).to_bytes(4, "little"):
+            if archives and archives[0].read_bytes()[:4] == MAGIC:
                 break
             time.sleep(1)
         else:

@@ -32,12 +32,12 @@ from pathlib import Path
 
 from dp_pipeline.engines.spark.cache import private_cache_folder
 
-__all__ = ["driver_java_options"]
+__all__ = ["MAGIC", "driver_java_options"]
 
 SWITCH = "DP_PIPELINE_CLASS_ARCHIVE"
 OPTION = "spark.driver.extraJavaOptions"
 # A dynamic archive's header starts with this magic number (little-endian: x86-64, ARM64).
-_MAGIC = (0xF00BABA8).to_bytes(4, "little")
+MAGIC = (0xF00BABA8).to_bytes(4, "little")
 # Class path settings: another class path is another archive.
 _CLASS_PATH_SETTINGS = ("spark.jars", "spark.jars.packages", "spark.driver.extraClassPath")
 _QUIET = "-XX:+VerifySharedSpaces -Xlog:cds*=off"
@@ -119,11 +119,11 @@ def _state(archive: Path) -> str:
         return "busy"  # not ours to follow or to remove
     try:
         with open(archive, "rb") as file:
-            head = file.read(len(_MAGIC))
+            head = file.read(len(MAGIC))
             age = time.time() - os.fstat(file.fileno()).st_mtime
     except OSError:
         return "absent"
-    if head == _MAGIC:
+    if head == MAGIC:
         return "ready"
     if age < WRITING_SECONDS:
         return "busy"

@@ -11,6 +11,7 @@ Spark is a folder in the private cache whose ``bin/java`` runs the runtime's
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shlex
@@ -56,7 +57,8 @@ def spark_java_home(home: str) -> str:
         partial.replace(java)
     release = launcher / "release"
     if not release.is_symlink():
-        release.symlink_to(os.path.join(real, "release"))
+        with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+            release.symlink_to(os.path.join(real, "release"))
     return str(launcher)
 
 
