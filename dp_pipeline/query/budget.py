@@ -10,7 +10,9 @@ its sum and half on its count (each share of ρ, or of ε).
 Budget values are numbers (int, Fraction, Decimal or a finite float, read DOWN:
 the smaller of its decimal and binary values, so the target is never exceeded);
 bools, strings, NaN, infinities, ε <= 0, ρ <= 0 and δ outside (0, 1) are
-refused naming the argument, the value and the rule, before anything is read.
+refused naming the argument, the value and the rule, before anything is read. A δ
+above the large-δ limit (`dp_pipeline.query.large_delta.LARGE_DELTA_LIMIT`, 1e-4) is
+refused too, unless ``allow_large_delta=True`` accepts it on purpose.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dp_pipeline.accounting import calibrate_discrete_gaussian, calibrate_discre
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.aggregations import AGGREGATIONS, Aggregation, aggregation_query
+from dp_pipeline.query.large_delta import check_allow_flag, check_delta_limit
 from dp_pipeline.rational import RationalLike
 
 __all__ = ["QueryBudget", "budget_value", "query_with_budget", "selection_epsilon", "sqrt_down"]
@@ -97,12 +100,22 @@ class QueryBudget:
         epsilon: RationalLike | None = None,
         delta: RationalLike | None = None,
         rho: RationalLike | None = None,
+        allow_large_delta: bool = False,
     ) -> QueryBudget | None:
         """The budget, or None when ``noise`` is given (``delta`` then only reports ε).
 
         Exactly one of ``noise`` or a budget (``epsilon``, with or without ``delta``,
-        or ``rho``); ``delta`` beside ``rho`` is the δ at which ε is reported.
+        or ``rho``); ``delta`` beside ``rho`` is the δ at which ε is reported. Every
+        ``delta`` (a budget's or a reporting one) above the large-δ limit is refused
+        unless ``allow_large_delta`` (`dp_pipeline.query.large_delta`).
         """
+        allow = check_allow_flag(allow_large_delta, "allow_large_delta")
+        checked_delta = None
+        if delta is not None:
+            checked_delta = budget_value(delta, "delta")
+            if not 0 < checked_delta < 1:
+                raise DPValueError(f"delta must be in (0, 1), got {delta!r}")
+            check_delta_limit(checked_delta, "delta", allow=allow, opt_in="allow_large_delta=True")
         given = [name for name, value in (("epsilon", epsilon), ("rho", rho)) if value is not None]
         if noise is not None and given:
             raise DPValueError(
@@ -121,11 +134,6 @@ class QueryBudget:
                 f"give epsilon= (and delta=) or rho=, not both: got epsilon={epsilon!r} and "
                 f"rho={rho!r}"
             )
-        checked_delta = None
-        if delta is not None:
-            checked_delta = budget_value(delta, "delta")
-            if not 0 < checked_delta < 1:
-                raise DPValueError(f"delta must be in (0, 1), got {delta!r}")
         if rho is not None:
             checked_rho = budget_value(rho, "rho")
             if checked_rho <= 0:
@@ -159,7 +167,14 @@ class QueryBudget:
 
 
 def query_with_budget(
-    statistic: str, *, noise=None, epsilon=None, delta=None, rho=None, **parameters
+    statistic: str,
+    *,
+    noise=None,
+    epsilon=None,
+    delta=None,
+    rho=None,
+    allow_large_delta=False,
+    **parameters,
 ) -> Aggregation:
     """The parameter object of ``statistic`` with ``noise`` or the noise a budget calibrates.
 
@@ -169,7 +184,9 @@ def query_with_budget(
     """
     if statistic not in AGGREGATIONS:
         raise DPValueError(f"statistic must be one of {tuple(AGGREGATIONS)}, got {statistic!r}")
-    budget = QueryBudget.build(noise=noise, epsilon=epsilon, delta=delta, rho=rho)
+    budget = QueryBudget.build(
+        noise=noise, epsilon=epsilon, delta=delta, rho=rho, allow_large_delta=allow_large_delta
+    )
     if delta is not None:
         parameters["delta"] = delta if budget is None else budget.delta
     if budget is None:

@@ -83,7 +83,11 @@ PARAMETER_DOCS = {
     "cell_limit": "the most cells a query may declare",
     "confidence": "of the margins of error",
     "delta": "with epsilon, the budget's δ (the least discrete Gaussian σ² whose tight δ at "
-    "epsilon is at most it); with noise or rho, the δ at which ε is reported (default 1e-6)",
+    "epsilon is at most it); with noise or rho, the δ at which ε is reported (default "
+    "1e-6); at most 1e-4 unless allow_large_delta",
+    "allow_large_delta": "True accepts a delta above 1e-4, the large-delta limit, on "
+    "purpose (noise calibrated to a large delta protects almost nothing); False (the "
+    "default) refuses it",
 }
 
 

@@ -20,12 +20,13 @@ from __future__ import annotations
 import math
 import numbers
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.query.large_delta import check_allow_flag
 from dp_pipeline.release.spec.load import read_budget
 
 __all__ = [
@@ -63,25 +64,36 @@ class Budget:
 
     Exact rationals; ε in [1e-6, 1000], ρ in [1e-12, 10⁴], δ 0 or in [1e-100, 1), the
     ranges of a release spec. Bad values are refused naming the argument and the rule.
+    δ above the large-δ limit 1e-4 (`dp_pipeline.query.large_delta`) is refused unless
+    ``allow_large_delta=True``, as in a spec.
     """
 
     rho: Fraction | None
     epsilon: Fraction | None
     delta: Fraction | None
+    # The opt-in is how the budget was accepted, not part of its value: not compared.
+    allow_large_delta: bool = field(default=False, compare=False)
 
-    def __init__(self, *, epsilon=None, delta=None, rho=None) -> None:
+    def __init__(
+        self, *, epsilon=None, delta=None, rho=None, allow_large_delta: bool = False
+    ) -> None:
         written = {
             name: _written(value, f"Budget {name}")
             for name, value in (("rho", rho), ("epsilon", epsilon), ("delta", delta))
             if value is not None
         }
+        written["allow_large_delta"] = check_allow_flag(allow_large_delta, "allow_large_delta")
         problems: list[str] = []
-        read = read_budget(written, "Budget", problems)
+        read = read_budget(
+            written, "Budget", problems, opt_in="Budget(..., allow_large_delta=True)"
+        )
         if problems or read is None:
             raise DPValueError("; ".join(problems) or "Budget needs rho, or epsilon with delta")
         object.__setattr__(self, "rho", read.rho)
         object.__setattr__(self, "epsilon", read.epsilon)
         object.__setattr__(self, "delta", read.delta)
+        # Kept so that the ledger, recording this as a population's cap, sees the opt-in.
+        object.__setattr__(self, "allow_large_delta", written["allow_large_delta"])
 
     @property
     def measure(self) -> str:

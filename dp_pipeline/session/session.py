@@ -149,7 +149,9 @@ def _fresh_release_id() -> str:
 
 def _budget_of_cap(cap: dict) -> Budget:
     values = {name: Fraction(text) for name, text in cap.items() if text is not None}
-    return Budget(**values)
+    # The ledger's recorded cap is the population's, whatever its delta: it was accepted
+    # (on purpose, if large) when the population's first release was recorded.
+    return Budget(**values, allow_large_delta=True)
 
 
 class Session:

@@ -13,12 +13,14 @@ from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.errors import LedgerError
+from dp_pipeline.query.large_delta import large_delta_problem
 
 __all__ = [
     "LedgerError",
     "Spend",
     "accountant_type",
     "cap_dict",
+    "check_new_cap",
     "compose_accountants",
     "compose_events",
     "describe_cap",
@@ -61,6 +63,23 @@ def cap_dict(cap) -> dict[str, str | None]:
     if values["rho"] is None and values["epsilon"] is None:
         raise LedgerError("a population cap needs rho, or epsilon with delta")
     return {k: None if v is None else str(Fraction(v)) for k, v in values.items()}
+
+
+def check_new_cap(cap, cap_state: dict) -> None:
+    """Refuse to record ``cap`` (its exact strings ``cap_state``) as a new population's
+    cap when its δ is above the large-δ limit and ``cap`` does not carry
+    ``allow_large_delta`` (a spec's ``population.cap`` or a `dp_pipeline.Budget` that
+    opted in): the same rule as every other δ (`dp_pipeline.query.large_delta`)."""
+    if cap_state["delta"] is None or getattr(cap, "allow_large_delta", False):
+        return
+    problem = large_delta_problem(
+        Fraction(cap_state["delta"]),
+        "the population cap's delta",
+        "population.cap's allow_large_delta = true (a spec) or "
+        "Budget(..., allow_large_delta=True) (a session)",
+    )
+    if problem is not None:
+        raise LedgerError(problem)
 
 
 def describe_cap(cap: dict) -> str:

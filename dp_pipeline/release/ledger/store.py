@@ -68,6 +68,7 @@ from dp_pipeline.release.ledger.budget import (
     LedgerError,
     Spend,
     cap_dict,
+    check_new_cap,
     compose_accountants,
     compose_events,
     describe_cap,
@@ -230,6 +231,7 @@ class Ledger:
                 "SELECT cap FROM populations WHERE name = ?", (population,)
             ).fetchone()
             if row is None:
+                check_new_cap(cap, cap_state)
                 connection.execute(
                     "INSERT INTO populations (name, cap, created_at) VALUES (?, ?, ?)",
                     (population, canonical_json(cap_state), now_text()),

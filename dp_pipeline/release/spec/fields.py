@@ -21,10 +21,12 @@ from dp_pipeline.release.spec.limits import (
 )
 
 __all__ = [
+    "BUDGET_FIELDS",
     "COLUMN_PATTERN",
     "TOKEN_PATTERN",
     "check_column",
     "check_token",
+    "read_allow_large_delta",
     "read_choice",
     "read_domains",
     "read_integer",
@@ -36,6 +38,8 @@ __all__ = [
 
 TOKEN_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 COLUMN_PATTERN = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+# The fields of [budget] and population.cap (allow_large_delta: dp_pipeline.query.large_delta).
+BUDGET_FIELDS = ("rho", "epsilon", "delta", "allow_large_delta")
 
 
 def read_string(section, key, path, problems, required=False) -> str | None:
@@ -61,6 +65,19 @@ def read_integer(section, key, path, problems, default=None) -> int | None:
         problems.append(f"{path}.{key} = {show_value(value)}: must be an integer")
         return None
     return value
+
+
+def read_allow_large_delta(section: dict, path: str, problems: list[str]) -> bool:
+    """``allow_large_delta`` of a budget table: true or false (default false); anything
+    else is a problem, and counts as false so that no typo opts in."""
+    value = section.get("allow_large_delta", False)
+    if isinstance(value, bool):
+        return value
+    problems.append(
+        f"{path}.allow_large_delta = {show_value(value)}: must be true or false (true "
+        "accepts a delta above the large-delta limit 1e-4 on purpose)"
+    )
+    return False
 
 
 def read_choice(section, key, path, choices, default, problems) -> str:

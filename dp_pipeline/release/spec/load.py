@@ -22,10 +22,13 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
+from dp_pipeline.query.large_delta import large_delta_problem
 from dp_pipeline.release.locations import default_key_file, default_ledger, spec_relative
 from dp_pipeline.release.spec.fields import (
+    BUDGET_FIELDS,
     check_column,
     check_token,
+    read_allow_large_delta,
     read_choice,
     read_domains,
     read_integer,
@@ -95,7 +98,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     ),
     "population": ("name", "cap", "shares_input_with"),
     "privacy_unit": ("column", "each_row", "max_cells_per_table", "max_per_cell"),
-    "budget": ("rho", "epsilon", "delta"),
+    "budget": BUDGET_FIELDS,
     "input": (
         "path",
         "table",
@@ -490,19 +493,26 @@ def _read_table_name(name: str, input_path: str, inputs: dict, problems: list[st
 
 
 def read_budget(
-    section: dict, path: str, problems: list[str], *, check_fields: bool = True
+    section: dict,
+    path: str,
+    problems: list[str],
+    *,
+    check_fields: bool = True,
+    opt_in: str | None = None,
 ) -> Budget | None:
     """``[budget]`` or ``population.cap``: ρ, or ε with an optional δ, each in its range.
 
     ``check_fields``: report unknown fields here (``[budget]``'s are reported with the
-    other sections' by `parse_spec`, once).
+    other sections' by `parse_spec`, once). A δ above the large-δ limit is a problem
+    unless ``allow_large_delta = true``; ``opt_in`` says how the caller writes that.
     """
     if check_fields:
         for key in section:
-            if key not in ("rho", "epsilon", "delta"):
+            if key not in BUDGET_FIELDS:
                 problems.append(
-                    f"{path}.{key}: unknown field; allowed fields are rho, epsilon, delta"
+                    f"{path}.{key}: unknown field; allowed fields are {', '.join(BUDGET_FIELDS)}"
                 )
+    allow = read_allow_large_delta(section, path, problems)
     has_rho = "rho" in section
     has_eps = "epsilon" in section
     if has_rho and (has_eps or "delta" in section):
@@ -516,6 +526,7 @@ def read_budget(
         return None
     epsilon = _in_range(section["epsilon"], f"{path}.epsilon", EPSILON_RANGE, "epsilon", problems)
     delta = Fraction(0)
+    opt_in = opt_in or f"{path}.allow_large_delta = true"
     if "delta" in section:
         delta = read_rational(section["delta"], f"{path}.delta", problems)
         if delta is not None and not (delta == 0 or DELTA_MIN <= delta < 1):
@@ -523,9 +534,13 @@ def read_budget(
                 f"{path}.delta = {show_value(section['delta'])}: must be 0 or lie in [1e-100, 1)"
             )
             return None
+        problem = None if allow else large_delta_problem(delta, f"{path}.delta", opt_in)
+        if problem is not None:
+            problems.append(problem)
+            return None
     if epsilon is None or delta is None:
         return None
-    return Budget(epsilon=epsilon, delta=delta)
+    return Budget(epsilon=epsilon, delta=delta, allow_large_delta=allow)
 
 
 def _in_range(value, path, bounds, what, problems) -> Fraction | None:

@@ -121,6 +121,9 @@ class Budget:
     rho: Fraction | None = None
     epsilon: Fraction | None = None
     delta: Fraction | None = None
+    # δ above the large-δ limit accepted on purpose; not part of the canonical spec
+    # (it changes no published number), read by the ledger when it records a new cap.
+    allow_large_delta: bool = field(default=False, compare=False)
 
     def describe(self) -> str:
         if self.rho is not None:
