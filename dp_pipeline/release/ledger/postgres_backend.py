@@ -22,8 +22,9 @@ Same tables as SQLite (`dp_pipeline.release.ledger.schema`), same rules (they li
   spent, and the same release id resumes it).
 - **Credentials never shown.** Every message names the ledger by
   `LedgerLocation.shown` (password masked); errors from the server are reduced to
-  what failed (unreachable, credentials refused, no such database), with any password
-  removed from libpq's own words.
+  what failed and its fix (unreachable, credentials refused, no such database, no
+  rights on the ledger's tables: `dp_pipeline.release.ledger.server_errors`), with
+  any password removed from libpq's own words.
 
 psycopg is imported when a ``postgresql://`` ledger is opened, not before: the core
 install without it gets a one-line error saying which extra to install.
@@ -32,7 +33,6 @@ install without it gets a one-line error saying which extra to install.
 from __future__ import annotations
 
 import hashlib
-import importlib
 import os
 import secrets
 import time
@@ -50,6 +50,15 @@ from dp_pipeline.release.ledger.schema import (
     newer_schema_text,
     statements,
 )
+from dp_pipeline.release.ledger.server_errors import (
+    credentials_hint,
+    detail,
+    lost,
+    no_privileges,
+    psycopg_module,
+    reason,
+    server_error,
+)
 
 __all__ = ["RETRIES", "PostgresBackend", "ServerLease", "advisory_key", "open_read_only"]
 
@@ -61,17 +70,6 @@ _LONGEST_PAUSE = 0.25
 _CONNECT_TIMEOUT = 10  # seconds, unless the URL or PGCONNECT_TIMEOUT says otherwise
 _SCHEMA_LOCK = "schema"
 _KEEPALIVES = {"keepalives": 1, "keepalives_idle": 60, "keepalives_interval": 10}
-
-
-def _psycopg():
-    """The psycopg module, or a `LedgerError` saying how to install it."""
-    try:
-        return importlib.import_module("psycopg")
-    except ImportError:
-        raise LedgerError(
-            "a postgresql:// ledger needs psycopg 3, which is not installed; install the "
-            "extra: pip install 'dp-pipeline[postgresql]'"
-        ) from None
 
 
 def advisory_key(kind: str, name: str) -> int:
@@ -90,51 +88,8 @@ class _Connection:
         return self.raw.execute(sql.replace("%", "%%").replace("?", "%s"), tuple(parameters))
 
 
-def _secrets_of(conninfo: str) -> list[str]:
-    psycopg = _psycopg()
-    try:
-        described = psycopg.conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return []
-    return [str(described[name]) for name in ("password", "sslpassword") if described.get(name)]
-
-
-def _detail(error: BaseException, conninfo: str) -> str:
-    """libpq's words for ``error`` on one line, any password of ``conninfo`` removed."""
-    text = " ".join(str(error).split())
-    for secret in _secrets_of(conninfo):
-        text = text.replace(secret, "***")
-    detail = text.rsplit("failed: ", 1)[-1] if "failed: " in text else text
-    return detail.strip()[:200]
-
-
-def _reason(error: BaseException, conninfo: str) -> str:
-    """What failed, in one line, from libpq's message (passwords removed)."""
-    lower = " ".join(str(error).split()).lower()
-    if "password authentication failed" in lower or "no password supplied" in lower:
-        what = "the server refused the credentials"
-    elif "role" in lower and "does not exist" in lower:
-        what = "the server refused the credentials: no such user"
-    elif "database" in lower and "does not exist" in lower:
-        what = "the database does not exist (create it, e.g. createdb, or fix the URL)"
-    elif "authentication" in lower or "pg_hba.conf" in lower:
-        what = "the server refused the credentials"
-    else:
-        what = "the server cannot be reached"
-    return f"{what} ({_detail(error, conninfo)})"
-
-
-def _credentials_hint(reason: str) -> str:
-    if "credentials" in reason:
-        return (
-            "; credentials come from the URL, PGPASSWORD or the password file "
-            "(~/.pgpass or PGPASSFILE)"
-        )
-    return ""
-
-
 def _connect(location: LedgerLocation, application: str = "dp-release"):
-    psycopg = _psycopg()
+    psycopg = psycopg_module()
     from_url = psycopg.conninfo.conninfo_to_dict(location.conninfo)
     options: dict[str, Any] = {"application_name": application}
     if "connect_timeout" not in from_url and not os.environ.get("PGCONNECT_TIMEOUT"):
@@ -152,20 +107,11 @@ def _connect(location: LedgerLocation, application: str = "dp-release"):
             **options,
         )
     except psycopg.Error as error:
-        reason = _reason(error, location.conninfo)
+        why = reason(error, location.conninfo)
         raise LedgerError(
-            f"ledger {location.shown!r} cannot be opened: {reason}{_credentials_hint(reason)}"
+            f"ledger {location.shown!r} cannot be opened: {why}{credentials_hint(why)}"
         ) from None
     return raw
-
-
-def _lost(location: LedgerLocation, action: str, error: BaseException) -> LedgerError:
-    return LedgerError(
-        f"ledger {location.shown!r}: the connection to the server was lost while {action} "
-        f"({_detail(error, location.conninfo)}); this run stops "
-        "here and publishes nothing after it; a reservation already recorded stays spent, "
-        "and running the same release id again resumes it"
-    )
 
 
 def _schema_version(connection: _Connection) -> int:
@@ -196,15 +142,18 @@ class PostgresBackend:
         self.location = location
         self.path = None
         self._timeout = timeout
-        self._psycopg = _psycopg()
+        self._psycopg = psycopg_module()
         self._connection: _Connection | None = None
         self._finalizer = None
         self.retries = 0
         connection = self._ready()
         try:
             version = _schema_version(connection)
-        except self._psycopg.OperationalError as error:
-            raise _lost(location, "opening the ledger", error) from None
+        except (
+            self._psycopg.OperationalError,
+            self._psycopg.ProgrammingError,
+        ) as error:
+            raise server_error(location, "opening the ledger", error) from None
         if version != SCHEMA_VERSION:
             self._migrate(connection)
 
@@ -217,7 +166,7 @@ class PostgresBackend:
             raw.execute(f"SET lock_timeout = {int(self._timeout * 1000)}")
         except self._psycopg.Error as error:
             raw.close()
-            raise _lost(self.location, "opening the ledger", error) from None
+            raise lost(self.location, "opening the ledger", error) from None
         return _Connection(raw)
 
     def _ready(self) -> _Connection:
@@ -279,7 +228,7 @@ class PostgresBackend:
                 "UPDATE on them"
             ) from None
         except psycopg.OperationalError as error:
-            raise _lost(self.location, "creating the ledger's tables", error) from None
+            raise lost(self.location, "creating the ledger's tables", error) from None
 
     # ------------------------------------------------------------------ transactions
 
@@ -309,6 +258,8 @@ class PostgresBackend:
                         "on conflicting concurrent writes; nothing was recorded by it; try "
                         "again"
                     ) from None
+            except psycopg.errors.InsufficientPrivilege as error:
+                raise no_privileges(self.location, action, error) from None
             except psycopg.errors.LockNotAvailable:
                 raise LedgerError(
                     f"ledger {self.location.shown!r}: {action} waited more than "
@@ -319,10 +270,10 @@ class PostgresBackend:
                 broken = connection.raw.broken or connection.raw.closed
                 self.close()
                 if broken:
-                    raise _lost(self.location, action, error) from None
+                    raise lost(self.location, action, error) from None
                 raise LedgerError(
                     f"ledger {self.location.shown!r}: {action} failed on the server "
-                    f"({_detail(error, self.location.conninfo)}); nothing was recorded by it"
+                    f"({detail(error, self.location.conninfo)}); nothing was recorded by it"
                 ) from None
             self.retries += 1
             pause = min(_LONGEST_PAUSE, _FIRST_PAUSE * 2**attempt)
@@ -360,9 +311,11 @@ class PostgresBackend:
             finally:
                 if not connection.raw.broken:
                     connection.execute("ROLLBACK")
+        except psycopg.errors.InsufficientPrivilege as error:
+            raise no_privileges(self.location, action, error) from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as error:
             self.close()
-            raise _lost(self.location, action, error) from None
+            raise lost(self.location, action, error) from None
 
     def lease(self, release_id: str, action: str) -> ServerLease:
         return ServerLease(self, release_id, action)
@@ -398,7 +351,7 @@ class ServerLease:
                 )
         except psycopg.Error as error:
             connection.raw.close()
-            raise _lost(self.backend.location, f"taking the lease ({self.action})", error) from None
+            raise lost(self.backend.location, f"taking the lease ({self.action})", error) from None
         except BaseException:
             connection.raw.close()
             raise
@@ -426,7 +379,7 @@ class ServerLease:
         try:
             self._connection.execute("SELECT 1")
         except psycopg.Error as error:
-            raise _lost(
+            raise lost(
                 self.backend.location, f"holding the lease of {self.release_id!r}", error
             ) from None
 
@@ -439,7 +392,7 @@ class ServerLease:
 def open_read_only(location: LedgerLocation) -> tuple[Any, _Connection]:
     """A connection to the server ledger at ``location`` for reading, in a READ ONLY
     REPEATABLE READ transaction; never creates or migrates its tables."""
-    psycopg = _psycopg()
+    psycopg = psycopg_module()
     connection = _Connection(_connect(location))
     try:
         version = _schema_version(connection)
@@ -453,7 +406,7 @@ def open_read_only(location: LedgerLocation) -> tuple[Any, _Connection]:
         connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     except psycopg.Error as error:
         connection.raw.close()
-        raise _lost(location, "reading the ledger", error) from None
+        raise server_error(location, "reading the ledger", error) from None
     except BaseException:
         connection.raw.close()
         raise
