@@ -92,7 +92,7 @@ def test_refusal_above_cap_says_how_much_is_left(ledger_at):
         )
     message = str(info.value)
     assert "release 'r3' refused" in message
-    assert "rho 0.8 of 1 spent, 0.2 left" in message
+    assert "ρ 0.8 of 1 spent, 0.2 left" in message
     assert "Nothing was read or written" in message
     assert ledger.entry("r3") is None
     # The just-fitting twin: rho 1/5 exactly reaches the cap and is accepted.

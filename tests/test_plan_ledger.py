@@ -63,7 +63,7 @@ def test_a_release_that_fits_is_reported_and_the_ledger_is_left_unchanged(tmp_pa
         assert f"ledger {ledger}, population small-people" in out
         assert "spent (1 committed, 0 reserved): epsilon at delta=1e-08 in (" in out
         assert "this release: epsilon at delta=1e-08 in (" in out
-        assert "fits: yes; after it: epsilon " in out and "left" in out
+        assert "fits: yes; after it: ε " in out and "left" in out
     described = json.loads(plan_output(capsys, spec_file, "--release-id", "small-2", "--json"))
     assert described["ledger"]["outcome"] == "new" and described["ledger"]["fits"] is True
     assert described["ledger"]["committed"] == 1 and described["ledger"]["largest"] is None

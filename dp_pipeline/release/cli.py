@@ -43,6 +43,7 @@ from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.location import ledger_location
+from dp_pipeline.release.ledger.phrases import spend_phrase
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.ledger_report import summaries, summary_table
 from dp_pipeline.release.locations import default_ledger, legacy_ledger_problem
@@ -400,9 +401,10 @@ def _run(arguments) -> int:
         "already_committed": "already committed earlier (nothing spent)",
     }.get(result.outcome, result.outcome)
     print(f"release {spec.release_id}: {outcome}; output in {result.output}")
+    # Each figure beside the point it is taken at: "ε 1.88 of 10 at δ = 1e-9".
     print(
-        "cumulative for population "
-        f"{spec.population}: {_spend(cumulative)} (cap {_cap(result.reservation.cap)})"
+        f"cumulative for population {spec.population}: "
+        f"{spend_phrase(cumulative, result.reservation.cap)}"
     )
     return int(code)
 
@@ -411,17 +413,6 @@ def _print_error(command: str, error: BaseException) -> None:
     print(f"dp-release {command}: {error}", file=sys.stderr)
     for note in getattr(error, "__notes__", ()):
         print(f"  {note}", file=sys.stderr)
-
-
-def _spend(spend: dict) -> str:
-    parts = []
-    if spend.get("rho") is not None:
-        parts.append(f"rho={float(Fraction(spend['rho'])):.6g}")
-    if spend.get("epsilon") is not None:
-        parts.append(f"epsilon={spend['epsilon']:.6g}")
-    if spend.get("delta") is not None:
-        parts.append(f"delta={spend['delta']:.3g}")
-    return ", ".join(parts) or "nothing"
 
 
 def _cap(cap: dict) -> str:
@@ -499,7 +490,7 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
             held = entry.state not in ("committed", "aborted")
             print(
                 f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
-                f"{_spend(entry.cumulative)}" + (f" (run {entry.owner})" if held else "")
+                f"{spend_phrase(entry.cumulative, cap)}" + (f" (run {entry.owner})" if held else "")
             )
     return 0
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from fractions import Fraction
 
+from dp_pipeline.release.ledger.phrases import cap_phrase, delta_text, rounded, spend_points
+
 __all__ = ["PopulationSummary", "summaries", "summary_table"]
 
 
@@ -31,7 +33,8 @@ class PopulationSummary:
         return {
             "population": self.population,
             "cap": self.cap,
-            "spent": self.spent,
+            "spent": self.spent,  # kept: ε at the cap's δ beside δ at the cap's ε
+            "spent_at_cap": None if self.spent is None else spend_points(self.spent, self.cap),
             "left": self.left,
             "releases": self.releases,
             "history": self.history,
@@ -86,32 +89,28 @@ def summaries(ledger, population: str | None = None) -> list[PopulationSummary]:
     return found
 
 
-def _figure(values: dict | None, cap: dict) -> str:
+def _figure(values: dict | None, cap: dict, *, up: bool) -> str:
+    """A spend (``up``: an upper bound, rounded up) or what is left (rounded down), with
+    the δ its ε is taken at: ``ε 1.88 at δ = 1e-9``."""
     if values is None:
         return "nothing"
     if cap["rho"] is not None:
-        return f"rho {float(Fraction(values['rho'])):.6g}" if values.get("rho") else "nothing"
+        return f"ρ {rounded(Fraction(values['rho']), up=up)}" if values.get("rho") else "nothing"
     if values.get("epsilon") is None:
         return "-"
-    return f"epsilon {values['epsilon']:.6g}"
-
-
-def _cap_text(cap: dict) -> str:
-    if cap["rho"] is not None:
-        return f"rho {cap['rho']}"
-    return f"epsilon {cap['epsilon']}, delta {cap['delta']}"
+    return f"ε {rounded(values['epsilon'], up=up)} at δ = {delta_text(cap['delta'])}"
 
 
 def summary_table(found: list[PopulationSummary]) -> str:
-    """The summaries as a fixed-width table; epsilon spent and left are at the cap's delta."""
+    """The summaries as a fixed-width table; ε spent and left are at the cap's δ, and say so."""
     rows = [("population", "cap", "spent", "left", "committed", "open", "aborted")]
     for item in found:
         rows.append(
             (
                 item.population,
-                _cap_text(item.cap),
-                _figure(item.spent, item.cap),
-                _figure(item.left, item.cap),
+                cap_phrase(item.cap),
+                _figure(item.spent, item.cap, up=True),
+                _figure(item.left, item.cap, up=False),
                 str(item.releases["committed"]),
                 str(item.releases["open"]),
                 str(item.releases["aborted"]),

@@ -26,6 +26,7 @@ from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
+from dp_pipeline.release.ledger.phrases import spend_points
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.plan.release_plan import PlanError
 from dp_pipeline.release.publish.manifest import PublicationError
@@ -218,7 +219,9 @@ def result_line(
             "epsilon": _bounds(plan.epsilon_tight),
         }
     if reservation is not None:
-        described["cumulative"] = reservation.cumulative
+        described["cumulative"] = reservation.cumulative  # kept: ε at the cap's δ, δ at its ε
+        # The same spend with the point of each figure, and as the printed phrase.
+        described["cumulative_at_cap"] = spend_points(reservation.cumulative, reservation.cap)
         described["cap"] = reservation.cap
     if output is not None:
         described["output"] = str(output)

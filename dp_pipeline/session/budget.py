@@ -27,7 +27,9 @@ from fractions import Fraction
 from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.large_delta import check_allow_flag
+from dp_pipeline.release.ledger.phrases import delta_text
 from dp_pipeline.release.spec.load import read_budget
+from dp_pipeline.session.reprs import bounds_text
 
 __all__ = [
     "Budget",
@@ -113,7 +115,11 @@ class Budget:
     def __repr__(self) -> str:
         if self.rho is not None:
             return f"Budget(rho={self.rho})"
-        return f"Budget(epsilon={self.epsilon}, delta={self.delta})"
+        # δ as written when it is a short decimal (1e-6), else its exact fraction.
+        delta = delta_text(self.delta) if self.delta is not None else None
+        if delta is None or Fraction(delta) != self.delta:
+            delta = f"Fraction({self.delta.numerator}, {self.delta.denominator})"
+        return f"Budget(epsilon={self.epsilon}, delta={delta})"
 
 
 @dataclass(frozen=True)
@@ -135,11 +141,8 @@ class SpendBounds:
         return iter((self.lower, self.upper))
 
     def __repr__(self) -> str:
-        at = f" at delta={self.delta}" if self.measure == "epsilon" else ""
-        return (
-            f"SpendBounds({self.measure}{at}: lower={float(self.lower):.6g}, "
-            f"upper={float(self.upper):.6g}, method={self.method!r})"
-        )
+        # ε beside the δ it is taken at, rounded outwards (`dp_pipeline.session.reprs`).
+        return f"SpendBounds({bounds_text(self)}, method={self.method!r})"
 
 
 def accountant_of(events: Sequence[PrivacyEvent]) -> PrivacyAccountant:

@@ -59,6 +59,7 @@ from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import Budget, SpendBounds, accountant_of, fits, remaining, spent
 from dp_pipeline.session.engine import check_columns, engine_of, run_planned
 from dp_pipeline.session.plan import PlannedQuery, plan_query
+from dp_pipeline.session.reprs import bounds_text, cost_repr, details_text, record_repr
 from dp_pipeline.session.signatures import VERBS, verb
 
 __all__ = ["QueryCost", "QueryRecord", "Session"]
@@ -77,7 +78,7 @@ _REQUIRED = _Required()
 _EMPTY_MANIFEST = {"files": {}, "published": "returned to the session's caller"}
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class QueryRecord:
     """One query of a session: its index, its ledger release id, the engine, its state
     ("reading": charged, running or failed; "committed": returned) and its public info
@@ -94,8 +95,15 @@ class QueryRecord:
     def events(self) -> tuple[PrivacyEvent, ...]:
         return self.info.events
 
+    def __repr__(self) -> str:
+        return record_repr(self)
 
-@dataclass(frozen=True)
+    def details(self) -> str:
+        """Every field, in full."""
+        return details_text(self)
+
+
+@dataclass(frozen=True, repr=False)
 class QueryCost:
     """What a query would cost in a session, computed without data and without spending.
 
@@ -122,6 +130,13 @@ class QueryCost:
     def fits(self) -> bool:
         """Whether the session would run the query now (its budget and the cap)."""
         return self.fits_budget and self.fits_cap
+
+    def __repr__(self) -> str:
+        return cost_repr(self)
+
+    def details(self) -> str:
+        """Every field, in full."""
+        return details_text(self)
 
 
 def _budget_argument(value: object, name: str) -> Budget | None:
@@ -384,7 +399,7 @@ class Session:
             f"session {self._release_id!r}: {call} refused before reading any data: it "
             f"would take the session's budget {self._budget.describe()} over (the "
             f"{len(self._events)} earlier quer{'y' if len(self._events) == 1 else 'ies'} "
-            f"spent {_shown(before)}; this query alone {_shown(alone)}). {suggestion}"
+            f"spent {bounds_text(before)}; this query alone {bounds_text(alone)}). {suggestion}"
         )
 
     def _reserve(self, planned: PlannedQuery, ledger_id: str, engine: str, call: str):
@@ -480,12 +495,6 @@ class Session:
         ]
         combined = compose_accountants([*states, accountant_of(planned.events).to_dict()])
         return within_cap(measure_spend(combined, cap), cap)
-
-
-def _shown(bounds: SpendBounds) -> str:
-    if bounds.measure == "rho":
-        return f"rho {float(bounds.upper):.6g}"
-    return f"epsilon <= {float(bounds.upper):.6g} at delta={bounds.delta}"
 
 
 class _Costs:

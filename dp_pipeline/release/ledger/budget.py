@@ -14,6 +14,7 @@ from fractions import Fraction
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.errors import LedgerError
 from dp_pipeline.query.large_delta import large_delta_problem
+from dp_pipeline.release.ledger.phrases import left_phrase, spend_phrase
 
 __all__ = [
     "LedgerError",
@@ -151,31 +152,14 @@ def within_cap(spend: Spend, cap: dict) -> bool:
 
 
 def left_text(spend: Spend | None, cap: dict) -> str:
-    """How much of the cap is left after ``spend`` (None: nothing spent yet)."""
-    if cap["rho"] is not None:
-        used = Fraction(0) if spend is None or spend.rho is None else spend.rho
-        left = Fraction(cap["rho"]) - used
-        return f"rho {float(used):.6g} of {cap['rho']} spent, {float(left):.6g} left"
-    if spend is None:
-        return f"nothing spent, the whole cap {describe_cap(cap)} is left"
-    parts = []
-    if spend.epsilon is not None:
-        left = float(Fraction(cap["epsilon"])) - spend.epsilon
-        parts.append(
-            f"epsilon {spend.epsilon:.6g} of {float(Fraction(cap['epsilon'])):.6g} spent at "
-            f"delta={float(Fraction(cap['delta'])):.3g}, {max(left, 0.0):.6g} left"
-        )
-    parts.append(f"delta at epsilon={float(Fraction(cap['epsilon'])):.6g} is {spend.delta:.3g}")
-    return "; ".join(parts)
+    """How much of the cap is left after ``spend`` (None: nothing spent yet), each figure
+    with the point it is taken at (`dp_pipeline.release.ledger.phrases.left_phrase`)."""
+    return left_phrase(None if spend is None else spend.to_dict(), cap)
 
 
-def spend_text(spend: Spend) -> str:
-    if spend.epsilon is None and spend.delta is None:
-        return f"rho {float(spend.rho):.6g}"
-    text = f"delta {spend.delta:.3g}"
-    if spend.epsilon is not None:
-        text = f"epsilon {spend.epsilon:.6g}, " + text
-    return text
+def spend_text(spend: Spend, cap: dict) -> str:
+    """``spend`` against ``cap``: ``ε 1.88 of 10 at δ = 1e-9; δ 3.21e-201 at ε = 10``."""
+    return spend_phrase(spend.to_dict(), cap)
 
 
 def _round_down(value: Fraction, digits: int = 3) -> Fraction:

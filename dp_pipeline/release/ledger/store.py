@@ -269,7 +269,8 @@ class Ledger:
                     f"release {release_id!r} refused: population {population!r} would exceed "
                     f"its cap {describe_cap(cap_state)} "
                     f"({len(previous_states)} earlier release(s) + this one: "
-                    f"{spend_text(cumulative)}; this release alone: {spend_text(alone)}). "
+                    f"{spend_text(cumulative, cap_state)}; this release alone: "
+                    f"{spend_text(alone, cap_state)}). "
                     f"Left before this release: {left_text(before, cap_state)}. "
                     "Nothing was read or written."
                 )
