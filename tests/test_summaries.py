@@ -166,3 +166,24 @@ def test_session_reprs_are_one_short_line_with_details_on_demand(tmp_path):
         r"spent ε (≤ [0-9.]+|in \[[0-9., ]+\]) at δ = 1e-6; this query alone ε",
         str(refused.value),
     )
+
+
+def test_a_value_margin_wider_than_the_raw_one_says_why():
+    from dp_pipeline.release.report.postprocess import postprocessing_description
+
+    report = {
+        "postprocessing": {
+            "method": "wls+topdown-nonnegative-integer",
+            "consistent": True,
+            "nonnegative": True,
+            "integer": True,
+            "tables": ["county_sex", "state_sex"],
+            "value_margin_of_error": {"county_sex": 14, "state_sex": 11},
+        }
+    }
+    rows = postprocessing_description(report, {"county_sex": 9, "state_sex": 18})
+    wider = next(row for row in rows if "<td>county_sex</td>" in row)
+    narrower = next(row for row in rows if "<td>state_sex</td>" in row)
+    assert "<td>±9</td><td>±14</td><td>wider than raw_value&#x27;s because it adds" in wider
+    assert "not the typical error" in wider
+    assert narrower.endswith("<td>±18</td><td>±11</td><td></td></tr>")

@@ -16,7 +16,7 @@ import html
 
 import numpy as np
 
-__all__ = ["postprocessing_description", "postprocessing_section", "rmse_figure"]
+__all__ = ["WIDER_NOTE", "postprocessing_description", "postprocessing_section", "rmse_figure"]
 
 
 def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> list[str]:
@@ -56,16 +56,32 @@ def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> lis
         parts.append(f"<p>{html.escape(settings.get('value_margin_of_error_meaning', ''))}</p>")
         parts.append(
             "<table><tr><th>table</th><th>raw_value margin (95%)</th>"
-            "<th>value margin (95%)</th></tr>"
+            "<th>value margin (95%)</th><th>note</th></tr>"
         )
         for name in settings.get("tables", []):
             if name in margins:
+                raw = raw_margins.get(name, 0)
                 parts.append(
-                    f"<tr><td>{html.escape(name)}</td><td>±{raw_margins.get(name, 0):,}</td>"
-                    f"<td>±{margins[name]:,}</td></tr>"
+                    f"<tr><td>{html.escape(name)}</td><td>±{raw:,}</td>"
+                    f"<td>±{margins[name]:,}</td><td>{_wider_note(raw, margins[name])}</td></tr>"
                 )
         parts.append("</table>")
     return parts
+
+
+# A value margin wider than the raw one is never shown without its reason: it bounds the
+# least squares error (never above the raw margin) plus how far the non-negative integer
+# step moved the cells, which is not the value's typical error.
+WIDER_NOTE = (
+    "wider than raw_value's because it adds to the least squares margin (at most the raw "
+    "one) the 95th percentile of how far the non-negative integer step moved the cells; "
+    "a bound, not the typical error, which is usually smaller than raw_value's"
+)
+
+
+def _wider_note(raw: int, value: int) -> str:
+    """The note of a table whose ``value`` margin exceeds its ``raw`` margin, else empty."""
+    return html.escape(WIDER_NOTE) if value > raw else ""
 
 
 def postprocessing_section(report: dict, cell_rows: list[dict], figures: dict) -> list[str]:
