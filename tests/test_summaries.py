@@ -187,3 +187,11 @@ def test_a_value_margin_wider_than_the_raw_one_says_why():
     assert "<td>±9</td><td>±14</td><td>wider than raw_value&#x27;s because it adds" in wider
     assert "not the typical error" in wider
     assert narrower.endswith("<td>±18</td><td>±11</td><td></td></tr>")
+
+
+def test_the_html_report_writes_the_cumulative_figures_at_their_points(published):
+    folder, _, _ = published
+    report = (folder / "out" / "small-1" / "report.html").read_text()
+    line = next(part for part in report.split("<p>") if part.startswith("Cumulative"))
+    assert re.search(r"; ε = [0-9.]+ \(lower bound [0-9.]+\) at the cap's δ = 1e-8", line), line
+    assert re.search(r"; δ = [0-9.e-]+ \(lower bound [0-9.e-]+\) at the cap's ε = 8", line), line

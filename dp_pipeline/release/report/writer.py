@@ -13,6 +13,7 @@ from __future__ import annotations
 import html
 from fractions import Fraction
 
+from dp_pipeline.release.ledger.phrases import delta_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.report.figures import report_figures
 from dp_pipeline.release.report.postprocess import (
@@ -139,19 +140,19 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
     parts.append(
         "<p>Cumulative for the population after this release (every committed and reserved "
         f"release, composed by the accountant; upper bounds): ρ = {_number(cumulative_rho)}"
+        # Each figure with the point it is taken at (the cap's δ, the cap's ε): side by
+        # side without them they would read as one pair, stronger than the truth.
         + (
-            f", ε = {_bracket(bounds['cumulative_epsilon'])}"
+            f"; ε = {_bracket(bounds['cumulative_epsilon'])} at the cap's "
+            f"δ = {delta_text(ledger['cap']['delta'])}"
             if "cumulative_epsilon" in bounds
             else ""
         )
         + (
-            f", δ = {_bracket(bounds['cumulative_delta'])}"
+            f"; δ = {_bracket(bounds['cumulative_delta'])} at the cap's "
+            f"ε = {delta_text(ledger['cap']['epsilon'])}"
             if "cumulative_delta" in bounds
-            else (
-                f", δ = {_number(cumulative['delta'])}"
-                if cumulative.get("delta") is not None
-                else ""
-            )
+            else ""
         )
         + f". Cap: {esc(_cap_text(ledger['cap']))}.</p>"
     )
