@@ -208,3 +208,18 @@ def test_each_connection_failure_is_one_line_exit_2_nothing_spent(
         assert server.password not in err and "wrong-Pa55" not in err
     assert history(server, ledger_database) == ["r1"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_role_that_may_not_connect_to_the_database_is_told_so(postgres_server, ledger_database):
+    name, url = role(postgres_server, ledger_database)
+    with postgres_server.admin() as admin:
+        admin.execute(f'REVOKE CONNECT ON DATABASE "{ledger_database}" FROM PUBLIC')
+    with pytest.raises(LedgerError) as refused:
+        Ledger(url)
+    message = str(refused.value)
+    assert "cannot be opened: the user may not connect to this database (have its owner run " in (
+        message
+    )
+    assert f"GRANT CONNECT ON DATABASE {ledger_database} TO {name})" in message
+    assert "cannot be reached" not in message
+    assert "\n" not in message

@@ -77,6 +77,14 @@ def reason(error: BaseException, conninfo: str) -> str:
         what = "the database does not exist (create it, e.g. createdb, or fix the URL)"
     elif "authentication" in lower or "pg_hba.conf" in lower:
         what = "the server refused the credentials"
+    elif "permission denied for database" in lower:
+        described = _described(conninfo)
+        database = described.get("dbname") or "<database>"
+        user = described.get("user") or os.environ.get("PGUSER") or getpass.getuser()
+        what = (
+            "the user may not connect to this database (have its owner run GRANT CONNECT "
+            f"ON DATABASE {database} TO {user})"
+        )
     else:
         what = "the server cannot be reached"
     return f"{what} ({detail(error, conninfo)})"
@@ -97,13 +105,18 @@ def credentials_hint(reason: str) -> str:
     return ""
 
 
-def _user_of(location: LedgerLocation) -> str:
-    """The user the URL connects as (libpq's default: the operating-system user)."""
+def _described(conninfo: str) -> dict:
+    """The URL's parts as libpq reads them ({} if it cannot)."""
     psycopg = psycopg_module()
     try:
-        user = psycopg.conninfo.conninfo_to_dict(location.conninfo).get("user")
+        return dict(psycopg.conninfo.conninfo_to_dict(conninfo))
     except psycopg.ProgrammingError:
-        user = None
+        return {}
+
+
+def _user_of(location: LedgerLocation) -> str:
+    """The user the URL connects as (libpq's default: the operating-system user)."""
+    user = _described(location.conninfo).get("user")
     return str(user or os.environ.get("PGUSER") or getpass.getuser())
 
 
