@@ -9,6 +9,7 @@ import pytest
 from release_specs import SMALL_SPEC
 
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.ledger.phrases import rounded
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.release_ids import render_release_id, run_date
 from dp_pipeline.release.spec.model import SpecError
@@ -108,7 +109,8 @@ def test_the_ledger_reports_each_population_as_a_table_and_as_json(tmp_path, cap
     spent = population["spent"]
     assert 0 < spent["epsilon_lower"] <= spent["epsilon"] < 8
     assert population["left"]["epsilon"] == pytest.approx(8 - spent["epsilon"])
-    assert f"epsilon {spent['epsilon']:.6g}" in row
+    # ε spent rounded up, with the δ it is taken at (dp_pipeline.release.ledger.phrases).
+    assert f"ε {rounded(spent['epsilon'], up=True)} at δ = 1e-8" in row
     assert [entry["release_id"] for entry in population["history"]] == ["m-2026-01", "m-2026-02"]
     Ledger(tmp_path / "empty.sqlite").close()
     assert main(["ledger", "--ledger", str(tmp_path / "empty.sqlite"), "--json"]) == 0

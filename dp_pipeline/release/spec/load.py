@@ -534,7 +534,9 @@ def read_budget(
                 f"{path}.delta = {show_value(section['delta'])}: must be 0 or lie in [1e-100, 1)"
             )
             return None
-        problem = None if allow else large_delta_problem(delta, f"{path}.delta", opt_in)
+        problem = None
+        if delta is not None and not allow:  # None: unreadable, already a problem
+            problem = large_delta_problem(delta, f"{path}.delta", opt_in)
         if problem is not None:
             problems.append(problem)
             return None
