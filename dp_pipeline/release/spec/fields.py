@@ -11,6 +11,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
+from dp_pipeline.query.large_delta import large_delta_problem
 from dp_pipeline.rational import exact_rational
 from dp_pipeline.release.spec.limits import (
     INT64_RANGE,
@@ -26,6 +27,7 @@ __all__ = [
     "TOKEN_PATTERN",
     "check_column",
     "check_token",
+    "large_delta_refused",
     "read_allow_large_delta",
     "read_choice",
     "read_domains",
@@ -78,6 +80,17 @@ def read_allow_large_delta(section: dict, path: str, problems: list[str]) -> boo
         "accepts a delta above the large-delta limit 1e-4 on purpose)"
     )
     return False
+
+
+def large_delta_refused(delta: Fraction, path: str, opt_in: str | None, problems: list) -> bool:
+    """Whether ``delta`` of the budget table ``path`` is above the large-δ limit (then a
+    problem names ``opt_in``, by default ``<path>.allow_large_delta = true``)."""
+    problem = large_delta_problem(
+        delta, f"{path}.delta", opt_in or f"{path}.allow_large_delta = true"
+    )
+    if problem is not None:
+        problems.append(problem)
+    return problem is not None
 
 
 def read_choice(section, key, path, choices, default, problems) -> str:

@@ -22,12 +22,12 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dp_pipeline.query.large_delta import large_delta_problem
 from dp_pipeline.release.locations import default_key_file, default_ledger, spec_relative
 from dp_pipeline.release.spec.fields import (
     BUDGET_FIELDS,
     check_column,
     check_token,
+    large_delta_refused,
     read_allow_large_delta,
     read_choice,
     read_domains,
@@ -526,7 +526,6 @@ def read_budget(
         return None
     epsilon = _in_range(section["epsilon"], f"{path}.epsilon", EPSILON_RANGE, "epsilon", problems)
     delta = Fraction(0)
-    opt_in = opt_in or f"{path}.allow_large_delta = true"
     if "delta" in section:
         delta = read_rational(section["delta"], f"{path}.delta", problems)
         if delta is not None and not (delta == 0 or DELTA_MIN <= delta < 1):
@@ -534,11 +533,7 @@ def read_budget(
                 f"{path}.delta = {show_value(section['delta'])}: must be 0 or lie in [1e-100, 1)"
             )
             return None
-        problem = None
-        if delta is not None and not allow:  # None: unreadable, already a problem
-            problem = large_delta_problem(delta, f"{path}.delta", opt_in)
-        if problem is not None:
-            problems.append(problem)
+        if delta is not None and not allow and large_delta_refused(delta, path, opt_in, problems):
             return None
     if epsilon is None or delta is None:
         return None
