@@ -41,6 +41,7 @@ from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.query.cost import ReleaseInfo
 from dp_pipeline.query.signatures import explicit_argument_error
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.key_binding import bind_key
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
     cap_dict,
@@ -216,8 +217,11 @@ class Session:
                 raise DPTypeError(
                     f"ledger must be a path, a ledger URL or a Ledger, got {type(ledger).__name__}"
                 )
-            ledger = Ledger(ledger)
+            ledger = Ledger(ledger, key=key)
+        elif ledger.key is None:  # its rows are checked and sealed under the session's key
+            ledger.key = key
         self._ledger = ledger
+        bind_key(key, ledger)  # a key's budget lives in one ledger (key_binding)
         self._cap = self._population_cap(cap)
         self._check_unused()
         self._nonce = secrets.token_hex(16)

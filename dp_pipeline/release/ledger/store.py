@@ -62,6 +62,7 @@ from pathlib import Path
 
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
+from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
 from dp_pipeline.release.ledger.budget import (
@@ -78,6 +79,7 @@ from dp_pipeline.release.ledger.budget import (
     within_cap,
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
+from dp_pipeline.release.ledger.integrity import seal, verify_population
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.records import (
     STATES,
@@ -102,11 +104,18 @@ class Ledger:
     """A budget ledger at ``location``: a SQLite file (a path or ``sqlite:///path``, created
     on first use with its parent folder) or ``postgresql://...`` (its tables created on
     first use). An older schema is migrated in one transaction; a newer one is refused.
-    ``timeout`` (s) bounds the wait for another run's write."""
+    ``timeout`` (s) bounds the wait for another run's write. ``key``, the master key the
+    ledger is bound to, authenticates its rows (`dp_pipeline.release.ledger.integrity`):
+    a ledger sealed under it refuses rows changed by hand, and its writes need it."""
 
     def __init__(
-        self, location: str | os.PathLike[str] | LedgerLocation, timeout: float = 120.0
+        self,
+        location: str | os.PathLike[str] | LedgerLocation,
+        timeout: float = 120.0,
+        *,
+        key: MasterKey | None = None,
     ) -> None:
+        self.key = key  # authenticates rows (`integrity`); None: an unkeyed ledger's user
         self.location = ledger_location(location)
         self.path = self.location.path  # the SQLite file (None for a server ledger)
         if self.location.kind == "postgresql":
@@ -114,6 +123,19 @@ class Ledger:
         else:
             self._backend = sqlite_backend.SqliteBackend(self.location, timeout)
         self._leases: dict[str, object] = {}
+
+    def _write(self, work, *, action: str, population: str | None, release_id: str):
+        """``work`` in one write transaction, between the check of the population's rows
+        and the sealing of this write's row (`dp_pipeline.release.ledger.integrity`)."""
+
+        def sealed(connection):
+            if population is not None:
+                verify_population(connection, self.key, population, self.location.shown)
+            result = work(connection)
+            seal(connection, self.key, release_id, population, self.location.shown)
+            return result
+
+        return self._backend.write(sealed, action=action, lock=population)
 
     def close(self) -> None:
         """Close the server connection, if any (a lease keeps its own until it ends)."""
@@ -328,7 +350,9 @@ class Ledger:
                 digest=identity.digest,
             )
 
-        return self._backend.write(work, action=f"reserving {release_id!r}", lock=population)
+        return self._write(
+            work, action=f"reserving {release_id!r}", population=population, release_id=release_id
+        )
 
     def _bind_key(self, connection, key_fingerprint: str) -> None:
         """Record the master key's fingerprint in a ledger that has none, or check it."""
@@ -458,10 +482,11 @@ class Ledger:
                 (state, reservation.release_id),
             )
 
-        self._backend.write(
+        self._write(
             work,
             action=f"recording state {state} of {reservation.release_id!r}",
-            lock=reservation.population,
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
@@ -497,10 +522,11 @@ class Ledger:
                 ),
             )
 
-        self._backend.write(
+        self._write(
             work,
             action=f"recording the publication of {reservation.release_id!r}",
-            lock=reservation.population,
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def commit(self, reservation: Reservation, output: str | None = None) -> None:
@@ -522,8 +548,11 @@ class Ledger:
                 (now_text(), output, reservation.release_id),
             )
 
-        self._backend.write(
-            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        self._write(
+            work,
+            action=f"committing {reservation.release_id!r}",
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
@@ -551,8 +580,11 @@ class Ledger:
                 (now_text(), now_text(), canonical_json(manifest), engine, reservation.release_id),
             )
 
-        self._backend.write(
-            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        self._write(
+            work,
+            action=f"committing {reservation.release_id!r}",
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
@@ -596,10 +628,11 @@ class Ledger:
         """
         with self.lease(release_id, "aborting it"):
             entry = self.entry(release_id)  # a release id's population never changes
-            self._backend.write(
+            self._write(
                 lambda connection: self._abort(connection, release_id),
                 action=f"aborting {release_id!r}",
-                lock=None if entry is None else entry.population,
+                population=None if entry is None else entry.population,
+                release_id=release_id,
             )
 
     def _abort(self, connection, release_id: str) -> None:
@@ -687,9 +720,31 @@ class Ledger:
 
     def key_fingerprint(self) -> str | None:
         """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
+        return self.meta("key_fingerprint")
+
+    def record_move(self, name: str, move: dict, key_fingerprint: str | None = None) -> None:
+        """Append ``move`` to the JSON list ``ledger_meta[name]`` ("moved_to", "moved_from"),
+        binding ``key_fingerprint`` first if given (`dp_pipeline.release.key_binding`)."""
+
+        def work(connection) -> None:
+            if key_fingerprint is not None:
+                self._bind_key(connection, key_fingerprint)
+            row = connection.execute(
+                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
+            ).fetchone()
+            moves = [*([] if row is None else json.loads(row["value"])), move]
+            connection.execute("DELETE FROM ledger_meta WHERE name = ?", (name,))
+            connection.execute(
+                "INSERT INTO ledger_meta (name, value) VALUES (?, ?)", (name, canonical_json(moves))
+            )
+
+        self._backend.write(work, action=f"recording {name}")
+
+    def meta(self, name: str) -> str | None:
+        """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
         row = self._backend.read(
             lambda connection: connection.execute(
-                "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
+                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
             ).fetchone(),
             action="reading the ledger",
         )
@@ -700,6 +755,11 @@ class Ledger:
         cap = self.populations().get(population)
         if cap is None:
             raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
+        if self.key is not None:  # summed only once its rows are checked under the key
+            self._backend.read(
+                lambda c: verify_population(c, self.key, population, self.location.shown),
+                action="checking the ledger",
+            )
         states = [e.accountant for e in self.history(population) if e.status != "aborted"]
         spend = measure_spend(compose_accountants(states), cap) if states else None
         return spend, left_text(spend, cap)
