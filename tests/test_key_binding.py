@@ -10,6 +10,7 @@ import stat
 from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 from release_specs import SMALL_SPEC
@@ -162,3 +163,52 @@ def test_a_host_without_the_key_on_a_server_ledger_is_refused_before_the_engine(
     assert "already records releases" in error and "--key-file PATH" in error
     assert postgres_server.password not in error
     assert not missing.exists() and not missing.parent.exists()
+
+
+# ----------------------------------------------------------------- one population per input
+
+
+def census(rows: int = 400) -> pd.DataFrame:
+    rng = np.random.default_rng(5)  # test data only
+    return pd.DataFrame(
+        {
+            "person_id": np.arange(rows),
+            "state": rng.integers(1, 51, rows),
+            "sex": rng.choice(["F", "M"], rows),
+            "age": rng.integers(0, 115, rows),
+            "tenure": rng.choice(["owned", "rented", "group_quarters"], rows),
+            "income": rng.integers(0, 200_000, rows),
+        }
+    )
+
+
+@pytest.mark.parametrize("copy_into", ["another name", "a folder"])
+def test_a_byte_identical_copy_is_the_same_input_under_a_new_population(
+    tmp_path, monkeypatch, capsys, copy_into
+):
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+    original = tmp_path / "data" / "people.parquet"
+    original.parent.mkdir()
+    census().to_parquet(original)
+    spec_file = small_spec(tmp_path)
+    assert main(["run", spec_file, "--quiet", "--input", str(original)]) == 0
+    if copy_into == "another name":
+        copy = tmp_path / "data" / "people-copy.parquet"
+    else:
+        copy = tmp_path / "elsewhere" / "part-0.parquet"
+        copy.parent.mkdir()
+    copy.write_bytes(original.read_bytes())
+    renamed = Path(spec_file).read_text().replace('name = "small-people"', 'name = "others"')
+    Path(spec_file).write_text(renamed)
+    capsys.readouterr()
+    where = copy if copy_into == "another name" else copy.parent
+    status = main(["run", spec_file, "--quiet", "--input", str(where), "--release-id", "b-1"])
+    assert status != 0
+    error = capsys.readouterr().err
+    assert "its input is already recorded under population 'small-people'" in error
+    assert 'shares_input_with = ["small-people"]' in error
+    assert [e.release_id for e in Ledger(tmp_path / "ledger.sqlite").history()] == ["small-1"]
+    # The ledger holds keyed digests only: not the file's plain SHA-256.
+    plain = hashlib.sha256(original.read_bytes()).hexdigest()
+    with Ledger(tmp_path / "ledger.sqlite") as ledger:
+        assert plain not in json.dumps([vars(e) for e in ledger.history()])

@@ -361,7 +361,7 @@ def _run_opened(
     if source.table is None:  # a table's schema was checked by Spark when it was opened
         check_input_columns(spec, source.path, source.files, source.format)
     started = time.perf_counter()
-    fingerprint = source.fingerprint(master)
+    fingerprint, content = source.fingerprints(master)
     timings["fingerprint"] = time.perf_counter() - started
     progress(
         f"fingerprinted the input's {len(source.listed())} file(s) in "
@@ -400,6 +400,7 @@ def _run_opened(
             largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
             key_fingerprint=master.fingerprint,
             shared_input_with=spec.shares_input_with,
+            content=content,
         )
         trace.reservation = reservation
         progress(

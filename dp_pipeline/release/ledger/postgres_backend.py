@@ -260,12 +260,17 @@ class PostgresBackend:
                         "is not a dp_pipeline ledger, or was made by hand; use another database"
                     )
                 if version < SCHEMA_VERSION:
-                    for statement in statements(POSTGRES_SCHEMA):
-                        connection.execute(statement)
+                    script = statements(POSTGRES_SCHEMA)
+                    for statement in script:
+                        if not statement.startswith("CREATE INDEX"):
+                            connection.execute(statement)
                     for column, kind in ADDED_COLUMNS.items():  # columns of later versions
                         connection.execute(
                             f"ALTER TABLE releases ADD COLUMN IF NOT EXISTS {column} {kind}"
                         )
+                    for statement in script:  # after the columns they index exist
+                        if statement.startswith("CREATE INDEX"):
+                            connection.execute(statement)
                     connection.execute(
                         "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', ?) "
                         "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",

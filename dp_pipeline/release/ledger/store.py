@@ -177,6 +177,7 @@ class Ledger:
         largest: Callable[[list[dict], dict], str] | None = None,
         key_fingerprint: str | None = None,
         shared_input_with: Sequence[str] = (),
+        content: str | None = None,
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
@@ -199,7 +200,9 @@ class Ledger:
         recorded by the first keyed reservation and must match it afterwards
         (`LedgerError` otherwise). `InputReuseError` if ``fingerprint`` is recorded
         under another population with the same privacy unit, unless that population
-        is in ``shared_input_with`` (the override is recorded with the release).
+        is in ``shared_input_with`` (the override is recorded with the release); the same
+        for ``content`` (the input's keyed content digest, names excluded: a copy of an
+        input under another name or folder is the same input).
         """
         try:
             return self._reserve(
@@ -213,6 +216,7 @@ class Ledger:
                 engine,
                 key_fingerprint,
                 tuple(shared_input_with),
+                content,
             )
         except BudgetExceededError as error:
             previous_states = getattr(error, "previous_states", None)
@@ -233,6 +237,7 @@ class Ledger:
         engine,
         key_fingerprint,
         shared_input_with,
+        content=None,
     ) -> Reservation:
         cap_state = cap_dict(cap)
         state = accountant.to_dict()
@@ -270,8 +275,9 @@ class Ledger:
                 if outcome is not None:
                     return self._reuse(connection, existing, outcome, identity, cap_state, engine)
             override = self._check_input(
-                connection, release_id, population, fingerprint, identity, shared_input_with
-            )
+                connection, release_id, population, (fingerprint, content), identity,
+                shared_input_with,
+            )  # fmt: skip
             others = connection.execute(
                 "SELECT accountant FROM releases WHERE population = ? AND status IN "
                 "('reserved', 'committed') AND release_id != ?",
@@ -317,14 +323,15 @@ class Ledger:
                 engine,
                 None,
                 override,
+                content,
                 release_id,
             )
             if existing is None:
                 connection.execute(
                     "INSERT INTO releases (population, status, fingerprint, accountant, "
                     "guarantee, cumulative, reserved_at, finished_at, owner, output, identity, "
-                    "published_at, state, token, engine, manifest, input_override, release_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "published_at, state, token, engine, manifest, input_override, content, "
+                    "release_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             else:  # an aborted id, run again
@@ -332,8 +339,8 @@ class Ledger:
                     "UPDATE releases SET population = ?, status = ?, fingerprint = ?, "
                     "accountant = ?, guarantee = ?, cumulative = ?, reserved_at = ?, "
                     "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ?, "
-                    "state = ?, token = ?, engine = ?, manifest = ?, input_override = ? "
-                    "WHERE release_id = ?",
+                    "state = ?, token = ?, engine = ?, manifest = ?, input_override = ?, "
+                    "content = ? WHERE release_id = ?",
                     values,
                 )
             _checkpoint("mid_reserve")
@@ -392,9 +399,11 @@ class Ledger:
         )
 
     def _check_input(
-        self, connection, release_id, population, fingerprint, identity, shared_input_with
+        self, connection, release_id, population, inputs, identity, shared_input_with
     ) -> str | None:
-        """Refuse an input recorded under another population with the same privacy unit.
+        """Refuse an input recorded under another population with the same privacy unit:
+        ``inputs`` is (named fingerprint, content digest or None); either one matching
+        is the same input.
 
         Returns the override to record (JSON list of the populations declared
         shared that hold this input), or None.
@@ -402,9 +411,9 @@ class Ledger:
         unit = identity.parts.get("privacy unit")
         holders: dict[str, str] = {}
         for other in connection.execute(
-            "SELECT release_id, population, identity FROM releases WHERE fingerprint = ? "
-            "AND population != ? AND status != 'aborted' ORDER BY release_id",
-            (fingerprint, population),
+            "SELECT release_id, population, identity FROM releases WHERE (fingerprint = ? "
+            "OR content = ?) AND population != ? AND status != 'aborted' ORDER BY release_id",
+            (*inputs, population),
         ).fetchall():
             recorded = None
             if other["identity"] is not None:
