@@ -16,9 +16,10 @@ import pytest
 from release_specs import SMALL_SPEC
 
 import dp_pipeline.release.run as run_module
-from dp_pipeline import Budget, MasterKey, Session
+from dp_pipeline import Budget, DiscreteGaussian, MasterKey, Session
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.key_binding import KeyBindingError
+from dp_pipeline.release.ledger.records import InputReuseError
 from dp_pipeline.release.ledger.store import Ledger
 
 KEY_HEX = "6c2f8e1a9b3d5f7c0e4a2b6d8f1c3e5a7b9d0f2e4c6a8b1d3f5e7a9c0b2d4f6e"
@@ -212,3 +213,50 @@ def test_a_byte_identical_copy_is_the_same_input_under_a_new_population(
     plain = hashlib.sha256(original.read_bytes()).hexdigest()
     with Ledger(tmp_path / "ledger.sqlite") as ledger:
         assert plain not in json.dumps([vars(e) for e in ledger.history()])
+
+
+# ----------------------------------------------------------------- sessions
+
+
+def people(n: int = 400) -> pd.DataFrame:
+    rng = np.random.default_rng(7)  # test data only
+    ages, sexes = rng.integers(0, 100, n), rng.choice(["F", "M"], n)
+    return pd.DataFrame({"person_id": np.arange(n), "age": ages, "sex": sexes})
+
+
+def test_a_release_id_reused_in_another_ledger_on_changed_data_draws_other_noise(
+    tmp_path, monkeypatch
+):
+    key = MasterKey(hashlib.sha256(b"session salt tests").digest())
+    query = dict(by="age", domains={"age": range(100)}, noise=DiscreteGaussian(100))
+    arguments = dict(key=key, population="p", privacy_unit="person_id", budget=Budget(rho=1))
+    first = Session(**arguments, cap=Budget(rho=1), ledger=tmp_path / "a.sqlite", release_id="r")
+    before = first.count(people(), **query)["count"].to_numpy()
+    # Another home (another host), another ledger, the same release id; one person changed.
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "home2"))
+    changed = people()
+    changed.loc[0, "age"] = (changed.loc[0, "age"] + 1) % 100
+    second = Session(**arguments, cap=Budget(rho=1), ledger=tmp_path / "b.sqlite", release_id="r")
+    after = second.count(changed, **query)["count"].to_numpy()
+    # Same noise would differ in the two changed cells only (by exactly one person).
+    assert np.count_nonzero(after - before) > 50
+
+
+def test_the_same_data_under_a_renamed_population_is_refused(tmp_path):
+    key = MasterKey(hashlib.sha256(b"session rename tests").digest())
+    common = dict(key=key, privacy_unit="person_id", budget=Budget(rho=1), cap=Budget(rho=1))
+    ledger = tmp_path / "ledger.sqlite"
+    sex = dict(by="sex", domains={"sex": ["F", "M"]}, rho=Fraction(1, 10))
+    Session(**common, population="people", ledger=ledger, release_id="a").count(people(), **sex)
+    renamed = Session(**common, population="people-2", ledger=ledger, release_id="b")
+    shuffled = people().sample(frac=1, random_state=3)  # the same rows in another order
+    with pytest.raises(InputReuseError) as refused:
+        renamed.count(shuffled, **sex)
+    message = str(refused.value)
+    assert "holds the same rows as release 'a/0' of population 'people'" in message
+    assert "query them under population='people'" in message
+    assert "stays charged to 'people-2'" in message
+    assert renamed.queries[0].state == "reading"  # read, so charged
+    # Other rows (of the columns the query reads) under a new name: another population.
+    other = people(300)
+    Session(**common, population="people-3", ledger=ledger, release_id="c").count(other, **sex)

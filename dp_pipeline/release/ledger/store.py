@@ -424,7 +424,7 @@ class Ledger:
         undeclared = [name for name in holders if name not in shared_input_with]
         if undeclared:
             name = undeclared[0]
-            raise InputReuseError(
+            refusal = InputReuseError(
                 f"release {release_id!r} refused: its input is already recorded under "
                 f"population {name!r} (release {holders[name]!r}) with the same privacy "
                 f"unit. An input's people are one population: releasing it under "
@@ -434,6 +434,8 @@ class Ledger:
                 f'[population] shares_input_with = ["{name}"] (recorded in the ledger). '
                 "Nothing was read or written"
             )
+            refusal.holder = (name, holders[name])  # for a session's own words (record_input)
+            raise refusal
         return canonical_json(sorted(holders)) if holders else None
 
     def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
@@ -563,6 +565,39 @@ class Ledger:
             population=reservation.population,
             release_id=reservation.release_id,
         )
+
+    def record_input(self, reservation: Reservation, fingerprint: str) -> None:
+        """Record the input fingerprint of a `dp_pipeline.Session` query, taken once it is
+        reading (charged), as its fingerprint and content digest; `InputReuseError` (the
+        query stays charged) when another population with the same privacy unit holds it."""
+        release_id = reservation.release_id
+
+        def work(connection) -> None:
+            row = self._held(connection, reservation, "recording its input")
+            identity = ReleaseIdentity.from_dict(json.loads(row["identity"]))
+            inputs = (fingerprint, fingerprint)
+            self._check_input(connection, release_id, reservation.population, inputs, identity, ())
+            connection.execute(
+                "UPDATE releases SET fingerprint = ?, content = ? WHERE release_id = ?",
+                (fingerprint, fingerprint, release_id),
+            )
+
+        try:
+            self._write(
+                work,
+                action=f"recording the input of {release_id!r}",
+                population=reservation.population,
+                release_id=release_id,
+            )
+        except InputReuseError as error:
+            name, other = error.holder
+            raise InputReuseError(
+                f"session query {release_id!r} refused: its DataFrame holds the same rows as "
+                f"release {other!r} of population {name!r} (same keyed fingerprint, same "
+                f"privacy unit). The same people are one population: query them under "
+                f"population={name!r}. This query stays charged to {reservation.population!r} "
+                "(its data was read to be recognised); nothing was returned"
+            ) from None
 
     def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record a result handed to the caller in memory: from ``reading`` through
