@@ -43,10 +43,12 @@ run of it is alive), and only while no hidden folder of its output exists.
 The budget is anchored to the data and the key. A ledger records the public
 fingerprint of the master key of its first keyed reservation and refuses any
 other key (under another key the same input has another fingerprint, so the
-input checks below could not recognise it). An input fingerprint already
-recorded under another population with the same privacy unit is refused, naming
-that population, unless the reservation declares that population in
-``shared_input_with`` (recorded in the row's ``input_override``).
+input checks below could not recognise it); the key's home records the ledger
+(`dp_pipeline.release.key_binding`). An input fingerprint, or content digest (names
+excluded), already recorded under another population with the same privacy unit is
+refused, naming that population, unless the reservation declares that population in
+``shared_input_with`` (recorded in the row's ``input_override``). A `Ledger` given
+its key checks and seals every row it writes (`dp_pipeline.release.ledger.integrity`).
 """
 
 from __future__ import annotations
@@ -54,10 +56,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Callable, Sequence
-from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
 from dp_pipeline.digest import digest_of
@@ -94,7 +93,7 @@ from dp_pipeline.release.ledger.records import (
     owner,
     row_state,
 )
-from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
+from dp_pipeline.release.ledger.view import LedgerView, read_ledger
 from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
 
 __all__ = ["Ledger", "LedgerView", "read_ledger"]
@@ -831,74 +830,3 @@ def _checkpoint(name: str) -> None:
     """A named point inside a ledger write ("mid_reserve": the row is written, not yet
     committed); does nothing. The crash tests' launcher replaces it to kill the process
     there (tests/protocol_launcher.py), as it does `dp_pipeline.release.run._checkpoint`."""
-
-
-@dataclass(frozen=True)
-class LedgerView:
-    """What a ledger records about one population and one release id, read without writing.
-
-    ``cap`` is the population's recorded cap (None: no release of it yet); ``states``
-    the accountant states of its committed and reserved releases other than
-    ``release_id`` (what `Ledger.reserve` composes); ``existing`` the row of
-    ``release_id`` (any population) as a dict, columns of older ledgers as None.
-    """
-
-    path: str  # the location, credentials masked
-    cap: dict | None
-    states: list[dict]
-    committed: int
-    reserved: int
-    existing: dict | None
-
-
-def read_ledger(
-    location: str | os.PathLike[str] | LedgerLocation, population: str, release_id: str
-) -> LedgerView:
-    """Read ``population`` and ``release_id`` from the ledger at ``location``, changing nothing.
-
-    A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
-    transaction: no schema is created or migrated, no lease is taken, and a missing
-    ledger is a `LedgerError` (only a run creates a ledger).
-    """
-    location = ledger_location(location)
-    shown = location.shown
-
-    def view(connection) -> tuple:
-        row = connection.execute(
-            "SELECT cap FROM populations WHERE name = ?", (population,)
-        ).fetchone()
-        others = connection.execute(
-            "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
-            "('reserved', 'committed') AND release_id != ?",
-            (population, release_id),
-        ).fetchall()
-        existing = connection.execute(
-            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-        ).fetchone()
-        return row, others, existing
-
-    if location.kind == "postgresql":
-        psycopg, connection = postgres_backend.open_read_only(location)
-        try:
-            row, others, existing = view(connection)
-        except psycopg.Error as error:
-            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
-        finally:
-            connection.raw.close()
-    else:
-        connection = sqlite_backend.open_read_only(location)
-        try:
-            with closing(connection):
-                row, others, existing = view(connection)
-        except sqlite3.Error as error:
-            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
-    if existing is not None:
-        existing = {**dict.fromkeys(ADDED_COLUMNS), **dict(existing)}
-    return LedgerView(
-        shown,
-        None if row is None else json.loads(row["cap"]),
-        [json.loads(r["accountant"]) for r in others],
-        sum(r["status"] == "committed" for r in others),
-        sum(r["status"] == "reserved" for r in others),
-        existing,
-    )
