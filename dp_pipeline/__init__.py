@@ -31,6 +31,7 @@ from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.locations import default_key_file
 from dp_pipeline.release.plan.costs import PlanError
 from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.publish.manifest import PublicationError
@@ -74,6 +75,7 @@ __all__ = [
     "ReleaseIdReuseError",
     "Session",
     "SpecError",
+    "default_key_file",
     "load_spec",
     "plan_release",
     "run_release",

@@ -102,6 +102,15 @@ def mpmath_precision(request):
         yield
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_session_home(tmp_path_factory):
+    """Module and session fixtures run before each test's own home is set: they get one
+    for the whole run, never the home (nor the key bindings) of whoever runs the tests."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DP_PIPELINE_HOME", str(tmp_path_factory.mktemp("home") / ".dp_pipeline"))
+        yield
+
+
 @pytest.fixture(autouse=True)
 def private_dp_pipeline_home(tmp_path_factory, monkeypatch):
     """A spec without run.ledger or run.key_file uses the dp_pipeline home: each test

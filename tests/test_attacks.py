@@ -41,6 +41,7 @@ from dp_pipeline.datasets.synthetic import census_chunk, write_census_sample
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
+from dp_pipeline.release.ledger.integrity import LedgerTamperedError, seal
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.sources.fingerprint import input_files
@@ -62,6 +63,17 @@ def write_spec(folder: Path, text: str | None = None) -> Path:
     path = folder / "small.toml"
     path.write_text(text if text is not None else SMALL_SPEC.format(tmp=folder))
     return path
+
+
+def resealed(ledger_path: str) -> None:
+    """Seal every row again under the test key: an edit made by a holder of the key, which
+    the ledger's own rules (identity digest, recorded bytes) must still refuse."""
+    key = MasterKey.from_hex(KEY_HEX)
+    with sqlite3.connect(ledger_path) as connection:
+        connection.row_factory = sqlite3.Row
+        rows = connection.execute("SELECT release_id, population FROM releases").fetchall()
+        for row in rows:
+            seal(connection, key, row["release_id"], row["population"], ledger_path)
 
 
 def committed(folder: Path, input_path: Path | None = None):
@@ -130,8 +142,10 @@ def test_a_committed_release_id_refuses_any_spec_edit(tmp_path, capsys, edit, pa
         pd.testing.assert_frame_equal(frame, after[name])
 
 
-def test_two_specs_never_share_noise_even_in_separate_ledgers(tmp_path):
-    """Same key, same data, same id and table name, domain reordered: independent noise."""
+def test_two_specs_never_share_noise_even_in_separate_ledgers(tmp_path, monkeypatch):
+    """Same key, same data, same id and table name, domain reordered: independent noise.
+
+    Separate ledgers of one key are separate homes (hosts): a home binds the key to one."""
     data = write_census_sample(tmp_path / "persons.parquet", 3000, seed=7)
     truth = pd.read_parquet(data)["tenure"].value_counts()
     noise = []
@@ -139,6 +153,7 @@ def test_two_specs_never_share_noise_even_in_separate_ledgers(tmp_path):
         ("a", ["owned", "rented", "group_quarters"]),
         ("b", ["rented", "owned", "group_quarters"]),
     ):
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / folder / "home"))
         text = SMALL_SPEC.format(tmp=tmp_path / folder).replace(
             'tenure = ["owned", "rented", "group_quarters"]', f"tenure = {json.dumps(order)}"
         )
@@ -522,6 +537,11 @@ def test_a_tampered_identity_is_refused(tmp_path, capsys):
         identity = json.loads(text)
         identity["parts"]["input data"] = "0" * 64  # make a changed input look recorded
         connection.execute("UPDATE releases SET identity = ?", (json.dumps(identity),))
+    # The row's authentication code refuses the edit first; re-sealed (as by a holder of
+    # the key), the identity's own digest still refuses it.
+    with pytest.raises(LedgerTamperedError, match="release 'small-1'"):
+        run_release(load_spec(spec_file), progress=QUIET)
+    resealed(spec.ledger_path)
     with pytest.raises(LedgerError, match="records a corrupt identity"):
         run_release(load_spec(spec_file), progress=QUIET)
     assert refused_rerun(spec_file, capsys).count("corrupt identity") == 1
@@ -553,7 +573,7 @@ def census_csv(path: Path, persons: int = 400, seed: int = 3, max_age: int | Non
     return path
 
 
-def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, capsys):
+def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, capsys, monkeypatch):
     """The binary search of a probe domain: every run that reads is charged, and decided noisily.
 
     Two inputs that differ only in their maximum age, probed with ``age < 60``: on
@@ -565,6 +585,7 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
     outcomes = {}
     for max_age in (50, 90):
         folder = tmp_path / f"max{max_age}"
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one home per ledger
         data = census_csv(folder / "people.csv", max_age=max_age)
         spec_file = probe_spec(folder, data, stop=60, threshold=5)
         capsys.readouterr()
@@ -582,6 +603,7 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
     refused = outcomes[90][1]
     assert "the noisy count of privacy units with an invalid row is" in refused
     folder = tmp_path / "tenure"
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))
     data = census_csv(folder / "people.csv", max_age=50)
     frame = pd.read_csv(data)
     frame.loc[frame.index[:200], "tenure"] = "unknown"  # another column breaks instead
@@ -887,6 +909,7 @@ def test_a_rerun_that_would_publish_other_bytes_is_refused(tmp_path, capsys):
         manifest = json.loads(text)
         manifest["files"]["tenure.parquet"]["sha256"] = "0" * 64
         connection.execute("UPDATE releases SET manifest = ?", (json.dumps(manifest),))
+    resealed(spec.ledger_path)  # past the rows' codes, as a holder of the key could
     error = refused_rerun(spec_file, capsys)
     assert "re-emits the same bytes or nothing, so nothing was published" in error
     assert "by the pandas engine" in error and "tenure" not in error

@@ -205,7 +205,8 @@ def test_an_old_ledger_that_cannot_be_migrated_names_the_command_that_migrates_i
         holder.execute("ROLLBACK")
         holder.close()
     message = str(info.value)
-    assert "needs its schema created or migrated to version 2, which failed" in message
+    version = SCHEMA_VERSION
+    assert f"needs its schema created or migrated to version {version}, which failed" in message
     assert f"nothing was changed. Run `dp-release ledger --ledger {old}`" in message
     with sqlite3.connect(old) as connection:  # nothing was changed
         assert connection.execute("PRAGMA table_info(releases)").fetchall()[1:] == []

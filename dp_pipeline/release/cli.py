@@ -6,6 +6,8 @@
                         [--conf KEY=VALUE ...] [--release-id ID] [--date YYYY-MM-DD]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--json] [--verbose]
     dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
+                      [--key-file PATH]
+    dp-release key [--key-file PATH] [--bind LEDGER] [--json]
     dp-release --version
 
 User errors print one clear message to stderr. ``plan`` and ``ledger`` then exit
@@ -40,6 +42,7 @@ from fractions import Fraction
 
 from dp_pipeline import __version__
 from dp_pipeline.errors import DPError
+from dp_pipeline.release.key_command import add_key_command, existing_key, key_command
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.location import ledger_location
@@ -189,6 +192,8 @@ def _parser() -> argparse.ArgumentParser:
             "nothing (state reserved)"
         ),
     )
+    ledger.add_argument("--key-file", help="the ledger's master key (needed by --abort)")
+    add_key_command(commands)
     return parser
 
 
@@ -431,7 +436,8 @@ def _ledger(arguments) -> int:
         # Reading a ledger never creates one (nor its folder): a mistyped path leaves
         # nothing behind for a later run to reserve in.
         return _no_ledger(arguments, location)
-    with Ledger(arguments.ledger_path) as ledger:
+    key = existing_key(arguments.key_file) if arguments.abort else None
+    with Ledger(arguments.ledger_path, key=key) as ledger:
         return _ledger_report(arguments, ledger)
 
 
@@ -506,7 +512,7 @@ def _default(location, flag: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dp-release`` console script."""
     arguments = _parser().parse_args(argv)
-    handlers = {"plan": _plan, "run": _run, "ledger": _ledger}
+    handlers = {"plan": _plan, "run": _run, "ledger": _ledger, "key": key_command}
     try:
         return handlers[arguments.command](arguments)
     except BrokenPipeError:

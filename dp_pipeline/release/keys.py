@@ -32,6 +32,7 @@ __all__ = [
     "ENVIRONMENT_VARIABLE",
     "KeyFileError",
     "check_key_file",
+    "create_key_file",
     "load_or_create_master_key",
     "private_folder",
 ]
@@ -111,22 +112,33 @@ def load_or_create_master_key(
             f"(--key-file PATH, run.key_file or ${ENVIRONMENT_VARIABLE}), or use a new "
             "ledger (--ledger PATH) for a new key"
         )
-    private_folder(path.parent)
-    key = MasterKey.generate()
-    # O_EXCL: two first runs racing cannot each write a different key.
     try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
+        key = create_key_file(path)
+    except FileExistsError:  # written meanwhile by a run racing this one
         check_key_file(path)
         return _read(MasterKey.from_file, path, f"master key file {str(path)!r}")
-    os.fchmod(descriptor, 0o600)  # the mode argument is filtered by the umask
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(_hex(key) + "\n")
     if progress is not None:
         progress(
             f"created a new master key at {path} (fingerprint {key.fingerprint}); keep it "
             "secret and backed up: re-running a release id needs the same key"
         )
+    return key
+
+
+def create_key_file(path: str | os.PathLike[str]) -> MasterKey:
+    """A new random key written to ``path`` (mode 0600, its missing folders 0700).
+
+    Raises ``FileExistsError`` if ``path`` exists: a key file is never overwritten (the
+    releases made under it could no longer be re-run or audited). ``O_EXCL``: two runs
+    racing cannot each write a different key.
+    """
+    path = Path(path)
+    private_folder(path.parent)
+    key = MasterKey.generate()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.fchmod(descriptor, 0o600)  # the mode argument is filtered by the umask
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(_hex(key) + "\n")
     return key
 
 

@@ -60,6 +60,7 @@ import pyarrow.parquet as pq
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.identity import release_identity
 from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
@@ -266,7 +267,10 @@ def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
     # server, refused credentials or a newer schema stop the run before the key or the input.
     location = ledger_location(spec.ledger_path)
     server = Ledger(location) if location.kind == "postgresql" else None
-    master = _master_key(spec, progress)
+    master = _master_key(spec, progress, server)
+    check_key_place(master, location)  # the key's bound ledger, before any engine starts
+    if server is not None:
+        server.key = master  # its rows are checked and sealed under the run's key
 
     synthetic = not spec.input_path and spec.input_table is None
     if synthetic:
@@ -319,19 +323,24 @@ def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
     return result
 
 
-def _master_key(spec: ReleaseSpec, progress):
+def _master_key(spec: ReleaseSpec, progress, server: Ledger | None = None):
     """The run's master key; no run starts on a ledger it cannot see, or with a new key
-    beside a ledger that records releases (`dp_pipeline.release.locations`)."""
+    beside a ledger that records releases or a key (SQLite or ``server``, before any
+    engine starts: `dp_pipeline.release.locations`)."""
     problem = legacy_ledger_problem(spec.ledger_path, spec.key_file)
     if problem is not None:
         raise SpecError([problem], spec.source)
     local = ledger_location(spec.ledger_path).path
     recorded = False
-    if local is not None and local.is_file():
+    if server is not None:
+        recorded = server.key_fingerprint() is not None or bool(server.history())
+    elif local is not None and local.is_file():
         with Ledger(local) as ledger:  # closed at once: the run opens its own below
-            recorded = bool(ledger.history())
+            recorded = ledger.key_fingerprint() is not None or bool(ledger.history())
     return load_or_create_master_key(
-        spec.key_file, progress, ledger_with_releases=spec.ledger_path if recorded else None
+        spec.key_file,
+        progress,
+        ledger_with_releases=ledger_location(spec.ledger_path).shown if recorded else None,
     )
 
 
@@ -352,7 +361,7 @@ def _run_opened(
     if source.table is None:  # a table's schema was checked by Spark when it was opened
         check_input_columns(spec, source.path, source.files, source.format)
     started = time.perf_counter()
-    fingerprint = source.fingerprint(master)
+    fingerprint, content = source.fingerprints(master)
     timings["fingerprint"] = time.perf_counter() - started
     progress(
         f"fingerprinted the input's {len(source.listed())} file(s) in "
@@ -366,13 +375,14 @@ def _run_opened(
     final = Path(spec.output_dir) / spec.release_id if target is None else None
     output = str(final.resolve()) if target is None else target.where(spec.release_id)
     staging = _staging(spec) if target is not None else None
-    with ledger or Ledger(spec.ledger_path) as ledger, ledger.lease(spec.release_id):
+    with ledger or Ledger(spec.ledger_path, key=master) as ledger, ledger.lease(spec.release_id):
         # Before anything is spent; the ledger's identity check (in reserve) names what
         # differs from an earlier release of this id, and publication checks its bytes.
         if target is None:
             check_replaceable(final, spec.release_id)
         else:
             check_remote_replaceable(target, spec.release_id, identity.digest)
+        bind_key(master, ledger)  # this ledger's own id, then recorded in the home
         leftovers = [str(path) for path in clean_stale(final or staging / spec.release_id)]
         if target is not None:
             leftovers += clean_remote_stale(target, spec.release_id)
@@ -390,6 +400,7 @@ def _run_opened(
             largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
             key_fingerprint=master.fingerprint,
             shared_input_with=spec.shares_input_with,
+            content=content,
         )
         trace.reservation = reservation
         progress(

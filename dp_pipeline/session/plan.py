@@ -2,8 +2,9 @@
 
 A session query is a ``df.dp`` query (the same parameter objects, the same checks) run
 in the session's context: its key, its privacy unit, and stream labels of its own,
-(release id, "session query <index>", the session's digest), so the noise of query
-``index`` is determined by the key, the release id and the index, and no two queries of
+(release id, "session query <index>", the session's digest, salted with the ledger's
+id and the data's fingerprint), so the noise of query ``index`` is determined by the
+key, the release id, the index, the ledger and the data, and no two queries of
 a session (the same query asked twice included) share a stream. The cost (`events`,
 the accountant's `PrivacyEvent` per noised vector or selection) and the margins of
 error (`info`) are known here, before the data is touched.
@@ -35,9 +36,16 @@ SELECTION_VERBS = ("quantile", "median", "top_k")
 SessionQuery = QuerySpec | QuantileQuery | TopKQuery
 
 
-def session_digest(population: str, release_id: str) -> str:
-    """The digest every stream of a session carries: no ``df.dp`` call shares its noise."""
-    return digest_of({"session/v1": {"population": population, "release id": release_id}})
+def session_digest(population: str, release_id: str, salt: dict | None = None) -> str:
+    """The digest every stream of a session carries: no ``df.dp`` call shares its noise.
+
+    ``salt`` (the ledger's id and the query's data fingerprint, when it runs) enters
+    it, so the same release id in another ledger, or on other data, draws other noise.
+    """
+    described = {"population": population, "release id": release_id}
+    if salt is not None:
+        described["salt"] = salt
+    return digest_of({"session/v1": described})
 
 
 def query_table(index: int) -> str:
@@ -109,14 +117,16 @@ def plan_query(
     release_id: str,
     privacy_unit: str | None,
     index: int,
+    salt: dict | None = None,
 ) -> PlannedQuery:
     """Build and cost ``statistic`` with ``arguments`` (a ``df.dp`` call's, without the key,
-    labels and privacy unit) as query ``index`` of a session; raise before any work."""
+    labels and privacy unit) as query ``index`` of a session; raise before any work.
+    ``salt`` enters its streams' labels (`session_digest`), never its cost."""
     context = RunContext.build(
         key=key,
         release_id=release_id,
         table=query_table(index),
-        release_digest=session_digest(population, release_id),
+        release_digest=session_digest(population, release_id, salt),
     )
     if statistic in AGGREGATION_VERBS:
         spec = QuerySpec.build(
@@ -160,6 +170,7 @@ def plan_query(
             release_id=release_id,
             privacy_unit=privacy_unit,
             index=index,
+            salt=salt,
         )
 
     return PlannedQuery(

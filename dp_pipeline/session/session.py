@@ -41,6 +41,7 @@ from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.query.cost import ReleaseInfo
 from dp_pipeline.query.signatures import explicit_argument_error
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.key_binding import bind_key
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
     cap_dict,
@@ -58,6 +59,7 @@ from dp_pipeline.release.spec.fields import TOKEN_PATTERN
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import Budget, SpendBounds, accountant_of, fits, remaining, spent
 from dp_pipeline.session.engine import check_columns, engine_of, run_planned
+from dp_pipeline.session.fingerprint import frame_fingerprint
 from dp_pipeline.session.plan import PlannedQuery, plan_query
 from dp_pipeline.session.reprs import bounds_text, cost_repr, details_text, record_repr
 from dp_pipeline.session.signatures import VERBS, verb
@@ -233,8 +235,12 @@ class Session:
                 raise DPTypeError(
                     f"ledger must be a path, a ledger URL or a Ledger, got {type(ledger).__name__}"
                 )
-            ledger = Ledger(ledger)
+            ledger = Ledger(ledger, key=key)
+        elif ledger.key is None:  # its rows are checked and sealed under the session's key
+            ledger.key = key
         self._ledger = ledger
+        bind_key(key, ledger)  # a key's budget lives in one ledger (key_binding)
+        self._ledger_id = ledger.meta("ledger_id")  # salts the noise (session.plan)
         self._cap = self._population_cap(cap)
         self._check_unused()
         self._nonce = secrets.token_hex(16)
@@ -342,7 +348,9 @@ class Session:
 
     # ----------------------------------------------------------------- queries
 
-    def _plan(self, statistic: str, arguments: dict, index: int) -> PlannedQuery:
+    def _plan(
+        self, statistic: str, arguments: dict, index: int, data: str | None = None
+    ) -> PlannedQuery:
         if arguments.get("on_invalid") == "error":
             raise DPValueError(
                 f'session.{statistic}(...): on_invalid="error" is refused in a session: '
@@ -362,6 +370,7 @@ class Session:
             release_id=self._release_id,
             privacy_unit=self._privacy_unit,
             index=index,
+            salt=None if data is None else {"ledger": self._ledger_id, "data": data},
         )
 
     def _run(self, statistic: str, arguments: dict):
@@ -382,6 +391,11 @@ class Session:
             record = QueryRecord(index, statistic, ledger_id, engine, "reading", planned.info)
             position = len(self._records)
             self._records.append(record)
+            # Read (charged): the same data is the same people, refused under another
+            # population, and the query's noise is salted with it and the ledger's id.
+            data = frame_fingerprint(df, planned.columns, engine, self._key)
+            self._ledger.record_input(reservation, data)
+            planned = self._plan(statistic, arguments, index, data)
             result = run_planned(planned, df, engine)
             # Returned, never written: the remaining states in one transaction.
             self._ledger.commit_returned(reservation, _EMPTY_MANIFEST, engine)
@@ -412,6 +426,7 @@ class Session:
                 "query": planned.canonical(),
                 "planned mechanisms": state,
                 "master key": self._key.fingerprint,
+                "privacy unit": {"column": self._privacy_unit},
             },
         )
         try:
@@ -419,7 +434,7 @@ class Session:
                 population=self._population,
                 release_id=ledger_id,
                 accountant=accountant,
-                fingerprint=f"not fingerprinted: session {self._nonce}",
+                fingerprint=f"not read yet: session {self._nonce}",
                 cap=self._cap,
                 identity=identity,
                 engine=engine,

@@ -45,6 +45,7 @@ from dp_pipeline.release.ledger.lease import LeaseHeldError
 from dp_pipeline.release.ledger.location import LedgerLocation
 from dp_pipeline.release.ledger.records import owner
 from dp_pipeline.release.ledger.schema import (
+    ADDED_COLUMNS,
     POSTGRES_SCHEMA,
     SCHEMA_VERSION,
     newer_schema_text,
@@ -208,12 +209,27 @@ class PostgresBackend:
                         "is not a dp_pipeline ledger, or was made by hand; use another database"
                     )
                 if version < SCHEMA_VERSION:
-                    for statement in statements(POSTGRES_SCHEMA):
-                        connection.execute(statement)
+                    script = statements(POSTGRES_SCHEMA)
+                    for statement in script:
+                        if not statement.startswith("CREATE INDEX"):
+                            connection.execute(statement)
+                    for column, kind in ADDED_COLUMNS.items():  # columns of later versions
+                        connection.execute(
+                            f"ALTER TABLE releases ADD COLUMN IF NOT EXISTS {column} {kind}"
+                        )
+                    for statement in script:  # after the columns they index exist
+                        if statement.startswith("CREATE INDEX"):
+                            connection.execute(statement)
                     connection.execute(
                         "INSERT INTO ledger_meta (name, value) VALUES ('schema_version', ?) "
                         "ON CONFLICT (name) DO UPDATE SET value = EXCLUDED.value",
                         (str(SCHEMA_VERSION),),
+                    )
+                    # A ledger's random id, drawn once: what a key's home records.
+                    connection.execute(
+                        "INSERT INTO ledger_meta (name, value) VALUES ('ledger_id', ?) "
+                        "ON CONFLICT (name) DO NOTHING",
+                        (secrets.token_hex(16),),
                     )
             except BaseException:
                 if not connection.raw.broken:

@@ -4,7 +4,12 @@ Version 1 is the schema before versions were recorded (no ``ledger_meta``
 table; the ``releases`` columns of `ADDED_COLUMNS` possibly missing). Version 2
 adds ``ledger_meta`` (the schema version and the master key's public
 fingerprint), the column ``input_override`` (populations a release's input was
-declared shared with) and an index on the input fingerprint. A ledger of an
+declared shared with) and an index on the input fingerprint. Version 3 adds the
+columns ``content`` (the input's keyed content digest, names excluded, compared by
+the one-population-per-input rule) and ``mac`` (each row's authentication code under the master key:
+`dp_pipeline.release.ledger.integrity`) and the ledger's random id (``ledger_meta``
+row ``ledger_id``, drawn when the ledger is created or migrated: what a key's home
+records as the ledger the key is bound to). A ledger of an
 older version is migrated by the backend in one transaction when it is opened
 for writing; one of a newer version (written by a newer dp_pipeline) is
 refused, since this version cannot know its rules.
@@ -21,7 +26,7 @@ __all__ = [
     "statements",
 ]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 # Columns added to ``releases`` after the first schema; migration adds the missing ones.
 ADDED_COLUMNS = {
@@ -32,6 +37,8 @@ ADDED_COLUMNS = {
     "engine": "TEXT",  # the engine of the last run that reserved or published it
     "manifest": "TEXT",  # the published files' digests (manifest.json), from publication on
     "input_override": "TEXT",  # populations the input was declared shared with (JSON list)
+    "mac": "TEXT",  # the row's authentication code under the master key (integrity.py)
+    "content": "TEXT",  # the input's keyed content digest, names excluded
 }
 
 _RELEASE_COLUMNS = """
@@ -62,6 +69,7 @@ CREATE TABLE IF NOT EXISTS populations (
 _INDEXES = """
 CREATE INDEX IF NOT EXISTS releases_population ON releases(population);
 CREATE INDEX IF NOT EXISTS releases_fingerprint ON releases(fingerprint);
+CREATE INDEX IF NOT EXISTS releases_content ON releases(content);
 """
 
 _ADDED = "".join(f",\n    {name} {kind}" for name, kind in ADDED_COLUMNS.items())

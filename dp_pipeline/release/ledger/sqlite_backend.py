@@ -13,6 +13,7 @@ is refused (`dp_pipeline.release.ledger.schema`).
 from __future__ import annotations
 
 import os
+import secrets
 import sqlite3
 from collections.abc import Callable
 from contextlib import closing, suppress
@@ -105,6 +106,12 @@ class SqliteBackend:
                             "INSERT OR REPLACE INTO ledger_meta (name, value) "
                             "VALUES ('schema_version', ?)",
                             (str(SCHEMA_VERSION),),
+                        )
+                        # A ledger's random id, drawn once: what a key's home records.
+                        connection.execute(
+                            "INSERT OR IGNORE INTO ledger_meta (name, value) "
+                            "VALUES ('ledger_id', ?)",
+                            (secrets.token_hex(16),),
                         )
                 except BaseException:
                     connection.execute("ROLLBACK")

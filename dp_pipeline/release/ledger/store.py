@@ -43,10 +43,12 @@ run of it is alive), and only while no hidden folder of its output exists.
 The budget is anchored to the data and the key. A ledger records the public
 fingerprint of the master key of its first keyed reservation and refuses any
 other key (under another key the same input has another fingerprint, so the
-input checks below could not recognise it). An input fingerprint already
-recorded under another population with the same privacy unit is refused, naming
-that population, unless the reservation declares that population in
-``shared_input_with`` (recorded in the row's ``input_override``).
+input checks below could not recognise it); the key's home records the ledger
+(`dp_pipeline.release.key_binding`). An input fingerprint, or content digest (names
+excluded), already recorded under another population with the same privacy unit is
+refused, naming that population, unless the reservation declares that population in
+``shared_input_with`` (recorded in the row's ``input_override``). A `Ledger` given
+its key checks and seals every row it writes (`dp_pipeline.release.ledger.integrity`).
 """
 
 from __future__ import annotations
@@ -54,14 +56,12 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import sqlite3
 from collections.abc import Callable, Sequence
-from contextlib import closing
-from dataclasses import dataclass
 from pathlib import Path
 
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
+from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
 from dp_pipeline.release.ledger.budget import (
@@ -79,6 +79,7 @@ from dp_pipeline.release.ledger.budget import (
     within_cap,
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
+from dp_pipeline.release.ledger.integrity import seal, verify_population
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.records import (
     STATES,
@@ -93,7 +94,7 @@ from dp_pipeline.release.ledger.records import (
     owner,
     row_state,
 )
-from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
+from dp_pipeline.release.ledger.view import LedgerView, read_ledger
 from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
 
 __all__ = ["Ledger", "LedgerView", "read_ledger"]
@@ -103,11 +104,18 @@ class Ledger:
     """A budget ledger at ``location``: a SQLite file (a path or ``sqlite:///path``, created
     on first use with its parent folder) or ``postgresql://...`` (its tables created on
     first use). An older schema is migrated in one transaction; a newer one is refused.
-    ``timeout`` (s) bounds the wait for another run's write."""
+    ``timeout`` (s) bounds the wait for another run's write. ``key``, the master key the
+    ledger is bound to, authenticates its rows (`dp_pipeline.release.ledger.integrity`):
+    a ledger sealed under it refuses rows changed by hand, and its writes need it."""
 
     def __init__(
-        self, location: str | os.PathLike[str] | LedgerLocation, timeout: float = 120.0
+        self,
+        location: str | os.PathLike[str] | LedgerLocation,
+        timeout: float = 120.0,
+        *,
+        key: MasterKey | None = None,
     ) -> None:
+        self.key = key  # authenticates rows (`integrity`); None: an unkeyed ledger's user
         self.location = ledger_location(location)
         self.path = self.location.path  # the SQLite file (None for a server ledger)
         if self.location.kind == "postgresql":
@@ -115,6 +123,19 @@ class Ledger:
         else:
             self._backend = sqlite_backend.SqliteBackend(self.location, timeout)
         self._leases: dict[str, object] = {}
+
+    def _write(self, work, *, action: str, population: str | None, release_id: str):
+        """``work`` in one write transaction, between the check of the population's rows
+        and the sealing of this write's row (`dp_pipeline.release.ledger.integrity`)."""
+
+        def sealed(connection):
+            if population is not None:
+                verify_population(connection, self.key, population, self.location.shown)
+            result = work(connection)
+            seal(connection, self.key, release_id, population, self.location.shown)
+            return result
+
+        return self._backend.write(sealed, action=action, lock=population)
 
     def close(self) -> None:
         """Close the server connection, if any (a lease keeps its own until it ends)."""
@@ -156,6 +177,7 @@ class Ledger:
         largest: Callable[[list[dict], dict], str] | None = None,
         key_fingerprint: str | None = None,
         shared_input_with: Sequence[str] = (),
+        content: str | None = None,
     ) -> Reservation:
         """Reserve ``accountant``'s spend for ``release_id`` on ``population``, or refuse.
 
@@ -178,7 +200,9 @@ class Ledger:
         recorded by the first keyed reservation and must match it afterwards
         (`LedgerError` otherwise). `InputReuseError` if ``fingerprint`` is recorded
         under another population with the same privacy unit, unless that population
-        is in ``shared_input_with`` (the override is recorded with the release).
+        is in ``shared_input_with`` (the override is recorded with the release); the same
+        for ``content`` (the input's keyed content digest, names excluded: a copy of an
+        input under another name or folder is the same input).
         """
         try:
             return self._reserve(
@@ -192,6 +216,7 @@ class Ledger:
                 engine,
                 key_fingerprint,
                 tuple(shared_input_with),
+                content,
             )
         except BudgetExceededError as error:
             previous_states = getattr(error, "previous_states", None)
@@ -212,6 +237,7 @@ class Ledger:
         engine,
         key_fingerprint,
         shared_input_with,
+        content=None,
     ) -> Reservation:
         cap_state = cap_dict(cap)
         state = accountant.to_dict()
@@ -250,8 +276,9 @@ class Ledger:
                 if outcome is not None:
                     return self._reuse(connection, existing, outcome, identity, cap_state, engine)
             override = self._check_input(
-                connection, release_id, population, fingerprint, identity, shared_input_with
-            )
+                connection, release_id, population, (fingerprint, content), identity,
+                shared_input_with,
+            )  # fmt: skip
             others = connection.execute(
                 "SELECT accountant FROM releases WHERE population = ? AND status IN "
                 "('reserved', 'committed') AND release_id != ?",
@@ -298,14 +325,15 @@ class Ledger:
                 engine,
                 None,
                 override,
+                content,
                 release_id,
             )
             if existing is None:
                 connection.execute(
                     "INSERT INTO releases (population, status, fingerprint, accountant, "
                     "guarantee, cumulative, reserved_at, finished_at, owner, output, identity, "
-                    "published_at, state, token, engine, manifest, input_override, release_id) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "published_at, state, token, engine, manifest, input_override, content, "
+                    "release_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     values,
                 )
             else:  # an aborted id, run again
@@ -313,8 +341,8 @@ class Ledger:
                     "UPDATE releases SET population = ?, status = ?, fingerprint = ?, "
                     "accountant = ?, guarantee = ?, cumulative = ?, reserved_at = ?, "
                     "finished_at = ?, owner = ?, output = ?, identity = ?, published_at = ?, "
-                    "state = ?, token = ?, engine = ?, manifest = ?, input_override = ? "
-                    "WHERE release_id = ?",
+                    "state = ?, token = ?, engine = ?, manifest = ?, input_override = ?, "
+                    "content = ? WHERE release_id = ?",
                     values,
                 )
             _checkpoint("mid_reserve")
@@ -331,7 +359,9 @@ class Ledger:
                 digest=identity.digest,
             )
 
-        return self._backend.write(work, action=f"reserving {release_id!r}", lock=population)
+        return self._write(
+            work, action=f"reserving {release_id!r}", population=population, release_id=release_id
+        )
 
     def _bind_key(self, connection, key_fingerprint: str) -> None:
         """Record the master key's fingerprint in a ledger that has none, or check it."""
@@ -371,9 +401,11 @@ class Ledger:
         )
 
     def _check_input(
-        self, connection, release_id, population, fingerprint, identity, shared_input_with
+        self, connection, release_id, population, inputs, identity, shared_input_with
     ) -> str | None:
-        """Refuse an input recorded under another population with the same privacy unit.
+        """Refuse an input recorded under another population with the same privacy unit:
+        ``inputs`` is (named fingerprint, content digest or None); either one matching
+        is the same input.
 
         Returns the override to record (JSON list of the populations declared
         shared that hold this input), or None.
@@ -381,9 +413,9 @@ class Ledger:
         unit = identity.parts.get("privacy unit")
         holders: dict[str, str] = {}
         for other in connection.execute(
-            "SELECT release_id, population, identity FROM releases WHERE fingerprint = ? "
-            "AND population != ? AND status != 'aborted' ORDER BY release_id",
-            (fingerprint, population),
+            "SELECT release_id, population, identity FROM releases WHERE (fingerprint = ? "
+            "OR content = ?) AND population != ? AND status != 'aborted' ORDER BY release_id",
+            (*inputs, population),
         ).fetchall():
             recorded = None
             if other["identity"] is not None:
@@ -394,7 +426,7 @@ class Ledger:
         undeclared = [name for name in holders if name not in shared_input_with]
         if undeclared:
             name = undeclared[0]
-            raise InputReuseError(
+            refusal = InputReuseError(
                 f"release {release_id!r} refused: its input is already recorded under "
                 f"population {name!r} (release {holders[name]!r}) with the same privacy "
                 f"unit. An input's people are one population: releasing it under "
@@ -404,6 +436,8 @@ class Ledger:
                 f'[population] shares_input_with = ["{name}"] (recorded in the ledger). '
                 "Nothing was read or written"
             )
+            refusal.holder = (name, holders[name])  # for a session's own words (record_input)
+            raise refusal
         return canonical_json(sorted(holders)) if holders else None
 
     def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
@@ -461,10 +495,11 @@ class Ledger:
                 (state, reservation.release_id),
             )
 
-        self._backend.write(
+        self._write(
             work,
             action=f"recording state {state} of {reservation.release_id!r}",
-            lock=reservation.population,
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
@@ -500,10 +535,11 @@ class Ledger:
                 ),
             )
 
-        self._backend.write(
+        self._write(
             work,
             action=f"recording the publication of {reservation.release_id!r}",
-            lock=reservation.population,
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def commit(self, reservation: Reservation, output: str | None = None) -> None:
@@ -525,9 +561,45 @@ class Ledger:
                 (now_text(), output, reservation.release_id),
             )
 
-        self._backend.write(
-            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        self._write(
+            work,
+            action=f"committing {reservation.release_id!r}",
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
+
+    def record_input(self, reservation: Reservation, fingerprint: str) -> None:
+        """Record the input fingerprint of a `dp_pipeline.Session` query, taken once it is
+        reading (charged), as its fingerprint and content digest; `InputReuseError` (the
+        query stays charged) when another population with the same privacy unit holds it."""
+        release_id = reservation.release_id
+
+        def work(connection) -> None:
+            row = self._held(connection, reservation, "recording its input")
+            identity = ReleaseIdentity.from_dict(json.loads(row["identity"]))
+            inputs = (fingerprint, fingerprint)
+            self._check_input(connection, release_id, reservation.population, inputs, identity, ())
+            connection.execute(
+                "UPDATE releases SET fingerprint = ?, content = ? WHERE release_id = ?",
+                (fingerprint, fingerprint, release_id),
+            )
+
+        try:
+            self._write(
+                work,
+                action=f"recording the input of {release_id!r}",
+                population=reservation.population,
+                release_id=release_id,
+            )
+        except InputReuseError as error:
+            name, other = error.holder
+            raise InputReuseError(
+                f"session query {release_id!r} refused: its DataFrame holds the same rows as "
+                f"release {other!r} of population {name!r} (same keyed fingerprint, same "
+                f"privacy unit). The same people are one population: query them under "
+                f"population={name!r}. This query stays charged to {reservation.population!r} "
+                "(its data was read to be recognised); nothing was returned"
+            ) from None
 
     def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record a result handed to the caller in memory: from ``reading`` through
@@ -554,8 +626,11 @@ class Ledger:
                 (now_text(), now_text(), canonical_json(manifest), engine, reservation.release_id),
             )
 
-        self._backend.write(
-            work, action=f"committing {reservation.release_id!r}", lock=reservation.population
+        self._write(
+            work,
+            action=f"committing {reservation.release_id!r}",
+            population=reservation.population,
+            release_id=reservation.release_id,
         )
 
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
@@ -599,10 +674,11 @@ class Ledger:
         """
         with self.lease(release_id, "aborting it"):
             entry = self.entry(release_id)  # a release id's population never changes
-            self._backend.write(
+            self._write(
                 lambda connection: self._abort(connection, release_id),
                 action=f"aborting {release_id!r}",
-                lock=None if entry is None else entry.population,
+                population=None if entry is None else entry.population,
+                release_id=release_id,
             )
 
     def _abort(self, connection, release_id: str) -> None:
@@ -690,9 +766,31 @@ class Ledger:
 
     def key_fingerprint(self) -> str | None:
         """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
+        return self.meta("key_fingerprint")
+
+    def record_move(self, name: str, move: dict, key_fingerprint: str | None = None) -> None:
+        """Append ``move`` to the JSON list ``ledger_meta[name]`` ("moved_to", "moved_from"),
+        binding ``key_fingerprint`` first if given (`dp_pipeline.release.key_binding`)."""
+
+        def work(connection) -> None:
+            if key_fingerprint is not None:
+                self._bind_key(connection, key_fingerprint)
+            row = connection.execute(
+                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
+            ).fetchone()
+            moves = [*([] if row is None else json.loads(row["value"])), move]
+            connection.execute("DELETE FROM ledger_meta WHERE name = ?", (name,))
+            connection.execute(
+                "INSERT INTO ledger_meta (name, value) VALUES (?, ?)", (name, canonical_json(moves))
+            )
+
+        self._backend.write(work, action=f"recording {name}")
+
+    def meta(self, name: str) -> str | None:
+        """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
         row = self._backend.read(
             lambda connection: connection.execute(
-                "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
+                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
             ).fetchone(),
             action="reading the ledger",
         )
@@ -703,6 +801,11 @@ class Ledger:
         cap = self.populations().get(population)
         if cap is None:
             raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
+        if self.key is not None:  # summed only once its rows are checked under the key
+            self._backend.read(
+                lambda c: verify_population(c, self.key, population, self.location.shown),
+                action="checking the ledger",
+            )
         states = [e.accountant for e in self.history(population) if e.status != "aborted"]
         spend = measure_spend(compose_accountants(states), cap) if states else None
         return spend, left_text(spend, cap)
@@ -730,74 +833,3 @@ def _checkpoint(name: str) -> None:
     """A named point inside a ledger write ("mid_reserve": the row is written, not yet
     committed); does nothing. The crash tests' launcher replaces it to kill the process
     there (tests/protocol_launcher.py), as it does `dp_pipeline.release.run._checkpoint`."""
-
-
-@dataclass(frozen=True)
-class LedgerView:
-    """What a ledger records about one population and one release id, read without writing.
-
-    ``cap`` is the population's recorded cap (None: no release of it yet); ``states``
-    the accountant states of its committed and reserved releases other than
-    ``release_id`` (what `Ledger.reserve` composes); ``existing`` the row of
-    ``release_id`` (any population) as a dict, columns of older ledgers as None.
-    """
-
-    path: str  # the location, credentials masked
-    cap: dict | None
-    states: list[dict]
-    committed: int
-    reserved: int
-    existing: dict | None
-
-
-def read_ledger(
-    location: str | os.PathLike[str] | LedgerLocation, population: str, release_id: str
-) -> LedgerView:
-    """Read ``population`` and ``release_id`` from the ledger at ``location``, changing nothing.
-
-    A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
-    transaction: no schema is created or migrated, no lease is taken, and a missing
-    ledger is a `LedgerError` (only a run creates a ledger).
-    """
-    location = ledger_location(location)
-    shown = location.shown
-
-    def view(connection) -> tuple:
-        row = connection.execute(
-            "SELECT cap FROM populations WHERE name = ?", (population,)
-        ).fetchone()
-        others = connection.execute(
-            "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
-            "('reserved', 'committed') AND release_id != ?",
-            (population, release_id),
-        ).fetchall()
-        existing = connection.execute(
-            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-        ).fetchone()
-        return row, others, existing
-
-    if location.kind == "postgresql":
-        psycopg, connection = postgres_backend.open_read_only(location)
-        try:
-            row, others, existing = view(connection)
-        except psycopg.Error as error:
-            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
-        finally:
-            connection.raw.close()
-    else:
-        connection = sqlite_backend.open_read_only(location)
-        try:
-            with closing(connection):
-                row, others, existing = view(connection)
-        except sqlite3.Error as error:
-            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
-    if existing is not None:
-        existing = {**dict.fromkeys(ADDED_COLUMNS), **dict(existing)}
-    return LedgerView(
-        shown,
-        None if row is None else json.loads(row["cap"]),
-        [json.loads(r["accountant"]) for r in others],
-        sum(r["status"] == "committed" for r in others),
-        sum(r["status"] == "reserved" for r in others),
-        existing,
-    )

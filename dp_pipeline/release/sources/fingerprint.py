@@ -45,6 +45,7 @@ __all__ = [
     "FileRangeError",
     "chunk_ranges",
     "content_digest",
+    "content_fingerprint",
     "digests_fingerprint",
     "file_name",
     "files_fingerprint",
@@ -230,6 +231,22 @@ def digests_fingerprint(
         digest.update(len(name).to_bytes(8, "big") + name)
         digest.update(entry.size.to_bytes(8, "big") + bytes.fromhex(entry.sha256))
     return master.hmac_sha256(b"input-fingerprint", digest.digest()).hex()
+
+
+def content_fingerprint(master: MasterKey, digests: Iterable[FileDigest]) -> str:
+    """The keyed digest (64 hex digits) of the files' contents alone, names excluded.
+
+    The multiset of (size, content digest), sorted, under its own subkey (label
+    ``input-content``): a byte-identical copy of an input under another name, or inside
+    another folder, has the same one, so the ledger recognises it as the same people
+    (`Ledger.reserve`'s input check). Keyed, so that the ledger does not hold plain
+    content hashes of confidential files that could confirm a guess of their bytes.
+    """
+    entries = sorted((d.size, d.sha256) for d in digests)
+    digest = hashlib.sha256(len(entries).to_bytes(8, "big"))
+    for size, sha256 in entries:
+        digest.update(size.to_bytes(8, "big") + bytes.fromhex(sha256))
+    return master.hmac_sha256(b"input-content", digest.digest()).hex()
 
 
 def _name(file: Path, root: Path) -> str:

@@ -19,6 +19,7 @@ from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.errors import DPError
 from dp_pipeline.release.sources.fingerprint import (
     FileDigest,
+    content_fingerprint,
     digests_fingerprint,
     file_name,
     input_files,
@@ -160,6 +161,15 @@ class OpenedInput:
     def fingerprint(self, master) -> str:
         """The keyed fingerprint of the listed files' bytes (`digests_fingerprint`)."""
         return digests_fingerprint(master, self.digests(), self.header)
+
+    def fingerprints(self, master) -> tuple[str, str]:
+        """The keyed fingerprint and the keyed content digest, names excluded
+        (`content_fingerprint`), from one hashing of the files."""
+        digests = self.digests()
+        return (
+            digests_fingerprint(master, digests, self.header),
+            content_fingerprint(master, digests),
+        )
 
     def check_unchanged(self, files: tuple[str, ...], release_id: str) -> None:
         if tuple(files) != self.listed():

@@ -1,0 +1,92 @@
+"""Reading a ledger without writing: what `dp-release plan` checks a release against.
+
+A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
+transaction: no schema is created or migrated, no lease is taken, and a missing
+ledger is a `LedgerError` (only a run creates a ledger).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+
+from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
+from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
+
+__all__ = ["LedgerView", "read_ledger"]
+
+
+@dataclass(frozen=True)
+class LedgerView:
+    """What a ledger records about one population and one release id, read without writing.
+
+    ``cap`` is the population's recorded cap (None: no release of it yet); ``states``
+    the accountant states of its committed and reserved releases other than
+    ``release_id`` (what `Ledger.reserve` composes); ``existing`` the row of
+    ``release_id`` (any population) as a dict, columns of older ledgers as None.
+    """
+
+    path: str  # the location, credentials masked
+    cap: dict | None
+    states: list[dict]
+    committed: int
+    reserved: int
+    existing: dict | None
+
+
+def read_ledger(
+    location: str | os.PathLike[str] | LedgerLocation, population: str, release_id: str
+) -> LedgerView:
+    """Read ``population`` and ``release_id`` from the ledger at ``location``, changing nothing.
+
+    A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
+    transaction: no schema is created or migrated, no lease is taken, and a missing
+    ledger is a `LedgerError` (only a run creates a ledger).
+    """
+    location = ledger_location(location)
+    shown = location.shown
+
+    def view(connection) -> tuple:
+        row = connection.execute(
+            "SELECT cap FROM populations WHERE name = ?", (population,)
+        ).fetchone()
+        others = connection.execute(
+            "SELECT status, accountant FROM releases WHERE population = ? AND status IN "
+            "('reserved', 'committed') AND release_id != ?",
+            (population, release_id),
+        ).fetchall()
+        existing = connection.execute(
+            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+        ).fetchone()
+        return row, others, existing
+
+    if location.kind == "postgresql":
+        psycopg, connection = postgres_backend.open_read_only(location)
+        try:
+            row, others, existing = view(connection)
+        except psycopg.Error as error:
+            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
+        finally:
+            connection.raw.close()
+    else:
+        connection = sqlite_backend.open_read_only(location)
+        try:
+            with closing(connection):
+                row, others, existing = view(connection)
+        except sqlite3.Error as error:
+            raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
+    if existing is not None:
+        existing = {**dict.fromkeys(ADDED_COLUMNS), **dict(existing)}
+    return LedgerView(
+        shown,
+        None if row is None else json.loads(row["cap"]),
+        [json.loads(r["accountant"]) for r in others],
+        sum(r["status"] == "committed" for r in others),
+        sum(r["status"] == "reserved" for r in others),
+        existing,
+    )
