@@ -1,0 +1,125 @@
+"""Every bracket true: lower <= exact <= upper for δ(ε) and ε(δ), subnormal floats included.
+
+References, none through the accountant:
+- `gaussian_tail_reference.wide_gaussian_delta`: a wide discrete Gaussian beside randomized
+  responses (discrete Laplaces of shift 1 and pure-DP events), an mpmath interval around
+  the exact δ (Euler–Maclaurin tails with their remainder bounds), itself checked here
+  against direct mpmath sums;
+- mpmath's own e^x for the outward conversions of `outward`.
+"""
+
+from __future__ import annotations
+
+import math
+from fractions import Fraction
+
+import mpmath as mp
+import pytest
+
+from dp_pipeline import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.accounting.events import PureDP
+from dp_pipeline.accounting.outward import exp_down, exp_up, round_down
+from tests.gaussian_tail_reference import wide_gaussian_delta
+
+MPMATH_DPS = 40  # decimal digits: tests/conftest.py sets them for each test
+
+# (σ², discrete Laplace scale, pure ε): δ(ε) falls through the subnormal floats just above
+# the pure part's total ε = 1/b + ε₀, where the Gaussian alone must supply the excess
+# (σ² = 10^12, b = 10, ε₀ = 1/3 is the plan of the audit: δ(0.4333713080171368) was
+# reported as 5e-324 against an exact 6.075e-324)
+_SUBNORMAL_PLANS = [
+    (10**12, 10, Fraction(1, 3)),
+    (10**10, 3, Fraction(1, 5)),
+    (4 * 10**12, 10, Fraction(1, 3)),
+]
+
+
+def _plan(sigma2: int, scale: int, pure: Fraction) -> PrivacyAccountant:
+    accountant = PrivacyAccountant().add(DiscreteGaussian(sigma2))
+    return accountant.add(DiscreteLaplace(scale)).add(PureDP(pure))
+
+
+def _contains(lower: float, upper: float, exact: tuple) -> bool:
+    """Whether [lower, upper] meets the reference interval (both rigorous): if not, the
+    bracket misses the exact value."""
+    return mp.mpf(lower) <= exact[1] and exact[0] <= mp.mpf(upper)
+
+
+def test_reference_tails_match_direct_sums():
+    # the Euler–Maclaurin interval of the reference holds the direct mpmath sum of the
+    # same discrete Gaussian (σ² = 10^4, small enough to sum term by term)
+    sigma2 = 10**4
+    s = mp.mpf(sigma2)
+    normaliser = mp.fsum(mp.exp(-mp.mpf(k * k) / (2 * s)) for k in range(-4000, 4001))
+    pure = [Fraction(1, 3)]
+    for eps in (0.34, 0.36, 0.38, 0.40):
+        top = Fraction(eps) - pure[0]
+        first = math.floor((top - Fraction(1, 2 * sigma2)) * sigma2) + 1
+        weight = mp.exp(mp.mpf(top))
+        direct = (
+            mp.fsum(
+                mp.exp(-mp.mpf(y * y) / (2 * s))
+                * (1 - weight / mp.exp(mp.mpf(2 * y + 1) / (2 * s)))
+                for y in range(first, 4001)
+            )
+            / normaliser
+        )
+        direct *= 1 / (1 + mp.exp(-mp.mpf(pure[0])))  # the RR atom at +ε₀; the other is far
+        low, high = wide_gaussian_delta(sigma2, pure, eps)
+        assert low <= direct * (1 + mp.mpf(10) ** -30) and direct <= high * (1 + mp.mpf(10) ** -30)
+
+
+@pytest.mark.parametrize("sigma2,scale,pure", _SUBNORMAL_PLANS)
+def test_delta_brackets_hold_the_exact_value_through_the_subnormal_floats(sigma2, scale, pure):
+    # 41 ε where the exact δ goes from ~1e-290 to below 5e-324: every bracket must hold
+    # the exact value (before the outward rounding, 52 of 384 such points in 8 plans,
+    # upper ends rounded down to the nearest subnormal and lower ends rounded up)
+    accountant = _plan(sigma2, scale, pure)
+    top = Fraction(1, scale) + pure
+    missed = []
+    for i in range(41):
+        eps = float(top + Fraction((36.5 + 3 * i / 40) / math.sqrt(sigma2)))
+        bound = accountant.delta(eps)
+        exact = wide_gaussian_delta(sigma2, [Fraction(1, scale), pure], eps)
+        if not _contains(bound.lower, bound.upper, exact):
+            missed.append((eps, bound.lower, bound.upper, mp.nstr(exact[0], 6)))
+        assert bound.upper > 0, "an upper end is never 0"
+    assert missed == [], f"brackets missing the exact δ: {missed}"
+
+
+def test_the_audited_subnormal_point():
+    # δ(0.4333713080171368) = 6.0752190954886510e-324 (reference): between the subnormals
+    # 5e-324 (2^-1074) and 1e-323 (2^-1073), so the upper end must be 1e-323 or more
+    bound = _plan(10**12, 10, Fraction(1, 3)).delta(0.4333713080171368)
+    exact = wide_gaussian_delta(10**12, [Fraction(1, 10), Fraction(1, 3)], 0.4333713080171368)
+    assert mp.nstr(exact[0], 8) == "6.0752191e-324"
+    assert exact[1] - exact[0] <= mp.mpf(10) ** -12 * exact[1]  # far inside one float step
+    assert bound.upper >= 2.0**-1073
+    assert bound.lower <= 2.0**-1074
+
+
+@pytest.mark.parametrize("sigma2,scale,pure", _SUBNORMAL_PLANS)
+@pytest.mark.parametrize("delta", [5e-324, 1e-323, 2e-323, 1e-320, 3e-308, 1e-300])
+def test_epsilon_brackets_hold_the_exact_value_at_subnormal_delta(sigma2, scale, pure, delta):
+    # ε(δ) = the smallest ε with δ(ε) <= δ: the upper end's exact δ must be <= δ, the lower
+    # end's >= δ (δ(ε) decreases); `epsilon(5e-324)` of the first plan had an upper end
+    # whose exact δ was 7.3e-324
+    bound = _plan(sigma2, scale, pure).epsilon(delta)
+    at_upper = wide_gaussian_delta(sigma2, [Fraction(1, scale), pure], bound.upper)
+    at_lower = wide_gaussian_delta(sigma2, [Fraction(1, scale), pure], bound.lower)
+    assert at_upper[0] <= delta, f"upper end {bound.upper!r}: exact δ {mp.nstr(at_upper[0], 6)}"
+    assert at_lower[1] >= delta, f"lower end {bound.lower!r}: exact δ {mp.nstr(at_lower[1], 6)}"
+
+
+@pytest.mark.parametrize("x", [-700.0, -708.5, -720.25, -744.0, -744.4, -745.1, -745.2, -3.0])
+def test_exp_rounds_outward_among_subnormals(x):
+    exact = mp.exp(mp.mpf(x))
+    assert mp.mpf(exp_down(x)) <= exact <= mp.mpf(exp_up(x))
+    assert exp_up(x) > 0  # an upper end is never 0
+    assert exp_up(x) <= 4 * max(math.exp(x), 2.0**-1074)  # outward by a few ulps only
+
+
+def test_round_down_stops_at_zero():
+    assert round_down(5e-324) == 0.0
+    assert round_down(1.0, 1) == math.nextafter(1.0, 0.0)
