@@ -123,3 +123,56 @@ def test_exp_rounds_outward_among_subnormals(x):
 def test_round_down_stops_at_zero():
     assert round_down(5e-324) == 0.0
     assert round_down(1.0, 1) == math.nextafter(1.0, 0.0)
+
+
+# (σ², the randomized responses' ε): plans whose δ near the float range's bottom goes
+# through the exact 1-D formula (one Gaussian alone: direct sums, or the inversion for
+# σ² = 10^5), the exact finite-support composition and the tilted lattice (below δ = 1e-12)
+_OTHER_PATHS = [
+    (Fraction(2), []),
+    (Fraction(100), []),
+    (Fraction(10**5), []),
+    (Fraction(10), [Fraction(1, 3)]),
+    (Fraction(100), [Fraction(1, 10), Fraction(1, 3)]),
+    (Fraction(3, 2), [Fraction(1, 10), Fraction(1, 2)]),
+]
+
+
+def _rr_plan(sigma2: Fraction, epsilons: list[Fraction]) -> PrivacyAccountant:
+    accountant = PrivacyAccountant().add(DiscreteGaussian(sigma2))
+    for epsilon in epsilons:
+        accountant.add(PureDP(epsilon))
+    return accountant
+
+
+@pytest.mark.parametrize("sigma2,epsilons", _OTHER_PATHS)
+def test_every_path_holds_the_exact_delta_among_subnormals(sigma2, epsilons):
+    # the Gaussian supplies 35σ to 40σ of loss above the pure part: δ from ~1e-270 down
+    # past 5e-324 (before: theorem7's direct sums and the tilted lattice gave lower ends
+    # above the exact δ there, and theorem7 at σ² = 10^5 an upper end 1e-323 against an
+    # exact 4.2e-323)
+    accountant = _rr_plan(sigma2, epsilons)
+    top = sum(epsilons, Fraction(0))
+    sigma = math.sqrt(sigma2)
+    missed, methods = [], set()
+    for i in range(60):
+        eps = float(top + Fraction((sigma * (35 + i / 12) + 0.5) / float(sigma2)))
+        exact = wide_gaussian_delta(sigma2, epsilons, eps)
+        if exact[1] > 1e-270 or exact[1] < 1e-326:
+            continue
+        bound = accountant.delta(eps)
+        methods.add(bound.method)
+        if not _contains(bound.lower, bound.upper, exact) or bound.upper == 0:
+            missed.append((eps, bound.lower, bound.upper, bound.method, mp.nstr(exact[0], 9)))
+    assert methods, "no ε of the scan fell in the range"
+    assert missed == [], f"brackets missing the exact δ: {missed}"
+
+
+@pytest.mark.parametrize("sigma2,epsilons", _OTHER_PATHS)
+@pytest.mark.parametrize("delta", [5e-324, 2e-323, 1e-320, 1e-310])
+def test_every_path_holds_the_exact_epsilon_at_subnormal_delta(sigma2, epsilons, delta):
+    bound = _rr_plan(sigma2, epsilons).epsilon(delta)
+    at_upper = wide_gaussian_delta(sigma2, epsilons, bound.upper)
+    at_lower = wide_gaussian_delta(sigma2, epsilons, bound.lower)
+    assert at_upper[0] <= delta, f"upper end {bound.upper!r}: exact δ {mp.nstr(at_upper[0], 6)}"
+    assert at_lower[1] >= delta, f"lower end {bound.lower!r}: exact δ {mp.nstr(at_lower[1], 6)}"
