@@ -155,24 +155,31 @@ def _bounds_one_shift(
     start = max(first, 0)
     last = math.ceil(math.sqrt(start * start + 2 * sigma2_float * _TAIL_LOG_RATIO)) + 1
     logs = []
-    largest_exponent = 0.0
+    largest_exponent = largest_weight = 0.0
     for chunk_start in range(first, last + 1, _CHUNK):
         ys = np.arange(chunk_start, min(chunk_start + _CHUNK, last + 1), dtype=np.float64)
         gaps = float(gap0) + (ys - first) * step
         quadratic = (ys * ys) / (2 * sigma2_float)
         largest_exponent = max(largest_exponent, float(quadratic.max()))
-        with np.errstate(divide="ignore"):  # a gap's 1 - e^{-gap} of 1.0 has log 0
-            logs.append(-quadratic - log_normalizer + np.log(-np.expm1(-gaps)))
+        weights = np.log(-np.expm1(-gaps))  # log(1 - e^{-gap}) <= 0, finite (gap > 0)
+        largest_weight = max(largest_weight, float(-weights.min()))
+        logs.append(-quadratic - log_normalizer + weights)
     log_terms = np.concatenate(logs)
     # the terms are summed relative to the largest, e^top, so that a δ among (or below)
     # the subnormal floats keeps its relative precision; a term below 2^-1074 of the
     # largest (at most 2^-1074 each once rounded) is charged as that, per term
     top = float(log_terms.max())
-    total = float(np.exp(log_terms - top).sum())
+    differences = log_terms - top
+    scaled = np.exp(differences)
+    total = float(scaled.sum())  # >= 1: the largest term is e^0
     count = last - first + 1
+    # the weight's log and the subtraction of top err by u of their magnitudes each, so
+    # term i by a factor e^{±2u(|d_i| + |log w|_max + 1)}: relative to e^top, their sum
+    shifted = 2.02 * _UNIT * float(np.sum(scaled * (np.abs(differences) + largest_weight + 1)))
     relative = (
-        8 * _UNIT * (largest_exponent + abs(log_normalizer) + abs(top) + 1) * 1.01
+        4 * _UNIT * (largest_exponent + abs(log_normalizer) + 1) * 1.01
         + _log_normalizer_error(sigma2_float, log_normalizer) * 1.01
+        + shifted / total
         + 10 * _UNIT
         + _UNIT * (math.ceil(math.log2(count + 1)) + 2)
     )
