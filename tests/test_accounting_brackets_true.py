@@ -5,7 +5,11 @@ References, none through the accountant:
   responses (discrete Laplaces of shift 1 and pure-DP events), an mpmath interval around
   the exact δ (Euler–Maclaurin tails with their remainder bounds), itself checked here
   against direct mpmath sums;
-- mpmath's own e^x for the outward conversions of `outward`.
+- mpmath's own e^x for the outward conversions of `outward`;
+- the worst case of one ε-bounded-range selection, δ_BR (Dong, Durfee & Rogers 2020, §4),
+  alone and beside pure DP (where the selection may pick its t from the randomized
+  response's output, so the worst case is E_RR[δ_BR(x - L)]), and their non-adaptive
+  composition of k runs (§5) in mpmath.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from fractions import Fraction
 import mpmath as mp
 import pytest
 
-from dp_pipeline import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.accounting.outward import exp_down, exp_up, round_down
@@ -176,3 +180,97 @@ def test_every_path_holds_the_exact_epsilon_at_subnormal_delta(sigma2, epsilons,
     at_lower = wide_gaussian_delta(sigma2, epsilons, bound.lower)
     assert at_upper[0] <= delta, f"upper end {bound.upper!r}: exact δ {mp.nstr(at_upper[0], 6)}"
     assert at_lower[1] >= delta, f"lower end {bound.lower!r}: exact δ {mp.nstr(at_lower[1], 6)}"
+
+
+# ----------------------------------------------------------------- selections' lower ends
+
+
+def _br_delta(eps, x):
+    """δ_BR(x) of one ε-BR mechanism at its worst (DDR 2020 §4), mpmath."""
+    eps, x = mp.mpf(eps), mp.mpf(x)
+    if x >= eps:
+        return mp.mpf(0)
+    if x <= -eps:
+        return -mp.expm1(x)
+    return (mp.e ** (eps / 2) - mp.e ** (x / 2)) ** 2 / mp.expm1(eps)
+
+
+def _median_plus_pure(eps, pure, x):
+    """The worst case of one ε-BR run beside pure ε₀-DP: the run may follow the randomized
+    response and pick its t from its output, so δ = E_RR[δ_BR(x - L_RR)] exactly."""
+    pure = mp.mpf(pure)
+    high = 1 / (1 + mp.e ** (-pure))
+    return high * _br_delta(eps, x - pure) + (1 - high) * _br_delta(eps, x + pure)
+
+
+def _median() -> BaseTwoExponential:
+    return BaseTwoExponential(Fraction(1, 2))  # ε-BR at its stated bounded_range_epsilon
+
+
+def test_one_median_brackets_its_exact_curve():
+    # before: δ(0.49) had lower end 6.56e-5 (the lattice pair's, as its upper end) against
+    # the exact 6.32e-5, and ε(1e-6) the bracket [0.4983232, 0.4983232] against 0.4974727
+    mechanism = _median()
+    eps = mechanism.bounded_range_epsilon
+    accountant = PrivacyAccountant().add(mechanism)
+    for i in range(31):
+        x = float(eps) * i / 25  # up to 1.2ε, where δ is 0
+        exact = _br_delta(eps, x)
+        bound = accountant.delta(x)
+        assert mp.mpf(bound.lower) <= exact <= mp.mpf(bound.upper), (x, bound, exact)
+        if exact > 1e-12:  # the closed form: the lower end is exact to a few ulps
+            assert bound.lower >= float(exact) * (1 - 1e-12)
+    for delta in (1e-2, 1e-4, 1e-6, 1e-9):
+        # δ_BR(x) = δ  <=>  x = 2·log(e^{ε/2} - sqrt(δ(e^ε - 1)))
+        exact = 2 * mp.log(mp.e ** (mp.mpf(eps) / 2) - mp.sqrt(delta * mp.expm1(mp.mpf(eps))))
+        bound = accountant.epsilon(delta)
+        assert mp.mpf(bound.lower) <= exact <= mp.mpf(bound.upper), (delta, bound, exact)
+
+
+def test_median_beside_pure_dp_brackets_its_exact_curve():
+    # before: every lower end of the scan lay above the exact curve (δ(0) lower end
+    # 0.1787065 against 0.1787048); now the lower end is the plan with the median as the
+    # ε-BR pair B_{ε/2}: valid, and looser (the gap says so)
+    mechanism = _median()
+    eps = mechanism.bounded_range_epsilon
+    pure = Fraction(1, 3)
+    accountant = PrivacyAccountant().add(mechanism).add(PureDP(pure))
+    for i in range(0, 41):
+        x = 0.9 * i / 40
+        exact = _median_plus_pure(eps, pure, x)
+        bound = accountant.delta(x)
+        assert mp.mpf(bound.lower) <= exact <= mp.mpf(bound.upper), (x, bound, exact)
+    for delta in (1e-3, 1e-6):
+        bound = accountant.epsilon(delta)
+        assert _median_plus_pure(eps, pure, bound.upper) <= delta
+        assert bound.lower == 0 or _median_plus_pure(eps, pure, bound.lower) >= delta
+
+
+@pytest.mark.parametrize("k", [2, 5])
+def test_selections_of_one_epsilon_have_a_lower_end_below_ddr_optimum(k):
+    # k runs at one ε alone: the lower end is the best of 63 pairs B_t run k times (DDR's
+    # non-adaptive composition, below their adaptive optimum); checked against the same
+    # sums in mpmath at those t, and against the upper end
+    mechanism = _median()
+    eps = mp.mpf(mechanism.bounded_range_epsilon)
+    accountant = PrivacyAccountant().add(mechanism, count=k)
+    for x in (0.0, 0.4, 1.0):
+        best = mp.mpf(0)
+        for j in range(1, 64):
+            t = eps * j / 64
+            p = (mp.e**eps - mp.e ** (eps - t)) / mp.expm1(eps)
+            best = max(
+                best,
+                mp.fsum(
+                    mp.binomial(k, i)
+                    * p ** (k - i)
+                    * (1 - p) ** i
+                    * (1 - mp.e ** (x - ((k - i) * eps - k * t)))
+                    for i in range(k + 1)
+                    if (k - i) * eps - k * t > x
+                ),
+            )
+        bound = accountant.delta(x)
+        assert bound.lower <= best * (1 + mp.mpf(10) ** -14)  # the float ε is rounded down
+        assert bound.lower >= best * (1 - 1e-9)
+        assert best <= bound.upper
