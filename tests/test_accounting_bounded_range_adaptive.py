@@ -381,7 +381,9 @@ def test_selections_beside_laplaces_take_the_exact_support_composition():
         bound = accountant.delta(x)
         assert bound.method == "support_exact"
         assert reference <= bound.upper <= ratio * reference
-        assert bound.upper <= bound.lower * (1 + 1e-9)
+        # the lower end: the same plan with each run as the ε-BR pair B_{ε/2}, one of the
+        # reference's t (`selection_lower`), so at most the reference
+        assert bound.lower <= reference * (1 + 1e-12)
 
 
 def test_selections_at_a_lattice_rounded_up_stay_above_brute_force():

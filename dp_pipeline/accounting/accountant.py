@@ -91,6 +91,11 @@ from dp_pipeline.accounting.events import (
     sensitivity_tuple,
 )
 from dp_pipeline.accounting.path_choice import direct_paths
+from dp_pipeline.accounting.selection_lower import (
+    selection_twin,
+    single_selection_lower,
+    with_selection_lower,
+)
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -307,6 +312,15 @@ class PrivacyAccountant:
         else:
             delta_of, name = conditioned
             self._cache["conditioned"] = name
+        twin = selection_twin(self._events)
+        if twin is not None:
+            # the selections' lattice pair lies above the worst case, its lower end too: the
+            # lower end comes from ε-BR mechanisms themselves (`selection_lower`)
+            twin_accountant = PrivacyAccountant()
+            twin_accountant._events = twin
+            twin_accountant._refine = self._refine
+            alone = single_selection_lower(self._events)
+            delta_of = with_selection_lower(delta_of, twin_accountant.delta, alone)
 
         if rho is None:
             return delta_of, name

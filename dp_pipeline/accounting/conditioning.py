@@ -54,6 +54,7 @@ from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_tail_bounds,
 )
 from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
+from dp_pipeline.accounting.outward import round_down
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
@@ -252,8 +253,12 @@ class LatticeConditioning:
                 lower += max(term[0] for term in terms)
             else:
                 lower += math.fsum(term[0] for term in terms) * (1 - len(terms) * _U)
-        upper = min(1.0, round_up(upper, 2))
-        lower = max(0.0, lower * (1 - 4 * _U))
+        # a product or sum among subnormal floats errs by up to half a unit 2^-1074, which
+        # no relative factor covers: each term's two products and the tail's are charged
+        # one unit each, in whole ulps
+        ulps = 2 * len(terms) + 4
+        upper = min(1.0, round_up(upper, ulps))
+        lower = round_down(lower * (1 - 4 * _U), ulps)
         return DeltaBound(min(lower, upper), upper, method)
 
     def _closed_form_term(self, t: Fraction, p_lower: float, p_upper: float):

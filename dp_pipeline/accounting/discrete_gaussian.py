@@ -32,6 +32,7 @@ from dp_pipeline.accounting.inversion import (
     InversionComposition,
     smooth_gaussian,
 )
+from dp_pipeline.accounting.outward import exp_down, exp_up
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms.additive import DiscreteGaussian
@@ -127,6 +128,10 @@ def _bounds_one_shift(
     4u) moves 1 - e^{-gap} by at most 4u + 2u relative; pairwise summation of n terms adds
     u·log2(n). The terms beyond the last one summed (where P has fallen by e^{-46} from y0)
     are at most P[Y = last+1]/(1 - r), r = e^{-(2·last+3)/(2σ²)}, added to the upper bound.
+    The terms are summed as e^{log term - top}, relative to the largest e^{top} (their
+    exponents' extra rounding charged as above, a term rounded to a subnormal or 0 as
+    2^-1074 each), and the bracket is e^{top}·sum converted outward by whole ulps
+    (`outward`), so it holds among subnormal δ too.
     Beyond ~300,000 terms (σ ≳ 30,000), the MGF inversion of `inversion` is used instead
     (cost independent of σ). With ``first`` given (an index with L(first) > ε), the same
     sum from y0 = ``first`` on (`discrete_gaussian_tail_bounds`), always summed directly.
@@ -149,30 +154,45 @@ def _bounds_one_shift(
     step = shift / sigma2_float
     start = max(first, 0)
     last = math.ceil(math.sqrt(start * start + 2 * sigma2_float * _TAIL_LOG_RATIO)) + 1
-    terms = []
-    largest_exponent = 0.0
+    logs = []
+    largest_exponent = largest_weight = 0.0
     for chunk_start in range(first, last + 1, _CHUNK):
         ys = np.arange(chunk_start, min(chunk_start + _CHUNK, last + 1), dtype=np.float64)
         gaps = float(gap0) + (ys - first) * step
         quadratic = (ys * ys) / (2 * sigma2_float)
         largest_exponent = max(largest_exponent, float(quadratic.max()))
-        log_pmf = -quadratic - log_normalizer
-        terms.append(np.exp(log_pmf) * -np.expm1(-gaps))
-    total = float(np.concatenate(terms).sum())
+        weights = np.log(-np.expm1(-gaps))  # log(1 - e^{-gap}) <= 0, finite (gap > 0)
+        largest_weight = max(largest_weight, float(-weights.min()))
+        logs.append(-quadratic - log_normalizer + weights)
+    log_terms = np.concatenate(logs)
+    # the terms are summed relative to the largest, e^top, so that a δ among (or below)
+    # the subnormal floats keeps its relative precision; a term below 2^-1074 of the
+    # largest (at most 2^-1074 each once rounded) is charged as that, per term
+    top = float(log_terms.max())
+    differences = log_terms - top
+    scaled = np.exp(differences)
+    total = float(scaled.sum())  # >= 1: the largest term is e^0
     count = last - first + 1
+    # the weight's log and the subtraction of top err by u of their magnitudes each, so
+    # term i by a factor e^{±2u(|d_i| + |log w|_max + 1)}: relative to e^top, their sum
+    shifted = 2.02 * _UNIT * float(np.sum(scaled * (np.abs(differences) + largest_weight + 1)))
     relative = (
         4 * _UNIT * (largest_exponent + abs(log_normalizer) + 1) * 1.01
         + _log_normalizer_error(sigma2_float, log_normalizer) * 1.01
-        + 8 * _UNIT
+        + shifted / total
+        + 10 * _UNIT
         + _UNIT * (math.ceil(math.log2(count + 1)) + 2)
     )
     tail_exponent = -((last + 1) ** 2) / (2 * sigma2_float) - log_normalizer
-    tail = math.exp(tail_exponent + 8 * _UNIT * (abs(tail_exponent) + 1)) / -math.expm1(
-        -(2 * last + 3) / (2 * sigma2_float)
-    )
-    upper = total * (1 + relative) + tail * (1 + 4 * _UNIT)
-    lower = total * (1 - relative)
-    return max(0.0, lower), max(TINY, round_up(upper, 2))
+    log_tail = tail_exponent + 8 * _UNIT * (abs(tail_exponent) + 1)
+    log_tail -= math.log(-math.expm1(-(2 * last + 3) / (2 * sigma2_float))) * (1 + 4 * _UNIT)
+    tail = math.exp(log_tail - top) * (1 + 8 * _UNIT * (abs(log_tail) + abs(top) + 1))
+    upper = (total * (1 + relative) + tail * (1 + 4 * _UNIT)) * (1 + 4 * _UNIT) + count * TINY
+    lower = total * (1 - relative) - count * TINY
+    slack = 8 * _UNIT * (abs(top) + 1)  # top + log(·) and log's own rounding, below
+    upper_end = exp_up(min(top + math.log(upper) + slack, 0.0))
+    lower_end = exp_down(top + math.log(lower) - slack) if lower > 0 else 0.0
+    return lower_end, max(TINY, upper_end)
 
 
 def discrete_gaussian_tail_bounds(
@@ -198,9 +218,8 @@ def discrete_gaussian_pmf_bounds(sigma2: Fraction, y: int) -> tuple[float, float
         4 * _UNIT * (abs(exponent) + abs(log_normalizer) + 1) * 1.01
         + _log_normalizer_error(sigma2_float, log_normalizer) * 1.01
     )
-    lower = math.exp(exponent - error) * (1 - 4 * _UNIT)
-    upper = math.exp(exponent + error) * (1 + 4 * _UNIT)
-    return max(0.0, lower), min(1.0, max(TINY, upper))
+    # outward by whole ulps: valid among subnormal floats too (`outward`)
+    return exp_down(exponent - error), min(1.0, exp_up(min(exponent + error, 0.0)))
 
 
 def discrete_gaussian_delta_bounds(

@@ -23,6 +23,7 @@ from dp_pipeline.accounting._checks import (
 )
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
 from dp_pipeline.accounting.discrete_gaussian import bracket_epsilon
+from dp_pipeline.accounting.outward import round_down
 from dp_pipeline.mechanisms.additive import DiscreteLaplace
 from dp_pipeline.rational import RationalLike, positive_rational
 
@@ -125,7 +126,11 @@ def _bounds_one_shift(scale: Fraction, shift: int, epsilon: float) -> tuple[floa
     gaps = float(gap0) + (np.arange(first, shift + 1) - first) * (2 / float(scale))
     total = math.fsum(probabilities[first:] * -np.expm1(-gaps))
     relative = 4 * _UNIT * (shift + 4) + 8 * _UNIT
-    return max(0.0, total * (1 - relative)), min(1.0, total * (1 + relative) + 5e-324)
+    # a mass or term among the subnormal floats errs by whole units 2^-1074, which the
+    # relative budget does not cover: four per term, on both ends
+    absolute = 4 * 2.0**-1074 * (shift + 1 - first)
+    lower = round_down(total * (1 - relative) - absolute, 1)
+    return lower, min(1.0, round_up(total * (1 + relative) + absolute, 1))
 
 
 def discrete_laplace_shift_delta_bounds(

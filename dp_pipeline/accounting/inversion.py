@@ -46,8 +46,9 @@ subtracted from the lower):
    N·u·Σ|F|. The tail bounds of 1 and 2 are relative to e^{K(c)} as computed; they are
    scaled by e^{slack}, slack bounding the float error of the computed K at c and c + a.
 
-The result is returned as lower <= δ <= upper in floats rounded outward; a δ below the
-float range is reported as (0, 5e-324).
+The result is returned as lower <= δ <= upper in floats rounded outward by whole ulps
+(`outward`: valid among subnormal floats too); a δ below the float range is reported as
+(0, 5e-324).
 """
 
 from __future__ import annotations
@@ -68,6 +69,7 @@ from dp_pipeline.accounting.inversion_terms import (
     smooth_gaussian,
     stack_buckets,
 )
+from dp_pipeline.accounting.outward import exp_down, exp_up, round_down, round_up
 from dp_pipeline.accounting.saddle import saddle_point
 from dp_pipeline.errors import DPValueError
 
@@ -299,14 +301,12 @@ class InversionComposition:
         lower_ratio = total - error
         slack = 16 * _U * (abs(k0) + 1)
         log_upper = k0 + math.log(upper_ratio) + slack if upper_ratio > 0 else -math.inf
-        upper = TINY if log_upper < _LOG_TINY else math.exp(min(log_upper, 0.0)) * (1 + 4 * _U)
-        upper = min(1.0, upper)
-        lower = 0.0
-        if lower_ratio > 0:
-            log_lower = min(k0 + math.log(lower_ratio) - slack, 0.0)
-            lower = math.exp(log_lower) * (1 - 4 * _U) if log_lower > _LOG_TINY + 1 else 0.0
-        upper = min(1.0, upper + self.infinite_upper * (1 + 4 * _U))
-        lower = max(0.0, (lower + self.infinite_lower) * (1 - 4 * _U))
+        # outward at every magnitude: among subnormals a relative factor rounds back to
+        # the nearest float, which may be below δ (`outward`)
+        upper = TINY if log_upper < _LOG_TINY else exp_up(min(log_upper, 0.0))
+        lower = exp_down(min(k0 + math.log(lower_ratio) - slack, 0.0)) if lower_ratio > 0 else 0.0
+        upper = min(1.0, round_up(upper + self.infinite_upper * (1 + 4 * _U), 1))
+        lower = round_down((lower + self.infinite_lower) * (1 - 4 * _U), 1)
         return min(lower, upper), upper
 
     def _outer_tail(self, h: float) -> float:

@@ -60,10 +60,10 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting._checks import round_up
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.coarse_lattice import _choose_grid, _floor_ratio
 from dp_pipeline.accounting.lattice import LatticeComponent, LatticeLoss, lattice_loss
+from dp_pipeline.accounting.outward import exp_down, exp_up
 from dp_pipeline.accounting.saddle import saddle_point
 from dp_pipeline.errors import DPError
 
@@ -260,10 +260,11 @@ class _Build:
             log_margin = 8 * _U * (margin + c * epsilon + abs(math.log(value)) + 1) + relative
             if up:
                 log_value = log_factor + log_margin + math.log(value)
-                ends.append(min(1.0, round_up(math.exp(min(log_value, 0.0)))))
+                ends.append(min(1.0, exp_up(min(log_value, 0.0))))
             else:
+                # outward by whole ulps: a relative factor does not move a subnormal
                 log_value = log_factor - log_margin + math.log(value)
-                ends.append(max(0.0, math.exp(log_value) * (1 - 4 * _U)))
+                ends.append(exp_down(log_value))
         upper, lower = ends
         return DeltaBound(min(lower, upper), upper, METHOD)
 
