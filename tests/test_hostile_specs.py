@@ -5,11 +5,17 @@ operator's); ledger locations are parsed strictly and a ledger's lease follows t
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from dp_pipeline.release import cli
+from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.lease import LeaseHeldError
+from dp_pipeline.release.ledger.location import ledger_location
+from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.outcome import public_location
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
@@ -160,3 +166,81 @@ def test_allowlisted_spec_settings_reach_the_session(spark, tmp_path):
     result = run_release(load_spec(path), progress=Lines(), spark=spark)
     assert result.outcome == "reserved"
     assert any("spark.sql.session.timeZone" in line and "running session" in line for line in lines)
+
+
+# ------------------------------------------------------------ ledger locations
+
+PASSWORD = "hunter2-never-shown"
+CONNINFO = f"host=127.0.0.1 port=1 user=x password={PASSWORD} dbname=budget connect_timeout=2"
+
+
+def test_a_libpq_string_is_a_postgresql_ledger_with_its_password_masked():
+    location = ledger_location(CONNINFO)
+    assert (location.kind, location.path, location.conninfo) == ("postgresql", None, CONNINFO)
+    assert location.shown == (
+        "host=127.0.0.1 port=1 user=x password=*** dbname=budget connect_timeout=2"
+    )
+    assert PASSWORD not in repr(location) and PASSWORD not in str(location)
+    assert public_location(CONNINFO) == "host=127.0.0.1 port=1 dbname=budget"
+    quoted = ledger_location("dbname='my budget' password='a b\\'c'")
+    assert quoted.shown == "dbname='my budget' password=***"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (f"host=db password={PASSWORD}", "names no database; add dbname=NAME"),
+        (f"host=db password={PASSWORD} dbnam=y", "starts like a libpq connection string"),
+        (f"password={PASSWORD} trailing", "starts like a libpq connection string"),
+        ("ledger=1.sqlite", "a SQLite file whose name holds '=' as ./NAME"),
+    ],
+)
+def test_a_string_that_starts_like_libpq_is_a_connection_or_an_error(text, expected):
+    with pytest.raises(LedgerError) as caught:
+        ledger_location(text)
+    assert expected in str(caught.value) and PASSWORD not in str(caught.value)
+    assert ledger_location("./ledger=1.sqlite").path == Path("ledger=1.sqlite")
+
+
+def test_a_libpq_ledger_flag_never_becomes_a_file_nor_shows_its_password(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.chdir(tmp_path)
+    path = spec_file(tmp_path, '"spark.sql.session.timeZone" = "UTC"')
+    code = cli.main(["run", str(path), "--ledger", CONNINFO, "--json", "--quiet"])
+    captured = capsys.readouterr()
+    result = json.loads(captured.out.strip().splitlines()[-1])
+    assert code == result["exit_code"] != 0
+    assert result["ledger"] == "host=127.0.0.1 port=1 dbname=budget"
+    assert "cannot be opened" in result["message"]
+    assert PASSWORD not in captured.out + captured.err
+    # Nothing named after the string, anywhere under the working directory.
+    assert not [p for p in tmp_path.rglob("*") if "dbname" in p.name]
+    assert cli.main(["plan", str(path), "--ledger", CONNINFO, "--json"]) == 2
+    captured = capsys.readouterr()
+    assert "cannot be opened" in captured.err and PASSWORD not in captured.out + captured.err
+
+
+# ------------------------------------------------------------ the run lease
+
+
+def test_a_symbolic_link_to_the_ledger_reaches_the_same_lease(tmp_path):
+    real = tmp_path / "ledgers" / "ledger.sqlite"
+    Ledger(real).close()
+    link = tmp_path / "link.sqlite"
+    link.symlink_to(real)
+    first = Ledger(real)
+    with first.lease("r-1"), pytest.raises(LeaseHeldError) as caught, Ledger(link) as second:
+        second.lease("r-1").__enter__()
+    assert "holds the lease" in str(caught.value)
+    assert not (tmp_path / "link.sqlite.leases").exists()
+
+
+def test_a_hard_linked_ledger_is_refused_before_a_lease(tmp_path):
+    real = tmp_path / "ledger.sqlite"
+    Ledger(real).close()
+    os.link(real, tmp_path / "other.sqlite")
+    with pytest.raises(LedgerError) as caught, Ledger(tmp_path / "other.sqlite") as ledger:
+        ledger.lease("r-1").__enter__()
+    assert "the file has 2 names (hard links)" in str(caught.value)
+    assert "keep one name" in str(caught.value)
