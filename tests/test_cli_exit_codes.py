@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_home
 from test_release_on_invalid import csv_with, many_bad_units, spec_with
 
 from dp_pipeline.release import run as run_module
@@ -37,6 +37,7 @@ def write_spec(tmp_path: Path, cap: str = "{ epsilon = 8, delta = 1e-8 }") -> st
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "small.toml"
     path.write_text(text)
+    operator_home(tmp_path)  # the spec's ledger and key are the operator's
     return str(path)
 
 
@@ -179,7 +180,10 @@ def test_the_console_script_exits_with_the_codes(tmp_path):
         assert json.loads(done.stdout)["status"] == expected.status
     over = write_spec(tmp_path / "over", cap="{ epsilon = 1, delta = 1e-8 }")
     done = subprocess.run(
-        [*command[:4], over, *command[5:]], env=environment, capture_output=True, text=True
+        [*command[:4], over, *command[5:]],
+        env=dict(environment, DP_PIPELINE_HOME=str(tmp_path / "over")),
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == ExitCode.REFUSED_BUDGET, done.stderr
 

@@ -207,6 +207,8 @@ def test_a_libpq_ledger_flag_never_becomes_a_file_nor_shows_its_password(
 ):
     monkeypatch.chdir(tmp_path)
     path = spec_file(tmp_path, '"spark.sql.session.timeZone" = "UTC"')
+    # The operator names the ledger: the spec names none.
+    path.write_text(path.read_text().replace(f'ledger = "{tmp_path}/ledger.sqlite"\n', ""))
     code = cli.main(["run", str(path), "--ledger", CONNINFO, "--json", "--quiet"])
     captured = capsys.readouterr()
     result = json.loads(captured.out.strip().splitlines()[-1])
@@ -244,3 +246,65 @@ def test_a_hard_linked_ledger_is_refused_before_a_lease(tmp_path):
         ledger.lease("r-1").__enter__()
     assert "the file has 2 names (hard links)" in str(caught.value)
     assert "keep one name" in str(caught.value)
+
+
+# ------------------------------------------------------------ run.ledger and run.key_file
+
+
+def test_a_spec_cannot_choose_a_fresh_ledger_or_key_file(tmp_path, capsys):
+    text = spec_file(tmp_path, '"spark.sql.session.timeZone" = "UTC"').read_text()
+    fresh = text.replace(f"{tmp_path}/ledger.sqlite", "fresh/ledger.sqlite").replace(
+        f"{tmp_path}/master.key", "fresh/master.key"
+    )
+    path = tmp_path / "fresh.toml"
+    path.write_text(fresh)
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    message = str(caught.value)
+    assert (
+        f"run.ledger = '{tmp_path}/fresh/ledger.sqlite': a spec cannot choose the ledger its "
+        f"budget is counted in; it must name the operator's, '{tmp_path}/ledger.sqlite' "
+        "(--ledger, else ledger.sqlite in $DP_PIPELINE_HOME)"
+    ) in message
+    assert "run.key_file = " in message and "a spec cannot choose the master key file" in message
+    assert "have the operator pass --key-file or set DP_PIPELINE_HOME" in message
+    # The command line refuses it before anything is read, reserved or created.
+    assert cli.main(["run", str(path), "--quiet"]) == 2
+    assert "a spec cannot choose the ledger" in capsys.readouterr().err
+    assert not (tmp_path / "fresh").exists() and not (tmp_path / "ledger.sqlite").exists()
+
+
+def test_a_spec_naming_the_operators_ledger_and_key_is_accepted(tmp_path, monkeypatch):
+    path = spec_file(tmp_path, '"spark.sql.session.timeZone" = "UTC"')
+    spec = load_spec(path)  # {tmp}/ledger.sqlite is the home's ($DP_PIPELINE_HOME)
+    assert spec.ledger_path == str(tmp_path / "ledger.sqlite")
+    # The operator's flags decide; a spec naming the same file through a link agrees.
+    operator = tmp_path / "operator"
+    operator.mkdir()
+    (operator / "ledger.sqlite").touch()
+    (tmp_path / "ledger.sqlite").symlink_to(operator / "ledger.sqlite")
+    flagged = load_spec(path, ledger=str(operator / "ledger.sqlite"))
+    assert flagged.ledger_path == str(operator / "ledger.sqlite")
+    with pytest.raises(SpecError, match=r"run.key_file = .* it must name the operator's"):
+        load_spec(path, key_file=str(operator / "master.key"))
+    # $DP_PIPELINE_LEDGER is the operator's ledger when no --ledger is given.
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", str(operator / "other.sqlite"))
+    with pytest.raises(SpecError, match=r"run.ledger = .* it must name the operator's"):
+        load_spec(path)
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", "relative.sqlite")
+    with pytest.raises(SpecError, match=r"\$DP_PIPELINE_LEDGER: must be a URL or an absolute"):
+        load_spec(path)
+
+
+def test_a_spec_cannot_move_the_ledger_to_a_server_the_operator_did_not_name(tmp_path):
+    text = spec_file(tmp_path, '"spark.sql.session.timeZone" = "UTC"').read_text()
+    server = f"postgresql://x:{PASSWORD}@db.example/budget"
+    path = tmp_path / "server.toml"
+    path.write_text(text.replace(f'"{tmp_path}/ledger.sqlite"', repr(server)))
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert "run.ledger = 'postgresql://x:***@db.example/budget': a spec cannot" in str(caught.value)
+    assert PASSWORD not in str(caught.value)
+    # The operator's own server, written another way (another user): the same ledger.
+    spec = load_spec(path, ledger="host=db.example dbname=budget user=y")
+    assert spec.ledger_path == "host=db.example dbname=budget user=y"
