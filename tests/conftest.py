@@ -112,10 +112,13 @@ def private_session_home(tmp_path_factory):
 
 
 @pytest.fixture(autouse=True)
-def private_dp_pipeline_home(tmp_path_factory, monkeypatch):
-    """A spec without run.ledger or run.key_file uses the dp_pipeline home: each test
-    gets its own, never the home of whoever runs the tests."""
-    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path_factory.mktemp("home") / ".dp_pipeline"))
+def private_dp_pipeline_home(tmp_path, monkeypatch):
+    """The operator's ledger and key are the dp_pipeline home's (a spec's run.ledger and
+    run.key_file must name them): each test's home is its own folder, never the home
+    of whoever runs the tests, so a spec naming ``{tmp}/ledger.sqlite`` and
+    ``{tmp}/master.key`` names the operator's."""
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))
+    monkeypatch.delenv("DP_PIPELINE_LEDGER", raising=False)
 
 
 @pytest.fixture(scope="session")

@@ -1,5 +1,7 @@
 """Release specs shared by the release tests (format with ``tmp=<folder>``)."""
 
+import os
+
 SMALL_SPEC = """
 [release]
 id = "small-1"
@@ -53,3 +55,21 @@ lower = 0
 upper = 200000
 share = "1/4"
 """
+
+
+def operator_home(folder) -> None:
+    """Make ``folder`` the operator's dp_pipeline home for the rest of the test.
+
+    The operator decides the ledger and the key (a spec's ``run.ledger`` and
+    ``run.key_file`` must name the operator's), so a test running a spec formatted
+    with ``tmp=folder`` is an operator whose home is ``folder``. The variable is
+    restored after the test by the conftest's monkeypatch of it; module fixtures
+    set it through a ``pytest.MonkeyPatch`` of their own instead.
+    """
+    os.environ["DP_PIPELINE_HOME"] = str(folder)
+
+
+def operator_paths(folder) -> dict[str, str]:
+    """``load_spec``'s operator arguments naming the ledger and key a spec formatted with
+    ``tmp=folder`` names (the operator's ``--ledger`` and ``--key-file``)."""
+    return {"ledger": f"{folder}/ledger.sqlite", "key_file": f"{folder}/master.key"}

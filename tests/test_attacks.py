@@ -34,7 +34,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_home
 
 from dp_pipeline import DiscreteGaussian, MasterKey
 from dp_pipeline.datasets.synthetic import census_chunk, write_census_sample
@@ -59,6 +59,9 @@ def fixed_key(monkeypatch):
 
 
 def write_spec(folder: Path, text: str | None = None) -> Path:
+    """The spec file in ``folder``, whose ledger and key are the operator's: ``folder`` is
+    made the dp_pipeline home for the rest of the test (`operator_home`)."""
+    operator_home(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "small.toml"
     path.write_text(text if text is not None else SMALL_SPEC.format(tmp=folder))
@@ -783,6 +786,7 @@ def test_an_aborted_live_run_never_publishes_under_another_reservation(tmp_path,
     spec = load_spec(spec_file)
     small = tmp_path / "b" / "small.toml"
     write_spec(small.parent, spec_file.read_text().replace("epsilon = 2", "epsilon = 0.01"))
+    operator_home(tmp_path)  # both specs name the first one's ledger and key
     go = tmp_path / "go"
     run_a = paused_run(spec_file, "after_reserve", go)
     try:
@@ -1066,12 +1070,18 @@ def test_key_ledger_and_cache_folders_are_private_whatever_creates_them(
         text = SMALL_SPEC.format(tmp=tmp_path).replace(
             f'ledger = "{tmp_path}/ledger.sqlite"', f'ledger = "{tmp_path}/.dp_pipeline/l.sqlite"'
         )
-        assert main(["run", str(write_spec(tmp_path / "spec", text)), "--quiet"]) == 0
+        spec_file = write_spec(tmp_path / "spec", text)
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))  # the spec's key is the home's
+        ledger_flag = ["--ledger", f"{tmp_path}/.dp_pipeline/l.sqlite"]
+        assert main(["run", str(spec_file), "--quiet", *ledger_flag]) == 0
         # A file key under new folders (run), and a ledger under new ones (opened directly:
         # the ledger command reads a ledger and never creates one).
         monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
         key_file = tmp_path / "keys" / "nested" / "master.key"
-        spec_file = write_spec(tmp_path / "other")
+        text = SMALL_SPEC.format(tmp=tmp_path / "other")
+        spec_file = write_spec(
+            tmp_path / "other", text.replace(f'key_file = "{tmp_path}/other/master.key"\n', "")
+        )
         assert main(["run", str(spec_file), "--quiet", "--key-file", str(key_file)]) == 0
         ledger = tmp_path / "audit" / ".dp_pipeline" / "ledger.sqlite"
         Ledger(ledger).close()

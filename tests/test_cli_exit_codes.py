@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_home
 from test_release_on_invalid import csv_with, many_bad_units, spec_with
 
 from dp_pipeline.release import run as run_module
@@ -37,6 +37,7 @@ def write_spec(tmp_path: Path, cap: str = "{ epsilon = 8, delta = 1e-8 }") -> st
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "small.toml"
     path.write_text(text)
+    operator_home(tmp_path)  # the spec's ledger and key are the operator's
     return str(path)
 
 

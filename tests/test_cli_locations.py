@@ -38,6 +38,8 @@ def test_relative_run_paths_are_relative_to_the_spec_folder(tmp_path, monkeypatc
         '[run]\nengine = "pandas"\nledger = "state/ledger.sqlite"\nkey_file = "state/master.key"\n'
     )
     spec_file = write(tmp_path / "conf", spec_text(tmp_path, run))
+    # The spec may name the operator's ledger and key (the home's), relative to its folder.
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "conf" / "state"))
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     monkeypatch.chdir(elsewhere)
@@ -89,7 +91,8 @@ def test_a_relative_dp_pipeline_home_is_refused(tmp_path, monkeypatch, capsys):
 
 def test_no_new_key_beside_a_ledger_with_releases(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("DP_PIPELINE_MASTER_KEY", raising=False)
-    spec_file = write(tmp_path / "conf", SMALL_SPEC.format(tmp=tmp_path))
+    # The home's ledger and key (tmp_path): the operator's --key-file decides.
+    spec_file = write(tmp_path / "conf", spec_text(tmp_path, '[run]\nengine = "pandas"\n'))
     assert main(["run", spec_file, "--quiet"]) == 0
     capsys.readouterr()
     other_key = tmp_path / "other" / "master.key"

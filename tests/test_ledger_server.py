@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_paths
 
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
@@ -330,7 +330,7 @@ def small_spec(folder: Path, ledger: str):
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "small.toml"
     path.write_text(SMALL_SPEC.format(tmp=folder))
-    return path, apply_overrides(load_spec(path), ledger_path=ledger)
+    return path, apply_overrides(load_spec(path, **operator_paths(folder)), ledger_path=ledger)
 
 
 @pytest.fixture(scope="module")
@@ -506,10 +506,12 @@ def test_the_cli_never_shows_the_ledger_password(postgres_server, tmp_path, caps
     assert postgres_server.password not in text and "bad-Secret-1" not in text
 
 
-def test_plan_checks_the_server_ledger_the_spec_names(postgres_server, tmp_path, capsys):
+def test_plan_checks_the_operators_server_ledger(postgres_server, tmp_path, capsys, monkeypatch):
     from dp_pipeline.release.cli import main
 
     url = postgres_server.url(postgres_server.create_database())
+    # The operator's ledger (the environment's); the spec's run.ledger names the same one.
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", url)
     spec_file, _ = small_spec(tmp_path, url)
     spec_file.write_text(
         spec_file.read_text().replace(f'ledger = "{tmp_path}/ledger.sqlite"', f"ledger = {url!r}")
@@ -534,6 +536,7 @@ def test_plan_checks_the_server_ledger_the_spec_names(postgres_server, tmp_path,
     # An unreachable server is a note too; its password is never shown.
     unreachable = f"postgresql://dp_test:{postgres_server.password}@127.0.0.1:1/x?connect_timeout=3"
     spec_file.write_text(spec_file.read_text().replace(repr(url), repr(unreachable)))
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", unreachable)
     assert main(["plan", str(spec_file)]) == 0
     captured = capsys.readouterr()
     assert "note: the spec's ledger was not checked: " in captured.err

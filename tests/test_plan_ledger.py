@@ -136,6 +136,9 @@ def test_an_exhausted_cap_says_nothing_fits(tmp_path, capsys):
 
 def test_a_missing_ledger_is_a_one_line_error_and_is_not_created(tmp_path, capsys):
     spec_file = write_spec(tmp_path)
+    # The operator's --ledger decides: the spec names no ledger of its own.
+    text = Path(spec_file).read_text()
+    Path(spec_file).write_text(text.replace(f'ledger = "{tmp_path}/ledger.sqlite"\n', ""))
     missing = tmp_path / "nowhere" / "ledger.sqlite"
     assert main(["plan", spec_file, "--ledger", str(missing)]) == 2
     error = capsys.readouterr().err.strip()

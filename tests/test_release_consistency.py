@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from release_specs import operator_paths
 
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError
 from dp_pipeline.release.plan.release_plan import plan_release
@@ -98,7 +99,7 @@ def geo_spec(folder: Path, engine: str = "pandas", mapping: Path | None = None):
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(mapping or ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
     (folder / "geo.toml").write_text(SPEC.format(tmp=folder, engine=engine))
-    return load_spec(folder / "geo.toml")
+    return load_spec(folder / "geo.toml", **operator_paths(folder))
 
 
 def state_of_county() -> np.ndarray:
@@ -275,7 +276,7 @@ def test_noise_variances_too_far_apart_for_the_solver_are_refused_at_plan_time(t
     folder.mkdir()
     shutil.copy(ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
     (folder / "geo.toml").write_text(text.format(tmp=folder, engine="pandas"))
-    spec = load_spec(folder / "geo.toml")
+    spec = load_spec(folder / "geo.toml", **operator_paths(folder))
     with pytest.raises(SpecError) as refused:
         plan_release(spec)
     message = str(refused.value)

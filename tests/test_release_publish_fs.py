@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_paths
 
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.plan.preflight import check_output
@@ -62,7 +62,7 @@ def small_spec(folder: Path, **overrides):
     path.write_text(
         SMALL_SPEC.format(tmp=folder).replace("synthetic_persons = 3000", "synthetic_persons = 600")
     )
-    return apply_overrides(load_spec(path), **overrides)
+    return apply_overrides(load_spec(path, **operator_paths(folder)), **overrides)
 
 
 def local_bytes(folder: Path) -> dict[str, bytes]:

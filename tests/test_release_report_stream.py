@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from release_specs import operator_paths
 
 from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.report.accuracy import TableAccuracy, accuracy_summary, table_accuracies
@@ -87,7 +88,7 @@ def plan(tmp_path_factory):
     folder = tmp_path_factory.mktemp("accuracy")
     shutil.copy(ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
     (folder / "acc.toml").write_text(SPEC.format(tmp=folder))
-    return plan_release(load_spec(folder / "acc.toml"))
+    return plan_release(load_spec(folder / "acc.toml", **operator_paths(folder)))
 
 
 def released(plan, name: str, seed: int, fractional: bool = False) -> pd.DataFrame:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_paths
 
 from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.release.cli import main
@@ -42,7 +42,7 @@ def small_spec(tmp_path: Path, **overrides):
     tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / "small.toml"
     path.write_text(SMALL_SPEC.format(tmp=tmp_path))
-    return apply_overrides(load_spec(path), **overrides)
+    return apply_overrides(load_spec(path, **operator_paths(tmp_path)), **overrides)
 
 
 def check_release(result, spec):
@@ -115,7 +115,8 @@ def test_each_row_releases_are_identical_on_both_engines(tmp_path, spark):
         path.mkdir()
         text = SMALL_SPEC.format(tmp=path).replace('column = "person_id"', "each_row = true")
         (path / "small.toml").write_text(text)
-        specs.append(apply_overrides(load_spec(path / "small.toml"), engine=engine))
+        spec = load_spec(path / "small.toml", **operator_paths(path))
+        specs.append(apply_overrides(spec, engine=engine))
     assert specs[0].privacy_unit is None
     results = [check_release(run_release(spec, progress=QUIET), spec) for spec in specs]
     (pandas_tables, _), (spark_tables, _) = results

@@ -111,11 +111,12 @@ def test_a_uri_query_or_fragment_is_never_shown():
 
 def test_input_table_and_spark_conf_are_read_and_checked(tmp_path):
     text = spec_text(tmp_path, 'table = "census.persons"')
-    text += '\n[run.spark_conf]\nspark.sql.ansi.enabled = true\n"spark.hadoop.fs.x" = "y"\n'
+    text += "\n[run.spark_conf]\nspark.sql.ansi.enabled = true\n"
+    text += '"spark.hadoop.fs.s3a.endpoint" = "y"\n'
     spec = load_spec(write_spec(tmp_path, text))
     assert spec.input_table == "census.persons" and spec.input_path == ""
     assert spec.spark_conf.as_dict() == {
-        "spark.hadoop.fs.x": "y",
+        "spark.hadoop.fs.s3a.endpoint": "y",
         "spark.sql.ansi.enabled": "true",
     }
 
@@ -175,11 +176,11 @@ def test_only_settings_that_change_numbers_enter_the_identity(tmp_path):
 
 def test_conf_arguments_merge_over_the_spec_and_bad_ones_are_named(tmp_path):
     text = spec_text(tmp_path, 'path = "x.parquet"')
-    text += '\n[run.spark_conf]\n"spark.sql.session.timeZone" = "UTC"\n"spark.a" = "1"\n'
+    text += '\n[run.spark_conf]\n"spark.sql.session.timeZone" = "UTC"\n"spark.task.cpus" = "1"\n'
     spec = load_spec(write_spec(tmp_path, text))
-    merged = apply_overrides(spec, spark_conf=["spark.a=2", "spark.b=x=y"])
+    merged = apply_overrides(spec, spark_conf=["spark.task.cpus=2", "spark.b=x=y"])
     assert merged.spark_conf.as_dict() == {
-        "spark.a": "2",
+        "spark.task.cpus": "2",
         "spark.b": "x=y",
         "spark.sql.session.timeZone": "UTC",
     }

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_home
 
 from dp_pipeline.engines.spark.failures import session_failure
 from dp_pipeline.release.ledger.store import Ledger
@@ -45,6 +45,7 @@ def small_spec_file(folder: Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "small.toml"
     text = SMALL_SPEC.format(tmp=folder)
+    operator_home(folder)  # the spec's ledger and key are the operator's
     path.write_text(text.replace("synthetic_persons = 3000", "synthetic_persons = 600"))
     return path
 

@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from release_specs import SMALL_SPEC
+from release_specs import SMALL_SPEC, operator_home
 
 from dp_pipeline.release.run import read_release
 
@@ -124,6 +124,7 @@ def _spec_file(tmp: Path) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     path = tmp / "spec.toml"
     path.write_text(SMALL_SPEC.format(tmp=tmp))
+    operator_home(tmp)  # the spec's ledger and key are the operator's
     return path
 
 

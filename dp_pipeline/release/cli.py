@@ -20,12 +20,12 @@ nothing read, spent or written; those found after it (a refusal on the noisy
 invalid-row count, a file the reader cannot parse) leave the reservation spent,
 and the same release id resumes it. ``--release-id`` may be a template with the
 run's date (``'labour-{date:%Y-%m}'``, `dp_pipeline.release.release_ids`).
-``plan`` with a ledger (``--ledger``, else the spec's ``run.ledger`` if that file
-exists or names a server) also prints what the population has spent, what this release costs, what
-is left and whether it fits, composed as ``run`` composes them; it only reads the
-ledger (never creates, migrates or leases it). A refusal over the cap, in
-``run`` or ``plan``, names the largest epsilon (at the budget's delta) or rho
-that would fit.
+``plan`` with a ledger (``--ledger``, else the operator's, ``$DP_PIPELINE_LEDGER`` or
+the home's, if that file exists or names a server) also prints what the population
+has spent, what this release costs, what is left and whether it fits, composed as
+``run`` composes them; it only reads the ledger (never creates, migrates or leases
+it). A refusal over the cap, in ``run`` or ``plan``, names the largest epsilon (at
+the budget's delta) or rho that would fit.
 Output piped into a reader that stops early (``| head``) ends the command
 quietly with status 1 instead of a traceback.
 """
@@ -95,7 +95,10 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--ledger",
         dest="ledger_path",
-        help="ledger to check the cap against (read only; default: run.ledger if it exists)",
+        help=(
+            "ledger to check the cap against (read only; default: $DP_PIPELINE_LEDGER, else "
+            "the dp_pipeline home's, if it exists)"
+        ),
     )
 
     run = commands.add_parser(
@@ -144,14 +147,16 @@ def _parser() -> argparse.ArgumentParser:
         dest="ledger_path",
         help=(
             "ledger: a SQLite file (a path or sqlite:///path) or postgresql://... (default: "
-            "run.ledger, else ledger.sqlite in the dp_pipeline home)"
+            "$DP_PIPELINE_LEDGER, else ledger.sqlite in the dp_pipeline home; a spec's "
+            "run.ledger must name the same)"
         ),
     )
     run.add_argument(
         "--key-file",
         help=(
-            "master key file (default: run.key_file, else master.key in the dp_pipeline "
-            "home; created if absent, unless the ledger already records releases)"
+            "master key file (default: master.key in the dp_pipeline home; a spec's "
+            "run.key_file must name the same; created if absent, unless the ledger already "
+            "records releases)"
         ),
     )
     run.add_argument("--quiet", action="store_true", help="no progress lines")
@@ -176,7 +181,10 @@ def _parser() -> argparse.ArgumentParser:
     ledger.add_argument(
         "--ledger",
         dest="ledger_path",
-        help="ledger file (default: ledger.sqlite in $DP_PIPELINE_HOME, else ~/.dp_pipeline)",
+        help=(
+            "ledger (default: $DP_PIPELINE_LEDGER, else ledger.sqlite in $DP_PIPELINE_HOME, "
+            "else in ~/.dp_pipeline)"
+        ),
     )
     ledger.add_argument("--population", help="only this population")
     ledger.add_argument(
@@ -234,7 +242,7 @@ def _release_id(arguments) -> str | None:
 
 def _plan(arguments) -> int:
     release_id = _release_id(arguments)
-    spec = load_spec(arguments.spec)
+    spec = load_spec(arguments.spec, ledger=arguments.ledger_path)
     if release_id:
         spec = spec.with_release_id(release_id)
     # A scheduled release is planned before its input arrives: the input's problems
@@ -262,7 +270,8 @@ def _plan(arguments) -> int:
 
 
 def _plan_ledger_check(given: str | None, spec, plan):
-    """The ledger check `plan` prints: ``--ledger``, else the spec's ``run.ledger``.
+    """The ledger check `plan` prints: ``--ledger``, else the operator's ledger (the spec's
+    ``run.ledger`` may only agree with it).
 
     A ledger named by ``--ledger`` must open (its error is the command's). The spec's
     own is checked when it is there: a SQLite file that exists, or a server, whose
@@ -330,7 +339,8 @@ def _run(arguments) -> int:
     try:
         release_id = _release_id(arguments)
         spec = apply_overrides(
-            load_spec(arguments.spec),
+            # The operator's ledger and key: a spec's run.ledger / run.key_file must agree.
+            load_spec(arguments.spec, ledger=arguments.ledger_path, key_file=arguments.key_file),
             release_id=release_id,
             input_path=arguments.input_path,
             input_format=arguments.input_format,

@@ -8,10 +8,12 @@ cap would start again from nothing. Hence:
 
 - ``run.ledger`` and ``run.key_file`` written relative in a spec are relative
   to the spec file's folder, like ``hierarchy.mapping``;
-- a spec that names neither uses the dp_pipeline home: ``$DP_PIPELINE_HOME``
+- the operator decides both (a spec's own must agree,
+  `dp_pipeline.release.spec.run_locations`): the command line (``--ledger``,
+  ``--key-file``, taken as given), else ``$DP_PIPELINE_LEDGER`` for the ledger
+  (a URL or an absolute path), else the dp_pipeline home: ``$DP_PIPELINE_HOME``
   (an absolute path) if set, else ``~/.dp_pipeline``, holding
-  ``ledger.sqlite`` and ``master.key``;
-- command-line paths (``--ledger``, ``--key-file``) are taken as given.
+  ``ledger.sqlite`` and ``master.key``.
 
 Earlier versions defaulted to ``.dp_pipeline/`` in the working directory; a run
 on the default ledger refuses to start while such a folder holds a ledger
@@ -30,6 +32,7 @@ __all__ = [
     "HOME_VARIABLE",
     "KEY_NAME",
     "LEDGER_NAME",
+    "LEDGER_VARIABLE",
     "LEGACY_FOLDER",
     "default_key_file",
     "default_ledger",
@@ -39,6 +42,7 @@ __all__ = [
 ]
 
 HOME_VARIABLE = "DP_PIPELINE_HOME"
+LEDGER_VARIABLE = "DP_PIPELINE_LEDGER"
 LEDGER_NAME = "ledger.sqlite"
 KEY_NAME = "master.key"
 LEGACY_FOLDER = ".dp_pipeline"  # the working-directory default of earlier versions
@@ -65,7 +69,20 @@ def dp_pipeline_home() -> Path:
 
 
 def default_ledger() -> str:
-    """The ledger of a spec without ``run.ledger``: ``<home>/ledger.sqlite``."""
+    """The operator's ledger when no ``--ledger`` is given: ``$DP_PIPELINE_LEDGER`` (a URL,
+    a libpq string or an absolute path) if set, else ``<home>/ledger.sqlite``.
+
+    A relative ``$DP_PIPELINE_LEDGER`` path is refused, as a relative home is.
+    """
+    value = os.environ.get(LEDGER_VARIABLE)
+    if value:
+        if "=" not in value and not Path(value).expanduser().is_absolute():
+            raise DPValueError(
+                f"${LEDGER_VARIABLE}: must be a URL or an absolute path (a relative one "
+                "would give each working directory its own ledger); write e.g. "
+                f"{LEDGER_VARIABLE}=$HOME/.dp_pipeline/ledger.sqlite"
+            )
+        return value if "=" in value or "://" in value else str(Path(value).expanduser())
     return str(dp_pipeline_home() / LEDGER_NAME)
 
 
@@ -108,7 +125,7 @@ def legacy_ledger_problem(ledger: str, key_file: str, cwd: Path | None = None) -
         f"directory holds a ledger {str(legacy)!r} (the default of earlier versions, "
         "relative to the working directory); its releases would not count against this "
         "run's cap. Name the ledger and key to use: pass --ledger "
-        f"{str(legacy)!r} --key-file {str(legacy_key)!r} (or set run.ledger and "
-        f"run.key_file in the spec, or {HOME_VARIABLE}={str(cwd / LEGACY_FOLDER)!r}), "
+        f"{str(legacy)!r} --key-file {str(legacy_key)!r} (or set "
+        f"{HOME_VARIABLE}={str(cwd / LEGACY_FOLDER)!r}), "
         f"or move that folder's ledger and key to {str(Path(ledger).parent)!r}"
     )

@@ -26,6 +26,7 @@ from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
+from dp_pipeline.release.ledger.location import public_conninfo
 from dp_pipeline.release.ledger.phrases import spend_points
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.plan.release_plan import PlanError
@@ -179,9 +180,13 @@ def error_line(error: BaseException) -> str:
 
 
 def public_location(location: str) -> str:
-    """A ledger's path or URL without credentials (user info, password, query)."""
+    """A ledger's path or URL without credentials (user info, password, query); a libpq
+    connection string reduced to its host, port and database."""
     if "://" not in location:
-        return location
+        try:
+            return public_conninfo(location)
+        except LedgerError:
+            return "(a malformed connection string)"
     parts = urlsplit(location)
     host = parts.hostname or ""
     if parts.port is not None:

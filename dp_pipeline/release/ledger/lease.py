@@ -4,7 +4,8 @@ This is the lease of a SQLite ledger (one host); a server ledger's lease is an
 advisory lock on the server (`dp_pipeline.release.ledger.postgres_backend.ServerLease`),
 with the same meaning. A run holds an exclusive ``fcntl.flock`` on ``<ledger>.leases/<digest>.lock``
 (the SHA-256 of the release id, so any id is a safe file name) from before it
-reserves until it returns. The kernel drops the lock when the process exits,
+reserves until it returns (the ledger's real path: a symbolic link to the ledger
+reaches the same lease, `lease_path`). The kernel drops the lock when the process exits,
 however it exits (SIGKILL and OOM kills included), so "the lease is free"
 means "no process runs this release id now". `Ledger.abort` takes the same
 lease before it aborts, so it can never abort a live run's reservation, and two
@@ -35,9 +36,26 @@ class LeaseHeldError(LedgerError):
 
 
 def lease_path(ledger_path: Path, release_id: str) -> Path:
-    """The lease file of ``release_id`` beside the ledger at ``ledger_path``."""
+    """The lease file of ``release_id`` beside the ledger file at ``ledger_path``.
+
+    Keyed by the file, not by the name it was reached under: the path is resolved
+    (symbolic links of the file and its folders followed), so a link to the ledger
+    finds the same lease. A ledger file with a second name (a hard link, which no
+    path resolves) is refused with a `LedgerError`: its runs could hold two leases.
+    """
+    real = Path(os.path.realpath(ledger_path))
+    try:
+        links = os.stat(real).st_nlink
+    except FileNotFoundError:
+        links = 1  # not created yet: it will have one name
+    if links > 1:
+        raise LedgerError(
+            f"ledger {str(ledger_path)!r}: the file has {links} names (hard links), so two "
+            "runs reaching it by two names could not see each other's lease; keep one name "
+            "(remove the other links) or use a symbolic link"
+        )
     name = hashlib.sha256(release_id.encode()).hexdigest()[:32]
-    return ledger_path.with_name(ledger_path.name + ".leases") / f"{name}.lock"
+    return real.with_name(real.name + ".leases") / f"{name}.lock"
 
 
 class RunLease:

@@ -15,6 +15,13 @@ every message, report and log line names.
 
 A location with another scheme (``mysql://``, ``sqlite:/x``) is refused before
 anything is opened, with a one-line error naming the schemes understood.
+
+A libpq connection string (``host=db user=x password=... dbname=y``: text that
+starts with ``word=``) is a PostgreSQL database when every keyword is libpq's
+and it names a database, and an error otherwise (`conninfo_pairs`); it is never
+a SQLite file named after it (which would write the password into a file name
+and show it). Its shown form masks the password, like a URL's. A SQLite file
+whose name starts with ``word=`` is written ``./word=...`` or ``sqlite:///word=...``.
 """
 
 from __future__ import annotations
@@ -27,11 +34,68 @@ from urllib.parse import parse_qsl, quote, urlsplit
 
 from dp_pipeline.release.ledger.budget import LedgerError
 
-__all__ = ["LedgerLocation", "ledger_location", "local_ledger_folder", "mask_url"]
+__all__ = [
+    "LedgerLocation",
+    "conninfo_pairs",
+    "ledger_location",
+    "local_ledger_folder",
+    "mask_url",
+    "public_conninfo",
+]
 
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 _SERVER_SCHEMES = ("postgresql", "postgres")
 _SECRET_PARAMETERS = {"password", "sslpassword"}
+_CONNINFO_START = re.compile(r"^\s*[A-Za-z_]+\s*=")
+_CONNINFO_PAIR = re.compile(r"\s*([A-Za-z_]+)\s*=\s*('(?:[^'\\]|\\.)*'|(?:[^\s'\\]|\\.)+)\s*")
+# libpq's connection keywords (PostgreSQL 16, "Parameter Key Words").
+_LIBPQ_KEYWORDS = frozenset(
+    {
+        "host",
+        "hostaddr",
+        "port",
+        "dbname",
+        "user",
+        "password",
+        "passfile",
+        "require_auth",
+        "channel_binding",
+        "connect_timeout",
+        "client_encoding",
+        "options",
+        "application_name",
+        "fallback_application_name",
+        "keepalives",
+        "keepalives_idle",
+        "keepalives_interval",
+        "keepalives_count",
+        "tcp_user_timeout",
+        "replication",
+        "gssencmode",
+        "sslmode",
+        "requiressl",
+        "sslcompression",
+        "sslcert",
+        "sslkey",
+        "sslpassword",
+        "sslcertmode",
+        "sslrootcert",
+        "sslcrl",
+        "sslcrldir",
+        "sslsni",
+        "requirepeer",
+        "ssl_min_protocol_version",
+        "ssl_max_protocol_version",
+        "krbsrvname",
+        "gsslib",
+        "gssdelegation",
+        "service",
+        "target_session_attrs",
+        "load_balance_hosts",
+    }
+)
+# What a report may show of a connection string: where the ledger is, no credentials.
+_PUBLIC_KEYWORDS = ("host", "hostaddr", "port", "dbname")
 
 
 @dataclass(frozen=True)
@@ -76,6 +140,61 @@ def mask_url(url: str) -> str:
     return shown + (f"?{query}" if query else "")
 
 
+def conninfo_pairs(text: str) -> list[tuple[str, str]] | None:
+    """``text``'s (keyword, value) pairs if it is a libpq ``key=value`` string, else None.
+
+    Raises `LedgerError` for text that starts like one (``word=``) but is not a valid
+    one, or names no database: the message quotes nothing of ``text`` (it may hold a
+    password). Values keep libpq's quoting (``'a b'``, ``\\'``) undone.
+    """
+    if not _CONNINFO_START.match(text):
+        return None
+    pairs: list[tuple[str, str]] = []
+    position = 0
+    while position < len(text):
+        match = _CONNINFO_PAIR.match(text, position)
+        if match is None or match.end() == position:
+            pairs = []
+            break
+        raw = match.group(2)
+        if raw.startswith("'"):
+            raw = raw[1:-1]
+        pairs.append((match.group(1), re.sub(r"\\(.)", r"\1", raw)))
+        position = match.end()
+    if not pairs or any(name not in _LIBPQ_KEYWORDS for name, _ in pairs):
+        raise LedgerError(
+            "ledger: starts like a libpq connection string (keyword=value) but is not one "
+            "(an unknown keyword or a malformed value); write postgresql://[user@]host"
+            "[:port]/database, or a SQLite file whose name holds '=' as ./NAME"
+        )
+    if not dict(pairs).get("dbname"):
+        raise LedgerError(
+            "ledger: the libpq connection string names no database; add dbname=NAME "
+            "(or write postgresql://[user@]host[:port]/database)"
+        )
+    return pairs
+
+
+def _masked_conninfo(pairs: list[tuple[str, str]], keep=None) -> str:
+    shown = []
+    for name, value in pairs:
+        if keep is not None and name not in keep:
+            continue
+        if name in _SECRET_PARAMETERS:
+            value = "***"
+        elif not value or re.search(r"[\s'\\]", value):
+            value = "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        shown.append(f"{name}={value}")
+    return " ".join(shown)
+
+
+def public_conninfo(text: str) -> str:
+    """A libpq connection string reduced to where the ledger is (host, port, database);
+    any other text unchanged. Raises `LedgerError` as `conninfo_pairs` does."""
+    pairs = conninfo_pairs(text)
+    return text if pairs is None else _masked_conninfo(pairs, keep=_PUBLIC_KEYWORDS)
+
+
 def ledger_location(location: str | os.PathLike[str] | LedgerLocation) -> LedgerLocation:
     """Parse ``location`` (a path, ``sqlite:///path`` or ``postgresql://...``).
 
@@ -88,6 +207,9 @@ def ledger_location(location: str | os.PathLike[str] | LedgerLocation) -> Ledger
         return LedgerLocation("sqlite", str(path), path=path)
     text = str(location)
     match = _SCHEME.match(text)
+    pairs = None if match else conninfo_pairs(text)
+    if pairs is not None:
+        return LedgerLocation("postgresql", _masked_conninfo(pairs), conninfo=text)
     if match is None:
         if text.startswith(("sqlite:", "postgresql:", "postgres:")):
             raise LedgerError(

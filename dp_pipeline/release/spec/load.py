@@ -22,7 +22,7 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from dp_pipeline.release.locations import default_key_file, default_ledger, spec_relative
+from dp_pipeline.release.locations import default_key_file, default_ledger
 from dp_pipeline.release.spec.fields import (
     BUDGET_FIELDS,
     check_column,
@@ -68,14 +68,21 @@ from dp_pipeline.release.spec.model import (
     format_of_path,
     output_name_clash,
 )
+from dp_pipeline.release.spec.run_locations import operator_location
 from dp_pipeline.release.spec.spark_conf import read_spark_conf
 from dp_pipeline.release.spec.tables import read_tables
 
 __all__ = ["load_spec", "parse_spec"]
 
 
-def load_spec(path: str | Path) -> ReleaseSpec:
-    """Read and validate a TOML release spec (floats are read as exact decimals)."""
+def load_spec(
+    path: str | Path, *, ledger: str | None = None, key_file: str | None = None
+) -> ReleaseSpec:
+    """Read and validate a TOML release spec (floats are read as exact decimals).
+
+    ``ledger`` / ``key_file``: the operator's (``--ledger`` / ``--key-file``), else the
+    dp_pipeline home's; the spec's ``run.ledger`` / ``run.key_file`` must agree.
+    """
     path = Path(path)
     try:
         with path.open("rb") as handle:
@@ -84,7 +91,9 @@ def load_spec(path: str | Path) -> ReleaseSpec:
         raise SpecError([f"spec file {str(path)!r} does not exist"], str(path)) from None
     except tomllib.TOMLDecodeError as error:
         raise SpecError([f"not valid TOML: {error}"], str(path)) from None
-    return parse_spec(document, source=str(path), base_dir=path.parent)
+    return parse_spec(
+        document, source=str(path), base_dir=path.parent, ledger=ledger, key_file=key_file
+    )
 
 
 _SECTIONS: dict[str, tuple[str, ...]] = {
@@ -119,15 +128,21 @@ _REQUIRED_SECTIONS = ("release", "population", "privacy_unit", "domains", "table
 
 
 def parse_spec(
-    document: dict[str, Any], source: str = "spec", base_dir: str | Path | None = None
+    document: dict[str, Any],
+    source: str = "spec",
+    base_dir: str | Path | None = None,
+    *,
+    ledger: str | None = None,
+    key_file: str | None = None,
 ) -> ReleaseSpec:
     """Validate a parsed TOML document; raise `SpecError` listing every problem.
 
     ``base_dir`` is the folder that files named by the spec (the hierarchy's
     mapping, ``run.ledger``, ``run.key_file``) are relative to: the spec file's
-    folder (`load_spec`), else the working directory. Without ``run.ledger`` or
-    ``run.key_file`` the dp_pipeline home's files are used
-    (`dp_pipeline.release.locations`).
+    folder (`load_spec`), else the working directory. The ledger and key file are
+    the operator's: ``ledger`` / ``key_file`` (the command line's), else the
+    dp_pipeline home's; a spec's ``run.ledger`` / ``run.key_file`` naming others is
+    refused (`dp_pipeline.release.spec.run_locations`).
     """
     problems: list[str] = []
     if not isinstance(document, dict):
@@ -408,8 +423,9 @@ def parse_spec(
     run = sections["run"]
     engine = read_choice(run, "engine", "run", ENGINES, "spark", problems)
     master = read_string(run, "master", "run", problems) or "local[2]"
-    ledger_path = _location(run, "ledger", default_ledger, base_dir, problems)
-    key_file = _location(run, "key_file", default_key_file, base_dir, problems)
+    # The operator's ledger and key (a spec's own must agree with them): run_locations.
+    ledger_path = operator_location(run, "ledger", ledger, default_ledger, base_dir, problems)
+    key_file = operator_location(run, "key_file", key_file, default_key_file, base_dir, problems)
     spark_conf = read_spark_conf(run.get("spark_conf", {}), problems)
     if input_table is not None and engine != "spark":
         problems.append(
@@ -450,19 +466,6 @@ def parse_spec(
         input_table=input_table,
         spark_conf=spark_conf,
     )
-
-
-def _location(run: dict, name: str, default, base_dir, problems: list[str]) -> str:
-    """``run.<name>`` relative to the spec's folder, else the dp_pipeline home's file
-    (`dp_pipeline.release.locations`): never relative to the working directory."""
-    value = read_string(run, name, "run", problems)
-    if value:
-        return spec_relative(value, base_dir)
-    try:
-        return default()
-    except ValueError as error:  # a relative $DP_PIPELINE_HOME
-        problems.append(f"run.{name}: not set, and {error}")
-        return ""
 
 
 _TABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*){0,2}$")

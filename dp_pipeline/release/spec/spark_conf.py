@@ -6,6 +6,10 @@ key written without quotes (``spark.sql.ansi.enabled = true`` under
 the release starts gets them all; a session already running gets those Spark
 lets a running session change (`dp_pipeline.release.tables.on_spark`).
 
+A spec is hostile input: its settings are limited to an allowlist of settings
+that load and run no code (`dp_pipeline.release.spec.spark_allowlist`); the
+operator's ``--conf`` takes any setting (the operator owns the machine).
+
 ``spark.master`` is refused: the master is ``run.master`` / ``--master``, so one
 field decides it. Keys that look like credentials (`is_secret`) are never printed,
 logged, reported or put in the identity: their values appear nowhere but in the
@@ -28,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dp_pipeline.release.spec.fields import show_value
+from dp_pipeline.release.spec.spark_allowlist import spec_setting_problem
 
 __all__ = [
     "PERFORMANCE_ONLY",
@@ -123,7 +128,11 @@ def conf_problems(key: str, value: str, where: str) -> list[str]:
 
 
 def read_spark_conf(raw: Any, problems: list[str]) -> SparkConf:
-    """``[run.spark_conf]``: string, integer or boolean values, nested keys joined by dots."""
+    """``[run.spark_conf]``: string, integer or boolean values, nested keys joined by dots.
+
+    Only the settings of the allowlist (`dp_pipeline.release.spec.spark_allowlist`):
+    a spec's settings never make Spark run code the spec's author chose.
+    """
     if not isinstance(raw, dict):
         problems.append(
             f"run.spark_conf = {show_value(raw)}: must be a table of Spark settings, e.g. "
@@ -140,6 +149,10 @@ def read_spark_conf(raw: Any, problems: list[str]) -> SparkConf:
             )
             continue
         found = conf_problems(key, text, "run.spark_conf")
+        if not found:
+            # The spec's author may not run code: only the allowlist's settings.
+            refused = spec_setting_problem(key, text)
+            found = [] if refused is None else [refused]
         problems.extend(found)
         if not found:
             pairs[key] = text
