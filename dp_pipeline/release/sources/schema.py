@@ -42,6 +42,14 @@ import pyarrow.parquet as pq
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.plan.postprocess import RAW_COLUMN
 from dp_pipeline.release.plan.selections import output_columns, quantile_grid
+from dp_pipeline.release.sources.shown_schema import (
+    MALFORMED_COLUMN,
+    check_header,
+    header_difference,
+    missing_columns,
+    repeated_columns,
+    shown_type,
+)
 from dp_pipeline.release.sources.source import InputReadError
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, TableSpec
 
@@ -66,10 +74,6 @@ __all__ = [
     "spark_csv_schema",
     "table_schema",
 ]
-
-# The flag (Spark: the corrupt-record column) of a CSV row whose field count differs
-# from its header; a header may not use the name.
-MALFORMED_COLUMN = "_dp_malformed_row"
 
 # Column kinds of a release's input.
 INTEGER_KEY, STRING_KEY, NUMBER, UNIT = "integer key", "string key", "number", "unit"
@@ -156,7 +160,7 @@ def check_input_columns(
 ) -> None:
     """Refuse, before any budget is reserved, an input whose schema does not fit the spec.
 
-    CSV: every listed file's header (`_check_header`). Parquet: every listed file's
+    CSV: every listed file's header (`check_header`). Parquet: every listed file's
     footer; a Parquet folder's ``name=value`` directories count as columns (Spark
     and pyarrow read them). Reads no row. Raises `SpecError` naming the file and column.
     """
@@ -195,22 +199,20 @@ def check_csv_headers(
     None when its first line is not one), in the engine's order, empty files left out.
     Each must be a header holding the spec's columns, no name twice, and all the same
     as the first, so no file is read by position under another file's column order.
-    Returns the header. Raises `SpecError` naming the file and the column (the header's
-    names are schema, never data).
+    Returns the header. Raises `SpecError` naming the file, the declared columns and
+    the rule, never a name or text read from a file (`shown_schema`).
     """
     kinds = csv_columns(spec)
     first_name, first_header = headers[0]
-    first = _check_header(first_header, kinds, first_name)
+    first = check_header(first_header, kinds, first_name)
     for name, found in headers[1:]:
-        header = _check_header(found, kinds, name)
+        header = check_header(found, kinds, name)
         if header != first:
-            differs = next((a for a, b in zip(header, first, strict=False) if a != b), "(count)")
             raise SpecError(
                 [
-                    f"its header differs from the first file's ({first_name!r}) at "
-                    f"column {differs!r}: the files of a CSV folder must have one header, "
-                    f"in one column order; its columns are {header}, the first file's "
-                    f"are {first}"
+                    f"its header differs from the first file's ({first_name!r}): "
+                    f"{header_difference(header, first, kinds)}; the files of a CSV folder "
+                    "must have one header, in one column order"
                 ],
                 source=f"input {name!r}",
             )
@@ -260,16 +262,10 @@ def _check_footer(
     names = set(schema.names) | partitions
     missing = [name for name in kinds if name not in names]
     if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in the Parquet schema; "
-                f"its columns are {sorted(names)}"
-            ],
-            source=source,
-        )
-    if len(set(schema.names)) != len(schema.names):
-        twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
-        raise SpecError([f"column(s) {twice} appear more than once in its schema"], source)
+        raise SpecError([missing_columns(missing, "its Parquet schema", len(names))], source)
+    repeated = repeated_columns(schema.names, kinds, "its Parquet schema")
+    if repeated is not None:
+        raise SpecError([repeated], source)
     problems = []
     for name, kind in kinds.items():
         if name in partitions and name not in schema.names:
@@ -278,12 +274,14 @@ def _check_footer(
         rule, families = _KIND_TYPES[kind]
         if _type_family(data_type) not in families:
             problems.append(
-                f"column {name!r} has type {data_type}; as the spec's {kind} it must have {rule}"
+                f"column {name!r} has type {shown_type(data_type)}; as the spec's {kind} it "
+                f"must have {rule}"
             )
         elif name in types and types[name][0] != data_type:
             first_type, first_file = types[name]
             problems.append(
-                f"column {name!r} has type {data_type} but {first_type} in "
+                f"column {name!r} has type {shown_type(data_type)} but "
+                f"{shown_type(first_type)} in "
                 f"{str(first_file)!r}: every file of the input must give a column one type "
                 f"(rewrite the files with one schema)"
             )
@@ -296,19 +294,15 @@ def _check_footer(
 def check_column_families(spec: ReleaseSpec, families: dict[str, str], source: str) -> None:
     """The spec's columns against a schema given as column -> type family (before reading).
 
-    Families: "integer", "floating", "string", or another type's name. Raises
-    `SpecError` naming each missing column or column of a type the spec cannot use.
+    Families: "integer", "floating", "string", or another type's name (a nested
+    type's kind only: its fields' names are the input's text). Raises `SpecError`
+    naming each missing declared column or declared column of a type the spec cannot
+    use, never a column the spec did not declare.
     """
     kinds = csv_columns(spec)
     missing = [name for name in kinds if name not in families]
     if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in its schema; its columns "
-                f"are {sorted(families)}"
-            ],
-            source=source,
-        )
+        raise SpecError([missing_columns(missing, "its schema", len(families))], source=source)
     problems = []
     for name, kind in kinds.items():
         rule, allowed = _KIND_TYPES[kind]
@@ -319,35 +313,6 @@ def check_column_families(spec: ReleaseSpec, families: dict[str, str], source: s
             )
     if problems:
         raise SpecError(problems, source=source)
-
-
-def _check_header(header: list[str] | None, kinds: dict[str, str], path) -> list[str]:
-    source = f"input {str(path)!r}"
-    if not header:
-        raise SpecError(
-            ["its first line is not a CSV header (the file is empty or not UTF-8 text)"], source
-        )
-    twice = sorted({name for name in header if header.count(name) > 1})
-    if twice:
-        raise SpecError(
-            [f"column(s) {twice} appear more than once in the CSV header; name each column once"],
-            source,
-        )
-    if MALFORMED_COLUMN in header:
-        raise SpecError(
-            [f"column {MALFORMED_COLUMN!r} is reserved (it flags malformed rows); rename it"],
-            source,
-        )
-    missing = [name for name in kinds if name not in header]
-    if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in the CSV header; "
-                f"its columns are {header}"
-            ],
-            source=source,
-        )
-    return header
 
 
 def first_csv_file(files: tuple[Path, ...]) -> Path:
@@ -369,7 +334,7 @@ def spark_csv_schema(spec: ReleaseSpec, path: Path) -> str:
 
 def csv_schema_of_header(spec: ReleaseSpec, header: list[str] | None, path: str) -> str:
     """`spark_csv_schema` from a header already read (a file outside the local file system)."""
-    header = _check_header(header, csv_columns(spec), path)
+    header = check_header(header, csv_columns(spec), path)
     escaped = ["`" + name.replace("`", "``") + "`" for name in [*header, MALFORMED_COLUMN]]
     return ", ".join(f"{name} STRING" for name in escaped)
 
@@ -394,7 +359,7 @@ def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple
     import pyarrow.csv as pcsv
 
     kinds = csv_columns(spec)
-    _check_header(csv_header(path, filesystem), kinds, path)
+    check_header(csv_header(path, filesystem), kinds, path)
     malformed = [0]
 
     def skip(_row) -> str:  # the row's text is never kept or shown
