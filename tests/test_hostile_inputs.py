@@ -18,7 +18,11 @@ from test_release_inputs import SPEC, write_inputs
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, run_release
-from dp_pipeline.release.sources.schema import check_csv_headers, check_parquet_footers
+from dp_pipeline.release.sources.schema import (
+    check_column_families,
+    check_csv_headers,
+    check_parquet_footers,
+)
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
 
@@ -243,4 +247,55 @@ def test_a_folder_holding_a_link_to_the_key_is_refused_before_the_reservation(tm
     message = str(caught.value)
     assert f"its file {str(folder / 'part-1.parquet')!r}: it is the master key file" in message
     assert_no_key(message)
+    assert nothing_reserved(tmp_path)
+
+
+@pytest.mark.spark
+@pytest.mark.parametrize("json_line", [False, True])
+def test_on_spark_a_copy_of_the_key_named_as_a_csv_shows_nothing(
+    tmp_path, capsys, spark, json_line
+):
+    copy = tmp_path / "copy.csv"
+    copy.write_text(KEY_HEX + "\n")
+    spec = spec_file(tmp_path, copy, "spark")
+    status, printed = cli_run(capsys, str(spec), *(["--json"] if json_line else []))
+    assert status == 2, printed
+    assert_no_key(printed)
+    assert "its CSV header has 1 field(s) and lacks the declared columns" in printed
+    assert nothing_reserved(tmp_path)
+
+
+def test_a_schema_column_the_spec_did_not_declare_is_never_named(tmp_path):
+    spec = load_spec(spec_file(tmp_path, tmp_path / "people.csv"))
+    families = {"pid": "integer", "sex": "string", SECRET: "integer", "spend": "struct"}
+    with pytest.raises(SpecError) as caught:
+        check_column_families(spec, families, "table db.people")
+    message = str(caught.value)
+    assert SECRET not in message
+    assert "its schema has 4 field(s) and lacks the declared column 'year'" in message
+
+
+@pytest.mark.parametrize("year_in_files", [False, True])
+def test_a_hive_partition_type_conflict_is_one_line_before_the_ledger(
+    tmp_path, capsys, year_in_files
+):
+    folder = tmp_path / "hive"
+    rows = {"pid": [1, 2], "sex": ["F", "M"], "spend": [1.0, 2.0]}
+    if year_in_files:
+        rows["year"] = [2001, 2002]
+    for value in ("2001", "zz_secret_value"):
+        (folder / f"year={value}").mkdir(parents=True)
+        pq.write_table(pa.table(rows), folder / f"year={value}" / "part-0.parquet")
+    spec = spec_file(tmp_path, folder, fmt="parquet")
+    status, printed = cli_run(capsys, str(spec), "--json")
+    assert status == 2, printed
+    assert "Traceback" not in printed and "zz_secret_value" not in printed
+    line = json.loads(printed.splitlines()[0])
+    expected = (
+        "its files and partition folders cannot be read as one dataset"
+        if year_in_files
+        else "column 'year' comes from its year=... partition folders, whose values are not "
+        "all integers"
+    )
+    assert line["status"] == "spec_error" and expected in line["message"]
     assert nothing_reserved(tmp_path)

@@ -42,6 +42,7 @@ import pyarrow.parquet as pq
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.plan.postprocess import RAW_COLUMN
 from dp_pipeline.release.plan.selections import output_columns, quantile_grid
+from dp_pipeline.release.sources.partitions import partition_columns, partition_problems
 from dp_pipeline.release.sources.shown_schema import (
     MALFORMED_COLUMN,
     check_header,
@@ -185,6 +186,10 @@ def check_parquet_footers(
     (its ``name=value`` folders are columns). Raises `SpecError` naming the file and column.
     """
     kinds = csv_columns(spec)
+    integers = [name for name, kind in kinds.items() if kind in (INTEGER_KEY, NUMBER)]
+    problems = partition_problems(root, files, integers)
+    if problems:
+        raise SpecError(problems, source=f"input {str(root)!r}")
     types: dict[str, tuple[pa.DataType, PurePath]] = {}
     for file in files:
         _check_footer(spec, root, file, kinds, types, filesystem)
@@ -219,14 +224,6 @@ def check_csv_headers(
     return first
 
 
-def _partition_columns(root: PurePath, file: PurePath) -> set[str]:
-    try:
-        relative = file.parent.relative_to(root)
-    except ValueError:
-        relative = Path()
-    return {part.split("=", 1)[0] for part in relative.parts if "=" in part}
-
-
 _KIND_TYPES = {
     INTEGER_KEY: ("an integer or floating-point type", ("integer", "floating")),
     STRING_KEY: ("a string type", ("string",)),
@@ -258,7 +255,7 @@ def _check_footer(
             ["its Parquet footer cannot be read (not a Parquet file, or a truncated one)"],
             source=source,
         ) from None
-    partitions = _partition_columns(root, file)
+    partitions = partition_columns(root, file)
     names = set(schema.names) | partitions
     missing = [name for name in kinds if name not in names]
     if missing:
