@@ -299,3 +299,20 @@ def test_a_hive_partition_type_conflict_is_one_line_before_the_ledger(
     )
     assert line["status"] == "spec_error" and expected in line["message"]
     assert nothing_reserved(tmp_path)
+
+
+def test_domain_values_equal_under_nfc_are_refused_naming_the_field(tmp_path):
+    composed, decomposed = "Qu\u00e9bec", "Que\u0301bec"
+    text = SPEC.format(tmp=tmp_path, input=tmp_path / "people.csv", format="csv", engine="pandas")
+    text = text.replace('sex = ["F", "M"]', f'sex = ["F", "M", "{composed}", "{decomposed}"]')
+    path = tmp_path / "nfc.toml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(SpecError) as caught:
+        load_spec(path)
+    assert (
+        "domains.sex: values 'Qu\\xe9bec' and 'Que\\u0301bec' are the same text in Unicode "
+        "normal form NFC but different code points; write each value once, in one form (NFC)"
+    ) in str(caught.value)
+    # One form of each is a domain like any other.
+    path.write_text(text.replace(f', "{decomposed}"', ""), encoding="utf-8")
+    assert load_spec(path).domains["sex"] == ("F", "M", composed)
