@@ -316,3 +316,60 @@ def test_domain_values_equal_under_nfc_are_refused_naming_the_field(tmp_path):
     # One form of each is a domain like any other.
     path.write_text(text.replace(f', "{decomposed}"', ""), encoding="utf-8")
     assert load_spec(path).domains["sex"] == ("F", "M", composed)
+
+
+def csv_with_malformed_records(tmp_path: Path) -> Path:
+    """A valid input plus records one of which used to decide the pandas engine's outcome:
+    a 2 MiB field (longer than pyarrow's block), a 2 MiB id, an id that is not UTF-8, a
+    key holding U+FFFD (what Spark decodes such bytes to)."""
+    csv_path, _ = write_inputs(tmp_path)
+    long = "y" * (2 * 2**20)
+    records = [
+        f"950,2001,F,5,{long}".encode(),  # valid: a long field the spec does not use
+        f"{long},2002,M,7,x".encode(),  # valid: a long id is an id
+        b"9\xff51,2001,F,5,x",  # malformed: an id that is not UTF-8
+        "952,2001,F\ufffd,5,x".encode(),  # malformed: U+FFFD in a used field
+        b"953,2001,M,5,\xff",  # valid: bytes that are not UTF-8 in a column not used
+    ]
+    csv_path.write_bytes(csv_path.read_bytes() + b"\n".join(records) + b"\n")
+    return csv_path
+
+
+def test_malformed_records_are_invalid_rows_not_an_abort_on_pandas(tmp_path):
+    csv_path = csv_with_malformed_records(tmp_path)
+    text = SPEC.format(tmp=tmp_path, input=csv_path, format="csv", engine="pandas")
+    write_key(tmp_path)
+    path = tmp_path / "drop.toml"
+    path.write_text(text.replace("[input]\n", '[input]\non_invalid = "drop"\n'))
+    result = run_release(load_spec(path), QUIET)
+    assert result.outcome == "reserved"
+    assert result.diagnostics["year_sex"].rows_malformed == 2
+    assert (result.output / "manifest.json").exists()
+
+
+@pytest.mark.spark
+def test_malformed_records_are_the_same_invalid_rows_on_both_engines(tmp_path, spark, monkeypatch):
+    import dp_pipeline.release.tables.on_spark as spark_tables
+
+    csv_path = csv_with_malformed_records(tmp_path)
+    published, malformed = {}, {}
+    for engine, driver_bytes in (("pandas", 0), ("spark", 64 * 2**20), ("spark", 0)):
+        monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", driver_bytes)
+        folder = tmp_path / f"{engine}-{driver_bytes}"
+        folder.mkdir()
+        text = SPEC.format(tmp=folder, input=csv_path, format="csv", engine=engine)
+        write_key(folder)  # one key: the same release identity and noise
+        # The noisy count of invalid units decides, as the spec's rule says: published
+        # under a high threshold, on the same count on every path.
+        text = text.replace('share = "1/3"', 'share = "3/10"')
+        fields = 'on_invalid = "error"\ninvalid_share = "1/10"\ninvalid_threshold = 10000\n'
+        path = folder / "error.toml"
+        path.write_text(text.replace("[input]\n", f"[input]\n{fields}"))
+        result = run_release(load_spec(path), QUIET, spark)
+        malformed[(engine, driver_bytes)] = result.diagnostics["year_sex"].rows_malformed
+        published[(engine, driver_bytes)] = {
+            name: (result.output / name).read_bytes()
+            for name in ("year_sex.parquet", "spend_by_sex.parquet", "median_spend.parquet")
+        }
+    assert set(malformed.values()) == {2}, malformed
+    assert len({tuple(sorted(files.items())) for files in published.values()}) == 1

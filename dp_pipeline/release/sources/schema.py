@@ -42,6 +42,13 @@ import pyarrow.parquet as pq
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.plan.postprocess import RAW_COLUMN
 from dp_pipeline.release.plan.selections import output_columns, quantile_grid
+from dp_pipeline.release.sources.csv_text import (
+    as_text,
+    csv_rule,
+    file_size,
+    read_text_fields,
+    undecodable_rows,
+)
 from dp_pipeline.release.sources.partitions import partition_columns, partition_problems
 from dp_pipeline.release.sources.shown_schema import (
     MALFORMED_COLUMN,
@@ -347,8 +354,10 @@ def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple
     Integer keys: nullable ``Int64``; numbers: float64 (NaN where missing); string
     keys and units: strings (None where missing). An empty field is missing. The
     file is read as text by pyarrow's CSV reader and parsed with Arrow kernels. A row
-    whose field count differs from the header is skipped and counted (returned
-    second): it is malformed, never read by position. A file the reader cannot
+    whose field count differs from the header, or with a used field that is not
+    UTF-8 text (`dp_pipeline.release.sources.csv_text`), is skipped and counted
+    (returned second): it is malformed, never read by position. A row of any length
+    is read (as Spark reads it). A file the reader cannot
     parse raises `dp_pipeline.release.sources.source.InputReadError`, naming the file and
     the rule, never a line, a record or a value of it. ``filesystem``: the
     ``pyarrow.fs`` file system ``path`` is on (None: local).
@@ -363,40 +372,37 @@ def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple
         malformed[0] += 1
         return "skip"
 
-    try:
+    def read(block: int) -> pa.Table:
+        malformed[0] = 0  # counted again by each attempt
         opened = path if filesystem is None else filesystem.open_input_stream(str(path))
-        text = pcsv.read_csv(
+        return pcsv.read_csv(
             opened,
+            read_options=pcsv.ReadOptions(block_size=block),
             parse_options=pcsv.ParseOptions(invalid_row_handler=skip),
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(kinds),
-                column_types=dict.fromkeys(kinds, pa.string()),
+                # Bytes, decoded below: a field that is not UTF-8 is a malformed row.
+                column_types=dict.fromkeys(kinds, pa.binary()),
                 strings_can_be_null=True,
                 null_values=[""],
             ),
         )
+
+    try:
+        text = read_text_fields(read, file_size(path, filesystem))
     except pa.ArrowException as error:
-        raise InputReadError(path, _csv_rule(error)) from None
+        raise InputReadError(path, csv_rule(error)) from None
+    undecodable = undecodable_rows([text.column(name) for name in kinds])
     columns = {}
     for name, kind in kinds.items():
-        strings = text.column(name).combine_chunks()
+        strings = as_text(text.column(name), ~undecodable)
         if kind == INTEGER_KEY:
             columns[name] = parse_integers(strings)
         elif kind == NUMBER:
             columns[name] = parse_decimals(strings)
         else:
             columns[name] = strings.to_pandas()  # object strings, None where missing
-    return pd.DataFrame(columns), malformed[0]
-
-
-def _csv_rule(error: BaseException) -> str:
-    """The rule a CSV file broke, from the reader's error type (never its text's content)."""
-    message = str(error)
-    if "UTF8" in message or "UTF-8" in message:
-        return "it is not valid UTF-8 text"
-    if "straddl" in message or "block" in message:
-        return "a row is longer than the reader's block (1 MiB)"
-    return "it is not CSV the reader can parse (an unbalanced quote, or another syntax error)"
+    return pd.DataFrame(columns), malformed[0] + int(undecodable.sum())
 
 
 def _strings(text: pd.Series | pa.Array) -> pa.Array:

@@ -56,6 +56,7 @@ from dp_pipeline.release.plan.selections import (
     position_column,
     release_selection,
 )
+from dp_pipeline.release.sources.csv_text import REPLACEMENT
 from dp_pipeline.release.sources.fingerprint import file_name, local_path
 from dp_pipeline.release.sources.schema import (
     DECIMAL_PATTERN,
@@ -329,9 +330,13 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
         .option("columnPruning", False)
         .csv(location)
     )
-    flagged = raw.select(
-        *spark_typed_columns(spec), sf.col(MALFORMED_COLUMN).isNotNull().alias(MALFORMED_COLUMN)
-    )
+    # A used field Spark decoded with U+FFFD (bytes that are not UTF-8) makes the row
+    # malformed, as the pandas engine's reader flags it (`sources.csv_text`).
+    undecodable = [sf.col(name).contains(REPLACEMENT) for name in csv_columns(spec)]
+    malformed = sf.col(MALFORMED_COLUMN).isNotNull()
+    for text in undecodable:
+        malformed = malformed | sf.coalesce(text, sf.lit(False))
+    flagged = raw.select(*spark_typed_columns(spec), malformed.alias(MALFORMED_COLUMN))
     return flagged.where(~sf.col(MALFORMED_COLUMN)).drop(MALFORMED_COLUMN), flagged
 
 
