@@ -18,6 +18,7 @@ from test_release_inputs import SPEC, write_inputs
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, run_release
+from dp_pipeline.release.sources.arrow_files import open_arrow_input
 from dp_pipeline.release.sources.schema import (
     check_column_families,
     check_csv_headers,
@@ -373,3 +374,14 @@ def test_malformed_records_are_the_same_invalid_rows_on_both_engines(tmp_path, s
         }
     assert set(malformed.values()) == {2}, malformed
     assert len({tuple(sorted(files.items())) for files in published.values()}) == 1
+
+
+def test_a_store_path_that_is_no_file_or_folder_is_refused_before_it_is_read(tmp_path):
+    fifo = tmp_path / "people.csv"
+    os.mkfifo(fifo)
+    spec = load_spec(spec_file(tmp_path, tmp_path / "other.csv"))
+    with pytest.raises(SpecError) as caught:
+        open_arrow_input(spec, f"file://{fifo}", "csv")  # a read would block
+    assert "it is neither a regular file nor a folder (a device, a FIFO or a socket)" in str(
+        caught.value
+    )
