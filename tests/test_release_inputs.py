@@ -223,8 +223,9 @@ def test_a_column_missing_from_the_csv_header_is_named(tmp_path):
         read_csv_pandas(spec, csv_path)
     assert str(info.value) == (
         f"input {str(csv_path)!r}: 1 problem(s):\n"
-        "  - column(s) ['year'] used by the spec are not in the CSV "
-        "header; its columns are ['pid', 'yr', 'sex', 'spend']"
+        "  - its CSV header has 4 field(s) and lacks the declared column 'year'; every "
+        "column the spec uses must be named there (the file's own names are not shown: "
+        "they can be data)"
     )
 
 
@@ -345,7 +346,7 @@ def test_the_cli_prints_its_own_lines_but_no_jvm_or_spark_warnings(tmp_path):
     failed = dp_release("spec-spark-csv.toml", "--release-id", "people-2", cwd=tmp_path, temp=temp)
     assert failed.returncode == 2, failed.stderr
     assert "Traceback" not in failed.stderr
-    assert "column(s) ['year'] used by the spec are not in the CSV header" in failed.stderr
+    assert "its CSV header has 4 field(s) and lacks the declared column 'year'" in failed.stderr
     for noise in JVM_NOISE:
         assert noise not in failed.stderr, noise
     # After an error the JVM log is kept, and the message names it.
@@ -396,8 +397,9 @@ def test_an_input_without_a_spec_column_is_refused_before_the_reservation(tmp_pa
         run_release(spec, Progress(quiet=True))
     assert str(info.value) == (
         f"input {str(parquet_path)!r}: 1 problem(s):\n"
-        "  - column(s) ['year'] used by the spec are not in the Parquet schema; "
-        "its columns are ['extra', 'pid', 'sex', 'spend']"
+        "  - its Parquet schema has 4 field(s) and lacks the declared column 'year'; every "
+        "column the spec uses must be named there (the file's own names are not shown: "
+        "they can be data)"
     )
     # Nothing was reserved: the ledger holds no row for the release.
     assert Ledger(spec.ledger_path).entry(spec.release_id) is None

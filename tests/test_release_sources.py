@@ -656,7 +656,9 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
     other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
     with pytest.raises(SpecError) as caught:
         run_release(other, progress=Progress(quiet=True), spark=spark)
-    assert "['spend'] used by the spec are not in the CSV header" in str(caught.value)
+    assert "its CSV header has 4 field(s) and lacks the declared column 'spend'" in str(
+        caught.value
+    )
     assert _ledger_rows(tmp_path / "l2.sqlite") == 0
 
 
@@ -678,8 +680,8 @@ def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_
     moved = [",".join([r.split(",")[3], *r.split(",")[1:3], r.split(",")[0], "x"]) for r in rows]
     cases = {
         "swapped": ("\n".join([swapped, *moved[40:]]), "header differs from the first file's"),
-        "twice": ("pid,year,sex,spend,pid\n1,2001,F,3,1", "['pid'] appear more than once"),
-        "missing": ("pid,year,sex,note\n1,2001,F,x", "['spend'] used by the spec are not in"),
+        "twice": ("pid,year,sex,spend,pid\n1,2001,F,3,1", "column(s) 'pid' more than once"),
+        "missing": ("pid,year,sex,note\n1,2001,F,x", "lacks the declared column 'spend'"),
     }
     for index, (content, expected) in enumerate(cases.values()):
         (data / "part-2.csv").write_text(content + "\n")

@@ -88,7 +88,7 @@ def test_a_csv_header_on_a_store_is_checked_before_the_reservation(s3_store, tmp
     with pytest.raises(SpecError) as caught:
         run_release(spec, Progress(quiet=True))
     message = str(caught.value)
-    assert "['spend'] used by the spec are not in the CSV header" in message
+    assert "its CSV header has 4 field(s) and lacks the declared column 'spend'" in message
     assert SECRET not in message and "2001" not in message
     assert _ledger_rows(tmp_path / "ledger.sqlite") == 0
 

@@ -103,7 +103,7 @@ from dp_pipeline.release.sources.schema import (
     published_table,
     table_schema,
 )
-from dp_pipeline.release.sources.source import kept_log
+from dp_pipeline.release.sources.source import check_listed_kinds, kept_log
 from dp_pipeline.release.sources.synthetic import check_sample, sealed_census_sample
 from dp_pipeline.release.spec.model import (
     ENGINES,
@@ -295,6 +295,8 @@ def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     trace = trace if trace is not None else RunTrace()
     try:
+        if not synthetic:  # the sample cache is in the home: only a named input is checked
+            check_listed_kinds(spec.key_file, source)
         result = _run_opened(
             spec,
             plan,

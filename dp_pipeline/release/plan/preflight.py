@@ -14,6 +14,10 @@ for the plan's notes) and raises one `SpecError`.
 An output URI is probed by `check_output` once the engine's session runs (its
 Hadoop configuration is the session's), still before the reservation.
 
+An input that is no data file or folder (a device, a FIFO, a socket, a file of
+``/proc``, ``/sys`` or ``/dev``, the dp_pipeline home, the master key file:
+`dp_pipeline.release.input_kinds`) is refused here, before it is opened.
+
 What it looks at is public: whether paths exist and what kind of file they are,
 whether a probe file can be made and removed in the output folder, and the
 first four bytes of a single input file (every Parquet file starts with
@@ -28,6 +32,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from dp_pipeline.release.input_kinds import special_location_problem
 from dp_pipeline.release.publish.filesystems import (
     OutputLocationError,
     ReleaseFileSystem,
@@ -165,8 +170,14 @@ def _file_on_the_way(folder: Path) -> Path | None:
 
 
 def input_problems(spec: ReleaseSpec) -> list[str]:
-    """What is wrong with the spec's local input (missing, another format), or []."""
-    if not spec.input_path or "://" in spec.input_path:
+    """What is wrong with the spec's local input (not a regular file or folder, missing,
+    another format), or []."""
+    if not spec.input_path:
+        return []
+    special = special_location_problem(spec.input_path, spec.key_file)
+    if special is not None:
+        return [f"input.path = {spec.input_path!r} (or --input): {special}"]
+    if "://" in spec.input_path:
         return []
     return _input_problems(Path(spec.input_path), spec.input_format)
 

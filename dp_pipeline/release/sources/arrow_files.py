@@ -108,6 +108,15 @@ def _list(filesystem, base: str, input_format: str, where: str) -> tuple[tuple[s
         )
     if info.type == arrow_fs.FileType.File:
         return (base,), True
+    if info.type != arrow_fs.FileType.Directory:
+        # A device, FIFO or socket (pyarrow's Unknown): reading it could block or never end.
+        raise SpecError(
+            [
+                "it is neither a regular file nor a folder (a device, a FIFO or a socket); "
+                "give the path of the data file or folder (input.path or --input)"
+            ],
+            source=f"input {where!r}",
+        )
     if input_format == "csv":
         raise SpecError(
             [

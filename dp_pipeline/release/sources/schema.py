@@ -42,6 +42,22 @@ import pyarrow.parquet as pq
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.release.plan.postprocess import RAW_COLUMN
 from dp_pipeline.release.plan.selections import output_columns, quantile_grid
+from dp_pipeline.release.sources.csv_text import (
+    as_text,
+    csv_rule,
+    file_size,
+    read_text_fields,
+    undecodable_rows,
+)
+from dp_pipeline.release.sources.partitions import partition_columns, partition_problems
+from dp_pipeline.release.sources.shown_schema import (
+    MALFORMED_COLUMN,
+    check_header,
+    header_difference,
+    missing_columns,
+    repeated_columns,
+    shown_type,
+)
 from dp_pipeline.release.sources.source import InputReadError
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, TableSpec
 
@@ -66,10 +82,6 @@ __all__ = [
     "spark_csv_schema",
     "table_schema",
 ]
-
-# The flag (Spark: the corrupt-record column) of a CSV row whose field count differs
-# from its header; a header may not use the name.
-MALFORMED_COLUMN = "_dp_malformed_row"
 
 # Column kinds of a release's input.
 INTEGER_KEY, STRING_KEY, NUMBER, UNIT = "integer key", "string key", "number", "unit"
@@ -156,7 +168,7 @@ def check_input_columns(
 ) -> None:
     """Refuse, before any budget is reserved, an input whose schema does not fit the spec.
 
-    CSV: every listed file's header (`_check_header`). Parquet: every listed file's
+    CSV: every listed file's header (`check_header`). Parquet: every listed file's
     footer; a Parquet folder's ``name=value`` directories count as columns (Spark
     and pyarrow read them). Reads no row. Raises `SpecError` naming the file and column.
     """
@@ -181,6 +193,10 @@ def check_parquet_footers(
     (its ``name=value`` folders are columns). Raises `SpecError` naming the file and column.
     """
     kinds = csv_columns(spec)
+    integers = [name for name, kind in kinds.items() if kind in (INTEGER_KEY, NUMBER)]
+    problems = partition_problems(root, files, integers)
+    if problems:
+        raise SpecError(problems, source=f"input {str(root)!r}")
     types: dict[str, tuple[pa.DataType, PurePath]] = {}
     for file in files:
         _check_footer(spec, root, file, kinds, types, filesystem)
@@ -195,34 +211,24 @@ def check_csv_headers(
     None when its first line is not one), in the engine's order, empty files left out.
     Each must be a header holding the spec's columns, no name twice, and all the same
     as the first, so no file is read by position under another file's column order.
-    Returns the header. Raises `SpecError` naming the file and the column (the header's
-    names are schema, never data).
+    Returns the header. Raises `SpecError` naming the file, the declared columns and
+    the rule, never a name or text read from a file (`shown_schema`).
     """
     kinds = csv_columns(spec)
     first_name, first_header = headers[0]
-    first = _check_header(first_header, kinds, first_name)
+    first = check_header(first_header, kinds, first_name)
     for name, found in headers[1:]:
-        header = _check_header(found, kinds, name)
+        header = check_header(found, kinds, name)
         if header != first:
-            differs = next((a for a, b in zip(header, first, strict=False) if a != b), "(count)")
             raise SpecError(
                 [
-                    f"its header differs from the first file's ({first_name!r}) at "
-                    f"column {differs!r}: the files of a CSV folder must have one header, "
-                    f"in one column order; its columns are {header}, the first file's "
-                    f"are {first}"
+                    f"its header differs from the first file's ({first_name!r}): "
+                    f"{header_difference(header, first, kinds)}; the files of a CSV folder "
+                    "must have one header, in one column order"
                 ],
                 source=f"input {name!r}",
             )
     return first
-
-
-def _partition_columns(root: PurePath, file: PurePath) -> set[str]:
-    try:
-        relative = file.parent.relative_to(root)
-    except ValueError:
-        relative = Path()
-    return {part.split("=", 1)[0] for part in relative.parts if "=" in part}
 
 
 _KIND_TYPES = {
@@ -256,20 +262,14 @@ def _check_footer(
             ["its Parquet footer cannot be read (not a Parquet file, or a truncated one)"],
             source=source,
         ) from None
-    partitions = _partition_columns(root, file)
+    partitions = partition_columns(root, file)
     names = set(schema.names) | partitions
     missing = [name for name in kinds if name not in names]
     if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in the Parquet schema; "
-                f"its columns are {sorted(names)}"
-            ],
-            source=source,
-        )
-    if len(set(schema.names)) != len(schema.names):
-        twice = sorted({n for n in schema.names if schema.names.count(n) > 1})
-        raise SpecError([f"column(s) {twice} appear more than once in its schema"], source)
+        raise SpecError([missing_columns(missing, "its Parquet schema", len(names))], source)
+    repeated = repeated_columns(schema.names, kinds, "its Parquet schema")
+    if repeated is not None:
+        raise SpecError([repeated], source)
     problems = []
     for name, kind in kinds.items():
         if name in partitions and name not in schema.names:
@@ -278,12 +278,14 @@ def _check_footer(
         rule, families = _KIND_TYPES[kind]
         if _type_family(data_type) not in families:
             problems.append(
-                f"column {name!r} has type {data_type}; as the spec's {kind} it must have {rule}"
+                f"column {name!r} has type {shown_type(data_type)}; as the spec's {kind} it "
+                f"must have {rule}"
             )
         elif name in types and types[name][0] != data_type:
             first_type, first_file = types[name]
             problems.append(
-                f"column {name!r} has type {data_type} but {first_type} in "
+                f"column {name!r} has type {shown_type(data_type)} but "
+                f"{shown_type(first_type)} in "
                 f"{str(first_file)!r}: every file of the input must give a column one type "
                 f"(rewrite the files with one schema)"
             )
@@ -296,19 +298,15 @@ def _check_footer(
 def check_column_families(spec: ReleaseSpec, families: dict[str, str], source: str) -> None:
     """The spec's columns against a schema given as column -> type family (before reading).
 
-    Families: "integer", "floating", "string", or another type's name. Raises
-    `SpecError` naming each missing column or column of a type the spec cannot use.
+    Families: "integer", "floating", "string", or another type's name (a nested
+    type's kind only: its fields' names are the input's text). Raises `SpecError`
+    naming each missing declared column or declared column of a type the spec cannot
+    use, never a column the spec did not declare.
     """
     kinds = csv_columns(spec)
     missing = [name for name in kinds if name not in families]
     if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in its schema; its columns "
-                f"are {sorted(families)}"
-            ],
-            source=source,
-        )
+        raise SpecError([missing_columns(missing, "its schema", len(families))], source=source)
     problems = []
     for name, kind in kinds.items():
         rule, allowed = _KIND_TYPES[kind]
@@ -319,35 +317,6 @@ def check_column_families(spec: ReleaseSpec, families: dict[str, str], source: s
             )
     if problems:
         raise SpecError(problems, source=source)
-
-
-def _check_header(header: list[str] | None, kinds: dict[str, str], path) -> list[str]:
-    source = f"input {str(path)!r}"
-    if not header:
-        raise SpecError(
-            ["its first line is not a CSV header (the file is empty or not UTF-8 text)"], source
-        )
-    twice = sorted({name for name in header if header.count(name) > 1})
-    if twice:
-        raise SpecError(
-            [f"column(s) {twice} appear more than once in the CSV header; name each column once"],
-            source,
-        )
-    if MALFORMED_COLUMN in header:
-        raise SpecError(
-            [f"column {MALFORMED_COLUMN!r} is reserved (it flags malformed rows); rename it"],
-            source,
-        )
-    missing = [name for name in kinds if name not in header]
-    if missing:
-        raise SpecError(
-            [
-                f"column(s) {missing} used by the spec are not in the CSV header; "
-                f"its columns are {header}"
-            ],
-            source=source,
-        )
-    return header
 
 
 def first_csv_file(files: tuple[Path, ...]) -> Path:
@@ -369,7 +338,7 @@ def spark_csv_schema(spec: ReleaseSpec, path: Path) -> str:
 
 def csv_schema_of_header(spec: ReleaseSpec, header: list[str] | None, path: str) -> str:
     """`spark_csv_schema` from a header already read (a file outside the local file system)."""
-    header = _check_header(header, csv_columns(spec), path)
+    header = check_header(header, csv_columns(spec), path)
     escaped = ["`" + name.replace("`", "``") + "`" for name in [*header, MALFORMED_COLUMN]]
     return ", ".join(f"{name} STRING" for name in escaped)
 
@@ -385,8 +354,10 @@ def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple
     Integer keys: nullable ``Int64``; numbers: float64 (NaN where missing); string
     keys and units: strings (None where missing). An empty field is missing. The
     file is read as text by pyarrow's CSV reader and parsed with Arrow kernels. A row
-    whose field count differs from the header is skipped and counted (returned
-    second): it is malformed, never read by position. A file the reader cannot
+    whose field count differs from the header, or with a used field that is not
+    UTF-8 text (`dp_pipeline.release.sources.csv_text`), is skipped and counted
+    (returned second): it is malformed, never read by position. A row of any length
+    is read (as Spark reads it). A file the reader cannot
     parse raises `dp_pipeline.release.sources.source.InputReadError`, naming the file and
     the rule, never a line, a record or a value of it. ``filesystem``: the
     ``pyarrow.fs`` file system ``path`` is on (None: local).
@@ -394,47 +365,44 @@ def read_csv_rows(spec: ReleaseSpec, path: Path | str, filesystem=None) -> tuple
     import pyarrow.csv as pcsv
 
     kinds = csv_columns(spec)
-    _check_header(csv_header(path, filesystem), kinds, path)
+    check_header(csv_header(path, filesystem), kinds, path)
     malformed = [0]
 
     def skip(_row) -> str:  # the row's text is never kept or shown
         malformed[0] += 1
         return "skip"
 
-    try:
+    def read(block: int) -> pa.Table:
+        malformed[0] = 0  # counted again by each attempt
         opened = path if filesystem is None else filesystem.open_input_stream(str(path))
-        text = pcsv.read_csv(
+        return pcsv.read_csv(
             opened,
+            read_options=pcsv.ReadOptions(block_size=block),
             parse_options=pcsv.ParseOptions(invalid_row_handler=skip),
             convert_options=pcsv.ConvertOptions(
                 include_columns=list(kinds),
-                column_types=dict.fromkeys(kinds, pa.string()),
+                # Bytes, decoded below: a field that is not UTF-8 is a malformed row.
+                column_types=dict.fromkeys(kinds, pa.binary()),
                 strings_can_be_null=True,
                 null_values=[""],
             ),
         )
+
+    try:
+        text = read_text_fields(read, file_size(path, filesystem))
     except pa.ArrowException as error:
-        raise InputReadError(path, _csv_rule(error)) from None
+        raise InputReadError(path, csv_rule(error)) from None
+    undecodable = undecodable_rows([text.column(name) for name in kinds])
     columns = {}
     for name, kind in kinds.items():
-        strings = text.column(name).combine_chunks()
+        strings = as_text(text.column(name), ~undecodable)
         if kind == INTEGER_KEY:
             columns[name] = parse_integers(strings)
         elif kind == NUMBER:
             columns[name] = parse_decimals(strings)
         else:
             columns[name] = strings.to_pandas()  # object strings, None where missing
-    return pd.DataFrame(columns), malformed[0]
-
-
-def _csv_rule(error: BaseException) -> str:
-    """The rule a CSV file broke, from the reader's error type (never its text's content)."""
-    message = str(error)
-    if "UTF8" in message or "UTF-8" in message:
-        return "it is not valid UTF-8 text"
-    if "straddl" in message or "block" in message:
-        return "a row is longer than the reader's block (1 MiB)"
-    return "it is not CSV the reader can parse (an unbalanced quote, or another syntax error)"
+    return pd.DataFrame(columns), malformed[0] + int(undecodable.sum())
 
 
 def _strings(text: pd.Series | pa.Array) -> pa.Array:

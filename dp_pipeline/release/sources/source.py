@@ -17,6 +17,7 @@ from urllib.parse import urlparse, urlunparse
 from dp_pipeline.engines.spark.failures import session_failure, stop_session
 from dp_pipeline.engines.spark.quiet import discard_log
 from dp_pipeline.errors import DPError
+from dp_pipeline.release.input_kinds import special_inputs_problem
 from dp_pipeline.release.sources.fingerprint import (
     FileDigest,
     content_fingerprint,
@@ -32,6 +33,7 @@ __all__ = [
     "InputChangedError",
     "InputReadError",
     "OpenedInput",
+    "check_listed_kinds",
     "kept_log",
     "shown_location",
 ]
@@ -219,6 +221,19 @@ class OpenedInput:
             discard_log(self.jvm_log)
             self.jvm_log = None
         return None
+
+
+def check_listed_kinds(key_file: str | None, source: OpenedInput) -> None:
+    """Refuse, before the reservation, an input whose listed local files are not all
+    regular data files (`dp_pipeline.release.input_kinds`: a folder holding a FIFO, a
+    device, or a link to the master key, a file of the dp_pipeline home or of /proc).
+
+    ``key_file``: the run's master key file. Only the files' metadata is looked at.
+    Raises `SpecError` naming the input, the file and the rule.
+    """
+    problem = special_inputs_problem(source.files, key_file)
+    if problem is not None:
+        raise SpecError([problem], source=f"input {source.where!r}")
 
 
 def kept_log(error: BaseException, log: str | None) -> None:

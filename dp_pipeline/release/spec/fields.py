@@ -7,6 +7,8 @@ raises here, so `dp_pipeline.release.spec.load.parse_spec` reports every problem
 from __future__ import annotations
 
 import re
+import unicodedata
+from collections.abc import Sequence
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -29,6 +31,7 @@ __all__ = [
     "check_token",
     "large_delta_refused",
     "read_allow_large_delta",
+    "normalized_alike",
     "read_choice",
     "read_domains",
     "read_integer",
@@ -230,6 +233,15 @@ def read_domains(section: dict, problems: list[str]) -> dict[str, range | tuple[
                     "domain values must be distinct"
                 )
                 continue
+            alike = normalized_alike(raw) if kinds == {str} else None
+            if alike is not None:
+                problems.append(
+                    f"{path}: values {alike[0]!a} and {alike[1]!a} are the same text "
+                    "in Unicode normal form NFC but different code points; write each value "
+                    "once, in one form (NFC), as the data writes it (keys match code point "
+                    "for code point on both engines)"
+                )
+                continue
             domains[column] = tuple(raw)
         else:
             problems.append(
@@ -237,3 +249,18 @@ def read_domains(section: dict, problems: list[str]) -> dict[str, range | tuple[
                 "{ start = ..., stop = ... }"
             )
     return domains
+
+
+def normalized_alike(values: Sequence[str]) -> tuple[str, str] | None:
+    """The first two of ``values`` that differ but are equal under Unicode NFC, or None.
+
+    A key is matched code point for code point on both engines (no normalization: Spark
+    SQL has none, and one rule keeps the engines byte-identical), so two such values
+    would be two cells of what a reader takes for one, each counting part of the rows.
+    """
+    first: dict[str, str] = {}
+    for value in values:
+        seen = first.setdefault(unicodedata.normalize("NFC", value), value)
+        if seen != value:
+            return seen, value
+    return None

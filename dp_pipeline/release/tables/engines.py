@@ -21,13 +21,14 @@ from __future__ import annotations
 import importlib
 
 import pandas as pd
+import pyarrow as pa
 
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.sources.arrow_files import open_arrow_input
 from dp_pipeline.release.sources.fingerprint import input_files, local_path
 from dp_pipeline.release.sources.source import InputChangedError, OpenedInput
-from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
 from dp_pipeline.release.tables.on_pandas import pandas_tables, true_values_pandas
 
 __all__ = [
@@ -37,6 +38,15 @@ __all__ = [
     "open_input",
     "true_values_pandas",
 ]
+
+
+# Why pyarrow's discovery of a Parquet folder failed, without its message (see open_input).
+DATASET_CONFLICT = (
+    "its files and partition folders cannot be read as one dataset: a column has two "
+    "types (a name=value folder whose values are not of one type, or a folder's column "
+    "also stored in the files with another type); write the files with one schema and "
+    "name each column in the folders or in the files, not both"
+)
 
 
 def _spark_half():
@@ -59,7 +69,11 @@ def open_input(
         local = local_path(str(path))
         if local is None:
             return open_arrow_input(spec, str(path), input_format)
-        files = input_files(local, input_format)
+        try:
+            files = input_files(local, input_format)
+        except pa.ArrowException:
+            # pyarrow's text quotes the folders' values and the files' column names.
+            raise SpecError([DATASET_CONFLICT], source=f"input {str(local)!r}") from None
         return OpenedInput(local, input_format, "pandas", files, location=str(local))
     return _spark_half().open_spark_input(
         spec, path, input_format, progress, spark, verbose=verbose

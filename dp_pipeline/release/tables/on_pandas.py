@@ -124,8 +124,8 @@ def _quantile_values_pandas(frame: pd.DataFrame, table) -> pd.arrays.IntegerArra
 
     if table.value not in frame:
         raise DPValueError(
-            f"table {table.name!r}: column {table.value!r} is not in the input; its columns "
-            f"are {list(frame.columns)}"
+            f"table {table.name!r}: column {table.value!r} is not in the input (which has "
+            f"{len(frame.columns)} column(s), not named here: they can be data)"
         )
     series = frame[table.value]
     if not pd.api.types.is_numeric_dtype(series.dtype) or pd.api.types.is_bool_dtype(series.dtype):

@@ -25,7 +25,15 @@ from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
-from pyspark.sql.types import DoubleType, FloatType, IntegralType, StringType
+from pyspark.sql.types import (
+    ArrayType,
+    DoubleType,
+    FloatType,
+    IntegralType,
+    MapType,
+    StringType,
+    StructType,
+)
 
 from dp_pipeline.engines.backend import noisy_cells
 from dp_pipeline.engines.spark.failures import session_failure
@@ -48,6 +56,7 @@ from dp_pipeline.release.plan.selections import (
     position_column,
     release_selection,
 )
+from dp_pipeline.release.sources.csv_text import REPLACEMENT
 from dp_pipeline.release.sources.fingerprint import file_name, local_path
 from dp_pipeline.release.sources.schema import (
     DECIMAL_PATTERN,
@@ -230,8 +239,13 @@ def _check_spark_columns(spec: ReleaseSpec, schema, source: str) -> None:
         elif isinstance(kind, StringType):
             families[column.name] = "string"
         else:
-            families[column.name] = kind.simpleString()
+            # A nested type's simpleString spells its fields' names (the input's text).
+            families[column.name] = kind.typeName() if _nested(kind) else kind.simpleString()
     check_column_families(spec, families, source)
+
+
+def _nested(kind) -> bool:
+    return isinstance(kind, StructType | ArrayType | MapType)
 
 
 # Inputs up to this size (bytes on disk) are aggregated on the driver after Spark reads them.
@@ -251,8 +265,8 @@ def _driver_rows(frame, spec: ReleaseSpec, flag: str | None) -> tuple[pd.DataFra
     missing = [name for name in needed if name not in frame.columns]
     if missing:
         raise DPValueError(
-            f"column(s) {missing} used by the spec are not in the input; its columns are "
-            f"{frame.columns}"
+            f"column(s) {missing} used by the spec are not in the input (which has "
+            f"{len(frame.columns)} column(s), not named here: they can be data)"
         )
     if flag is None:
         return arrow_frame(frame.select(*needed).toArrow()), 0
@@ -316,9 +330,13 @@ def spark_input_frames(spec: ReleaseSpec, source: OpenedInput):
         .option("columnPruning", False)
         .csv(location)
     )
-    flagged = raw.select(
-        *spark_typed_columns(spec), sf.col(MALFORMED_COLUMN).isNotNull().alias(MALFORMED_COLUMN)
-    )
+    # A used field Spark decoded with U+FFFD (bytes that are not UTF-8) makes the row
+    # malformed, as the pandas engine's reader flags it (`sources.csv_text`).
+    undecodable = [sf.col(name).contains(REPLACEMENT) for name in csv_columns(spec)]
+    malformed = sf.col(MALFORMED_COLUMN).isNotNull()
+    for text in undecodable:
+        malformed = malformed | sf.coalesce(text, sf.lit(False))
+    flagged = raw.select(*spark_typed_columns(spec), malformed.alias(MALFORMED_COLUMN))
     return flagged.where(~sf.col(MALFORMED_COLUMN)).drop(MALFORMED_COLUMN), flagged
 
 
