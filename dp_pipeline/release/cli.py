@@ -5,7 +5,7 @@
                         [--engine spark|pandas] [--master URL | --remote URL]
                         [--conf KEY=VALUE ...] [--release-id ID] [--date YYYY-MM-DD]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--json] [--verbose]
-    dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
+    dp-release ledger [SPEC] [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
     dp-release --version
 
 User errors print one clear message to stderr. ``plan`` and ``ledger`` then exit
@@ -21,7 +21,8 @@ run's date (``'labour-{date:%Y-%m}'``, `dp_pipeline.release.release_ids`).
 ``plan`` with a ledger (``--ledger``, else the spec's ``run.ledger`` if that file
 exists or names a server) also prints what the population has spent, what this release costs, what
 is left and whether it fits, composed as ``run`` composes them; it only reads the
-ledger (never creates, migrates or leases it). A refusal over the cap, in
+ledger (never creates, migrates or leases it), and exits 4 when ``run`` would refuse
+the release over the cap (`dp_pipeline.release.plan_verdict`). A refusal over the cap, in
 ``run`` or ``plan``, names the largest epsilon (at the budget's delta) or rho
 that would fit.
 Output piped into a reader that stops early (``| head``) ends the command
@@ -62,6 +63,7 @@ from dp_pipeline.release.plan.release_plan import (
     format_plan,
     plan_release,
 )
+from dp_pipeline.release.plan_verdict import plan_verdict
 from dp_pipeline.release.release_ids import (
     is_template,
     parse_run_date,
@@ -170,9 +172,15 @@ def _parser() -> argparse.ArgumentParser:
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
     ledger.add_argument(
+        "spec", nargs="?", help="a release spec: report its run.ledger, as run would use it"
+    )
+    ledger.add_argument(
         "--ledger",
         dest="ledger_path",
-        help="ledger file (default: ledger.sqlite in $DP_PIPELINE_HOME, else ~/.dp_pipeline)",
+        help=(
+            "ledger file or URL (default: the SPEC's run.ledger, else ledger.sqlite in "
+            "$DP_PIPELINE_HOME, else ~/.dp_pipeline)"
+        ),
     )
     ledger.add_argument("--population", help="only this population")
     ledger.add_argument(
@@ -252,7 +260,10 @@ def _plan(arguments) -> int:
         print(f"note: dp-release run would refuse this: {legacy}", file=sys.stderr)
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
-    return 0
+    code, refusal = plan_verdict(plan, check)  # 4: run would refuse it over the cap
+    if refusal is not None:
+        print(f"dp-release plan: exit {int(code)}: {refusal}", file=sys.stderr)
+    return int(code)
 
 
 def _plan_ledger_check(given: str | None, spec, plan):
@@ -433,6 +444,8 @@ def _cap(cap: dict) -> str:
 
 
 def _ledger(arguments) -> int:
+    if arguments.ledger_path is None and arguments.spec is not None:
+        arguments.ledger_path = load_spec(arguments.spec).ledger_path  # as run finds it
     if arguments.ledger_path is None:
         arguments.ledger_path = _default(default_ledger, "--ledger")
     location = ledger_location(str(arguments.ledger_path))
