@@ -87,7 +87,14 @@ def test_row_7_refused_input_is_charged(tmp_path, capsys, ledger_at):
     ledger = ledger_at()
     status, line, _ = run_json(capsys, spec.source, "--ledger", ledger)
     assert status == ExitCode.REFUSED_INPUT == 7 and line["cumulative"] is not None
+    # Recorded as refused (charged), not left "reading" as if its run were alive.
+    entry = Ledger(ledger).entry(spec.release_id)
+    assert (entry.status, entry.state) == ("reserved", "refused")
     assert run_json(capsys, spec.source, "--ledger", ledger)[0] == ExitCode.REFUSED_INPUT
+    assert Ledger(ledger).entry(spec.release_id).state == "refused"
+    assert main(["ledger", "--ledger", ledger]) == 0
+    listed = [row for row in capsys.readouterr().out.splitlines() if spec.release_id in row]
+    assert listed and "refused" in listed[-1] and "(run " not in listed[-1]
 
 
 def test_row_8_busy_is_answered_before_the_engine_starts(tmp_path, capsys, ledger_at, monkeypatch):

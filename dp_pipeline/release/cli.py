@@ -509,7 +509,7 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
         print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
         for entry in ledger.history(name):
             # An open reservation names the run (host:pid) that last held it.
-            held = entry.state not in ("committed", "aborted")
+            held = entry.state not in ("committed", "aborted", "refused")
             print(
                 f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
                 f"{_spend(entry.cumulative)}" + (f" (run {entry.owner})" if held else "")

@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import sys
 import time
-from contextlib import ExitStack
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -57,11 +57,13 @@ import pyarrow as pa
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
+from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.identity import release_identity
 from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import legacy_ledger_problem
+from dp_pipeline.release.outcome import REFUSED_AFTER_READING
 from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.publish.manifest import (
@@ -448,8 +450,11 @@ def _run_opened(
             _checkpoint("after_publish")
             if reservation.outcome != "already_committed":
                 ledger.commit(reservation, output=output)
-        except BaseException:
+        except BaseException as error:
             if reservation.outcome != "already_committed":
+                if isinstance(error, REFUSED_AFTER_READING):  # recorded as such, still charged
+                    with suppress(LedgerError):  # the refusal stands, recorded or not
+                        ledger.advance(reservation, "refused")
                 progress(
                     "ledger: the reservation stays spent; run the same release id again to "
                     "finish it (same noise, no new spend)"
