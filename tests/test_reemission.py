@@ -129,5 +129,19 @@ def test_a_copy_of_the_id_with_another_identity_is_refused_as_changed_before_the
     status, line, _ = run_json(capsys, spec_file, "--ledger", second, "--persons", "2000")
     assert status == ExitCode.REFUSED_CHANGED == 5, line
     assert "is already published at" in line["message"]
-    assert line["message"].endswith("Use a new release id")
+    assert line["message"].endswith("Use a new release id.")
     assert Ledger(second).history() == []
+
+
+@pytest.mark.spark
+def test_a_recompute_on_the_other_engine_is_refused_before_anything_is_written(tmp_path, capsys):
+    """The finding: a re-emission on Spark of a release the pandas engine published wrote
+    its tables into a hidden folder before the byte check refused them."""
+    spec_file = write_spec(tmp_path)
+    assert run_json(capsys, spec_file)[0] == ExitCode.PUBLISHED  # pandas
+    elsewhere = tmp_path / "elsewhere"
+    status, line, _ = run_json(capsys, spec_file, "--engine", "spark", "--output", str(elsewhere))
+    assert status == ExitCode.REFUSED_CHANGED == 5, line
+    assert "was published by the pandas engine" in line["message"]
+    assert "run this release id with --engine pandas" in line["message"]
+    assert not elsewhere.exists() or not list(elsewhere.iterdir())

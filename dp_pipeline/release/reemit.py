@@ -153,15 +153,13 @@ def intact_copy(
         return None
 
 
-def _differences(entry: LedgerEntry | None, identity: ReleaseIdentity, manifest: dict) -> str:
-    """ "; these parts differ: ..." when this ledger records the copy's identity, else ""."""
+def _recorded_identity(entry: LedgerEntry | None, manifest: dict) -> ReleaseIdentity | None:
+    """The identity this ledger records for the copy's release id, if it is the copy's."""
     try:
         recorded = ReleaseIdentity.from_dict(entry.identity)
     except (AttributeError, KeyError, TypeError, ValueError):  # no entry, or none recorded
-        return " (its manifest's release digest differs from this run's)"
-    if recorded.digest != manifest.get("release_digest"):
-        return " (its manifest's release digest differs from this run's)"
-    return "; these parts differ: " + "; ".join(recorded.differences(identity))
+        return None
+    return recorded if recorded.digest == manifest.get("release_digest") else None
 
 
 def check_earlier_copy(
@@ -177,9 +175,11 @@ def check_earlier_copy(
     A manifest of ``release_id`` with another release digest than ``identity``'s:
     `PublishedChangedError` (exit 5; the id was published with another spec, input or
     key, whichever ledger recorded it; the parts that differ are named when this
-    ledger records that identity). The same digest but files other than those this
-    ledger recorded for the id (``entry``; none recorded: made under another
-    ledger): `PublicationError` (exit 2), naming the ledger and the output to change.
+    ledger records that identity). The same digest while this ledger records no
+    publication of the id (``entry``): the copy was made under another ledger, and
+    publishing would be refused after the spend; `PublicationError` (exit 2), naming
+    the ledger and the output to change. A recorded publication with other files is
+    left to the re-emission's byte check (`check_same_bytes`).
     """
     if final is not None:
         manifest = read_manifest(final) if final.is_dir() and not final.is_symlink() else None
@@ -187,16 +187,24 @@ def check_earlier_copy(
         manifest = read_remote_manifest(filesystem, release_id)
     if manifest is None or manifest.get("release_id") != release_id:
         return  # not a copy of this release: `check_replaceable` decides
-    recorded = None if entry is None or entry.status == "aborted" else entry.manifest
     if manifest.get("release_digest") != identity.digest:
-        raise PublishedChangedError(
-            f"release id {release_id!r} is already published at {where!r} with another "
-            f"spec, input or key{_differences(entry, identity, manifest)}; "
-            "the same release id must always publish the same release (other noise on the "
-            "same data, or the same noise on other data, reveals the exact values), so "
-            "nothing was reserved or written. Use a new release id"
+        recorded = _recorded_identity(entry, manifest)
+        # In the ledger's words when it records the copy's identity (it names the parts).
+        found = (
+            f"is {entry.status} with another spec, input or key; these parts differ: "
+            + "; ".join(recorded.differences(identity))
+            + f"; its copy at {where!r} is left as it is"
+            if recorded is not None
+            else f"is already published at {where!r} with another spec, input or key (its "
+            "manifest's release digest differs from this run's)"
         )
-    if recorded is None or recorded.get("files") != manifest["files"]:
+        raise PublishedChangedError(
+            f"release id {release_id!r} {found}. The same release id must always publish "
+            "the same release (other noise on the same data, or the same noise on other "
+            "data, reveals the exact values), so nothing was reserved or written. Use a new "
+            "release id."
+        )
+    if entry is None or entry.status == "aborted" or entry.manifest is None:
         raise PublicationError(
             f"release {release_id!r}: the output folder {where!r} holds a copy of this "
             f"release ({MANIFEST_NAME} of the same spec, input and key) that this ledger "
