@@ -46,9 +46,9 @@ def digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def plan_output(capsys, *arguments) -> str:
+def plan_output(capsys, *arguments, code: int = 0) -> str:
     capsys.readouterr()
-    assert main(["plan", *arguments]) == 0
+    assert main(["plan", *arguments]) == code
     return capsys.readouterr().out
 
 
@@ -96,7 +96,7 @@ def test_an_id_committed_with_this_spec_costs_nothing_and_another_identity_is_re
 def test_the_largest_budget_that_fits_is_accepted_by_run_and_a_larger_one_refused(tmp_path, capsys):
     run(write_spec(tmp_path), "small-1")
     too_large = write_spec(tmp_path, epsilon="4")
-    out = plan_output(capsys, too_large, "--release-id", "small-2")
+    out = plan_output(capsys, too_large, "--release-id", "small-2", code=4)
     assert "fits: no, dp-release run would refuse it. The largest epsilon at this delta" in out
     suggested = LARGEST.search(out).group(1)
     with pytest.raises(BudgetExceededError) as info:
@@ -123,7 +123,7 @@ def test_an_exhausted_cap_says_nothing_fits(tmp_path, capsys):
     text = Path(spec_file).read_text().replace("epsilon = 2\ndelta = 1e-9\n", 'rho = "1/20"\n')
     Path(spec_file).write_text(text)
     run(spec_file, "small-1")
-    out = plan_output(capsys, spec_file, "--release-id", "small-2")
+    out = plan_output(capsys, spec_file, "--release-id", "small-2", code=4)
     assert "spent (1 committed, 0 reserved): rho 0.05" in out
     assert "fits: no, dp-release run would refuse it. Nothing fits:" in out
     with pytest.raises(BudgetExceededError) as info:

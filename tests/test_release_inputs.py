@@ -323,7 +323,7 @@ def dp_release(*arguments: str, cwd: Path, temp: Path | None = None):
 
 
 def jvm_logs(folder: Path) -> list[Path]:
-    return sorted(folder.glob("dp_pipeline-spark-*.log"))
+    return sorted(folder.rglob("dp_pipeline-spark-*.log"))
 
 
 @pytest.mark.spark

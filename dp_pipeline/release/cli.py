@@ -5,7 +5,7 @@
                         [--engine spark|pandas] [--master URL | --remote URL]
                         [--conf KEY=VALUE ...] [--release-id ID] [--date YYYY-MM-DD]
                         [--persons N] [--ledger PATH] [--key-file PATH] [--json] [--verbose]
-    dp-release ledger [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
+    dp-release ledger [SPEC] [--ledger PATH] [--population NAME] [--json] [--abort RELEASE_ID]
                       [--key-file PATH]
     dp-release key [--key-file PATH] [--bind LEDGER] [--json]
     dp-release --version
@@ -24,8 +24,9 @@ run's date (``'labour-{date:%Y-%m}'``, `dp_pipeline.release.release_ids`).
 the home's, if that file exists or names a server) also prints what the population
 has spent, what this release costs, what is left and whether it fits, composed as
 ``run`` composes them; it only reads the ledger (never creates, migrates or leases
-it). A refusal over the cap, in ``run`` or ``plan``, names the largest epsilon (at
-the budget's delta) or rho that would fit.
+it), and exits 4 when ``run`` would refuse the release over the cap
+(`dp_pipeline.release.plan_verdict`). A refusal over the cap, in ``run`` or ``plan``,
+names the largest epsilon (at the budget's delta) or rho that would fit.
 Output piped into a reader that stops early (``| head``) ends the command
 quietly with status 1 instead of a traceback.
 """
@@ -66,6 +67,7 @@ from dp_pipeline.release.plan.release_plan import (
     format_plan,
     plan_release,
 )
+from dp_pipeline.release.plan_verdict import plan_verdict
 from dp_pipeline.release.release_ids import (
     is_template,
     parse_run_date,
@@ -179,11 +181,14 @@ def _parser() -> argparse.ArgumentParser:
 
     ledger = commands.add_parser("ledger", help="history and remaining budget per population")
     ledger.add_argument(
+        "spec", nargs="?", help="a release spec: report its run.ledger, as run would use it"
+    )
+    ledger.add_argument(
         "--ledger",
         dest="ledger_path",
         help=(
             "ledger (default: $DP_PIPELINE_LEDGER, else ledger.sqlite in $DP_PIPELINE_HOME, "
-            "else in ~/.dp_pipeline)"
+            "else in ~/.dp_pipeline; a SPEC's run.ledger must name the same)"
         ),
     )
     ledger.add_argument("--population", help="only this population")
@@ -266,7 +271,10 @@ def _plan(arguments) -> int:
         print(f"note: dp-release run would refuse this: {legacy}", file=sys.stderr)
     for problem in input_problems(spec):
         print(f"note: dp-release run would refuse this input now: {problem}", file=sys.stderr)
-    return 0
+    code, refusal = plan_verdict(plan, check)  # 4: run would refuse it over the cap
+    if refusal is not None:
+        print(f"dp-release plan: exit {int(code)}: {refusal}", file=sys.stderr)
+    return int(code)
 
 
 def _plan_ledger_check(given: str | None, spec, plan):
@@ -439,6 +447,8 @@ def _cap(cap: dict) -> str:
 
 
 def _ledger(arguments) -> int:
+    if arguments.ledger_path is None and arguments.spec is not None:
+        arguments.ledger_path = load_spec(arguments.spec).ledger_path  # as run finds it
     if arguments.ledger_path is None:
         arguments.ledger_path = _default(default_ledger, "--ledger")
     location = ledger_location(str(arguments.ledger_path))
@@ -503,7 +513,7 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
         print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
         for entry in ledger.history(name):
             # An open reservation names the run (host:pid) that last held it.
-            held = entry.state not in ("committed", "aborted")
+            held = entry.state not in ("committed", "aborted", "refused")
             print(
                 f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
                 f"{spend_phrase(entry.cumulative, cap)}" + (f" (run {entry.owner})" if held else "")

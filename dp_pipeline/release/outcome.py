@@ -37,6 +37,7 @@ from dp_pipeline.release.tables.invalid_rows import InvalidRowsRefusedError
 
 __all__ = [
     "EXIT_CODES",
+    "REFUSED_AFTER_READING",
     "ExitCode",
     "error_code",
     "error_line",
@@ -47,7 +48,8 @@ __all__ = [
 
 
 class ExitCode(IntEnum):
-    """The exit status of ``dp-release`` (``run``; ``plan`` and ``ledger`` use 0, 1, 2)."""
+    """The exit status of ``dp-release`` (``run``; ``plan`` uses 0, 1, 2 and 4, ``ledger``
+    0, 1 and 2)."""
 
     PUBLISHED = 0
     ERROR = 1
@@ -84,8 +86,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str, str]] = {
         "fix what the message names",
     ),
     ExitCode.ALREADY_COMMITTED: (
-        "the release id was already committed with this spec, input and key; the same "
-        "bytes were re-emitted",
+        "the release id was already committed with this spec, input and key; its "
+        "published copy was found intact, or the same bytes were re-emitted",
         "nothing",
         "done (treat as success)",
     ),
@@ -95,9 +97,9 @@ EXIT_CODES: dict[ExitCode, tuple[str, str, str]] = {
         "do not retry; the message names the largest budget that fits",
     ),
     ExitCode.REFUSED_CHANGED: (
-        "refused: the release id is recorded with another spec, input or key (or, "
-        "committed, with other bytes than this run made), or the input changed while "
-        "the run read it",
+        "refused: the release id is recorded or published with another spec, input or "
+        "key (or, committed, would be recomputed by another engine or version than made "
+        "it, or with other bytes), or the input changed while the run read it",
         "nothing, or (input changed during the run) this release's budget",
         "run a new release id",
     ),
@@ -109,15 +111,21 @@ EXIT_CODES: dict[ExitCode, tuple[str, str, str]] = {
     ExitCode.REFUSED_INPUT: (
         "refused after reading: the input cannot be read as the spec declares, or its "
         "noisy invalid-row count is above input.invalid_threshold",
-        "this release's budget",
+        "this release's budget (the ledger records it as refused)",
         "fix the input and run a new release id (the same id gives the same answer)",
     ),
     ExitCode.BUSY: (
-        "refused: a run of the same release id holds its lease (it may be alive)",
+        "refused: a run of the same release id holds its lease (it may be alive); "
+        "answered before the engine starts",
         "nothing",
         "retry later",
     ),
 }
+
+
+# Refusals decided after the run read the input: charged, and recorded in the ledger as
+# state "refused" (not left "reading" as if the run were still alive).
+REFUSED_AFTER_READING = (InputReadError, InvalidRowsRefusedError, InputChangedError)
 
 
 def exit_code_table(markdown: bool = False) -> str:

@@ -46,35 +46,30 @@ Order matters for privacy and for crashes:
 
 from __future__ import annotations
 
-import hashlib
-import os
 import sys
 import time
+from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
-from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
+from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.identity import release_identity
 from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import legacy_ledger_problem
+from dp_pipeline.release.outcome import REFUSED_AFTER_READING
 from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
-from dp_pipeline.release.publish.filesystems import is_uri, open_filesystem, split_uri
 from dp_pipeline.release.publish.manifest import (
-    MANIFEST_NAME,
     check_replaceable,
     check_same_bytes,
-    read_manifest,
     write_manifest,
 )
 from dp_pipeline.release.publish.outputs import (
@@ -89,14 +84,16 @@ from dp_pipeline.release.publish.remote import (
     RemoteReleaseDirectory,
     check_remote_replaceable,
     clean_remote_stale,
-    verified_files,
 )
+from dp_pipeline.release.read import read_release
+from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy, made_by
 from dp_pipeline.release.report.accuracy import (
     TableAccuracy,
     accuracy_summary,
     table_accuracies,
 )
 from dp_pipeline.release.report.writer import html_report, privacy_report
+from dp_pipeline.release.run_lease import held_lease
 from dp_pipeline.release.sources.fingerprint import FileRangeError
 from dp_pipeline.release.sources.schema import (
     check_input_columns,
@@ -121,7 +118,7 @@ from dp_pipeline.release.tables.consistency import (
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
 from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
-__all__ = ["InputChangedError", "Progress", "RunResult", "RunTrace", "run_release"]
+__all__ = ["InputChangedError", "Progress", "RunResult", "RunTrace", "read_release", "run_release"]
 
 
 def _checkpoint(name: str) -> None:
@@ -246,11 +243,12 @@ def run_release(
     session that dies under the run raises `EngineStoppedError` (one line: what
     happened and the fix).
     """
-    with lost_jvm_unlogged():  # py4j's own traceback of the lost JVM says nothing more
-        return _run_release(spec, progress, spark, verbose=verbose, trace=trace)
+    # py4j's own traceback of the lost JVM says nothing more; the stack holds the lease.
+    with lost_jvm_unlogged(), ExitStack() as held:
+        return _run_release(spec, progress, spark, verbose=verbose, trace=trace, held=held)
 
 
-def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
+def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     progress = progress or Progress()
     timings: dict[str, float] = {}
     clock = time.perf_counter()
@@ -291,7 +289,8 @@ def _run_release(spec, progress, spark, *, verbose, trace) -> RunResult:
         input_path, input_format = spec.input_path or None, spec.input_format
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
-    # any of their rows is read.
+    # any of their rows is read. A live run of the release id answers busy before that.
+    held.enter_context(held_lease(spec.release_id, spec.ledger_path, server))
     source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     trace = trace if trace is not None else RunTrace()
     try:
@@ -377,9 +376,13 @@ def _run_opened(
     final = Path(spec.output_dir) / spec.release_id if target is None else None
     output = str(final.resolve()) if target is None else target.where(spec.release_id)
     staging = _staging(spec) if target is not None else None
-    with ledger or Ledger(spec.ledger_path, key=master) as ledger, ledger.lease(spec.release_id):
+    with ledger or Ledger(
+        spec.ledger_path, key=master
+    ) as ledger:  # the lease is held (`held_lease`)
         # Before anything is spent; the ledger's identity check (in reserve) names what
         # differs from an earlier release of this id, and publication checks its bytes.
+        entry = ledger.entry(spec.release_id)
+        check_earlier_copy(spec.release_id, identity, entry, final, target, output)
         if target is None:
             check_replaceable(final, spec.release_id)
         else:
@@ -415,6 +418,12 @@ def _run_opened(
         )
         timings["setup"] = time.perf_counter() - clock - plan.seconds
         _checkpoint("after_reserve")
+        if reservation.outcome == "already_committed":  # re-emitted as published, if intact
+            report = intact_copy(reservation.manifest, final, target, spec.release_id)
+            if report is not None:
+                progress("the published copy is intact (every file as recorded): not recomputed")
+                return _reemitted(spec, plan, reservation, report, final or output, target)
+            check_maker(spec.release_id, reservation.manifest, reservation.engine, spec.engine)
         # From here on nothing returns the budget: a failure leaves the reservation spent,
         # and the same release id resumes it with the same noise.
         results: dict = {}
@@ -456,8 +465,11 @@ def _run_opened(
             _checkpoint("after_publish")
             if reservation.outcome != "already_committed":
                 ledger.commit(reservation, output=output)
-        except BaseException:
+        except BaseException as error:
             if reservation.outcome != "already_committed":
+                if isinstance(error, REFUSED_AFTER_READING):  # recorded as such, still charged
+                    with suppress(LedgerError):  # the refusal stands, recorded or not
+                        ledger.advance(reservation, "refused")
                 progress(
                     "ledger: the reservation stays spent; run the same release id again to "
                     "finish it (same noise, no new spend)"
@@ -471,6 +483,13 @@ def _run_opened(
     final = final if target is None else output
     progress(f"release written to {final} in {timings['total']:.1f} s")
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
+
+
+def _reemitted(spec, plan, reservation, report, output, target) -> RunResult:
+    """A committed release whose published copy is intact: the re-emission (nothing computed)."""
+    if target is not None:
+        target.close()
+    return RunResult(output, reservation.outcome, plan, reservation, report, {"plan": plan.seconds})
 
 
 def _staging(spec) -> Path:
@@ -570,7 +589,8 @@ def _write_outputs(
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
-        manifest = write_manifest(folder, spec.release_id, identity.digest)  # last
+        made = made_by(spec.engine)  # recorded with the bytes: a recompute must match it
+        manifest = write_manifest(folder, spec.release_id, identity.digest, made)  # last
         _checkpoint("before_publish")
         # A release id publishes the bytes recorded at its first publication or nothing;
         # a failed check leaves this folder to be removed, never published.
@@ -609,44 +629,3 @@ def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
 
     rows = write_batches(published(), path)
     return rows, schema.names, accuracy
-
-
-def read_release(folder: str | os.PathLike[str], spark=None) -> dict[str, pd.DataFrame]:
-    """The released tables of a release folder, by table name.
-
-    Only a complete release is read: the folder must hold a manifest naming
-    exactly its files, and every table must have the manifest's SHA-256
-    (each file is read once, hashed and parsed from the same bytes). A URI
-    (``viewfs://.../<release id>``) is read through ``spark``'s Hadoop file
-    system, or ``pyarrow.fs`` without a classic session.
-    """
-    if is_uri(str(folder)):
-        root, name = split_uri(str(folder))
-        filesystem = open_filesystem(root, spark)
-        try:
-            files = verified_files(filesystem, name, ".parquet")
-        finally:
-            filesystem.close()
-        return {
-            key.removesuffix(".parquet"): pq.read_table(pa.BufferReader(data)).to_pandas()
-            for key, data in files.items()
-        }
-    folder = Path(folder)
-    manifest = read_manifest(folder)
-    if manifest is None:
-        raise DPValueError(
-            f"{str(folder)!r} is not a complete release: it has no {MANIFEST_NAME} naming "
-            "exactly its files (a folder written by an interrupted run, or not a release)"
-        )
-    tables = {}
-    for name, entry in sorted(manifest["files"].items()):
-        if not name.endswith(".parquet"):
-            continue
-        data = (folder / name).read_bytes()
-        if hashlib.sha256(data).hexdigest() != entry["sha256"]:
-            raise DPValueError(
-                f"{str(folder / name)!r} differs from the release's {MANIFEST_NAME}: the "
-                "file was changed after publication; read the release from a trusted copy"
-            )
-        tables[name.removesuffix(".parquet")] = pq.read_table(pa.BufferReader(data)).to_pandas()
-    return tables

@@ -475,17 +475,23 @@ class Ledger:
 
         Set "reading" just before the engine reads rows: from then on the run
         is charged (`abort` refuses it). States only move forward; a resumed
-        run repeating an earlier step leaves the later state in place.
+        run repeating an earlier step leaves the later state in place. "refused"
+        (from reading or noised: refused after reading, still charged) goes back
+        to "reading" when the id is run again.
         """
-        if state not in ("reading", "noised"):
-            raise InternalError(f"advance: state {state!r} is not 'reading' or 'noised'")
+        if state not in ("reading", "noised", "refused"):
+            raise InternalError(f"advance: state {state!r} is not 'reading', 'noised' or 'refused'")
         self._check_lease(reservation.release_id)
 
         def work(connection) -> None:
             current = row_state(self._held(connection, reservation, f"moving to {state}"))
-            if STATES.index(current) >= STATES.index(state):
+            # Refused after reading: charged as read, and a re-run of the id reads again.
+            refusal = "refused" in (state, current)
+            if refusal and not {state, current} <= {"reading", "noised", "refused"}:
+                raise LedgerError(f"release id {reservation.release_id!r} is {current}")
+            if not refusal and STATES.index(current) >= STATES.index(state):
                 return
-            if STATES.index(current) != STATES.index(state) - 1:
+            if not refusal and STATES.index(current) != STATES.index(state) - 1:
                 raise LedgerError(
                     f"release id {reservation.release_id!r} is {current}; it must be "
                     f"{STATES[STATES.index(state) - 1]} before it is {state}"

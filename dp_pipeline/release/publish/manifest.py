@@ -84,11 +84,15 @@ def _file_entry(path: Path) -> dict:
     return {"sha256": digest.hexdigest(), "bytes": size}
 
 
-def write_manifest(folder: Path, release_id: str, release_digest: str) -> dict:
+def write_manifest(
+    folder: Path, release_id: str, release_digest: str, made_by: dict | None = None
+) -> dict:
     """Hash every file of ``folder`` and write ``manifest.json`` last; return the manifest.
 
     Every file is read once (and flushed to disk: the manifest pass is also the
     durability pass before publication). Sub-folders are not part of a release.
+    ``made_by`` (the engine and versions that made the files,
+    `dp_pipeline.release.reemit.made_by`) is recorded beside them when given.
     """
     files = {}
     for path in sorted(folder.iterdir()):
@@ -100,6 +104,8 @@ def write_manifest(folder: Path, release_id: str, release_digest: str) -> dict:
         "release_digest": release_digest,
         "files": files,
     }
+    if made_by is not None:
+        manifest["made_by"] = made_by
     target = folder / MANIFEST_NAME
     with target.open("w") as handle:
         handle.write(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
