@@ -19,6 +19,7 @@ Pure post-processing of published values and the least squares estimates; determ
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -26,8 +27,10 @@ import numpy as np
 __all__ = [
     "MOVE_SLACK",
     "MOVE_UNITS",
+    "OWN_NOISE_SHARE",
     "PERCENTILE",
     "add_counts",
+    "least_squares_margin",
     "move_counts",
     "move_percentile",
     "moves",
@@ -40,6 +43,27 @@ MOVE_SLACK = 1e-9
 # 1/16 of a count above the exact percentile.
 MOVE_UNITS = 16
 PERCENTILE = Fraction(95, 100)
+# A table whose least squares variance is at least this share of its noise variance
+# takes the raw margin (the exact discrete 95% point of its own noise): its least
+# squares error is then mostly its own discrete noise, whose 95% point the normal
+# law's can fall below (at σ² = 1/4: 1.96 sd is 0.9 counts, the discrete point 1).
+OWN_NOISE_SHARE = 0.5
+
+
+def least_squares_margin(
+    ls_variance: float, noise_variance: Fraction, raw_margin: float, z: float
+) -> float:
+    """The 95% margin of a table's least squares estimate (counts, a real number).
+
+    z·sqrt(ls_variance), never more than ``raw_margin`` (the noise's exact discrete
+    95% point: the least squares variance is never larger than the noise's); the raw
+    margin itself where ``ls_variance`` is at least :data:`OWN_NOISE_SHARE` of
+    ``noise_variance``, so the margin is never below the discrete 95% point of an
+    error that is mostly the table's own discrete noise. A public fact only.
+    """
+    if ls_variance >= OWN_NOISE_SHARE * float(noise_variance):
+        return float(raw_margin)
+    return min(float(raw_margin), z * math.sqrt(ls_variance))
 
 
 def moves(value: np.ndarray, least_squares: np.ndarray, nonnegative: bool = False) -> np.ndarray:

@@ -56,7 +56,8 @@ def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> lis
         parts.append(f"<p>{html.escape(settings.get('value_margin_of_error_meaning', ''))}</p>")
         parts.append(
             "<table><tr><th>table</th><th>raw_value margin (95%)</th>"
-            "<th>value margin (95%)</th></tr>"
+            "<th>value margin (95%; with the rounding's moves, by the union bound at "
+            "least 90% of a table's cells expected within it)</th></tr>"
         )
         for name in settings.get("tables", []):
             if name in margins:

@@ -39,7 +39,13 @@ from dp_pipeline.accounting.noise_variance import noise_variance as exact_noise_
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.postprocess.ls_variance import least_squares_variances
-from dp_pipeline.postprocess.margins import MOVE_UNITS, move_counts, move_percentile, moves
+from dp_pipeline.postprocess.margins import (
+    MOVE_UNITS,
+    least_squares_margin,
+    move_counts,
+    move_percentile,
+    moves,
+)
 from dp_pipeline.postprocess.structure import TableShape
 from dp_pipeline.release.plan.postprocess import (
     RAW_COLUMN,
@@ -81,7 +87,9 @@ VALUE_MARGIN_MEANING = (
     "95% margin of error of each cell's published value: the least squares estimate's "
     "margin (the normal law's 95% point, 1.96 standard deviations for Gaussian noise, "
     "2.12 for Laplace noise, of the table's largest exact per-cell variance, computed from "
-    "the public noise variances and the hierarchy; never more than the raw margin) plus "
+    "the public noise variances and the hierarchy; never more than the raw margin; the raw "
+    "margin itself, the exact discrete 95% point of the noise, where that variance is at "
+    "least half the noise variance) plus "
     "the 95th percentile over the table's cells of how much the non-negative integer step "
     "can have added to a cell's error (its move from the least squares estimate, except "
     "that raising a negative estimate toward 0 adds nothing until it passes |estimate|; "
@@ -251,6 +259,10 @@ def least_squares_margins(
     law's (`LAPLACE_95`) for discrete Laplace noise. The error is a weighted sum of
     independent discrete noises: near normal, not exactly, so the 95% is an
     approximation, checked by coverage on synthetic truth (docs/consistency.md).
+    Where the least squares variance is at least half the table's noise variance
+    (`dp_pipeline.postprocess.margins.least_squares_margin`), the error is mostly the
+    table's own discrete noise and the raw margin (its exact discrete 95% point) is
+    taken: the normal law's point can fall below it (a near-exact table's 0.9 against 1).
     Never more than the raw margin, the noise's exact 95% bound (the least squares
     variance is never larger). Without ``consistent`` each table is its own
     estimate: the raw margin. Independent of the data, computed on the driver for
@@ -269,7 +281,7 @@ def least_squares_margins(
     out = {}
     for n in names:
         z = LAPLACE_95 if isinstance(plans[n].mechanism, DiscreteLaplace) else NORMAL_95
-        out[n] = min(raw[n], z * math.sqrt(variances[n]))
+        out[n] = least_squares_margin(variances[n], noise_variance(plans[n]), raw[n], z)
     return out
 
 
