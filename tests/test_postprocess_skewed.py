@@ -132,3 +132,44 @@ def test_value_is_not_biased(errors):
         if abs(value.mean()) > 0.2 * sd:
             biased.append(f"{key}: value bias {value.mean():+.3f}, raw sd {sd:.3f}")
     assert not biased, biased
+
+
+@pytest.mark.spark
+def test_the_skewed_geography_on_spark_equals_the_driver_bit_for_bit(spark):
+    """One Spark task per state gives the driver's integers and its moves per noisy class."""
+    from dp_pipeline.engines.spark.postprocess import consistent_tables
+    from dp_pipeline.postprocess.group_solver import group_solver
+    from dp_pipeline.postprocess.margins import class_move_counts, moves, size_classes
+
+    hierarchy, cells = skewed_geography(states=12, empty=2, counties=300, seed=4)
+    truth = skewed_truth(hierarchy, cells)
+    sizes = {"county": 300, "state": 12, "age": SKEWED_AGES, "sex": 2}
+    rng = np.random.default_rng(5)  # test data only
+    tables = [
+        NoisyCounts(
+            n,
+            keys,
+            tuple(sizes[k] for k in keys),
+            truth[n] + discrete_gaussian_sample(rng, sigma2, truth[n].size),
+            noise_variance(DiscreteGaussian(sigma2)),
+        )
+        for n, (keys, sigma2) in SKEWED_TABLES.items()
+    ]
+    driver = make_consistent(tables, hierarchy, nonnegative=True, integer=True)
+    solver = group_solver(tables, hierarchy, [t.variance for t in tables])
+    moved: list[np.ndarray] = []
+    on_spark = dict(consistent_tables(spark, solver, [t.values for t in tables], moved))
+    for position, table in enumerate(tables):
+        np.testing.assert_array_equal(on_spark[position], driver.values[table.name])
+        expected = class_move_counts(
+            moves(driver.values[table.name], driver.least_squares[table.name], True),
+            size_classes(table.values),
+        )
+        got = moved[position]
+        assert got.shape[0] <= expected.shape[0]
+        width = max(got.shape[1], expected.shape[1])
+        padded = np.zeros((expected.shape[0], width), np.int64)
+        padded[: got.shape[0], : got.shape[1]] = got
+        wanted = np.zeros_like(padded)
+        wanted[:, : expected.shape[1]] = expected
+        np.testing.assert_array_equal(padded, wanted)
