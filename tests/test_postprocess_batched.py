@@ -302,9 +302,9 @@ def test_fit_groups_refuses_problems_of_different_plans():
 
 def test_estimates_near_integers_are_rounded_to_them():
     # A near-exact table's estimates sit within a few tenths of integers whose margins
-    # are the targets; a maximum flow alone may round any of them up or down as long
-    # as the margins match (each county's two cells trade a count): the nearest box
-    # keeps every one at its integer.
+    # are the targets; a rounding that only fits the margins may move any of them as long
+    # as the margins match (each county's two cells trade a count): the closest
+    # rounding keeps every one at its integer.
     rng = np.random.default_rng(3)  # test data only
     rows, cols = 60, 8
     truth = rng.integers(0, 30, (rows, cols))
