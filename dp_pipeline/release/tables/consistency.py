@@ -253,7 +253,7 @@ def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
         hierarchy = hierarchy_of(spec)
         solved = make_consistent(noisy, hierarchy, **options)
         estimates = solved.least_squares
-        if topdown and estimates is None:  # national tables as one more block: solve again
+        if topdown and estimates is None:  # a solve that kept no estimates: solve again
             estimates = make_consistent(noisy, hierarchy, nonnegative=False, integer=False).values
         return solved.method, solved.values, (estimates if topdown else {})
     # Each table on its own: non-negative integers with the table's own total.
