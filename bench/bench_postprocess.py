@@ -14,8 +14,8 @@ and ratios against two baselines measured in the same run, in alternating
 rounds, over the same number of cells: one ``np.sort`` of a float64 vector
 and one CSR mat-vec with two entries per cell (the shape of the least squares
 constraint matrix). Then the top-down step alone, its state groups solved together
-(what ``make_consistent`` does: one sort, one raking array and one maximum flow for
-all states) against the same groups solved one at a time (``fit_group`` per state,
+(what ``make_consistent`` does: one sort and one raking array for all states, one
+rounding program per table) against the same groups solved one at a time (``fit_group`` per state,
 as a Spark job does per task), alternating rounds, with a check that both give the
 same integers. Then the RMSE against the truth per table, before and after. The
 load average is printed before and after.

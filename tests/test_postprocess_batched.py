@@ -1,8 +1,8 @@
 """Several geography groups solved together give each group bit for bit its own result.
 
 The batched steps (one sort for all groups' simplex projections and largest
-remainders, one array for all complete two-way tables' raking, one maximum flow for
-all controlled roundings) must not let one group change another's integers: the
+remainders, one array for all complete two-way tables' raking; each controlled
+rounding its own linear program) must not let one group change another's integers: the
 top-down step on Spark solves one group per task with the single-group functions.
 """
 
@@ -23,7 +23,7 @@ from dp_pipeline.postprocess.children import (
     round_children,
     round_children_many,
 )
-from dp_pipeline.postprocess.rounding import BATCH_CELLS, batches
+from dp_pipeline.postprocess.rounding import BATCH_CELLS, batches, controlled_round_widened
 from dp_pipeline.postprocess.topdown import (
     FitOptions,
     fit_group,
@@ -153,12 +153,34 @@ def test_a_table_infeasible_in_the_strict_box_is_rounded_in_the_wider_one():
 
 
 def test_a_table_with_no_rounding_is_refused_beside_good_ones():
+    # Row targets add up to 3, column targets to 4: no table of any integers meets both.
     bad = TwoWayTable(
-        np.array([0.5, 0.5]), np.array([0, 0]), np.array([0, 1]), np.array([3]), np.array([1, 2])
+        np.array([0.5, 0.5]), np.array([0, 0]), np.array([0, 1]), np.array([3]), np.array([2, 2])
     )
     good = _two_way(1, 3, 3)
     with pytest.raises(InternalError, match="controlled rounding found no rounding"):
         controlled_round_many([good, bad], nonnegative=True)
+
+
+def test_a_box_without_a_rounding_is_widened_by_the_fewest_counts():
+    # Row target 3 from two cells of 0.5 and 0.5: the floor/ceil box reaches 2 at most,
+    # so one cell leaves it by one count (column targets 1 and 2 say which).
+    t = TwoWayTable(
+        np.array([0.5, 0.5]), np.array([0, 0]), np.array([0, 1]), np.array([3]), np.array([1, 2])
+    )
+    (rounded,) = controlled_round_widened([t], nonnegative=True)
+    np.testing.assert_array_equal(rounded.values, [1, 2])
+    assert rounded.widened == 1
+    # A table its box suits leaves nothing outside it.
+    good = _two_way(1, 3, 3)
+    fitted = fit_two_way(
+        good.values, good.row, good.col, good.row_targets, good.col_targets, nonnegative=True
+    )[0]
+    (kept,) = controlled_round_widened(
+        [TwoWayTable(fitted, good.row, good.col, good.row_targets, good.col_targets)],
+        nonnegative=True,
+    )
+    assert kept.widened == 0 and np.all(np.abs(kept.values - fitted) < 1)
 
 
 def test_batches_are_consecutive_and_bounded():
@@ -280,9 +302,9 @@ def test_fit_groups_refuses_problems_of_different_plans():
 
 def test_estimates_near_integers_are_rounded_to_them():
     # A near-exact table's estimates sit within a few tenths of integers whose margins
-    # are the targets; a maximum flow alone may round any of them up or down as long
-    # as the margins match (each county's two cells trade a count): the nearest box
-    # keeps every one at its integer.
+    # are the targets; a rounding that only fits the margins may move any of them as long
+    # as the margins match (each county's two cells trade a count): the closest
+    # rounding keeps every one at its integer.
     rng = np.random.default_rng(3)  # test data only
     rows, cols = 60, 8
     truth = rng.integers(0, 30, (rows, cols))

@@ -7,14 +7,25 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
+from dp_pipeline.accounting.accuracy import margin_of_error
+from dp_pipeline.accounting.noise_variance import noise_variance
+from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.postprocess.margins import (
     MOVE_UNITS,
     add_counts,
+    class_move_counts,
+    least_squares_margin,
     move_counts,
     move_percentile,
     moves,
+    size_classes,
 )
-from dp_pipeline.release.tables.consistency import value_margin, value_margin_of_counts
+from dp_pipeline.release.tables.consistency import (
+    NORMAL_95,
+    class_margins,
+    value_margin,
+    value_margin_of_counts,
+)
 
 
 def test_a_move_is_rounded_up_to_a_whole_sixteenth_with_a_float_slack():
@@ -76,3 +87,30 @@ def test_the_value_margin_adds_the_percentile_to_the_least_squares_margin():
     # Real values: the ceiling.
     assert value_margin(10.2, value, least_squares, False, False) == 13
     assert value_margin_of_counts(10.2, counts, False) == 13
+
+
+def test_cells_are_classed_by_their_noisy_value_and_counted_per_class():
+    noisy = np.array([-3, 0, 20, 21, 100, 101, 5000])
+    np.testing.assert_array_equal(size_classes(noisy), [0, 0, 0, 1, 1, 2, 2])
+    moved = np.array([0, 2, 1, 0, 3, 1, 1])
+    counts = class_move_counts(moved, size_classes(noisy))
+    np.testing.assert_array_equal(counts, [[1, 1, 1, 0], [1, 0, 0, 1], [0, 2, 0, 0]])
+    np.testing.assert_array_equal(counts.sum(axis=0), move_counts(moved))
+    # Classes without cells get no margin; the others their own moves' percentile.
+    margins = class_margins(1.0, counts, True)
+    assert margins == {"20 or less": 1, "21 to 100": 1, "over 100": 1}
+    assert class_margins(1.0, counts[:1], True) == {"20 or less": 1}
+    assert set(class_margins(1.0, np.zeros((3, 1), np.int64), True)) == set()
+
+
+def test_a_near_exact_tables_margin_is_its_raw_margin_not_the_normal_point():
+    # σ² = 1/4: noise variance about 0.213, raw (exact discrete 95%) margin 1; the normal
+    # law's 1.96 sd is 0.9, which a whole-count margin rounds down to 0.
+    noise = noise_variance(DiscreteGaussian(Fraction(1, 4)))
+    raw = margin_of_error(DiscreteGaussian(Fraction(1, 4)))
+    assert raw == 1
+    assert least_squares_margin(0.9 * float(noise), noise, raw, NORMAL_95) == 1.0
+    # Mostly averaged with other tables (below half the noise variance): the normal point.
+    small = 0.3 * float(noise)
+    assert least_squares_margin(small, noise, raw, NORMAL_95) == NORMAL_95 * small**0.5
+    assert value_margin_of_counts(1.0, move_counts(np.zeros(10, np.int64)), True) == 1

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 from release_specs import operator_paths
 
+from dp_pipeline.postprocess.margins import NOISY_CLASSES
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError
 from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.run import Progress, read_release, run_release
@@ -180,8 +181,26 @@ def test_value_has_a_margin_of_error_that_covers_it(tmp_path):
     schema = pq.read_schema(result.output / "county_sex.parquet")
     assert b"value_margin" not in b"".join((schema.metadata or {}).values())
     html = (result.output / "report.html").read_text()
-    assert "value margin (95%)" in html and f"±{margins['county_sex']:,}" in html
+    assert "value margin (95%" in html and f"±{margins['county_sex']:,}" in html
+    assert "by the union bound at least 90% of a table's cells expected within it" in html
     assert "value within its margin" in html
+    # Margins per class of the noisy value: each from the moves of that class's cells.
+    by_class = report["postprocessing"]["value_margin_of_error_by_noisy_count"]
+    assert set(by_class) == set(margins)
+    for name, per_class in by_class.items():
+        raw_values = tables[name]["raw_value"].to_numpy()
+        present = {
+            label
+            for label, pick in zip(
+                NOISY_CLASSES,
+                (raw_values <= 20, (raw_values > 20) & (raw_values <= 100), raw_values > 100),
+                strict=True,
+            )
+            if pick.any()
+        }
+        assert set(per_class) == present, name
+        assert all(int(least_squares[name]) <= m for m in per_class.values())
+    assert "By class of the noisy value" in html and "raw_value 20 or less (95%)" in html
 
 
 def test_rerunning_a_committed_release_publishes_the_same_files(tmp_path):

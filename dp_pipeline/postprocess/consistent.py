@@ -54,8 +54,9 @@ class ConsistentTables:
     ``raking_steps`` (most block-ascent steps of a two-way table's projection),
     ``groups`` (independent top-down groups), ``seconds`` (wall time per stage).
     ``least_squares``: after a top-down step, the least squares estimates it started
-    from (per table, float64), when the solve kept them (not with national tables
-    solved as one more block); None otherwise.
+    from (per table, float64; with national tables solved as one more block, each
+    block's estimates with its coupling fixed, as the engines take each cell's move
+    from); None otherwise.
     """
 
     values: dict[str, np.ndarray]
@@ -140,7 +141,15 @@ def _coupled(p, values, variances, hierarchy, nonnegative, integer) -> Consisten
         diagnostics["raking_steps"],
         hierarchy.sizes[0],
         seconds,
+        _least_squares(p, diagnostics.get("least_squares")),
     )
+
+
+def _least_squares(p: Plan, estimates: list | None) -> dict[str, np.ndarray] | None:
+    """The top-down step's least squares estimates by table name, when every cell has one."""
+    if estimates is None or any(e is None for e in estimates):
+        return None
+    return {s.name: e for s, e in zip(p.structures, estimates, strict=True)}
 
 
 def make_consistent(
@@ -242,13 +251,25 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
     problems = [fixed for _, fixed in fitted if isinstance(fixed, Problem)]
     fit_groups(problems, solver.options)
     out: list = [None] * len(solver.plan.structures)
+    # With a top-down step, the least squares estimates it started from (the same ones
+    # `GroupSolver.fit` takes each cell's move from): no second solve is needed for them.
+    least_squares: list = [None] * len(solver.plan.structures)
     for expected, fixed in fitted:
+        estimates = [None] * len(expected)
         if isinstance(fixed, Problem):
             diagnostics["raking_steps"] = max(diagnostics["raking_steps"], fixed.raking_steps)
+            estimates = list(fixed.estimates)
             fixed = solver.fitted_values(fixed, check=False)  # the caller checks every margin
+        elif top is not None and top.least_squares is not None:  # the national block
+            estimates = [top.least_squares.get(t) for t in range(len(expected))]
         for t, (cells, value) in enumerate(zip(expected, fixed, strict=True)):
             if cells.size:
                 if out[t] is None:
                     out[t] = np.empty(solver.plan.structures[t].cells, dtype=value.dtype)
                 out[t][cells] = value
+                if solver.options is not None and estimates[t] is not None:
+                    if least_squares[t] is None:
+                        least_squares[t] = np.empty(solver.plan.structures[t].cells)
+                    least_squares[t][cells] = estimates[t]
+    diagnostics["least_squares"] = least_squares if solver.options is not None else None
     return out, diagnostics

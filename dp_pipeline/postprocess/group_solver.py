@@ -53,7 +53,7 @@ from .groups import (
     verify_group,
 )
 from .inputs import checked_values, method_name, variance_refusal
-from .margins import moves
+from .margins import moves, size_classes
 from .plan import Plan, plan
 from .structure import Hierarchy, NoisyCounts, PostprocessError, TableShape
 from .topdown import FitOptions, Problem, fit_group
@@ -310,7 +310,8 @@ class GroupSolver:
         solver's options are None; ``top`` is then unused). With options, also ``moved``:
         the most the top-down step can have added to each cell's error, in
         `.margins.MOVE_UNITS`-ths of a count (:func:`.margins.moves`; the truth taken
-        as non-negative when the step is), for the margin of error of ``value``.
+        as non-negative when the step is), for the margin of error of ``value``, and
+        ``size_class``: each cell's class by its noisy value (`.margins.size_classes`).
         """
         expected, fixed = self.fitted(group, table, cell, value, top)
         least_squares = None
@@ -322,6 +323,9 @@ class GroupSolver:
             least_squares = [top.least_squares.get(t) for t in range(len(expected))]
         columns = self.fitted_columns(group, expected, fixed)
         if least_squares is not None:
+            # The fitted cells are in (table, cell) order; their noisy values' classes
+            # give the margins per class of the noisy value (`.margins.size_classes`).
+            columns["size_class"] = size_classes(value[np.lexsort((cell, table))])
             columns["moved"] = np.concatenate(
                 [
                     moves(f, ls, self.options.nonnegative)

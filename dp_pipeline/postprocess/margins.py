@@ -19,6 +19,7 @@ Pure post-processing of published values and the least squares estimates; determ
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 
 import numpy as np
@@ -26,11 +27,16 @@ import numpy as np
 __all__ = [
     "MOVE_SLACK",
     "MOVE_UNITS",
+    "NOISY_CLASSES",
+    "OWN_NOISE_SHARE",
     "PERCENTILE",
     "add_counts",
+    "class_move_counts",
+    "least_squares_margin",
     "move_counts",
     "move_percentile",
     "moves",
+    "size_classes",
 ]
 
 # A move within this of a whole unit is that unit: the least squares estimate is a
@@ -40,6 +46,31 @@ MOVE_SLACK = 1e-9
 # 1/16 of a count above the exact percentile.
 MOVE_UNITS = 16
 PERCENTILE = Fraction(95, 100)
+# A table whose least squares variance is at least this share of its noise variance
+# takes the raw margin (the exact discrete 95% point of its own noise): its least
+# squares error is then mostly its own discrete noise, whose 95% point the normal
+# law's can fall below (at σ² = 1/4: 1.96 sd is 0.9 counts, the discrete point 1).
+OWN_NOISE_SHARE = 0.5
+# Classes of a cell's noisy value (its raw count: the truth is not public), for the
+# margins of error published per class; the upper end of each but the last.
+NOISY_CLASSES = ("20 or less", "21 to 100", "over 100")
+_CLASS_ENDS = np.array([20, 100])
+
+
+def least_squares_margin(
+    ls_variance: float, noise_variance: Fraction, raw_margin: float, z: float
+) -> float:
+    """The 95% margin of a table's least squares estimate (counts, a real number).
+
+    z·sqrt(ls_variance), never more than ``raw_margin`` (the noise's exact discrete
+    95% point: the least squares variance is never larger than the noise's); the raw
+    margin itself where ``ls_variance`` is at least :data:`OWN_NOISE_SHARE` of
+    ``noise_variance``, so the margin is never below the discrete 95% point of an
+    error that is mostly the table's own discrete noise. A public fact only.
+    """
+    if ls_variance >= OWN_NOISE_SHARE * float(noise_variance):
+        return float(raw_margin)
+    return min(float(raw_margin), z * math.sqrt(ls_variance))
 
 
 def moves(value: np.ndarray, least_squares: np.ndarray, nonnegative: bool = False) -> np.ndarray:
@@ -89,3 +120,19 @@ def add_counts(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     out[: a.size] += a
     out[: b.size] += b
     return out
+
+
+def size_classes(noisy: np.ndarray) -> np.ndarray:
+    """Each cell's class of :data:`NOISY_CLASSES` by its noisy value (int64: 0, 1, 2)."""
+    return np.searchsorted(_CLASS_ENDS, np.asarray(noisy), side="left").astype(np.int64)
+
+
+def class_move_counts(moved: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """:func:`move_counts` per class: row k counts the cells of class k (int64, one row
+    per class of :data:`NOISY_CLASSES`); the row sum is the table's move_counts."""
+    moved = np.asarray(moved, dtype=np.int64)
+    width = int(moved.max(initial=0)) + 1
+    flat = np.bincount(
+        np.asarray(classes, dtype=np.int64) * width + moved, minlength=len(NOISY_CLASSES) * width
+    )
+    return flat.reshape(len(NOISY_CLASSES), width).astype(np.int64)

@@ -169,7 +169,7 @@ def _two_way(problem: Problem, s: TableStructure, z: np.ndarray, fixed, table: i
 
 
 def _fit_tables(problems: Sequence[Problem], tp: TablePlan, options: FitOptions):
-    """Table ``tp`` of each problem; the problems' projections, sorts and maximum flows together.
+    """Table ``tp`` of each problem; the problems' projections and sorts together.
 
     The table's own margins (:class:`.plan.OwnMargin`) first: each the margin of the
     table's least squares estimates, fitted to what is fixed as a table would be.
@@ -284,7 +284,7 @@ def fit_groups(problems: Sequence[Problem], options: FitOptions) -> None:
     Groups are taken in runs of at most :data:`.rounding.BATCH_CELLS` cells (a larger
     group alone). Within a run each level's totals and each table are fixed in every
     group before the next; the groups' simplex projections and roundings are one
-    sort, their two-way projections one array and their controlled roundings one maximum flow
+    sort, their two-way projections one array (each controlled rounding is its own program)
     (the ``*_many`` functions of :mod:`.children` and :mod:`.two_way`). Every group
     gets bit for bit what :func:`fit_group` gives it alone.
     """

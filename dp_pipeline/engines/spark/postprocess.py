@@ -56,6 +56,7 @@ from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 __all__ = [
     "CELLS_SCHEMA",
     "MOVED_COLUMN",
+    "SIZE_CLASS_COLUMN",
     "FittedCells",
     "GroupSolverLike",
     "TopLayout",
@@ -76,6 +77,7 @@ CELLS_SCHEMA = StructType(
     ]
 )
 MOVED_COLUMN = "moved"
+SIZE_CLASS_COLUMN = "size_class"  # each cell's class by its noisy value
 _PART_SCHEMA = StructType(
     [
         StructField("top", IntegerType(), False),
@@ -141,25 +143,30 @@ def _fitted_schema(solver: GroupSolverLike) -> StructType:
     fields = [*CELLS_SCHEMA.fields[:3], StructField("value", value, False)]
     if solver.options is not None:  # the top-down step's move of each cell (move units)
         fields.append(StructField(MOVED_COLUMN, LongType(), False))
+        fields.append(StructField(SIZE_CLASS_COLUMN, LongType(), False))
     return StructType(fields)
 
 
 def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
-    """Per table, how many of its cells the top-down step moved by 0, 1, 2, ... move units.
+    """Per table, how many of its cells of each noisy-value class the top-down step moved
+    by 0, 1, 2, ... move units (row k: class k; the driver's
+    `dp_pipeline.postprocess.margins.class_move_counts` of each whole table, up to rows
+    of classes without cells).
 
-    One small aggregation of the fitted cells' ``moved`` column (a few rows per table
-    come back); the counts the driver's `dp_pipeline.postprocess.margins.move_counts`
-    gives each whole table.
+    One small aggregation of the fitted cells' ``moved`` and ``size_class`` columns (a
+    few rows per table come back).
     """
-    rows = fitted.groupBy("table", MOVED_COLUMN).count().toArrow()
+    rows = fitted.groupBy("table", SIZE_CLASS_COLUMN, MOVED_COLUMN).count().toArrow()
     table = rows.column("table").to_numpy()
+    size_class = rows.column(SIZE_CLASS_COLUMN).to_numpy()
     moved = rows.column(MOVED_COLUMN).to_numpy()
     count = rows.column("count").to_numpy()
     out = []
+    classes = int(size_class.max(initial=0)) + 1  # a class without cells: a row of zeros
     for t in range(tables):
         mine = table == t
-        counts = np.zeros(int(moved[mine].max(initial=0)) + 1, dtype=np.int64)
-        counts[moved[mine]] = count[mine]
+        counts = np.zeros((classes, int(moved[mine].max(initial=0)) + 1), np.int64)
+        counts[size_class[mine], moved[mine]] = count[mine]
         out.append(counts)
     return out
 
@@ -378,7 +385,8 @@ class FittedCells:
         Columns: ``cell``, ``value`` and the carried columns. Every cell comes once
         (checked: a missing or repeated cell is an internal error, never a gap).
         """
-        names = [n for n in self.fitted.columns if n not in ("top", "table", MOVED_COLUMN)]
+        skip = ("top", "table", MOVED_COLUMN, SIZE_CLASS_COLUMN)
+        names = [n for n in self.fitted.columns if n not in skip]
         for start in range(0, cells, rows):
             stop = min(start + rows, cells)
             chosen = self.fitted.filter(

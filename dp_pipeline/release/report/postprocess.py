@@ -56,7 +56,8 @@ def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> lis
         parts.append(f"<p>{html.escape(settings.get('value_margin_of_error_meaning', ''))}</p>")
         parts.append(
             "<table><tr><th>table</th><th>raw_value margin (95%)</th>"
-            "<th>value margin (95%)</th><th>note</th></tr>"
+            "<th>value margin (95%; with the rounding's moves, by the union bound at "
+            "least 90% of a table's cells expected within it)</th><th>note</th></tr>"
         )
         for name in settings.get("tables", []):
             if name in margins:
@@ -66,6 +67,29 @@ def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> lis
                     f"<td>±{margins[name]:,}</td><td>{_wider_note(raw, margins[name])}</td></tr>"
                 )
         parts.append("</table>")
+    parts.extend(_by_noisy_count(settings))
+    return parts
+
+
+def _by_noisy_count(settings: dict) -> list[str]:
+    """The value margins per class of the noisy value (``raw_value``), per table."""
+    by_class = settings.get("value_margin_of_error_by_noisy_count", {})
+    if not by_class:
+        return []
+    classes = list(dict.fromkeys(c for margins in by_class.values() for c in margins))
+    meaning = settings.get("value_margin_of_error_by_noisy_count_meaning", "")
+    parts = [
+        f"<p>By class of the noisy value: {html.escape(meaning)}.</p>",
+        "<table><tr><th>table</th>"
+        + "".join(f"<th>raw_value {html.escape(c)} (95%)</th>" for c in classes)
+        + "</tr>",
+    ]
+    for name, margins in by_class.items():
+        cells = "".join(
+            f"<td>±{margins[c]:,}</td>" if c in margins else "<td>–</td>" for c in classes
+        )
+        parts.append(f"<tr><td>{html.escape(name)}</td>{cells}</tr>")
+    parts.append("</table>")
     return parts
 
 

@@ -39,7 +39,16 @@ from dp_pipeline.accounting.noise_variance import noise_variance as exact_noise_
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.postprocess.ls_variance import least_squares_variances
-from dp_pipeline.postprocess.margins import MOVE_UNITS, move_counts, move_percentile, moves
+from dp_pipeline.postprocess.margins import (
+    MOVE_UNITS,
+    NOISY_CLASSES,
+    class_move_counts,
+    least_squares_margin,
+    move_counts,
+    move_percentile,
+    moves,
+    size_classes,
+)
 from dp_pipeline.postprocess.structure import TableShape
 from dp_pipeline.release.plan.postprocess import (
     RAW_COLUMN,
@@ -54,6 +63,7 @@ from dp_pipeline.release.tables.streamed import OnSpark, StreamedTable
 __all__ = [
     "RAW_COLUMN",
     "VALUE_MARGIN",
+    "class_margins",
     "consistent_results",
     "least_squares_margins",
     "noise_variance",
@@ -81,7 +91,9 @@ VALUE_MARGIN_MEANING = (
     "95% margin of error of each cell's published value: the least squares estimate's "
     "margin (the normal law's 95% point, 1.96 standard deviations for Gaussian noise, "
     "2.12 for Laplace noise, of the table's largest exact per-cell variance, computed from "
-    "the public noise variances and the hierarchy; never more than the raw margin) plus "
+    "the public noise variances and the hierarchy; never more than the raw margin; the raw "
+    "margin itself, the exact discrete 95% point of the noise, where that variance is at "
+    "least half the noise variance) plus "
     "the 95th percentile over the table's cells of how much the non-negative integer step "
     "can have added to a cell's error (its move from the least squares estimate, except "
     "that raising a negative estimate toward 0 adds nothing until it passes |estimate|; "
@@ -90,6 +102,14 @@ VALUE_MARGIN_MEANING = (
     "close to but not exactly normal, so its 95% is an approximation, not a guarantee; "
     "with the union bound, about 90% of a table's cells or more are expected within the "
     "margin. Cells with true counts near 0 are biased up (a count cannot go below 0)."
+)
+
+VALUE_MARGIN_BY_CLASS = "value_margin_of_error_by_noisy_count"
+BY_CLASS_MEANING = (
+    "the same 95% margin of error of value, with the 95th percentile of the moves taken "
+    "over the table's cells of one class of noisy value (raw_value: 20 or less, 21 to 100, "
+    "over 100; by the noisy value, since the true count is not public), so a small cell's "
+    "margin and a large one's can be read apart"
 )
 
 # The normal law's two-sided 95% point, and the Laplace law's in standard deviations
@@ -139,7 +159,7 @@ def consistent_results(
     if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
         # The noisy cells never left Spark: they are made consistent there and read
         # back by the writer (`dp_pipeline.release.tables.streamed.StreamedTable`).
-        method, streamed, margins = _streamed_on_spark(spec, plans, results, ls_margins)
+        method, streamed, margins, counts = _streamed_on_spark(spec, plans, results, ls_margins)
     elif settings.tables:
         options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
         noisy = _noisy_counts(spec, plans, results, settings.tables)
@@ -162,19 +182,22 @@ def consistent_results(
         least_squares.update(solved_ls)
         sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
     updated = {**results, **streamed}
+    by_class: dict[str, dict[str, int]] = {}
     for name in settings.combined:
         if name in streamed:
+            if name in counts:
+                by_class[name] = class_margins(ls_margins[name], counts[name], settings.integer)
             continue
         frame = results[name].copy(deep=False)  # new columns below; the keys are shared
         frame[RAW_COLUMN] = frame["value"].to_numpy(np.int64)
         frame["value"] = estimates[name]
         ls_margin, integer = ls_margins[name], settings.integer
         if name in least_squares:
-            margins[name] = value_margin(
-                ls_margin, estimates[name], least_squares[name], nonnegative_of[name], integer
-            )
-        elif name in counts:
-            margins[name] = value_margin_of_counts(ls_margin, counts[name], integer)
+            moved = moves(estimates[name], least_squares[name], nonnegative_of[name])
+            counts[name] = class_move_counts(moved, size_classes(frame[RAW_COLUMN].to_numpy()))
+        if name in counts:
+            margins[name] = value_margin_of_counts(ls_margin, counts[name].sum(axis=0), integer)
+            by_class[name] = class_margins(ls_margin, counts[name], integer)
         elif not (settings.nonnegative or settings.integer) and settings.consistent:
             margins[name] = math.ceil(ls_margin)  # the least squares alone (real values)
         if name in margins:
@@ -192,6 +215,9 @@ def consistent_results(
     if margins:
         summary[VALUE_MARGIN] = margins
         summary["value_margin_of_error_meaning"] = VALUE_MARGIN_MEANING
+    if by_class:
+        summary[VALUE_MARGIN_BY_CLASS] = by_class
+        summary[VALUE_MARGIN_BY_CLASS + "_meaning"] = BY_CLASS_MEANING
     return updated, summary
 
 
@@ -227,7 +253,7 @@ def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
         hierarchy = hierarchy_of(spec)
         solved = make_consistent(noisy, hierarchy, **options)
         estimates = solved.least_squares
-        if topdown and estimates is None:  # national tables as one more block: solve again
+        if topdown and estimates is None:  # a solve that kept no estimates: solve again
             estimates = make_consistent(noisy, hierarchy, nonnegative=False, integer=False).values
         return solved.method, solved.values, (estimates if topdown else {})
     # Each table on its own: non-negative integers with the table's own total.
@@ -251,6 +277,10 @@ def least_squares_margins(
     law's (`LAPLACE_95`) for discrete Laplace noise. The error is a weighted sum of
     independent discrete noises: near normal, not exactly, so the 95% is an
     approximation, checked by coverage on synthetic truth (docs/consistency.md).
+    Where the least squares variance is at least half the table's noise variance
+    (`dp_pipeline.postprocess.margins.least_squares_margin`), the error is mostly the
+    table's own discrete noise and the raw margin (its exact discrete 95% point) is
+    taken: the normal law's point can fall below it (a near-exact table's 0.9 against 1).
     Never more than the raw margin, the noise's exact 95% bound (the least squares
     variance is never larger). Without ``consistent`` each table is its own
     estimate: the raw margin. Independent of the data, computed on the driver for
@@ -269,7 +299,7 @@ def least_squares_margins(
     out = {}
     for n in names:
         z = LAPLACE_95 if isinstance(plans[n].mechanism, DiscreteLaplace) else NORMAL_95
-        out[n] = min(raw[n], z * math.sqrt(variances[n]))
+        out[n] = least_squares_margin(variances[n], noise_variance(plans[n]), raw[n], z)
     return out
 
 
@@ -309,11 +339,23 @@ def value_margin_of_counts(ls_margin: float, counts: np.ndarray, integer: bool) 
     return math.floor(bound) if integer else math.ceil(bound)
 
 
+def class_margins(ls_margin: float, counts: np.ndarray, integer: bool) -> dict[str, int]:
+    """`value_margin_of_counts` per class of the noisy value that has cells.
+
+    ``counts``: `dp_pipeline.postprocess.margins.class_move_counts` (row k: class k).
+    """
+    return {
+        NOISY_CLASSES[k]: value_margin_of_counts(ls_margin, row, integer)
+        for k, row in enumerate(counts)
+        if row.sum() > 0
+    }
+
+
 def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray], dict]:
     """The same estimates as `make_consistent`, one Spark task per top-level group.
 
-    Also returns each table's `dp_pipeline.postprocess.margins.move_counts` (none
-    without a top-down step), for the margin of error of ``value``.
+    Also returns each table's `dp_pipeline.postprocess.margins.class_move_counts`
+    (none without a top-down step), for the margins of error of ``value``.
     """
     from dp_pipeline.engines.spark.postprocess import consistent_tables
     from dp_pipeline.postprocess.group_solver import group_solver
@@ -327,14 +369,15 @@ def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarr
 
 def _streamed_on_spark(
     spec, plans, results, ls_margins
-) -> tuple[str, dict[str, StreamedTable], dict]:
+) -> tuple[str, dict[str, StreamedTable], dict, dict]:
     """The same estimates as `make_consistent` from noisy cells that stay on Spark.
 
     The cells DataFrame is built on the executors from the noise job's output
     (each cell's top-level group from its index and the public hierarchy); the
     consistent tables are read back by the writer one range of cells at a time.
     Also returns each table's value margin (`value_margin_of_counts`; none without
-    a top-down step), from one small aggregation of the fitted cells.
+    a top-down step) and its move counts per noisy-value class, from one small
+    aggregation of the fitted cells.
     """
     from dp_pipeline.engines.spark.postprocess import FittedCells, TopLayout, top_cells
     from dp_pipeline.postprocess.group_solver import group_solver
@@ -380,11 +423,12 @@ def _streamed_on_spark(
     except BaseException:
         fitted.close()
         raise
-    margins = {}
+    margins, by_name = {}, {}
     if counts is not None:
+        by_name = {s.name: c for s, c in zip(solver.plan.structures, counts, strict=True)}
         margins = {
-            s.name: value_margin_of_counts(ls_margins[s.name], c, settings.integer)
-            for s, c in zip(solver.plan.structures, counts, strict=True)
+            name: value_margin_of_counts(ls_margins[name], c.sum(axis=0), settings.integer)
+            for name, c in by_name.items()
         }
 
     def close() -> None:
@@ -412,4 +456,4 @@ def _streamed_on_spark(
             (s.name, s.cells) for s in solver.plan.structures
         )
     }
-    return solver.method, streamed, margins
+    return solver.method, streamed, margins, by_name
