@@ -179,9 +179,11 @@ def test_the_console_script_exits_with_the_codes(tmp_path):
         assert done.returncode == expected, done.stderr
         assert json.loads(done.stdout)["status"] == expected.status
     over = write_spec(tmp_path / "over", cap="{ epsilon = 1, delta = 1e-8 }")
-    elsewhere = dict(environment, DP_PIPELINE_HOME=str(tmp_path / "over" / "home"))  # its key
     done = subprocess.run(
-        [*command[:4], over, *command[5:]], env=elsewhere, capture_output=True, text=True
+        [*command[:4], over, *command[5:]],
+        env=dict(environment, DP_PIPELINE_HOME=str(tmp_path / "over")),
+        capture_output=True,
+        text=True,
     )
     assert done.returncode == ExitCode.REFUSED_BUDGET, done.stderr
 

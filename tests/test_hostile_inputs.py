@@ -224,15 +224,21 @@ def test_a_fifo_is_refused_before_the_reservation(tmp_path, engine):
 
 
 def test_the_dp_pipeline_home_is_refused_as_an_input(tmp_path, monkeypatch):
-    home = tmp_path / "home"
-    home.mkdir()
-    (home / "data.csv").write_text("pid,year,sex,spend\n1,2001,F,5\n")
-    monkeypatch.setenv("DP_PIPELINE_HOME", str(home))
-    for named in (home, home / "data.csv"):
-        spec = load_spec(spec_file(tmp_path, named, fmt="parquet" if named == home else "csv"))
+    # The conftest makes each test's folder its operator's home (the spec's ledger and key).
+    assert Path(os.environ["DP_PIPELINE_HOME"]) == tmp_path
+    write_key(tmp_path)
+    Ledger(tmp_path / "ledger.sqlite").close()
+    (tmp_path / "bindings.json").write_text("{}")
+    for named, fmt, rule in (
+        (tmp_path, "parquet", "it is (or holds) the dp_pipeline home ($DP_PIPELINE_HOME"),
+        (tmp_path.parent, "parquet", "it is (or holds) the dp_pipeline home ($DP_PIPELINE_HOME"),
+        (tmp_path / "ledger.sqlite", "csv", "it is the ledger of this run"),
+        (tmp_path / "bindings.json", "csv", "it is the dp_pipeline home's bindings.json"),
+    ):
+        spec = load_spec(spec_file(tmp_path, named, fmt=fmt))
         with pytest.raises(SpecError) as caught:
             run_release(spec, QUIET)
-        assert "it is in the dp_pipeline home ($DP_PIPELINE_HOME" in str(caught.value)
+        assert rule in str(caught.value)
         assert nothing_reserved(tmp_path)
 
 

@@ -34,6 +34,18 @@ __all__ = [
 # Kernel and device trees: their files are views of the running system, never data.
 SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
 
+# What the home holds: the key, the ledger (and SQLite's side files), the key's binding.
+_HOME_FILES = frozenset(
+    {
+        "master.key",
+        "ledger.sqlite",
+        "ledger.sqlite-wal",
+        "ledger.sqlite-shm",
+        "ledger.sqlite-journal",
+        "bindings.json",
+    }
+)
+
 _RULE = (
     "an input must be a regular file or a folder of regular files outside the system's "
     "/proc, /sys and /dev, the dp_pipeline home and the master key; give the path of the "
@@ -62,25 +74,34 @@ def _same_file(path: Path, other: str | None) -> bool:
     return (mine.st_dev, mine.st_ino) == (theirs.st_dev, theirs.st_ino)
 
 
-def special_input_problem(path: Path, key_file: str | None) -> str | None:
+def special_input_problem(
+    path: Path, key_file: str | None, ledger_file: str | None = None
+) -> str | None:
     """What makes local ``path`` no input (see the module docstring), or None.
 
-    ``key_file``: the run's master key file (refused as an input, and so is any
-    name of it: a symbolic or hard link). The returned line names no byte of the
-    path, only its kind and the rule; a path that does not exist is no concern here.
+    ``key_file``: the run's master key file, ``ledger_file``: its SQLite ledger
+    (each refused as an input, and so is any name of it: a symbolic or hard link).
+    The home itself, a folder holding it and the home's own files are refused too;
+    other files a user keeps in the home folder are not the home's. The returned line
+    names no byte of the path, only its kind and the rule; a path that does not exist
+    is no concern here.
     """
     resolved = Path(os.path.realpath(path))
     for folder in SYSTEM_FOLDERS:
         if _within(resolved, folder):
             return f"it is under {folder}, the system's own files, not data; {_RULE}"
     home = _home()
-    if home is not None and _within(resolved, home):
+    if home is not None and _within(home, resolved):
         return (
-            f"it is in the dp_pipeline home (${HOME_VARIABLE}, default ~/.dp_pipeline), "
-            f"which holds the master key and the ledger; {_RULE}"
+            f"it is (or holds) the dp_pipeline home (${HOME_VARIABLE}, default "
+            f"~/.dp_pipeline), where the master key and the ledger live; {_RULE}"
         )
     if _same_file(resolved, key_file):
         return f"it is the master key file of this run (run.key_file or --key-file); {_RULE}"
+    if _same_file(resolved, ledger_file):
+        return f"it is the ledger of this run (--ledger); {_RULE}"
+    if home is not None and resolved.parent == home and resolved.name in _HOME_FILES:
+        return f"it is the dp_pipeline home's {resolved.name}, not data; {_RULE}"
     try:
         mode = os.stat(resolved).st_mode
     except OSError:
@@ -99,7 +120,9 @@ def special_input_problem(path: Path, key_file: str | None) -> str | None:
     return f"it is {kind}, not a regular file; {_RULE}"
 
 
-def special_location_problem(location: str, key_file: str | None) -> str | None:
+def special_location_problem(
+    location: str, key_file: str | None, ledger_file: str | None = None
+) -> str | None:
     """`special_input_problem` of an input as written: a local path or a ``file:`` URI
     (another scheme names no local file: None)."""
     if "://" in location or location.startswith("file:"):
@@ -107,10 +130,12 @@ def special_location_problem(location: str, key_file: str | None) -> str | None:
         if parsed.scheme != "file":
             return None
         location = unquote(parsed.path)
-    return special_input_problem(Path(location), key_file)
+    return special_input_problem(Path(location), key_file, ledger_file)
 
 
-def special_inputs_problem(files: Iterable[Path], key_file: str | None) -> str | None:
+def special_inputs_problem(
+    files: Iterable[Path], key_file: str | None, ledger_file: str | None = None
+) -> str | None:
     """`special_input_problem` of the first of an input's listed files that has one, or None.
 
     A folder's files are listed by the engine (symbolic links among them are
@@ -118,7 +143,7 @@ def special_inputs_problem(files: Iterable[Path], key_file: str | None) -> str |
     names the file as listed, as every message about an input's file does.
     """
     for file in files:
-        problem = special_input_problem(file, key_file)
+        problem = special_input_problem(file, key_file, ledger_file)
         if problem is not None:
             return f"its file {str(file)!r}: {problem}"
     return None

@@ -295,7 +295,7 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     trace = trace if trace is not None else RunTrace()
     try:
         if not synthetic:  # the sample cache is in the home: only a named input is checked
-            check_listed_kinds(spec.key_file, source)
+            check_listed_kinds(spec.key_file, source, spec.ledger_path)
         result = _run_opened(
             spec,
             plan,

@@ -174,7 +174,7 @@ def input_problems(spec: ReleaseSpec) -> list[str]:
     another format), or []."""
     if not spec.input_path:
         return []
-    special = special_location_problem(spec.input_path, spec.key_file)
+    special = special_location_problem(spec.input_path, spec.key_file, spec.ledger_path)
     if special is not None:
         return [f"input.path = {spec.input_path!r} (or --input): {special}"]
     if "://" in spec.input_path:

@@ -223,7 +223,9 @@ class OpenedInput:
         return None
 
 
-def check_listed_kinds(key_file: str | None, source: OpenedInput) -> None:
+def check_listed_kinds(
+    key_file: str | None, source: OpenedInput, ledger_file: str | None = None
+) -> None:
     """Refuse, before the reservation, an input whose listed local files are not all
     regular data files (`dp_pipeline.release.input_kinds`: a folder holding a FIFO, a
     device, or a link to the master key, a file of the dp_pipeline home or of /proc).
@@ -231,7 +233,7 @@ def check_listed_kinds(key_file: str | None, source: OpenedInput) -> None:
     ``key_file``: the run's master key file. Only the files' metadata is looked at.
     Raises `SpecError` naming the input, the file and the rule.
     """
-    problem = special_inputs_problem(source.files, key_file)
+    problem = special_inputs_problem(source.files, key_file, ledger_file)
     if problem is not None:
         raise SpecError([problem], source=f"input {source.where!r}")
 
