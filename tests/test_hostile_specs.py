@@ -291,6 +291,9 @@ def test_a_spec_naming_the_operators_ledger_and_key_is_accepted(tmp_path, monkey
     monkeypatch.setenv("DP_PIPELINE_LEDGER", str(operator / "other.sqlite"))
     with pytest.raises(SpecError, match=r"run.ledger = .* it must name the operator's"):
         load_spec(path)
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", "postgresql://db.example/other")
+    with pytest.raises(SpecError, match=r"run.ledger = .* it must name the operator's"):
+        load_spec(path)
     monkeypatch.setenv("DP_PIPELINE_LEDGER", "relative.sqlite")
     with pytest.raises(SpecError, match=r"\$DP_PIPELINE_LEDGER: must be a URL or an absolute"):
         load_spec(path)

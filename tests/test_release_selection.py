@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from release_specs import operator_paths
 
 import dp_pipeline.engines.pandas.aggregate  # noqa: F401  (registers df.dp)
 from dp_pipeline.accounting import PrivacyAccountant
@@ -435,7 +436,7 @@ def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
         path.write_text(
             QUANTILE_SPEC.format(input=tmp_path / "ages.parquet", tmp=folder, engine=engine)
         )
-        result = run_release(load_spec(path), progress=QUIET, spark=spark)
+        result = run_release(load_spec(path, **operator_paths(folder)), progress=QUIET, spark=spark)
         released[engine] = read_release(result.output)["median_by_group"]
     assert parquet_pass_calls == [True]
     pd.testing.assert_frame_equal(released["spark"], released["pandas"], check_dtype=False)

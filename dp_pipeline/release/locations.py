@@ -76,13 +76,14 @@ def default_ledger() -> str:
     """
     value = os.environ.get(LEDGER_VARIABLE)
     if value:
-        if "=" not in value and not Path(value).expanduser().is_absolute():
+        remote = "=" in value or "://" in value  # a URL or a libpq string
+        if not remote and not Path(value).expanduser().is_absolute():
             raise DPValueError(
                 f"${LEDGER_VARIABLE}: must be a URL or an absolute path (a relative one "
                 "would give each working directory its own ledger); write e.g. "
                 f"{LEDGER_VARIABLE}=$HOME/.dp_pipeline/ledger.sqlite"
             )
-        return value if "=" in value or "://" in value else str(Path(value).expanduser())
+        return value if remote else str(Path(value).expanduser())
     return str(dp_pipeline_home() / LEDGER_NAME)
 
 

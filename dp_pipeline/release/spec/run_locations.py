@@ -89,8 +89,9 @@ def operator_location(
     written = read_string(run, name, "run", problems)
     try:
         chosen = operator or default()
-    except ValueError as error:  # a relative $DP_PIPELINE_HOME
-        problems.append(f"run.{name}: not set, and {error}")
+    except ValueError as error:  # a relative $DP_PIPELINE_HOME or $DP_PIPELINE_LEDGER
+        state = "cannot be checked against the operator's" if written else "not set"
+        problems.append(f"run.{name}: {state}, and {error}")
         return ""
     if not written:
         return chosen
