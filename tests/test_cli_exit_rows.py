@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from test_cli_exit_codes import run_json, write_spec
+from test_reemission import no_recompute
 from test_release_on_invalid import csv_with, many_bad_units, spec_with
 
 from dp_pipeline.release import run as run_module
@@ -25,11 +26,14 @@ def outputs(tmp_path) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("where", ["local", "uri"])
-def test_row_0_published_and_row_3_already_committed(tmp_path, capsys, ledger_at, where):
+def test_row_0_published_and_row_3_already_committed(
+    tmp_path, capsys, ledger_at, where, monkeypatch
+):
     spec_file, ledger = write_spec(tmp_path), ledger_at()
     output = outputs(tmp_path)[where]
     status, line, _ = run_json(capsys, spec_file, "--ledger", ledger, "--output", output)
     assert status == ExitCode.PUBLISHED == 0 and line["status"] == "published"
+    no_recompute(monkeypatch)  # the published copy is intact: re-emitted as it is
     status, again, _ = run_json(capsys, spec_file, "--ledger", ledger, "--output", output)
     assert status == ExitCode.ALREADY_COMMITTED == 3 and again["status"] == "already_committed"
     assert again["cumulative"] == line["cumulative"]  # nothing spent

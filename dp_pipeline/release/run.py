@@ -6,12 +6,13 @@ Order matters for privacy and for crashes:
 
 1. **Planned.** The spec is validated and the plan proven (`plan_release`)
    before anything else; a bad spec or budget never reaches the ledger or the data.
-2. **Reserved.** The engine lists the files it will read; their keyed
-   fingerprint (bytes only, no parsing), the spec and the key make the
-   release's identity (`dp_pipeline.release.ledger.identity`). The run takes the
-   release id's lease (`dp_pipeline.release.ledger.lease`: an OS lock held until it
-   returns, so no other run of the id and no abort overlaps it), refuses an
-   output folder that is not an earlier copy of this release, removes what a
+2. **Reserved.** The run takes the release id's lease before the engine starts
+   (`dp_pipeline.release.run_lease`: held until it returns, so no other run of
+   the id and no abort overlaps it). The engine lists the files it will read;
+   their keyed fingerprint (bytes only, no parsing), the spec and the key make the
+   release's identity (`dp_pipeline.release.ledger.identity`). The run refuses an
+   output folder that is not an earlier copy of this release
+   (`dp_pipeline.release.reemit.check_earlier_copy`), removes what a
    killed run of exactly this id left hidden, and the ledger reserves the
    spend in one transaction under a new run token, refusing it above the cap
    or when the release id is recorded with another identity.
@@ -31,7 +32,10 @@ Order matters for privacy and for crashes:
    same bytes as the driver's one-call write), so the driver never holds it
    whole; ``manifest.json`` with every file's SHA-256 is written last
    (`dp_pipeline.release.publish.manifest`). A release id already published must
-   reproduce the recorded bytes, or nothing is published. The ledger records
+   reproduce the recorded bytes, or nothing is published; a committed one whose
+   copy at the output is intact is not recomputed (`dp_pipeline.release.reemit`),
+   and one that must be is refused first if another engine or version would
+   recompute it. The ledger records
    that publication starts and the manifest (only the token holder can), the
    folder is renamed into place, and only then is the ledger entry
    **committed**. An output URI (``viewfs://``, ``s3a://``, ...) has no
@@ -422,7 +426,7 @@ def _run_opened(
             report = intact_copy(reservation.manifest, final, target, spec.release_id)
             if report is not None:
                 progress("the published copy is intact (every file as recorded): not recomputed")
-                return _reemitted(spec, plan, reservation, report, final or output, target)
+                return _reemitted(plan, reservation, report, final or output, target)
             check_maker(spec.release_id, reservation.manifest, reservation.engine, spec.engine)
         # From here on nothing returns the budget: a failure leaves the reservation spent,
         # and the same release id resumes it with the same noise.
@@ -485,7 +489,7 @@ def _run_opened(
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
 
 
-def _reemitted(spec, plan, reservation, report, output, target) -> RunResult:
+def _reemitted(plan, reservation, report, output, target) -> RunResult:
     """A committed release whose published copy is intact: the re-emission (nothing computed)."""
     if target is not None:
         target.close()
