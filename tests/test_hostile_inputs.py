@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +18,7 @@ import pytest
 from test_release_inputs import SPEC, write_inputs
 
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.input_kinds import special_input_problem
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.sources.arrow_files import open_arrow_input
@@ -391,3 +394,18 @@ def test_a_store_path_that_is_no_file_or_folder_is_refused_before_it_is_read(tmp
     assert "it is neither a regular file nor a folder (a device, a FIFO or a socket)" in str(
         caught.value
     )
+
+
+def test_a_regular_file_on_the_shared_memory_disk_is_an_input(tmp_path):
+    shm = Path("/dev/shm")
+    if not shm.is_dir():
+        pytest.skip("no /dev/shm on this system")
+    folder = Path(tempfile.mkdtemp(dir=shm))
+    try:
+        (folder / "people.csv").write_text("pid,year\n1,2001\n")
+        assert special_input_problem(folder / "people.csv", None) is None
+        assert special_input_problem(folder, None) is None
+        os.mkfifo(folder / "pipe")
+        assert "FIFO" in special_input_problem(folder / "pipe", None)
+    finally:
+        shutil.rmtree(folder)

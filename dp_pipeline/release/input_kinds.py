@@ -33,6 +33,8 @@ __all__ = [
 
 # Kernel and device trees: their files are views of the running system, never data.
 SYSTEM_FOLDERS = (Path("/proc"), Path("/sys"), Path("/dev"))
+# A memory file system of regular files (a RAM disk for data and scratch folders).
+_SHARED_MEMORY = Path("/dev/shm")
 
 # What the home holds: the key, the ledger (and SQLite's side files), the key's binding.
 _HOME_FILES = frozenset(
@@ -88,7 +90,7 @@ def special_input_problem(
     """
     resolved = Path(os.path.realpath(path))
     for folder in SYSTEM_FOLDERS:
-        if _within(resolved, folder):
+        if _within(resolved, folder) and not _within(resolved, _SHARED_MEMORY):
             return f"it is under {folder}, the system's own files, not data; {_RULE}"
     home = _home()
     if home is not None and _within(home, resolved):
