@@ -201,9 +201,10 @@ def test_grouped_quantile_under_replace_counts_two_runs():
 # ----------------------------------------------------------------------------- releases
 
 
-def test_selection_release_is_identical_on_both_engines(tmp_path, spark):
+def test_selection_release_is_identical_on_both_engines(tmp_path, spark, monkeypatch):
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     pandas_result = run_release(spec, progress=QUIET)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     spark_result = run_release(spark_spec, progress=QUIET, spark=spark)
     released = read_release(pandas_result.output)
@@ -402,11 +403,12 @@ def test_rank_error_bound_holds_over_many_releases():
 
 
 def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
-    tmp_path, spark, parquet_pass_calls
+    tmp_path, spark, parquet_pass_calls, monkeypatch
 ):
     """Quantile positions are derived inside the one pass: the input stays a bare scan."""
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     expected = read_release(run_release(spec, progress=QUIET).output)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
     assert parquet_pass_calls == [True]
