@@ -418,7 +418,7 @@ def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
 
 
 def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
-    tmp_path, spark, parquet_pass_calls
+    tmp_path, spark, parquet_pass_calls, monkeypatch
 ):
     rng = np.random.Generator(np.random.PCG64(11))  # test data only
     ages = rng.normal(50, 15, 3000)
@@ -433,6 +433,7 @@ def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
     for engine in ("pandas", "spark"):
         folder = tmp_path / engine
         folder.mkdir()
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one ledger per home
         path = folder / "spec.toml"
         path.write_text(
             QUANTILE_SPEC.format(input=tmp_path / "ages.parquet", tmp=folder, engine=engine)
