@@ -294,7 +294,7 @@ def test_csv_or_parquet_on_pandas_or_spark_publish_identical_files(tmp_path, spa
 
 @pytest.mark.spark
 @pytest.mark.driver_aggregation
-def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spark):
+def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spark, monkeypatch):
     csv_path, _ = write_inputs(tmp_path)
     folders = {}
     for engine in ("pandas", "spark"):
@@ -302,6 +302,7 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
         root.mkdir()
         if engine == "spark":  # the same master key, a fresh ledger and output folder
             shutil.copy2(tmp_path / "pandas" / "master.key", root / "master.key")
+            monkeypatch.setenv("DP_PIPELINE_HOME", str(root / "home"))  # binds it there
         lines = io.StringIO()
         spec = make_spec(root, csv_path, engine)
         result = run_release(spec, progress=Progress(stream=lines), spark=spark)

@@ -202,9 +202,10 @@ def test_grouped_quantile_under_replace_counts_two_runs():
 # ----------------------------------------------------------------------------- releases
 
 
-def test_selection_release_is_identical_on_both_engines(tmp_path, spark):
+def test_selection_release_is_identical_on_both_engines(tmp_path, spark, monkeypatch):
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     pandas_result = run_release(spec, progress=QUIET)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     spark_result = run_release(spark_spec, progress=QUIET, spark=spark)
     released = read_release(pandas_result.output)
@@ -403,11 +404,12 @@ def test_rank_error_bound_holds_over_many_releases():
 
 
 def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
-    tmp_path, spark, parquet_pass_calls
+    tmp_path, spark, parquet_pass_calls, monkeypatch
 ):
     """Quantile positions are derived inside the one pass: the input stays a bare scan."""
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     expected = read_release(run_release(spec, progress=QUIET).output)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
     assert parquet_pass_calls == [True]
@@ -417,7 +419,7 @@ def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
 
 
 def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
-    tmp_path, spark, parquet_pass_calls
+    tmp_path, spark, parquet_pass_calls, monkeypatch
 ):
     rng = np.random.Generator(np.random.PCG64(11))  # test data only
     ages = rng.normal(50, 15, 3000)
@@ -432,6 +434,7 @@ def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
     for engine in ("pandas", "spark"):
         folder = tmp_path / engine
         folder.mkdir()
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one ledger per home
         path = folder / "spec.toml"
         path.write_text(
             QUANTILE_SPEC.format(input=tmp_path / "ages.parquet", tmp=folder, engine=engine)

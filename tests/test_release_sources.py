@@ -5,6 +5,7 @@ reservation; Spark settings from the spec and the command line, secrets never sh
 from __future__ import annotations
 
 import json
+import os
 import sqlite3
 from dataclasses import replace
 from pathlib import Path
@@ -639,7 +640,7 @@ def test_a_listing_failure_is_classified_and_its_text_never_shown(java_text, exp
 
 @pytest.mark.spark
 def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reservation(
-    spark, tmp_path
+    spark, tmp_path, monkeypatch
 ):
     csv_path, _ = write_inputs(tmp_path)
     data = tmp_path / "csv_mounted"
@@ -654,6 +655,7 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
     # A header without a column the spec uses: refused, nothing reserved.
     (data / "part-0.csv").write_text("pid,year,sex,note\n1,2001,F,x\n")
     other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "l2-home"))  # the key binds per home
     with pytest.raises(SpecError) as caught:
         run_release(other, progress=Progress(quiet=True), spark=spark)
     assert "its CSV header has 4 field(s) and lacks the declared column 'spend'" in str(
@@ -663,7 +665,7 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
 
 
 @pytest.mark.spark
-def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_path):
+def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_path, monkeypatch):
     """Only the first remote file's header was read: a later file was read by position."""
     csv_path, _ = write_inputs(tmp_path)
     header, *rows = csv_path.read_text().splitlines()
@@ -683,9 +685,11 @@ def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_
         "twice": ("pid,year,sex,spend,pid\n1,2001,F,3,1", "column(s) 'pid' more than once"),
         "missing": ("pid,year,sex,note\n1,2001,F,x", "lacks the declared column 'spend'"),
     }
+    home = os.environ["DP_PIPELINE_HOME"]
     for index, (content, expected) in enumerate(cases.values()):
         (data / "part-2.csv").write_text(content + "\n")
         ledger = tmp_path / f"refused-{index}.sqlite"
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / f"home-{index}"))  # one per ledger
         other = apply_overrides(spec, release_id=f"people-{index}", ledger_path=str(ledger))
         with pytest.raises(SpecError) as caught:
             run_release(other, progress=Progress(quiet=True), spark=spark)
@@ -694,6 +698,7 @@ def test_every_file_of_a_csv_folder_on_viewfs_has_its_header_checked(spark, tmp_
         assert "2001" not in message and "spend,year" not in message
         assert _ledger_rows(ledger) == 0
     # One header in every file, with a ragged row: read by name, published.
+    monkeypatch.setenv("DP_PIPELINE_HOME", home)
     (data / "part-2.csv").write_text("\n".join([header, *rows[40:], "7,2001,F"]) + "\n")
     published = run_release(spec, progress=Progress(quiet=True), spark=spark)
     assert (published.output / "manifest.json").exists()

@@ -4,6 +4,7 @@ pandas for the same key and release id, and a refusal that never reads the data.
 from __future__ import annotations
 
 import hashlib
+import shutil
 from fractions import Fraction
 
 import numpy as np
@@ -59,9 +60,15 @@ def queries(s: Session, df) -> list[pd.DataFrame]:
     return [t.reset_index(drop=True) for t in tables]
 
 
-def test_a_session_releases_the_same_on_spark_as_on_pandas(spark, tmp_path):
+def test_a_session_releases_the_same_on_spark_as_on_pandas(spark, tmp_path, monkeypatch):
     local = people()
+    # Noise is salted with the ledger's id: the Spark session runs on a copy of the
+    # pandas session's (still empty) ledger, from a home of its own.
+    Ledger(tmp_path / "pandas" / "ledger.sqlite").close()
+    (tmp_path / "spark").mkdir()
+    shutil.copy(tmp_path / "pandas" / "ledger.sqlite", tmp_path / "spark" / "ledger.sqlite")
     on_pandas = queries(session(tmp_path / "pandas"), local)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))
     spark_session = session(tmp_path / "spark")
     on_spark = queries(spark_session, spark.createDataFrame(local))
     for a, b in zip(on_pandas, on_spark, strict=True):

@@ -6,10 +6,10 @@ reads (sorted by name), so that the same data gives the same fingerprint however
 rows are ordered or partitioned, and other data (a row added, removed or changed) gives
 another one, except with negligible probability. The ledger records it as the query's
 input fingerprint: the same data under a renamed population is refused there
-(`Ledger.reserve`'s input check), and the session's noise streams carry it with the
-ledger's id (`dp_pipeline.session.plan.session_digest`), so a release id reused in
-another ledger, or on other data, never redraws the same noise. Keyed: the ledger holds
-no plain digest of the data that could confirm a guess of it.
+(`Ledger.record_input`). The noise is salted with the ledger's id instead
+(`dp_pipeline.session.plan.session_digest`), which is the same on every engine: the
+digests below differ between pandas and Spark. Keyed: the ledger holds no plain
+digest of the data that could confirm a guess of it.
 
 - pandas: pandas' own 64-bit row hashes (``hash_pandas_object``, SipHash of each row's
   values, their dtypes included), sorted, then SHA-256 of them and the row count:

@@ -3,8 +3,8 @@
 A session query is a ``df.dp`` query (the same parameter objects, the same checks) run
 in the session's context: its key, its privacy unit, and stream labels of its own,
 (release id, "session query <index>", the session's digest, salted with the ledger's
-id and the data's fingerprint), so the noise of query ``index`` is determined by the
-key, the release id, the index, the ledger and the data, and no two queries of
+id), so the noise of query ``index`` is determined by the key, the release id, the
+index and the ledger, and no two queries of
 a session (the same query asked twice included) share a stream. The cost (`events`,
 the accountant's `PrivacyEvent` per noised vector or selection) and the margins of
 error (`info`) are known here, before the data is touched.
@@ -39,8 +39,8 @@ SessionQuery = QuerySpec | QuantileQuery | TopKQuery
 def session_digest(population: str, release_id: str, salt: dict | None = None) -> str:
     """The digest every stream of a session carries: no ``df.dp`` call shares its noise.
 
-    ``salt`` (the ledger's id and the query's data fingerprint, when it runs) enters
-    it, so the same release id in another ledger, or on other data, draws other noise.
+    ``salt`` (the ledger's id, when the query runs) enters it, so the same release id
+    in another ledger draws other noise (in one ledger a release id is single-use).
     """
     described = {"population": population, "release id": release_id}
     if salt is not None:

@@ -370,7 +370,8 @@ class Session:
             release_id=self._release_id,
             privacy_unit=self._privacy_unit,
             index=index,
-            salt=None if data is None else {"ledger": self._ledger_id, "data": data},
+            # The ledger's id alone (engine-independent: pandas and Spark draw alike).
+            salt=None if data is None else {"ledger": self._ledger_id},
         )
 
     def _run(self, statistic: str, arguments: dict):
@@ -392,7 +393,7 @@ class Session:
             position = len(self._records)
             self._records.append(record)
             # Read (charged): the same data is the same people, refused under another
-            # population, and the query's noise is salted with it and the ledger's id.
+            # population; the query's noise is salted with the ledger's id.
             data = frame_fingerprint(df, planned.columns, engine, self._key)
             self._ledger.record_input(reservation, data)
             planned = self._plan(statistic, arguments, index, data)
