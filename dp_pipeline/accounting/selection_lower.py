@@ -52,7 +52,7 @@ _MAX_RUNS = 4096  # beyond, the twin alone gives the lower end (the sums cost k 
 
 def selection_twin(events: Sequence[PrivacyEvent]) -> list[PrivacyEvent] | None:
     """``events`` with every ε-BR run replaced by randomized response at ε/2 (the ε-BR pair
-    B_{ε/2}), or None if there is no selection."""
+    B_{ε/2}; ε/2 rounded down to a float), or None if there is no selection."""
     twin, found = [], False
     for event in events:
         epsilon = bounded_range_epsilon_of(event.mechanism)
@@ -60,7 +60,12 @@ def selection_twin(events: Sequence[PrivacyEvent]) -> list[PrivacyEvent] | None:
             twin.append(event)
             continue
         found = True
-        twin.append(PrivacyEvent(PureDP(Fraction(epsilon) / 2), (1,), event.count))
+        # a float at most ε/2: the paths read pure ε as a float, and an RR(ε') with
+        # ε' <= ε/2 is ε-BR too, where one rounded up would not be
+        half = float(Fraction(epsilon) / 2)
+        if Fraction(half) > Fraction(epsilon) / 2:
+            half = math.nextafter(half, 0.0)
+        twin.append(PrivacyEvent(PureDP(Fraction(half)), (1,), event.count))
     return twin if found else None
 
 
