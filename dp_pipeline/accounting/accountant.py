@@ -58,7 +58,9 @@ and a path that does not fit is skipped, and if none fits the bound is the zCDP 
 with lower bound 0, labelled "zcdp" (or "trivial" without a finite ρ).
 
 Each answer names its method and carries a lower bound (the gap says how tight the upper
-bound is).
+bound is), rounded outward by whole ulps wherever a float is formed (`outward`: among
+subnormal δ too). With selections, the lower end comes from ε-bounded-range mechanisms
+themselves, not from their dominating pair (`selection_lower`).
 
 Sensitivity vectors are taken as the worst-case neighbour difference (the engines compute
 it from the contribution bounds); a scalar sensitivity Δ of a single one-coordinate event is
@@ -94,6 +96,7 @@ from dp_pipeline.accounting.path_choice import direct_paths
 from dp_pipeline.accounting.selection_lower import (
     selection_twin,
     single_selection_lower,
+    twin_lower,
     with_selection_lower,
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
@@ -316,11 +319,15 @@ class PrivacyAccountant:
         if twin is not None:
             # the selections' lattice pair lies above the worst case, its lower end too: the
             # lower end comes from ε-BR mechanisms themselves (`selection_lower`)
-            twin_accountant = PrivacyAccountant()
-            twin_accountant._events = twin
-            twin_accountant._refine = self._refine
+            built: list = []  # the twin's lower end, built on first use
+
+            def twin_of():
+                if not built:
+                    built.append(twin_lower(twin))
+                return built[0]
+
             alone = single_selection_lower(self._events)
-            delta_of = with_selection_lower(delta_of, twin_accountant.delta, alone)
+            delta_of = with_selection_lower(delta_of, twin_of, alone)
 
         if rho is None:
             return delta_of, name

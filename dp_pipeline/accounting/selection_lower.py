@@ -19,8 +19,8 @@ composition is one the accounted class contains and its δ cannot exceed the wor
 - **any plan with selections**: the same plan with each ε-BR run replaced by B_{ε/2},
   whose losses ±ε/2 (P-mass e^{ε/2}/(1 + e^{ε/2}) on +ε/2) are randomized response at
   ε/2: an ε-BR mechanism (its loss range is ε), composed non-adaptively with the other
-  events exactly as recorded. Its δ is a rigorous lower end; the accountant's exact
-  paths for Gaussian, Laplace and pure-DP events compute it (their own lower end).
+  events exactly as recorded. Its δ is a rigorous lower end, taken from one exact engine
+  (the MGF inversion, else the finite-support composition: `twin_lower`).
 
 The lower end is the larger of these where both apply; it is never taken from the
 dominating lattice. It is a true lower bound but can be loose (B_{ε/2} is the worst pair
@@ -37,10 +37,13 @@ import numpy as np
 
 from dp_pipeline.accounting.bounded_range import bounded_range_epsilon_of
 from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.brackets import inversion_delta
 from dp_pipeline.accounting.events import PrivacyEvent, PureDP
 from dp_pipeline.accounting.outward import round_down
+from dp_pipeline.accounting.paths import fft_composition, inversion_of
+from dp_pipeline.accounting.support_composition import support_loss
 
-__all__ = ["selection_twin", "single_selection_lower", "with_selection_lower"]
+__all__ = ["selection_twin", "single_selection_lower", "twin_lower", "with_selection_lower"]
 
 _U = 2.0**-53
 _T_GRID = 64  # pairs B_t tried for k runs of one ε alone, t = ε·j/64
@@ -49,7 +52,7 @@ _MAX_RUNS = 4096  # beyond, the twin alone gives the lower end (the sums cost k 
 
 def selection_twin(events: Sequence[PrivacyEvent]) -> list[PrivacyEvent] | None:
     """``events`` with every ε-BR run replaced by randomized response at ε/2 (the ε-BR pair
-    B_{ε/2}), or None if there is no selection."""
+    B_{ε/2}; ε/2 rounded down to a float), or None if there is no selection."""
     twin, found = [], False
     for event in events:
         epsilon = bounded_range_epsilon_of(event.mechanism)
@@ -57,8 +60,31 @@ def selection_twin(events: Sequence[PrivacyEvent]) -> list[PrivacyEvent] | None:
             twin.append(event)
             continue
         found = True
-        twin.append(PrivacyEvent(PureDP(Fraction(epsilon) / 2), (1,), event.count))
+        # a float at most ε/2: the paths read pure ε as a float, and an RR(ε') with
+        # ε' <= ε/2 is ε-BR too, where one rounded up would not be
+        half = float(Fraction(epsilon) / 2)
+        if Fraction(half) > Fraction(epsilon) / 2:
+            half = math.nextafter(half, 0.0)
+        twin.append(PrivacyEvent(PureDP(Fraction(half)), (1,), event.count))
     return twin if found else None
+
+
+def twin_lower(twin: Sequence[PrivacyEvent]) -> Callable[[float], float] | None:
+    """ε -> a rigorous lower end of the twin plan's δ(ε) from one exact engine, none of the
+    fallbacks a tight upper end needs: its MGF inversion (with a smooth discrete Gaussian),
+    else its exact finite-support composition when small, else its FFT path, else None.
+    A loose inversion only gives a smaller lower end."""
+    candidates = inversion_of(twin)
+    if candidates:
+        bracket = inversion_delta(candidates)
+        return lambda epsilon: bracket(epsilon).lower
+    exact = support_loss(twin)
+    if exact is not None:
+        return lambda epsilon: exact.delta_bound(epsilon).lower
+    fft = fft_composition(twin)  # the lattice FFTs or the grid PLD: rigorous lower ends
+    if fft is not None:
+        return lambda epsilon: fft[0](epsilon).lower
+    return None
 
 
 def single_selection_lower(events: Sequence[PrivacyEvent]) -> Callable[[float], float] | None:
@@ -137,23 +163,28 @@ def _binomial_lower(epsilon: float, runs: int, x: float) -> float:
 
 def with_selection_lower(
     delta_of: Callable[..., DeltaBound],
-    twin_delta: Callable[[float], DeltaBound] | None,
+    twin: Callable[[], Callable[[float], float] | None],
     alone: Callable[[float], float] | None,
 ) -> Callable[..., DeltaBound]:
     """``delta_of`` (accepting ``decide`` when it does) with its lower end replaced by the
-    larger of the twin's lower end and the closed form (module docstring), kept <= the
-    upper end; the upper end and the method are ``delta_of``'s."""
+    larger of the twin's (``twin()`` gives `twin_lower`'s function, built on first use)
+    and the closed form's (module docstring), kept <= the upper end; the upper end and the
+    method are ``delta_of``'s. Given ``decide`` (a δ the caller only compares with,
+    `epsilon_search`), the lower end matters only where the upper end is above it: the
+    twin is not evaluated where the upper end is at most ``decide``."""
     decides = getattr(delta_of, "accepts_decide", False)
 
     def bounded(epsilon: float, decide: float | None = None) -> DeltaBound:
-        bound = delta_of(epsilon, decide=decide) if decides and decide is not None else None
-        if bound is None:
+        if decides and decide is not None:
+            bound = delta_of(epsilon, decide=decide)
+        else:
             bound = delta_of(epsilon)
-        lower = 0.0
-        if twin_delta is not None:
-            lower = twin_delta(epsilon).lower
-        if alone is not None:
-            lower = max(lower, alone(epsilon))
+        lower = 0.0 if alone is None else alone(epsilon)
+        needed = decide is None or (bound.upper > decide and not lower > decide)
+        if needed:
+            twin_of = twin()
+            if twin_of is not None:
+                lower = max(lower, twin_of(epsilon))
         return DeltaBound(min(lower, bound.upper), bound.upper, bound.method)
 
     bounded.accepts_decide = True  # type: ignore[attr-defined]
