@@ -149,8 +149,8 @@ def _parser() -> argparse.ArgumentParser:
         dest="ledger_path",
         help=(
             "ledger: a SQLite file (a path or sqlite:///path) or postgresql://... (default: "
-            "$DP_PIPELINE_LEDGER, else ledger.sqlite in the dp_pipeline home; a spec's "
-            "run.ledger must name the same)"
+            "$DP_PIPELINE_LEDGER, else ledger.sqlite in the dp_pipeline home, which a "
+            "spec's run.ledger must name; this flag decides over the spec)"
         ),
     )
     run.add_argument(
@@ -347,7 +347,7 @@ def _run(arguments) -> int:
     try:
         release_id = _release_id(arguments)
         spec = apply_overrides(
-            # The operator's ledger and key: a spec's run.ledger / run.key_file must agree.
+            # The operator's ledger and key: flags decide; else a spec's must name the default.
             load_spec(arguments.spec, ledger=arguments.ledger_path, key_file=arguments.key_file),
             release_id=release_id,
             input_path=arguments.input_path,

@@ -10,8 +10,10 @@ a key file would choose the key. So the operator's configuration decides both:
   its ``ledger.sqlite`` and ``master.key``.
 
 A spec may still write ``run.ledger`` / ``run.key_file`` (relative to its own
-folder), as a statement of where it expects them: it is accepted only when it
-names the same ledger or file as the operator's choice (`same_location`: the
+folder), as a statement of where it expects them. A flag of the operator's
+decides outright (the spec's value is not used, as ``--conf`` overrides
+``run.spark_conf``); without one, the spec's value is accepted only when it
+names the same ledger or file as the operator's default (`same_location`: the
 same file once links are followed, or the same server and database), and
 refused otherwise with a `SpecError` naming the field and how the operator sets
 it, before anything is read or reserved. Either way the release uses the
@@ -93,7 +95,9 @@ def operator_location(
         state = "cannot be checked against the operator's" if written else "not set"
         problems.append(f"run.{name}: {state}, and {error}")
         return ""
-    if not written:
+    if not written or operator:
+        # The operator's flag decides outright (as --conf overrides run.spark_conf); only
+        # a spec's value that would stand in for the operator's default is checked.
         return chosen
     is_ledger = name == "ledger"
     try:
