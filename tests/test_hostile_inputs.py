@@ -93,7 +93,7 @@ def test_the_key_file_as_the_input_shows_nothing_and_reserves_nothing(tmp_path, 
         assert nothing_reserved(tmp_path)
 
 
-@pytest.mark.parametrize("engine", ["pandas", "spark"])
+@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.spark)])
 def test_proc_self_environ_as_the_input_is_refused_before_anything_starts(
     tmp_path, capsys, monkeypatch, engine
 ):
@@ -215,7 +215,7 @@ def test_dev_zero_is_refused_before_the_reservation(tmp_path, capsys):
         assert nothing_reserved(tmp_path)
 
 
-@pytest.mark.parametrize("engine", ["pandas", "spark"])
+@pytest.mark.parametrize("engine", ["pandas", pytest.param("spark", marks=pytest.mark.spark)])
 def test_a_fifo_is_refused_before_the_reservation(tmp_path, engine):
     fifo = tmp_path / "people.csv"
     os.mkfifo(fifo)

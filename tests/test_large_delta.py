@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import importlib
 import inspect
 from decimal import Decimal
 from fractions import Fraction
@@ -19,7 +20,6 @@ import pandas as pd
 import pytest
 
 import dp_pipeline
-import dp_pipeline.spark as dp_spark
 from dp_pipeline import Budget, DiscreteGaussian, DPError, LedgerError, MasterKey, Session
 from dp_pipeline.query.large_delta import LARGE_DELTA_LIMIT, LargeDeltaError
 from dp_pipeline.release.ledger.budget import accountant_type
@@ -75,7 +75,9 @@ def test_the_opt_in_must_be_a_bool():
         people().dp.count(**SEX, **LABELS, epsilon=1, delta=0.5, allow_large_delta="yes")
 
 
+@pytest.mark.spark
 def test_spark_queries_refuse_it_before_any_spark_work():
+    dp_spark = spark_functions()
     with pytest.raises(LargeDeltaError) as caught:
         dp_spark.dp_mean("x", bounds=(0, 10), granularity=1, **SEX, **LABELS, epsilon=1, delta=0.5)
     assert_refusal(caught.value, "delta", "allow_large_delta=True")
@@ -83,12 +85,18 @@ def test_spark_queries_refuse_it_before_any_spark_work():
     assert query.info.delta == Fraction(1, 2)
 
 
+def spark_functions():
+    """`dp_pipeline.spark` (it needs PySpark: the core install's tier skips these)."""
+    pytest.importorskip("pyspark")
+    return importlib.import_module("dp_pipeline.spark")
+
+
 @pytest.mark.parametrize(
     "function",
     [
         lambda: pd.DataFrame().dp.count,
         lambda: pd.DataFrame().dp.mean,
-        lambda: dp_spark.dp_sum,
+        pytest.param(lambda: spark_functions().dp_sum, marks=pytest.mark.spark),
         lambda: dp_pipeline.Session.count,
     ],
 )
