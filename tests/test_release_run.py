@@ -232,10 +232,11 @@ def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_pa
     assert not (Path(spec.output_dir) / spec.release_id).exists()
     # The data was read: the run is charged, and neither abort nor a re-run on the new
     # bytes returns the budget or publishes anything under this id.
+    # Recorded as refused after reading (still charged), not left "reading" as if alive.
     ledger = Ledger(spec.ledger_path)
     entry = ledger.entry(spec.release_id)
-    assert (entry.status, entry.state) == ("reserved", "reading")
-    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'reading'"):
+    assert (entry.status, entry.state) == ("reserved", "refused")
+    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'refused'"):
         ledger.abort(spec.release_id)
     monkeypatch.setattr(engines, "compute_tables", compute_tables)
     with pytest.raises(ReleaseIdReuseError, match="these parts differ: input data changed"):
@@ -269,7 +270,7 @@ def test_a_file_that_shrinks_or_vanishes_while_hashed_again_is_a_changed_input(
     assert len(calls) == 2
     assert not (Path(spec.output_dir) / spec.release_id).exists()
     entry = Ledger(spec.ledger_path).entry(spec.release_id)
-    assert (entry.status, entry.state) == ("reserved", "reading")
+    assert (entry.status, entry.state) == ("reserved", "refused")  # read: still charged
 
 
 def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):
