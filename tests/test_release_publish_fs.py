@@ -484,6 +484,9 @@ def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
     mounted = tmp_path / "mounted"
     uri = mount(spark, mounted)
     spec = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
+    # The spec names remote/ledger.sqlite and remote/master.key: the killed CLI (and the
+    # resume) run as the operator whose home is remote/, so the spec names its defaults.
+    operator_home(tmp_path / "remote")
     link = f"spark.hadoop.fs.viewfs.mounttable.{CLUSTER}.link./out=file://{mounted}"
     killed = run_killed(
         ["run", str(tmp_path / "remote" / "small.toml"), "--output", uri, "--engine", "spark"],
