@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC, operator_paths
+from release_specs import SMALL_SPEC, operator_home, operator_paths
 
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.plan.preflight import check_output
@@ -92,8 +92,12 @@ def assert_same_files(got: dict[str, bytes], expected: dict[str, bytes]) -> None
 
 
 def test_file_uri_release_is_byte_identical_to_a_local_release(tmp_path):
+    # The same key on two ledgers: each ledger is its own operator's, with its own home
+    # (and key binding), as two deployments would be.
+    operator_home(tmp_path / "local")
     local = small_spec(tmp_path / "local")
     local_result = run_release(local, progress=QUIET)
+    operator_home(tmp_path / "remote")
     target = tmp_path / "remote-out"
     remote = small_spec(tmp_path / "remote", output_dir=f"file://{target}")
     result = run_release(remote, progress=QUIET)
@@ -368,8 +372,11 @@ def mount(spark, local: Path, name: str = "out") -> str:
 @pytest.mark.spark
 def test_viewfs_release_is_byte_identical_to_a_local_release(tmp_path, spark):
     uri = mount(spark, tmp_path / "mounted")
+    # The same key on two ledgers: each ledger is its own operator's, with its own home.
+    operator_home(tmp_path / "local")
     local = small_spec(tmp_path / "local", engine="spark")
     local_result = run_release(local, progress=QUIET, spark=spark)
+    operator_home(tmp_path / "remote")
     remote = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
     result = run_release(remote, progress=QUIET, spark=spark)
     assert result.output == f"{uri}/{remote.release_id}"
@@ -477,6 +484,9 @@ def test_killed_viewfs_publication_is_not_trusted_and_the_resume_completes_it(
     mounted = tmp_path / "mounted"
     uri = mount(spark, mounted)
     spec = small_spec(tmp_path / "remote", engine="spark", output_dir=uri)
+    # The spec names remote/ledger.sqlite and remote/master.key: the killed CLI (and the
+    # resume) run as the operator whose home is remote/, so the spec names its defaults.
+    operator_home(tmp_path / "remote")
     link = f"spark.hadoop.fs.viewfs.mounttable.{CLUSTER}.link./out=file://{mounted}"
     killed = run_killed(
         ["run", str(tmp_path / "remote" / "small.toml"), "--output", uri, "--engine", "spark"],

@@ -25,6 +25,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 from pyarrow import fs as arrow_fs
+from release_specs import operator_home
 
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.publish.filesystems import OutputLocationError, open_filesystem
@@ -194,6 +195,9 @@ def test_a_killed_s3_publication_is_not_trusted_and_the_resume_completes_it(
     the files a kill leaves in each (None: all of the release's, manifest included)."""
     output = s3_uri(s3_store, PREFIX)
     spec = small_spec(tmp_path / "remote", output_dir=output)
+    # The spec names remote/ledger.sqlite and remote/master.key: the killed CLI (and the
+    # resume) run as the operator whose home is remote/, so the spec names its defaults.
+    operator_home(tmp_path / "remote")
     arguments = ["run", str(tmp_path / "remote" / "small.toml"), "--output", output]
     killed = run_killed(arguments, kill_at)
     assert killed.returncode == -9, killed.stderr[-2000:]

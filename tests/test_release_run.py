@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from release_specs import SMALL_SPEC, operator_paths
+from release_specs import SMALL_SPEC, operator_home, operator_paths
 
 from dp_pipeline.datasets.synthetic import write_census_sample
 from dp_pipeline.release.cli import main
@@ -95,9 +95,12 @@ def test_pandas_release_end_to_end(tmp_path):
 
 @pytest.mark.spark
 def test_spark_and_pandas_releases_are_identical(tmp_path, spark):
+    # One key on two ledgers: each engine's ledger is run from its own home (key binding).
     pandas_spec = small_spec(tmp_path / "p")
     spark_spec = small_spec(tmp_path / "s", engine="spark")
+    operator_home(tmp_path / "p")
     pandas_tables, _ = check_release(run_release(pandas_spec, progress=QUIET), pandas_spec)
+    operator_home(tmp_path / "s")
     spark_tables, _ = check_release(run_release(spark_spec, progress=QUIET), spark_spec)
     # The release used the session already running in this process and left it running.
     assert spark.range(3).count() == 3
@@ -118,7 +121,10 @@ def test_each_row_releases_are_identical_on_both_engines(tmp_path, spark):
         spec = load_spec(path / "small.toml", **operator_paths(path))
         specs.append(apply_overrides(spec, engine=engine))
     assert specs[0].privacy_unit is None
-    results = [check_release(run_release(spec, progress=QUIET), spec) for spec in specs]
+    results = []
+    for spec in specs:  # one key on two ledgers: each ledger run from its own home
+        operator_home(Path(spec.ledger_path).parent)
+        results.append(check_release(run_release(spec, progress=QUIET), spec))
     (pandas_tables, _), (spark_tables, _) = results
     for name, frame in pandas_tables.items():
         pd.testing.assert_frame_equal(frame, spark_tables[name])
@@ -232,10 +238,11 @@ def test_input_changed_during_the_run_publishes_nothing_and_stays_charged(tmp_pa
     assert not (Path(spec.output_dir) / spec.release_id).exists()
     # The data was read: the run is charged, and neither abort nor a re-run on the new
     # bytes returns the budget or publishes anything under this id.
+    # Recorded as refused after reading (still charged), not left "reading" as if alive.
     ledger = Ledger(spec.ledger_path)
     entry = ledger.entry(spec.release_id)
-    assert (entry.status, entry.state) == ("reserved", "reading")
-    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'reading'"):
+    assert (entry.status, entry.state) == ("reserved", "refused")
+    with pytest.raises(LedgerError, match="cannot be aborted: its run reached state 'refused'"):
         ledger.abort(spec.release_id)
     monkeypatch.setattr(engines, "compute_tables", compute_tables)
     with pytest.raises(ReleaseIdReuseError, match="these parts differ: input data changed"):
@@ -269,7 +276,7 @@ def test_a_file_that_shrinks_or_vanishes_while_hashed_again_is_a_changed_input(
     assert len(calls) == 2
     assert not (Path(spec.output_dir) / spec.release_id).exists()
     entry = Ledger(spec.ledger_path).entry(spec.release_id)
-    assert (entry.status, entry.state) == ("reserved", "reading")
+    assert (entry.status, entry.state) == ("reserved", "refused")  # read: still charged
 
 
 def test_monthly_scenario_twelve_accepted_thirteenth_refused(tmp_path, capsys):
