@@ -147,6 +147,8 @@ def test_a_host_without_the_key_on_a_server_ledger_is_refused_before_the_engine(
 ):
     url = postgres_server.url(postgres_server.create_database())
     spec_file = small_spec(tmp_path, ledger=url)
+    # The operators of both hosts choose the server ledger (the spec's run.ledger agrees).
+    monkeypatch.setenv("DP_PIPELINE_LEDGER", url)
     monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
     assert main(["run", spec_file, "--quiet"]) == 0  # the first host, with the key
     capsys.readouterr()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from release_specs import operator_home
 from test_cli_exit_codes import run_json, write_spec
 
 from dp_pipeline.release.cli import main
@@ -50,9 +51,8 @@ def test_plan_exits_4_when_what_is_left_in_the_ledger_is_too_small(tmp_path, cap
     assert plan(capsys, spec_file, "--ledger", ledger)[0] == 0
 
 
-def test_the_ledger_command_reads_the_spec_s_ledger(tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "home"))  # another, empty default
-    spec_file = write_spec(tmp_path)
+def test_the_ledger_command_reads_the_spec_s_ledger(tmp_path, capsys):
+    spec_file = write_spec(tmp_path)  # the operator's home: the spec's ledger is its own
     assert run_json(capsys, spec_file)[0] == ExitCode.PUBLISHED
     capsys.readouterr()
     assert main(["ledger", spec_file, "--json"]) == 0
@@ -61,6 +61,7 @@ def test_the_ledger_command_reads_the_spec_s_ledger(tmp_path, capsys, monkeypatc
     assert [p["population"] for p in described["populations"]] == ["small-people"]
     assert main(["ledger", spec_file]) == 0
     assert "small-1" in capsys.readouterr().out
-    # Without the spec: the environment's dp_pipeline home, which holds no ledger.
+    # Without the spec: the environment's dp_pipeline home, here another that holds no ledger.
+    operator_home(tmp_path / "home")
     assert main(["ledger", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["populations"] == []
