@@ -302,7 +302,8 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
         root.mkdir()
         if engine == "spark":  # the same master key, a fresh ledger and output folder
             shutil.copy2(tmp_path / "pandas" / "master.key", root / "master.key")
-            monkeypatch.setenv("DP_PIPELINE_HOME", str(root / "home"))  # binds it there
+        # each engine's ledger and key are its own home's (the key binds to one ledger)
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(root))
         lines = io.StringIO()
         spec = make_spec(root, csv_path, engine)
         result = run_release(spec, progress=Progress(stream=lines), spark=spark)

@@ -214,6 +214,7 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
         monkeypatch.setattr(spark_tables, "DRIVER_INPUT_BYTES", driver_bytes)
         folder = tmp_path / f"{engine}-{driver_bytes}"
         folder.mkdir()
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder))  # its ledger's home: one key each
         key = folder / "master.key"
         if messages:  # the same master key: the same release identity and noise
             key.write_bytes((tmp_path / "pandas-0" / "master.key").read_bytes())
@@ -225,6 +226,7 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
         assert Ledger(spec.ledger_path).entry(spec.release_id).status == "reserved"
     assert len(set(messages.values())) == 1, messages
     # Parquet on Spark: the same units (its float year's NaN is the CSV's empty year).
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))
     spec = spec_with(tmp_path, parquet_path, engine="spark", threshold=10_000)
     result = run_release(spec, QUIET, spark)
     assert result.outcome == "reserved"
