@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from release_specs import operator_paths
+from release_specs import operator_home, operator_paths
 
 from dp_pipeline.postprocess.margins import NOISY_CLASSES
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError
@@ -100,6 +100,8 @@ def geo_spec(folder: Path, engine: str = "pandas", mapping: Path | None = None):
     folder.mkdir(parents=True, exist_ok=True)
     shutil.copy(mapping or ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
     (folder / "geo.toml").write_text(SPEC.format(tmp=folder, engine=engine))
+    # The folder is its run's operator home: one key, one ledger per home (key binding).
+    operator_home(folder)
     return load_spec(folder / "geo.toml", **operator_paths(folder))
 
 

@@ -457,6 +457,7 @@ def reference_release(tmp_path_factory, spark):
     folder = tmp_path_factory.mktemp("reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        patch.setenv("DP_PIPELINE_HOME", str(folder))  # its own key binding
         spec = small_spec(folder, engine="spark")
         return run_release(spec, progress=QUIET, spark=spark).output
 

@@ -63,6 +63,7 @@ def reference_release(tmp_path_factory):
     folder = tmp_path_factory.mktemp("reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        patch.setenv("DP_PIPELINE_HOME", str(folder))  # its own key binding
         return run_release(small_spec(folder), progress=QUIET).output
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from release_specs import operator_paths
+from release_specs import operator_home, operator_paths
 
 from dp_pipeline.release.run import Progress, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec
@@ -102,6 +102,7 @@ def sums_spec(folder: Path, engine="pandas", sums="sums = true", lower=0):
     shutil.copy(ROOT / "conf" / "census_demo_counties.csv", folder / "counties.csv")
     text = SPEC.format(tmp=folder, engine=engine, sums=sums, lower=lower)
     (folder / "sums.toml").write_text(text)
+    operator_home(folder)  # its run's home: one key, one ledger per home (key binding)
     return load_spec(folder / "sums.toml", **operator_paths(folder))
 
 
