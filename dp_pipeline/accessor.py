@@ -14,11 +14,13 @@ info without them.
 Every call names its privacy unit: ``privacy_unit="person_id"`` (each unit
 protected with all of its rows, bounded by ``max_cells`` / ``max_per_cell``) or
 ``privacy_unit=None`` (each row protected alone); a call without it is refused.
+
+``dp_pipeline.dp(df)`` is the same accessor under a spelling type checkers follow
+(pandas-stubs read ``df.dp`` as a column): ``dp(df).count(...)`` is ``df.dp.count(...)``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from fractions import Fraction
 from typing import Any
 
@@ -27,19 +29,15 @@ import pandas as pd
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.errors import DPValueError
-from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.result_info import ResultInfo, attach_info
-from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
-from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
 
-__all__ = ["DPAccessor"]
-
-_RETURNS = "a pandas DataFrame whose attrs['dp'] states what was spent (and diagnostics)."
+__all__ = ["DPAccessor", "dp"]
 
 # Each verb's runnable example (tests/test_docstring_examples.py runs them); the noise is
 # fresh under a new key, so they show what does not depend on it.
@@ -97,55 +95,20 @@ _EXAMPLES = {
 }
 
 
-def _example(statistic: str) -> str:
-    return _SETUP + _EXAMPLES[statistic]
-
-
-def _aggregation(statistic: str) -> Callable[..., pd.DataFrame]:
-    positional = () if statistic == "count" else ("column",)
-    signature = aggregation_signature(
-        statistic, positional=positional, leading=("self",), returns=pd.DataFrame
-    )
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
-
-    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
-        return self._run(statistic, arguments)
-
-    return shim(statistic, signature, doc, run, __name__, call_form=f"df.dp.{statistic}({{}})")
-
-
-def _quantile(statistic: str) -> Callable[..., pd.DataFrame]:
-    signature = quantile_signature(statistic, leading=("self",))
-
-    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
-        if statistic == "median":
-            arguments["q"] = Fraction(1, 2)
-        return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
-
-    return shim(
-        statistic,
-        signature,
-        selection_doc(statistic, signature) + _example(statistic),
-        run,
-        __name__,
-        call_form=f"df.dp.{statistic}({{}})",
-    )
-
-
-def _top_k() -> Callable[..., pd.DataFrame]:
-    signature = top_k_signature(leading=("self",))
-
-    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
-        return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
-
-    return shim(
-        "top_k",
-        signature,
-        selection_doc("top_k", signature) + _example("top_k"),
-        run,
-        __name__,
-        call_form="df.dp.top_k({})",
-    )
+SURFACE = Surface(
+    name="{}",
+    call="df.dp.{verb}({{}})",
+    module=__name__,
+    returns=pd.DataFrame,
+    returns_text="a pandas DataFrame whose attrs['dp'] states what was spent (and diagnostics).",
+    selection_returns=pd.DataFrame,
+    selection_returns_text=(
+        "a small pandas DataFrame whose attrs['dp'] is a SelectionInfo (mechanism, pure ε, "
+        "margin; diagnostics: never publish them)."
+    ),
+    leading=("self",),
+    examples={statistic: _SETUP + example for statistic, example in _EXAMPLES.items()},
+)
 
 
 @pd.api.extensions.register_dataframe_accessor("dp")
@@ -176,7 +139,13 @@ class DPAccessor:
         (a mean's ``sum`` and ``count``); a selection's rank error (None for peeling top-k)."""
         return self.info.margin_of_error
 
-    def _run(self, statistic: str, arguments: dict) -> pd.DataFrame:
+    def _run(self, statistic: str, arguments: dict[str, Any]) -> pd.DataFrame:
+        if statistic in ("quantile", "median"):
+            if statistic == "median":
+                arguments["q"] = Fraction(1, 2)
+            return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
+        if statistic == "top_k":
+            return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
         spec = QuerySpec.build(statistic, **arguments)
         info = release_info(spec)  # the cost is known before the data is touched
         (true,) = aggregate(self._df, [spec])
@@ -184,9 +153,19 @@ class DPAccessor:
         attach_info(result, info.with_diagnostics(true.diagnostics))
         return result
 
-    count = _aggregation("count")
-    sum = _aggregation("sum")
-    mean = _aggregation("mean")
-    quantile = _quantile("quantile")
-    median = _quantile("median")
-    top_k = _top_k()
+
+def _verb(statistic: str) -> Any:
+    def run(self: DPAccessor, **arguments: Any) -> pd.DataFrame:
+        return self._run(statistic, arguments)
+
+    return method_of(VERBS[statistic], SURFACE, run)
+
+
+for _statistic in VERBS:
+    setattr(DPAccessor, _statistic, _verb(_statistic))
+
+
+def dp(df: pd.DataFrame) -> DPAccessor:
+    """``df.dp`` under a spelling type checkers follow: ``dp_pipeline.dp(df).sum(...)``
+    runs ``df.dp.sum(...)`` (the same verbs, arguments and release)."""
+    return DPAccessor(df)

@@ -39,41 +39,36 @@ from pyspark.sql import DataFrame
 
 from dp_pipeline.engines.backend import noisy_tables
 
-# The Spark engine's lower-level steps (true aggregates -> noisy cells) stay importable here.
-from dp_pipeline.engines.spark.noise import (
-    DRIVER_NOISE_CELLS,
-    collect_noisy_cells,
-    noisy_cells,
-    noisy_table,
-)
-from dp_pipeline.engines.spark.runtime import ensure_java, local_session
-from dp_pipeline.query.aggregations import AGGREGATIONS
+# The Spark engine's lower-level steps (true aggregates -> noisy cells) stay importable here
+# (re-exported by name, outside __all__).
+from dp_pipeline.engines.spark.noise import DRIVER_NOISE_CELLS as DRIVER_NOISE_CELLS
+from dp_pipeline.engines.spark.noise import collect_noisy_cells as collect_noisy_cells
+from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
+from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
+from dp_pipeline.engines.spark.runtime import ensure_java as ensure_java
+from dp_pipeline.engines.spark.runtime import local_session
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.query.signatures import aggregation_signature, public_doc, shim
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
-from dp_pipeline.selection.signatures import quantile_signature, selection_doc, top_k_signature
 from dp_pipeline.selection.spark import run_quantile_spark, run_top_k_spark
 
+# The public functions; the engine's lower-level steps imported above (DRIVER_NOISE_CELLS,
+# collect_noisy_cells, noisy_cells, noisy_table, ensure_java) and run_spark stay importable
+# from here for code that used them, outside the public list.
 __all__ = [
-    "DRIVER_NOISE_CELLS",
     "SparkDPQuery",
     "SparkDPSelection",
-    "collect_noisy_cells",
     "dp_count",
     "dp_mean",
     "dp_median",
     "dp_quantile",
     "dp_sum",
     "dp_top_k",
-    "ensure_java",
     "local_session",
-    "noisy_cells",
-    "noisy_table",
     "run_queries",
-    "run_spark",
 ]
 
 
@@ -148,11 +143,6 @@ class SparkDPQuery:
         )
 
 
-_RETURNS = (
-    "a SparkDPQuery: a DataFrame -> DataFrame function for df.transform; the same inputs "
-    "as df.dp give a bit-identical release."
-)
-
 # Each function's runnable example (tests/test_docstring_examples.py runs them): a query
 # is built, and its cost known, before any Spark session or data.
 _SETUP = """
@@ -199,33 +189,6 @@ _EXAMPLES = {
     1
 """,
 }
-
-
-def _example(statistic: str) -> str:
-    return _SETUP.format(name=f"dp_{statistic}") + _EXAMPLES[statistic]
-
-
-def _aggregation(statistic: str) -> Callable[..., SparkDPQuery]:
-    positional = () if statistic == "count" else ("column",)  # as df.dp.sum / df.dp.mean
-    signature = aggregation_signature(statistic, positional=positional, returns=SparkDPQuery)
-    doc = public_doc(AGGREGATIONS[statistic].__doc__, signature, _RETURNS) + _example(statistic)
-
-    def run(**arguments: Any) -> SparkDPQuery:
-        return SparkDPQuery(QuerySpec.build(statistic, **arguments))
-
-    return shim(
-        f"dp_{statistic}",
-        signature,
-        doc,
-        run,
-        __name__,
-        call_form=f"df.transform(dp_{statistic}({{}}))",
-    )
-
-
-dp_count = _aggregation("count")
-dp_sum = _aggregation("sum")
-dp_mean = _aggregation("mean")
 
 
 class SparkDPSelection:
@@ -278,41 +241,45 @@ class SparkDPSelection:
         )
 
 
-def _quantile(statistic: str) -> Callable[..., SparkDPSelection]:
-    signature = quantile_signature(statistic, leading=())
-    signature = signature.replace(return_annotation=SparkDPSelection)
+SURFACE = Surface(
+    name="dp_{}",
+    call="df.transform(dp_{verb}({{}}))",
+    module=__name__,
+    returns=SparkDPQuery,
+    returns_text=(
+        "a SparkDPQuery: a DataFrame -> DataFrame function for df.transform; the same inputs "
+        "as df.dp give a bit-identical release."
+    ),
+    selection_returns=SparkDPSelection,
+    selection_returns_text=(
+        "a SparkDPSelection: a DataFrame -> DataFrame function for df.transform (its .info "
+        "the SelectionInfo); the same inputs as df.dp give the same selection."
+    ),
+    examples={
+        statistic: _SETUP.format(name=f"dp_{statistic}") + example
+        for statistic, example in _EXAMPLES.items()
+    },
+)
 
-    def run(**arguments: Any) -> SparkDPSelection:
+
+def _query(statistic: str, arguments: dict[str, Any]) -> SparkDPQuery | SparkDPSelection:
+    """The query ``dp_<statistic>(**arguments)`` returns (nothing read yet)."""
+    if statistic == "top_k":
+        return SparkDPSelection(TopKQuery.build(**arguments))
+    if statistic in ("quantile", "median"):
         if statistic == "median":
             arguments["q"] = Fraction(1, 2)
         return SparkDPSelection(QuantileQuery.build(statistic, **arguments))
-
-    return shim(
-        f"dp_{statistic}",
-        signature,
-        selection_doc(statistic, signature, spark=True) + _example(statistic),
-        run,
-        __name__,
-        call_form=f"df.transform(dp_{statistic}({{}}))",
-    )
+    return SparkDPQuery(QuerySpec.build(statistic, **arguments))
 
 
-def _top_k() -> Callable[..., SparkDPSelection]:
-    signature = top_k_signature(leading=()).replace(return_annotation=SparkDPSelection)
-
-    def run(**arguments: Any) -> SparkDPSelection:
-        return SparkDPSelection(TopKQuery.build(**arguments))
-
-    return shim(
-        "dp_top_k",
-        signature,
-        selection_doc("top_k", signature, spark=True) + _example("top_k"),
-        run,
-        __name__,
-        call_form="df.transform(dp_top_k({}))",
-    )
+def _function(statistic: str) -> Callable[..., Any]:
+    return method_of(VERBS[statistic], SURFACE, lambda **arguments: _query(statistic, arguments))
 
 
-dp_quantile = _quantile("quantile")
-dp_median = _quantile("median")
-dp_top_k = _top_k()
+dp_count = _function("count")
+dp_sum = _function("sum")
+dp_mean = _function("mean")
+dp_quantile = _function("quantile")
+dp_median = _function("median")
+dp_top_k = _function("top_k")

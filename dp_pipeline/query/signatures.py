@@ -1,29 +1,26 @@
 """Public call signatures and docstrings generated from the parameter objects' ``build``.
 
-``df.dp.*``, ``dp_pipeline.spark.dp_*`` and ``dp_pipeline.selection.spark.dp_*``
-are thin shims: their parameters are those of a parameter object's ``build``
-(`dp_pipeline.query.aggregations`, `dp_pipeline.selection.parameters`) and of
-`dp_pipeline.query.context.RunContext.build`, merged by `public_signature`; each
-parameter is described once, in `PARAMETER_DOCS`. A shim binds its call with
-that signature (so a wrong argument fails as it would on a written-out function)
-and ``inspect.signature`` / ``help()`` show the real parameters.
+``df.dp.*``, ``dp_pipeline.spark.dp_*``, ``Session.*`` and ``Session.cost.*`` are thin
+shims made from one table (`dp_pipeline.query.verbs`): their parameters are those of a
+parameter object's ``build`` (`dp_pipeline.query.aggregations`,
+`dp_pipeline.selection.parameters`) and of `dp_pipeline.query.context.RunContext.build`,
+merged by `public_signature`; each parameter is described once, in `PARAMETER_DOCS`. A
+shim binds its call with that signature (so a wrong argument fails as it would on a
+written-out function) and ``inspect.signature`` / ``help()`` show the real parameters.
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from dp_pipeline.errors import DPTypeError, InternalError
-from dp_pipeline.query.aggregations import AGGREGATIONS
-from dp_pipeline.query.budget import QueryBudget
-from dp_pipeline.query.context import RunContext
 
 __all__ = [
     "EXPLICIT",
     "PARAMETER_DOCS",
-    "aggregation_signature",
+    "REQUIRED",
     "explicit_argument_error",
     "public_doc",
     "public_signature",
@@ -121,21 +118,40 @@ def public_signature(
     return inspect.Signature([*front, *required, *optional], return_annotation=returns)
 
 
-def public_doc(summary: str | None, signature: inspect.Signature, returns: str = "") -> str:
+def public_doc(
+    summary: str | None,
+    signature: inspect.Signature,
+    returns: str = "",
+    *,
+    docs: Mapping[str, str] = PARAMETER_DOCS,
+    first: Sequence[str] = (),
+) -> str:
     """``summary`` (a parameter object's docstring), the return value, then one line per
-    parameter of ``signature`` from `PARAMETER_DOCS`."""
+    parameter (``first``, then those of ``signature``) from ``docs``."""
     lines = [inspect.cleandoc(summary or ""), ""]
     if returns:
         lines += [f"Returns {returns}", ""]
     lines += ["Parameters:"]
-    for name, parameter in signature.parameters.items():
-        if name == "self":
-            continue
-        if name not in PARAMETER_DOCS:
+    shown = [(name, inspect.Parameter.empty) for name in first]
+    shown += [(name, p.default) for name, p in signature.parameters.items() if name != "self"]
+    for name, default in shown:
+        if name not in docs:
             raise InternalError(f"parameter {name!r} has no entry in PARAMETER_DOCS")
-        default = "" if parameter.default is inspect.Parameter.empty else " (optional)"
-        lines.append(f"    {name}{default}: {PARAMETER_DOCS[name]}")
+        optional = "" if default is inspect.Parameter.empty else " (optional)"
+        lines.append(f"    {name}{optional}: {docs[name]}")
     return "\n".join(lines) + "\n"
+
+
+class Required:
+    """The default of a keyword every call must name (a constructor's ``privacy_unit``):
+    the stubs show such a parameter as required, the call refuses its absence with
+    `explicit_argument_error`."""
+
+    def __repr__(self) -> str:
+        return "<required>"
+
+
+REQUIRED: Any = Required()
 
 
 def explicit_argument_error(call: str, name: str) -> TypeError:
@@ -169,16 +185,20 @@ def shim(
     module: str,
     *,
     call_form: str | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> Callable[..., Result]:
     """A function ``module.name`` called as ``signature`` says, calling ``run(**arguments)``
     with every argument bound (defaults applied); ``help()`` shows ``signature`` and ``doc``.
 
-    An `EXPLICIT` parameter missing from a call is refused with an error showing how to
+    ``check`` sees the keyword arguments first (a session refuses those it holds). An
+    `EXPLICIT` parameter missing from a call is refused with an error showing how to
     write it, as ``call_form`` (``{}`` for the arguments; default ``name({})``)."""
     explicit = [p for p in EXPLICIT if p in signature.parameters]
     form = call_form or f"{name}({{}})"
 
     def call(*args: Any, **kwargs: Any) -> Result:
+        if check is not None:
+            check(kwargs)
         missing = [parameter for parameter in explicit if parameter not in kwargs]
         # What the signature refuses is refused first, as a written-out function would.
         try:
@@ -195,17 +215,3 @@ def shim(
     call.__signature__ = signature  # type: ignore[attr-defined]
     call.__module__ = module
     return call
-
-
-def aggregation_signature(
-    statistic: str, *, positional: Sequence[str], leading: Sequence[str] = (), returns: object
-) -> inspect.Signature:
-    """The public signature of a count, sum or mean: its build's and the run context's."""
-    return public_signature(
-        *AGGREGATIONS[statistic].parameter_sources(),
-        QueryBudget.build,
-        RunContext.build,
-        positional=positional,
-        leading=leading,
-        returns=returns,
-    )

@@ -32,14 +32,16 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
+from typing import Any
 
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
-from dp_pipeline.query.cost import ReleaseInfo
-from dp_pipeline.query.signatures import explicit_argument_error
+from dp_pipeline.query.signatures import REQUIRED, explicit_argument_error
+from dp_pipeline.query.verbs import VERBS, method_of
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.key_binding import bind_key
 from dp_pipeline.release.ledger.budget import (
@@ -56,89 +58,16 @@ from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReu
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import default_ledger
 from dp_pipeline.release.spec.fields import TOKEN_PATTERN
-from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import Budget, SpendBounds, accountant_of, fits, remaining, spent
 from dp_pipeline.session.engine import check_columns, engine_of, run_planned
 from dp_pipeline.session.fingerprint import frame_fingerprint
 from dp_pipeline.session.plan import PlannedQuery, plan_query
-from dp_pipeline.session.reprs import bounds_text, cost_repr, details_text, record_repr
-from dp_pipeline.session.signatures import VERBS, verb
+from dp_pipeline.session.records import COST_SURFACE, QUERY_SURFACE, QueryCost, QueryRecord
+from dp_pipeline.session.reprs import bounds_text
 
-__all__ = ["QueryCost", "QueryRecord", "Session"]
+__all__ = ["QueryCost", "QueryCosts", "QueryRecord", "Session"]
 
-# The ledger `dp-release` uses by default, so its commands see a session's queries.
-
-
-class _Required:
-    """The default of an argument every call must name (``privacy_unit``)."""
-
-    def __repr__(self) -> str:
-        return "<required>"
-
-
-_REQUIRED = _Required()
 _EMPTY_MANIFEST = {"files": {}, "published": "returned to the session's caller"}
-
-
-@dataclass(frozen=True, repr=False)
-class QueryRecord:
-    """One query of a session: its index, its ledger release id, the engine, its state
-    ("reading": charged, running or failed; "committed": returned) and its public info
-    (mechanisms, cost, margins of error; no diagnostics)."""
-
-    index: int
-    statistic: str
-    ledger_id: str
-    engine: str
-    state: str
-    info: ReleaseInfo | SelectionInfo
-
-    @property
-    def events(self) -> tuple[PrivacyEvent, ...]:
-        return self.info.events
-
-    def __repr__(self) -> str:
-        return record_repr(self)
-
-    def details(self) -> str:
-        """Every field, in full."""
-        return details_text(self)
-
-
-@dataclass(frozen=True, repr=False)
-class QueryCost:
-    """What a query would cost in a session, computed without data and without spending.
-
-    In the session budget's measure (ε at its δ, or ρ): ``alone`` is the query by
-    itself, ``spent_before`` / ``spent_after`` the session's queries without / with it,
-    ``increment`` a bracket of what it adds (after.lower - before.upper, after.upper -
-    before.lower; tight composition is not additive). ``fits_budget`` and ``fits_cap``
-    say whether the session's budget and the population's cap (every release of the
-    population in the ledger) would accept it; ``margin_of_error`` and ``info`` are the
-    result's, as the query would report them.
-    """
-
-    statistic: str
-    alone: SpendBounds
-    spent_before: SpendBounds
-    spent_after: SpendBounds
-    increment: SpendBounds
-    fits_budget: bool
-    fits_cap: bool
-    margin_of_error: object
-    info: ReleaseInfo | SelectionInfo
-
-    @property
-    def fits(self) -> bool:
-        """Whether the session would run the query now (its budget and the cap)."""
-        return self.fits_budget and self.fits_cap
-
-    def __repr__(self) -> str:
-        return cost_repr(self)
-
-    def details(self) -> str:
-        """Every field, in full."""
-        return details_text(self)
 
 
 def _budget_argument(value: object, name: str) -> Budget | None:
@@ -201,13 +130,13 @@ class Session:
         *,
         key: MasterKey,
         population: str,
-        privacy_unit=_REQUIRED,
+        privacy_unit: str | None = REQUIRED,
         budget: Budget,
         cap: Budget | None = None,
         ledger: str | os.PathLike[str] | Ledger | None = None,
         release_id: str | None = None,
     ) -> None:
-        if privacy_unit is _REQUIRED:
+        if privacy_unit is REQUIRED:
             raise explicit_argument_error("Session({})", "privacy_unit")
         if privacy_unit is not None and (not isinstance(privacy_unit, str) or not privacy_unit):
             raise DPTypeError(
@@ -249,7 +178,7 @@ class Session:
         self._next_index = 0
         self._spent_cache: tuple[int, SpendBounds] | None = None
         self._lock = threading.Lock()
-        self.cost = _Costs(self)
+        self._costs = QueryCosts(self)
 
     # ----------------------------------------------------------------- construction
 
@@ -287,6 +216,11 @@ class Session:
             )
 
     # ----------------------------------------------------------------- what it holds
+
+    @property
+    def cost(self) -> QueryCosts:
+        """``session.cost.<verb>(...)``: what a query would cost, without data or spending."""
+        return self._costs
 
     @property
     def population(self) -> str:
@@ -513,7 +447,7 @@ class Session:
         return within_cap(measure_spend(combined, cap), cap)
 
 
-class _Costs:
+class QueryCosts:
     """``session.cost.<verb>(...)``: what a query would cost, without data or spending."""
 
     def __init__(self, session: Session) -> None:
@@ -523,30 +457,20 @@ class _Costs:
         return f"<cost of a query in {self._session!r}>"
 
 
-_QUERY_RETURNS = (
-    "what df.dp returns for a pandas DataFrame (attrs['dp'] states what was spent); for a "
-    "Spark DataFrame, a count, sum or mean is the noisy Spark DataFrame (computed now, a "
-    "local checkpoint) and a selection a small pandas DataFrame. The query is in "
-    "session.queries."
-)
-_COST_RETURNS = (
-    "a QueryCost: the query alone, the session's spend before and after it, the increment, "
-    "whether the budget and the population's cap accept it, and its margin of error."
-)
+def _query(statistic: str) -> Callable[..., Any]:
+    def run(self: Session, **arguments: Any) -> Any:
+        return self._run(statistic, arguments)
 
-for _name in VERBS:
-    setattr(
-        Session,
-        _name,
-        verb(_name, lambda self, s, a: self._run(s, a), with_df=True, returns=_QUERY_RETURNS),
-    )
-    setattr(
-        _Costs,
-        _name,
-        verb(
-            _name,
-            lambda self, s, a: self._session._cost(s, a),
-            with_df=False,
-            returns=_COST_RETURNS,
-        ),
-    )
+    return method_of(VERBS[statistic], QUERY_SURFACE, run)
+
+
+def _cost(statistic: str) -> Callable[..., QueryCost]:
+    def run(self: QueryCosts, **arguments: Any) -> QueryCost:
+        return self._session._cost(statistic, arguments)
+
+    return method_of(VERBS[statistic], COST_SURFACE, run)
+
+
+for _statistic in VERBS:
+    setattr(Session, _statistic, _query(_statistic))
+    setattr(QueryCosts, _statistic, _cost(_statistic))
