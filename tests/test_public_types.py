@@ -2,8 +2,10 @@
 
 mypy (run by CI over the modules of ``[tool.mypy]`` in pyproject.toml) checks the bodies;
 it cannot refuse an ``object`` parameter, which accepts anything and checks nothing, so
-this test does, on the signatures users call: ``df.dp.*``, ``dp_pipeline.spark``, the
-accountant and the functions of ``dp_pipeline.accounting`` and ``dp_pipeline``.
+this test does, on the signatures users call: every verb of the table on every surface
+(``df.dp``, ``dp_pipeline.spark``, ``Session``, ``Session.cost``: their stubs equal these
+signatures, tests/test_stubs.py), the accountant and the functions of
+``dp_pipeline.accounting`` and ``dp_pipeline``.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ import pytest
 
 import dp_pipeline
 import dp_pipeline.accounting as accounting
+from dp_pipeline.accessor import SURFACE as DF_DP
+from dp_pipeline.query.verbs import VERBS, signature_of
+from dp_pipeline.session.records import COST_SURFACE, QUERY_SURFACE
 
-VERBS = ("count", "sum", "mean", "quantile", "median", "top_k")
 # Still untyped in release/, whose modules are being moved: each gets its annotations there.
 # A run's Spark session: PySpark is an optional dependency of the release job, so the
 # annotation cannot name its type on an install without it.
@@ -73,17 +77,35 @@ def test_the_check_finds_untyped_and_object_parameters():
     ]
 
 
-def test_df_dp_verbs_have_typed_parameters():
-    found = [p for verb in VERBS for p in problems(f"df.dp.{verb}", getattr(pd.DataFrame.dp, verb))]
+def verb_problems(surface_name: str, surface: object) -> list[str]:
+    found = []
+    for name, verb in VERBS.items():
+        function = lambda: None  # noqa: E731  (a carrier for the generated signature)
+        function.__signature__ = signature_of(verb, surface)  # type: ignore[attr-defined]
+        found += problems(f"{surface_name}.{name}", function)
+    return found
+
+
+def test_every_verb_has_typed_parameters_on_every_surface():
+    found = verb_problems("df.dp", DF_DP)
+    found += verb_problems("session", QUERY_SURFACE) + verb_problems("session.cost", COST_SURFACE)
     assert found == []
+    assert problems("dp_pipeline.dp", dp_pipeline.dp) == []
+
+
+def test_the_runtime_verbs_are_the_table_s():
+    for name, verb in VERBS.items():
+        assert inspect.signature(getattr(pd.DataFrame.dp, name)) == signature_of(verb, DF_DP)
+        assert inspect.signature(getattr(dp_pipeline.Session, name)) == signature_of(
+            verb, QUERY_SURFACE
+        )
 
 
 def test_spark_functions_have_typed_parameters():
     pytest.importorskip("pyspark")
     from dp_pipeline import spark
 
-    found = [p for verb in VERBS for p in problems(f"dp_{verb}", getattr(spark, f"dp_{verb}"))]
-    assert found == []
+    assert verb_problems("dp_pipeline.spark", spark.SURFACE) == []
 
 
 def test_accounting_functions_and_the_accountant_have_typed_parameters():
