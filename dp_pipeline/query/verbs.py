@@ -138,9 +138,8 @@ def _doc(verb: Verb, surface: Surface) -> str:
     returns = surface.selection_returns_text if verb.selection else surface.returns_text
     docs = {**PARAMETER_DOCS, **surface.docs}
     extra = [name for name in surface.leading[1:] if name in docs]  # e.g. a session's df
-    return public_doc(verb.summary, shown, returns, docs=docs, first=extra) + surface.examples.get(
-        verb.statistic, ""
-    )
+    doc = public_doc(verb.summary, shown, returns, docs=docs, first=extra)
+    return doc + surface.examples.get(verb.statistic, "")
 
 
 def method_of(verb: Verb, surface: Surface, run: Callable[..., Any]) -> Callable[..., Any]:
