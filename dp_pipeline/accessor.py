@@ -28,7 +28,7 @@ import pandas as pd
 
 from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.pandas.aggregate import release_frame
-from dp_pipeline.errors import DPValueError
+from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.result_info import ResultInfo, attach_info
 from dp_pipeline.query.spec import QuerySpec
@@ -168,4 +168,10 @@ for _statistic in VERBS:
 def dp(df: pd.DataFrame) -> DPAccessor:
     """``df.dp`` under a spelling type checkers follow: ``dp_pipeline.dp(df).sum(...)``
     runs ``df.dp.sum(...)`` (the same verbs, arguments and release)."""
+    if not isinstance(df, pd.DataFrame):
+        raise DPTypeError(
+            f"dp_pipeline.dp(df) takes a pandas DataFrame, got {type(df).__name__}; for a "
+            f"Spark DataFrame use df.transform(dp_pipeline.spark.dp_count(...)) (or dp_sum, "
+            f"...), or session.count(df, ...)"
+        )
     return DPAccessor(df)

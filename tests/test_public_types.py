@@ -120,3 +120,24 @@ def test_accounting_functions_and_the_accountant_have_typed_parameters():
 
 def test_the_package_says_it_is_typed():
     assert (Path(dp_pipeline.__file__).parent / "py.typed").is_file()
+
+
+def test_dp_of_a_frame_is_its_df_dp_accessor():
+    people = pd.DataFrame({"person_id": [1, 2, 3], "sex": ["F", "M", "F"]})
+    arguments = dict(
+        by="sex",
+        domains={"sex": ["F", "M"]},
+        epsilon=1,
+        key=dp_pipeline.MasterKey(),
+        release_id="r",
+        table="t",
+        privacy_unit="person_id",
+    )
+    assert dp_pipeline.dp(people).count(**arguments).equals(people.dp.count(**arguments))
+    with pytest.raises(dp_pipeline.DPTypeError) as refused:
+        dp_pipeline.dp([1, 2])  # type: ignore[arg-type]
+    assert str(refused.value) == (
+        "dp_pipeline.dp(df) takes a pandas DataFrame, got list; for a Spark DataFrame use "
+        "df.transform(dp_pipeline.spark.dp_count(...)) (or dp_sum, ...), or "
+        "session.count(df, ...)"
+    )
