@@ -220,9 +220,7 @@ def stub_text(module_name: str) -> str:
     for name in _names(module, STUBS[module_name]):
         value = getattr(module, name)
         if name in given and (isinstance(value, type) or callable(value)):
-            # Re-exported by name: ``as`` tells checkers it is given on purpose (and the
-            # annotations use the same name).
-            imports.names.pop(name, None)
+            # Re-exported by name: ``as`` tells checkers it is given on purpose.
             given[given.index(name)] = f"from {value.__module__} import {value.__name__} as {name}"
         elif name in given:
             given[given.index(name)] = f"{name}: {render(type(value), imports)}"
@@ -230,7 +228,7 @@ def stub_text(module_name: str) -> str:
             body += ["", *_class_text(value, imports)]
         else:
             body += ["", signature_text(name, value, imports)]
-    for line in given:
+    for line in given:  # annotations name a re-exported class by its re-export
         imports.names.pop(line.rpartition(" as ")[2], None)
     exports = "".join(f'    "{name}",\n' for name in module.__all__)
     head = [*imports.lines(), *sorted(given), "", f"__all__ = [\n{exports}]"]
@@ -239,7 +237,7 @@ def stub_text(module_name: str) -> str:
 
 def _names(module: types.ModuleType, extra: Iterable[str]) -> list[str]:
     names = [*module.__all__, *extra]
-    # Imports first (a class's stub names them), then the module's own, in source order.
+    # In the module's own order (its source order), as a reader finds them there.
     order = {name: index for index, name in enumerate(vars(module))}
     return sorted(dict.fromkeys(names), key=lambda name: order.get(name, -1))
 
