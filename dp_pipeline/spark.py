@@ -47,9 +47,11 @@ from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
 from dp_pipeline.engines.spark.runtime import ensure_java as ensure_java
 from dp_pipeline.engines.spark.runtime import local_session
+from dp_pipeline.engines.spark_sql.variance import SparkDPVariance
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
 from dp_pipeline.query.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
@@ -61,12 +63,15 @@ from dp_pipeline.selection.spark import run_quantile_spark, run_top_k_spark
 __all__ = [
     "SparkDPQuery",
     "SparkDPSelection",
+    "SparkDPVariance",
     "dp_count",
     "dp_mean",
     "dp_median",
     "dp_quantile",
+    "dp_std",
     "dp_sum",
     "dp_top_k",
+    "dp_var",
     "local_session",
     "run_queries",
 ]
@@ -255,6 +260,15 @@ SURFACE = Surface(
         "a SparkDPSelection: a DataFrame -> DataFrame function for df.transform (its .info "
         "the SelectionInfo); the same inputs as df.dp give the same selection."
     ),
+    verb_returns={
+        statistic: (
+            SparkDPVariance,
+            "a SparkDPVariance: a DataFrame -> DataFrame function for df.transform (its .info "
+            "the ReleaseInfo of its three noisy aggregates); the same inputs as df.dp give "
+            "the same release.",
+        )
+        for statistic in VARIANCE_STATISTICS
+    },
     examples={
         statistic: _SETUP.format(name=f"dp_{statistic}") + example
         for statistic, example in _EXAMPLES.items()
@@ -262,8 +276,12 @@ SURFACE = Surface(
 )
 
 
-def _query(statistic: str, arguments: dict[str, Any]) -> SparkDPQuery | SparkDPSelection:
+def _query(
+    statistic: str, arguments: dict[str, Any]
+) -> SparkDPQuery | SparkDPSelection | SparkDPVariance:
     """The query ``dp_<statistic>(**arguments)`` returns (nothing read yet)."""
+    if statistic in VARIANCE_STATISTICS:
+        return SparkDPVariance(VarianceSpec.build(statistic, **arguments))
     if statistic == "top_k":
         return SparkDPSelection(TopKQuery.build(**arguments))
     if statistic in ("quantile", "median"):
@@ -280,6 +298,8 @@ def _function(statistic: str) -> Callable[..., Any]:
 dp_count = _function("count")
 dp_sum = _function("sum")
 dp_mean = _function("mean")
+dp_var = _function("var")
+dp_std = _function("std")
 dp_quantile = _function("quantile")
 dp_median = _function("median")
 dp_top_k = _function("top_k")

@@ -19,16 +19,20 @@ from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
 from dp_pipeline.engines.spark.runtime import ensure_java as ensure_java
 from dp_pipeline.engines.spark.runtime import local_session as local_session
+from dp_pipeline.engines.spark_sql.variance import SparkDPVariance as SparkDPVariance
 
 __all__ = [
     "SparkDPQuery",
     "SparkDPSelection",
+    "SparkDPVariance",
     "dp_count",
     "dp_mean",
     "dp_median",
     "dp_quantile",
+    "dp_std",
     "dp_sum",
     "dp_top_k",
+    "dp_var",
     "local_session",
     "run_queries",
 ]
@@ -134,6 +138,58 @@ def dp_mean(
     allow_large_delta: bool = False,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
+
+def dp_var(
+    column: str,
+    *,
+    bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
+    by: str | Sequence[str],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    privacy_unit: str | None,
+    key: MasterKey,
+    release_id: str,
+    table: str,
+    count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
+    granularity: Fraction | int | str | Decimal | float = 1,
+    noise: DiscreteGaussian | DiscreteLaplace | None = None,
+    max_cells: int = 1,
+    max_per_cell: int = 1,
+    neighbouring: str = 'add_remove',
+    on_invalid: str = 'drop',
+    cell_limit: int = 10000000,
+    confidence: Fraction | int | str | Decimal | float = ...,
+    delta: Fraction | int | str | Decimal | float | None = None,
+    epsilon: Fraction | int | str | Decimal | float | None = None,
+    rho: Fraction | int | str | Decimal | float | None = None,
+    allow_large_delta: bool = False,
+    noise_partitions: int = 16,
+) -> SparkDPVariance: ...
+
+def dp_std(
+    column: str,
+    *,
+    bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
+    by: str | Sequence[str],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    privacy_unit: str | None,
+    key: MasterKey,
+    release_id: str,
+    table: str,
+    count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
+    granularity: Fraction | int | str | Decimal | float = 1,
+    noise: DiscreteGaussian | DiscreteLaplace | None = None,
+    max_cells: int = 1,
+    max_per_cell: int = 1,
+    neighbouring: str = 'add_remove',
+    on_invalid: str = 'drop',
+    cell_limit: int = 10000000,
+    confidence: Fraction | int | str | Decimal | float = ...,
+    delta: Fraction | int | str | Decimal | float | None = None,
+    epsilon: Fraction | int | str | Decimal | float | None = None,
+    rho: Fraction | int | str | Decimal | float | None = None,
+    allow_large_delta: bool = False,
+    noise_partitions: int = 16,
+) -> SparkDPVariance: ...
 
 def dp_quantile(
     column: str,

@@ -17,6 +17,7 @@ from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.variance import VarianceSpec
 
 __all__ = ["MeasureInfo", "ReleaseInfo", "release_info"]
 
@@ -125,18 +126,18 @@ class ReleaseInfo:
         }
 
 
-def release_info(spec: QuerySpec) -> ReleaseInfo:
-    """Ask the accountant for the cost of ``spec`` (before any data is touched)."""
+def release_info(spec: QuerySpec | VarianceSpec) -> ReleaseInfo:
+    """Ask the accountant for the cost of ``spec`` (before any data is touched): one event per
+    noised vector, a variance's three (`dp_pipeline.query.variance`) included."""
     measures = []
     accountant = PrivacyAccountant()
     for (value, _, _), event in zip(spec.measures(), spec.events(), strict=True):
         accountant.add_event(event)
         measure = MeasureInfo(value=value, event=event, margin_of_error=0)
         margin: int | Fraction = margin_of_error(measure.mechanism, confidence=spec.confidence)
-        if value == "sum":
-            if spec.value_bounds is None:
-                raise InternalError("a sum without value bounds")
-            margin = margin * spec.value_bounds.granularity
+        unit = spec.measure_unit(value)  # a sum's margin in its value units
+        if unit != 1:
+            margin = margin * unit
             if margin.denominator == 1:
                 margin = int(margin)
         measure = replace(measure, margin_of_error=margin)

@@ -17,6 +17,7 @@ from functools import cached_property
 
 from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.digest import digest_of
+from dp_pipeline.errors import InternalError
 from dp_pipeline.query.aggregations import Aggregation, Mechanism, SharedRows
 from dp_pipeline.query.bounds import ValueBounds
 from dp_pipeline.query.budget import query_with_budget
@@ -172,6 +173,15 @@ class QuerySpec:
     def events(self) -> tuple[PrivacyEvent, ...]:
         """One `PrivacyEvent` per noised vector: what one run of the query costs."""
         return self.query.events()
+
+    def measure_unit(self, value: str) -> Fraction:
+        """What one noised integer unit of ``value`` is worth in the released units (a sum's
+        granularity, 1 for a count)."""
+        if value != "sum":
+            return Fraction(1)
+        if self.value_bounds is None:
+            raise InternalError("a sum without value bounds")
+        return self.value_bounds.granularity
 
     # Where it runs (`RunContext`).
     @property

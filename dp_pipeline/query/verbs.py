@@ -1,6 +1,6 @@
 """The one table of verbs: what ``df.dp``, `dp_pipeline.spark`, `Session` and ``Session.cost`` call.
 
-`VERBS` names each verb (count, sum, mean, quantile, median, top_k) with the builds whose
+`VERBS` names each verb (count, sum, mean, var, std, quantile, median, top_k) with the builds whose
 parameters it takes, its positional parameters, what it leaves out and its summary. A
 `Surface` says how one public place shows the verbs: leading parameters (``self``,
 ``df``), the arguments it holds itself (a session's key and labels), its return type and
@@ -22,6 +22,7 @@ from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.signatures import PARAMETER_DOCS, public_doc, public_signature, shim
+from dp_pipeline.query.variance import VARIANCE_SUMMARIES
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
 
 __all__ = ["VERBS", "Surface", "Verb", "method_of", "signature_of"]
@@ -57,10 +58,24 @@ def _aggregation(statistic: str) -> Verb:
     )
 
 
+def _variance(statistic: str) -> Verb:
+    # A mean's parameters: the estimator (`dp_pipeline.query.variance`) reads the same ones.
+    return Verb(
+        statistic,
+        (*AGGREGATIONS["mean"].parameter_sources(), QueryBudget.build, RunContext.build),
+        ("column",),
+        (),
+        False,
+        VARIANCE_SUMMARIES[statistic],
+    )
+
+
 VERBS: dict[str, Verb] = {
     "count": _aggregation("count"),
     "sum": _aggregation("sum"),
     "mean": _aggregation("mean"),
+    "var": _variance("var"),
+    "std": _variance("std"),
     "quantile": Verb(
         "quantile",
         (QuantileSelection.build, RunContext.build),
@@ -97,7 +112,8 @@ class Surface:
     first (``leading_types`` annotates them); ``held`` are arguments the surface holds
     itself, refused in a call with ``held_reason``; ``returns`` / ``selection_returns``
     the return annotations of an aggregation / a selection, ``returns_text`` /
-    ``selection_returns_text`` their docs; ``docs`` overrides `PARAMETER_DOCS` entries;
+    ``selection_returns_text`` their docs; ``verb_returns`` a verb's own (annotation,
+    text) where it returns another type; ``docs`` overrides `PARAMETER_DOCS` entries;
     ``module`` is where the functions say they live."""
 
     name: str
@@ -113,6 +129,15 @@ class Surface:
     held_reason: str = ""
     docs: Mapping[str, str] = field(default_factory=dict)
     examples: Mapping[str, str] = field(default_factory=dict)
+    verb_returns: Mapping[str, tuple[object, str]] = field(default_factory=dict)
+
+    def returns_of(self, verb: Verb) -> tuple[object, str]:
+        """(return annotation, its doc) of ``verb`` on this surface."""
+        if verb.statistic in self.verb_returns:
+            return self.verb_returns[verb.statistic]
+        if verb.selection:
+            return self.selection_returns, self.selection_returns_text
+        return self.returns, self.returns_text
 
 
 def signature_of(verb: Verb, surface: Surface, *, shown: bool = False) -> inspect.Signature:
@@ -124,7 +149,7 @@ def signature_of(verb: Verb, surface: Surface, *, shown: bool = False) -> inspec
         positional=verb.positional,
         leading=leading,
         exclude=(*verb.exclude, *surface.held),
-        returns=surface.selection_returns if verb.selection else surface.returns,
+        returns=surface.returns_of(verb)[0],
     )
     typed = [
         p.replace(annotation=surface.leading_types.get(p.name, p.annotation))
@@ -135,7 +160,7 @@ def signature_of(verb: Verb, surface: Surface, *, shown: bool = False) -> inspec
 
 def _doc(verb: Verb, surface: Surface) -> str:
     shown = signature_of(verb, surface, shown=True)
-    returns = surface.selection_returns_text if verb.selection else surface.returns_text
+    returns = surface.returns_of(verb)[1]
     docs = {**PARAMETER_DOCS, **surface.docs}
     extra = [name for name in surface.leading[1:] if name in docs]  # e.g. a session's df
     doc = public_doc(verb.summary, shown, returns, docs=docs, first=extra)

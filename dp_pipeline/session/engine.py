@@ -17,9 +17,11 @@ import pandas as pd
 
 from dp_pipeline.engines.backend import aggregate, noisy_tables
 from dp_pipeline.engines.pandas.aggregate import release_frame
+from dp_pipeline.engines.variance import run_variance
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.variance import VarianceSpec
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery
 from dp_pipeline.session.plan import PlannedQuery
@@ -62,6 +64,11 @@ def _spark_selection():
     return importlib.import_module("dp_pipeline.selection.spark")
 
 
+def _spark_variance():
+    # The Spark variance module imports PySpark, an optional dependency.
+    return importlib.import_module("dp_pipeline.engines.spark_sql.variance")
+
+
 def run_planned(planned: PlannedQuery, df, engine: str):
     """Read ``df``, bound, aggregate and noise (or select) as ``planned`` says.
 
@@ -72,6 +79,10 @@ def run_planned(planned: PlannedQuery, df, engine: str):
     DataFrame of ``dp_pipeline.selection.spark``.
     """
     query = planned.query
+    if isinstance(query, VarianceSpec):
+        if engine == "spark":
+            return _spark_variance().SparkDPVariance(query)(df).localCheckpoint(eager=True)
+        return run_variance(df, query)
     if isinstance(query, QuerySpec):
         if engine == "spark":
             ((noisy, _diagnostics),) = noisy_tables(df, [query])

@@ -23,6 +23,7 @@ from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
@@ -30,10 +31,10 @@ from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 __all__ = ["AGGREGATION_VERBS", "SELECTION_VERBS", "PlannedQuery", "plan_query", "session_digest"]
 
-AGGREGATION_VERBS = ("count", "sum", "mean")
+AGGREGATION_VERBS = ("count", "sum", "mean", *VARIANCE_STATISTICS)
 SELECTION_VERBS = ("quantile", "median", "top_k")
 
-SessionQuery = QuerySpec | QuantileQuery | TopKQuery
+SessionQuery = QuerySpec | VarianceSpec | QuantileQuery | TopKQuery
 
 
 def session_digest(population: str, release_id: str, salt: dict | None = None) -> str:
@@ -57,7 +58,8 @@ def query_table(index: int) -> str:
 class PlannedQuery:
     """A session query with its run context, its cost and the columns it reads.
 
-    ``query`` is what the engines run (a `QuerySpec`, `QuantileQuery` or `TopKQuery`);
+    ``query`` is what the engines run (a `QuerySpec`, `VarianceSpec`, `QuantileQuery` or
+    `TopKQuery`);
     ``info`` its `ReleaseInfo` / `SelectionInfo` without diagnostics; ``events`` what it
     spends; ``budget_figure`` the name and value of the budget argument it was given
     ("epsilon" or "rho"), None when it named its mechanism.
@@ -81,7 +83,7 @@ class PlannedQuery:
     def canonical(self) -> dict:
         """Every parameter that can change what the query releases (JSON values)."""
         query = self.query
-        if isinstance(query, QuerySpec):
+        if isinstance(query, QuerySpec | VarianceSpec):
             return query.canonical()
         if isinstance(query, QuantileQuery):
             return query.selection.canonical()
@@ -128,7 +130,22 @@ def plan_query(
         table=query_table(index),
         release_digest=session_digest(population, release_id, salt),
     )
-    if statistic in AGGREGATION_VERBS:
+    query: SessionQuery
+    info: ReleaseInfo | SelectionInfo
+    if statistic in VARIANCE_STATISTICS:
+        variance = VarianceSpec.build(
+            statistic,
+            key=key,
+            release_id=release_id,
+            table=context.table,
+            release_digest=context.release_digest,
+            privacy_unit=privacy_unit,
+            **arguments,
+        )
+        query = variance
+        info = release_info(variance)
+        columns = (*variance.cells.columns, variance.column)
+    elif statistic in AGGREGATION_VERBS:
         spec = QuerySpec.build(
             statistic,
             key=key,
@@ -138,8 +155,8 @@ def plan_query(
             privacy_unit=privacy_unit,
             **arguments,
         )
-        query: SessionQuery = spec
-        info: ReleaseInfo | SelectionInfo = release_info(spec)
+        query = spec
+        info = release_info(spec)
         columns = (*spec.cells.columns, *((spec.column,) if spec.column else ()))
     elif statistic in ("quantile", "median"):
         selection = QuantileSelection.build(statistic, privacy_unit=privacy_unit, **arguments)
