@@ -32,7 +32,7 @@ import pandas as pd
 
 import dp_pipeline
 from dp_pipeline import Budget, MasterKey, Session
-from dp_pipeline.spark import dp_count, dp_sum, dp_top_k
+from dp_pipeline.spark import dp_count, dp_std, dp_sum, dp_top_k, dp_var
 
 key = MasterKey()
 people = pd.DataFrame({"person_id": [1, 2, 3], "age": [34, 51, 27], "sex": ["F", "M", "F"]})
@@ -61,6 +61,16 @@ counts: pd.DataFrame = dp_pipeline.dp(people).count(
 )
 median = dp_pipeline.dp(people).median("age", bounds=(0, 100), granularity=1, epsilon=1,
                                        key=key, release_id="r", table="m", privacy_unit=None)
+spread: pd.DataFrame = dp_pipeline.dp(people).std(
+    "age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]}, epsilon=1, key=key,
+    release_id="r", table="s", privacy_unit=None,
+)
+variance_cost = session.cost.var("age", bounds=(0, 100), by="sex", domains={"sex": ["F"]}, rho=1)
+variance_query = dp_var("age", bounds=(0, 100), by="age", domains=ages, epsilon=1,
+                        key=key, release_id="r", table="v", privacy_unit=None)
+split = variance_query.info.budget_split
+deviation = dp_std("age", bounds=(0, 100), by="age", domains=ages, epsilon=1,
+                   key=key, release_id="r", table="d", privacy_unit=None)
 old_spelling = people.dp  # still there (a column to pandas-stubs, the accessor at run time)
 """
 )
@@ -88,6 +98,10 @@ MISTAKES = {
         'table="t", privacy_unit=None)'
     ),
     "spark: no such verb": "dp_pipeline.spark.dp_average()",
+    "spark: var without bounds": (
+        'dp_var("age", by="age", domains=ages, epsilon=1, privacy_unit=None, key=key, '
+        'release_id="r", table="t")'
+    ),
     "dp(df): missing privacy_unit": (
         'dp_pipeline.dp(people).count(by="age", domains=ages, epsilon=1, key=key, '
         'release_id="r", table="t")'
