@@ -1,0 +1,80 @@
+"""var and std on Spark: ``dp_var`` / ``dp_std`` release the bytes ``df.dp`` releases."""
+
+from __future__ import annotations
+
+from fractions import Fraction
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import dp_pipeline  # noqa: F401  (registers df.dp)
+from dp_pipeline import DiscreteGaussian, DPTypeError, MasterKey
+
+pytestmark = pytest.mark.spark
+
+KEY = MasterKey.from_hex("39" * 32)
+
+
+def people(n: int = 300) -> pd.DataFrame:
+    rng = np.random.default_rng(7)  # test data only
+    height = rng.normal(170, 20, n)
+    height[::17] = np.nan  # invalid values: dropped alike by both engines
+    return pd.DataFrame(
+        {
+            "person_id": rng.integers(0, 120, n),
+            "sex": rng.choice(["F", "M"], n),
+            "region": rng.integers(0, 3, n),
+            "height": height,
+        }
+    )
+
+
+@pytest.mark.parametrize("statistic", ["var", "std"])
+def test_spark_and_pandas_release_the_same_bytes(spark, statistic):
+    from dp_pipeline.spark import SparkDPVariance, dp_std, dp_var
+
+    local = people()
+    arguments = dict(
+        bounds=(120, 220),
+        granularity="1/2",
+        by=["sex", "region"],
+        domains={"sex": ["F", "M"], "region": range(3)},
+        privacy_unit="person_id",
+        max_cells=2,
+        max_per_cell=2,
+        key=KEY,
+        release_id="r",
+        table="t",
+    )
+    budget = {"epsilon": 1, "delta": Fraction(1, 10**6)}
+    on_pandas = getattr(local.dp, statistic)("height", **arguments, **budget)
+    query = (dp_var if statistic == "var" else dp_std)("height", **arguments, **budget)
+    assert isinstance(query, SparkDPVariance)
+    assert query.info.rho == on_pandas.attrs["dp"].rho
+    on_spark = query(spark.createDataFrame(local)).toPandas()
+    assert list(on_spark.columns) == list(on_pandas.columns)
+    for column in on_pandas.columns:
+        expected = on_pandas[column].astype(object).tolist()
+        assert on_spark[column].astype(object).tolist() == expected, column
+    assert query.diagnostics == on_pandas.attrs["dp"].info.diagnostics
+    assert query.diagnostics.rows_invalid_value > 0
+
+
+def test_a_non_numeric_spark_column_is_refused_naming_it(spark):
+    from dp_pipeline.spark import dp_var
+
+    df = spark.createDataFrame(people().assign(name="x"))
+    query = dp_var(
+        "name",
+        bounds=(0, 1),
+        by="sex",
+        domains={"sex": ["F", "M"]},
+        noise=DiscreteGaussian(4),
+        privacy_unit=None,
+        key=KEY,
+        release_id="r",
+        table="t",
+    )
+    with pytest.raises(DPTypeError, match="value column 'name' has type string; var needs"):
+        query(df)
