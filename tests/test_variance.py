@@ -214,6 +214,13 @@ def test_margins_are_in_value_units():
     assert margins["count"] == unit
     assert margins["centered_sum"] == unit  # units of granularity/2 = 1
     assert margins["centered_sum_of_squares"] == unit
+    # Granularity 1: a centred unit is 1/2 of the value, a squared one 1/4 of its square.
+    result = df.dp.var(
+        "age", bounds=(0, 100), noise=DiscreteGaussian(8), privacy_unit=None, **SEX, **LABELS
+    )
+    margins = result.dp.margin_of_error
+    assert margins["centered_sum"] == Fraction(unit, 2)
+    assert margins["centered_sum_of_squares"] == Fraction(unit, 4)
 
 
 @pytest.mark.parametrize(

@@ -78,3 +78,40 @@ def test_a_non_numeric_spark_column_is_refused_naming_it(spark):
     )
     with pytest.raises(DPTypeError, match="value column 'name' has type string; var needs"):
         query(df)
+
+
+def test_a_session_variance_on_spark_is_the_pandas_release_in_the_session_s_labels(spark, tmp_path):
+    from dp_pipeline import Budget, Session
+    from dp_pipeline.engines.variance import run_variance
+    from dp_pipeline.query.variance import VarianceSpec
+    from dp_pipeline.session.plan import query_table, session_digest
+
+    local = people()
+    s = Session(
+        key=KEY,
+        population="people",
+        privacy_unit="person_id",
+        budget=Budget(rho=1),
+        cap=Budget(rho=1),
+        ledger=tmp_path / "ledger.sqlite",
+        release_id="nb",
+    )
+    arguments = dict(bounds=(120, 220), by="sex", domains={"sex": ["F", "M"]})
+    released = s.var(spark.createDataFrame(local), "height", **arguments, rho=Fraction(1, 2))
+    salt = {"ledger": s.ledger.meta("ledger_id")}
+    spec = VarianceSpec.build(
+        "var",
+        "height",
+        **arguments,
+        rho=Fraction(1, 2),
+        privacy_unit="person_id",
+        key=KEY,
+        release_id="nb",
+        table=query_table(0),
+        release_digest=session_digest("people", "nb", salt),
+    )
+    expected = run_variance(local, spec)
+    on_spark = released.toPandas()
+    for column in expected.columns:
+        assert on_spark[column].astype(object).tolist() == expected[column].astype(object).tolist()
+    assert [(q.engine, q.state) for q in s.queries] == [("spark", "committed")]
