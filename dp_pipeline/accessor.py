@@ -75,6 +75,18 @@ _EXAMPLES = {
     >>> sorted(means.dp.margin_of_error)
     ['count', 'sum']
 """,
+    "var": f"""
+    >>> spread = people.dp.var("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="v", **labels)
+    >>> spread.columns.tolist()
+    ['sex', 'count', 'var']
+    >>> len(spread.dp.info.events)  # the count, the centred sum, the centred squares
+    3
+""",
+    "std": f"""
+    >>> spread = people.dp.std("age", bounds=(0, 100), {_BY_SEX}, epsilon=1, table="s", **labels)
+    >>> spread.columns.tolist()
+    ['sex', 'count', 'std']
+""",
     "quantile": """
     >>> q1 = people.dp.quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
     ...                         table="q1", **labels)
@@ -115,7 +127,8 @@ SURFACE = Surface(
 
 @pd.api.extensions.register_dataframe_accessor("dp")
 class DPAccessor:
-    """``df.dp``: DP counts, sums and means over declared cells; DP quantiles and top-k."""
+    """``df.dp``: DP counts, sums, means, variances and standard deviations over declared
+    cells; DP quantiles and top-k."""
 
     def __init__(self, df: pd.DataFrame) -> None:
         self._df = df
@@ -131,14 +144,15 @@ class DPAccessor:
         if info is None:
             raise DPValueError(
                 "this DataFrame carries no attrs['dp']: .dp.info and .dp.margin_of_error "
-                "belong to the results of df.dp.count/sum/mean/quantile/median/top_k"
+                "belong to the results of df.dp.count/sum/mean/var/std/quantile/median/top_k"
             )
         return info
 
     @property
     def margin_of_error(self) -> dict[str, int | Fraction] | int | None:
         """The result's margins at its confidence: {column: m} for a count, sum or mean
-        (a mean's ``sum`` and ``count``); a selection's rank error (None for peeling top-k)."""
+        (a mean's ``sum`` and ``count``; a variance's or std's ``count``, ``centered_sum``
+        and ``centered_sum_of_squares``); a selection's rank error (None for peeling top-k)."""
         return self.info.margin_of_error
 
     def _run(self, statistic: str, arguments: dict[str, Any]) -> pd.DataFrame:

@@ -1,5 +1,5 @@
-"""The Spark engine: ``df.transform(dp_count(...))``, ``dp_sum``, ``dp_mean``; the selections
-``dp_quantile``, ``dp_median``, ``dp_top_k``; `local_session`.
+"""The Spark engine: ``df.transform(dp_count(...))``, ``dp_sum``, ``dp_mean``, ``dp_var``,
+``dp_std``; the selections ``dp_quantile``, ``dp_median``, ``dp_top_k``; `local_session`.
 
 Every function has the call shape of its ``df.dp`` twin without the DataFrame: the value
 column positional (``dp_sum("income", bounds=...)`` as ``df.dp.sum("income", bounds=...)``,
@@ -175,6 +175,18 @@ _EXAMPLES = {
     ...                 epsilon=1, table="t", **labels)
     >>> sorted(query.info.margin_of_error)
     ['count', 'sum']
+""",
+    "var": """
+    >>> query = dp_var("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                epsilon=1, table="t", **labels)
+    >>> sorted(query.info.budget_split)  # three noisy aggregates, a third of ρ each
+    ['centered_sum', 'centered_sum_of_squares', 'count']
+""",
+    "std": """
+    >>> query = dp_std("age", bounds=(0, 100), by="sex", domains={"sex": ["F", "M"]},
+    ...                epsilon=1, table="t", **labels)
+    >>> query.info.epsilon <= 1
+    True
 """,
     "quantile": """
     >>> query = dp_quantile("age", "1/4", bounds=(0, 100), granularity=1, epsilon=1,
