@@ -10,8 +10,8 @@ discrete noise from their own keyed streams:
 
 - ``count``: rows per cell, sensitivity L∞ (`dp_pipeline.query.sensitivity`);
 - ``centered_sum``: Σe, a sum with bounds ``[−W, W]``: L∞·W per coordinate under
-  add/remove (the centred |e| <= W, where the raw values would give
-  L∞·max(|lower|, |upper|)/granularity·2) and L∞·2W under replace;
+  add/remove (|e| <= W; in value units L∞·(upper − lower)/2, where the raw values
+  would give L∞·max(|lower|, |upper|)) and L∞·2W under replace;
 - ``centered_sum_of_squares``: Σe², a sum with bounds ``[0, W²]``: L∞·W² under both
   (a unit's squares in a cell lie in ``[0, L∞·W²]``).
 
