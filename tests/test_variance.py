@@ -249,6 +249,21 @@ def test_bad_bounds_and_budgets_are_refused_naming_the_parameter(arguments, erro
     assert message in str(caught.value)
 
 
+def test_on_invalid_error_names_the_value_column_the_user_gave():
+    df = people().assign(age=lambda frame: frame.age.where(frame.age > 0))  # nulls
+    with pytest.raises(DPValueError) as caught:
+        df.dp.var(
+            "age",
+            bounds=(0, 100),
+            noise=QUIET,
+            privacy_unit=None,
+            on_invalid="error",
+            **SEX,
+            **LABELS,
+        )
+    assert str(caught.value).startswith("column 'age': some rows hold null, NaN or infinite")
+
+
 def test_a_call_without_bounds_names_the_missing_parameter():
     with pytest.raises(TypeError, match="bounds"):
         people().dp.std("age", noise=QUIET, privacy_unit=None, **SEX, **LABELS)

@@ -115,3 +115,24 @@ def test_a_session_variance_on_spark_is_the_pandas_release_in_the_session_s_labe
     for column in expected.columns:
         assert on_spark[column].astype(object).tolist() == expected[column].astype(object).tolist()
     assert [(q.engine, q.state) for q in s.queries] == [("spark", "committed")]
+
+
+def test_on_invalid_error_on_spark_names_the_value_column_the_user_gave(spark):
+    from dp_pipeline import DPValueError
+    from dp_pipeline.spark import dp_std
+
+    query = dp_std(
+        "height",
+        bounds=(120, 220),
+        by="sex",
+        domains={"sex": ["F", "M"]},
+        noise=DiscreteGaussian(4),
+        privacy_unit=None,
+        on_invalid="error",
+        key=KEY,
+        release_id="r",
+        table="t",
+    )
+    with pytest.raises(DPValueError) as caught:
+        query(spark.createDataFrame(people()))
+    assert str(caught.value).startswith("column 'height': some rows hold null, NaN or infinite")

@@ -23,7 +23,13 @@ from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.variance import VarianceSpec, variance_columns
 from dp_pipeline.udfs.noise import noisy_dense
 
-__all__ = ["check_value_column", "run_variance", "variance_frame", "with_variance_columns"]
+__all__ = [
+    "aggregate_variance",
+    "check_value_column",
+    "run_variance",
+    "variance_frame",
+    "with_variance_columns",
+]
 
 
 def check_value_column(spec: VarianceSpec, columns: list[str]) -> None:
@@ -61,6 +67,22 @@ def with_variance_columns(df: pd.DataFrame, spec: VarianceSpec) -> pd.DataFrame:
     return df.assign(**{centred_name: centred, squared_name: units * units})
 
 
+def aggregate_variance(derived, spec: VarianceSpec) -> tuple[CellAggregates, CellAggregates]:
+    """The true aggregates of ``spec``'s two queries over ``derived`` (pandas or Spark, its
+    derived columns added). A value error of ``on_invalid="error"`` names the user's value
+    column, not the derived one it was found in (the same rule, the same rows)."""
+    try:
+        centered, squares = aggregate(derived, [spec.centered, spec.squares])
+    except DPValueError as error:
+        message = str(error)
+        for name in spec.derived_columns:
+            message = message.replace(f"column {name!r}", f"column {spec.column!r}")
+        if message == str(error):
+            raise
+        raise DPValueError(message) from None
+    return centered, squares
+
+
 def variance_frame(
     keys: pd.DataFrame, spec: VarianceSpec, centered: CellAggregates, squares: CellAggregates
 ) -> pd.DataFrame:
@@ -94,7 +116,7 @@ def run_variance(df: pd.DataFrame, spec: VarianceSpec) -> pd.DataFrame:
     ``attrs["dp"]`` the `ReleaseInfo` (three events) with the run's diagnostics."""
     info = release_info(spec)  # the cost is known before the data is touched
     derived = with_variance_columns(df, spec)
-    centered, squares = aggregate(derived, [spec.centered, spec.squares])
+    centered, squares = aggregate_variance(derived, spec)
     result = variance_frame(cell_keys(df, spec), spec, centered, squares)
     attach_info(result, info.with_diagnostics(centered.diagnostics))
     return result

@@ -16,9 +16,8 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
 from pyspark.sql.types import BooleanType, NumericType
 
-from dp_pipeline.engines.backend import aggregate
 from dp_pipeline.engines.spark_sql.coding import invalid_number
-from dp_pipeline.engines.variance import check_value_column, variance_frame
+from dp_pipeline.engines.variance import aggregate_variance, check_value_column, variance_frame
 from dp_pipeline.errors import DPTypeError
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
@@ -57,7 +56,7 @@ def spark_variance_columns(df: DataFrame, spec: VarianceSpec) -> DataFrame:
 def spark_variance(df: DataFrame, spec: VarianceSpec) -> tuple[pd.DataFrame, Diagnostics]:
     """The release of ``spec`` over the Spark ``df`` as pandas (what ``df.dp`` gives)."""
     info = release_info(spec)
-    centered, squares = aggregate(spark_variance_columns(df, spec), [spec.centered, spec.squares])
+    centered, squares = aggregate_variance(spark_variance_columns(df, spec), spec)
     cells = spec.cells
     decoded = cells.decode(np.arange(cells.total, dtype=np.int64))
     keys = pd.DataFrame(dict(zip(cells.columns, decoded, strict=True)))
