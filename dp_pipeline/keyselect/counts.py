@@ -32,7 +32,14 @@ from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.keyselect.key_streams import SelectionKey
 from dp_pipeline.query.diagnostics import invalid_rows_error
 
-__all__ = ["KeyCounts", "distinct_unit_counts", "key_values"]
+__all__ = [
+    "BoundedPairs",
+    "KeyCounts",
+    "bounded_pairs",
+    "distinct_unit_counts",
+    "key_values",
+    "sorted_candidates",
+]
 
 ON_INVALID = ("drop", "error")
 
@@ -84,7 +91,18 @@ def key_values(series: pd.Series, column: str, on_invalid: str) -> tuple[np.ndar
     return values, ~bad
 
 
-def distinct_unit_counts(
+@dataclass(frozen=True)
+class BoundedPairs:
+    """The (unit, key) pairs bounding keeps: ``unit[i]`` holds ``uniques[key[i]]``."""
+
+    uniques: np.ndarray
+    unit: np.ndarray
+    key: np.ndarray
+    rows_invalid: int
+    pairs_removed_max_cells: int
+
+
+def bounded_pairs(
     df: pd.DataFrame,
     *,
     key: str,
@@ -93,8 +111,9 @@ def distinct_unit_counts(
     salt: BoundingSalt,
     selection_key: SelectionKey,
     on_invalid: str = "drop",
-) -> KeyCounts:
-    """Bounded counts of distinct units per key (the module's rules), vectorized."""
+) -> BoundedPairs:
+    """The distinct (unit, key) pairs of valid rows, at most ``max_cells`` per unit
+    (rules 1 and 2 of the module), vectorized."""
     if on_invalid not in ON_INVALID:
         raise DPValueError(f"on_invalid={on_invalid!r}: must be 'drop' or 'error'")
     if key not in df.columns:
@@ -107,10 +126,11 @@ def distinct_unit_counts(
     unit_codes, unit_key = unit_keys(unit_values(units[valid]), salt)
     key_codes, uniques = pd.factorize(values, sort=False)
     key_codes = key_codes.astype(np.int64)
+    width = max(len(uniques), 1)
     hashes = selection_key.value_hashes(uniques.tolist())
     # Distinct (unit, key) pairs, sorted by unit, then rank, then the key's hash.
-    pairs = np.unique(unit_codes * max(len(uniques), 1) + key_codes)
-    pair_unit, pair_key = np.divmod(pairs, max(len(uniques), 1))
+    pairs = np.unique(unit_codes * width + key_codes)
+    pair_unit, pair_key = np.divmod(pairs, width)
     pair_hash = hashes[pair_key]
     key_of_unit = np.zeros(int(unit_codes.max()) + 1 if unit_codes.size else 0, dtype=np.int64)
     key_of_unit[unit_codes] = unit_key
@@ -121,15 +141,49 @@ def distinct_unit_counts(
     starts[1:] = sorted_units[1:] != sorted_units[:-1]
     index = np.arange(sorted_units.size)
     rank_in_unit = index - np.maximum.accumulate(np.where(starts, index, 0))
-    kept = order[rank_in_unit < max_cells]
-    counts = np.bincount(pair_key[kept], minlength=len(uniques)).astype(np.int64)
-    present = counts > 0
-    keys = np.asarray(uniques, dtype=object)[present]
-    counts = counts[present]
-    by_value = sorted(range(keys.size), key=lambda i: keys[i])
-    return KeyCounts(
-        keys=keys[by_value] if keys.size else keys,
-        counts=counts[by_value] if counts.size else counts,
+    kept = np.sort(order[rank_in_unit < max_cells])
+    return BoundedPairs(
+        uniques=np.asarray(uniques, dtype=object),
+        unit=pair_unit[kept],
+        key=pair_key[kept],
         rows_invalid=invalid_keys + invalid_units,
         pairs_removed_max_cells=int(pairs.size - kept.size),
+    )
+
+
+def sorted_candidates(uniques: np.ndarray, totals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(keys, totals) of the keys with a total >= 1 (rule 3), sorted by value."""
+    present = totals > 0
+    keys, totals = uniques[present], totals[present]
+    by_value = np.array(sorted(range(keys.size), key=lambda i: keys[i]), dtype=np.int64)
+    return keys[by_value], totals[by_value]
+
+
+def distinct_unit_counts(
+    df: pd.DataFrame,
+    *,
+    key: str,
+    privacy_unit: str,
+    max_cells: int,
+    salt: BoundingSalt,
+    selection_key: SelectionKey,
+    on_invalid: str = "drop",
+) -> KeyCounts:
+    """Bounded counts of distinct units per key (the module's rules), vectorized."""
+    pairs = bounded_pairs(
+        df,
+        key=key,
+        privacy_unit=privacy_unit,
+        max_cells=max_cells,
+        salt=salt,
+        selection_key=selection_key,
+        on_invalid=on_invalid,
+    )
+    totals = np.bincount(pairs.key, minlength=len(pairs.uniques)).astype(np.int64)
+    keys, counts = sorted_candidates(pairs.uniques, totals)
+    return KeyCounts(
+        keys=keys,
+        counts=counts,
+        rows_invalid=pairs.rows_invalid,
+        pairs_removed_max_cells=pairs.pairs_removed_max_cells,
     )

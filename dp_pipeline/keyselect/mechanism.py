@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from fractions import Fraction
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -32,6 +34,7 @@ from dp_pipeline.noise.laplace import discrete_laplace
 from dp_pipeline.randomness import SecureStream
 
 __all__ = [
+    "NoisePlan",
     "PartitionSelector",
     "SelectedKeys",
     "release_decisions",
@@ -40,7 +43,17 @@ __all__ = [
 ]
 
 
-def _noise(plan: SelectionPlan, stream: SecureStream) -> int:
+class NoisePlan(Protocol):
+    """What the decisions read of a plan (`SelectionPlan`, `weighted.WeightedPlan`)."""
+
+    noise: str
+    scale: Fraction | None
+    sigma2: Fraction | None
+    truncation: int | None
+    threshold: int
+
+
+def _noise(plan: NoisePlan, stream: SecureStream) -> int:
     if plan.noise == "gaussian":
         return int(discrete_gaussian(plan.sigma2, 1, stream)[0])
     while True:
@@ -50,7 +63,7 @@ def _noise(plan: SelectionPlan, stream: SecureStream) -> int:
 
 
 def release_decisions(
-    plan: SelectionPlan, selection_key: SelectionKey, keys: np.ndarray, counts: np.ndarray
+    plan: NoisePlan, selection_key: SelectionKey, keys: np.ndarray, counts: np.ndarray
 ) -> np.ndarray:
     """For each candidate key (count >= 1), whether its noisy count clears the threshold."""
     counts = np.asarray(counts, dtype=np.int64)
@@ -76,7 +89,7 @@ class SelectedKeys:
 
     keys: np.ndarray
     threshold: int
-    plan: SelectionPlan
+    plan: NoisePlan
 
 
 def select_keys(

@@ -61,6 +61,12 @@ __all__ = [
     "MAX_THRESHOLD",
     "MIN_DELTA",
     "SelectionPlan",
+    "any_release_upper",
+    "budget_too_small",
+    "check_selection_inputs",
+    "combined_delta",
+    "gaussian_sigma2",
+    "least_passing",
     "plan_selection",
 ]
 
@@ -121,26 +127,34 @@ class SelectionPlan:
             noise = laplace_count_delta(self.count_sensitivity / self.scale, eps)
         else:
             noise = gaussian_count_delta(self.sigma2, self.count_sensitivity, eps)
-        return _combined(noise, self.new_keys_delta)
+        return combined_delta(noise, self.new_keys_delta)
 
 
-def _combined(noise_delta: Fraction, new_keys: Fraction) -> Fraction:
+def combined_delta(noise_delta: Fraction, new_keys: Fraction) -> Fraction:
     return min(Fraction(1), 1 - (1 - noise_delta) * (1 - new_keys))
 
 
-def _any_release_upper(p: Fraction, m: int) -> Fraction:
-    """Upper bound of 1 - (1-p)^m: a lower bound of (1-p)^m by powering rounded down."""
+def any_release_upper(p: Fraction, m: int) -> Fraction:
+    """Upper bound of 1 - (1-p)^m: a lower bound of (1-p)^m by binary powering, every
+    product rounded down at 320 bits."""
     if m == 1:
         return p
     scale = 1 << _POWER_BITS
     base = ((1 - p) * scale).__floor__()
     result = scale
-    for _ in range(m):
-        result = (result * base) >> _POWER_BITS
+    while m:
+        if m & 1:
+            result = (result * base) >> _POWER_BITS
+        m >>= 1
+        if m:
+            base = (base * base) >> _POWER_BITS
     return 1 - Fraction(result, scale)
 
 
-def _check_inputs(noise, epsilon, delta, max_cells, neighbouring) -> tuple[Fraction, Fraction]:
+def check_selection_inputs(
+    noise: str, epsilon: object, delta: object, max_cells: int, neighbouring: str
+) -> tuple[Fraction, Fraction]:
+    """(ε, δ) as exact rationals, after every parameter rule (one-line `DPError`s)."""
     if noise not in NOISES:
         raise DPValueError(f"noise={noise!r}: must be one of {', '.join(map(repr, NOISES))}")
     if neighbouring not in NEIGHBOURINGS:
@@ -165,7 +179,7 @@ def _check_inputs(noise, epsilon, delta, max_cells, neighbouring) -> tuple[Fract
     return eps, dlt
 
 
-def _too_small(epsilon: Fraction, delta: Fraction, max_cells: int, what: str) -> DPValueError:
+def budget_too_small(epsilon: Fraction, delta: Fraction, max_cells: int, what: str) -> DPValueError:
     return DPValueError(
         f"epsilon={epsilon}, delta={float(delta):.3g}, max_cells={max_cells}: budget too "
         f"small for key selection ({what}), so no key could be released; raise epsilon or "
@@ -173,7 +187,7 @@ def _too_small(epsilon: Fraction, delta: Fraction, max_cells: int, what: str) ->
     )
 
 
-def _smallest(passes, low: int, high: int) -> int | None:
+def least_passing(passes, low: int, high: int) -> int | None:
     """The least integer t in [low, high] with passes(t), for a monotone ``passes``."""
     if not passes(high):
         return None
@@ -209,7 +223,7 @@ def plan_selection(
     the threshold then takes what is left. Raises `DPValueError` naming the parameter
     and the rule, before anything is read.
     """
-    eps, dlt = _check_inputs(noise, epsilon, delta, max_cells, neighbouring)
+    eps, dlt = check_selection_inputs(noise, epsilon, delta, max_cells, neighbouring)
     sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
     common = dict(noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt)
     if noise == "laplace" and max_cells == 1 and neighbouring == "add_remove":
@@ -225,7 +239,7 @@ def plan_selection(
 
         sigma = None
     else:
-        sigma, noise_delta = _gaussian_sigma2(
+        sigma, noise_delta = gaussian_sigma2(
             eps, dlt, max_cells, sensitivity, noise_delta_share, sigma2
         )
         tails = GaussianTails(sigma)
@@ -236,13 +250,13 @@ def plan_selection(
         scale = None
 
     def passes(threshold: int) -> bool:
-        return _combined(noise_delta, _any_release_upper(tail(threshold - 1), max_cells)) <= dlt
+        return combined_delta(noise_delta, any_release_upper(tail(threshold - 1), max_cells)) <= dlt
 
-    threshold = _smallest(passes, 1, MAX_THRESHOLD)
+    threshold = least_passing(passes, 1, MAX_THRESHOLD)
     if threshold is None:
-        raise _too_small(eps, dlt, max_cells, f"the threshold would exceed {MAX_THRESHOLD}")
+        raise budget_too_small(eps, dlt, max_cells, f"the threshold would exceed {MAX_THRESHOLD}")
     p = tail(threshold - 1)
-    q = _any_release_upper(p, max_cells)
+    q = any_release_upper(p, max_cells)
     return SelectionPlan(
         **common,
         policy="threshold",
@@ -254,7 +268,7 @@ def plan_selection(
         single_unit_release=p,
         new_keys_delta=q,
         noise_delta=noise_delta,
-        delta_upper=_combined(noise_delta, q),
+        delta_upper=combined_delta(noise_delta, q),
     )
 
 
@@ -265,7 +279,7 @@ def _truncated_plan(eps: Fraction, dlt: Fraction, common: dict) -> SelectionPlan
     def passes(bound: int) -> bool:
         return truncated_laplace_top_mass(scale, bound)[1] <= dlt
 
-    bound = _smallest(passes, 1, MAX_TRUNCATION)
+    bound = least_passing(passes, 1, MAX_TRUNCATION)
     if bound is None:
         return None  # too wide to sum its profile: the untruncated plan takes over
     top = truncated_laplace_top_mass(scale, bound)[1]
@@ -284,8 +298,9 @@ def _truncated_plan(eps: Fraction, dlt: Fraction, common: dict) -> SelectionPlan
     )
 
 
-def _gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2) -> tuple[Fraction, Fraction]:
-    """(σ², δ_c(ε) upper bound) for the Gaussian plan (module docstring of `plan_selection`)."""
+def gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2) -> tuple[Fraction, Fraction]:
+    """(σ², δ_c(ε) upper bound): ``sigma2`` checked, or the least σ² on a 1/1024 grid
+    whose count noise (L2² sensitivity ``sensitivity``) has δ_c(ε) <= share·δ."""
     if sigma2 is not None:
         chosen = positive_rational(sigma2, "sigma2")
         if chosen > MAX_SIGMA2:
@@ -312,14 +327,14 @@ def _gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2) -> tuple[F
     chosen = Fraction(math.ceil(sensitivity / (2 * low) * 1024), 1024)
     for _ in range(64):
         if chosen > MAX_SIGMA2:
-            raise _too_small(
+            raise budget_too_small(
                 eps, dlt, max_cells, "the Gaussian noise would need sigma2 above 2**20"
             )
         noise_delta = gaussian_count_delta(chosen, sensitivity, eps)
         if noise_delta <= target:
             return chosen, noise_delta
         chosen = Fraction(math.ceil(chosen * 1025), 1024)
-    raise _too_small(eps, dlt, max_cells, "no certifiable sigma2 found")
+    raise budget_too_small(eps, dlt, max_cells, "no certifiable sigma2 found")
 
 
 def _truncated_profile(scale: Fraction, bound: int, eps: Fraction) -> Fraction:

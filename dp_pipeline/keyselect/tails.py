@@ -11,6 +11,7 @@ Notation: ``Lap_Z(b)`` has P[Z = z] = (1-α)/(1+α)·α^|z| with α = e^{-1/b};
 from __future__ import annotations
 
 from fractions import Fraction
+from functools import lru_cache
 from math import ceil, isqrt
 
 from dp_pipeline.errors import DPValueError
@@ -32,6 +33,11 @@ GAUSSIAN_BITS = 192
 _SQRT_TWO_PI_LOWER = Fraction(25066282746310002, 10**16)
 
 
+@lru_cache(maxsize=64)
+def _alpha(scale: Fraction) -> Bracket:
+    return exp_neg_bounds(1 / scale)
+
+
 def laplace_tail(scale: Fraction, k: int) -> Bracket:
     """Bracket of P[Z >= k] for Z ~ Lap_Z(scale), any integer k.
 
@@ -39,7 +45,7 @@ def laplace_tail(scale: Fraction, k: int) -> Bracket:
     k <= 0 (by symmetry); each end uses the bracket of α^j = e^{-j/scale} and of α
     on the side that makes the quotient larger (resp. smaller).
     """
-    a_lo, a_hi = exp_neg_bounds(1 / Fraction(scale))
+    a_lo, a_hi = _alpha(Fraction(scale))
     j = k if k >= 1 else 1 - k
     p_lo, p_hi = exp_neg_bounds(Fraction(j) / Fraction(scale))
     upper_lo, upper_hi = p_lo / (1 + a_hi), p_hi / (1 + a_lo)
