@@ -13,6 +13,7 @@ import pytest
 
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.errors import DPError, DPTypeError, DPValueError
+from dp_pipeline.keyselect import decisions
 from dp_pipeline.keyselect.counts import distinct_unit_counts
 from dp_pipeline.keyselect.key_streams import SelectionKey
 from dp_pipeline.keyselect.mechanism import (
@@ -293,3 +294,28 @@ def test_a_bad_on_invalid_and_a_missing_column_are_refused():
             salt=SALT,
             selection_key=SELECTION,
         )
+
+
+@pytest.mark.parametrize("name", sorted(PLANS))
+def test_the_lazy_comparison_gives_the_same_decisions_whatever_bits_it_starts_with(
+    name, monkeypatch
+):
+    """The decision is [u < π(c)] for the key's uniform u: starting the comparison at 8
+    bits (so that about one key in 30 needs the finer rounds) must decide every key as
+    starting at 128 bits does (these keys take the finer rounds 4 to 12 times per plan)."""
+    plan = PLANS[name]
+    keys = np.array([f"lazy-{i}" for i in range(1500)], dtype=object)
+    counts = np.arange(1500) % 6 + 1
+    coarse_calls = []
+    original = decisions.release_probability
+
+    def counting(*args):
+        coarse_calls.append(args[2])
+        return original(*args)
+
+    fine = release_decisions(plan, SELECTION, keys, counts)
+    monkeypatch.setattr(decisions, "FIRST_BITS", 8)
+    monkeypatch.setattr(decisions, "release_probability", counting)
+    coarse = release_decisions(plan, SELECTION, keys, counts)
+    assert coarse.tolist() == fine.tolist()
+    assert sum(bits > 8 + 64 for bits in coarse_calls) >= 3  # the finer rounds ran

@@ -18,6 +18,7 @@ import pytest
 from dp_pipeline.errors import DPError, DPTypeError, DPValueError
 from dp_pipeline.keyselect import plan_selection
 from dp_pipeline.keyselect.exact_exp import exp_bounds, exp_neg_multiples
+from dp_pipeline.keyselect.tails import truncated_laplace_tail
 
 CLOSE = mp.mpf("1e-12")
 
@@ -310,3 +311,16 @@ def test_bad_parameters_get_one_line_errors_naming_the_parameter_and_rule(change
         plan_selection(**arguments)
     assert isinstance(caught.value, DPError)
     assert "\n" not in str(caught.value)
+
+
+def test_truncated_tails_bracket_the_reference_at_every_k():
+    scale, bound = Fraction(5, 2), 9
+    pmf = truncated_pmf(scale, bound)
+    for k in range(-bound - 2, bound + 3):
+        exact = mp.fsum(w for z, w in pmf.items() if z >= k)
+        lo, hi = truncated_laplace_tail(scale, bound, k)
+        assert mpf(lo) <= exact <= mpf(hi)
+        assert mpf(hi - lo) <= mp.mpf(2) ** -240
+    # At 512 bits the bracket is finer still (the decisions' later rounds use this).
+    lo, hi = truncated_laplace_tail(scale, bound, 3, 512)
+    assert mpf(hi - lo) <= mp.mpf(2) ** -300

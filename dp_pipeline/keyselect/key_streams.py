@@ -28,6 +28,7 @@ import hmac
 from collections.abc import Iterable
 
 import numpy as np
+from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.randomness import MasterKey, SecureStream, encode_labels
@@ -70,10 +71,19 @@ class SelectionKey:
             master.hmac_sha256(b"key selection hash", message),
         )
 
+    def _stream_key(self, value: object) -> bytes:
+        return hmac.new(self._noise, _STREAM_LABEL + key_label(value), hashlib.sha256).digest()
+
     def stream(self, value: object) -> SecureStream:
         """The ChaCha20 stream of the key ``value`` (a function of the value alone)."""
-        digest = hmac.new(self._noise, _STREAM_LABEL + key_label(value), hashlib.sha256)
-        return SecureStream(digest.digest())
+        return SecureStream(self._stream_key(value))
+
+    def prefix(self, value: object, size: int) -> bytes:
+        """The first ``size`` bytes of `stream` (value) without its 64 KiB read-ahead: the
+        same ChaCha20 keystream (same key, the all-zero nonce and counter of
+        `SecureStream`), cheaper when a key needs only a few bytes."""
+        cipher = Cipher(algorithms.ChaCha20(self._stream_key(value), bytes(16)), mode=None)
+        return cipher.encryptor().update(bytes(size))
 
     def value_hashes(self, values: Iterable[object]) -> np.ndarray:
         """64-bit keyed hashes of key values (int64), for ranking a unit's keys."""

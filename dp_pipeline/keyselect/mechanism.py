@@ -1,25 +1,19 @@
 """The key selection mechanism: release key k iff c_k + Z_k >= τ, Z_k exact and keyed.
 
 Guarantee: with the counts of `dp_pipeline.keyselect.counts` (each unit on at most
-``max_cells`` keys) and a `SelectionPlan`, the released set has the privacy profile
-`SelectionPlan.delta_at` (theorem in `dp_pipeline.keyselect.plan`). Z_k is an exact
-draw (`dp_pipeline.noise.laplace.discrete_laplace`,
-`dp_pipeline.noise.gaussian.discrete_gaussian`; for the truncated geometric, discrete
-Laplace draws from the same stream until one has |Z| <= K, which is exactly the
-conditional law) from the stream of k's VALUE (`SelectionKey.stream`), so a key's draw
-and decision never depend on which other keys exist, on their order, or on the engine
-or partition that evaluates them: pandas and a Spark partition give the same keys.
-
-A truncated-geometric key with c_k >= 2K + 1 is released whatever Z_k (Z_k >= -K),
-so its draw is skipped: the decision is the one the draw would give.
+``max_cells`` keys) and a `SelectionPlan` (or a `weighted.WeightedPlan` with its
+totals), the released set has the privacy profile `SelectionPlan.delta_at` (theorem in
+`dp_pipeline.keyselect.plan`). Each decision is an exact Bernoulli draw of the event
+c_k + Z_k >= τ (`dp_pipeline.keyselect.decisions`) from the stream of k's VALUE
+(`SelectionKey`), so a key's decision never depends on which other keys exist, on
+their order, or on the engine or partition that evaluates it: pandas and a Spark
+partition give the same keys.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from fractions import Fraction
-from typing import Protocol
 
 import numpy as np
 import pandas as pd
@@ -27,11 +21,9 @@ import pandas as pd
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.keyselect.counts import distinct_unit_counts
+from dp_pipeline.keyselect.decisions import NoisePlan, release_decisions
 from dp_pipeline.keyselect.key_streams import SelectionKey
 from dp_pipeline.keyselect.plan import SelectionPlan
-from dp_pipeline.noise.gaussian import discrete_gaussian
-from dp_pipeline.noise.laplace import discrete_laplace
-from dp_pipeline.randomness import SecureStream
 
 __all__ = [
     "NoisePlan",
@@ -41,45 +33,6 @@ __all__ = [
     "select_keys",
     "select_partition",
 ]
-
-
-class NoisePlan(Protocol):
-    """What the decisions read of a plan (`SelectionPlan`, `weighted.WeightedPlan`)."""
-
-    noise: str
-    scale: Fraction | None
-    sigma2: Fraction | None
-    truncation: int | None
-    threshold: int
-
-
-def _noise(plan: NoisePlan, stream: SecureStream) -> int:
-    if plan.noise == "gaussian":
-        return int(discrete_gaussian(plan.sigma2, 1, stream)[0])
-    while True:
-        draw = int(discrete_laplace(plan.scale, 1, stream)[0])
-        if plan.truncation is None or abs(draw) <= plan.truncation:
-            return draw
-
-
-def release_decisions(
-    plan: NoisePlan, selection_key: SelectionKey, keys: np.ndarray, counts: np.ndarray
-) -> np.ndarray:
-    """For each candidate key (count >= 1), whether its noisy count clears the threshold."""
-    counts = np.asarray(counts, dtype=np.int64)
-    if counts.size and counts.min() < 1:
-        raise DPValueError(
-            "counts: every candidate key needs a count of at least 1 distinct unit; "
-            "drop keys whose units were all removed by bounding before selecting"
-        )
-    released = np.zeros(counts.size, dtype=bool)
-    certain = 2 * plan.truncation + 1 if plan.truncation is not None else None
-    for index, (value, count) in enumerate(zip(keys, counts.tolist(), strict=True)):
-        if certain is not None and count >= certain:
-            released[index] = True
-            continue
-        released[index] = count + _noise(plan, selection_key.stream(value)) >= plan.threshold
-    return released
 
 
 @dataclass(frozen=True)
@@ -122,7 +75,7 @@ def select_partition(
     *,
     key_column: str,
     count_column: str,
-    plan: SelectionPlan,
+    plan: NoisePlan,
     selection_key: SelectionKey,
 ) -> pd.DataFrame:
     """The rows of ``batch`` (one row per key: its value and its bounded count of
@@ -148,7 +101,7 @@ class PartitionSelector:
 
     key_column: str
     count_column: str
-    plan: SelectionPlan
+    plan: NoisePlan
     selection_key: SelectionKey
 
     def __call__(self, batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:

@@ -15,12 +15,13 @@ from functools import lru_cache
 from math import ceil, isqrt
 
 from dp_pipeline.errors import DPValueError
-from dp_pipeline.keyselect.exact_exp import exp_neg_bounds, exp_neg_multiples
+from dp_pipeline.keyselect.exact_exp import DEFAULT_BITS, exp_neg_bounds, exp_neg_multiples
 
 __all__ = [
     "GAUSSIAN_BITS",
     "GaussianTails",
     "laplace_tail",
+    "truncated_laplace_tail",
     "truncated_laplace_top_mass",
 ]
 
@@ -34,20 +35,20 @@ _SQRT_TWO_PI_LOWER = Fraction(25066282746310002, 10**16)
 
 
 @lru_cache(maxsize=64)
-def _alpha(scale: Fraction) -> Bracket:
-    return exp_neg_bounds(1 / scale)
+def _alpha(scale: Fraction, bits: int) -> Bracket:
+    return exp_neg_bounds(1 / scale, bits)
 
 
-def laplace_tail(scale: Fraction, k: int) -> Bracket:
+def laplace_tail(scale: Fraction, k: int, bits: int = DEFAULT_BITS) -> Bracket:
     """Bracket of P[Z >= k] for Z ~ Lap_Z(scale), any integer k.
 
     P[Z >= k] = α^k/(1+α) for k >= 1 (a geometric sum), and 1 - α^(1-k)/(1+α) for
     k <= 0 (by symmetry); each end uses the bracket of α^j = e^{-j/scale} and of α
     on the side that makes the quotient larger (resp. smaller).
     """
-    a_lo, a_hi = _alpha(Fraction(scale))
+    a_lo, a_hi = _alpha(Fraction(scale), bits)
     j = k if k >= 1 else 1 - k
-    p_lo, p_hi = exp_neg_bounds(Fraction(j) / Fraction(scale))
+    p_lo, p_hi = exp_neg_bounds(Fraction(j) / Fraction(scale), bits)
     upper_lo, upper_hi = p_lo / (1 + a_hi), p_hi / (1 + a_lo)
     if k >= 1:
         return upper_lo, upper_hi
@@ -67,6 +68,28 @@ def truncated_laplace_top_mass(scale: Fraction, bound: int) -> Bracket:
     hi = k_hi * (1 - a_lo) / (1 + a_lo - 2 * k1_hi)
     lo = k_lo * (1 - a_hi) / (1 + a_hi - 2 * k1_lo)
     return lo, hi
+
+
+def truncated_laplace_tail(
+    scale: Fraction, bound: int, k: int, bits: int = DEFAULT_BITS
+) -> Bracket:
+    """Bracket of P[Z >= k] for Z ~ Lap_Z(scale) conditioned on |Z| <= K (K = ``bound``).
+
+    For 1 <= k <= K: (α^k - α^{K+1}) / (1 + α - 2α^{K+1}) (a finite geometric sum over
+    the normaliser); 0 above K; by symmetry 1 - P[Z >= 1 - k] for k <= 0.
+    """
+    if k > bound:
+        return Fraction(0), Fraction(0)
+    if k <= 0:
+        lo, hi = truncated_laplace_tail(scale, bound, 1 - k, bits)
+        return 1 - hi, 1 - lo
+    inverse = 1 / Fraction(scale)
+    a_lo, a_hi = _alpha(Fraction(scale), bits)
+    k_lo, k_hi = exp_neg_bounds(k * inverse, bits)
+    t_lo, t_hi = exp_neg_bounds((bound + 1) * inverse, bits)
+    lo = max(Fraction(0), k_lo - t_hi) / (1 + a_hi - 2 * t_lo)
+    hi = (k_hi - t_lo) / (1 + a_lo - 2 * t_hi)
+    return lo, min(hi, Fraction(1))
 
 
 class GaussianTails:
