@@ -319,3 +319,14 @@ def test_the_lazy_comparison_gives_the_same_decisions_whatever_bits_it_starts_wi
     coarse = release_decisions(plan, SELECTION, keys, counts)
     assert coarse.tolist() == fine.tolist()
     assert sum(bits > 8 + 64 for bits in coarse_calls) >= 3  # the finer rounds ran
+
+
+def test_counts_below_one_and_keys_of_other_types_are_refused_with_one_line_errors():
+    with pytest.raises(
+        DPValueError, match=r"^counts: every candidate key needs a count of at least 1"
+    ):
+        release_decisions(PLANS["laplace"], SELECTION, np.array(["a"], object), np.array([0]))
+    with pytest.raises(DPTypeError, match=r"^a selected key must be a str or an int, got float$"):
+        release_decisions(PLANS["laplace"], SELECTION, np.array([2.5], object), np.array([3]))
+    with pytest.raises(DPTypeError, match=r"^a selected key must be a str or an int, got bool$"):
+        SELECTION.value_hashes([True])

@@ -266,6 +266,7 @@ BAD = [
     (dict(delta=0), DPValueError, r"^delta=0: must be at least 2\*\*-100"),
     (dict(delta=1), DPValueError, r"^delta=1: must be at least 2\*\*-100 .* and below 1"),
     (dict(epsilon=0), DPValueError, r"^epsilon must be > 0"),
+    (dict(epsilon=51), DPValueError, r"^epsilon=51: must be at most 50 for key selection"),
     (
         dict(noise="uniform"),
         DPValueError,
@@ -324,3 +325,13 @@ def test_truncated_tails_bracket_the_reference_at_every_k():
     # At 512 bits the bracket is finer still (the decisions' later rounds use this).
     lo, hi = truncated_laplace_tail(scale, bound, 3, 512)
     assert mpf(hi - lo) <= mp.mpf(2) ** -300
+
+
+def test_gaussian_profile_at_other_epsilons_composes_the_zcdp_bound_with_the_atom():
+    plan = plan_selection(noise="gaussian", epsilon=1, delta=Fraction(1, 10**6), max_cells=4)
+    rho = Fraction(4) / (2 * plan.sigma2)
+    q = mpf(plan.new_keys_delta)
+    for eps in (Fraction(1, 2), Fraction(3, 2), Fraction(4)):
+        exact = 1 - (1 - zcdp_delta(rho, eps)) * (1 - q)
+        reported = mpf(plan.delta_at(eps))
+        assert exact <= reported <= exact * mp.mpf("1.05")

@@ -13,7 +13,9 @@ Rules (each a function of a unit's own rows, so the analysis of
    `dp_pipeline.engines.bounding` (``cell_rank = xxhash64(seed_cells, unit_key, cell)``)
    with ``cell`` the 64-bit keyed hash of the key's VALUE
    (`dp_pipeline.keyselect.key_streams.SelectionKey.value_hashes`), ties broken by that
-   hash, so which keys a unit keeps never depends on the keys of other units.
+   hash, so which keys a unit keeps never depends on the keys of other units (two of a
+   unit's keys with the same 64-bit hash and rank, below 2^-64 per pair, fall back to
+   the order first seen).
 3. c_k = the number of units that kept k. Keys whose every unit dropped them (c_k = 0)
    are not candidates: such a key would otherwise be released with some probability
    because of rows that bounding removed, which the plan does not account for.

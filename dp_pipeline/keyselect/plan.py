@@ -57,6 +57,7 @@ from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
     "MAX_CELLS_LIMIT",
+    "MAX_EPSILON",
     "MAX_SIGMA2",
     "MAX_THRESHOLD",
     "MIN_DELTA",
@@ -76,6 +77,8 @@ NEIGHBOURINGS = ("add_remove", "replace")
 # σ ~ sqrt(max_cells)/ε and the profile's exact powers with max_cells.
 MAX_CELLS_LIMIT = 1000
 MIN_DELTA = Fraction(1, 2**100)
+# exp(2·ε) must stay certifiable at 256 bits (replace doubles the counts' ε).
+MAX_EPSILON = 50
 # A key needs more distinct units than this to pass: "no key can pass" in practice
 # (counts are int32 on Spark's side too).
 MAX_THRESHOLD = 2**31 - 1
@@ -170,6 +173,11 @@ def check_selection_inputs(
             f"bounding keeps each unit's first max_cells keys)"
         )
     eps = positive_rational(epsilon, "epsilon")
+    if eps > MAX_EPSILON:
+        raise DPValueError(
+            f"epsilon={epsilon!r}: must be at most {MAX_EPSILON} for key selection (its "
+            f"certified exponentials stop there, and larger budgets protect nothing)"
+        )
     dlt = exact_rational(delta, "delta")
     if not MIN_DELTA <= dlt < 1:
         raise DPValueError(
