@@ -3,6 +3,7 @@ bounding that never looks at other units, and one-line errors for bad key column
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from fractions import Fraction
 
@@ -50,13 +51,13 @@ def release_probability(plan, count: int) -> mp.mpf:
     return mp.fsum(w for z, w in weights.items() if count + z >= plan.threshold) / total
 
 
-# ε and δ chosen so that π(1..5) are all between about 1e-3 and 0.5: a test of the sampler
+# ε and δ chosen so that π(1..5) lie between about 1e-3 and 0.7: a test of the sampler
 # that a wrong scale or threshold fails.
 PLANS = {
     "truncated_geometric": plan_selection(
         noise="laplace", epsilon="1/2", delta="1/100", max_cells=1
     ),
-    "laplace": plan_selection(noise="laplace", epsilon="1/2", delta="1/100", max_cells=2),
+    "laplace": plan_selection(noise="laplace", epsilon=1, delta="1/5", max_cells=2),
     "gaussian": plan_selection(noise="gaussian", epsilon=1, delta="1/100", max_cells=1),
 }
 KEYS_PER_COUNT = 3000
@@ -68,12 +69,23 @@ def test_release_frequency_for_counts_one_to_five_matches_the_exact_pmf(name):
     released share is within 4.5 binomial standard deviations (+1/N) of π(n) computed
     from the pmf. False-positive rate below 1e-5 per check (normal approximation)."""
     plan = PLANS[name]
+    # Power: the same check against a plan whose threshold is one lower or one higher
+    # must fail for some n (the test tells the true law from its neighbours).
+    wrong = {
+        shift: dataclasses.replace(plan, threshold=plan.threshold + shift) for shift in (-1, 1)
+    }
+    rejected = {shift: False for shift in wrong}
     for count in range(1, 6):
         keys = np.array([f"{name}-{count}-{i}" for i in range(KEYS_PER_COUNT)], dtype=object)
         released = release_decisions(plan, SELECTION, keys, np.full(keys.size, count))
         exact = float(release_probability(plan, count))
         spread = 4.5 * (exact * (1 - exact) / KEYS_PER_COUNT) ** 0.5 + 1 / KEYS_PER_COUNT
         assert abs(released.mean() - exact) <= spread, (count, released.mean(), exact)
+        for shift, other in wrong.items():
+            rejected[shift] |= abs(released.mean() - float(release_probability(other, count))) > (
+                spread
+            )
+    assert all(rejected.values())
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))

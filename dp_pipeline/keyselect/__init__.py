@@ -7,8 +7,10 @@ an exact threshold (for grouping keys nobody declared a domain for).
 - `key_streams`: per-key ChaCha20 streams and 64-bit hashes from each key's value.
 - `counts`: keyed bounding (at most ``max_cells`` keys per unit) and the distinct units
   per key, with the validity rules for key columns.
-- `mechanism`: the release decisions, on pandas (`select_keys`) and per batch for a
-  Spark ``mapInPandas`` (`select_partition`, `PartitionSelector`).
+- `decisions`: each key's release as an exact Bernoulli draw of its threshold event.
+- `mechanism`: the selection on pandas (`select_keys`) and per batch for a Spark
+  ``mapInPandas`` (`select_partition`, `PartitionSelector`).
+- `weighted`: the weighted policy for ``max_cells > 1`` (per-unit weights within a norm).
 
 One job per module; nothing here reads a spec or touches the ledger.
 """
