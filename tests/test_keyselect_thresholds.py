@@ -268,6 +268,11 @@ BAD = [
     (dict(epsilon=0), DPValueError, r"^epsilon must be > 0"),
     (dict(epsilon=51), DPValueError, r"^epsilon=51: must be at most 50 for key selection"),
     (
+        dict(sigma2=9),
+        DPValueError,
+        r"^sigma2=9: applies to noise='gaussian' only; leave it out for 'laplace'$",
+    ),
+    (
         dict(noise="uniform"),
         DPValueError,
         r"^noise='uniform': must be one of 'laplace', 'gaussian'",

@@ -232,6 +232,10 @@ def plan_selection(
     and the rule, before anything is read.
     """
     eps, dlt = check_selection_inputs(noise, epsilon, delta, max_cells, neighbouring)
+    if sigma2 is not None and noise != "gaussian":
+        raise DPValueError(
+            f"sigma2={sigma2!r}: applies to noise='gaussian' only; leave it out for {noise!r}"
+        )
     sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
     common = dict(noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt)
     if noise == "laplace" and max_cells == 1 and neighbouring == "add_remove":
