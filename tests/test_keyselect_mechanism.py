@@ -23,6 +23,7 @@ from dp_pipeline.keyselect.mechanism import (
     select_keys,
     select_partition,
 )
+from dp_pipeline.keyselect.partitions import PairBounder
 from dp_pipeline.keyselect.plan import plan_selection
 from dp_pipeline.randomness import MasterKey
 
@@ -342,3 +343,17 @@ def test_counts_below_one_and_keys_of_other_types_are_refused_with_one_line_erro
         release_decisions(PLANS["laplace"], SELECTION, np.array([2.5], object), np.array([3]))
     with pytest.raises(DPTypeError, match=r"^a selected key must be a str or an int, got bool$"):
         SELECTION.value_hashes([True])
+
+
+def test_bounding_per_partition_of_whole_units_sums_to_the_pandas_counts():
+    rng = np.random.default_rng(21)
+    df = pd.DataFrame({"unit": rng.integers(0, 500, 4000), "key": rng.zipf(1.5, 4000) % 300})
+    counts = distinct_unit_counts(
+        df, key="key", privacy_unit="unit", max_cells=3, salt=SALT, selection_key=SELECTION
+    )
+    bounder = pickle.loads(pickle.dumps(PairBounder("key", "unit", 3, SALT, SELECTION)))
+    parts = [df[df["unit"] % 4 == r] for r in range(4)]  # whole units per partition
+    pairs = pd.concat([next(bounder(iter([p.iloc[:50], p.iloc[50:]]))) for p in parts])
+    summed = pairs.groupby("key")["weight"].sum()
+    assert summed.index.tolist() == counts.keys.tolist()
+    assert summed.tolist() == counts.counts.tolist()

@@ -1,5 +1,6 @@
-"""Key selection on Spark: a ``mapInPandas`` over the per-key counts releases exactly the
-keys pandas releases, whatever the partitioning (each key's draw from its own stream)."""
+"""Key selection on Spark: bounding per partition of whole units, a streamed sum per key
+and a ``mapInPandas`` over the per-key totals release exactly the keys pandas releases,
+whatever the partitioning (each key's decision from its own stream)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import pytest
 
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.keyselect import PartitionSelector, SelectionKey, plan_selection, select_keys
-from dp_pipeline.keyselect.counts import distinct_unit_counts
+from dp_pipeline.keyselect.partitions import PairBounder
+from dp_pipeline.keyselect.weighted import plan_weighted_selection, select_weighted_keys
 from dp_pipeline.randomness import MasterKey
 
 pytestmark = pytest.mark.spark
@@ -17,6 +19,21 @@ pytestmark = pytest.mark.spark
 MASTER = MasterKey(bytes(range(80, 112)))
 SELECTION = SelectionKey.derive(MASTER, "release", "spark table")
 SALT = BoundingSalt.derive(MASTER, "release", "spark table")
+
+
+def spark_selection(spark, df, plan, partitions: int, weights=None) -> list[str]:
+    from pyspark.sql import functions as sf  # PySpark only in the spark tier
+
+    bounder = PairBounder("key", "unit", plan.max_cells, SALT, SELECTION, weights)
+    pairs = (
+        spark.createDataFrame(df)
+        .repartition(partitions, "unit")
+        .mapInPandas(bounder, schema="key string, weight long")
+    )
+    totals = pairs.groupBy("key").agg(sf.sum("weight").alias("n"))
+    selector = PartitionSelector("key", "n", plan, SELECTION)
+    released = totals.mapInPandas(selector, schema="key string, n long").collect()
+    return sorted(row["key"] for row in released)
 
 
 def test_spark_partitions_release_the_same_keys_as_pandas(spark):
@@ -29,12 +46,12 @@ def test_spark_partitions_release_the_same_keys_as_pandas(spark):
         df, key="key", privacy_unit="unit", plan=plan, selection_key=SELECTION, salt=SALT
     )
     assert expected.keys.size > 5
-    counts = distinct_unit_counts(
-        df, key="key", privacy_unit="unit", max_cells=3, salt=SALT, selection_key=SELECTION
+    for partitions in (1, 4):
+        assert spark_selection(spark, df, plan, partitions) == expected.keys.tolist()
+    weighted = plan_weighted_selection(noise="gaussian", epsilon=1, delta="1/1000000", max_cells=3)
+    expected = select_weighted_keys(
+        df, key="key", privacy_unit="unit", plan=weighted, selection_key=SELECTION, salt=SALT
     )
-    table = pd.DataFrame({"key": counts.keys.astype(str), "n": counts.counts})
-    selector = PartitionSelector("key", "n", plan, SELECTION)
-    for partitions in (1, 3, 7):
-        frame = spark.createDataFrame(table).repartition(partitions)
-        released = frame.mapInPandas(selector, schema="key string, n long").collect()
-        assert sorted(row["key"] for row in released) == expected.keys.tolist()
+    assert expected.keys.size > 5
+    got = spark_selection(spark, df, weighted, 3, weighted.weights)
+    assert got == expected.keys.tolist()

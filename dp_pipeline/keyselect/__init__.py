@@ -11,6 +11,7 @@ an exact threshold (for grouping keys nobody declared a domain for).
 - `mechanism`: the selection on pandas (`select_keys`) and per batch for a Spark
   ``mapInPandas`` (`select_partition`, `PartitionSelector`).
 - `weighted`: the weighted policy for ``max_cells > 1`` (per-unit weights within a norm).
+- `partitions`: bounding per partition of whole units (`PairBounder`), for Spark.
 
 One job per module; nothing here reads a spec or touches the ledger.
 """
