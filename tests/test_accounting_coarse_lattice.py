@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from accounting_plans import random_release_plan
 
 import dp_pipeline.accounting.coarse_lattice as coarse_lattice
 from dp_pipeline.accounting import PrivacyAccountant
@@ -256,11 +257,10 @@ def test_seed_102_window_from_a_chernoff_search_over_both_tails():
     below: the lower tail's best λ is ~1/30 of distance/variance, the upper's far above 1;
     the search over both keeps the window at 2^19 points (the grid 1/16..4 alone certified
     only 2^21). Its bracket agrees with the MGF inversion where that is tight."""
-    from bench.bench_accounting import _random_plan
     from dp_pipeline.accounting.brackets import inversion_delta
     from dp_pipeline.accounting.paths import inversion_of, lattice_components
 
-    events = list(_random_plan(102).events)
+    events = list(random_release_plan(102).events)
     coarse = coarsened_lattice_loss(lattice_components(events), 1e-14)
     assert len(coarse.upper_loss.probabilities) <= 1 << 19
     assert len(coarse.lower_loss.probabilities) <= 1 << 19

@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import mpmath
 import pytest
+from accounting_plans import random_release_plan
 
-from bench.bench_accounting import _random_plan
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.laplace_conditioning import METHOD, laplace_conditionings
 from dp_pipeline.accounting.paths import fft_composition
@@ -141,7 +141,7 @@ def test_seed_128_without_fft_agrees_with_the_coarsened_fft(epsilon):
     """The random plan with seed 128 (a Laplace of shift 10,213, pure ε ≈ 3,112): at the
     search's first trial and at δ(2) the bracket closes the inversion's, and the coarsened
     lattice FFT (built here only as a reference) brackets the same δ."""
-    accountant = _random_plan(128)
+    accountant = random_release_plan(128)
     bound = accountant.delta(epsilon)
     assert bound.upper - bound.lower <= 1e-4 * bound.upper
     delta_of, name = fft_composition(list(accountant.events))
@@ -165,10 +165,10 @@ def test_search_decides_without_fft_where_a_bracket_already_decides(monkeypatch)
         return original(*args, **kwargs)
 
     monkeypatch.setattr(path_choice, "fft_composition", recorded)
-    result = _random_plan(191).epsilon(1e-10)
+    result = random_release_plan(191).epsilon(1e-10)
     assert builds == []
     assert result.upper - result.lower <= 1e-7 * result.upper
-    fresh = _random_plan(191)
+    fresh = random_release_plan(191)
     assert fresh.delta(result.upper).upper <= 1e-10 < fresh.delta(result.lower).lower
     # the twin: δ at that trial is not decided for the δ query, which builds the FFT
     full = fresh.delta(2703.585431564028)
