@@ -121,14 +121,14 @@ def test_multivariate_delta_reports_its_method_and_agrees_with_the_coarsened_fft
 
 
 def test_floor_product_is_exact_where_the_float_product_is_not():
-    from dp_pipeline.accounting.coarse_lattice import _floor_product
+    from dp_pipeline.accounting.lattice_grid import floor_product
 
     # p/q = 3 - 1/q just below an integer: v·p/q is within 1e-20 of 3v for small v
     q = 10**20 + 7
     p = 3 * q - 1
     values = np.arange(-2000, 2001, dtype=np.int64)
     exact = [(int(v) * p) // q for v in values]
-    assert [int(x) for x in _floor_product(values, p, q)] == exact
+    assert [int(x) for x in floor_product(values, p, q)] == exact
     # the twin: the float product alone gets these floors wrong
     assert [int(x) for x in np.floor(values * (p / q))] != exact
 

@@ -61,8 +61,8 @@ from fractions import Fraction
 import numpy as np
 
 from dp_pipeline.accounting.bounds import DeltaBound
-from dp_pipeline.accounting.coarse_lattice import _choose_grid, _floor_ratio
 from dp_pipeline.accounting.lattice import LatticeComponent, LatticeLoss, lattice_loss
+from dp_pipeline.accounting.lattice_grid import choose_grid, floor_ratio
 from dp_pipeline.accounting.outward import exp_down, exp_up
 from dp_pipeline.accounting.saddle import saddle_point
 from dp_pipeline.errors import DPError
@@ -115,8 +115,8 @@ def _indices(
     if (component.step / grid).denominator == 1 or ratio.numerator == 0:
         return ks.astype(np.int64), component.step
     if up:
-        return -np.asarray(_floor_ratio(-ks, ratio), dtype=np.int64), grid
-    return np.asarray(_floor_ratio(ks, ratio), dtype=np.int64), grid
+        return -np.asarray(floor_ratio(-ks, ratio), dtype=np.int64), grid
+    return np.asarray(floor_ratio(ks, ratio), dtype=np.int64), grid
 
 
 def _window(component: LatticeComponent) -> int:
@@ -370,11 +370,11 @@ class TiltedLattice:
         return _Build(c, shift, sides[0], sides[1])
 
     def _grid(self, width: float, allowed: float) -> Fraction | None:
-        """The coarsest grid (`coarse_lattice._choose_grid`, ``width`` over 2^14 ... 2^18
+        """The coarsest grid (`lattice_grid.choose_grid`, ``width`` over 2^14 ... 2^18
         points) whose rounded copies move the loss by at most ``allowed`` in total."""
         target = _TARGET_SIZE
         while target <= _MAX_TARGET_SIZE:
-            grid = _choose_grid(self._components, width / target)
+            grid = choose_grid(self._components, width / target)
             rounded = sum(k.count for k in self._components if (k.step / grid).denominator != 1)
             if float(rounded * grid) <= allowed:
                 return grid
