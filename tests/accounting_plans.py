@@ -14,7 +14,7 @@ from fractions import Fraction
 from accounting_reference import random_plan
 
 from dp_pipeline.accounting import PrivacyAccountant
-from dp_pipeline.accounting.events import PureDP
+from dp_pipeline.accounting.events import PmfPair, PureDP
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["accountant_of", "named_plans", "random_release_plan"]
@@ -88,6 +88,34 @@ def named_plans() -> dict:
         "quantile2x3+dg": [
             (BaseTwoExponential(Fraction(2)), (1,), 3),
             (DiscreteGaussian(Fraction(3247, 100)), (1,), 1),
+        ],
+        # a coarse Gaussian coordinate (seed 60's): the lattice conditioning answers
+        "conditioning-seed60": [
+            (DiscreteGaussian(Fraction(579961577, 958029)), (70368,), 1),
+            (DiscreteGaussian(Fraction(5602494291994047, 131072)), (56816,), 1),
+            (BaseTwoExponential(Fraction(255, 749)), (1,), 1),
+            (DiscreteGaussian(Fraction(7347250449828789, 512)), (6811,), 1),
+            (BaseTwoExponential(Fraction(37, 416)), (1,), 1),
+        ],
+        "conditioning+dg": [
+            (DiscreteGaussian(Fraction(579961577, 958029)), (70368,), 1),
+            (DiscreteGaussian(40), (40,), 1),
+        ],
+        "laplace-conditioning": [
+            (DiscreteLaplace(2), (200,), 1),
+            (DiscreteGaussian(4), (1,), 1),
+        ],
+        "laplace-conditioning-x2": [
+            (DiscreteLaplace(50), (1,), 2),
+            (DiscreteGaussian(2500), (1,), 1),
+        ],
+        "pmf-pair+dg": [
+            (PmfPair((0.5, 0.3, 0.2), (0.3, 0.3, 0.4)), (1,), 2),
+            (DiscreteGaussian(50), (1,), 1),
+        ],
+        "pmf-pair+laplace": [
+            (PmfPair((0.5, 0.3, 0.2), (0.3, 0.3, 0.4)), (1,), 1),
+            (DiscreteLaplace(3), (2,), 1),
         ],
         "dl-incommensurate": [
             (DiscreteLaplace(Fraction(1283, 5)), (12,), 1),

@@ -80,10 +80,10 @@ def _accountant() -> PrivacyAccountant:
 
 
 def _conditioning():
-    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.strategy import rest_summary
 
     accountant = _accountant()
-    (conditioning,) = laplace_conditionings(list(accountant.events), _rest_summary)
+    (conditioning,) = laplace_conditionings(list(accountant.events), rest_summary)
     return conditioning
 
 
@@ -130,9 +130,9 @@ def test_the_accountant_uses_it_where_the_inversion_has_nothing(epsilon):
 def test_no_conditioning_for_laplaces_held_more_than_once():
     accountant = PrivacyAccountant().add(DiscreteLaplace(50), count=2)
     accountant.add(DiscreteGaussian(2500))
-    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.strategy import rest_summary
 
-    assert laplace_conditionings(list(accountant.events), _rest_summary) == []
+    assert laplace_conditionings(list(accountant.events), rest_summary) == []
     assert METHOD not in accountant.methods
 
 
@@ -155,16 +155,16 @@ def test_search_decides_without_fft_where_a_bracket_already_decides(monkeypatch)
     3% wide but far above δ = 1e-10, and the Laplace bracket decides the trials further
     below; the ε search builds no FFT path, and its ends are certified by full evaluations
     (which, for δ(ε) itself, still build it)."""
-    import dp_pipeline.accounting.path_choice as path_choice
+    import dp_pipeline.accounting.strategy as strategy
 
     builds = []
-    original = path_choice.fft_composition
+    original = strategy.fft_composition
 
     def recorded(*args, **kwargs):
         builds.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(path_choice, "fft_composition", recorded)
+    monkeypatch.setattr(strategy, "fft_composition", recorded)
     result = random_release_plan(191).epsilon(1e-10)
     assert builds == []
     assert result.upper - result.lower <= 1e-7 * result.upper

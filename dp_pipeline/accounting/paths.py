@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -24,7 +25,7 @@ from dp_pipeline.accounting.bounded_range import (
     bounded_range_epsilon_of,
     support_points,
 )
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import (
     pmf_group,
     same_group,
@@ -51,6 +52,7 @@ from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_g
 from dp_pipeline.accounting.support_composition import METHOD as SUPPORT_METHOD
 from dp_pipeline.accounting.support_composition import support_loss
 from dp_pipeline.accounting.tilted_lattice import TiltedLattice
+from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
@@ -58,10 +60,12 @@ __all__ = [
     "inversion_of",
     "inversion_split",
     "lattice_components",
+    "no_path_bound",
     "pld_of",
     "single_coordinate",
     "support_threshold",
     "tilted_lattice",
+    "tilted_refinement",
 ]
 
 _LATTICE_TOLERANCE = 1e-14
@@ -103,7 +107,8 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
             max_size=max(16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))),
         )
     if loss is not None:
-        return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
+        name = Method.LATTICE_FFT.value
+        return (lambda eps: loss.delta_bound(eps, name)), name
     if exact_only:
         return None
     # a selection's 257-point lattice makes the coarsened lattice slower and looser than
@@ -113,10 +118,10 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
     ):
         coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
         if coarse is not None:
-            name = "multivariate_fft_coarsened"
+            name = Method.COARSE_LATTICE.value
             return (lambda eps: coarse.delta_bound(eps, name)), name
     pld = pld_of(events)
-    return None if pld is None else (pld.delta, "pld_fft")
+    return None if pld is None else (pld.delta, Method.PLD.value)
 
 
 def tilted_lattice(events) -> TiltedLattice | None:
@@ -149,16 +154,16 @@ def single_coordinate(events):
         def delta_of(eps):
             # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
             lower, upper = discrete_gaussian_delta_bounds(mechanism.sigma2, eps, shift)
-            return DeltaBound(lower, upper, "theorem7")
+            return DeltaBound(lower, upper, Method.THEOREM7.value)
 
-        return delta_of, "theorem7"
+        return delta_of, Method.THEOREM7.value
     if isinstance(mechanism, DiscreteLaplace):
 
         def delta_of(eps):
             lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
-            return DeltaBound(lower, upper, "discrete_laplace_exact")
+            return DeltaBound(lower, upper, Method.DISCRETE_LAPLACE_EXACT.value)
 
-        return delta_of, "discrete_laplace_exact"
+        return delta_of, Method.DISCRETE_LAPLACE_EXACT.value
     return None
 
 
@@ -436,4 +441,37 @@ def _pld_points(mechanism, shift: int, count: int, step: float) -> float:
     return count * 2 * float(pure) / step + 2 if pure is not None else 0.0
 
 
-# ----------------------------------------------------------------- persistence
+def tilted_refinement(events):
+    """(tilted(ε), slope(ε), tilted_name()) of the tilted lattice, built on first use."""
+    tilts: list = []  # the tilted lattice (or None), built on first use
+
+    def tilted(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        if tilts[0] is None:
+            return DeltaBound(0.0, 1.0, Method.TILTED_LATTICE.value)
+        return tilts[0].delta_bound(eps)
+
+    def slope(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        return None if tilts[0] is None else tilts[0].saddle(eps)
+
+    def tilted_name():
+        used = tilts and tilts[0] is not None and tilts[0].used
+        return Method.TILTED_LATTICE.value if used else None
+
+    return tilted, slope, tilted_name
+
+
+def no_path_bound(rho: float | None) -> tuple[Callable[[float], DeltaBound], str]:
+    """The bound when no composition path fits in memory: the zCDP conversion (CKS
+    Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
+    trivial lower bound 0, labelled as such: (δ bound function, name)."""
+
+    def delta_of(eps: float) -> DeltaBound:
+        if rho is None:
+            return DeltaBound(0.0, 1.0, Method.TRIVIAL.value)
+        return DeltaBound(0.0, zcdp_to_delta(rho, eps), Method.ZCDP.value)
+
+    return delta_of, Method.ZCDP.value if rho is not None else Method.TRIVIAL.value

@@ -80,7 +80,7 @@ from dp_pipeline.accounting.bounded_range import (
     block_points,
     bounded_range_epsilon_of,
 )
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
 from dp_pipeline.accounting.lattice import fraction_gcd
@@ -96,7 +96,7 @@ from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["METHOD", "SupportLoss", "gaussian_masses", "support_loss"]
 
-METHOD = "support_exact"
+METHOD = Method.SUPPORT_EXACT.value
 _U = 2.0**-53
 _TINY = 2.0**-1074
 _PRUNE = 2.0**-1000

@@ -60,7 +60,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.lattice import LatticeComponent, LatticeLoss, lattice_loss
 from dp_pipeline.accounting.lattice_grid import choose_grid, floor_ratio
 from dp_pipeline.accounting.outward import exp_down, exp_up
@@ -74,7 +74,7 @@ class _NoTiltError(DPError, OverflowError):
     """No tilt is built at this c (caught by `TiltedLattice.saddle`: the path is not taken)."""
 
 
-METHOD = "tilted_lattice_fft"
+METHOD = Method.TILTED_LATTICE.value
 
 _U = 2.0**-53
 _WINDOW_SIGMAS = 13.0  # tilted window half-width: e^{-84.5} < 2e-37 relative tail
@@ -407,7 +407,7 @@ class TiltedLattice:
         if not self._components:
             return best
         for build in self._builds:
-            best = _intersection(best, build.delta_bound(epsilon))
+            best = best.intersect(build.delta_bound(epsilon))
             if best.upper > 0 and best.upper - best.lower <= build.tolerance() * best.upper:
                 return best
         if len(self._builds) >= _MAX_BUILDS:
@@ -423,10 +423,4 @@ class TiltedLattice:
             self._failed.add(key)
             return best
         self._builds.append(built)
-        return _intersection(best, built.delta_bound(epsilon))
-
-
-def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
-    upper = min(first.upper, second.upper)
-    lower = max(first.lower, second.lower)
-    return DeltaBound(min(lower, upper), upper, METHOD)
+        return best.intersect(built.delta_bound(epsilon))
