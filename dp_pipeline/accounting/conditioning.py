@@ -46,17 +46,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import round_up
-from dp_pipeline.accounting.bounded_range import bounded_range_epsilon_of
 from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import TIGHT
 from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_pmf_bounds,
     discrete_gaussian_tail_bounds,
 )
-from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
+from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.outward import round_down
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
     "LatticeConditioning",
@@ -152,7 +151,7 @@ def conditioning_coordinate(
     best = None
     for index, event in enumerate(events):
         mechanism = event.mechanism
-        if not isinstance(mechanism, DiscreteGaussian) or mechanism.sigma2 > _MAX_SIGMA2:
+        if family_of(mechanism) is not Family.DISCRETE_GAUSSIAN or mechanism.sigma2 > _MAX_SIGMA2:
             continue
         # a float pre-filter (σ² as a float is within 1e-15 relative): most steps are small
         reach = FAR_BELOW / middle * float(mechanism.sigma2) * (1 - 1e-9)
@@ -184,12 +183,10 @@ def _symmetric(mechanism) -> bool:
     """Whether a mechanism's privacy loss has the same law in both directions: discrete
     Gaussians and Laplaces (reflect the output about μ/2) and pure ε-DP events, which
     every path counts as randomized response (not selections, not pmf pairs)."""
-    if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
-        return True
-    return (
-        not hasattr(mechanism, "privacy_loss_pmfs")
-        and bounded_range_epsilon_of(mechanism) is None
-        and pure_epsilon_of(mechanism) is not None
+    return family_of(mechanism) in (
+        Family.DISCRETE_GAUSSIAN,
+        Family.DISCRETE_LAPLACE,
+        Family.PURE_DP,
     )
 
 

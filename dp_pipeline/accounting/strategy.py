@@ -46,6 +46,7 @@ from dp_pipeline.accounting.conditioning import (
 )
 from dp_pipeline.accounting.event_totals import event_rho, pure_dp_split, total_rho
 from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
 from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
 from dp_pipeline.accounting.paths import (
@@ -63,7 +64,6 @@ from dp_pipeline.accounting.selection_lower import (
 )
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
 from dp_pipeline.errors import InternalError
-from dp_pipeline.mechanisms import DiscreteGaussian
 
 __all__ = ["ROWS", "Built", "Strategy", "rest_summary"]
 
@@ -245,7 +245,7 @@ class _NegligibleGaussians:
     unbuilt = ""  # `supports` decides: it always builds
 
     def _shift(self, events) -> tuple[float | None, str | None]:
-        gaussians = [e for e in events if isinstance(e.mechanism, DiscreteGaussian)]
+        gaussians = [e for e in events if family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN]
         if not gaussians:
             return None, "no discrete Gaussian"
         if len(gaussians) == len(events):
@@ -263,7 +263,7 @@ class _NegligibleGaussians:
     def build(self, strategy: Strategy) -> Built | None:
         shift = self._shift(strategy.events)[0]
         rest = Strategy(
-            [e for e in strategy.events if not isinstance(e.mechanism, DiscreteGaussian)]
+            [e for e in strategy.events if family_of(e.mechanism) is not Family.DISCRETE_GAUSSIAN]
         )
         name = f"{rest.method} + negligible discrete gaussians"
         strategy._cache["methods"] = (name,)
@@ -327,7 +327,8 @@ class _Inversion:
 
     def supports(self, events) -> str | None:
         smooth = any(
-            isinstance(e.mechanism, DiscreteGaussian) and e.mechanism.sigma2 >= SMOOTH_SIGMA2
+            family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN
+            and e.mechanism.sigma2 >= SMOOTH_SIGMA2
             for e in events
         )
         return None if smooth else "no discrete Gaussian with σ² >= 36.5 (none is smooth)"

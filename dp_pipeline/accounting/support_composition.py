@@ -78,11 +78,11 @@ from dp_pipeline.accounting.bounded_range import (
     adaptive_blocks,
     block_measure,
     block_points,
-    bounded_range_epsilon_of,
 )
 from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.lattice import fraction_gcd
 from dp_pipeline.accounting.support_merge import (
     Budget,
@@ -92,7 +92,6 @@ from dp_pipeline.accounting.support_merge import (
     merge,
     self_power,
 )
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["METHOD", "SupportLoss", "gaussian_masses", "support_loss"]
 
@@ -195,16 +194,17 @@ def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None
     selections = False
     for event in events:
         mechanism = event.mechanism
-        if bounded_range_epsilon_of(mechanism) is not None:
+        family = family_of(mechanism)
+        if family is Family.SELECTION:
             selections = True  # every selection at once, in its ε's blocks (below)
             continue
-        if isinstance(mechanism, DiscreteGaussian):
+        if family is Family.DISCRETE_GAUSSIAN:
             if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > max_gaussian_points:
                 return None
             kind, value = "dg", mechanism.sigma2
-        elif isinstance(mechanism, DiscreteLaplace):
+        elif family is Family.DISCRETE_LAPLACE:
             kind, value = "dl", mechanism.scale
-        elif hasattr(mechanism, "privacy_loss_pmfs"):
+        elif family is Family.PMF_PAIR:
             return None  # float losses log(p/q): not on an exact lattice
         else:
             pure = pure_epsilon_of(mechanism)
