@@ -21,10 +21,14 @@ from accounting_plans import accountant_of
 from accounting_reference import ReferenceComposition
 from gaussian_tail_reference import wide_gaussian_delta
 
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import inversion_delta
 from dp_pipeline.accounting.coarse_lattice import coarsened_lattice_loss
+from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
+from dp_pipeline.accounting.event_totals import pure_dp_split
 from dp_pipeline.accounting.events import PureDP
 from dp_pipeline.accounting.gaussian_split import gaussian_split
+from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
 from dp_pipeline.accounting.lattice import lattice_loss
 from dp_pipeline.accounting.paths import (
     inversion_of,
@@ -32,6 +36,7 @@ from dp_pipeline.accounting.paths import (
     pld_of,
     single_coordinate,
 )
+from dp_pipeline.accounting.strategy import rest_summary
 from dp_pipeline.accounting.support_composition import support_loss
 from dp_pipeline.accounting.tilted_lattice import TiltedLattice
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
@@ -62,6 +67,15 @@ CASES = {
         (0.5, 1.0, 2.0),
     ),
     "two-gaussians": ([(DiscreteGaussian(3000), (1,), 1), (DiscreteGaussian(50), (1,), 2)], (1.0,)),
+    # a coarse Gaussian coordinate (loss step 100) beside a small rest: conditioning on it
+    "coarse-gaussian": (
+        [
+            (DiscreteGaussian(4), (400,), 1),
+            (PureDP(Fraction(1, 10)), (1,), 1),
+            (DiscreteLaplace(3), (1,), 1),
+        ],
+        (19900.0, 20050.0, 20350.0),
+    ),
 }
 
 _TOLERANCE = 1e-14
@@ -110,6 +124,16 @@ def _pld(events):
     return None if pld is None else pld.delta
 
 
+def _lattice_conditioning(events):
+    chosen = conditioning_coordinate(events, rest_summary)
+    return None if chosen is None else LatticeConditioning(*chosen).delta_bound
+
+
+def _laplace_conditioning(events):
+    found = laplace_conditionings(events, rest_summary)
+    return laplace_bracket(found) if found else None
+
+
 # method label -> (builder: events -> δ(ε) bracket function or None, the cases it must cover)
 METHODS = {
     "theorem7": (_single, ("gaussian", "gaussian-shift3")),
@@ -121,7 +145,23 @@ METHODS = {
     "multivariate_fft_coarsened": (_coarse, tuple(CASES)),
     "tilted_lattice_fft": (_tilted, ("gaussian", "pure", "gaussians+laplace+pure")),
     "pld_fft": (_pld, tuple(CASES)),
+    "lattice_conditioning": (_lattice_conditioning, ("coarse-gaussian",)),
+    "laplace_conditioning": (_laplace_conditioning, ("gaussians+laplace+pure",)),
 }
+# the methods checked apart (below): the negligible Gaussians' basic composition, the
+# closed-form caps, plain pure-DP addition and the trivial bound δ <= 1 (true by definition)
+APART = {
+    Method.NEGLIGIBLE_GAUSSIANS,
+    Method.ZCDP,
+    Method.PURE_DP_ZCDP,
+    Method.PURE_DP,
+    Method.TRIVIAL,
+}
+
+
+def test_every_method_is_under_the_contract():
+    assert {Method(name) for name in METHODS} | APART == set(Method)
+
 
 _REFERENCES: dict = {}
 
@@ -168,7 +208,8 @@ def test_every_method_brackets_the_exact_delta_and_names_itself(method, case):
     for epsilon in epsilons:
         bound = delta_of(epsilon)
         exact = _exact(case, epsilon)
-        assert bound.method == method
+        # a conditioning names the rest's method after its own
+        assert bound.method == method or bound.method.startswith(f"{method} + ")
         assert 0 <= bound.lower <= bound.upper <= 1, (method, case, epsilon, bound)
         assert _true(bound, exact), (method, case, epsilon, bound, exact)
 
@@ -189,11 +230,38 @@ def test_the_accountant_brackets_delta_and_epsilon_with_its_own_methods(case):
         assert bound.lower == 0 or reference.delta(bound.lower)[1] >= delta, (case, delta, bound)
 
 
-def test_the_zcdp_cap_is_above_the_exact_delta():
+def test_the_closed_form_caps_are_above_the_exact_delta():
     plan, epsilons = CASES["gaussians+laplace+pure"]
-    rho = float(accountant_of(plan).rho())
+    accountant = accountant_of(plan)
+    rho = float(accountant.rho())
+    pure_total, rest_rho = (float(x) for x in pure_dp_split(accountant.events))
     for epsilon in epsilons:
-        assert zcdp_to_delta(rho, epsilon) >= _exact("gaussians+laplace+pure", epsilon)[0]
+        exact = _exact("gaussians+laplace+pure", epsilon)[0]
+        assert zcdp_to_delta(rho, epsilon) >= exact
+        if epsilon > pure_total:
+            assert zcdp_to_delta(rest_rho, epsilon - pure_total) >= exact
+
+
+def test_pure_dp_addition_is_exact_at_the_total():
+    accountant = accountant_of(CASES["pure"][0])
+    total = float(accountant.pure_epsilon())
+    assert accountant.delta(total, method="pure_dp") == DeltaBound(0.0, 0.0, "pure_dp")
+    assert _pure_composition_delta(Fraction(1, 2), 3, total)[1] == 0.0
+
+
+@pytest.mark.parametrize("epsilon", [0.1, 0.4, 0.43])
+def test_negligible_gaussians_bracket_the_exact_delta(epsilon):
+    """σ² = 10^16 beside a Laplace (pure ε 1/10) and pure ε 1/3: the Gaussian's ρ moves ε
+    by far less than 1e-6; the Euler–Maclaurin reference holds the bracket."""
+    plan = [
+        (DiscreteGaussian(10**16), (1,), 1),
+        (DiscreteLaplace(10), (1,), 1),
+        (PureDP(Fraction(1, 3)), (1,), 1),
+    ]
+    bound = accountant_of(plan).delta(epsilon)
+    assert bound.method == "support_exact + negligible gaussians"
+    low, high = wide_gaussian_delta(10**16, [Fraction(1, 10), Fraction(1, 3)], epsilon)
+    assert bound.lower <= float(high) and float(low) <= bound.upper, (bound, low, high)
 
 
 @pytest.mark.parametrize("epsilon", [0.05, 0.5, 1.0])
