@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 import os
+import pathlib
 import sys
 import time
 from fractions import Fraction
@@ -46,6 +47,10 @@ from dp_pipeline.accounting import (
 )
 from dp_pipeline.accounting.paths import pld_of
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+
+# the seeded plans are the tests' own (tests/accounting_plans.py), importable by name
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
+from accounting_plans import random_release_plan as _random_plan
 
 REPEATS = 3
 SLOW = 20.0  # seconds: a computation this slow is run once
@@ -224,36 +229,6 @@ def _google_tables_all(count: int, epsilon: float, delta: float, interval: float
         part = pld.from_discrete_gaussian_mechanism(sigma, value_discretization_interval=interval)
         total = part if total is None else total.compose(part)
     return total.get_delta_for_epsilon(epsilon), total.get_epsilon_for_delta(delta)
-
-
-def _log_uniform(rng, low: float, high: float) -> float:
-    return 10 ** rng.uniform(math.log10(low), math.log10(high))
-
-
-def _random_plan(seed: int) -> PrivacyAccountant:
-    """A random release plan of 1-10 tables (seeded): discrete Gaussians (σ² log-uniform in
-    1e-4..1e40, 1-3 coordinates with shifts log-uniform in 1..1e6), discrete Laplaces
-    (scale 1e-2..1e8, shift 1..1e6) and base-2 exponential mechanisms (ε 1e-2..2)."""
-    import random
-
-    from dp_pipeline.mechanisms import BaseTwoExponential
-
-    rng = random.Random(seed)
-    accountant = PrivacyAccountant()
-    for _ in range(rng.randint(1, 10)):
-        kind = rng.choices(["gaussian", "laplace", "exponential"], [6, 2, 2])[0]
-        if kind == "gaussian":
-            sigma2 = Fraction(_log_uniform(rng, 1e-4, 1e40)).limit_denominator(10**6)
-            shifts = [max(1, round(_log_uniform(rng, 1, 1e6))) for _ in range(rng.randint(1, 3))]
-            accountant.add(DiscreteGaussian(max(sigma2, Fraction(1, 10**4))), shifts)
-        elif kind == "laplace":
-            scale = Fraction(_log_uniform(rng, 1e-2, 1e8)).limit_denominator(1000)
-            shift = max(1, round(_log_uniform(rng, 1, 1e6)))
-            accountant.add(DiscreteLaplace(max(scale, Fraction(1, 100))), shift)
-        else:
-            epsilon = Fraction(_log_uniform(rng, 1e-2, 2)).limit_denominator(1000)
-            accountant.add(BaseTwoExponential(epsilon))
-    return accountant
 
 
 def _random_plan_query(seed: int):

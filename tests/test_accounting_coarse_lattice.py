@@ -6,6 +6,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
+from accounting_plans import random_release_plan
 
 import dp_pipeline.accounting.coarse_lattice as coarse_lattice
 from dp_pipeline.accounting import PrivacyAccountant
@@ -120,14 +121,14 @@ def test_multivariate_delta_reports_its_method_and_agrees_with_the_coarsened_fft
 
 
 def test_floor_product_is_exact_where_the_float_product_is_not():
-    from dp_pipeline.accounting.coarse_lattice import _floor_product
+    from dp_pipeline.accounting.lattice_grid import floor_product
 
     # p/q = 3 - 1/q just below an integer: v·p/q is within 1e-20 of 3v for small v
     q = 10**20 + 7
     p = 3 * q - 1
     values = np.arange(-2000, 2001, dtype=np.int64)
     exact = [(int(v) * p) // q for v in values]
-    assert [int(x) for x in _floor_product(values, p, q)] == exact
+    assert [int(x) for x in floor_product(values, p, q)] == exact
     # the twin: the float product alone gets these floors wrong
     assert [int(x) for x in np.floor(values * (p / q))] != exact
 
@@ -256,11 +257,10 @@ def test_seed_102_window_from_a_chernoff_search_over_both_tails():
     below: the lower tail's best λ is ~1/30 of distance/variance, the upper's far above 1;
     the search over both keeps the window at 2^19 points (the grid 1/16..4 alone certified
     only 2^21). Its bracket agrees with the MGF inversion where that is tight."""
-    from bench.bench_accounting import _random_plan
     from dp_pipeline.accounting.brackets import inversion_delta
     from dp_pipeline.accounting.paths import inversion_of, lattice_components
 
-    events = list(_random_plan(102).events)
+    events = list(random_release_plan(102).events)
     coarse = coarsened_lattice_loss(lattice_components(events), 1e-14)
     assert len(coarse.upper_loss.probabilities) <= 1 << 19
     assert len(coarse.lower_loss.probabilities) <= 1 << 19

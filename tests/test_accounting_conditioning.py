@@ -160,7 +160,7 @@ def test_seed_60_plan_agrees_with_the_inversion_bracket():
     assert accountant.methods[0] == "lattice_conditioning + mgf_inversion"
     for epsilon in (4107961.6, 4108011.4, 4108023.7, 4108053.3):
         ours = accountant._composition()[0](epsilon)
-        direct = accountant._paths()[0](epsilon)
+        direct = accountant._strategy().paths().delta_of(epsilon)
         assert ours.lower <= direct.upper and direct.lower <= ours.upper
         # the upper end at least as tight; the lower end comes from the plan with its
         # selections as ε-BR pairs (`selection_lower`), below the worst case
@@ -218,9 +218,9 @@ def test_conditioning_with_several_lattice_points_between_its_closed_forms():
     """DG(4/25) with shift 13 (loss step 81.25) beside DG(6)@3 and pure ε = 1: the rest's
     t_hi is about 49, so two lattice points lie between the closed forms; each is summed
     from the rest's bracket (a symmetric rest: the lower ends add up)."""
-    from dp_pipeline.accounting.accountant import _rest_summary
     from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
     from dp_pipeline.accounting.events import PrivacyEvent
+    from dp_pipeline.accounting.strategy import rest_summary
 
     sigma2, shift = Fraction(4, 25), 13
     events = [
@@ -228,8 +228,8 @@ def test_conditioning_with_several_lattice_points_between_its_closed_forms():
         PrivacyEvent(DiscreteGaussian(6), (3,), 1),
         PrivacyEvent(PureDP(Fraction(1)), (1,), 1),
     ]
-    assert conditioning_coordinate(events, _rest_summary) is None  # one point: not enough
-    chosen = conditioning_coordinate(events, _rest_summary, 4)
+    assert conditioning_coordinate(events, rest_summary) is None  # one point: not enough
+    chosen = conditioning_coordinate(events, rest_summary, 4)
     assert chosen is not None and chosen[3]  # the rest is symmetric
     conditioning = LatticeConditioning(*chosen)
     rest = _convolve(_mp_gaussian(Fraction(6), 3, 40), _mp_pure(Fraction(1)))
@@ -263,11 +263,11 @@ def test_conditioning_with_an_asymmetric_rest_keeps_the_largest_middle_term():
     """A selection (bounded range) in the rest: its two directions differ, so the lower end
     keeps the largest middle term only; the bracket overlaps the MGF inversion's (direct,
     independent of the conditioning, loose over this lattice) and is narrower."""
-    from dp_pipeline.accounting.accountant import _rest_summary
     from dp_pipeline.accounting.brackets import inversion_delta
     from dp_pipeline.accounting.conditioning import LatticeConditioning, conditioning_coordinate
     from dp_pipeline.accounting.events import PrivacyEvent
     from dp_pipeline.accounting.paths import inversion_of
+    from dp_pipeline.accounting.strategy import rest_summary
 
     events = [
         PrivacyEvent(DiscreteGaussian(Fraction(4, 25)), (13,), 1),
@@ -275,7 +275,7 @@ def test_conditioning_with_an_asymmetric_rest_keeps_the_largest_middle_term():
         PrivacyEvent(BaseTwoExponential(Fraction(1, 2)), (1,), 1),
         PrivacyEvent(DiscreteGaussian(37), (1,), 1),
     ]
-    chosen = conditioning_coordinate(events, _rest_summary, 4)
+    chosen = conditioning_coordinate(events, rest_summary, 4)
     assert chosen is not None and not chosen[3]
     conditioning = LatticeConditioning(*chosen)
     direct = inversion_delta(inversion_of(events))

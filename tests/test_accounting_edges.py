@@ -392,21 +392,17 @@ def test_a_large_support_merge_is_within_its_budget_in_bounded_memory(steps):
 
     import numpy as np
 
-    from dp_pipeline.accounting.support_composition import (
-        _Budget,
-        _merge,
-        _Pmf,
-        gaussian_masses,
-    )
+    from dp_pipeline.accounting.support_composition import gaussian_masses
+    from dp_pipeline.accounting.support_merge import Budget, Pmf, merge
 
     pmfs = []
     for sigma2, step in zip((Fraction(800), Fraction(700)), steps, strict=True):
         ys, masses, relative, _ = gaussian_masses(sigma2)
-        pmfs.append(_Pmf(step * ys.astype(np.int64), masses, relative, 0.0, 0.0))
+        pmfs.append(Pmf(step * ys.astype(np.int64), masses, relative, 0.0, 0.0))
     a, b = pmfs
     tracemalloc.start()
     try:
-        merged = _merge(a, b, _Budget(2.0**-1000, 1 << 40))
+        merged = merge(a, b, Budget(2.0**-1000, 1 << 40))
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()

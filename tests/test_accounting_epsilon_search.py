@@ -9,8 +9,9 @@ from fractions import Fraction
 import pytest
 
 from dp_pipeline.accounting import PrivacyAccountant
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, ignoring_decide
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
+from dp_pipeline.accounting.strategy import Built
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 
 DELTA = 1e-10
@@ -119,7 +120,7 @@ def test_probe_settles_a_capped_plan_in_a_few_evaluations():
         calls.append(eps)
         return original(eps)
 
-    accountant._cache["composition"] = (counted, accountant.method)
+    accountant._cache["composition"] = Built(ignoring_decide(counted), accountant.method)
     again = accountant.epsilon(DELTA)
     assert again == result
     # start (nudged up while infeasible), the probe 5e-8 below it, then the lower end
@@ -136,7 +137,7 @@ def test_large_rho_plan_starts_within_two_standard_deviations():
         calls.append(eps)
         return original(eps)
 
-    accountant._cache["composition"] = (counted, accountant.method)
+    accountant._cache["composition"] = Built(ignoring_decide(counted), accountant.method)
     result = accountant.epsilon(DELTA)
     assert calls[1] == pytest.approx(calls[0] - 2 * math.sqrt(2 * float(accountant.rho())))
     assert len(calls) <= 10

@@ -13,8 +13,8 @@ from fractions import Fraction
 
 import mpmath
 import pytest
+from accounting_plans import random_release_plan
 
-from bench.bench_accounting import _random_plan
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.laplace_conditioning import METHOD, laplace_conditionings
 from dp_pipeline.accounting.paths import fft_composition
@@ -80,10 +80,10 @@ def _accountant() -> PrivacyAccountant:
 
 
 def _conditioning():
-    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.strategy import rest_summary
 
     accountant = _accountant()
-    (conditioning,) = laplace_conditionings(list(accountant.events), _rest_summary)
+    (conditioning,) = laplace_conditionings(list(accountant.events), rest_summary)
     return conditioning
 
 
@@ -130,9 +130,9 @@ def test_the_accountant_uses_it_where_the_inversion_has_nothing(epsilon):
 def test_no_conditioning_for_laplaces_held_more_than_once():
     accountant = PrivacyAccountant().add(DiscreteLaplace(50), count=2)
     accountant.add(DiscreteGaussian(2500))
-    from dp_pipeline.accounting.accountant import _rest_summary
+    from dp_pipeline.accounting.strategy import rest_summary
 
-    assert laplace_conditionings(list(accountant.events), _rest_summary) == []
+    assert laplace_conditionings(list(accountant.events), rest_summary) == []
     assert METHOD not in accountant.methods
 
 
@@ -141,7 +141,7 @@ def test_seed_128_without_fft_agrees_with_the_coarsened_fft(epsilon):
     """The random plan with seed 128 (a Laplace of shift 10,213, pure ε ≈ 3,112): at the
     search's first trial and at δ(2) the bracket closes the inversion's, and the coarsened
     lattice FFT (built here only as a reference) brackets the same δ."""
-    accountant = _random_plan(128)
+    accountant = random_release_plan(128)
     bound = accountant.delta(epsilon)
     assert bound.upper - bound.lower <= 1e-4 * bound.upper
     delta_of, name = fft_composition(list(accountant.events))
@@ -155,20 +155,20 @@ def test_search_decides_without_fft_where_a_bracket_already_decides(monkeypatch)
     3% wide but far above δ = 1e-10, and the Laplace bracket decides the trials further
     below; the ε search builds no FFT path, and its ends are certified by full evaluations
     (which, for δ(ε) itself, still build it)."""
-    import dp_pipeline.accounting.path_choice as path_choice
+    import dp_pipeline.accounting.strategy as strategy
 
     builds = []
-    original = path_choice.fft_composition
+    original = strategy.fft_composition
 
     def recorded(*args, **kwargs):
         builds.append(kwargs)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(path_choice, "fft_composition", recorded)
-    result = _random_plan(191).epsilon(1e-10)
+    monkeypatch.setattr(strategy, "fft_composition", recorded)
+    result = random_release_plan(191).epsilon(1e-10)
     assert builds == []
     assert result.upper - result.lower <= 1e-7 * result.upper
-    fresh = _random_plan(191)
+    fresh = random_release_plan(191)
     assert fresh.delta(result.upper).upper <= 1e-10 < fresh.delta(result.lower).lower
     # the twin: δ at that trial is not decided for the δ query, which builds the FFT
     full = fresh.delta(2703.585431564028)

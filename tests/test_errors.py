@@ -66,7 +66,7 @@ def test_every_exception_class_of_the_package_is_a_dp_error():
     for name in (
         "dp_pipeline.release.spec.model.SpecError",
         "dp_pipeline.release.sources.source.InputChangedError",
-        "dp_pipeline.accounting.support_composition._TooLargeError",
+        "dp_pipeline.accounting.support_merge.TooLargeError",
         "dp_pipeline.errors.InternalError",
     ):
         assert name in defined

@@ -1,7 +1,8 @@
 """PrivacyAccountant: the driver-side ledger of one release's mechanisms and its (ε, δ).
 
 It records events (mechanism, per-coordinate sensitivity vector, count) and answers δ(ε),
-ε(δ) and ρ with the tightest method that applies:
+ε(δ) and ρ with the tightest method that applies, chosen by the one ordered table of
+`strategy` (`explain()` says why each method before the one used was skipped):
 
 1. one discrete Gaussian (or Laplace) coordinate with Δ <= 64: the exact 1-D formula
    (CKS Theorem 7, maximised over the shifts 1..Δ), as a rigorous bracket (direct sums with
@@ -75,15 +76,9 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import Real, check_delta, check_epsilon
-from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
-from dp_pipeline.accounting.conditioning import RestSummary, conditioned_composition
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound, Method
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
-from dp_pipeline.accounting.event_totals import (
-    event_rho,
-    pure_dp_split,
-    total_pure_epsilon,
-    total_rho,
-)
+from dp_pipeline.accounting.event_totals import pure_dp_split, total_pure_epsilon, total_rho
 from dp_pipeline.accounting.events import (
     AccountedMechanism,
     PrivacyEvent,
@@ -92,21 +87,12 @@ from dp_pipeline.accounting.events import (
     pure_epsilon_of,
     sensitivity_tuple,
 )
-from dp_pipeline.accounting.path_choice import direct_paths
-from dp_pipeline.accounting.selection_lower import (
-    selection_twin,
-    single_selection_lower,
-    twin_lower,
-    with_selection_lower,
-)
-from dp_pipeline.accounting.zcdp import zcdp_to_delta, zcdp_to_epsilon
+from dp_pipeline.accounting.strategy import Built, Strategy
+from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.errors import DPTypeError, DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = ["PrivacyAccountant", "PrivacyEvent"]
-
-_NEGLIGIBLE_SHIFT = 1e-6  # largest ε given to discrete Gaussians of negligible total ρ
-_CAPPED = "(tighter than"  # in the method of a bound given by a closed-form cap (`capped`)
 
 
 class PrivacyAccountant:
@@ -133,10 +119,7 @@ class PrivacyAccountant:
 
     def __init__(self) -> None:
         self._events: list[PrivacyEvent] = []
-        self._cache: dict = {}
-        # whether a loose MGF inversion is refined by a coarse Gaussian conditioning
-        # (`path_choice`); off for the rest of a conditioning, whose cost it would multiply
-        self._refine = True
+        self._cache: dict = {}  # the `Strategy` of the events and what it built
 
     # ----------------------------------------------------------------- recording
     def add(
@@ -187,12 +170,7 @@ class PrivacyAccountant:
         return total_rho(self._events)
 
     def _rho_or_none(self) -> float | None:
-        if "rho" not in self._cache:  # an exact sum over every coordinate: once per plan
-            try:
-                self._cache["rho"] = float(self.rho())
-            except ValueError:
-                self._cache["rho"] = None
-        return self._cache["rho"]
+        return self._strategy().rho()
 
     def pure_epsilon(self) -> Fraction:
         """Exact total pure ε (basic composition); errors if any event is not pure DP."""
@@ -207,20 +185,19 @@ class PrivacyAccountant:
         """
         epsilon = check_epsilon(epsilon)
         self._require_events()
-        if method == "pure_dp":
+        if method == Method.PURE_DP:
             total = float(self.pure_epsilon())
             if epsilon >= total:
-                return DeltaBound(0.0, 0.0, "pure_dp")
+                return DeltaBound(0.0, 0.0, Method.PURE_DP.value)
         elif method is not None:
             raise DPValueError(f"method must be None or 'pure_dp', got {method!r}")
-        delta_of, _name = self._composition()
-        return delta_of(epsilon)
+        return self._composition().delta_of(epsilon)
 
     def epsilon(self, delta: Real) -> EpsilonBound:
         """Bound on the smallest ε with δ(ε) <= δ (``.upper`` is the guarantee)."""
         delta = check_delta(delta)
         self._require_events()
-        delta_of, name = self._composition()
+        delta_of, name, decides = self._composition()
         rho = self._rho_or_none()
         high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
         split = pure_dp_split(self._events)
@@ -234,16 +211,16 @@ class PrivacyAccountant:
             delta,
             high,
             name,
-            probe=lambda bound: _CAPPED in bound.method,
+            probe=lambda bound: bound.capped,
             spread=None if rho is None else math.sqrt(2 * rho),
-            decide=getattr(delta_of, "accepts_decide", False),
+            decide=decides,
         )
 
     @property
     def method(self) -> str:
         """The method the accountant uses for this composition (the first of `methods`)."""
         self._require_events()
-        return self._composition()[1]
+        return self._composition().name
 
     @property
     def methods(self) -> tuple[str, ...]:
@@ -251,23 +228,13 @@ class PrivacyAccountant:
         each query's bound names the one that gave its upper bound."""
         self._require_events()
         self._composition()
-        if "methods" not in self._cache:
-            self._paths()  # after a conditioning, the paths a loose bracket falls back to
-        if "methods" not in self._cache:
-            middle = self._cache["middle"]()
-            fallback = self._cache["fallback"]()
-            self._cache["methods"] = (
-                ("mgf_inversion",)
-                + ((middle,) if middle else ())
-                + ((fallback,) if fallback else ())
-            )
-        if "conditioned" in self._cache:
-            self._cache["methods"] = (self._cache.pop("conditioned"), *self._cache["methods"])
-        tilted = self._cache.get("tilted")
-        name = tilted() if tilted is not None else None
-        if name is not None and name not in self._cache["methods"]:
-            return (*self._cache["methods"], name)
-        return self._cache["methods"]
+        return self._strategy().methods()
+
+    def explain(self) -> list[tuple[str, str]]:
+        """Why each method tried before the one that answers was skipped: (method,
+        reason) in the order tried, then (the composition's method, "used")."""
+        self._require_events()
+        return self._strategy().explain()
 
     def report(self, epsilon: float | None = None, delta: float | None = None) -> dict:
         """A JSON-safe summary: method, ρ (if finite) and the requested bounds with their gap."""
@@ -299,111 +266,15 @@ class PrivacyAccountant:
         if not self._events:
             raise DPValueError("the accountant is empty: add() at least one mechanism first")
 
-    def _composition(self):
+    def _strategy(self) -> Strategy:
+        if "strategy" not in self._cache:
+            self._cache["strategy"] = Strategy(self._events)
+        return self._cache["strategy"]
+
+    def _composition(self) -> Built:
         if "composition" not in self._cache:
-            self._cache["composition"] = self._build_composition()
+            self._cache["composition"] = self._strategy().composition()
         return self._cache["composition"]
-
-    def _build_composition(self):
-        rho = self._rho_or_none()
-        negligible = self._negligible_gaussians()
-        if negligible is not None:
-            return negligible
-        conditioned = conditioned_composition(self._events, _rest_summary, self._paths)
-        if conditioned is None:
-            delta_of, name = self._paths()
-        else:
-            delta_of, name = conditioned
-            self._cache["conditioned"] = name
-        twin = selection_twin(self._events)
-        if twin is not None:
-            # the selections' lattice pair lies above the worst case, its lower end too: the
-            # lower end comes from ε-BR mechanisms themselves (`selection_lower`)
-            built: list = []  # the twin's lower end, built on first use
-
-            def twin_of():
-                if not built:
-                    built.append(twin_lower(twin))
-                return built[0]
-
-            alone = single_selection_lower(self._events)
-            delta_of = with_selection_lower(delta_of, twin_of, alone)
-
-        if rho is None:
-            return delta_of, name
-        split = pure_dp_split(self._events)
-        pure_total = None if split is None or split[0] == 0 else float(split[0])
-        rest_rho = 0.0 if split is None else float(split[1])
-
-        decides = getattr(delta_of, "accepts_decide", False)
-
-        def capped(eps, decide=None):
-            # ``decide``: a δ the caller only compares with (`epsilon_search`)
-            if decides and decide is not None:
-                bound = delta_of(eps, decide=decide)
-            else:
-                bound = delta_of(eps)
-            zcdp = zcdp_to_delta(rho, eps)
-            if zcdp < bound.upper:
-                bound = DeltaBound(min(bound.lower, zcdp), zcdp, f"zcdp {_CAPPED} {name})")
-            if pure_total is not None and eps > pure_total * (1 + 1e-12):
-                # basic composition of the pure part and the zCDP of the rest (ε rounded
-                # down by the factor, so the pure part's ε is not below its exact value)
-                rest = zcdp_to_delta(rest_rho, eps - pure_total * (1 + 1e-12))
-                if rest < bound.upper:
-                    bound = DeltaBound(
-                        min(bound.lower, rest), rest, f"pure_dp + zcdp {_CAPPED} {name})"
-                    )
-            return bound
-
-        capped.accepts_decide = True  # type: ignore[attr-defined]
-        return capped, name
-
-    def _paths(self):
-        """The direct paths (module docstring, 1-4), uncapped: (δ bound function, name)."""
-        if "paths" in self._cache:
-            return self._cache["paths"]
-        paths = direct_paths(self._events, self._rho_or_none(), _rest_summary, self._refine)
-        self._cache["tilted"] = paths.tilted_name
-        if paths.methods is None:
-            self._cache["fallback"] = paths.fallback_name
-            self._cache["middle"] = paths.middle_name
-        else:
-            self._cache["methods"] = paths.methods
-        delta_of, name = paths.delta_of, paths.name
-        self._cache["paths"] = delta_of, name
-        return delta_of, name
-
-    def _negligible_gaussians(self):
-        """The composition without its discrete Gaussians when their total ρ is so small
-        that they move ε by at most t <= `_NEGLIGIBLE_SHIFT` (their zCDP δ at that ε is below
-        the float range), or None. Without them the inversion would have no decay to
-        work with; with them the bound is, by basic composition and post-processing,
-        δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t)."""
-        gaussians = [e for e in self._events if isinstance(e.mechanism, DiscreteGaussian)]
-        if not gaussians or len(gaussians) == len(self._events):
-            return None
-        rho_gaussians = float(sum(e.count * event_rho(e) for e in gaussians))
-        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
-        shift = 2 * rho_gaussians + 2 * math.sqrt(800 * rho_gaussians)
-        if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho_gaussians, shift) > 5e-324:
-            return None
-        rest = PrivacyAccountant()
-        rest._events = [e for e in self._events if not isinstance(e.mechanism, DiscreteGaussian)]
-        inner_name = rest.method
-        name = f"{inner_name} + negligible discrete gaussians"
-        self._cache["methods"] = (name,)
-
-        def delta_of(eps: float) -> DeltaBound:
-            lower = rest.delta(eps).lower
-            if eps <= shift:
-                return DeltaBound(lower, 1.0, name)
-            # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
-            inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
-            upper = min(1.0, math.nextafter(inner.upper, 2.0))  # + at least 5e-324 >= δ_G(t)
-            return DeltaBound(min(lower, upper), upper, f"{inner.method} + negligible gaussians")
-
-        return delta_of, name
 
     def to_dict(self) -> dict:
         """JSON-safe description of the events (Fractions as "p/q" strings)."""
@@ -434,17 +305,3 @@ class PrivacyAccountant:
             except (KeyError, TypeError) as error:
                 raise DPValueError(f"events[{index}] is malformed: {error}") from error
         return accountant
-
-
-def _rest_summary(events: Sequence[PrivacyEvent]) -> RestSummary | None:
-    """The other events of a conditioning (`conditioning`), or None without a finite ρ."""
-    rest = PrivacyAccountant()
-    rest._events = list(events)
-    rest._refine = False  # evaluated once per lattice point: no conditioning inside it
-    rho = rest._rho_or_none()
-    if rho is None:
-        return None
-    split = pure_dp_split(rest._events)
-    pure = None if split is None else (float(split[0]), math.nextafter(float(split[1]), math.inf))
-    # ρ rounded up: the caps of the rest are then upper bounds for the exact ρ too
-    return RestSummary(rest.delta, math.nextafter(rho, math.inf), pure, lambda: rest.method)

@@ -102,6 +102,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from dp_pipeline.accounting.recursion_slack import STEP_SLACK, TINY, UNIT, WEIGHT_SLACK
 from dp_pipeline.errors import DPValueError, InternalError
 
 __all__ = [
@@ -116,10 +117,6 @@ __all__ = [
 
 MAX_RUNS = 128  # runs of one block at most
 BLOCK_RUNS = 64  # beyond MAX_RUNS runs of one ε: blocks of this many (and one of the rest)
-_UNIT = 2.0**-53
-_STEP_SLACK = 1 + 32 * _UNIT  # each recursion step's result is raised by this factor
-_WEIGHT_SLACK = 1 + 16 * _UNIT  # each weight p_t, 1 - p_t, e^{-h}... raised by this
-_TINY = 2.0**-900  # the recursion's bounds stay at least this (no subnormal arithmetic)
 _SMALL = 2.0**-800  # points whose bound is below this are covered by the top loss's mass
 
 
@@ -157,7 +154,7 @@ def _recursion(epsilon: Fraction, count: int, cells: int, lower: bool):
     base = np.zeros(n + 2 * m)
     neg = offsets < 0
     # (1 - e^x)_+ raised by expm1's ulp and the node's rounding (relative effect <= 2 ulps)
-    base[neg] = -np.expm1(x[neg]) * (1 + (8 + 4 * np.abs(x[neg])) * _UNIT)
+    base[neg] = -np.expm1(x[neg]) * (1 + (8 + 4 * np.abs(x[neg])) * UNIT)
     base = np.minimum(base, 1.0)
     floor = base.copy()  # δ_j(x) = 1 - e^x for x <= -jε: the padding below the lattice
     t = np.arange(m + 1, dtype=np.float64) * h
@@ -165,13 +162,13 @@ def _recursion(epsilon: Fraction, count: int, cells: int, lower: bool):
     p = -np.expm1(-t) / one_minus_e  # P-mass of the loss ε - t
     q = -np.expm1(-(eps - t)) * np.exp(-t) / one_minus_e  # P-mass of the loss -t
     if not lower:
-        p, q = p * _WEIGHT_SLACK, q * _WEIGHT_SLACK
+        p, q = p * WEIGHT_SLACK, q * WEIGHT_SLACK
     p, q = p[:, None], q[:, None]
     u0 = math.exp(-h)
     # the 1/u-below-chord term: (1-u0)²/(4u0²) times u0/(1-u0) from K2's factor
-    width = (1 - u0) / (4 * u0) * _WEIGHT_SLACK**3
-    coef_a = 1 / one_minus_e * _WEIGHT_SLACK
-    coef_b = math.exp(-eps) / one_minus_e * _WEIGHT_SLACK  # 1/(e^ε - 1)
+    width = (1 - u0) / (4 * u0) * WEIGHT_SLACK**3
+    coef_a = 1 / one_minus_e * WEIGHT_SLACK
+    coef_b = math.exp(-eps) / one_minus_e * WEIGHT_SLACK  # 1/(e^ε - 1)
     cur = base
     inner = slice(m, m + n)
     for step_no in range(1, count + 1):
@@ -187,14 +184,14 @@ def _recursion(epsilon: Fraction, count: int, cells: int, lower: bool):
             # window of one array; the differences' float error charged against the values
             drop = cur[:-1] - cur[1:]
             excess = np.maximum(coef_a * drop[: len(drop) - m] - coef_b * drop[m:], 0.0)
-            excess += 8 * _UNIT * (coef_a * cur[: len(drop) - m] + coef_b * cur[m:-1])
+            excess += 8 * UNIT * (coef_a * cur[: len(drop) - m] + coef_b * cur[m:-1])
             excess = np.lib.stride_tricks.sliding_window_view(width * excess, n)[:m]
-            best = (np.maximum(ends[:-1], ends[1:]) * (1 + 4 * _UNIT) + excess).max(axis=0)
-            best *= _STEP_SLACK
+            best = (np.maximum(ends[:-1], ends[1:]) * (1 + 4 * UNIT) + excess).max(axis=0)
+            best *= STEP_SLACK
             # no subnormal values (whose float error is not relative): wherever δ_j may
-            # be positive (x < jε, an integer test) the bound is at least _TINY
+            # be positive (x < jε, an integer test) the bound is at least TINY
             live = (count + step_no) * m
-            best[:live] = np.maximum(best[:live], _TINY)
+            best[:live] = np.maximum(best[:live], TINY)
             best = np.minimum(best, 1.0)
         nxt = floor.copy()  # below -kε every δ_j is the exact 1 - e^x (raised)
         nxt[inner] = best
@@ -251,13 +248,13 @@ def dominating_masses(upper: np.ndarray, offset: Fraction, step: Fraction) -> np
     q = np.maximum(np.diff(slopes), 0.0)  # Q-mass at each lattice loss
     mu = q * alpha
     # D_μ(x_i) = Σ_{j>i} μ_j (1 - e^{-(j-i)h}), bounded below (non-negative terms)
-    kernel = -np.expm1(-h * np.arange(n, dtype=np.float64)) * (1 - 8 * _UNIT)
+    kernel = -np.expm1(-h * np.arange(n, dtype=np.float64)) * (1 - 8 * UNIT)
     # a direct convolution (no FFT): sums of non-negative terms, n ulps at most
-    profile = np.convolve(mu[::-1], kernel)[:n][::-1] * (1 - (2 * n + 8) * _UNIT)
-    total = math.fsum(mu.tolist()) * (1 - 4 * _UNIT)
+    profile = np.convolve(mu[::-1], kernel)[:n][::-1] * (1 - (2 * n + 8) * UNIT)
+    total = math.fsum(mu.tolist()) * (1 - 4 * UNIT)
     large = upper >= _SMALL
     ratio = float(np.max(upper[large] / profile[large])) if np.any(large) else 1.0
-    scale = max(1.0, ratio, 1 / total) * (1 + 4 * _UNIT)
+    scale = max(1.0, ratio, 1 / total) * (1 + 4 * UNIT)
     mu = mu * scale
     # points with a tiny bound: P-mass η at the top loss adds η(1 - e^{x_i - kε}) there
     small = ~large & (upper > 0)
@@ -265,7 +262,7 @@ def dominating_masses(upper: np.ndarray, offset: Fraction, step: Fraction) -> np
         if upper[-1] > 0:  # δ_k(kε) = 0 exactly; the recursion keeps it 0
             raise InternalError("the bound at the top loss must be 0")
         gaps = kernel[::-1][small]  # 1 - e^{-(n-1-i)h}, bounded below
-        mu[-1] += float(np.max(upper[small] / gaps)) * (1 + 4 * _UNIT)
+        mu[-1] += float(np.max(upper[small] / gaps)) * (1 + 4 * UNIT)
     mu.flags.writeable = False
     return mu
 

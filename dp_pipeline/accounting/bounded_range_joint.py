@@ -54,14 +54,8 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting.bounded_range_adaptive import (
-    _STEP_SLACK,
-    _TINY,
-    _UNIT,
-    _WEIGHT_SLACK,
-    MAX_RUNS,
-    dominating_masses,
-)
+from dp_pipeline.accounting.bounded_range_adaptive import MAX_RUNS, dominating_masses
+from dp_pipeline.accounting.recursion_slack import STEP_SLACK, TINY, UNIT, WEIGHT_SLACK
 from dp_pipeline.errors import DPValueError
 
 __all__ = ["joint_cells", "joint_lattice", "joint_pair", "joint_recursion"]
@@ -172,15 +166,15 @@ def _step(
     q = -np.expm1(-(eps - t)) * np.exp(-t) / one_minus_e
     if not lower:
         # the weights raised by their error and by the 4 ulps of the sum's rounding
-        p, q = p * (_WEIGHT_SLACK * (1 + 4 * _UNIT)), q * (_WEIGHT_SLACK * (1 + 4 * _UNIT))
+        p, q = p * (WEIGHT_SLACK * (1 + 4 * UNIT)), q * (WEIGHT_SLACK * (1 + 4 * UNIT))
         u0 = math.exp(-h)
-        width = (1 - u0) / (4 * u0) * _WEIGHT_SLACK**3
-        coef_a = 1 / one_minus_e * _WEIGHT_SLACK
-        coef_b = math.exp(-eps) / one_minus_e * _WEIGHT_SLACK
+        width = (1 - u0) / (4 * u0) * WEIGHT_SLACK**3
+        coef_a = 1 / one_minus_e * WEIGHT_SLACK
+        coef_b = math.exp(-eps) / one_minus_e * WEIGHT_SLACK
         drop = local[:, :-1] - local[:, 1:]
         span = drop.shape[1] - m
         excess = np.maximum(coef_a * drop[:, :span] - coef_b * drop[:, m:], 0.0)
-        excess += 8 * _UNIT * (coef_a * local[:, :span] + coef_b * local[:, m:-1])
+        excess += 8 * UNIT * (coef_a * local[:, :span] + coef_b * local[:, m:-1])
         excess *= width
     rows = local.shape[0]
     best = np.zeros((rows, size))
@@ -201,9 +195,9 @@ def _step(
         ends, previous = previous, ends
     if lower:
         return best
-    best *= _STEP_SLACK
+    best *= STEP_SLACK
     positive = np.arange(low, high)[None, :] < np.asarray(live)[:, None]
-    best = np.where(positive, np.maximum(best, _TINY), best)
+    best = np.where(positive, np.maximum(best, TINY), best)
     return np.minimum(best, 1.0)
 
 
@@ -231,7 +225,7 @@ def joint_recursion(
     x = offsets.astype(np.float64) * h
     base = np.zeros(total + 2 * pad)
     neg = offsets < 0
-    base[neg] = -np.expm1(x[neg]) * (1 + (8 + 4 * np.abs(x[neg])) * _UNIT)
+    base[neg] = -np.expm1(x[neg]) * (1 + (8 + 4 * np.abs(x[neg])) * UNIT)
     base = np.minimum(base, 1.0)
     floor = base
     states = [(0,) * len(counts)]

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, DeltaPath, Method
 from dp_pipeline.accounting.inversion import (
     SupportGroup,
 )
@@ -84,12 +84,14 @@ def inversion_delta(candidates):
             best_upper = min(best_upper, max(b[1] for b in bounds))
             if best_upper - best_lower <= TIGHT_ENOUGH * best_upper:
                 break
-        return DeltaBound(min(best_lower, best_upper), best_upper, "mgf_inversion")
+        return DeltaBound.clipped(best_lower, best_upper, Method.MGF_INVERSION)
 
     return delta_of
 
 
-def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None, slope=None):
+def intersect_brackets(
+    primary, fallback, middle=None, refine=None, tilted=None, slope=None
+) -> DeltaPath:
     """Both are rigorous brackets of the same δ: keep the larger lower, the smaller upper.
 
     The fallback (an FFT path) is evaluated only when the MGF inversion is not tight and,
@@ -114,7 +116,7 @@ def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None,
         if decide is not None and (first.lower > decide or first.upper <= decide):
             return first  # the caller only compares with ``decide``: no path changes that
         if refine is not None and first.upper < REFINE_BELOW:
-            first = _intersection(first, refine(epsilon))
+            first = first.intersect(refine(epsilon))
             gap = first.upper - first.lower
             if first.upper > 0 and gap <= TIGHT * first.upper:
                 return first
@@ -124,7 +126,7 @@ def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None,
             # used only where it closes or decides the bracket (in place of the FFT paths):
             # elsewhere the bracket stays the inversion's, so that a search over ε takes
             # the same steps as without it
-            closed = _intersection(first, middle(epsilon))
+            closed = first.intersect(middle(epsilon))
             if decide is not None and closed.lower > decide:
                 # δ > decide for certain, and the inversion's upper end says so too: its
                 # bracket keeps the search's steps (and its lower end's start) as they were
@@ -138,11 +140,10 @@ def intersect_brackets(primary, fallback, middle=None, refine=None, tilted=None,
         exact_only = gap <= TIGHT_ENOUGH * first.upper or first.upper < ABSOLUTE_FLOOR
         second = fallback(epsilon, exact_only=exact_only)
         if second is not None:
-            first = _intersection(first, second)
+            first = first.intersect(second)
         return first if tilted is None else refine_below(first, epsilon, tilted, decide, slope)
 
-    delta_of.accepts_decide = True  # see `epsilon_search.epsilon_from_delta_function`
-    return delta_of, "mgf_inversion"
+    return delta_of
 
 
 def refine_below(
@@ -172,26 +173,17 @@ def refine_below(
             scale = c * epsilon if c is not None else -math.log(decide)
             if math.log(bound.upper / bound.lower) <= EPSILON_LOOSE * scale:
                 return bound
-    return _intersection(bound, tilted(epsilon))
+    return bound.intersect(tilted(epsilon))
 
 
 def fft_refined(
     delta_of: Callable[[float], DeltaBound],
     tilted: Callable[[float], DeltaBound],
     slope: Callable[[float], float | None] | None = None,
-) -> Callable[..., DeltaBound]:
+) -> DeltaPath:
     """An FFT path's δ bound function with `refine_below` applied (accepts ``decide``)."""
 
     def refined(epsilon: float, decide: float | None = None) -> DeltaBound:
         return refine_below(delta_of(epsilon), epsilon, tilted, decide, slope)
 
-    refined.accepts_decide = True  # type: ignore[attr-defined]
     return refined
-
-
-def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
-    """The larger lower and the smaller upper, named by the method of the upper end (the
-    first on a tie)."""
-    best = first if first.upper <= second.upper else second
-    lower = max(first.lower, second.lower)
-    return DeltaBound(min(lower, best.upper), best.upper, best.method)

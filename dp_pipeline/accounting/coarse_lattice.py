@@ -39,9 +39,9 @@ from dp_pipeline.accounting.lattice import (
     MAX_FFT_SIZE,
     LatticeComponent,
     LatticeLoss,
-    fraction_gcd,
     lattice_loss,
 )
+from dp_pipeline.accounting.lattice_grid import choose_grid, floor_ratio, floor_times
 
 __all__ = ["CoarsenedLatticeLoss", "coarsened_lattice_loss"]
 
@@ -83,36 +83,6 @@ def _variance_of(component: LatticeComponent) -> float:
     return float(probabilities @ (values - mean) ** 2)
 
 
-def _floor_product(values: np.ndarray, p: int, q: int) -> np.ndarray:
-    """floor(v·p/q) for integers v, exactly: int64 arithmetic when no product can overflow;
-    else a float estimate, recomputed in integers wherever v·p/q lies within 16 ulps of an
-    integer (elsewhere the float product, within 2 ulps, has the same floor)."""
-    values = values.astype(np.int64)
-    reach = int(np.max(np.abs(values))) if len(values) else 0
-    if reach * max(p, q) < 2**62:
-        return (values * p) // q
-    ratio = p / q  # correctly rounded
-    if reach >= 2**52 or reach * abs(ratio) >= 2.0**50:
-        return np.asarray((values.astype(object) * p) // q, dtype=object)
-    product = values * ratio
-    estimate = np.floor(product)
-    near = np.abs(product - np.round(product)) <= 16 * _UNIT_ROUNDOFF * np.abs(product) + 1e-300
-    result = estimate.astype(np.int64)
-    for index in np.flatnonzero(near):
-        result[index] = (int(values[index]) * p) // q
-    return result
-
-
-def _floor_ratio(numerators: np.ndarray, ratio: Fraction) -> np.ndarray:
-    """floor(j / ratio) for integers j, exactly."""
-    return _floor_product(numerators, ratio.denominator, ratio.numerator)
-
-
-def _floor_times(indices: np.ndarray, ratio: Fraction) -> np.ndarray:
-    """floor(j · ratio) for integers j, exactly."""
-    return _floor_product(indices, ratio.numerator, ratio.denominator)
-
-
 def _bin_edges(low_k: int, high_k: int, ratio: Fraction, up: bool) -> tuple[np.ndarray, int]:
     """Edges B_j so that bin j holds the integers k with B_j < k <= B_{j+1}.
 
@@ -123,12 +93,12 @@ def _bin_edges(low_k: int, high_k: int, ratio: Fraction, up: bool) -> tuple[np.n
         first = -((-low_k * ratio.denominator) // ratio.numerator)  # ceil(low_k / ratio)
         last = -((-high_k * ratio.denominator) // ratio.numerator)
         # bin j: (j-1)·ratio < k <= j·ratio  ->  B_j = floor((j-1)·ratio)
-        edges = _floor_times(np.arange(first - 1, last + 1, dtype=np.int64), ratio)
+        edges = floor_times(np.arange(first - 1, last + 1, dtype=np.int64), ratio)
     else:
         first = (low_k * ratio.denominator) // ratio.numerator  # floor(low_k / ratio)
         last = (high_k * ratio.denominator) // ratio.numerator
         # bin j: j·ratio <= k < (j+1)·ratio  ->  B_j = ceil(j·ratio) - 1
-        edges = -_floor_times(-np.arange(first, last + 2, dtype=np.int64), ratio) - 1
+        edges = -floor_times(-np.arange(first, last + 2, dtype=np.int64), ratio) - 1
     return np.asarray(edges, dtype=np.float64), int(first)
 
 
@@ -201,7 +171,7 @@ def _round_component(
     else:
         probabilities = np.asarray(component.probabilities, dtype=np.float64)
         k = np.arange(len(probabilities), dtype=np.int64)
-        bins = -_floor_ratio(-k, ratio) if up else _floor_ratio(k, ratio)  # ceil / floor(k/ratio)
+        bins = -floor_ratio(-k, ratio) if up else floor_ratio(k, ratio)  # ceil / floor(k/ratio)
         bins_array = np.asarray(bins, dtype=np.int64)
         first = int(bins_array.min())
         masses = np.bincount(bins_array - first, weights=probabilities)
@@ -215,20 +185,6 @@ def _round_component(
         probabilities=tuple(masses[start:stop].tolist()),
     )
     return rounded, component.count * error
-
-
-def _choose_grid(components: Sequence[LatticeComponent], finest: float) -> Fraction:
-    """The grid: the finest divisor, >= ``finest``, of the common step of the components
-    (coarsest steps first) that can stay exact; a power of 1/2 if none can."""
-    common: Fraction | None = None
-    for component in sorted(components, key=lambda c: c.step, reverse=True):
-        candidate = component.step if common is None else fraction_gcd([common, component.step])
-        if float(candidate) >= finest:
-            common = candidate
-    if common is None:
-        grid = Fraction(1, 2 ** max(0, math.floor(math.log2(1 / finest))))
-        return grid if float(grid) >= finest else grid * 2
-    return common / max(1, math.floor(float(common) / finest))
 
 
 def coarsened_lattice_loss(
@@ -251,7 +207,7 @@ def coarsened_lattice_loss(
     # _MAX_TARGET_SIZE leave the composition to the grid PLD (its O(h²) split is better
     # when hundreds of components are off the lattice).
     while True:
-        grid = _choose_grid(components, 2 * half_width / target_size)
+        grid = choose_grid(components, 2 * half_width / target_size)
         shift = sum(c.count for c in components if (c.step / grid).denominator != 1) * grid
         if float(shift) <= _MAX_ROUNDING_SHIFT:
             break

@@ -29,8 +29,8 @@ upper bound sums their upper ends (each the maximum over the rest's directions, 
 sum bounds every direction's). The lower bound sums their lower ends when the rest is
 symmetric (discrete Gaussians, discrete Laplaces, randomized response for pure ε: one
 direction); otherwise it keeps only the largest middle term, which the direction that
-reaches it satisfies alone (the other terms are >= 0). `direct_paths` uses this form
-(m <= 4) as a cheap bracket beside a loose MGF inversion: at tiny δ the inversion's
+reaches it satisfies alone (the other terms are >= 0). The strategy uses this form
+(m <= 4) as a cheap bracket beside a loose MGF inversion (`strategy`): at tiny δ the inversion's
 comb bound over such a coarse lattice is wide, and conditioning is not.
 
 Rounding: ε - ℓ_y is exact (rationals), rounded down for the upper bound of g and up for
@@ -46,17 +46,16 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import round_up
-from dp_pipeline.accounting.bounded_range import bounded_range_epsilon_of
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import TIGHT
 from dp_pipeline.accounting.discrete_gaussian import (
     discrete_gaussian_pmf_bounds,
     discrete_gaussian_tail_bounds,
 )
-from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
+from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.outward import round_down
 from dp_pipeline.accounting.zcdp import zcdp_to_delta
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
 __all__ = [
     "LatticeConditioning",
@@ -79,13 +78,20 @@ class RestSummary:
 
     ``rho``: their total zCDP ρ; ``pure``: (Σ pure ε, ρ of the others) or None;
     ``method_of()``: the method of their composition (building it: asked only once the
-    conditioning applies).
+    conditioning applies); ``conditions_of()``: whether that composition is itself a
+    lattice conditioning (building it too; False when not given).
     """
 
     delta: Callable[[float], DeltaBound]
     rho: float
     pure: tuple[float, float] | None
     method_of: Callable[[], str]
+    conditions_of: Callable[[], bool] | None = None
+
+    def conditions(self) -> bool:
+        """Whether the rest's composition is a lattice conditioning in turn (each of its
+        lattice points then costs one evaluation of its own rest)."""
+        return self.conditions_of is not None and self.conditions_of()
 
     @property
     def method(self) -> str:
@@ -126,10 +132,7 @@ def conditioned_composition(events, summarize, paths):
         first = conditioning.delta_bound(epsilon)
         if first.upper <= 5e-324 or first.upper - first.lower <= TIGHT * first.upper:
             return first
-        second = paths()[0](epsilon)
-        best = first if first.upper <= second.upper else second
-        lower = max(first.lower, second.lower)
-        return DeltaBound(min(lower, best.upper), best.upper, best.method)
+        return first.intersect(paths()[0](epsilon))
 
     return delta_of, conditioning.method
 
@@ -148,7 +151,7 @@ def conditioning_coordinate(
     best = None
     for index, event in enumerate(events):
         mechanism = event.mechanism
-        if not isinstance(mechanism, DiscreteGaussian) or mechanism.sigma2 > _MAX_SIGMA2:
+        if family_of(mechanism) is not Family.DISCRETE_GAUSSIAN or mechanism.sigma2 > _MAX_SIGMA2:
             continue
         # a float pre-filter (σ² as a float is within 1e-15 relative): most steps are small
         reach = FAR_BELOW / middle * float(mechanism.sigma2) * (1 - 1e-9)
@@ -180,12 +183,10 @@ def _symmetric(mechanism) -> bool:
     """Whether a mechanism's privacy loss has the same law in both directions: discrete
     Gaussians and Laplaces (reflect the output about μ/2) and pure ε-DP events, which
     every path counts as randomized response (not selections, not pmf pairs)."""
-    if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
-        return True
-    return (
-        not hasattr(mechanism, "privacy_loss_pmfs")
-        and bounded_range_epsilon_of(mechanism) is None
-        and pure_epsilon_of(mechanism) is not None
+    return family_of(mechanism) in (
+        Family.DISCRETE_GAUSSIAN,
+        Family.DISCRETE_LAPLACE,
+        Family.PURE_DP,
     )
 
 
@@ -200,7 +201,7 @@ class LatticeConditioning:
 
     @property
     def method(self) -> str:
-        return f"lattice_conditioning + {self.rest.method}"
+        return f"{Method.LATTICE_CONDITIONING} + {self.rest.method}"
 
     def _loss(self, y: int) -> Fraction:
         return Fraction(self.shift * self.shift + 2 * self.shift * y, 2) / self.sigma2
@@ -227,7 +228,7 @@ class LatticeConditioning:
         while (t := eps - self._loss(middle)) < high:
             between.append((t, *discrete_gaussian_pmf_bounds(sigma2, middle)))
             middle -= 1
-        method = self.method
+        method, capped = self.method, False
         # each term's bracket: closed forms first (g <= cap(t) for t >= 0, g >= 1 - e^t
         # below), the rest evaluated where that leaves a term wide (widest first, until the
         # closed-form terms' width is within `_REFINED` of the lower bound; all of them
@@ -240,9 +241,9 @@ class LatticeConditioning:
             if len(terms) > 1 and remaining <= _REFINED * known:
                 break
             t, p_lower, p_upper = between[index]
-            g_lower, g_upper, rest_method = self._g_bounds(t)
+            g_lower, g_upper, rest = self._g_bounds(t)
             terms[index] = (p_lower * g_lower * (1 - 4 * _U), p_upper * g_upper * (1 + 4 * _U))
-            method = f"lattice_conditioning + {rest_method}"
+            method, capped = f"{Method.LATTICE_CONDITIONING} + {rest.method}", rest.capped
         if len(terms) == 1:
             upper += terms[0][1]
         elif terms:
@@ -259,7 +260,7 @@ class LatticeConditioning:
         ulps = 2 * len(terms) + 4
         upper = min(1.0, round_up(upper, ulps))
         lower = round_down(lower * (1 - 4 * _U), ulps)
-        return DeltaBound(min(lower, upper), upper, method)
+        return DeltaBound.clipped(lower, upper, method, capped)
 
     def _closed_form_term(self, t: Fraction, p_lower: float, p_upper: float):
         """(lower, upper) on P[Y=y]·g(t) from closed forms alone: 0 <= g(t) <= cap(t) for
@@ -268,19 +269,20 @@ class LatticeConditioning:
             return 0.0, p_upper * min(1.0, self.rest.cap(_float_down(t))) * (1 + 4 * _U)
         return p_lower * -math.expm1(_float_up(t)) * (1 - 8 * _U), p_upper
 
-    def _g_bounds(self, t: Fraction) -> tuple[float, float, str]:
-        """(lower, upper) on g(t) for the exact rational t, and the rest's method."""
+    def _g_bounds(self, t: Fraction) -> tuple[float, float, DeltaBound]:
+        """(lower, upper) on g(t) for the exact rational t, and the rest's bound that gave
+        the upper end (its method names the conditioning's)."""
         t_down, t_up = _float_down(t), _float_up(t)
         if t >= 0:
             # g non-increasing: the upper bound at t rounded down, the lower at t rounded up
             at_down, at_up = self.rest.delta(t_down), self.rest.delta(t_up)
-            return at_up.lower, at_down.upper, at_down.method
+            return at_up.lower, at_down.upper, at_down
         # g(t) = (1 - e^t) + e^t·δ_R'(-t), bounded at each rounded t
         at_down = self.rest.delta(-t_down)
         at_up = self.rest.delta(max(0.0, -t_up))
         upper = (-math.expm1(t_down) + math.exp(t_down) * at_down.upper) * (1 + 8 * _U)
         lower = (-math.expm1(t_up) + math.exp(t_up) * at_up.lower) * (1 - 8 * _U)
-        return max(0.0, lower), min(1.0, upper), at_down.method
+        return max(0.0, lower), min(1.0, upper), at_down
 
 
 def _float_down(value: Fraction) -> float:

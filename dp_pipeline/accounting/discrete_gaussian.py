@@ -25,7 +25,7 @@ from dp_pipeline.accounting._checks import (
     check_integer_sensitivity,
     round_up,
 )
-from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound, Method
 from dp_pipeline.accounting.inversion import (
     SMOOTH_SIGMA2,
     TINY,
@@ -250,7 +250,7 @@ def discrete_gaussian_delta(
     ``"theorem7"``. ``sigma2``: a `DiscreteGaussian` or its σ² (see `exact_sigma2`).
     """
     lower, upper = discrete_gaussian_delta_bounds(sigma2, epsilon, sensitivity)
-    return DeltaBound(lower, upper, "theorem7")
+    return DeltaBound(lower, upper, Method.THEOREM7.value)
 
 
 def discrete_gaussian_epsilon(
@@ -265,14 +265,14 @@ def discrete_gaussian_epsilon(
     delta = check_delta(delta)
     shift = check_integer_sensitivity(sensitivity)
     if discrete_gaussian_delta_bounds(sigma2, 0.0, shift)[1] <= delta:
-        return EpsilonBound(0.0, 0.0, "theorem7")
+        return EpsilonBound(0.0, 0.0, Method.THEOREM7.value)
     # The exact δ is at most the zCDP conversion's, so this ε is feasible.
     high = zcdp_to_epsilon(float(Fraction(shift * shift) / (2 * sigma2)), delta)
     while discrete_gaussian_delta_bounds(sigma2, high, shift)[1] > delta:
         high *= 2
     return bracket_epsilon(
         lambda eps: discrete_gaussian_delta_bounds(sigma2, eps, shift), delta, high, rtol
-    ).with_method("theorem7")
+    ).with_method(Method.THEOREM7.value)
 
 
 def bracket_epsilon(

@@ -56,11 +56,8 @@ from functools import cached_property
 import numpy as np
 from scipy.linalg import solve_banded
 
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.events import PrivacyEvent
-from dp_pipeline.accounting.support_composition import (
-    METHOD as SUPPORT_METHOD,
-)
 from dp_pipeline.accounting.support_composition import (
     SupportLoss,
     gaussian_masses,
@@ -70,7 +67,7 @@ from dp_pipeline.mechanisms import DiscreteGaussian
 
 __all__ = ["METHOD", "GaussianSplit", "gaussian_split"]
 
-METHOD = f"{SUPPORT_METHOD} + gaussian_tails"
+METHOD = Method.GAUSSIAN_SPLIT.value
 _U = 2.0**-53
 _TINY = 2.0**-1074
 _EXACT_GAP = 1e-4  # gaps (in units of b) below this are recomputed in exact rationals

@@ -45,7 +45,7 @@ from functools import cached_property
 import numpy as np
 
 from dp_pipeline.accounting._checks import round_up
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import TIGHT
 from dp_pipeline.accounting.conditioning import RestSummary
 from dp_pipeline.accounting.discrete_laplace import (
@@ -57,7 +57,7 @@ from dp_pipeline.mechanisms import DiscreteLaplace
 
 __all__ = ["METHOD", "LaplaceConditioning", "laplace_bracket", "laplace_conditionings"]
 
-METHOD = "laplace_conditioning"
+METHOD = Method.LAPLACE_CONDITIONING.value
 _U = 2.0**-53
 _MAX_SHIFT = 1 << 20  # the masses of larger shifts are not summed at every evaluation
 _MAX_COORDINATES = 4  # the coordinates with the largest pure ε are tried

@@ -106,11 +106,7 @@ def multivariate_delta(
             second = coarse.delta_bound(epsilon, _COARSENED)
             if first is None:
                 return second
-            # both brackets are rigorous: keep the larger lower and the smaller upper
-            best = first if first.upper <= second.upper else second
-            return DeltaBound(
-                min(max(first.lower, second.lower), best.upper), best.upper, best.method
-            )
+            return first.intersect(second)  # both brackets are rigorous
         if first is not None:
             return first
         pld = pld_from_lattice_components(components)

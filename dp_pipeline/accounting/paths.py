@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from fractions import Fraction
 
 import numpy as np
@@ -21,10 +22,9 @@ from dp_pipeline.accounting.bounded_range import (
     block_pld,
     block_span,
     block_support,
-    bounded_range_epsilon_of,
     support_points,
 )
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.brackets import (
     pmf_group,
     same_group,
@@ -36,6 +36,7 @@ from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_loss_pmf,
 )
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.gaussian_split import METHOD as SPLIT_METHOD
 from dp_pipeline.accounting.gaussian_split import gaussian_split
 from dp_pipeline.accounting.inversion import (
@@ -51,17 +52,19 @@ from dp_pipeline.accounting.rounded_support import RoundedComposition, rounded_g
 from dp_pipeline.accounting.support_composition import METHOD as SUPPORT_METHOD
 from dp_pipeline.accounting.support_composition import support_loss
 from dp_pipeline.accounting.tilted_lattice import TiltedLattice
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
 __all__ = [
     "fft_composition",
     "inversion_of",
     "inversion_split",
     "lattice_components",
+    "no_path_bound",
     "pld_of",
     "single_coordinate",
     "support_threshold",
     "tilted_lattice",
+    "tilted_refinement",
 ]
 
 _LATTICE_TOLERANCE = 1e-14
@@ -103,26 +106,25 @@ def fft_composition(events, exact_only: bool = False, skip_exact: bool = False):
             max_size=max(16, min(_MAX_EXACT_FFT, _MAX_LATTICE_WORK // max(1, len(components)))),
         )
     if loss is not None:
-        return (lambda eps: loss.delta_bound(eps, "multivariate_fft")), "multivariate_fft"
+        name = Method.LATTICE_FFT.value
+        return (lambda eps: loss.delta_bound(eps, name)), name
     if exact_only:
         return None
     # a selection's 257-point lattice makes the coarsened lattice slower and looser than
     # the grid PLD: with selections, the grid PLD follows the exact lattice FFT
-    if components is not None and not any(
-        bounded_range_epsilon_of(e.mechanism) is not None for e in events
-    ):
+    if components is not None and not _has_selections(events):
         coarse = coarsened_lattice_loss(components, _LATTICE_TOLERANCE)
         if coarse is not None:
-            name = "multivariate_fft_coarsened"
+            name = Method.COARSE_LATTICE.value
             return (lambda eps: coarse.delta_bound(eps, name)), name
     pld = pld_of(events)
-    return None if pld is None else (pld.delta, "pld_fft")
+    return None if pld is None else (pld.delta, Method.PLD.value)
 
 
 def tilted_lattice(events) -> TiltedLattice | None:
     """The tilted lattice FFT of the events (`tilted_lattice`): discrete Gaussians, discrete
     Laplaces and pure-DP events only (None with selections or other pmf mechanisms)."""
-    if any(bounded_range_epsilon_of(e.mechanism) is not None for e in events):
+    if _has_selections(events):
         return None
     components = lattice_components(events)
     if components is None or any(
@@ -144,21 +146,22 @@ def single_coordinate(events):
         # the shift Δ, the same worst-case rule as every composition (module docstring).
         return None
     mechanism, shift = event.mechanism, event.sensitivity[0]
-    if isinstance(mechanism, DiscreteGaussian):
+    family = family_of(mechanism)
+    if family is Family.DISCRETE_GAUSSIAN:
 
         def delta_of(eps):
             # rigorous bracket of Theorem 7 (error budget in discrete_gaussian)
             lower, upper = discrete_gaussian_delta_bounds(mechanism.sigma2, eps, shift)
-            return DeltaBound(lower, upper, "theorem7")
+            return DeltaBound(lower, upper, Method.THEOREM7.value)
 
-        return delta_of, "theorem7"
-    if isinstance(mechanism, DiscreteLaplace):
+        return delta_of, Method.THEOREM7.value
+    if family is Family.DISCRETE_LAPLACE:
 
         def delta_of(eps):
             lower, upper = discrete_laplace_delta_bounds(mechanism.scale, eps, shift)
-            return DeltaBound(lower, upper, "discrete_laplace_exact")
+            return DeltaBound(lower, upper, Method.DISCRETE_LAPLACE_EXACT.value)
 
-        return delta_of, "discrete_laplace_exact"
+        return delta_of, Method.DISCRETE_LAPLACE_EXACT.value
     return None
 
 
@@ -188,7 +191,7 @@ def support_threshold(events) -> Fraction | None:
     sizes: dict = {}
     for event in events:
         mechanism = event.mechanism
-        if isinstance(mechanism, DiscreteGaussian) and mechanism.sigma2 >= SMOOTH_SIGMA2:
+        if family_of(mechanism) is Family.DISCRETE_GAUSSIAN and mechanism.sigma2 >= SMOOTH_SIGMA2:
             size = (78 * math.sqrt(float(mechanism.sigma2)) + 5) * len(set(event.sensitivity) - {0})
             sizes[mechanism.sigma2] = sizes.get(mechanism.sigma2, 0) + size
     total, threshold = 0.0, None
@@ -214,8 +217,9 @@ def inversion_split(events, support_below, shared: dict | None = None):
     blocks_added = False
     for event in events:
         mechanism = event.mechanism
+        family = family_of(mechanism)
         shifts = Counter(s for s in event.sensitivity if s)
-        if isinstance(mechanism, DiscreteGaussian):
+        if family is Family.DISCRETE_GAUSSIAN:
             for shift, multiplicity in shifts.items():
                 count = multiplicity * event.count
                 sigma2 = mechanism.sigma2
@@ -227,7 +231,7 @@ def inversion_split(events, support_below, shared: dict | None = None):
                     forward.append(group)
                     backward.append(group)
             continue
-        if isinstance(mechanism, DiscreteLaplace):
+        if family is Family.DISCRETE_LAPLACE:
             for shift, multiplicity in shifts.items():
                 key = ("laplace", mechanism.scale, shift, multiplicity * event.count)
                 if key not in shared:
@@ -245,7 +249,7 @@ def inversion_split(events, support_below, shared: dict | None = None):
                 forward.append(group)
                 backward.append(group)
             continue
-        if bounded_range_epsilon_of(mechanism) is not None:
+        if family is Family.SELECTION:
             if not blocks_added:  # every selection enters once, in its ε's blocks
                 blocks_added = True
                 points = support_points(events)
@@ -258,7 +262,7 @@ def inversion_split(events, support_below, shared: dict | None = None):
                     forward.append(shared[key])
                     backward.append(shared[key])
             continue
-        if hasattr(mechanism, "privacy_loss_pmfs"):
+        if family is Family.PMF_PAIR:
             key = ("pmf", id(mechanism), event.count)
             if key not in shared:
                 p, q = (np.asarray(x, dtype=np.float64) for x in mechanism.privacy_loss_pmfs())
@@ -325,17 +329,18 @@ def lattice_components(events) -> list[LatticeComponent] | None:
     counts: Counter = Counter()
     for event in events:
         mechanism = event.mechanism
-        if isinstance(mechanism, DiscreteGaussian):
+        family = family_of(mechanism)
+        if family is Family.DISCRETE_GAUSSIAN:
             for shift in event.sensitivity:
                 if shift:
                     counts[("dg", mechanism.sigma2, shift)] += event.count
-        elif isinstance(mechanism, DiscreteLaplace):
+        elif family is Family.DISCRETE_LAPLACE:
             for shift in event.sensitivity:
                 if shift:
                     counts[("dl", mechanism.scale, shift)] += event.count
-        elif bounded_range_epsilon_of(mechanism) is not None:
+        elif family is Family.SELECTION:
             counts[("br", None, 0)] = 1  # every selection at once, in blocks (below)
-        elif hasattr(mechanism, "privacy_loss_pmfs"):
+        elif family is Family.PMF_PAIR:
             return None
         else:
             pure = pure_epsilon_of(mechanism)
@@ -386,15 +391,16 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
     variance = 0.0
     for event in events:
         mechanism = event.mechanism
-        if isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
+        family = family_of(mechanism)
+        if family in (Family.DISCRETE_GAUSSIAN, Family.DISCRETE_LAPLACE):
             for shift, multiplicity in Counter(s for s in event.sensitivity if s).items():
                 parts_spec.append((mechanism, shift, multiplicity * event.count))
-                if isinstance(mechanism, DiscreteGaussian):
+                if family is Family.DISCRETE_GAUSSIAN:
                     variance += multiplicity * event.count * shift * shift / float(mechanism.sigma2)
                 else:
                     variance += multiplicity * event.count * (shift / float(mechanism.scale)) ** 2
         else:
-            if bounded_range_epsilon_of(mechanism) is None:  # selections: blocks, below
+            if family is not Family.SELECTION:  # selections: blocks, below
                 parts_spec.append((mechanism, 1, event.count))
             pure = pure_epsilon_of(mechanism)
             variance += event.count * (float(pure) ** 2 if pure is not None else 1.0)
@@ -426,14 +432,52 @@ def pld_of(events, max_points: int = _MAX_PLD_POINTS) -> PrivacyLossDistribution
 def _pld_points(mechanism, shift: int, count: int, step: float) -> float:
     """An upper estimate of the points a grid PLD part needs: its terms, its loss range on
     the grid (times ``count``, its self-composition)."""
-    if isinstance(mechanism, DiscreteGaussian):
+    family = family_of(mechanism)
+    if family is Family.DISCRETE_GAUSSIAN:
         sigma2 = float(mechanism.sigma2)
         terms = 2 * math.sqrt(100 * sigma2) + 5
         return max(terms, count * 2 * math.sqrt(100 * sigma2) * shift / sigma2 / step)
-    if isinstance(mechanism, DiscreteLaplace):
+    if family is Family.DISCRETE_LAPLACE:
         return max(shift + 1.0, count * 2 * shift / float(mechanism.scale) / step)
     pure = pure_epsilon_of(mechanism)
     return count * 2 * float(pure) / step + 2 if pure is not None else 0.0
 
 
-# ----------------------------------------------------------------- persistence
+def _has_selections(events) -> bool:
+    return any(family_of(e.mechanism) is Family.SELECTION for e in events)
+
+
+def tilted_refinement(events):
+    """(tilted(ε), slope(ε), tilted_name()) of the tilted lattice, built on first use."""
+    tilts: list = []  # the tilted lattice (or None), built on first use
+
+    def tilted(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        if tilts[0] is None:
+            return DeltaBound(0.0, 1.0, Method.TILTED_LATTICE.value)
+        return tilts[0].delta_bound(eps)
+
+    def slope(eps):
+        if not tilts:
+            tilts.append(tilted_lattice(events))
+        return None if tilts[0] is None else tilts[0].saddle(eps)
+
+    def tilted_name():
+        used = tilts and tilts[0] is not None and tilts[0].used
+        return Method.TILTED_LATTICE.value if used else None
+
+    return tilted, slope, tilted_name
+
+
+def no_path_bound(rho: float | None) -> tuple[Callable[[float], DeltaBound], str]:
+    """The bound when no composition path fits in memory: the zCDP conversion (CKS
+    Cor. 13, an upper bound whenever ρ is finite, else the trivial δ <= 1) with the
+    trivial lower bound 0, labelled as such: (δ bound function, name)."""
+
+    def delta_of(eps: float) -> DeltaBound:
+        if rho is None:
+            return DeltaBound(0.0, 1.0, Method.TRIVIAL.value)
+        return DeltaBound(0.0, zcdp_to_delta(rho, eps), Method.ZCDP.value)
+
+    return delta_of, Method.ZCDP.value if rho is not None else Method.TRIVIAL.value

@@ -38,7 +38,7 @@ from dp_pipeline.accounting._checks import (
     check_epsilon,
     check_integer_sensitivity,
 )
-from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound
+from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound, Method
 from dp_pipeline.accounting.discrete_gaussian import (
     bisect_epsilon,
     discrete_gaussian_log_normalizer,
@@ -231,7 +231,7 @@ class PrivacyLossDistribution:
         directions = [self._forward] + ([self._backward] if self._backward else [])
         upper = max(d[0].delta(epsilon) for d in directions)
         lower = max(d[1].delta(epsilon) for d in directions)
-        return DeltaBound(lower=min(lower, upper), upper=upper, method="pld_fft")
+        return DeltaBound(lower=min(lower, upper), upper=upper, method=Method.PLD.value)
 
     def epsilon(self, delta: float) -> EpsilonBound:
         """Upper (guarantee) and lower bound on the smallest ε with δ(ε) <= δ."""
@@ -240,10 +240,10 @@ class PrivacyLossDistribution:
         upper = bisect_epsilon(lambda eps: self.delta(eps).upper, delta, high, 1e-7)
         if self.delta(upper).upper > delta:
             upper = math.inf  # the infinite-loss mass alone exceeds δ
-            return EpsilonBound(lower=math.inf, upper=math.inf, method="pld_fft")
+            return EpsilonBound(lower=math.inf, upper=math.inf, method=Method.PLD.value)
         lower = bisect_epsilon(lambda eps: self.delta(eps).lower, delta, upper, 1e-7)
         return EpsilonBound(
-            lower=max(0.0, lower * (1 - 1e-7) - 1e-12), upper=upper, method="pld_fft"
+            lower=max(0.0, lower * (1 - 1e-7) - 1e-12), upper=upper, method=Method.PLD.value
         )
 
     def _loss_range_top(self) -> float:

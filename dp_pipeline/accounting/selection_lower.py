@@ -166,26 +166,21 @@ def with_selection_lower(
     twin: Callable[[], Callable[[float], float] | None],
     alone: Callable[[float], float] | None,
 ) -> Callable[..., DeltaBound]:
-    """``delta_of`` (accepting ``decide`` when it does) with its lower end replaced by the
+    """``delta_of`` (a `DeltaPath`) with its lower end replaced by the
     larger of the twin's (``twin()`` gives `twin_lower`'s function, built on first use)
     and the closed form's (module docstring), kept <= the upper end; the upper end and the
     method are ``delta_of``'s. Given ``decide`` (a δ the caller only compares with,
     `epsilon_search`), the lower end matters only where the upper end is above it: the
     twin is not evaluated where the upper end is at most ``decide``."""
-    decides = getattr(delta_of, "accepts_decide", False)
 
     def bounded(epsilon: float, decide: float | None = None) -> DeltaBound:
-        if decides and decide is not None:
-            bound = delta_of(epsilon, decide=decide)
-        else:
-            bound = delta_of(epsilon)
+        bound = delta_of(epsilon, decide=decide)
         lower = 0.0 if alone is None else alone(epsilon)
         needed = decide is None or (bound.upper > decide and not lower > decide)
         if needed:
             twin_of = twin()
             if twin_of is not None:
                 lower = max(lower, twin_of(epsilon))
-        return DeltaBound(min(lower, bound.upper), bound.upper, bound.method)
+        return DeltaBound.clipped(lower, bound.upper, bound.method, bound.capped)
 
-    bounded.accepts_decide = True  # type: ignore[attr-defined]
     return bounded

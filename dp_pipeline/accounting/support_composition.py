@@ -54,7 +54,7 @@ Error budget (every term a bound, charged in `SupportLoss.delta_bound`):
   upper = S·(1 + R') + A + D with R' = R + `_summed`(n). Near
   δ = 1 the complement 1 - δ = E[min(1, e^{ε-L})] gives the sharper lower bound.
 
-The composition is built only while it stays small (`_MAX_PRODUCT` products per merge,
+The composition is built only while it stays small (`support_merge`: 2^23 products per merge,
 `_MAX_POINTS` distinct losses, positions within int64): otherwise `support_loss` returns
 None and the accountant takes its other paths. The copies of one component are merged
 on its own lattice and every merge is binned on the gcd of its gaps (dense where the
@@ -78,37 +78,32 @@ from dp_pipeline.accounting.bounded_range import (
     adaptive_blocks,
     block_measure,
     block_points,
-    bounded_range_epsilon_of,
 )
-from dp_pipeline.accounting.bounds import DeltaBound
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.discrete_laplace import discrete_laplace_loss_pmf
 from dp_pipeline.accounting.events import pure_epsilon_of, randomized_response_masses
+from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.lattice import fraction_gcd
-from dp_pipeline.errors import DPError
-from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.accounting.support_merge import (
+    Budget,
+    Pmf,
+    TooLargeError,
+    errors,
+    merge,
+    self_power,
+)
 
 __all__ = ["METHOD", "SupportLoss", "gaussian_masses", "support_loss"]
 
-METHOD = "support_exact"
+METHOD = Method.SUPPORT_EXACT.value
 _U = 2.0**-53
 _TINY = 2.0**-1074
 _PRUNE = 2.0**-1000
-_MAX_PRODUCT = 1 << 23  # products formed by one merge (time: about 0.2 s at most)
 _MAX_POINTS = 1 << 20  # distinct losses kept after a merge
-_RESIDUE_POINTS = 1 << 14  # points of the side looped over in a merge by residues
 _MAX_WORK = 1 << 24  # products over the whole composition (time: about 0.4 s)
 _MAX_GAUSSIAN_POINTS = 4096  # a discrete Gaussian's support: 2⌈39σ⌉ + 5 points (σ² <= ~2700)
 _MAX_POSITION = 1 << 62
 _SELECTION_GRID = 1 << 20  # a selection's lattice step rounded up to 1/this of itself
-
-
-@dataclass(frozen=True)
-class _Pmf:
-    positions: np.ndarray  # int64, increasing, in units of γ
-    masses: np.ndarray
-    relative: float  # each mass within this relative error of its exact value
-    absolute: float  # plus at most this in total (underflow)
-    dropped: float  # P-mass not represented (its loss unknown)
 
 
 @dataclass(frozen=True)
@@ -199,16 +194,17 @@ def _parts(events, max_gaussian_points: int, prune: float) -> list[_Part] | None
     selections = False
     for event in events:
         mechanism = event.mechanism
-        if bounded_range_epsilon_of(mechanism) is not None:
+        family = family_of(mechanism)
+        if family is Family.SELECTION:
             selections = True  # every selection at once, in its ε's blocks (below)
             continue
-        if isinstance(mechanism, DiscreteGaussian):
+        if family is Family.DISCRETE_GAUSSIAN:
             if 2 * math.ceil(39 * math.sqrt(float(mechanism.sigma2))) + 5 > max_gaussian_points:
                 return None
             kind, value = "dg", mechanism.sigma2
-        elif isinstance(mechanism, DiscreteLaplace):
+        elif family is Family.DISCRETE_LAPLACE:
             kind, value = "dl", mechanism.scale
-        elif hasattr(mechanism, "privacy_loss_pmfs"):
+        elif family is Family.PMF_PAIR:
             return None  # float losses log(p/q): not on an exact lattice
         else:
             pure = pure_epsilon_of(mechanism)
@@ -271,152 +267,6 @@ def _selection_parts(events, others: list[_Part]) -> list[_Part]:
         keep = masses > 0
         parts.append(_Part(offset, step, ks[keep], np.asarray(masses)[keep], relative, 0.0, copies))
     return parts
-
-
-class _TooLargeError(DPError):
-    pass
-
-
-class _Budget:
-    def __init__(self, prune: float, max_work: int, sparse_weight: int = 1) -> None:
-        self.work = 0
-        self.prune = prune  # merged masses below this are dropped
-        self.max_work = max_work
-        self.sparse_weight = sparse_weight  # a product merged by sorting counts this many
-
-    def charge(self, products: int) -> None:
-        self.work += products
-        if products > _MAX_PRODUCT or self.work > self.max_work:
-            raise _TooLargeError
-
-
-def _merge(a: _Pmf, b: _Pmf, budget: _Budget) -> _Pmf:
-    low = int(a.positions[0]) + int(b.positions[0])
-    high = int(a.positions[-1]) + int(b.positions[-1])
-    if max(abs(low), abs(high)) >= _MAX_POSITION:
-        raise _TooLargeError
-    # blocks of one side shifted by the other's positions that do not overlap (a wide
-    # lattice beside a fine one): the outer sum is already sorted, with no repeats
-    if (
-        len(a.masses) > 1
-        and len(b.masses) > 1
-        and np.min(np.diff(b.positions)) > int(a.positions[-1]) - int(a.positions[0])
-    ):
-        a, b = b, a
-    separate = len(a.masses) == 1 or (
-        np.min(np.diff(a.positions)) > int(b.positions[-1]) - int(b.positions[0])
-    )
-    # every merged position is low + g·j (g the gcd of both sides' gaps): binned in units
-    # of g, a sum of lattices with a common step is a dense merge, not a sort
-    g = math.gcd(_step(a.positions), _step(b.positions)) or 1
-    span = (high - low) // g + 1
-    count = len(a.masses) * len(b.masses)
-    sparse = not separate and span > 4 * count + 1024
-    budget.charge(count * (budget.sparse_weight if sparse else 1))
-    a_span = (int(a.positions[-1]) - int(a.positions[0])) // g + 1
-    b_span = (int(b.positions[-1]) - int(b.positions[0])) // g + 1
-    if not separate and not sparse and a_span * b_span <= 4 * count + 1024:
-        # both sides laid out densely in units of g (zeros between): their direct
-        # convolution adds the same non-zero products per position as the binning
-        # (a zero product adds nothing, exactly), without the count-long outer arrays
-        sums = np.convolve(_dense(a, g, a_span), _dense(b, g, b_span))
-        kept = np.flatnonzero(sums)
-        merged_positions = kept.astype(np.int64) * g + low
-        merged = sums[kept]
-        return _merged(a, b, merged_positions, merged, count, span, budget)
-    if not separate:
-        by_residue = _residue_merge(a, b, count) or _residue_merge(b, a, count)
-        if by_residue is not None:
-            return _merged(a, b, *by_residue, count, span, budget)
-    positions = np.add.outer(a.positions, b.positions).ravel()
-    products = np.multiply.outer(a.masses, b.masses).ravel()
-    if separate:
-        merged_positions, merged = positions, products
-    elif not sparse:
-        sums = np.bincount((positions - low) // g, weights=products, minlength=span)
-        kept = np.flatnonzero(sums)
-        merged_positions = kept.astype(np.int64) * g + low
-        merged = sums[kept]
-    else:
-        merged_positions, inverse = np.unique(positions, return_inverse=True)
-        merged = np.bincount(inverse.ravel(), weights=products)
-    return _merged(a, b, merged_positions, merged, count, span, budget)
-
-
-def _residue_merge(x: _Pmf, y: _Pmf, count: int) -> tuple[np.ndarray, np.ndarray] | None:
-    """The merge of ``x``, dense on the lattice of its own gaps' gcd s, with ``y``, whose
-    positions are y_0 + r + s·q (r in [0, s)): every sum lands on row k = i + q of the
-    column of its residue r, so each point of ``y`` adds its mass times the dense ``x``
-    into one row span of that column, in order (a zero product adds nothing, exactly);
-    read row by row, the positions come out increasing. None where ``x`` is not dense
-    (over 4 slots per point), the rows x columns over 4 per product, or ``y`` too long
-    for its loop. (positions, masses)."""
-    s = _step(x.positions)
-    if s == 0 or len(y.masses) > _RESIDUE_POINTS:
-        return None
-    x_first, y_first = int(x.positions[0]), int(y.positions[0])
-    x_span = (int(x.positions[-1]) - x_first) // s + 1
-    if x_span > 4 * len(x.masses) + 16:
-        return None
-    quotients, residues = np.divmod(y.positions - y_first, s)
-    columns, column_of = np.unique(residues, return_inverse=True)
-    rows = x_span + int(quotients[-1])  # y is increasing: its last quotient is the largest
-    if rows * len(columns) > 4 * count + 1024:
-        return None
-    dense = _dense(x, s, x_span)
-    table = np.zeros((rows, len(columns)))
-    for column, row, mass in zip(
-        column_of.tolist(), quotients.tolist(), y.masses.tolist(), strict=True
-    ):
-        table[row : row + x_span, column] += mass * dense
-    flat = table.ravel()  # row by row: positions x_0 + y_0 + s·k + r, increasing
-    kept = np.flatnonzero(flat)
-    positions = (x_first + y_first) + s * (kept // len(columns)) + columns[kept % len(columns)]
-    return positions.astype(np.int64), flat[kept]
-
-
-def _dense(pmf: _Pmf, g: int, span: int) -> np.ndarray:
-    """The masses of ``pmf`` at their positions in units of ``g`` from the first, zeros
-    between (``span`` long)."""
-    dense = np.zeros(span)
-    dense[(pmf.positions - pmf.positions[0]) // g] = pmf.masses
-    return dense
-
-
-def _merged(
-    a: _Pmf, b: _Pmf, merged_positions, merged, count: int, span: int, budget: _Budget
-) -> _Pmf:
-    """The merge of ``a`` and ``b`` from its summed masses: error terms and pruning."""
-    k = min(len(a.masses), len(b.masses))
-    relative = (a.relative + b.relative + (k + 1) * _U) * (1 + 1e-6) + a.relative * b.relative
-    absolute = (a.absolute + b.absolute) * (1 + relative) + _TINY * count
-    keep = merged >= budget.prune
-    dropped = (
-        a.dropped + b.dropped + float(math.fsum(merged[~keep])) * (1 + relative) + _TINY * span
-    )
-    if int(np.count_nonzero(keep)) > _MAX_POINTS:
-        raise _TooLargeError
-    return _Pmf(merged_positions[keep], merged[keep], relative, absolute, dropped)
-
-
-def _step(positions: np.ndarray) -> int:
-    """The gcd of the gaps between ``positions`` (0 for a single point)."""
-    return int(np.gcd.reduce(np.diff(positions))) if len(positions) > 1 else 0
-
-
-def _power(pmf: _Pmf, count: int, budget: _Budget) -> _Pmf:
-    result = None
-    while count:
-        if count & 1:
-            result = pmf if result is None else _merge(result, pmf, budget)
-        count >>= 1
-        if count:
-            pmf = _merge(pmf, pmf, budget)
-    return result
-
-
-def _errors(pmf: _Pmf) -> tuple[float, float, float]:
-    return pmf.relative, pmf.absolute, pmf.dropped
 
 
 def _predicted_work(parts: list[_Part], multipliers: list[int], sparse_weight: int) -> float:
@@ -549,18 +399,18 @@ def support_loss(
         multipliers.append(n)
     if _predicted_work(parts, multipliers, sparse_weight) > 2 * max_work:
         return None
-    budget = _Budget(prune, max_work, sparse_weight)
+    budget = Budget(prune, max_work, sparse_weight)
     try:
         powers = []
         for part, n in zip(parts, multipliers, strict=True):
             # the copies of one part on its own lattice (K), dense, then scaled to γ
-            pmf = _Pmf(part.ks, part.masses, part.relative, part.absolute, part.dropped)
-            power = _power(pmf, part.count, budget)
-            powers.append(_Pmf(power.positions * n, power.masses, *_errors(power)))
+            pmf = Pmf(part.ks, part.masses, part.relative, part.absolute, part.dropped)
+            power = self_power(pmf, part.count, budget)
+            powers.append(Pmf(power.positions * n, power.masses, *errors(power)))
         while len(powers) > 1:  # the two smallest first: intermediate supports stay small
             powers.sort(key=lambda p: len(p.masses))
-            powers = [_merge(powers[0], powers[1], budget), *powers[2:]]
-    except _TooLargeError:
+            powers = [merge(powers[0], powers[1], budget), *powers[2:]]
+    except TooLargeError:
         return None
     (result,) = powers  # every copy's dropped mass was added once per merge it entered
     return SupportLoss(

@@ -60,9 +60,9 @@ from fractions import Fraction
 
 import numpy as np
 
-from dp_pipeline.accounting.bounds import DeltaBound
-from dp_pipeline.accounting.coarse_lattice import _choose_grid, _floor_ratio
+from dp_pipeline.accounting.bounds import DeltaBound, Method
 from dp_pipeline.accounting.lattice import LatticeComponent, LatticeLoss, lattice_loss
+from dp_pipeline.accounting.lattice_grid import choose_grid, floor_ratio
 from dp_pipeline.accounting.outward import exp_down, exp_up
 from dp_pipeline.accounting.saddle import saddle_point
 from dp_pipeline.errors import DPError
@@ -74,7 +74,7 @@ class _NoTiltError(DPError, OverflowError):
     """No tilt is built at this c (caught by `TiltedLattice.saddle`: the path is not taken)."""
 
 
-METHOD = "tilted_lattice_fft"
+METHOD = Method.TILTED_LATTICE.value
 
 _U = 2.0**-53
 _WINDOW_SIGMAS = 13.0  # tilted window half-width: e^{-84.5} < 2e-37 relative tail
@@ -115,8 +115,8 @@ def _indices(
     if (component.step / grid).denominator == 1 or ratio.numerator == 0:
         return ks.astype(np.int64), component.step
     if up:
-        return -np.asarray(_floor_ratio(-ks, ratio), dtype=np.int64), grid
-    return np.asarray(_floor_ratio(ks, ratio), dtype=np.int64), grid
+        return -np.asarray(floor_ratio(-ks, ratio), dtype=np.int64), grid
+    return np.asarray(floor_ratio(ks, ratio), dtype=np.int64), grid
 
 
 def _window(component: LatticeComponent) -> int:
@@ -370,11 +370,11 @@ class TiltedLattice:
         return _Build(c, shift, sides[0], sides[1])
 
     def _grid(self, width: float, allowed: float) -> Fraction | None:
-        """The coarsest grid (`coarse_lattice._choose_grid`, ``width`` over 2^14 ... 2^18
+        """The coarsest grid (`lattice_grid.choose_grid`, ``width`` over 2^14 ... 2^18
         points) whose rounded copies move the loss by at most ``allowed`` in total."""
         target = _TARGET_SIZE
         while target <= _MAX_TARGET_SIZE:
-            grid = _choose_grid(self._components, width / target)
+            grid = choose_grid(self._components, width / target)
             rounded = sum(k.count for k in self._components if (k.step / grid).denominator != 1)
             if float(rounded * grid) <= allowed:
                 return grid
@@ -407,7 +407,7 @@ class TiltedLattice:
         if not self._components:
             return best
         for build in self._builds:
-            best = _intersection(best, build.delta_bound(epsilon))
+            best = best.intersect(build.delta_bound(epsilon))
             if best.upper > 0 and best.upper - best.lower <= build.tolerance() * best.upper:
                 return best
         if len(self._builds) >= _MAX_BUILDS:
@@ -423,10 +423,4 @@ class TiltedLattice:
             self._failed.add(key)
             return best
         self._builds.append(built)
-        return _intersection(best, built.delta_bound(epsilon))
-
-
-def _intersection(first: DeltaBound, second: DeltaBound) -> DeltaBound:
-    upper = min(first.upper, second.upper)
-    lower = max(first.lower, second.lower)
-    return DeltaBound(min(lower, upper), upper, METHOD)
+        return best.intersect(built.delta_bound(epsilon))
