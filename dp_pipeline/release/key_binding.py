@@ -21,6 +21,16 @@ the new one and the home: `move_binding`). Every key is bound this way, whether 
 came from the home's ``master.key``, ``--key-file`` or ``$DP_PIPELINE_MASTER_KEY``: a
 key given explicitly (audits, tests) binds to its first ledger too.
 
+The home also records that the bound ledger's rows are authenticated (``"sealed"``,
+`dp_pipeline.release.ledger.integrity`) once it has seen them sealed: a ledger whose
+seal marker was removed by hand (or whose schema version was edited back so that a
+migration would run again) would otherwise have its blanked codes adopted as if it had
+never been sealed; `bind_key` refuses it with a `LedgerTamperedError` instead.
+
+A server ledger is identified by its ``ledger_id`` (drawn inside the database), not by
+the host text of its URL: ``localhost`` and ``127.0.0.1`` (or a DNS alias) name the same
+server, and a binding compares the ids (`same_ledger`).
+
 What is not detectable here: a second home (another ``$DP_PIPELINE_HOME``) with a
 *new* key and a new ledger. The new key's fingerprint is unknown to every other home,
 and nothing ties a person's data to a key, so such a run cannot be told from a first
@@ -40,6 +50,7 @@ from urllib.parse import urlsplit
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.integrity import SEALED, LedgerTamperedError
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import dp_pipeline_home
@@ -51,6 +62,7 @@ __all__ = [
     "check_key_place",
     "ledger_place",
     "move_binding",
+    "same_ledger",
 ]
 
 BINDINGS_NAME = "bindings.json"
@@ -68,6 +80,23 @@ def ledger_place(location: LedgerLocation) -> str:
     parts = urlsplit(location.conninfo or "")
     host = parts.hostname or "localhost"
     return f"postgresql://{host}:{parts.port or 5432}/{parts.path.strip('/')}"
+
+
+def same_ledger(bound: dict, place: str, ledger_id: str | None) -> bool | None:
+    """Whether a binding names the ledger at ``place`` with ``ledger_id``: True, False, or
+    None when it cannot be told yet (a server ledger whose id is not read yet).
+
+    A SQLite ledger is its resolved path (and its id, checked by `bind_key`); a server
+    ledger is its ``ledger_id``, whatever host text its URL uses.
+    """
+    server = place.startswith("postgresql://")
+    if server != bound["place"].startswith("postgresql://"):
+        return False
+    if not server:
+        return bound["place"] == place
+    if ledger_id is None or bound.get("ledger_id") is None:
+        return None if bound["place"] != place else True
+    return bound["ledger_id"] == ledger_id
 
 
 def _bindings_file(home: Path | None) -> Path:
@@ -108,11 +137,14 @@ def _refusal(key: MasterKey, bound: dict, shown: str, path: Path, why: str) -> K
     )
 
 
-def check_key_place(key: MasterKey, location, home: Path | None = None) -> None:
-    """Before anything starts: refuse a ledger at another place than ``key``'s bound one.
+def check_key_place(
+    key: MasterKey, location, home: Path | None = None, *, ledger_id: str | None = None
+) -> None:
+    """Before anything starts: refuse a ledger other than ``key``'s bound one.
 
-    Reads the home's bindings only (the ledger need not exist yet); the ledger's own id
-    is checked by `bind_key` once it is open.
+    Reads the home's bindings only (the ledger need not exist yet); ``ledger_id``: a
+    server ledger's id when it is already open (then compared instead of its host
+    text). The ledger's own id is checked by `bind_key` once it is open.
     """
     location = ledger_location(location)
     path = _bindings_file(home)
@@ -120,8 +152,8 @@ def check_key_place(key: MasterKey, location, home: Path | None = None) -> None:
         return
     with _locked(path, write=False) as bindings:
         bound = bindings.get(key.fingerprint)
-    if bound is not None and bound["place"] != ledger_place(location):
-        raise _refusal(key, bound, location.shown, path, "another place")
+    if bound is not None and same_ledger(bound, ledger_place(location), ledger_id) is False:
+        raise _refusal(key, bound, location.shown, path, _elsewhere(ledger_place(location)))
 
 
 def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
@@ -134,6 +166,7 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
     place = ledger_place(ledger.location)
     ledger_id = ledger.meta("ledger_id")
     recorded = ledger.key_fingerprint()
+    sealed = ledger.meta(SEALED) is not None
     path = _bindings_file(home)
     with _locked(path, write=True) as bindings:
         bound = bindings.get(key.fingerprint)
@@ -144,19 +177,30 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
                 "place": place,
                 "ledger_id": ledger_id,
                 "bound_at": _now(),
+                "sealed": sealed,
             }
             return
-    if bound["place"] != place:
-        raise _refusal(key, bound, ledger.location.shown, path, "another place")
-    if bound["ledger_id"] != ledger_id:
-        raise _refusal(
-            key,
-            bound,
-            ledger.location.shown,
-            path,
-            "the same place but another ledger (the file or database was replaced, so "
-            "the releases recorded under the key are not in it)",
-        )
+        if bound["place"] != place and same_ledger(bound, place, ledger_id) is False:
+            raise _refusal(key, bound, ledger.location.shown, path, _elsewhere(place))
+        if bound["ledger_id"] != ledger_id:
+            raise _refusal(
+                key,
+                bound,
+                ledger.location.shown,
+                path,
+                "the same place but another ledger (the file or database was replaced, so "
+                "the releases recorded under the key are not in it)",
+            )
+        if bound.get("sealed") and not sealed:
+            raise LedgerTamperedError(
+                f"ledger {ledger.location.shown!r}: its rows were authenticated under master "
+                f"key {key.fingerprint} (recorded in {str(path)!r}), but the ledger no longer "
+                "says so: its seal marker was removed or its schema version edited back, "
+                "which would have its rows adopted again as they are now. The spend it "
+                "records cannot be trusted. Restore the ledger from a backup taken before "
+                "the edit; nothing was read or reserved"
+            )
+        bound["sealed"] = bool(bound.get("sealed")) or sealed
 
 
 def move_binding(key: MasterKey, target: Ledger, home: Path | None = None) -> dict | None:
@@ -192,6 +236,12 @@ def move_binding(key: MasterKey, target: Ledger, home: Path | None = None) -> di
             "moves": [*(previous or {}).get("moves", []), move],
         }
     return previous
+
+
+def _elsewhere(place: str) -> str:
+    if place.startswith("postgresql://"):
+        return "another ledger (its database holds another ledger id)"
+    return "another place"
 
 
 def _now() -> str:
