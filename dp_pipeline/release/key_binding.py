@@ -31,10 +31,10 @@ A server ledger is identified by its ``ledger_id`` (drawn inside the database), 
 the host text of its URL: ``localhost`` and ``127.0.0.1`` (or a DNS alias) name the same
 server, and a binding compares the ids (`same_ledger`).
 
-What is not detectable here: a second home (another ``$DP_PIPELINE_HOME``) with a
-*new* key and a new ledger. The new key's fingerprint is unknown to every other home,
-and nothing ties a person's data to a key, so such a run cannot be told from a first
-run; the operator's configuration decides the home (the spec's author cannot set it).
+A second home (another ``$DP_PIPELINE_HOME``) with a *new* key and a new ledger is not
+detectable from the bindings alone (the new key is unknown to every other home): every
+home that binds a key is recorded in the user's registry, and a new key beside a home
+whose key has releases is refused (`dp_pipeline.release.home_registry`).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.home_registry import register_home
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.integrity import SEALED, LedgerTamperedError
@@ -179,6 +180,8 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
                 "bound_at": _now(),
                 "sealed": sealed,
             }
+            # A later fresh home of this user is refused beside this one (home_registry).
+            register_home(path.parent)
             return
         if bound["place"] != place and same_ledger(bound, place, ledger_id) is False:
             raise _refusal(key, bound, ledger.location.shown, path, _elsewhere(place))
