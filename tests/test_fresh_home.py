@@ -12,7 +12,10 @@ import pytest
 from release_specs import SMALL_SPEC
 
 import dp_pipeline.release.run as run_module
+from dp_pipeline import default_key_file
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.home_registry import FreshHomeError
+from dp_pipeline.release.keys import load_or_create_master_key
 
 
 def small_spec(folder: Path) -> str:
@@ -104,3 +107,19 @@ def test_a_new_key_named_by_flags_beside_a_used_home_is_refused(
     error = capsys.readouterr().err
     assert f"dp-release key --new-home --key-file {other_key}" in error
     assert not other_key.exists() and not other_ledger.exists()
+
+
+def test_the_python_key_loader_creates_no_fresh_key_beside_a_used_home(
+    user_default_home, tmp_path, monkeypatch
+):
+    fresh = tmp_path / "notebook-home"
+    as_home(monkeypatch, fresh)
+    with pytest.raises(FreshHomeError) as refused:
+        load_or_create_master_key(default_key_file())
+    message = str(refused.value)
+    assert f"the dp_pipeline home {str(user_default_home.resolve())!r} already holds" in message
+    assert "dp-release key --new-home" in message
+    assert not (fresh / "master.key").exists()
+    # The job's key, from the user's default home, loads as before.
+    as_home(monkeypatch, None)
+    assert load_or_create_master_key(default_key_file()).fingerprint

@@ -32,16 +32,15 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE, KeyFileError, private_folder
-from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.errors import LedgerError
 from dp_pipeline.release.ledger.location import ledger_location
-from dp_pipeline.release.ledger.sqlite_backend import open_read_only
 from dp_pipeline.release.locations import (
     HOME_VARIABLE,
     LEGACY_FOLDER,
     default_key_file,
     dp_pipeline_home,
 )
+from dp_pipeline.release.private_folders import private_folder
 
 __all__ = [
     "REGISTRY_NAME",
@@ -54,9 +53,10 @@ __all__ = [
 
 REGISTRY_NAME = "homes.json"
 _BINDINGS = "bindings.json"  # key_binding's file, read here (key_binding imports this module)
+_KEY_VARIABLE = "DP_PIPELINE_MASTER_KEY"  # named in messages (keys.py imports this module)
 
 
-class FreshHomeError(KeyFileError):
+class FreshHomeError(LedgerError):
     """A new master key refused: another home of the user already spends a cap."""
 
 
@@ -75,7 +75,7 @@ def _read_json(path: Path) -> dict:
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):
-        raise KeyFileError(
+        raise FreshHomeError(
             f"{str(path)!r} cannot be read as JSON (edited by hand?); restore it from a "
             "backup. No key was created"
         ) from None
@@ -125,12 +125,17 @@ def _records_releases(place: str) -> bool:
         return True  # not contacted before the key exists; a server ledger is shared
     if not location.path.is_file():
         return False
-    try:
-        with closing(open_read_only(location)) as connection:
+    try:  # read-only (mode=ro): looking never creates or changes a ledger
+        uri = f"{location.path.resolve().as_uri()}?mode=ro"
+        with closing(sqlite3.connect(uri, uri=True)) as connection:
+            tables = {
+                row[0]
+                for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")
+            }
+            if "releases" not in tables:
+                return False  # a ledger file never written to
             return connection.execute("SELECT count(*) FROM releases").fetchone()[0] > 0
-    except sqlite3.OperationalError:
-        return False  # no releases table: a ledger file never written to
-    except (sqlite3.Error, LedgerError):
+    except sqlite3.Error:
         return True  # unreadable: it may record releases
 
 
@@ -151,15 +156,9 @@ def used_homes() -> list[tuple[str, str, str]]:
 
 
 def check_new_key(key_file: str | os.PathLike[str], flag: str = "run.key_file") -> None:
-    """Before a key would be created at ``key_file``: refuse (`FreshHomeError`) when a
-    known home already holds a key bound to a ledger that records releases.
-
-    Does nothing when no key would be created (``$DP_PIPELINE_MASTER_KEY`` is set, or the
-    file exists).
-    """
+    """Just before a key is created at ``key_file``: refuse (`FreshHomeError`) when a
+    known home already holds a key bound to a ledger that records releases."""
     path = Path(key_file)
-    if os.environ.get(ENVIRONMENT_VARIABLE) or path.exists() or path.is_symlink():
-        return
     used = used_homes()
     if not used:
         return
@@ -171,7 +170,7 @@ def check_new_key(key_file: str | os.PathLike[str], flag: str = "run.key_file") 
         f"{fingerprint}, bound to the ledger {place!r}, which records releases"
         + (f" (and {len(used) - 1} more such key(s))" if len(used) > 1 else "")
         + f". Use that home (${HOME_VARIABLE}={home}) or its key (--key-file PATH or "
-        f"${ENVIRONMENT_VARIABLE}); to start a separate cap on purpose, create this home's "
+        f"${_KEY_VARIABLE}); to start a separate cap on purpose, create this home's "
         f"key with: dp-release key --new-home{named} (recorded in {str(_registry())!r}). "
         "Nothing was read or reserved"
     )

@@ -60,7 +60,6 @@ import pyarrow as pa
 
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.release.home_registry import check_new_key
 from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
@@ -344,8 +343,6 @@ def _master_key(spec: ReleaseSpec, progress, server: Ledger | None = None):
     elif local is not None and local.is_file():
         with Ledger(local) as ledger:  # closed at once: the run opens its own below
             recorded = ledger.key_fingerprint() is not None or bool(ledger.history())
-    if not recorded:  # no fresh key (a fresh cap) beside another home's used one
-        check_new_key(spec.key_file)
     return load_or_create_master_key(
         spec.key_file,
         progress,
