@@ -169,6 +169,20 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
     recorded = ledger.key_fingerprint()
     sealed = ledger.meta(SEALED) is not None
     path = _bindings_file(home)
+    _check_binding(key, ledger, path, place, ledger_id, recorded, sealed)
+    keyed = ledger.key is not None and ledger.key.fingerprint == key.fingerprint
+    if sealed or not keyed or recorded not in (None, key.fingerprint):
+        return
+    # Sealed now, before anything is reserved, and the home told so at once: from here on
+    # a removed seal marker is refused, never a chance to have edited rows adopted.
+    ledger.seal_now()
+    with _locked(path, write=True) as bindings:
+        if key.fingerprint in bindings:
+            bindings[key.fingerprint]["sealed"] = True
+
+
+def _check_binding(key, ledger, path, place, ledger_id, recorded, sealed) -> None:
+    """`bind_key`'s record and checks in the home's bindings, under their lock."""
     with _locked(path, write=True) as bindings:
         bound = bindings.get(key.fingerprint)
         if bound is None:

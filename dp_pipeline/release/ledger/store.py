@@ -803,6 +803,18 @@ class Ledger:
         )
         return None if row is None else row["value"]
 
+    def seal_now(self) -> None:
+        """Record this ledger's key (if it records none) and authenticate its rows now, in
+        one write under the key (`integrity.seal`; adopts rows only if never sealed)."""
+        if self.key is None:
+            raise InternalError("seal_now needs the ledger's key")
+        key = self.key
+
+        def work(connection) -> None:
+            self._bind_key(connection, key.fingerprint)
+
+        self._write(work, action="authenticating the ledger", population=None, release_id=None)
+
     def rows_check(self, populations) -> RowsCheck:
         """Whether ``populations``' rows verify under this ledger's key (`check_rows`)."""
         return self._backend.read(
