@@ -164,3 +164,15 @@ def test_a_server_ledger_is_bound_by_its_id_not_its_host_text(postgres_server):
     message = str(refused.value)
     assert "another ledger (its database holds another ledger id)" in message
     assert "dp-release key --bind" in message
+
+
+def test_the_ledger_command_names_the_key_flag_when_the_home_is_relative(
+    released, monkeypatch, capsys
+):
+    _, ledger = released
+    monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
+    monkeypatch.setenv("DP_PIPELINE_HOME", "relative/home")
+    capsys.readouterr()
+    assert main(["ledger", "--ledger", ledger]) == 2
+    error = capsys.readouterr().err
+    assert "--key-file: not given, and $DP_PIPELINE_HOME = 'relative/home'" in error

@@ -51,7 +51,11 @@ from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.phrases import spend_phrase
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.ledger_report import summaries, summary_table
-from dp_pipeline.release.locations import default_ledger, legacy_ledger_problem
+from dp_pipeline.release.locations import (
+    default_key_file,
+    default_ledger,
+    legacy_ledger_problem,
+)
 from dp_pipeline.release.outcome import (
     ExitCode,
     error_code,
@@ -460,7 +464,8 @@ def _ledger(arguments) -> int:
         # Reading a ledger never creates one (nor its folder): a mistyped path leaves
         # nothing behind for a later run to reserve in.
         return _no_ledger(arguments, location)
-    key = existing_key(arguments.key_file)  # verifies the rows (and an abort needs it)
+    # The key verifies the rows (and an abort needs it); never created by reading.
+    key = existing_key(arguments.key_file or _default(default_key_file, "--key-file"))
     with Ledger(arguments.ledger_path, key=key) as ledger:
         return _ledger_report(arguments, ledger)
 
