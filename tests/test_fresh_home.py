@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from release_specs import SMALL_SPEC
 import dp_pipeline.release.run as run_module
 from dp_pipeline import default_key_file
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.home_registry import FreshHomeError
+from dp_pipeline.release.home_registry import FreshHomeError, register_home
 from dp_pipeline.release.keys import load_or_create_master_key
 
 
@@ -123,3 +124,11 @@ def test_the_python_key_loader_creates_no_fresh_key_beside_a_used_home(
     # The job's key, from the user's default home, loads as before.
     as_home(monkeypatch, None)
     assert load_or_create_master_key(default_key_file()).fingerprint
+
+
+def test_homes_registered_at_once_are_all_kept(tmp_path):
+    homes = [tmp_path / f"home-{number}" for number in range(16)]
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        list(pool.map(register_home, homes))
+    registry = json.loads((Path(os.environ["HOME"]) / ".dp_pipeline" / "homes.json").read_text())
+    assert set(registry["homes"]) == {str(home.resolve()) for home in homes}

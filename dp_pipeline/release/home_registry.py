@@ -25,6 +25,7 @@ owner of the files.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sqlite3
@@ -106,16 +107,23 @@ def register_home(home: Path, **recorded) -> None:
     if home == user_home().resolve() and not recorded:
         return
     path = _registry()
-    data = _read_json(path)
-    homes = data.setdefault("homes", {})
-    entry = homes.get(str(home))
-    if entry is not None and not recorded:
-        return
-    entry = entry or {"registered_at": _now()}
-    for name, value in recorded.items():
-        entry.setdefault(name, []).append(value)
-    homes[str(home)] = entry
-    _write_json(path, data)
+    private_folder(path.parent)
+    # Under a lock: two runs registering homes at once must not lose one of them.
+    descriptor = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX)
+        data = _read_json(path)
+        homes = data.setdefault("homes", {})
+        entry = homes.get(str(home))
+        if entry is not None and not recorded:
+            return
+        entry = entry or {"registered_at": _now()}
+        for name, value in recorded.items():
+            entry.setdefault(name, []).append(value)
+        homes[str(home)] = entry
+        _write_json(path, data)
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 def _records_releases(place: str) -> bool:
