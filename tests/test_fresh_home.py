@@ -132,3 +132,13 @@ def test_homes_registered_at_once_are_all_kept(tmp_path):
         list(pool.map(register_home, homes))
     registry = json.loads((Path(os.environ["HOME"]) / ".dp_pipeline" / "homes.json").read_text())
     assert set(registry["homes"]) == {str(home.resolve()) for home in homes}
+
+
+def test_a_home_whose_key_was_bound_by_a_move_is_registered(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv("DP_PIPELINE_MASTER_KEY", raising=False)
+    home = tmp_path / "moved-home"
+    as_home(monkeypatch, home)
+    assert main(["key"]) == 0
+    assert main(["key", "--bind", str(tmp_path / "ledger.sqlite")]) == 0
+    registry = json.loads((Path(os.environ["HOME"]) / ".dp_pipeline" / "homes.json").read_text())
+    assert str(home.resolve()) in registry["homes"]

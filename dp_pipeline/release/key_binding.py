@@ -252,6 +252,7 @@ def move_binding(key: MasterKey, target: Ledger, home: Path | None = None) -> di
             "bound_at": move["at"],
             "moves": [*(previous or {}).get("moves", []), move],
         }
+    register_home(path.parent)  # a home bound by a move is one of the user's homes too
     return previous
 
 
