@@ -107,16 +107,29 @@ def private_session_home(tmp_path_factory):
     """Module and session fixtures run before each test's own home is set: they get one
     for the whole run, never the home (nor the key bindings) of whoever runs the tests."""
     with pytest.MonkeyPatch.context() as patch:
+        _private_user(patch, tmp_path_factory)
         patch.setenv("DP_PIPELINE_HOME", str(tmp_path_factory.mktemp("home") / ".dp_pipeline"))
         yield
 
 
+def _private_user(patch, tmp_path_factory) -> None:
+    """A user of its own (``$HOME``): the user's default home and its registry of homes
+    (dp_pipeline.release.home_registry) are never those of whoever runs the tests, and
+    one test's homes never refuse another's new key. The class-archive cache stays shared."""
+    patch.setenv("XDG_CACHE_HOME", _CACHE)
+    patch.setenv("HOME", str(tmp_path_factory.mktemp("user")))
+
+
+_CACHE = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+
+
 @pytest.fixture(autouse=True)
-def private_dp_pipeline_home(tmp_path, monkeypatch):
+def private_dp_pipeline_home(tmp_path, tmp_path_factory, monkeypatch):
     """The operator's ledger and key are the dp_pipeline home's (a spec's run.ledger and
     run.key_file must name them): each test's home is its own folder, never the home
     of whoever runs the tests, so a spec naming ``{tmp}/ledger.sqlite`` and
     ``{tmp}/master.key`` names the operator's."""
+    _private_user(monkeypatch, tmp_path_factory)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))
     monkeypatch.delenv("DP_PIPELINE_LEDGER", raising=False)
 

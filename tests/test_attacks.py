@@ -1072,6 +1072,9 @@ def test_key_ledger_and_cache_folders_are_private_whatever_creates_them(
         # A file key under new folders (run), and a ledger under new ones (opened directly:
         # the ledger command reads a ledger and never creates one).
         monkeypatch.delenv("DP_PIPELINE_MASTER_KEY")
+        # Another operator (user and home): a new key beside the first home's is refused.
+        monkeypatch.setenv("HOME", str(tmp_path / "another-user"))
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "other"))
         key_file = tmp_path / "keys" / "nested" / "master.key"
         text = SMALL_SPEC.format(tmp=tmp_path / "other")
         spec_file = write_spec(

@@ -105,8 +105,12 @@ def test_no_new_key_beside_a_ledger_with_releases(tmp_path, monkeypatch, capsys)
     assert repr(str(tmp_path / "ledger.sqlite")) in error and "--key-file PATH" in error
     assert not other_key.exists() and not other_key.parent.exists()
     assert [e.release_id for e in Ledger(tmp_path / "ledger.sqlite").history()] == ["small-1"]
-    # A new ledger may have a new key.
+    # A new key and a new ledger beside this home's: a second cap, only on purpose.
     fresh = ["--ledger", str(tmp_path / "new" / "ledger.sqlite")]
+    args = ["run", spec_file, "--quiet", "--release-id", "small-2", "--key-file", str(other_key)]
+    assert main([*args, *fresh]) == 2
+    assert f"dp-release key --new-home --key-file {other_key}" in capsys.readouterr().err
+    assert main(["key", "--new-home", "--key-file", str(other_key)]) == 0
     assert (
         main(
             [

@@ -1,10 +1,14 @@
 """The docs run as a reader runs them: each document's blocks in order, in one folder.
 
-A document's ```python blocks (each in its own interpreter) and ```bash blocks (every
-line a ``dp-release`` command) run one after another in one scratch folder, sharing its
-files, its ledger (``DP_PIPELINE_HOME`` is the folder's ``.dp_pipeline/``) and one fixed
-test key, so that a
-block that only works in a fresh folder fails here. Fences that are not run:
+Each document starts where a reader starts: a fresh user (its own ``$HOME``, so its
+own default dp_pipeline home ``~/.dp_pipeline``; no ``$DP_PIPELINE_HOME``, no
+``$DP_PIPELINE_MASTER_KEY``) who has run README's job (`readers_job`: as ``.ci/run``
+runs it, on a small sample, and on the pandas engine so that the fast tier can run it;
+it leaves the same key, ledger and release a Spark run leaves). A document's ```python
+blocks (each in its own interpreter) and ```bash blocks (every line a ``dp-release``
+command) then run one after another in that folder, sharing its files, the job's key
+and ledger, so that a block that only works in a fresh folder, or with a test key,
+fails here. Fences that are not run:
 ```console (a command the test does not run, or its output), ```text, and any block
 with a marker comment on the line just before its fence:
 
@@ -13,6 +17,9 @@ with a marker comment on the line just before its fence:
   checks that the file holds it (TOML: every key of the excerpt has the file's value).
 - ``<!-- docs-test: not run, REASON -->``: a block a reader runs elsewhere (the set-up
   commands of README.md, run by ``.ci/run``).
+
+A ``dp-release`` line must exit 0, unless it ends with ``# exit N`` (a documented exit
+code, e.g. 3 for a release id already committed): then it must exit N.
 
 Tiers: a document with a block that starts Spark is one ``spark`` test; the fast tier
 (``-m "not spark"``) runs the same document's other blocks in order instead.
@@ -27,6 +34,7 @@ import shutil
 import subprocess
 import sys
 import tomllib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -42,8 +50,13 @@ FENCE = re.compile(
 )
 MARKER = re.compile(r"^<!-- docs-test:", re.MULTILINE)
 RUN = ("python", "bash")
+# A bash line a reader sees end with another documented exit code: `dp-release ...  # exit 3`.
+EXPECTED_EXIT = re.compile(r"\s+#\s*exit (?P<code>\d+)\b.*$")
 NOT_RUN = ("console", "text")
-TEST_KEY = "8b5905d57f3fcf974a71f588b383af19508d3f079d225acc8f962ed6fcb7ae32"
+# README's job, as .ci/run runs it (a small sample); pandas, so the fast tier runs it too.
+READERS_JOB = ["run", "conf/census_demo.toml", "--persons", "20000", "--engine", "pandas"]
+# What a reader's shell does not have: a home or key chosen for the tests.
+NOT_A_READERS = ("DP_PIPELINE_HOME", "DP_PIPELINE_MASTER_KEY", "DP_PIPELINE_LEDGER")
 
 
 @dataclass(frozen=True)
@@ -131,24 +144,60 @@ def _excerpts() -> list:
 
 
 def _scratch(folder: Path) -> dict[str, str]:
-    """``folder`` with conf/ copied in; the environment with a fixed test key (never a real
-    one) and the folder's own dp_pipeline home (never the reader's)."""
+    """``folder`` with conf/ copied in; the environment of a fresh user whose ``$HOME`` is
+    ``folder/reader`` (so the default home is ``folder/reader/.dp_pipeline``), with no
+    test key and no home or ledger variable (never the home of whoever runs the tests)."""
     shutil.copytree(ROOT / "conf", folder / "conf")
+    (folder / "reader").mkdir()
+    environment = {k: v for k, v in os.environ.items() if k not in NOT_A_READERS}
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    # XDG_CACHE_HOME: the class-archive cache stays shared, as a reader's persists.
     return dict(
-        os.environ,
-        PYTHONPATH=str(ROOT),
-        DP_PIPELINE_MASTER_KEY=TEST_KEY,
-        DP_PIPELINE_HOME=str(folder / ".dp_pipeline"),
+        environment, PYTHONPATH=str(ROOT), HOME=str(folder / "reader"), XDG_CACHE_HOME=cache
     )
 
 
-def run_in_order(path: Path, folder: Path, *, with_spark: bool = True) -> int:
-    """Run ``path``'s blocks in document order in ``folder``; returns how many ran.
+@contextmanager
+def _as_reader(folder: Path, environment: dict[str, str]):
+    """This process as the reader's shell in ``folder`` (for in-process ``dp-release``)."""
+    names = (*NOT_A_READERS, "HOME", "XDG_CACHE_HOME")
+    previous = Path.cwd(), {name: os.environ.get(name) for name in names}
+    os.chdir(folder)
+    for name in names:
+        os.environ.pop(name, None)
+        if name in environment:
+            os.environ[name] = environment[name]
+    try:
+        yield
+    finally:
+        os.chdir(previous[0])
+        for name, value in previous[1].items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+
+
+def readers_job(folder: Path, environment: dict[str, str]) -> None:
+    """README's job, run in ``folder`` by the reader: creates the key and the ledger in the
+    reader's default home and publishes ``out/census-demo-2026``."""
+    with _as_reader(folder, environment):
+        status = main([*READERS_JOB, "--quiet"])
+    assert status == 0, f"README's job failed in {folder}: dp-release {' '.join(READERS_JOB)}"
+    assert (folder / "reader" / ".dp_pipeline" / "master.key").is_file()
+
+
+def run_in_order(
+    path: Path, folder: Path, *, with_spark: bool = True, after_job: bool = False
+) -> int:
+    """Run ``path``'s blocks in document order in ``folder`` (``after_job``: after README's
+    job, `readers_job`); returns how many ran.
 
     A failing block fails the test naming the document, the block's line and what the
     blocks before it left behind in the folder.
     """
     environment = _scratch(folder)
+    if after_job:
+        readers_job(folder, environment)
     ran = 0
     for block in blocks(path):
         if not block.runs or (block.spark and not with_spark):
@@ -179,18 +228,12 @@ def run_in_order(path: Path, folder: Path, *, with_spark: bool = True) -> int:
                 f"{block.name}: {line!r} is in a bash block but is not a dp-release command; "
                 "fence commands that are not run by the docs test as console"
             )
-            previous = Path.cwd(), os.environ.get("DP_PIPELINE_HOME")
-            os.chdir(folder)
-            os.environ["DP_PIPELINE_HOME"] = environment["DP_PIPELINE_HOME"]
-            try:
-                status = main(shlex.split(line)[1:])
-            finally:
-                os.chdir(previous[0])
-                if previous[1] is None:
-                    del os.environ["DP_PIPELINE_HOME"]
-                else:
-                    os.environ["DP_PIPELINE_HOME"] = previous[1]
-            assert status == 0, f"{context}: {line}"
+            expected = EXPECTED_EXIT.search(line)
+            command = line[: expected.start()] if expected else line
+            with _as_reader(folder, environment):
+                status = main(shlex.split(command)[1:])
+            wanted = int(expected["code"]) if expected else 0
+            assert status == wanted, f"{context}: {line} (exit {status}, not {wanted})"
     return ran
 
 
@@ -206,8 +249,30 @@ def test_document_runs_in_order(path, with_spark, tmp_path, monkeypatch, capsys,
         whole = request.node.nodeid.replace("-without-spark]", "]")
         if any(item.nodeid == whole for item in request.session.items):
             pytest.skip(f"{path.name}: its whole sequence runs in this session")
-    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", TEST_KEY)
-    assert run_in_order(path, tmp_path, with_spark=with_spark) > 0
+    assert run_in_order(path, tmp_path, with_spark=with_spark, after_job=True) > 0
+
+
+def test_each_page_starts_with_no_test_key_after_readers_job(tmp_path, monkeypatch):
+    # A block that reads the test's own key or home instead of the job's fails here: the
+    # reader's Session uses the key README's job created in the default home.
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", "0" * 64)  # would be refused as weak
+    document = tmp_path / "doc.md"
+    document.write_text(
+        "```python\nimport os\nfrom pathlib import Path\n"
+        "from dp_pipeline import default_key_file\n"
+        "assert 'DP_PIPELINE_MASTER_KEY' not in os.environ\n"
+        "assert Path(default_key_file()) == Path.home() / '.dp_pipeline' / 'master.key'\n"
+        "assert Path(default_key_file()).is_file()\n```\n\n"
+        "```bash\ndp-release ledger --population demo-census-persons\n```\n"
+    )
+    assert run_in_order(document, tmp_path / "folder", after_job=True) == 2
+
+
+def test_readme_links_every_page_in_docs():
+    readme = (ROOT / "README.md").read_text()
+    linked = set(re.findall(r"\]\((docs/[^)#\s]+\.md)\)", readme))
+    pages = {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")}
+    assert not pages - linked, f"README.md links no {sorted(pages - linked)}: add them to Docs:"
 
 
 def test_blocks_share_the_folder(tmp_path):

@@ -227,6 +227,9 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
     assert len(set(messages.values())) == 1, messages
     # Parquet on Spark: the same units (its float year's NaN is the CSV's empty year).
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))
+    # The same key again: a new one beside the homes above (with releases) is refused.
+    (tmp_path / "master.key").write_bytes((tmp_path / "pandas-0" / "master.key").read_bytes())
+    (tmp_path / "master.key").chmod(0o600)
     spec = spec_with(tmp_path, parquet_path, engine="spark", threshold=10_000)
     result = run_release(spec, QUIET, spark)
     assert result.outcome == "reserved"

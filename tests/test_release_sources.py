@@ -656,6 +656,8 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
     (data / "part-0.csv").write_text("pid,year,sex,note\n1,2001,F,x\n")
     other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "l2-home"))  # the key binds per home
+    # The same key: a new one beside the first home (with a release) is refused.
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", (tmp_path / "master.key").read_text().strip())
     with pytest.raises(SpecError) as caught:
         run_release(other, progress=Progress(quiet=True), spark=spark)
     assert "its CSV header has 4 field(s) and lacks the declared column 'spend'" in str(

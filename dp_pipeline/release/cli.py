@@ -46,11 +46,16 @@ from dp_pipeline.errors import DPError
 from dp_pipeline.release.key_command import add_key_command, existing_key, key_command
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.integrity import LedgerTamperedError
 from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.phrases import spend_phrase
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.ledger_report import summaries, summary_table
-from dp_pipeline.release.locations import default_ledger, legacy_ledger_problem
+from dp_pipeline.release.locations import (
+    default_key_file,
+    default_ledger,
+    legacy_ledger_problem,
+)
 from dp_pipeline.release.outcome import (
     ExitCode,
     error_code,
@@ -286,14 +291,17 @@ def _plan_ledger_check(given: str | None, spec, plan):
     failure (unreachable, no ledger yet) is a note on stderr, as a missing file is
     no check at all: a release is planned before its ledger need exist.
     """
+    key = existing_key(spec.key_file)  # verifies the rows; never created by a plan
     if given is not None:
-        return check_against_ledger(spec, plan, given)
+        return check_against_ledger(spec, plan, given, key)
     location = ledger_location(spec.ledger_path)
     if location.kind == "sqlite":
         exists = location.path is not None and location.path.is_file()
-        return check_against_ledger(spec, plan, spec.ledger_path) if exists else None
+        return check_against_ledger(spec, plan, spec.ledger_path, key) if exists else None
     try:
-        return check_against_ledger(spec, plan, spec.ledger_path)
+        return check_against_ledger(spec, plan, spec.ledger_path, key)
+    except LedgerTamperedError:
+        raise  # a run would refuse it too: never a mere note
     except LedgerError as error:
         print(f"note: the spec's ledger was not checked: {error}", file=sys.stderr)
         return None
@@ -456,7 +464,8 @@ def _ledger(arguments) -> int:
         # Reading a ledger never creates one (nor its folder): a mistyped path leaves
         # nothing behind for a later run to reserve in.
         return _no_ledger(arguments, location)
-    key = existing_key(arguments.key_file) if arguments.abort else None
+    # The key verifies the rows (and an abort needs it); never created by reading.
+    key = existing_key(arguments.key_file or _default(default_key_file, "--key-file"))
     with Ledger(arguments.ledger_path, key=key) as ledger:
         return _ledger_report(arguments, ledger)
 
@@ -494,10 +503,12 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
                 f"{ledger.location} (known: {', '.join(populations) or 'none'})"
             )
         populations = {arguments.population: populations[arguments.population]}
+    rows = ledger.rows_check(populations)  # before any sum: verified, or said not to be
     found = summaries(ledger, arguments.population)
     if arguments.json:
         described = {
             "ledger": public_location(str(arguments.ledger_path)),
+            "rows": rows.to_dict(),
             "populations": [item.to_dict() for item in found],
         }
         print(json.dumps(described, sort_keys=True, default=str))
@@ -506,6 +517,7 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
         print(f"ledger {ledger.location}: no releases yet")
     else:
         print(summary_table(found))
+        print(rows.text)
         print()
     for name, cap in populations.items():
         _, left = ledger.spent(name)

@@ -21,10 +21,20 @@ the new one and the home: `move_binding`). Every key is bound this way, whether 
 came from the home's ``master.key``, ``--key-file`` or ``$DP_PIPELINE_MASTER_KEY``: a
 key given explicitly (audits, tests) binds to its first ledger too.
 
-What is not detectable here: a second home (another ``$DP_PIPELINE_HOME``) with a
-*new* key and a new ledger. The new key's fingerprint is unknown to every other home,
-and nothing ties a person's data to a key, so such a run cannot be told from a first
-run; the operator's configuration decides the home (the spec's author cannot set it).
+The home also records that the bound ledger's rows are authenticated (``"sealed"``,
+`dp_pipeline.release.ledger.integrity`) once it has seen them sealed: a ledger whose
+seal marker was removed by hand (or whose schema version was edited back so that a
+migration would run again) would otherwise have its blanked codes adopted as if it had
+never been sealed; `bind_key` refuses it with a `LedgerTamperedError` instead.
+
+A server ledger is identified by its ``ledger_id`` (drawn inside the database), not by
+the host text of its URL: ``localhost`` and ``127.0.0.1`` (or a DNS alias) name the same
+server, and a binding compares the ids (`same_ledger`).
+
+A second home (another ``$DP_PIPELINE_HOME``) with a *new* key and a new ledger is not
+detectable from the bindings alone (the new key is unknown to every other home): every
+home that binds a key is recorded in the user's registry, and a new key beside a home
+whose key has releases is refused (`dp_pipeline.release.home_registry`).
 """
 
 from __future__ import annotations
@@ -38,11 +48,13 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from dp_pipeline.randomness import MasterKey
-from dp_pipeline.release.keys import private_folder
+from dp_pipeline.release.home_registry import register_home
 from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.integrity import SEALED, LedgerTamperedError
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.locations import dp_pipeline_home
+from dp_pipeline.release.private_folders import private_folder
 
 __all__ = [
     "BINDINGS_NAME",
@@ -51,6 +63,7 @@ __all__ = [
     "check_key_place",
     "ledger_place",
     "move_binding",
+    "same_ledger",
 ]
 
 BINDINGS_NAME = "bindings.json"
@@ -68,6 +81,23 @@ def ledger_place(location: LedgerLocation) -> str:
     parts = urlsplit(location.conninfo or "")
     host = parts.hostname or "localhost"
     return f"postgresql://{host}:{parts.port or 5432}/{parts.path.strip('/')}"
+
+
+def same_ledger(bound: dict, place: str, ledger_id: str | None) -> bool | None:
+    """Whether a binding names the ledger at ``place`` with ``ledger_id``: True, False, or
+    None when it cannot be told yet (a server ledger whose id is not read yet).
+
+    A SQLite ledger is its resolved path (and its id, checked by `bind_key`); a server
+    ledger is its ``ledger_id``, whatever host text its URL uses.
+    """
+    server = place.startswith("postgresql://")
+    if server != bound["place"].startswith("postgresql://"):
+        return False
+    if not server:
+        return bound["place"] == place
+    if ledger_id is None or bound.get("ledger_id") is None:
+        return None if bound["place"] != place else True
+    return bound["ledger_id"] == ledger_id
 
 
 def _bindings_file(home: Path | None) -> Path:
@@ -108,11 +138,14 @@ def _refusal(key: MasterKey, bound: dict, shown: str, path: Path, why: str) -> K
     )
 
 
-def check_key_place(key: MasterKey, location, home: Path | None = None) -> None:
-    """Before anything starts: refuse a ledger at another place than ``key``'s bound one.
+def check_key_place(
+    key: MasterKey, location, home: Path | None = None, *, ledger_id: str | None = None
+) -> None:
+    """Before anything starts: refuse a ledger other than ``key``'s bound one.
 
-    Reads the home's bindings only (the ledger need not exist yet); the ledger's own id
-    is checked by `bind_key` once it is open.
+    Reads the home's bindings only (the ledger need not exist yet); ``ledger_id``: a
+    server ledger's id when it is already open (then compared instead of its host
+    text). The ledger's own id is checked by `bind_key` once it is open.
     """
     location = ledger_location(location)
     path = _bindings_file(home)
@@ -120,8 +153,8 @@ def check_key_place(key: MasterKey, location, home: Path | None = None) -> None:
         return
     with _locked(path, write=False) as bindings:
         bound = bindings.get(key.fingerprint)
-    if bound is not None and bound["place"] != ledger_place(location):
-        raise _refusal(key, bound, location.shown, path, "another place")
+    if bound is not None and same_ledger(bound, ledger_place(location), ledger_id) is False:
+        raise _refusal(key, bound, location.shown, path, _elsewhere(ledger_place(location)))
 
 
 def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
@@ -134,7 +167,22 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
     place = ledger_place(ledger.location)
     ledger_id = ledger.meta("ledger_id")
     recorded = ledger.key_fingerprint()
+    sealed = ledger.meta(SEALED) is not None
     path = _bindings_file(home)
+    _check_binding(key, ledger, path, place, ledger_id, recorded, sealed)
+    keyed = ledger.key is not None and ledger.key.fingerprint == key.fingerprint
+    if sealed or not keyed or recorded not in (None, key.fingerprint):
+        return
+    # Sealed now, before anything is reserved, and the home told so at once: from here on
+    # a removed seal marker is refused, never a chance to have edited rows adopted.
+    ledger.seal_now()
+    with _locked(path, write=True) as bindings:
+        if key.fingerprint in bindings:
+            bindings[key.fingerprint]["sealed"] = True
+
+
+def _check_binding(key, ledger, path, place, ledger_id, recorded, sealed) -> None:
+    """`bind_key`'s record and checks in the home's bindings, under their lock."""
     with _locked(path, write=True) as bindings:
         bound = bindings.get(key.fingerprint)
         if bound is None:
@@ -144,19 +192,32 @@ def bind_key(key: MasterKey, ledger: Ledger, home: Path | None = None) -> None:
                 "place": place,
                 "ledger_id": ledger_id,
                 "bound_at": _now(),
+                "sealed": sealed,
             }
+            # A later fresh home of this user is refused beside this one (home_registry).
+            register_home(path.parent)
             return
-    if bound["place"] != place:
-        raise _refusal(key, bound, ledger.location.shown, path, "another place")
-    if bound["ledger_id"] != ledger_id:
-        raise _refusal(
-            key,
-            bound,
-            ledger.location.shown,
-            path,
-            "the same place but another ledger (the file or database was replaced, so "
-            "the releases recorded under the key are not in it)",
-        )
+        if bound["place"] != place and same_ledger(bound, place, ledger_id) is False:
+            raise _refusal(key, bound, ledger.location.shown, path, _elsewhere(place))
+        if bound["ledger_id"] != ledger_id:
+            raise _refusal(
+                key,
+                bound,
+                ledger.location.shown,
+                path,
+                "the same place but another ledger (the file or database was replaced, so "
+                "the releases recorded under the key are not in it)",
+            )
+        if bound.get("sealed") and not sealed:
+            raise LedgerTamperedError(
+                f"ledger {ledger.location.shown!r}: its rows were authenticated under master "
+                f"key {key.fingerprint} (recorded in {str(path)!r}), but the ledger no longer "
+                "says so: its seal marker was removed or its schema version edited back, "
+                "which would have its rows adopted again as they are now. The spend it "
+                "records cannot be trusted. Restore the ledger from a backup taken before "
+                "the edit; nothing was read or reserved"
+            )
+        bound["sealed"] = bool(bound.get("sealed")) or sealed
 
 
 def move_binding(key: MasterKey, target: Ledger, home: Path | None = None) -> dict | None:
@@ -191,7 +252,14 @@ def move_binding(key: MasterKey, target: Ledger, home: Path | None = None) -> di
             "bound_at": move["at"],
             "moves": [*(previous or {}).get("moves", []), move],
         }
+    register_home(path.parent)  # a home bound by a move is one of the user's homes too
     return previous
+
+
+def _elsewhere(place: str) -> str:
+    if place.startswith("postgresql://"):
+        return "another ledger (its database holds another ledger id)"
+    return "another place"
 
 
 def _now() -> str:

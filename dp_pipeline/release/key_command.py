@@ -4,6 +4,11 @@
   to PATH (default: ``master.key`` in the dp_pipeline home) with mode 0600, its missing
   folders 0700, and prints the key's public fingerprint, never the key. An existing file
   is never overwritten: the releases made under it could no longer be re-run or audited.
+  A new key beside a home whose key already has releases is refused
+  (`dp_pipeline.release.home_registry`): it would start a second cap on the same people.
+- ``dp-release key --new-home [--key-file PATH]`` creates the key all the same, on
+  purpose: a separate cap, recorded in the user's registry of homes (when, beside which
+  homes, under which key fingerprint).
 - ``dp-release key --bind LEDGER [--key-file PATH]`` moves the key's binding
   (`dp_pipeline.release.key_binding`) to LEDGER, recording the move in the old ledger,
   the new one and the home: the one way to use a key with another ledger.
@@ -17,9 +22,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+from datetime import UTC, datetime
 from pathlib import Path
 
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.home_registry import check_new_key, register_home, used_homes
 from dp_pipeline.release.key_binding import move_binding
 from dp_pipeline.release.keys import (
     ENVIRONMENT_VARIABLE,
@@ -29,7 +36,7 @@ from dp_pipeline.release.keys import (
     load_or_create_master_key,
 )
 from dp_pipeline.release.ledger.store import Ledger
-from dp_pipeline.release.locations import default_key_file
+from dp_pipeline.release.locations import default_key_file, dp_pipeline_home
 
 __all__ = ["add_key_command", "existing_key", "key_command"]
 
@@ -56,6 +63,14 @@ def add_key_command(commands) -> argparse.ArgumentParser:
             "postgresql://...), recorded in the old ledger, the new one and the home"
         ),
     )
+    command.add_argument(
+        "--new-home",
+        action="store_true",
+        help=(
+            "create the key even though another home of this user holds a key with "
+            "releases: a separate cap on purpose, recorded in ~/.dp_pipeline/homes.json"
+        ),
+    )
     command.add_argument("--json", action="store_true", help="print one JSON object")
     return command
 
@@ -79,6 +94,9 @@ def key_command(arguments) -> int:
                 "overwritten (the releases made under it could no longer be re-run). Name "
                 "a new file with --key-file PATH"
             )
+        beside = [home for home, _, _ in used_homes()] if arguments.new_home else []
+        if not arguments.new_home:
+            check_new_key(path, "dp-release key")
         try:
             key = create_key_file(path)
         except FileExistsError:  # created meanwhile by another process
@@ -87,11 +105,24 @@ def key_command(arguments) -> int:
                 "is never overwritten. Name a new file with --key-file PATH"
             ) from None
         check_key_file(path)
+        if arguments.new_home:
+            new_cap = {"key_file": str(path), "fingerprint": key.fingerprint, "beside": beside}
+            register_home(dp_pipeline_home(), new_cap={**new_cap, "at": _now()})
         _say(
             arguments,
-            {"key_file": str(path), "fingerprint": key.fingerprint, "created": True},
+            {
+                "key_file": str(path),
+                "fingerprint": key.fingerprint,
+                "created": True,
+                **({"new_home": True} if arguments.new_home else {}),
+            },
             f"created master key {str(path)!r} (fingerprint {key.fingerprint}); keep it "
-            "secret and backed up: re-running a release id needs the same key",
+            "secret and backed up: re-running a release id needs the same key"
+            + (
+                "; a separate cap on purpose, recorded in the user's registry of homes"
+                if arguments.new_home
+                else ""
+            ),
         )
         return 0
     key = existing_key(arguments.key_file)
@@ -115,6 +146,10 @@ def key_command(arguments) -> int:
         "move is recorded in both ledgers and the dp_pipeline home",
     )
     return 0
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _say(arguments, described: dict, line: str) -> None:

@@ -27,6 +27,8 @@ from pathlib import Path
 
 from dp_pipeline.errors import DPError
 from dp_pipeline.randomness import MasterKey
+from dp_pipeline.release.home_registry import check_new_key
+from dp_pipeline.release.private_folders import private_folder
 
 __all__ = [
     "ENVIRONMENT_VARIABLE",
@@ -65,28 +67,6 @@ def check_key_file(path: Path) -> None:
 ENVIRONMENT_VARIABLE = "DP_PIPELINE_MASTER_KEY"
 
 
-def private_folder(folder: str | os.PathLike[str]) -> Path:
-    """``folder``, creating it and every missing parent with mode 0700 (owner only).
-
-    ``mkdir``'s mode is filtered by the umask, and ``parents=True`` gives the parents
-    the default mode, so each folder created here is made and then set to 0700. An
-    existing folder is left as it is.
-    """
-    folder = Path(folder)
-    missing = []
-    for path in (folder, *folder.parents):
-        if path.exists():
-            break
-        missing.append(path)
-    for path in reversed(missing):
-        try:
-            path.mkdir(mode=0o700)
-        except FileExistsError:  # created meanwhile by another run
-            continue
-        os.chmod(path, 0o700)
-    return folder
-
-
 def load_or_create_master_key(
     key_file: str | os.PathLike[str], progress=None, *, ledger_with_releases: str | None = None
 ) -> MasterKey:
@@ -96,7 +76,9 @@ def load_or_create_master_key(
     (`MasterKey.weakness`) from either place; the message never holds the key.
     ``ledger_with_releases``: the ledger the run will use, when it already records
     releases; then a missing key file is refused (`KeyFileError` naming both), never
-    created beside it.
+    created beside it. A key is not created either while a known home of the user holds
+    a key bound to a ledger with releases (`FreshHomeError`,
+    `dp_pipeline.release.home_registry`).
     """
     if os.environ.get(ENVIRONMENT_VARIABLE):
         return _read(MasterKey.from_env, ENVIRONMENT_VARIABLE, f"${ENVIRONMENT_VARIABLE}")
@@ -112,6 +94,7 @@ def load_or_create_master_key(
             f"(--key-file PATH, run.key_file or ${ENVIRONMENT_VARIABLE}), or use a new "
             "ledger (--ledger PATH) for a new key"
         )
+    check_new_key(path)  # no fresh key (a fresh cap) beside another home's used one
     try:
         key = create_key_file(path)
     except FileExistsError:  # written meanwhile by a run racing this one

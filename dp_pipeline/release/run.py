@@ -270,7 +270,8 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     location = ledger_location(spec.ledger_path)
     server = Ledger(location) if location.kind == "postgresql" else None
     master = _master_key(spec, progress, server)
-    check_key_place(master, location)  # the key's bound ledger, before any engine starts
+    # The key's bound ledger, before any engine starts (a server's by its ledger id).
+    check_key_place(master, location, ledger_id=server and server.meta("ledger_id"))
     if server is not None:
         server.key = master  # its rows are checked and sealed under the run's key
 

@@ -94,6 +94,7 @@ from dp_pipeline.release.ledger.records import (
     owner,
     row_state,
 )
+from dp_pipeline.release.ledger.verification import RowsCheck, check_rows
 from dp_pipeline.release.ledger.view import LedgerView, read_ledger
 from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
 
@@ -801,6 +802,25 @@ class Ledger:
             action="reading the ledger",
         )
         return None if row is None else row["value"]
+
+    def seal_now(self) -> None:
+        """Record this ledger's key (if it records none) and authenticate its rows now, in
+        one write under the key (`integrity.seal`; adopts rows only if never sealed)."""
+        if self.key is None:
+            raise InternalError("seal_now needs the ledger's key")
+        key = self.key
+
+        def work(connection) -> None:
+            self._bind_key(connection, key.fingerprint)
+
+        self._write(work, action="authenticating the ledger", population=None, release_id=None)
+
+    def rows_check(self, populations) -> RowsCheck:
+        """Whether ``populations``' rows verify under this ledger's key (`check_rows`)."""
+        return self._backend.read(
+            lambda c: check_rows(c, self.key, populations, self.location.shown),
+            action="checking the ledger",
+        )
 
     def spent(self, population: str) -> tuple[Spend | None, str]:
         """The population's composed spend (committed + reserved) and what is left of its cap."""

@@ -13,10 +13,12 @@ import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
 
+from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
+from dp_pipeline.release.ledger.verification import RowsCheck, check_rows
 
 __all__ = ["LedgerView", "read_ledger"]
 
@@ -28,7 +30,8 @@ class LedgerView:
     ``cap`` is the population's recorded cap (None: no release of it yet); ``states``
     the accountant states of its committed and reserved releases other than
     ``release_id`` (what `Ledger.reserve` composes); ``existing`` the row of
-    ``release_id`` (any population) as a dict, columns of older ledgers as None.
+    ``release_id`` (any population) as a dict, columns of older ledgers as None;
+    ``rows`` whether those rows were verified under the ledger's key (`check_rows`).
     """
 
     path: str  # the location, credentials masked
@@ -37,21 +40,31 @@ class LedgerView:
     committed: int
     reserved: int
     existing: dict | None
+    rows: RowsCheck | None = None
 
 
 def read_ledger(
-    location: str | os.PathLike[str] | LedgerLocation, population: str, release_id: str
+    location: str | os.PathLike[str] | LedgerLocation,
+    population: str,
+    release_id: str,
+    key: MasterKey | None = None,
 ) -> LedgerView:
     """Read ``population`` and ``release_id`` from the ledger at ``location``, changing nothing.
 
     A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
     transaction: no schema is created or migrated, no lease is taken, and a missing
-    ledger is a `LedgerError` (only a run creates a ledger).
+    ledger is a `LedgerError` (only a run creates a ledger). With the ledger's ``key`` the
+    population's rows are verified first (`LedgerTamperedError` if edited by hand); without
+    it the view says they are unverified.
     """
     location = ledger_location(location)
     shown = location.shown
 
-    def view(connection) -> tuple:
+    def view(connection, has_meta: bool = True) -> tuple:
+        populations = [population]
+        if existing_population := _population_of(connection, release_id):
+            populations.append(existing_population)
+        rows = check_rows(connection, key, dict.fromkeys(populations), shown, has_meta=has_meta)
         row = connection.execute(
             "SELECT cap FROM populations WHERE name = ?", (population,)
         ).fetchone()
@@ -63,12 +76,15 @@ def read_ledger(
         existing = connection.execute(
             "SELECT * FROM releases WHERE release_id = ?", (release_id,)
         ).fetchone()
-        return row, others, existing
+        return row, others, existing, rows
 
     if location.kind == "postgresql":
         psycopg, connection = postgres_backend.open_read_only(location)
         try:
-            row, others, existing = view(connection)
+            has_meta = connection.execute("SELECT to_regclass('ledger_meta') AS meta").fetchone()[
+                "meta"
+            ]
+            row, others, existing, rows = view(connection, has_meta is not None)
         except psycopg.Error as error:
             raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
         finally:
@@ -77,7 +93,8 @@ def read_ledger(
         connection = sqlite_backend.open_read_only(location)
         try:
             with closing(connection):
-                row, others, existing = view(connection)
+                has_meta = sqlite_backend.schema_version(connection) >= 2
+                row, others, existing, rows = view(connection, has_meta)
         except sqlite3.Error as error:
             raise LedgerError(f"ledger {shown!r} cannot be read as a ledger: {error}") from None
     if existing is not None:
@@ -89,4 +106,13 @@ def read_ledger(
         sum(r["status"] == "committed" for r in others),
         sum(r["status"] == "reserved" for r in others),
         existing,
+        rows,
     )
+
+
+def _population_of(connection, release_id: str) -> str | None:
+    """The population ``release_id`` is recorded under (None: not recorded)."""
+    row = connection.execute(
+        "SELECT population FROM releases WHERE release_id = ?", (release_id,)
+    ).fetchone()
+    return None if row is None else row["population"]

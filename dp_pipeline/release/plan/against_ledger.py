@@ -7,9 +7,11 @@ same composition (`dp_pipeline.release.ledger.budget.compose_accountants`), the 
 upper-bound check (`within_cap`), the same release-id rules
 (`dp_pipeline.release.ledger.records.check_reuse`), on a read-only view of the
 ledger (`dp_pipeline.release.ledger.store.read_ledger`), so the file is never changed.
-The run's input fingerprint and key are not known to a plan: a release id already
-recorded is compared on every other part of its identity, and counted as the same
-release if those match (``run`` also checks the input and key).
+The run's input fingerprint is not known to a plan: a release id already recorded is
+compared on every other part of its identity, and counted as the same release if those
+match (``run`` also checks the input and key). The rows summed are verified under the
+ledger's master key when the plan has it, as a run verifies them; otherwise the answer
+says they are unverified (`dp_pipeline.release.ledger.verification`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.digest import digest_of
+from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.ledger.budget import (
     Spend,
     cap_dict,
@@ -32,6 +35,7 @@ from dp_pipeline.release.ledger.budget import (
 from dp_pipeline.release.ledger.identity import ReleaseIdentity, release_identity
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError, canonical_json, check_reuse
 from dp_pipeline.release.ledger.store import read_ledger
+from dp_pipeline.release.ledger.verification import RowsCheck
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text
 from dp_pipeline.release.spec.model import ReleaseSpec
 
@@ -64,6 +68,7 @@ class LedgerCheck:
     fits: bool
     refusal: str | None = None
     largest: str | None = None
+    rows: RowsCheck | None = None  # whether the rows summed were verified under the key
 
     def to_dict(self) -> dict:
         return {
@@ -80,6 +85,7 @@ class LedgerCheck:
             "fits": self.fits,
             "refusal": self.refusal,
             "largest": self.largest,
+            "rows": None if self.rows is None else self.rows.to_dict(),
         }
 
     def text(self) -> str:
@@ -90,6 +96,8 @@ class LedgerCheck:
             f"{_bounds(self.spent, self.cap)}",
             f"  left before this release: {left_text(self.spent, self.cap)}",
         ]
+        if self.rows is not None:
+            lines.append(f"  {self.rows.text}")
         if self.outcome == "refused":
             lines.append(f"  refused, as dp-release run would refuse it: {self.refusal}")
             return "\n".join(lines)
@@ -148,7 +156,10 @@ def _identity_as_recorded(spec: ReleaseSpec, state: dict, existing: dict) -> Rel
 
 
 def check_against_ledger(
-    spec: ReleaseSpec, plan: ReleasePlan, path: str | os.PathLike[str]
+    spec: ReleaseSpec,
+    plan: ReleasePlan,
+    path: str | os.PathLike[str],
+    key: MasterKey | None = None,
 ) -> LedgerCheck:
     """Whether ``plan`` fits what is left of its population's cap in the ledger at ``path``.
 
@@ -156,9 +167,10 @@ def check_against_ledger(
     composition, same upper-bound check, same release-id and cap rules), except
     that the input and key parts of a recorded identity are taken as equal. The
     ledger file is opened read-only and left byte for byte unchanged. Raises
-    `LedgerError` if there is no ledger file at ``path``.
+    `LedgerError` if there is no ledger file at ``path``, and `LedgerTamperedError` if
+    ``key`` is the ledger's and the rows do not match their codes.
     """
-    view = read_ledger(path, spec.population, spec.release_id)
+    view = read_ledger(path, spec.population, spec.release_id, key)
     cap = cap_dict(spec.cap)
     state = plan.accountant.to_dict()
     spent_states = list(view.states)
@@ -177,6 +189,7 @@ def check_against_ledger(
         "committed": committed,
         "reserved": reserved,
         "spent": spent,
+        "rows": view.rows,
     }
     refusal = None
     outcome = "new"
