@@ -68,16 +68,18 @@ from dp_pipeline.release.plan.release_plan import (
     plan_release,
 )
 from dp_pipeline.release.plan_verdict import plan_verdict
+from dp_pipeline.release.progress import Progress
 from dp_pipeline.release.release_ids import (
     is_template,
     parse_run_date,
     render_release_id,
     run_date,
 )
-from dp_pipeline.release.run import Progress, RunTrace, apply_overrides, run_release
+from dp_pipeline.release.run import RunTrace, run_release
 from dp_pipeline.release.sources.source import EngineStoppedError
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import ENGINES, INPUT_FORMATS, SpecError
+from dp_pipeline.release.spec.overrides import apply_overrides
 
 __all__ = ["main"]
 

@@ -50,16 +50,14 @@ Order matters for privacy and for crashes:
 
 from __future__ import annotations
 
-import sys
 import time
 from contextlib import ExitStack, suppress
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-
-import pyarrow as pa
 
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.release import protocol
 from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
@@ -71,91 +69,41 @@ from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.outcome import REFUSED_AFTER_READING
 from dp_pipeline.release.plan.preflight import check_engine, check_output
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
-from dp_pipeline.release.publish.manifest import (
-    check_replaceable,
-    check_same_bytes,
-    write_manifest,
-)
-from dp_pipeline.release.publish.outputs import (
-    ROW_GROUP_ROWS,
-    AtomicReleaseDirectory,
-    clean_stale,
-    write_batches,
-    write_json,
-    write_table,
-)
+from dp_pipeline.release.progress import Progress
+from dp_pipeline.release.protocol import Checkpoint, State
+from dp_pipeline.release.publish.manifest import check_replaceable
+from dp_pipeline.release.publish.outputs import AtomicReleaseDirectory, clean_stale
 from dp_pipeline.release.publish.remote import (
     RemoteReleaseDirectory,
     check_remote_replaceable,
     clean_remote_stale,
 )
+from dp_pipeline.release.publish.writer import write_outputs
 from dp_pipeline.release.read import read_release
-from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy, made_by
-from dp_pipeline.release.report.accuracy import (
-    TableAccuracy,
-    accuracy_summary,
-    table_accuracies,
-)
-from dp_pipeline.release.report.writer import html_report, privacy_report
+from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy
 from dp_pipeline.release.run_lease import held_lease
 from dp_pipeline.release.sources.fingerprint import FileRangeError
-from dp_pipeline.release.sources.schema import (
-    check_input_columns,
-    published_table,
-    table_schema,
-)
+from dp_pipeline.release.sources.schema import check_input_columns
 from dp_pipeline.release.sources.source import check_listed_kinds, kept_log
 from dp_pipeline.release.sources.synthetic import check_sample, sealed_census_sample
-from dp_pipeline.release.spec.model import (
-    ENGINES,
-    INPUT_FORMATS,
-    ReleaseSpec,
-    SpecError,
-    format_of_path,
-)
-from dp_pipeline.release.spec.spark_conf import SparkConf, parse_conf_arguments
+from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.release.spec.overrides import apply_overrides
 from dp_pipeline.release.tables import engines
-from dp_pipeline.release.tables.consistency import (
-    consistent_results,
-    postprocess_on_spark,
-)
+from dp_pipeline.release.tables.consistency import consistent_results, postprocess_on_spark
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
 from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
-__all__ = ["InputChangedError", "Progress", "RunResult", "RunTrace", "read_release", "run_release"]
-
-
-def _checkpoint(name: str) -> None:
-    """A named point of the protocol; does nothing.
-
-    The crash tests run the CLI in a child process that replaces this function
-    with one that stops or kills the process at ``name``: "after_reserve",
-    "after_noise", "mid_table" (a row group of a table kept on Spark is
-    written), "before_publish" (the outputs and manifest are written, the
-    ledger does not yet record publication), the steps of an output URI's
-    publication (`RemoteReleaseDirectory.publish`: "before_upload",
-    "mid_upload", "after_hidden_manifest", "before_final", "mid_copy",
-    "after_manifest") or "after_publish" (the ledger not yet committed).
-    """
-
-
-class Progress:
-    """Timestamped progress lines on stderr (visible on long runs)."""
-
-    def __init__(self, stream=None, quiet: bool = False) -> None:
-        self.started = time.perf_counter()
-        self.stream = stream or sys.stderr
-        self.quiet = quiet
-
-    def __call__(self, message: str) -> None:
-        if not self.quiet:
-            elapsed = time.perf_counter() - self.started
-            try:
-                print(f"[{elapsed:7.1f}s] {message}", file=self.stream, flush=True)
-            except BrokenPipeError:
-                # The reader went away (``2>&1 | head``): a charged run must not fail
-                # for a progress line, so the rest of them are dropped.
-                self.quiet = True
+# Progress, apply_overrides and read_release are imported from here by callers of the
+# run (the CLI imports them from their own modules).
+__all__ = [
+    "InputChangedError",
+    "Progress",
+    "RunResult",
+    "RunTrace",
+    "apply_overrides",
+    "read_release",
+    "run_release",
+]
 
 
 @dataclass(frozen=True)
@@ -183,51 +131,6 @@ class RunTrace:
     """
 
     reservation: Reservation | None = None
-
-
-def apply_overrides(spec: ReleaseSpec, **overrides) -> ReleaseSpec:
-    """The spec with command-line overrides (None means keep the spec's value)."""
-    if overrides.get("release_id"):
-        spec = spec.with_release_id(overrides["release_id"])
-    mapping = {
-        "input_path": "input_path",
-        "spark_conf": "spark_conf",
-        "output_dir": "output_dir",
-        "engine": "engine",
-        "master": "master",
-        "ledger_path": "ledger_path",
-        "key_file": "key_file",
-        "synthetic_persons": "synthetic_persons",
-    }
-    changes = {field: overrides[name] for name, field in mapping.items() if overrides.get(name)}
-    if "input_path" in changes:
-        changes["input_table"] = None  # --input replaces the spec's input, path or table
-    if "spark_conf" in changes:
-        conf = changes["spark_conf"]
-        if not isinstance(conf, SparkConf):
-            problems: list[str] = []
-            conf = parse_conf_arguments(list(conf), problems)
-            if problems:
-                raise SpecError(problems, "command line")
-        changes["spark_conf"] = spec.spark_conf.merged(conf)
-    # A new input path brings its own format: --format, else what its name says
-    # (``*.csv``, ``*.parquet``), else the spec's.
-    if overrides.get("input_format"):
-        if overrides["input_format"] not in INPUT_FORMATS:
-            raise SpecError(
-                [
-                    f"--format {overrides['input_format']!r}: must be one of "
-                    f"{', '.join(INPUT_FORMATS)}"
-                ]
-            )
-        changes["input_format"] = overrides["input_format"]
-    elif "input_path" in changes and format_of_path(changes["input_path"]):
-        changes["input_format"] = format_of_path(changes["input_path"])
-    if "engine" in changes and changes["engine"] not in ENGINES:
-        raise SpecError([f"--engine {changes['engine']!r}: must be one of {', '.join(ENGINES)}"])
-    if "synthetic_persons" in changes and changes["synthetic_persons"] < 1:
-        raise SpecError([f"--persons {changes['synthetic_persons']}: must be >= 1"])
-    return replace(spec, **changes) if changes else spec
 
 
 def run_release(
@@ -421,7 +324,7 @@ def _run_opened(
             }[reservation.outcome]
         )
         timings["setup"] = time.perf_counter() - clock - plan.seconds
-        _checkpoint("after_reserve")
+        protocol.checkpoint(Checkpoint.AFTER_RESERVE)
         if reservation.outcome == "already_committed":  # re-emitted as published, if intact
             report = intact_copy(reservation.manifest, final, target, spec.release_id)
             if report is not None:
@@ -432,7 +335,7 @@ def _run_opened(
         # and the same release id resumes it with the same noise.
         results: dict = {}
         try:
-            _advance(ledger, reservation, "reading")
+            _advance(ledger, reservation, State.READING)
             results, engine_timings, diagnostics = engines.compute_tables(
                 spec,
                 plan,
@@ -444,8 +347,8 @@ def _run_opened(
             )
             timings.update(engine_timings)
             _check_input_unchanged(spec, master, source, fingerprint)
-            _advance(ledger, reservation, "noised")
-            _checkpoint("after_noise")
+            _advance(ledger, reservation, State.NOISED)
+            protocol.checkpoint(Checkpoint.AFTER_NOISE)
             results, postprocessing = _postprocess(spec, plan, results, source, progress, timings)
             started = time.perf_counter()
             directory = (
@@ -453,7 +356,7 @@ def _run_opened(
                 if target is None
                 else RemoteReleaseDirectory(target, spec.release_id, identity.digest, staging)
             )
-            report = _write_outputs(
+            report = write_outputs(
                 directory,
                 plan,
                 ledger,
@@ -466,14 +369,14 @@ def _run_opened(
                 progress,
             )
             timings["write"] = time.perf_counter() - started
-            _checkpoint("after_publish")
+            protocol.checkpoint(Checkpoint.AFTER_PUBLISH)
             if reservation.outcome != "already_committed":
                 ledger.commit(reservation, output=output)
         except BaseException as error:
             if reservation.outcome != "already_committed":
                 if isinstance(error, REFUSED_AFTER_READING):  # recorded as such, still charged
                     with suppress(LedgerError):  # the refusal stands, recorded or not
-                        ledger.advance(reservation, "refused")
+                        ledger.advance(reservation, State.REFUSED)
                 progress(
                     "ledger: the reservation stays spent; run the same release id again to "
                     "finish it (same noise, no new spend)"
@@ -552,84 +455,3 @@ def _postprocess(spec, plan, results, source, progress, timings):
             )
         )
     return results, postprocessing
-
-
-def _write_outputs(
-    directory,
-    plan,
-    ledger,
-    reservation,
-    master,
-    fingerprint,
-    identity,
-    results,
-    postprocessing,
-    progress,
-) -> dict:
-    spec = plan.spec
-    files = {}
-    seen = dict(results)  # what the accuracy summary and the report read: tables or tallies
-    with directory as folder:
-        for table in plan.tables:
-            name = table.table.name
-            path = folder / f"{name}.parquet"
-            if isinstance(results[name], StreamedTable):
-                rows, columns, seen[name] = _write_streamed(plan, table, results[name], path)
-            else:
-                arrow = published_table(spec, table.table, results[name])
-                rows, columns = arrow.num_rows, arrow.schema.names
-                write_table(arrow, path)
-            files[f"{name}.parquet"] = {"rows": rows, "columns": columns}
-            progress(f"wrote {name}.parquet ({rows:,} rows)")
-        report = privacy_report(plan, reservation, master.fingerprint, files)
-        report["input_fingerprint"] = fingerprint
-        report["release_digest"] = identity.digest
-        if postprocessing:
-            report["postprocessing"] = postprocessing
-        write_json(report, folder / "privacy_report.json")
-        accuracies = table_accuracies(plan, seen)
-        accuracy = accuracy_summary(plan, accuracies)
-        if accuracy:
-            report_accuracy = {"accuracy_vs_truth": accuracy}
-            write_json(report_accuracy, folder / "accuracy.json")
-        (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
-        made = made_by(spec.engine)  # recorded with the bytes: a recompute must match it
-        manifest = write_manifest(folder, spec.release_id, identity.digest, made)  # last
-        _checkpoint("before_publish")
-        # A release id publishes the bytes recorded at its first publication or nothing;
-        # a failed check leaves this folder to be removed, never published.
-        check_same_bytes(
-            spec.release_id, reservation.manifest, manifest, reservation.engine, spec.engine
-        )
-        directory.check_replaceable(manifest["files"])
-        if reservation.outcome != "already_committed":
-            ledger.mark_publishing(reservation, manifest, spec.engine)
-        if isinstance(directory, RemoteReleaseDirectory):
-            directory.publish(manifest, _checkpoint)  # manifest last: what readers trust
-        else:
-            directory.publish(manifest)
-    return report
-
-
-def _write_streamed(plan, table, streamed: StreamedTable, path: Path):
-    """Write a table kept on Spark one row group at a time.
-
-    Each batch becomes the Arrow table `published_table` makes of the same rows
-    (`table_schema`, no metadata), so the file is the driver path's bytes, and is
-    tallied by the table's `TableAccuracy` (which keeps exact tallies, never the
-    rows; on real input, without the truth, it has no summary). Returns (rows,
-    column names, the `TableAccuracy`).
-    """
-    schema = table_schema(plan.spec, table.table, raw=True)
-    accuracy = TableAccuracy(plan, table, value_margin=streamed.value_margin)
-
-    def published():
-        for batch in streamed.batches(ROW_GROUP_ROWS):
-            arrow = pa.Table.from_arrays([batch.column(n) for n in schema.names], schema.names)
-            if streamed.truth:  # synthetic input: the batch's rows against the truth
-                accuracy.add(batch.to_pandas())
-            yield arrow.cast(schema)
-            _checkpoint("mid_table")  # a row group is in the hidden folder's file
-
-    rows = write_batches(published(), path)
-    return rows, schema.names, accuracy

@@ -1,4 +1,6 @@
-"""Reading a ledger without writing: what `dp-release plan` checks a release against.
+"""Reading a ledger: a `Ledger`'s reads (`LedgerReading`), and a ledger read without writing.
+
+`read_ledger` is what `dp-release plan` checks a release against.
 
 A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
 transaction: no schema is created or migrated, no lease is taken, and a missing
@@ -14,11 +16,19 @@ from contextlib import closing
 from dataclasses import dataclass
 
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
-from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.release.ledger.budget import (
+    LedgerError,
+    Spend,
+    compose_accountants,
+    left_text,
+    measure_spend,
+)
+from dp_pipeline.release.ledger.integrity import verify_population
 from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
+from dp_pipeline.release.ledger.records import LedgerEntry, entry_from_row
 from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
 
-__all__ = ["LedgerView", "read_ledger"]
+__all__ = ["LedgerReading", "LedgerView", "read_ledger"]
 
 
 @dataclass(frozen=True)
@@ -90,3 +100,69 @@ def read_ledger(
         sum(r["status"] == "reserved" for r in others),
         existing,
     )
+
+
+class LedgerReading:
+    """The reads of `dp_pipeline.release.ledger.store.Ledger` (a mixin: it uses the
+    ledger's ``_backend``, ``key`` and ``location``). Reads change nothing."""
+
+    def entry(self, release_id: str) -> LedgerEntry | None:
+        row = self._backend.read(
+            lambda connection: connection.execute(
+                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
+            ).fetchone(),
+            action="reading the ledger",
+        )
+        return None if row is None else entry_from_row(row)
+
+    def history(self, population: str | None = None) -> list[LedgerEntry]:
+        """Every release (optionally of one population), oldest first."""
+        query = "SELECT * FROM releases"
+        parameters: tuple = ()
+        if population is not None:
+            query += " WHERE population = ?"
+            parameters = (population,)
+        query += f" ORDER BY {self._backend.order}"
+        rows = self._backend.read(
+            lambda connection: connection.execute(query, parameters).fetchall(),
+            action="reading the ledger",
+        )
+        return [entry_from_row(row) for row in rows]
+
+    def populations(self) -> dict[str, dict]:
+        """Each population's cap (exact strings)."""
+        rows = self._backend.read(
+            lambda connection: connection.execute(
+                "SELECT name, cap FROM populations ORDER BY name"
+            ).fetchall(),
+            action="reading the ledger",
+        )
+        return {row["name"]: json.loads(row["cap"]) for row in rows}
+
+    def key_fingerprint(self) -> str | None:
+        """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
+        return self.meta("key_fingerprint")
+
+    def meta(self, name: str) -> str | None:
+        """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
+        row = self._backend.read(
+            lambda connection: connection.execute(
+                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
+            ).fetchone(),
+            action="reading the ledger",
+        )
+        return None if row is None else row["value"]
+
+    def spent(self, population: str) -> tuple[Spend | None, str]:
+        """The population's composed spend (committed + reserved) and what is left of its cap."""
+        cap = self.populations().get(population)
+        if cap is None:
+            raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
+        if self.key is not None:  # summed only once its rows are checked under the key
+            self._backend.read(
+                lambda c: verify_population(c, self.key, population, self.location.shown),
+                action="checking the ledger",
+            )
+        states = [e.accountant for e in self.history(population) if e.status != "aborted"]
+        spend = measure_spend(compose_accountants(states), cap) if states else None
+        return spend, left_text(spend, cap)
