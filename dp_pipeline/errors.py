@@ -52,6 +52,10 @@ class LedgerError(DPError, ValueError):
     """A release the ledger refuses (the message says why and what to do)."""
 
 
+class PublicationError(LedgerError):
+    """A release cannot be published where or as it would be: nothing was published."""
+
+
 class DPRuntimeError(DPError, RuntimeError):
     """The environment cannot run the call (no Java runtime for Spark); the message says
     what to install or set."""

@@ -26,9 +26,9 @@ from dp_pipeline.errors import DPError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
-from dp_pipeline.release.ledger.location import public_conninfo
 from dp_pipeline.release.ledger.phrases import spend_points
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.ledger_location import public_conninfo
 from dp_pipeline.release.plan.release_plan import PlanError
 from dp_pipeline.release.publish.manifest import PublicationError
 from dp_pipeline.release.sources.source import InputChangedError, InputReadError

@@ -62,17 +62,18 @@ from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.identity import release_identity
-from dp_pipeline.release.ledger.location import ledger_location, local_ledger_folder
 from dp_pipeline.release.ledger.records import Reservation
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import ledger_location, local_ledger_folder
 from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.outcome import REFUSED_AFTER_READING
-from dp_pipeline.release.plan.preflight import check_engine, check_output
+from dp_pipeline.release.plan.preflight import check_engine
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.progress import Progress
 from dp_pipeline.release.protocol import Checkpoint, State
 from dp_pipeline.release.publish.manifest import check_replaceable
 from dp_pipeline.release.publish.outputs import AtomicReleaseDirectory, clean_stale
+from dp_pipeline.release.publish.probe import check_output
 from dp_pipeline.release.publish.remote import (
     RemoteReleaseDirectory,
     check_remote_replaceable,
@@ -80,7 +81,7 @@ from dp_pipeline.release.publish.remote import (
 )
 from dp_pipeline.release.publish.writer import write_outputs
 from dp_pipeline.release.read import read_release
-from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy
+from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy, made_by
 from dp_pipeline.release.run_lease import held_lease
 from dp_pipeline.release.sources.fingerprint import FileRangeError
 from dp_pipeline.release.sources.schema import check_input_columns
@@ -367,6 +368,8 @@ def _run_opened(
                 results,
                 postprocessing,
                 progress,
+                # The engine and versions, recorded with the bytes: a recompute must match.
+                made=made_by(spec.engine),
             )
             timings["write"] = time.perf_counter() - started
             protocol.checkpoint(Checkpoint.AFTER_PUBLISH)

@@ -26,7 +26,7 @@ from dp_pipeline.release.protocol import (
     refused_move,
     row_state,
 )
-from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
+from dp_pipeline.release.publication_rules import check_same_bytes, hidden_folders
 
 __all__ = ["LedgerMoves"]
 

@@ -1,6 +1,6 @@
 """The budget ledger: a persistent, transactional record of what each population has spent.
 
-A ledger lives at a location (`dp_pipeline.release.ledger.location`): a SQLite file
+A ledger lives at a location (`dp_pipeline.release.ledger_location`): a SQLite file
 (stdlib ``sqlite3``, the embedded default: `sqlite_backend`) or a PostgreSQL database
 (psycopg 3, for runs on many hosts: `postgres_backend`). Both hold the same tables
 (`dp_pipeline.release.ledger.schema`) and this module applies the same rules to both;
@@ -56,11 +56,10 @@ import os
 import secrets
 from collections.abc import Callable, Sequence
 
-from dp_pipeline.digest import digest_of
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release import protocol
-from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
+from dp_pipeline.release.ledger.anchors import bind_key_fingerprint, check_input
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
     cap_dict,
@@ -75,7 +74,6 @@ from dp_pipeline.release.ledger.budget import (
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
 from dp_pipeline.release.ledger.integrity import seal, verify_population
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.moves import LedgerMoves
 from dp_pipeline.release.ledger.records import (
     BudgetExceededError,
@@ -87,6 +85,7 @@ from dp_pipeline.release.ledger.records import (
     owner,
 )
 from dp_pipeline.release.ledger.view import LedgerReading, LedgerView, read_ledger
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
 from dp_pipeline.release.protocol import Checkpoint, row_state
 
 __all__ = ["Ledger", "LedgerView", "read_ledger"]
@@ -244,7 +243,7 @@ class Ledger(LedgerMoves, LedgerReading):
 
         def work(connection) -> Reservation:
             if key_fingerprint is not None:
-                self._bind_key(connection, key_fingerprint)
+                bind_key_fingerprint(connection, key_fingerprint, self.location.shown)
             row = connection.execute(
                 "SELECT cap FROM populations WHERE name = ?", (population,)
             ).fetchone()
@@ -267,7 +266,7 @@ class Ledger(LedgerMoves, LedgerReading):
                 outcome = check_reuse(existing, population, fingerprint, state_text, identity)
                 if outcome is not None:
                     return self._reuse(connection, existing, outcome, identity, cap_state, engine)
-            override = self._check_input(
+            override = check_input(
                 connection, release_id, population, (fingerprint, content), identity,
                 shared_input_with,
             )  # fmt: skip
@@ -355,83 +354,6 @@ class Ledger(LedgerMoves, LedgerReading):
             work, action=f"reserving {release_id!r}", population=population, release_id=release_id
         )
 
-    def _bind_key(self, connection, key_fingerprint: str) -> None:
-        """Record the master key's fingerprint in a ledger that has none, or check it."""
-        row = connection.execute(
-            "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
-        ).fetchone()
-        recorded = None if row is None else row["value"]
-        if recorded is None:
-            # A ledger from before keys were recorded: its identities name their key.
-            expected = digest_of(key_fingerprint)
-            for other in connection.execute(
-                "SELECT release_id, identity FROM releases WHERE identity IS NOT NULL"
-            ).fetchall():
-                part = json.loads(other["identity"]).get("parts", {}).get("master key")
-                if part is not None and part != expected:
-                    raise LedgerError(self._other_key_text(key_fingerprint, other["release_id"]))
-            connection.execute(
-                "INSERT INTO ledger_meta (name, value) VALUES ('key_fingerprint', ?)",
-                (key_fingerprint,),
-            )
-        elif recorded != key_fingerprint:
-            raise LedgerError(self._other_key_text(key_fingerprint, None, recorded))
-
-    def _other_key_text(self, fingerprint, release_id=None, recorded=None) -> str:
-        what = (
-            f"records the master key with fingerprint {recorded}"
-            if recorded is not None
-            else f"records release {release_id!r} made with another master key"
-        )
-        return (
-            f"ledger {self.location.shown!r} {what}; this run's key has fingerprint "
-            f"{fingerprint}. A ledger's budget is anchored to one key (under another key "
-            "the same input has another fingerprint, so the ledger could not recognise an "
-            f"input it already charged). Use the ledger's key (--key-file or "
-            f"${ENVIRONMENT_VARIABLE}), or another ledger for another key. Nothing was read "
-            "or written"
-        )
-
-    def _check_input(
-        self, connection, release_id, population, inputs, identity, shared_input_with
-    ) -> str | None:
-        """Refuse an input recorded under another population with the same privacy unit:
-        ``inputs`` is (named fingerprint, content digest or None); either one matching
-        is the same input.
-
-        Returns the override to record (JSON list of the populations declared
-        shared that hold this input), or None.
-        """
-        unit = identity.parts.get("privacy unit")
-        holders: dict[str, str] = {}
-        for other in connection.execute(
-            "SELECT release_id, population, identity FROM releases WHERE (fingerprint = ? "
-            "OR content = ?) AND population != ? AND status != 'aborted' ORDER BY release_id",
-            (*inputs, population),
-        ).fetchall():
-            recorded = None
-            if other["identity"] is not None:
-                recorded = json.loads(other["identity"]).get("parts", {}).get("privacy unit")
-            # Unknown units (older rows, a ledger used without identities) count as the same.
-            if unit is None or recorded is None or recorded == unit:
-                holders.setdefault(other["population"], other["release_id"])
-        undeclared = [name for name in holders if name not in shared_input_with]
-        if undeclared:
-            name = undeclared[0]
-            refusal = InputReuseError(
-                f"release {release_id!r} refused: its input is already recorded under "
-                f"population {name!r} (release {holders[name]!r}) with the same privacy "
-                f"unit. An input's people are one population: releasing it under "
-                f"{population!r} too would spend a second budget on them. Release it under "
-                f"population {name!r}, or, if the two populations are meant to share it "
-                f"(each cap then covers only its own releases), declare it in the spec: "
-                f'[population] shares_input_with = ["{name}"] (recorded in the ledger). '
-                "Nothing was read or written"
-            )
-            refusal.holder = (name, holders[name])  # for a session's own words (record_input)
-            raise refusal
-        return canonical_json(sorted(holders)) if holders else None
-
     def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
         """The reservation of a run that resumes or re-emits ``existing`` (no new spend)."""
         token = None
@@ -470,7 +392,7 @@ class Ledger(LedgerMoves, LedgerReading):
             row = self._held(connection, reservation, "recording its input")
             identity = ReleaseIdentity.from_dict(json.loads(row["identity"]))
             inputs = (fingerprint, fingerprint)
-            self._check_input(connection, release_id, reservation.population, inputs, identity, ())
+            check_input(connection, release_id, reservation.population, inputs, identity, ())
             connection.execute(
                 "UPDATE releases SET fingerprint = ?, content = ? WHERE release_id = ?",
                 (fingerprint, fingerprint, release_id),
@@ -499,7 +421,7 @@ class Ledger(LedgerMoves, LedgerReading):
 
         def work(connection) -> None:
             if key_fingerprint is not None:
-                self._bind_key(connection, key_fingerprint)
+                bind_key_fingerprint(connection, key_fingerprint, self.location.shown)
             row = connection.execute(
                 "SELECT value FROM ledger_meta WHERE name = ?", (name,)
             ).fetchone()

@@ -24,9 +24,9 @@ from dp_pipeline.release.ledger.budget import (
     measure_spend,
 )
 from dp_pipeline.release.ledger.integrity import verify_population
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.records import LedgerEntry, entry_from_row
 from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
 
 __all__ = ["LedgerReading", "LedgerView", "read_ledger"]
 

@@ -24,7 +24,6 @@ from dp_pipeline.release.publish.outputs import (
     write_table,
 )
 from dp_pipeline.release.publish.remote import RemoteReleaseDirectory
-from dp_pipeline.release.reemit import made_by
 from dp_pipeline.release.report.accuracy import (
     TableAccuracy,
     accuracy_summary,
@@ -48,6 +47,8 @@ def write_outputs(
     results,
     postprocessing,
     progress,
+    *,
+    made: dict[str, str | None],
 ) -> dict:
     spec = plan.spec
     files = {}
@@ -76,7 +77,6 @@ def write_outputs(
             report_accuracy = {"accuracy_vs_truth": accuracy}
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
-        made = made_by(spec.engine)  # recorded with the bytes: a recompute must match it
         manifest = write_manifest(folder, spec.release_id, identity.digest, made)  # last
         protocol.checkpoint(Checkpoint.BEFORE_PUBLISH)
         # A release id publishes the bytes recorded at its first publication or nothing;
