@@ -40,7 +40,7 @@ import os
 import sys
 import traceback
 
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import ChargedRunError, DPError
 from dp_pipeline.release.key_command import add_key_command, key_command
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
@@ -442,7 +442,7 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except (SpecError, PlanError, LedgerError, KeyFileError) as error:
+    except (SpecError, ChargedRunError, PlanError, LedgerError, KeyFileError) as error:
         _print_error(arguments.command, error)
         return int(ExitCode.SPEC_ERROR)
 

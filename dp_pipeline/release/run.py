@@ -1,51 +1,36 @@
-"""Running a release: the release protocol as a state machine.
+"""Running a release: the steps of DESIGN's protocol, in order (`run_release`).
 
-``planned -> reserved -> reading -> noised -> publishing -> committed``, or
-``aborted`` (by the operator, `Ledger.abort`) only while nothing was read.
+The states a run moves through, the moves allowed and the crash points are
+`dp_pipeline.release.protocol`'s; the ledger records them (`dp_pipeline.release.ledger`).
 Order matters for privacy and for crashes:
 
-1. **Planned.** The spec is validated and the plan proven (`plan_release`)
-   before anything else; a bad spec or budget never reaches the ledger or the data.
-2. **Reserved.** The run takes the release id's lease before the engine starts
-   (`dp_pipeline.release.run_lease`: held until it returns, so no other run of
-   the id and no abort overlaps it). The engine lists the files it will read;
-   their keyed fingerprint (bytes only, no parsing), the spec and the key make the
-   release's identity (`dp_pipeline.release.ledger.identity`). The run refuses an
-   output folder that is not an earlier copy of this release
-   (`dp_pipeline.release.reemit.check_earlier_copy`), removes what a
-   killed run of exactly this id left hidden, and the ledger reserves the
-   spend in one transaction under a new run token, refusing it above the cap
-   or when the release id is recorded with another identity.
-3. **Reading**, recorded just before the engine reads rows: from then on the
-   run is charged whatever happens. A failure never returns the budget; the
-   reservation stays spent and the same release id resumes it with the same
-   noise (deterministic in master key, release identity, table and noise
-   partition). The data is read, bounded, aggregated over the full declared
-   domain and noised by the engine.
-4. **Noised.** The count tables of ``[postprocess]`` are made consistent on
-   the driver, or on Spark one top-level geography per task when they are
-   large (`dp_pipeline.release.tables.consistency`: post-processing, no privacy cost).
-   A Spark release that aggregated on the executors then keeps those tables
-   on Spark from the noise to the writer (`dp_pipeline.release.tables.streamed`).
-5. **Publishing.** Outputs go to a hidden, owner-only folder; a table kept on
-   Spark is written one row group at a time (`outputs.write_batches`, the
-   same bytes as the driver's one-call write), so the driver never holds it
-   whole; ``manifest.json`` with every file's SHA-256 is written last
-   (`dp_pipeline.release.publish.manifest`). A release id already published must
-   reproduce the recorded bytes, or nothing is published; a committed one whose
-   copy at the output is intact is not recomputed (`dp_pipeline.release.reemit`),
-   and one that must be is refused first if another engine or version would
-   recompute it. The ledger records
-   that publication starts and the manifest (only the token holder can), the
-   folder is renamed into place, and only then is the ledger entry
-   **committed**. An output URI (``viewfs://``, ``s3a://``, ...) has no
-   rename: the folder is made in a private staging folder beside the ledger and
-   copied to ``<output>/<release id>/`` with ``manifest.json`` last
-   (`dp_pipeline.release.publish.remote`), its file system probed before the
-   reservation (`check_output`); the ledger commits after the manifest. A job
-   killed anywhere leaves either no release or a complete one, and a
-   reservation that the next run of the same release id resumes (same noise,
-   no new spend).
+1. **Plan** (`plan_release`): the spec is validated and the plan proven before
+   anything else; a bad spec or budget never reaches the ledger or the data.
+2. **Open**: the run's master key, then the release id's lease
+   (`dp_pipeline.release.run_lease`: held until it returns, so no other run of the
+   id and no abort overlaps it), then the input: the engine lists the files it
+   will read.
+3. **Fingerprint** (`_fingerprint`): a keyed fingerprint of those exact files
+   (bytes only, no parsing); with the spec and the key it makes the release's
+   identity (`dp_pipeline.release.ledger.identity`).
+4. **Reserve** (`_reserve`): an output folder that is not an earlier copy of this
+   release is refused (`dp_pipeline.release.reemit.check_earlier_copy`), what a killed
+   run of exactly this id left hidden is removed, and the ledger reserves the spend
+   in one transaction under a new run token, refusing it above the cap or when the
+   release id is recorded with another identity. An output URI was probed first
+   (`check_output`): nothing is reserved when the run could not publish.
+5. **Read and noise** (state reading, then noised): from reading on the run is
+   charged whatever happens; the same release id resumes it with the same noise.
+   The input must still be the fingerprinted bytes afterwards.
+6. **Post-process** (`dp_pipeline.release.tables.consistency`, no privacy cost).
+7. **Publish** (`dp_pipeline.release.publish.writer`): a hidden, owner-only folder,
+   ``manifest.json`` last, the bytes checked against those the ledger recorded for
+   the id, publication recorded (state publishing), then the folder moved into
+   place (or copied to an output URI, `dp_pipeline.release.publish.remote`).
+8. **Commit**: only then is the ledger entry committed. A job killed anywhere
+   leaves either no release or a complete one, and a reservation that the next run
+   of the same release id resumes (same noise, no new spend); a committed id whose
+   published copy is intact is not recomputed (`dp_pipeline.release.reemit`).
 """
 
 from __future__ import annotations
@@ -56,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
+from dp_pipeline.errors import ProblemListError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import protocol
 from dp_pipeline.release.key_binding import bind_key, check_key_place
@@ -71,6 +57,7 @@ from dp_pipeline.release.plan.preflight import check_engine
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text, plan_release
 from dp_pipeline.release.progress import Progress
 from dp_pipeline.release.protocol import Checkpoint, State
+from dp_pipeline.release.publish.filesystems import ReleaseFileSystem
 from dp_pipeline.release.publish.manifest import check_replaceable
 from dp_pipeline.release.publish.outputs import AtomicReleaseDirectory, clean_stale
 from dp_pipeline.release.publish.probe import check_output
@@ -179,22 +166,7 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
         server.key = master  # its rows are checked and sealed under the run's key
 
     synthetic = not spec.input_path and spec.input_table is None
-    if synthetic:
-        # The sample cache sits beside the ledger and the key: the folders it creates
-        # are owner-only, as theirs are.
-        home = local_ledger_folder(spec.ledger_path) or Path(spec.key_file).parent
-        cache = private_folder(home / "samples")
-        progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
-        # Verified against the seal written when it was generated (the truth in
-        # accuracy.json is computed from it), else generated again.
-        input_path, sample = sealed_census_sample(
-            cache, spec.synthetic_persons, spec.synthetic_seed, master, progress
-        )
-        input_format = "parquet"
-    else:
-        sample = None
-        # A path or URI as written (None: the spec's catalog table).
-        input_path, input_format = spec.input_path or None, spec.input_format
+    input_path, input_format, sample = _input_of(spec, synthetic, master, progress)
     # The engine lists the files it will read; those exact files are fingerprinted, and
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read. A live run of the release id answers busy before that.
@@ -232,6 +204,24 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     return result
 
 
+def _input_of(spec: ReleaseSpec, synthetic: bool, master, progress):
+    """The input to open: (path or URI as written, format, the synthetic sample or None)."""
+    if not synthetic:
+        # A path or URI as written (None: the spec's catalog table).
+        return spec.input_path or None, spec.input_format, None
+    # The sample cache sits beside the ledger and the key: the folders it creates
+    # are owner-only, as theirs are.
+    home = local_ledger_folder(spec.ledger_path) or Path(spec.key_file).parent
+    cache = private_folder(home / "samples")
+    progress(f"no input given: synthetic census microdata, {spec.synthetic_persons:,} persons")
+    # Verified against the seal written when it was generated (the truth in
+    # accuracy.json is computed from it), else generated again.
+    input_path, sample = sealed_census_sample(
+        cache, spec.synthetic_persons, spec.synthetic_seed, master, progress
+    )
+    return input_path, "parquet", sample
+
+
 def _master_key(spec: ReleaseSpec, progress, server: Ledger | None = None):
     """The run's master key; no run starts on a ledger it cannot see, or with a new key
     beside a ledger that records releases or a key (SQLite or ``server``, before any
@@ -267,70 +257,24 @@ def _run_opened(
     *,
     trace,
 ) -> RunResult:
-    if source.table is None:  # a table's schema was checked by Spark when it was opened
-        check_input_columns(spec, source.path, source.files, source.format)
-    started = time.perf_counter()
-    fingerprint, content = source.fingerprints(master)
-    timings["fingerprint"] = time.perf_counter() - started
-    progress(
-        f"fingerprinted the input's {len(source.listed())} file(s) in "
-        f"{timings['fingerprint']:.1f} s ({source.engine} engine)"
-    )
-    check_sample(source.path, sample, fingerprint)
+    """The steps after the input is opened: fingerprint, reserve, read and noise,
+    post-process, publish, commit (the states: `dp_pipeline.release.protocol`)."""
+    fingerprint, content = _fingerprint(spec, source, master, sample, progress, timings)
     identity = release_identity(spec, plan.accountant.to_dict(), fingerprint, master.fingerprint)
-    # An output URI is written through the session's file system: probed before the
-    # reservation (nothing is reserved when the run could not publish).
-    target = check_output(spec, source.spark)
-    final = Path(spec.output_dir) / spec.release_id if target is None else None
-    output = str(final.resolve()) if target is None else target.where(spec.release_id)
-    staging = _staging(spec) if target is not None else None
-    with ledger or Ledger(
-        spec.ledger_path, key=master
-    ) as ledger:  # the lease is held (`held_lease`)
-        # Before anything is spent; the ledger's identity check (in reserve) names what
-        # differs from an earlier release of this id, and publication checks its bytes.
-        entry = ledger.entry(spec.release_id)
-        check_earlier_copy(spec.release_id, identity, entry, final, target, output)
-        if target is None:
-            check_replaceable(final, spec.release_id)
-        else:
-            check_remote_replaceable(target, spec.release_id, identity.digest)
-        bind_key(master, ledger)  # this ledger's own id, then recorded in the home
-        leftovers = [str(path) for path in clean_stale(final or staging / spec.release_id)]
-        if target is not None:
-            leftovers += clean_remote_stale(target, spec.release_id)
-        for leftover in leftovers:
-            progress(f"removed {leftover}, left by an interrupted run")
-        reservation = ledger.reserve(
-            population=spec.population,
-            release_id=spec.release_id,
-            accountant=plan.accountant,
-            fingerprint=fingerprint,
-            cap=spec.cap,
-            identity=identity,
-            output=output,
-            engine=spec.engine,
-            largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
-            key_fingerprint=master.fingerprint,
-            shared_input_with=spec.shares_input_with,
-            content=content,
+    where = _where(spec, source.spark)
+    with ledger or Ledger(spec.ledger_path, key=master) as ledger:  # the lease is held
+        reservation = _reserve(
+            ledger, spec, plan, master, identity, (fingerprint, content), where, progress
         )
         trace.reservation = reservation
-        progress(
-            {
-                "reserved": f"ledger: reserved; {reservation.remaining}",
-                "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
-                "already_committed": "ledger: release id already committed with this spec and "
-                "input; re-emitting identical output (no new spend)",
-            }[reservation.outcome]
-        )
+        _say_reserved(reservation, progress)
         timings["setup"] = time.perf_counter() - clock - plan.seconds
         protocol.checkpoint(Checkpoint.AFTER_RESERVE)
         if reservation.outcome == "already_committed":  # re-emitted as published, if intact
-            report = intact_copy(reservation.manifest, final, target, spec.release_id)
+            report = intact_copy(reservation.manifest, where.final, where.target, spec.release_id)
             if report is not None:
                 progress("the published copy is intact (every file as recorded): not recomputed")
-                return _reemitted(plan, reservation, report, final or output, target)
+                return _reemitted(plan, reservation, report, where.final or where.output, where)
             check_maker(spec.release_id, reservation.manifest, reservation.engine, spec.engine)
         # From here on nothing returns the budget: a failure leaves the reservation spent,
         # and the same release id resumes it with the same noise.
@@ -352,13 +296,8 @@ def _run_opened(
             protocol.checkpoint(Checkpoint.AFTER_NOISE)
             results, postprocessing = _postprocess(spec, plan, results, source, progress, timings)
             started = time.perf_counter()
-            directory = (
-                AtomicReleaseDirectory(final, spec.release_id, identity.digest)
-                if target is None
-                else RemoteReleaseDirectory(target, spec.release_id, identity.digest, staging)
-            )
             report = write_outputs(
-                directory,
+                _directory(spec, identity, where),
                 plan,
                 ledger,
                 reservation,
@@ -374,7 +313,7 @@ def _run_opened(
             timings["write"] = time.perf_counter() - started
             protocol.checkpoint(Checkpoint.AFTER_PUBLISH)
             if reservation.outcome != "already_committed":
-                ledger.commit(reservation, output=output)
+                ledger.commit(reservation, output=where.output)
         except BaseException as error:
             if reservation.outcome != "already_committed":
                 if isinstance(error, REFUSED_AFTER_READING):  # recorded as such, still charged
@@ -387,18 +326,107 @@ def _run_opened(
             raise
         finally:
             close_tables(results)  # what tables kept on Spark hold persisted there
-            if target is not None:
-                target.close()
+            if where.target is not None:
+                where.target.close()
     timings["total"] = time.perf_counter() - clock
-    final = final if target is None else output
+    final = where.final if where.target is None else where.output
     progress(f"release written to {final} in {timings['total']:.1f} s")
     return RunResult(final, reservation.outcome, plan, reservation, report, timings, diagnostics)
 
 
-def _reemitted(plan, reservation, report, output, target) -> RunResult:
+def _fingerprint(spec, source, master, sample, progress, timings) -> tuple[str, str | None]:
+    """The keyed fingerprint and content digest of exactly the files the engine listed."""
+    if source.table is None:  # a table's schema was checked by Spark when it was opened
+        check_input_columns(spec, source.path, source.files, source.format)
+    started = time.perf_counter()
+    fingerprint, content = source.fingerprints(master)
+    timings["fingerprint"] = time.perf_counter() - started
+    progress(
+        f"fingerprinted the input's {len(source.listed())} file(s) in "
+        f"{timings['fingerprint']:.1f} s ({source.engine} engine)"
+    )
+    check_sample(source.path, sample, fingerprint)
+    return fingerprint, content
+
+
+@dataclass(frozen=True)
+class _Where:
+    """Where the release goes: a local folder (``final``), or an output URI's file system
+    (``target``, the release made in ``staging`` first); ``output`` as the ledger records it."""
+
+    target: ReleaseFileSystem | None
+    final: Path | None
+    output: str
+    staging: Path | None
+
+
+def _where(spec, spark) -> _Where:
+    # An output URI is written through the session's file system: probed before the
+    # reservation (nothing is reserved when the run could not publish).
+    target = check_output(spec, spark)
+    if target is None:
+        final = Path(spec.output_dir) / spec.release_id
+        return _Where(None, final, str(final.resolve()), None)
+    return _Where(target, None, target.where(spec.release_id), _staging(spec))
+
+
+def _reserve(ledger, spec, plan, master, identity, inputs, where, progress) -> Reservation:
+    """The ledger's reservation, after the checks that need no spend: an output that is no
+    earlier copy of this release is refused, what a killed run left hidden is removed."""
+    fingerprint, content = inputs
+    # The ledger's identity check (in reserve) names what differs from an earlier release
+    # of this id, and publication checks its bytes.
+    entry = ledger.entry(spec.release_id)
+    check_earlier_copy(spec.release_id, identity, entry, where.final, where.target, where.output)
+    if where.target is None:
+        check_replaceable(where.final, spec.release_id)
+    else:
+        check_remote_replaceable(where.target, spec.release_id, identity.digest)
+    bind_key(master, ledger)  # this ledger's own id, then recorded in the home
+    hidden = where.final or where.staging / spec.release_id
+    leftovers = [str(path) for path in clean_stale(hidden)]
+    if where.target is not None:
+        leftovers += clean_remote_stale(where.target, spec.release_id)
+    for leftover in leftovers:
+        progress(f"removed {leftover}, left by an interrupted run")
+    return ledger.reserve(
+        population=spec.population,
+        release_id=spec.release_id,
+        accountant=plan.accountant,
+        fingerprint=fingerprint,
+        cap=spec.cap,
+        identity=identity,
+        output=where.output,
+        engine=spec.engine,
+        largest=lambda previous, cap: fitting_budget_text(spec, previous, cap),
+        key_fingerprint=master.fingerprint,
+        shared_input_with=spec.shares_input_with,
+        content=content,
+    )
+
+
+def _say_reserved(reservation: Reservation, progress) -> None:
+    progress(
+        {
+            "reserved": f"ledger: reserved; {reservation.remaining}",
+            "resumed": "ledger: resuming an interrupted run of this release id (no new spend)",
+            "already_committed": "ledger: release id already committed with this spec and "
+            "input; re-emitting identical output (no new spend)",
+        }[reservation.outcome]
+    )
+
+
+def _directory(spec, identity, where: _Where):
+    """The hidden folder the outputs are written in, published when they are complete."""
+    if where.target is None:
+        return AtomicReleaseDirectory(where.final, spec.release_id, identity.digest)
+    return RemoteReleaseDirectory(where.target, spec.release_id, identity.digest, where.staging)
+
+
+def _reemitted(plan, reservation, report, output, where: _Where) -> RunResult:
     """A committed release whose published copy is intact: the re-emission (nothing computed)."""
-    if target is not None:
-        target.close()
+    if where.target is not None:
+        where.target.close()
     return RunResult(output, reservation.outcome, plan, reservation, report, {"plan": plan.seconds})
 
 
@@ -425,7 +453,7 @@ def _check_input_unchanged(spec, master, source, fingerprint) -> None:
     source.check_unchanged(source.list_files(), spec.release_id)
     try:
         again = source.fingerprint(master)
-    except (SpecError, FileRangeError, OSError):
+    except (ProblemListError, FileRangeError, OSError):
         # A file vanished or shrank while it was hashed again: changed, like any other
         # difference (charged, nothing published), never a bare error of the reader.
         again = None

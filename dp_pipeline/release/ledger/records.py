@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dp_pipeline.errors import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
 )
@@ -38,14 +39,6 @@ __all__ = [
     "now_text",
     "owner",
 ]
-
-
-class BudgetExceededError(LedgerError):
-    """The release would push its population's cumulative guarantee above the cap."""
-
-
-class ReleaseIdReuseError(LedgerError):
-    """A release id was already used on other data or with another plan."""
 
 
 class InputReuseError(LedgerError):
