@@ -40,8 +40,8 @@ from urllib.parse import urlsplit
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
 from dp_pipeline.release.locations import dp_pipeline_home
 
 __all__ = [

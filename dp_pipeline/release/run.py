@@ -299,16 +299,15 @@ def _run_opened(
             report = write_outputs(
                 _directory(spec, identity, where),
                 plan,
-                ledger,
-                reservation,
-                master,
-                fingerprint,
-                identity,
                 results,
                 postprocessing,
-                progress,
-                # The engine and versions, recorded with the bytes: a recompute must match.
+                ledger=ledger,
+                reservation=reservation,
+                key_fingerprint=master.fingerprint,
+                input_fingerprint=fingerprint,
+                identity=identity,
                 made=made_by(spec.engine),
+                progress=progress,
             )
             timings["write"] = time.perf_counter() - started
             protocol.checkpoint(Checkpoint.AFTER_PUBLISH)

@@ -35,6 +35,17 @@ class LedgerMoves:
     """The moves of `dp_pipeline.release.ledger.store.Ledger` (a mixin: it uses the
     ledger's ``_write``, ``_check_lease``, ``lease``, ``entry`` and ``location``)."""
 
+    def _move(self, reservation: Reservation, work, action: str) -> None:
+        """``work`` in one write transaction on the row of ``reservation``, while this run
+        still holds the release id's lease (`Ledger._write` checks the population's rows)."""
+        self._check_lease(reservation.release_id)
+        self._write(
+            work,
+            action=action,
+            population=reservation.population,
+            release_id=reservation.release_id,
+        )
+
     def advance(self, reservation: Reservation, state: str) -> None:
         """Record that the run holding ``reservation`` reaches ``state`` ("reading", "noised").
 
@@ -46,7 +57,6 @@ class LedgerMoves:
         """
         if state not in ("reading", "noised", "refused"):
             raise InternalError(f"advance: state {state!r} is not 'reading', 'noised' or 'refused'")
-        self._check_lease(reservation.release_id)
 
         def work(connection) -> None:
             current = row_state(self._held(connection, reservation, f"moving to {state}"))
@@ -57,12 +67,7 @@ class LedgerMoves:
                 (state, reservation.release_id),
             )
 
-        self._write(
-            work,
-            action=f"recording state {state} of {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
+        self._move(reservation, work, f"recording state {state} of {reservation.release_id!r}")
 
     def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record, before the output is moved into place, that publication starts, and its bytes.
@@ -73,7 +78,6 @@ class LedgerMoves:
         that `abort` refuses and that a re-run of the same identity finishes,
         with the same bytes (other bytes are refused: `check_same_bytes`).
         """
-        self._check_lease(reservation.release_id)
 
         def work(connection) -> None:
             row = self._held(connection, reservation, "publishing")
@@ -92,16 +96,10 @@ class LedgerMoves:
                 ),
             )
 
-        self._write(
-            work,
-            action=f"recording the publication of {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
+        self._move(reservation, work, f"recording the publication of {reservation.release_id!r}")
 
     def commit(self, reservation: Reservation, output: str | None = None) -> None:
         """Mark the release committed: its outputs, recorded by `mark_publishing`, are in place."""
-        self._check_lease(reservation.release_id)
 
         def work(connection) -> None:
             row = self._held(connection, reservation, "committing", committed_ok=True)
@@ -115,12 +113,7 @@ class LedgerMoves:
                 (now_text(), output, reservation.release_id),
             )
 
-        self._write(
-            work,
-            action=f"committing {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
+        self._move(reservation, work, f"committing {reservation.release_id!r}")
 
     def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
         """Record a result handed to the caller in memory: from ``reading`` through
@@ -131,7 +124,6 @@ class LedgerMoves:
         half done, so one transaction records them all (the spend stood from
         ``reading`` on, as for any run).
         """
-        self._check_lease(reservation.release_id)
 
         def work(connection) -> None:
             row = self._held(connection, reservation, "committing")
@@ -143,12 +135,7 @@ class LedgerMoves:
                 (now_text(), now_text(), canonical_json(manifest), engine, reservation.release_id),
             )
 
-        self._write(
-            work,
-            action=f"committing {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
+        self._move(reservation, work, f"committing {reservation.release_id!r}")
 
     def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
         """The row of ``reservation``, if the run holding it still holds it; else refuse."""

@@ -106,13 +106,17 @@ class LedgerReading:
     """The reads of `dp_pipeline.release.ledger.store.Ledger` (a mixin: it uses the
     ledger's ``_backend``, ``key`` and ``location``). Reads change nothing."""
 
+    def _read(self, query: str, parameters: tuple = (), *, one: bool = False):
+        """The rows of ``query`` (``one``: the first, or None), in a read transaction."""
+
+        def read(connection):
+            cursor = connection.execute(query, parameters)
+            return cursor.fetchone() if one else cursor.fetchall()
+
+        return self._backend.read(read, action="reading the ledger")
+
     def entry(self, release_id: str) -> LedgerEntry | None:
-        row = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone(),
-            action="reading the ledger",
-        )
+        row = self._read("SELECT * FROM releases WHERE release_id = ?", (release_id,), one=True)
         return None if row is None else entry_from_row(row)
 
     def history(self, population: str | None = None) -> list[LedgerEntry]:
@@ -123,20 +127,11 @@ class LedgerReading:
             query += " WHERE population = ?"
             parameters = (population,)
         query += f" ORDER BY {self._backend.order}"
-        rows = self._backend.read(
-            lambda connection: connection.execute(query, parameters).fetchall(),
-            action="reading the ledger",
-        )
-        return [entry_from_row(row) for row in rows]
+        return [entry_from_row(row) for row in self._read(query, parameters)]
 
     def populations(self) -> dict[str, dict]:
         """Each population's cap (exact strings)."""
-        rows = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT name, cap FROM populations ORDER BY name"
-            ).fetchall(),
-            action="reading the ledger",
-        )
+        rows = self._read("SELECT name, cap FROM populations ORDER BY name")
         return {row["name"]: json.loads(row["cap"]) for row in rows}
 
     def key_fingerprint(self) -> str | None:
@@ -145,12 +140,7 @@ class LedgerReading:
 
     def meta(self, name: str) -> str | None:
         """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
-        row = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
-            ).fetchone(),
-            action="reading the ledger",
-        )
+        row = self._read("SELECT value FROM ledger_meta WHERE name = ?", (name,), one=True)
         return None if row is None else row["value"]
 
     def spent(self, population: str) -> tuple[Spend | None, str]:

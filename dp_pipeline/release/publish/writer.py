@@ -39,17 +39,22 @@ __all__ = ["write_outputs", "write_streamed"]
 def write_outputs(
     directory,
     plan,
+    results: dict,
+    postprocessing: dict | None,
+    *,
     ledger,
     reservation,
-    master,
-    fingerprint,
+    key_fingerprint: str,
+    input_fingerprint: str,
     identity,
-    results,
-    postprocessing,
-    progress,
-    *,
     made: dict[str, str | None],
+    progress,
 ) -> dict:
+    """Write ``results`` (tables, or `StreamedTable`s kept on Spark) into ``directory``'s
+    hidden folder with the reports and ``manifest.json`` last, record publication in the
+    ledger for ``reservation`` (not for a re-emission of a committed release), then
+    publish the folder; returns the privacy report. ``made``: the engine and versions,
+    recorded with the bytes (a recompute must match them)."""
     spec = plan.spec
     files = {}
     seen = dict(results)  # what the accuracy summary and the report read: tables or tallies
@@ -65,8 +70,8 @@ def write_outputs(
                 write_table(arrow, path)
             files[f"{name}.parquet"] = {"rows": rows, "columns": columns}
             progress(f"wrote {name}.parquet ({rows:,} rows)")
-        report = privacy_report(plan, reservation, master.fingerprint, files)
-        report["input_fingerprint"] = fingerprint
+        report = privacy_report(plan, reservation, key_fingerprint, files)
+        report["input_fingerprint"] = input_fingerprint
         report["release_digest"] = identity.digest
         if postprocessing:
             report["postprocessing"] = postprocessing

@@ -1,6 +1,6 @@
 """A Spark input's files: listed by Spark, hashed on the executors, errors named before reading.
 
-Listing (`dp_pipeline.release.sources.spark_listing`, its names kept importable here):
+Listing (`dp_pipeline.release.sources.spark_listing`):
 the DataFrame's own ``inputFiles()`` over the input (a path or URI on any Hadoop file
 system the session is configured for, or a catalog table), read with a placeholder
 schema, so no data file is opened.
@@ -39,7 +39,7 @@ driver's own threads and cores) the driver never reads the input.
   (`dp_pipeline.release.sources.binary_memory`). An empty file (no row in that reader, listed by
   its file index) is fingerprinted by its name and size.
 
-Listing (`listed_input`): a Parquet input outside the local file system is read once,
+Listing (`spark_listing.listed_input`): a Parquet input outside the local file system is read once,
 ``spark.read.parquet``: its file index is the list fingerprinted and the DataFrame the
 tables read, its schema the one checked (one listing and one schema inference).
 
@@ -93,13 +93,7 @@ from dp_pipeline.release.sources.spark_listing import (
     JAVA_CAUSES,
     PY4J_ERRORS,
     SPARK_ERRORS,
-    first_lines,
-    listed_files,
-    listed_frame,
-    listed_input,
     listing_errors,
-    listing_frame,
-    source_label,
 )
 from dp_pipeline.release.spec.model import SpecError
 
@@ -112,14 +106,7 @@ __all__ = [
     "MAX_HASH_TASKS",
     "executor_digests",
     "file_sizes",
-    "first_lines",
     "index_sizes",
-    "listed_files",
-    "listed_frame",
-    "listed_input",
-    "listing_errors",
-    "listing_frame",
-    "source_label",
 ]
 
 # Spark's binaryFile reader refuses a file longer than Integer.MAX_VALUE bytes.
