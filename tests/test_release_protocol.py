@@ -10,6 +10,7 @@ import pytest
 from dp_pipeline.errors import LedgerError
 from dp_pipeline.release.protocol import (
     FORWARD,
+    HELD,
     TRANSITIONS,
     Checkpoint,
     State,
@@ -27,6 +28,11 @@ def test_aborted_is_reachable_from_reserved_only():
     assert [s for s in State if State.ABORTED in TRANSITIONS[s]] == [State.RESERVED]
     assert [s for s in State if may_abort(s)] == [State.RESERVED]
     assert TRANSITIONS[State.COMMITTED] == TRANSITIONS[State.ABORTED] == frozenset()
+
+
+def test_a_run_holds_the_states_that_are_neither_final_nor_refused():
+    assert State.COMMITTED not in HELD and State.REFUSED not in HELD
+    assert set(FORWARD) - {State.COMMITTED} == HELD
 
 
 def test_no_move_leads_back_to_a_state_before_reading():

@@ -18,6 +18,7 @@ from dp_pipeline.release.ledger_report import summaries, summary_table
 from dp_pipeline.release.locations import default_ledger
 from dp_pipeline.release.outcome import public_location
 from dp_pipeline.release.plan.text import exact_and_decimal
+from dp_pipeline.release.protocol import HELD
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
 
@@ -100,7 +101,7 @@ def _ledger_report(arguments, ledger: Ledger) -> int:
         print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
         for entry in ledger.history(name):
             # An open reservation names the run (host:pid) that last held it.
-            held = entry.state not in ("committed", "aborted", "refused")
+            held = entry.state in HELD
             print(
                 f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
                 f"{spend_phrase(entry.cumulative, cap)}" + (f" (run {entry.owner})" if held else "")

@@ -35,6 +35,7 @@ from dp_pipeline.errors import LedgerError
 
 __all__ = [
     "FORWARD",
+    "HELD",
     "TRANSITIONS",
     "Checkpoint",
     "State",
@@ -61,6 +62,9 @@ class State(StrEnum):
 
 # The forward path a published release takes, in order.
 FORWARD = (State.RESERVED, State.READING, State.NOISED, State.PUBLISHING, State.COMMITTED)
+
+# The states in which a run holds the reservation (alive, or interrupted and resumable).
+HELD = frozenset({State.RESERVED, State.READING, State.NOISED, State.PUBLISHING})
 
 TRANSITIONS: Mapping[State, frozenset[State]] = {
     State.PLANNED: frozenset({State.RESERVED}),
