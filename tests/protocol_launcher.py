@@ -3,12 +3,11 @@
     python tests/protocol_launcher.py POINT kill ARGS...
     python tests/protocol_launcher.py POINT wait:GO_FILE ARGS...
 
-The package has no fault injection of its own: ``run._checkpoint`` is a no-op
-called at each named point of the protocol (after_reserve, after_noise,
+The package has no fault injection of its own: ``protocol.checkpoint`` is a no-op
+called at each named point of the protocol (``protocol.Checkpoint``: mid_reserve,
+inside the ledger's reservation transaction, then after_reserve, after_noise,
 mid_table, before_publish, the steps of an output URI's publication from
-before_upload to after_manifest, after_publish), and ``store._checkpoint`` one called
-inside the ledger's reservation transaction (mid_reserve: the row is written, not
-yet committed). This launcher, run by the tests in a
+before_upload to after_manifest, after_publish). This launcher, run by the tests in a
 child process, replaces it before calling the CLI's ``main(ARGS)``:
 
 - ``kill``: the process kills itself with SIGKILL at POINT (no clean-up,
@@ -27,9 +26,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dp_pipeline.release import run
+from dp_pipeline.release import protocol
 from dp_pipeline.release.cli import main
-from dp_pipeline.release.ledger import store
 
 
 def install(point: str, action: str) -> None:
@@ -48,8 +46,9 @@ def install(point: str, action: str) -> None:
 
     if action != "kill" and not action.startswith("wait:"):
         raise SystemExit(f"action {action!r}: must be 'kill' or 'wait:GO_FILE'")
-    run._checkpoint = checkpoint
-    store._checkpoint = checkpoint
+    if point not in set(protocol.Checkpoint):
+        raise SystemExit(f"point {point!r}: must be one of {', '.join(protocol.Checkpoint)}")
+    protocol.checkpoint = checkpoint
 
 
 if __name__ == "__main__":

@@ -212,7 +212,7 @@ def test_files_under_a_linked_folder_are_fingerprinted(tmp_path, capsys):
 def test_spark_reads_underscore_files_with_an_equals_sign_and_they_are_fingerprinted(
     tmp_path, capsys, spark
 ):
-    from dp_pipeline.release.sources.spark_files import listed_files
+    from dp_pipeline.release.sources.spark_listing import listed_files
 
     data = parquet_folder(tmp_path / "input", seed=1)
     write_census_sample(data / "_x=1.parquet", 40, seed=5)  # Spark's listing keeps it

@@ -13,6 +13,7 @@ import pytest
 from release_specs import SMALL_SPEC, operator_home
 from test_release_on_invalid import csv_with, many_bad_units, spec_with
 
+from dp_pipeline.release import protocol
 from dp_pipeline.release import run as run_module
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.store import Ledger
@@ -121,14 +122,14 @@ def test_a_failure_after_the_reservation_is_6_and_the_same_command_resumes(
         if name == "after_noise":
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_module, "_checkpoint", disk_full)
+    monkeypatch.setattr(protocol, "checkpoint", disk_full)
     status, line, error = run_json(capsys, spec_file)
     assert status == ExitCode.FAILED_RESUMABLE == 6
     assert line["status"] == "failed_resumable"
     assert line["message"] == "unexpected OSError (its message is on stderr)"
     assert line["cumulative"]["epsilon"] > 0  # the reservation is spent
     assert "No space left on device" in error and "run the same command again" in error
-    monkeypatch.setattr(run_module, "_checkpoint", lambda name: None)
+    monkeypatch.setattr(protocol, "checkpoint", lambda name: None)
     status, line, _ = run_json(capsys, spec_file)
     assert status == ExitCode.PUBLISHED
     entries = Ledger(tmp_path / "ledger.sqlite").history()

@@ -14,6 +14,7 @@ from test_cli_exit_codes import run_json, write_spec
 from test_reemission import no_recompute
 from test_release_on_invalid import csv_with, many_bad_units, spec_with
 
+from dp_pipeline.release import protocol
 from dp_pipeline.release import run as run_module
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.store import Ledger
@@ -79,10 +80,10 @@ def test_row_6_failed_resumable_then_resumed(tmp_path, capsys, ledger_at, monkey
         if name == "after_noise":
             raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(run_module, "_checkpoint", disk_full)
+    monkeypatch.setattr(protocol, "checkpoint", disk_full)
     status, line, _ = run_json(capsys, spec_file, "--ledger", ledger)
     assert status == ExitCode.FAILED_RESUMABLE == 6 and line["cumulative"]["epsilon"] > 0
-    monkeypatch.setattr(run_module, "_checkpoint", lambda name: None)
+    monkeypatch.setattr(protocol, "checkpoint", lambda name: None)
     assert run_json(capsys, spec_file, "--ledger", ledger)[0] == ExitCode.PUBLISHED
 
 

@@ -64,8 +64,8 @@ def test_every_exception_class_of_the_package_is_a_dp_error():
     }
     # The walk sees the classes that live beside their checks, private ones included.
     for name in (
-        "dp_pipeline.release.spec.model.SpecError",
-        "dp_pipeline.release.sources.source.InputChangedError",
+        "dp_pipeline.release.ledger.records.InputReuseError",
+        "dp_pipeline.release.publish.filesystems.OutputLocationError",
         "dp_pipeline.accounting.support_merge.TooLargeError",
         "dp_pipeline.errors.InternalError",
     ):
@@ -101,6 +101,34 @@ def test_every_exception_class_of_the_package_is_a_dp_error():
 def test_user_errors_keep_their_builtin_base(name, builtin):
     error_type = getattr(dp_pipeline, name)
     assert issubclass(error_type, DPError) and issubclass(error_type, builtin)
+
+
+def test_every_exported_exception_is_defined_in_errors():
+    exported = [getattr(dp_pipeline, name) for name in dp_pipeline.__all__]
+    exceptions = [e for e in exported if inspect.isclass(e) and issubclass(e, BaseException)]
+    assert len(exceptions) >= 20
+    assert sorted(e.__name__ for e in exceptions if e.__module__ != "dp_pipeline.errors") == []
+
+
+@pytest.mark.parametrize("name", ["InputReadError", "InvalidRowsRefusedError"])
+def test_refusals_after_the_spend_are_charged_run_errors_not_spec_errors(name):
+    from dp_pipeline.errors import ChargedRunError
+    from dp_pipeline.release.outcome import ExitCode, error_code, error_line
+
+    error_type = getattr(dp_pipeline, name)
+    assert issubclass(error_type, ChargedRunError) and not issubclass(error_type, SpecError)
+    # Still a ValueError, and still one line naming the input and the rule.
+    error = dp_pipeline.InputReadError("data/people.csv", "a row has 3 fields, the header 4")
+    assert isinstance(error, ValueError)
+    assert error_line(error) == (
+        "input 'data/people.csv': a row has 3 fields, the header 4; the reader's own message "
+        "is not shown because it can quote the data; check the file with a tool the data's "
+        "owner may use"
+    )
+    assert error_code(error) == ExitCode.REFUSED_INPUT
+    assert error_code(dp_pipeline.InvalidRowsRefusedError(["too many"], "table t")) == (
+        ExitCode.REFUSED_INPUT
+    )
 
 
 def test_no_assert_statement_in_the_package():

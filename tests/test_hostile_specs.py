@@ -13,8 +13,8 @@ import pytest
 from dp_pipeline.release import cli
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
-from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import ledger_location
 from dp_pipeline.release.outcome import public_location
 from dp_pipeline.release.run import Progress, apply_overrides, run_release
 from dp_pipeline.release.spec.load import load_spec

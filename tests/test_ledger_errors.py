@@ -18,8 +18,8 @@ from release_specs import SMALL_SPEC
 from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
-from dp_pipeline.release.ledger.location import mask_url
 from dp_pipeline.release.ledger.store import Ledger, read_ledger
+from dp_pipeline.release.ledger_location import mask_url
 from dp_pipeline.release.spec.model import Budget
 
 RHO_CAP = Budget(rho=Fraction(1))

@@ -26,10 +26,10 @@ from dp_pipeline.mechanisms import DiscreteGaussian
 from dp_pipeline.release.ledger.budget import LedgerError, accountant_type
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
 from dp_pipeline.release.ledger.lease import LeaseHeldError
-from dp_pipeline.release.ledger.location import ledger_location, mask_url
 from dp_pipeline.release.ledger.records import InputReuseError
 from dp_pipeline.release.ledger.schema import SCHEMA_VERSION
 from dp_pipeline.release.ledger.store import Ledger, read_ledger
+from dp_pipeline.release.ledger_location import ledger_location, mask_url
 from dp_pipeline.release.outcome import ExitCode
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec

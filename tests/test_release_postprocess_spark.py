@@ -12,7 +12,7 @@ import pytest
 
 import dp_pipeline.release.plan.postprocess as postprocess_checks
 import dp_pipeline.release.publish.outputs as outputs
-import dp_pipeline.release.run as run
+import dp_pipeline.release.publish.writer as writer
 from dp_pipeline.release.cli import main
 from dp_pipeline.release.run import Progress, run_release
 from dp_pipeline.release.spec.load import load_spec
@@ -150,7 +150,7 @@ def test_tables_kept_on_spark_publish_the_driver_files_byte_for_byte(
     # PySpark is imported only by the Spark tests (the core install has none)
     monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", rows)
-    monkeypatch.setattr(run, "ROW_GROUP_ROWS", rows)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", rows)
     driver = run_release(geo_spec(tmp_path / "d", engine="spark"), progress=QUIET, spark=spark)
     monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     persisted = _persisted(spark)
@@ -207,7 +207,7 @@ def test_a_failure_mid_table_publishes_nothing_and_the_rerun_resumes(tmp_path, s
     # PySpark is imported only by the Spark tests (the core install has none)
     monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
-    monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 1000)
     monkeypatch.setattr(postprocess_checks, "DRIVER_POSTPROCESS_CELLS", 100)
     batches = postprocess.FittedCells.batches
 
@@ -241,13 +241,14 @@ sys.path.insert(0, sys.argv[2])
 import protocol_launcher
 import dp_pipeline.release.plan.postprocess as postprocess_checks
 import dp_pipeline.release.publish.outputs as outputs
+import dp_pipeline.release.publish.writer as writer
 import dp_pipeline.release.run as run
 import dp_pipeline.release.tables.on_spark as spark_tables
 from dp_pipeline.release.spec.load import load_spec
 
 postprocess_checks.DRIVER_POSTPROCESS_CELLS = 100
 spark_tables.DRIVER_INPUT_BYTES = 0
-outputs.ROW_GROUP_ROWS = run.ROW_GROUP_ROWS = 1000
+outputs.ROW_GROUP_ROWS = writer.ROW_GROUP_ROWS = 1000
 protocol_launcher.install("mid_table", "kill")
 run.run_release(load_spec(sys.argv[1]), progress=run.Progress(quiet=True))
 """
@@ -283,7 +284,7 @@ def test_a_job_killed_mid_table_leaves_no_release_and_the_rerun_resumes(tmp_path
     # PySpark is imported only by the Spark tests (the core install has none)
     monkeypatch.setattr("dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES", 0)
     monkeypatch.setattr(outputs, "ROW_GROUP_ROWS", 1000)
-    monkeypatch.setattr(run, "ROW_GROUP_ROWS", 1000)
+    monkeypatch.setattr(writer, "ROW_GROUP_ROWS", 1000)
     resumed = run_release(spec, progress=QUIET)
     assert resumed.outcome == "resumed"
     assert ledger.entry(spec.release_id).status == "committed"

@@ -23,7 +23,6 @@ import pytest
 from release_specs import SMALL_SPEC, operator_home, operator_paths
 
 from dp_pipeline.release.ledger.store import Ledger
-from dp_pipeline.release.plan.preflight import check_output
 from dp_pipeline.release.publish.filesystems import (
     ArrowFileSystem,
     HadoopFileSystem,
@@ -32,6 +31,7 @@ from dp_pipeline.release.publish.filesystems import (
     open_filesystem,
 )
 from dp_pipeline.release.publish.manifest import PublicationError, write_manifest
+from dp_pipeline.release.publish.probe import check_output
 from dp_pipeline.release.publish.remote import (
     RemoteReleaseDirectory,
     check_remote_replaceable,

@@ -24,7 +24,8 @@ from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.randomness import derive_stream
 from dp_pipeline.release.keys import load_or_create_master_key
 from dp_pipeline.release.ledger.store import Ledger
-from dp_pipeline.release.plan.release_plan import format_plan, plan_release
+from dp_pipeline.release.plan.release_plan import plan_release
+from dp_pipeline.release.plan.text import format_plan
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec, parse_spec
 from dp_pipeline.release.spec.model import SpecError

@@ -375,12 +375,8 @@ def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job
     # before the hashing one (none at all when the driver JVM streams the files), the
     # same sizes as that job's (an empty file: 0), and the digests still bind every byte.
     from dp_pipeline.release.sources import spark_files
-    from dp_pipeline.release.sources.spark_files import (
-        executor_digests,
-        file_sizes,
-        index_sizes,
-        listed_frame,
-    )
+    from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes, index_sizes
+    from dp_pipeline.release.sources.spark_listing import listed_frame
 
     monkeypatch.setattr(spark_files, "_streams_in_driver", lambda session: streamed)
     monkeypatch.setattr(fingerprint, "CHUNK_BYTES", 4096)
@@ -425,7 +421,8 @@ def test_the_listings_file_index_sizes_the_files_and_only_the_hashing_runs_a_job
 def test_a_file_named_like_hidden_that_the_index_lists_is_hashed_with_the_others(spark, tmp_path):
     # Spark's Parquet listing keeps '_x=1.parquet' (its tables read it); sized by that
     # listing's index, it is hashed by name like any other file, its bytes bound.
-    from dp_pipeline.release.sources.spark_files import executor_digests, listed_frame
+    from dp_pipeline.release.sources.spark_files import executor_digests
+    from dp_pipeline.release.sources.spark_listing import listed_frame
 
     data = tmp_path / "data"
     data.mkdir()
@@ -630,7 +627,7 @@ def test_a_listing_failure_is_classified_and_its_text_never_shown(java_text, exp
     pytest.importorskip("pyspark")
     from pyspark.errors import PySparkException
 
-    from dp_pipeline.release.sources.spark_files import listing_errors
+    from dp_pipeline.release.sources.spark_listing import listing_errors
 
     with pytest.raises(SpecError) as caught, listing_errors("input 's3a://bucket/x'", "s3a"):
         raise PySparkException(message=java_text)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dp_pipeline.accounting._checks import round_up
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import GridTooLargeError
 
 __all__ = [
     "DEFAULT_STEP",
@@ -31,10 +31,6 @@ TRUNCATION_MASS = 1e-20
 MAX_GRID_POINTS = 1 << 23  # 64 MiB of float64 per array: beyond, GridTooLargeError, no allocation
 _UNIT_ROUNDOFF = 2.0**-53
 _DIRECT_CONVOLUTION = 64
-
-
-class GridTooLargeError(DPError, ValueError):
-    """A grid PLD would need more than `MAX_GRID_POINTS` points (raised before allocating)."""
 
 
 def check_grid_size(points: float, what: str) -> None:

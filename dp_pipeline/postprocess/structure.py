@@ -20,7 +20,7 @@ from typing import Protocol
 
 import numpy as np
 
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import PostprocessError
 
 __all__ = [
     "NATIONAL",
@@ -36,10 +36,6 @@ __all__ = [
 
 NATIONAL = -1
 TOP = 0  # the hierarchy level whose positions are the independent groups
-
-
-class PostprocessError(DPError, ValueError):
-    """Bad input to the consistency step; the message names the table or field, value and rule."""
 
 
 @dataclass(frozen=True)

@@ -39,50 +39,41 @@ import json
 import os
 import sys
 import traceback
-from fractions import Fraction
 
-from dp_pipeline import __version__
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import ChargedRunError, DPError
 from dp_pipeline.release.key_command import add_key_command, existing_key, key_command
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.integrity import LedgerTamperedError
-from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.phrases import spend_phrase
-from dp_pipeline.release.ledger.store import Ledger
-from dp_pipeline.release.ledger_report import summaries, summary_table
-from dp_pipeline.release.locations import (
-    default_key_file,
-    default_ledger,
-    legacy_ledger_problem,
-)
+from dp_pipeline.release.ledger_command import ledger_command
+from dp_pipeline.release.ledger_location import ledger_location
+from dp_pipeline.release.locations import legacy_ledger_problem
 from dp_pipeline.release.outcome import (
     ExitCode,
     error_code,
     error_line,
     exit_code_table,
-    public_location,
     result_line,
 )
 from dp_pipeline.release.plan.against_ledger import check_against_ledger
 from dp_pipeline.release.plan.preflight import engine_problems, input_problems
-from dp_pipeline.release.plan.release_plan import (
-    PlanError,
-    exact_and_decimal,
-    format_plan,
-    plan_release,
-)
+from dp_pipeline.release.plan.release_plan import PlanError, plan_release
+from dp_pipeline.release.plan.text import format_plan
 from dp_pipeline.release.plan_verdict import plan_verdict
+from dp_pipeline.release.progress import Progress
 from dp_pipeline.release.release_ids import (
     is_template,
     parse_run_date,
     render_release_id,
     run_date,
 )
-from dp_pipeline.release.run import Progress, RunTrace, apply_overrides, run_release
+from dp_pipeline.release.run import RunTrace, run_release
 from dp_pipeline.release.sources.source import EngineStoppedError
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import ENGINES, INPUT_FORMATS, SpecError
+from dp_pipeline.release.spec.overrides import apply_overrides
+from dp_pipeline.version import __version__
 
 __all__ = ["main"]
 
@@ -446,111 +437,16 @@ def _print_error(command: str, error: BaseException) -> None:
         print(f"  {note}", file=sys.stderr)
 
 
-def _cap(cap: dict) -> str:
-    """A cap's exact fractions with their decimals: ``epsilon=4, delta=1/10000 (0.0001)``."""
-    if cap.get("rho") is not None:
-        return f"rho={exact_and_decimal(Fraction(cap['rho']))}"
-    epsilon, delta = (exact_and_decimal(Fraction(cap[name])) for name in ("epsilon", "delta"))
-    return f"epsilon={epsilon}, delta={delta}"
-
-
-def _ledger(arguments) -> int:
-    if arguments.ledger_path is None and arguments.spec is not None:
-        arguments.ledger_path = load_spec(arguments.spec).ledger_path  # as run finds it
-    if arguments.ledger_path is None:
-        arguments.ledger_path = _default(default_ledger, "--ledger")
-    location = ledger_location(str(arguments.ledger_path))
-    if location.path is not None and not location.path.exists():
-        # Reading a ledger never creates one (nor its folder): a mistyped path leaves
-        # nothing behind for a later run to reserve in.
-        return _no_ledger(arguments, location)
-    # The key verifies the rows (and an abort needs it); never created by reading.
-    key = existing_key(arguments.key_file or _default(default_key_file, "--key-file"))
-    with Ledger(arguments.ledger_path, key=key) as ledger:
-        return _ledger_report(arguments, ledger)
-
-
-def _no_ledger(arguments, location) -> int:
-    """What `dp-release ledger` says of a SQLite path that holds no ledger (yet)."""
-    missing = (
-        f"no ledger at {location.shown} (the first `dp-release run` that reserves creates "
-        "it; check the path or $DP_PIPELINE_HOME)"
-    )
-    if arguments.abort or arguments.population:
-        flag = f"--abort {arguments.abort}" if arguments.abort else "--population"
-        raise LedgerError(f"{flag}: {missing}")
-    if arguments.json:
-        described = {"ledger": public_location(str(arguments.ledger_path)), "populations": []}
-        print(json.dumps(described, sort_keys=True, default=str))
-    else:
-        print(f"{missing}: no releases yet")
-    return 0
-
-
-def _ledger_report(arguments, ledger: Ledger) -> int:
-    if arguments.abort:
-        ledger.abort(arguments.abort)
-        print(
-            f"release {arguments.abort}: aborted (its run read nothing); its reservation no "
-            "longer counts"
-        )
-        return 0
-    populations = ledger.populations()
-    if arguments.population:
-        if arguments.population not in populations:
-            raise LedgerError(
-                f"--population {arguments.population!r}: not in the ledger "
-                f"{ledger.location} (known: {', '.join(populations) or 'none'})"
-            )
-        populations = {arguments.population: populations[arguments.population]}
-    rows = ledger.rows_check(populations)  # before any sum: verified, or said not to be
-    found = summaries(ledger, arguments.population)
-    if arguments.json:
-        described = {
-            "ledger": public_location(str(arguments.ledger_path)),
-            "rows": rows.to_dict(),
-            "populations": [item.to_dict() for item in found],
-        }
-        print(json.dumps(described, sort_keys=True, default=str))
-        return 0
-    if not populations:
-        print(f"ledger {ledger.location}: no releases yet")
-    else:
-        print(summary_table(found))
-        print(rows.text)
-        print()
-    for name, cap in populations.items():
-        _, left = ledger.spent(name)
-        print(f"population {name} (cap {_cap(cap)}): {left}")
-        print(f"  {'release id':<28}{'state':<12}{'reserved at':<27}{'cumulative after'}")
-        for entry in ledger.history(name):
-            # An open reservation names the run (host:pid) that last held it.
-            held = entry.state not in ("committed", "aborted", "refused")
-            print(
-                f"  {entry.release_id:<28}{entry.state:<12}{entry.reserved_at:<27}"
-                f"{spend_phrase(entry.cumulative, cap)}" + (f" (run {entry.owner})" if held else "")
-            )
-    return 0
-
-
-def _default(location, flag: str) -> str:
-    """The dp_pipeline home's file, or a `SpecError` naming the flag that avoids it."""
-    try:
-        return location()
-    except ValueError as error:  # a relative $DP_PIPELINE_HOME
-        raise SpecError([f"{flag}: not given, and {error}"], "command line") from None
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``dp-release`` console script."""
     arguments = _parser().parse_args(argv)
-    handlers = {"plan": _plan, "run": _run, "ledger": _ledger, "key": key_command}
+    handlers = {"plan": _plan, "run": _run, "ledger": ledger_command, "key": key_command}
     try:
         return handlers[arguments.command](arguments)
     except BrokenPipeError:
         _silence_stdout()
         return 1
-    except (SpecError, PlanError, LedgerError, KeyFileError) as error:
+    except (SpecError, ChargedRunError, PlanError, LedgerError, KeyFileError) as error:
         _print_error(arguments.command, error)
         return int(ExitCode.SPEC_ERROR)
 

@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dp_pipeline.errors import LedgerError
-from dp_pipeline.release.ledger.location import ledger_location
+from dp_pipeline.release.ledger_location import ledger_location
 from dp_pipeline.release.locations import (
     HOME_VARIABLE,
     LEGACY_FOLDER,

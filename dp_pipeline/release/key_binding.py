@@ -51,8 +51,8 @@ from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.home_registry import register_home
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.integrity import SEALED, LedgerTamperedError
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
 from dp_pipeline.release.locations import dp_pipeline_home
 from dp_pipeline.release.private_folders import private_folder
 

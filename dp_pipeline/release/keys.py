@@ -25,7 +25,7 @@ import os
 import stat
 from pathlib import Path
 
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import KeyFileError
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.home_registry import check_new_key
 from dp_pipeline.release.private_folders import private_folder
@@ -38,10 +38,6 @@ __all__ = [
     "load_or_create_master_key",
     "private_folder",
 ]
-
-
-class KeyFileError(DPError, ValueError):
-    """A key file that may be known to someone else (its message says how to fix it)."""
 
 
 def check_key_file(path: Path) -> None:

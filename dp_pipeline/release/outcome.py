@@ -22,13 +22,13 @@ from enum import IntEnum
 from fractions import Fraction
 from urllib.parse import urlsplit, urlunsplit
 
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import DPError, ProblemListError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
-from dp_pipeline.release.ledger.location import public_conninfo
 from dp_pipeline.release.ledger.phrases import spend_points
 from dp_pipeline.release.ledger.records import BudgetExceededError, ReleaseIdReuseError
+from dp_pipeline.release.ledger_location import public_conninfo
 from dp_pipeline.release.plan.release_plan import PlanError
 from dp_pipeline.release.publish.manifest import PublicationError
 from dp_pipeline.release.sources.source import InputChangedError, InputReadError
@@ -175,12 +175,13 @@ def error_code(error: BaseException, reservation=None) -> ExitCode:
 
 
 def error_line(error: BaseException) -> str:
-    """The error's message on one line (a `SpecError`'s problems joined by "; ").
+    """The error's message on one line (a `SpecError`'s or `ChargedRunError`'s problems
+    joined by "; ").
 
     An exception that is not dp_pipeline's own is named by its type only: its
     message comes from a library and may quote the data.
     """
-    if isinstance(error, SpecError):
+    if isinstance(error, ProblemListError):
         return f"{error.source}: " + "; ".join(error.problems)
     if not isinstance(error, DPError):
         return f"unexpected {type(error).__name__} (its message is on stderr)"

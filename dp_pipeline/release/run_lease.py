@@ -19,8 +19,8 @@ from contextlib import contextmanager
 
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.lease import RunLease, lease_path
-from dp_pipeline.release.ledger.location import ledger_location
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import ledger_location
 
 __all__ = ["held_lease"]
 

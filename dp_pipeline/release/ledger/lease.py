@@ -25,14 +25,11 @@ import hashlib
 import os
 from pathlib import Path
 
+from dp_pipeline.errors import LeaseHeldError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.records import owner
 
 __all__ = ["LeaseHeldError", "RunLease", "lease_path"]
-
-
-class LeaseHeldError(LedgerError):
-    """Another process holds the release id's lease (a run of it may be alive)."""
 
 
 def lease_path(ledger_path: Path, release_id: str) -> Path:

@@ -42,7 +42,6 @@ from typing import Any, TypeVar
 
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
-from dp_pipeline.release.ledger.location import LedgerLocation
 from dp_pipeline.release.ledger.records import owner
 from dp_pipeline.release.ledger.schema import (
     ADDED_COLUMNS,
@@ -60,6 +59,7 @@ from dp_pipeline.release.ledger.server_errors import (
     reason,
     server_error,
 )
+from dp_pipeline.release.ledger_location import LedgerLocation
 
 __all__ = ["RETRIES", "PostgresBackend", "ServerLease", "advisory_key", "open_read_only"]
 

@@ -6,12 +6,9 @@ re-run only with the same identity (same canonical spec, same input bytes,
 same key), because the same noise on other data, or other noise on the same
 data, reveals the truth.
 
-A release's row moves through ``reserved -> reading -> noised -> publishing ->
-committed`` (column ``state``), or ``reserved -> aborted`` while nothing was
-read. The coarse ``status`` column (reserved, committed, aborted) is what
-budget composition reads: every state before ``committed`` counts as reserved.
-A row written before ``state`` existed gets the most charged state its other
-columns allow (`row_state`).
+A release's row moves along the release protocol (`dp_pipeline.release.protocol`:
+its states, allowed moves, and `row_state`, the one reader of the ``state`` and
+``status`` columns).
 """
 
 from __future__ import annotations
@@ -23,13 +20,14 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from dp_pipeline.errors import BudgetExceededError, ReleaseIdReuseError
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
+from dp_pipeline.release.protocol import row_state
 
 __all__ = [
-    "STATES",
     "BudgetExceededError",
     "InputReuseError",
     "LedgerEntry",
@@ -40,29 +38,7 @@ __all__ = [
     "entry_from_row",
     "now_text",
     "owner",
-    "row_state",
 ]
-
-# The run's states, in order; "aborted" is reachable from "reserved" only.
-STATES = ("reserved", "reading", "noised", "publishing", "committed")
-
-
-def row_state(row) -> str:
-    """The state of a ledger row; rows older than the ``state`` column get the most
-    charged state their columns allow (a reserved row may have read data)."""
-    if row["state"] is not None:
-        return row["state"]
-    if row["status"] != "reserved":
-        return row["status"]
-    return "publishing" if row["published_at"] is not None else "reading"
-
-
-class BudgetExceededError(LedgerError):
-    """The release would push its population's cumulative guarantee above the cap."""
-
-
-class ReleaseIdReuseError(LedgerError):
-    """A release id was already used on other data or with another plan."""
 
 
 class InputReuseError(LedgerError):

@@ -15,7 +15,7 @@ import importlib
 import os
 
 from dp_pipeline.errors import LedgerError
-from dp_pipeline.release.ledger.location import LedgerLocation
+from dp_pipeline.release.ledger_location import LedgerLocation
 
 __all__ = [
     "credentials_hint",

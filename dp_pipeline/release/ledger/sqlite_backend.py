@@ -22,7 +22,6 @@ from typing import TypeVar
 from dp_pipeline.release.keys import private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import RunLease, lease_path
-from dp_pipeline.release.ledger.location import LedgerLocation
 from dp_pipeline.release.ledger.schema import (
     ADDED_COLUMNS,
     SCHEMA_VERSION,
@@ -30,6 +29,7 @@ from dp_pipeline.release.ledger.schema import (
     newer_schema_text,
     statements,
 )
+from dp_pipeline.release.ledger_location import LedgerLocation
 
 __all__ = ["SqliteBackend", "open_read_only", "schema_version"]
 

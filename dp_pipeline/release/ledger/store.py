@@ -1,6 +1,6 @@
 """The budget ledger: a persistent, transactional record of what each population has spent.
 
-A ledger lives at a location (`dp_pipeline.release.ledger.location`): a SQLite file
+A ledger lives at a location (`dp_pipeline.release.ledger_location`): a SQLite file
 (stdlib ``sqlite3``, the embedded default: `sqlite_backend`) or a PostgreSQL database
 (psycopg 3, for runs on many hosts: `postgres_backend`). Both hold the same tables
 (`dp_pipeline.release.ledger.schema`) and this module applies the same rules to both;
@@ -33,12 +33,10 @@ publish the same bytes; with any other identity it is refused, naming the
 parts that differ, because the same noise on other data, or other noise on
 the same data, reveals the truth.
 
-Every move of a reservation (`advance`, `mark_publishing`, `commit`) checks
-the run token and the identity digest of the `Reservation` it is given: a run
-whose reservation was aborted, taken over or reserved again by another run
-moves nothing. `abort` is allowed only in state ``reserved`` (nothing read),
-only while the release id's lease (`dp_pipeline.release.ledger.lease`) is free (no
-run of it is alive), and only while no hidden folder of its output exists.
+This module reserves; the moves of a reservation along the release protocol
+(`advance`, `mark_publishing`, `commit`, `abort`) are in
+`dp_pipeline.release.ledger.moves`, the reads (`history`, `spent`) in
+`dp_pipeline.release.ledger.view`.
 
 The budget is anchored to the data and the key. A ledger records the public
 fingerprint of the master key of its first keyed reservation and refuses any
@@ -57,19 +55,16 @@ import json
 import os
 import secrets
 from collections.abc import Callable, Sequence
-from pathlib import Path
 
-from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import InternalError
 from dp_pipeline.randomness import MasterKey
-from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
+from dp_pipeline.release import protocol
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
+from dp_pipeline.release.ledger.anchors import bind_key_fingerprint, check_input
 from dp_pipeline.release.ledger.budget import (
     LedgerError,
-    Spend,
     cap_dict,
     check_new_cap,
-    compose_accountants,
     compose_events,
     describe_cap,
     left_text,
@@ -80,28 +75,25 @@ from dp_pipeline.release.ledger.budget import (
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity
 from dp_pipeline.release.ledger.integrity import seal, verify_population
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
+from dp_pipeline.release.ledger.moves import LedgerMoves
 from dp_pipeline.release.ledger.records import (
-    STATES,
     BudgetExceededError,
     InputReuseError,
-    LedgerEntry,
     Reservation,
     canonical_json,
     check_reuse,
-    entry_from_row,
     now_text,
     owner,
-    row_state,
 )
 from dp_pipeline.release.ledger.verification import RowsCheck, check_rows
-from dp_pipeline.release.ledger.view import LedgerView, read_ledger
-from dp_pipeline.release.publish.manifest import check_same_bytes, hidden_folders
+from dp_pipeline.release.ledger.view import LedgerReading, LedgerView, read_ledger
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
+from dp_pipeline.release.protocol import Checkpoint, row_state
 
 __all__ = ["Ledger", "LedgerView", "read_ledger"]
 
 
-class Ledger:
+class Ledger(LedgerMoves, LedgerReading):
     """A budget ledger at ``location``: a SQLite file (a path or ``sqlite:///path``, created
     on first use with its parent folder) or ``postgresql://...`` (its tables created on
     first use). An older schema is migrated in one transaction; a newer one is refused.
@@ -253,7 +245,7 @@ class Ledger:
 
         def work(connection) -> Reservation:
             if key_fingerprint is not None:
-                self._bind_key(connection, key_fingerprint)
+                bind_key_fingerprint(connection, key_fingerprint, self.location.shown)
             row = connection.execute(
                 "SELECT cap FROM populations WHERE name = ?", (population,)
             ).fetchone()
@@ -276,7 +268,7 @@ class Ledger:
                 outcome = check_reuse(existing, population, fingerprint, state_text, identity)
                 if outcome is not None:
                     return self._reuse(connection, existing, outcome, identity, cap_state, engine)
-            override = self._check_input(
+            override = check_input(
                 connection, release_id, population, (fingerprint, content), identity,
                 shared_input_with,
             )  # fmt: skip
@@ -346,7 +338,7 @@ class Ledger:
                     "content = ? WHERE release_id = ?",
                     values,
                 )
-            _checkpoint("mid_reserve")
+            protocol.checkpoint(Checkpoint.MID_RESERVE)
             return Reservation(
                 release_id,
                 population,
@@ -363,83 +355,6 @@ class Ledger:
         return self._write(
             work, action=f"reserving {release_id!r}", population=population, release_id=release_id
         )
-
-    def _bind_key(self, connection, key_fingerprint: str) -> None:
-        """Record the master key's fingerprint in a ledger that has none, or check it."""
-        row = connection.execute(
-            "SELECT value FROM ledger_meta WHERE name = 'key_fingerprint'"
-        ).fetchone()
-        recorded = None if row is None else row["value"]
-        if recorded is None:
-            # A ledger from before keys were recorded: its identities name their key.
-            expected = digest_of(key_fingerprint)
-            for other in connection.execute(
-                "SELECT release_id, identity FROM releases WHERE identity IS NOT NULL"
-            ).fetchall():
-                part = json.loads(other["identity"]).get("parts", {}).get("master key")
-                if part is not None and part != expected:
-                    raise LedgerError(self._other_key_text(key_fingerprint, other["release_id"]))
-            connection.execute(
-                "INSERT INTO ledger_meta (name, value) VALUES ('key_fingerprint', ?)",
-                (key_fingerprint,),
-            )
-        elif recorded != key_fingerprint:
-            raise LedgerError(self._other_key_text(key_fingerprint, None, recorded))
-
-    def _other_key_text(self, fingerprint, release_id=None, recorded=None) -> str:
-        what = (
-            f"records the master key with fingerprint {recorded}"
-            if recorded is not None
-            else f"records release {release_id!r} made with another master key"
-        )
-        return (
-            f"ledger {self.location.shown!r} {what}; this run's key has fingerprint "
-            f"{fingerprint}. A ledger's budget is anchored to one key (under another key "
-            "the same input has another fingerprint, so the ledger could not recognise an "
-            f"input it already charged). Use the ledger's key (--key-file or "
-            f"${ENVIRONMENT_VARIABLE}), or another ledger for another key. Nothing was read "
-            "or written"
-        )
-
-    def _check_input(
-        self, connection, release_id, population, inputs, identity, shared_input_with
-    ) -> str | None:
-        """Refuse an input recorded under another population with the same privacy unit:
-        ``inputs`` is (named fingerprint, content digest or None); either one matching
-        is the same input.
-
-        Returns the override to record (JSON list of the populations declared
-        shared that hold this input), or None.
-        """
-        unit = identity.parts.get("privacy unit")
-        holders: dict[str, str] = {}
-        for other in connection.execute(
-            "SELECT release_id, population, identity FROM releases WHERE (fingerprint = ? "
-            "OR content = ?) AND population != ? AND status != 'aborted' ORDER BY release_id",
-            (*inputs, population),
-        ).fetchall():
-            recorded = None
-            if other["identity"] is not None:
-                recorded = json.loads(other["identity"]).get("parts", {}).get("privacy unit")
-            # Unknown units (older rows, a ledger used without identities) count as the same.
-            if unit is None or recorded is None or recorded == unit:
-                holders.setdefault(other["population"], other["release_id"])
-        undeclared = [name for name in holders if name not in shared_input_with]
-        if undeclared:
-            name = undeclared[0]
-            refusal = InputReuseError(
-                f"release {release_id!r} refused: its input is already recorded under "
-                f"population {name!r} (release {holders[name]!r}) with the same privacy "
-                f"unit. An input's people are one population: releasing it under "
-                f"{population!r} too would spend a second budget on them. Release it under "
-                f"population {name!r}, or, if the two populations are meant to share it "
-                f"(each cap then covers only its own releases), declare it in the spec: "
-                f'[population] shares_input_with = ["{name}"] (recorded in the ledger). '
-                "Nothing was read or written"
-            )
-            refusal.holder = (name, holders[name])  # for a session's own words (record_input)
-            raise refusal
-        return canonical_json(sorted(holders)) if holders else None
 
     def _reuse(self, connection, existing, outcome, identity, cap_state, engine) -> Reservation:
         """The reservation of a run that resumes or re-emits ``existing`` (no new spend)."""
@@ -469,112 +384,6 @@ class Ledger:
             engine=existing["engine"],
         )
 
-    # ------------------------------------------------------------------ move on
-
-    def advance(self, reservation: Reservation, state: str) -> None:
-        """Record that the run holding ``reservation`` reaches ``state`` ("reading", "noised").
-
-        Set "reading" just before the engine reads rows: from then on the run
-        is charged (`abort` refuses it). States only move forward; a resumed
-        run repeating an earlier step leaves the later state in place. "refused"
-        (from reading or noised: refused after reading, still charged) goes back
-        to "reading" when the id is run again.
-        """
-        if state not in ("reading", "noised", "refused"):
-            raise InternalError(f"advance: state {state!r} is not 'reading', 'noised' or 'refused'")
-        self._check_lease(reservation.release_id)
-
-        def work(connection) -> None:
-            current = row_state(self._held(connection, reservation, f"moving to {state}"))
-            # Refused after reading: charged as read, and a re-run of the id reads again.
-            refusal = "refused" in (state, current)
-            if refusal and not {state, current} <= {"reading", "noised", "refused"}:
-                raise LedgerError(f"release id {reservation.release_id!r} is {current}")
-            if not refusal and STATES.index(current) >= STATES.index(state):
-                return
-            if not refusal and STATES.index(current) != STATES.index(state) - 1:
-                raise LedgerError(
-                    f"release id {reservation.release_id!r} is {current}; it must be "
-                    f"{STATES[STATES.index(state) - 1]} before it is {state}"
-                )
-            connection.execute(
-                "UPDATE releases SET state = ? WHERE release_id = ?",
-                (state, reservation.release_id),
-            )
-
-        self._write(
-            work,
-            action=f"recording state {state} of {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
-
-    def mark_publishing(self, reservation: Reservation, manifest: dict, engine: str) -> None:
-        """Record, before the output is moved into place, that publication starts, and its bytes.
-
-        ``manifest`` (`dp_pipeline.release.publish.manifest`) holds every output file's
-        SHA-256; ``engine`` made them. From then on the reservation can only be
-        committed: a crash between the move and the commit leaves a release
-        that `abort` refuses and that a re-run of the same identity finishes,
-        with the same bytes (other bytes are refused: `check_same_bytes`).
-        """
-        self._check_lease(reservation.release_id)
-
-        def work(connection) -> None:
-            row = self._held(connection, reservation, "publishing")
-            current = row_state(row)
-            if current not in ("noised", "publishing"):
-                raise LedgerError(
-                    f"release id {reservation.release_id!r} is {current}; only a noised "
-                    "release can be published"
-                )
-            recorded = None if row["manifest"] is None else json.loads(row["manifest"])
-            check_same_bytes(reservation.release_id, recorded, manifest, row["engine"], engine)
-            connection.execute(
-                "UPDATE releases SET state = 'publishing', "
-                "published_at = COALESCE(published_at, ?), manifest = ?, engine = ? "
-                "WHERE release_id = ?",
-                (
-                    now_text(),
-                    canonical_json(manifest),
-                    row["engine"] if recorded is not None else engine,
-                    reservation.release_id,
-                ),
-            )
-
-        self._write(
-            work,
-            action=f"recording the publication of {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
-
-    def commit(self, reservation: Reservation, output: str | None = None) -> None:
-        """Mark the release committed: its outputs, recorded by `mark_publishing`, are in place."""
-        self._check_lease(reservation.release_id)
-
-        def work(connection) -> None:
-            row = self._held(connection, reservation, "committing", committed_ok=True)
-            if row["status"] == "committed":
-                return
-            if row_state(row) != "publishing" or row["manifest"] is None:
-                raise LedgerError(
-                    f"release id {reservation.release_id!r} is {row_state(row)}; only a "
-                    "release whose publication was recorded (mark_publishing) can be committed"
-                )
-            connection.execute(
-                "UPDATE releases SET status = 'committed', state = 'committed', "
-                "finished_at = ?, output = COALESCE(?, output) WHERE release_id = ?",
-                (now_text(), output, reservation.release_id),
-            )
-
-        self._write(
-            work,
-            action=f"committing {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
-
     def record_input(self, reservation: Reservation, fingerprint: str) -> None:
         """Record the input fingerprint of a `dp_pipeline.Session` query, taken once it is
         reading (charged), as its fingerprint and content digest; `InputReuseError` (the
@@ -585,7 +394,7 @@ class Ledger:
             row = self._held(connection, reservation, "recording its input")
             identity = ReleaseIdentity.from_dict(json.loads(row["identity"]))
             inputs = (fingerprint, fingerprint)
-            self._check_input(connection, release_id, reservation.population, inputs, identity, ())
+            check_input(connection, release_id, reservation.population, inputs, identity, ())
             connection.execute(
                 "UPDATE releases SET fingerprint = ?, content = ? WHERE release_id = ?",
                 (fingerprint, fingerprint, release_id),
@@ -608,180 +417,13 @@ class Ledger:
                 "(its data was read to be recognised); nothing was returned"
             ) from None
 
-    def commit_returned(self, reservation: Reservation, manifest: dict, engine: str) -> None:
-        """Record a result handed to the caller in memory: from ``reading`` through
-        ``noised`` and ``publishing`` to ``committed`` in one transaction.
-
-        For a `dp_pipeline.Session` query, whose noisy result is returned, never
-        written: nothing can happen between those states that a crash could leave
-        half done, so one transaction records them all (the spend stood from
-        ``reading`` on, as for any run).
-        """
-        self._check_lease(reservation.release_id)
-
-        def work(connection) -> None:
-            row = self._held(connection, reservation, "committing")
-            if row_state(row) != "reading":
-                raise LedgerError(
-                    f"release id {reservation.release_id!r} is {row_state(row)}; only a "
-                    "release that is reading can hand its result to the caller"
-                )
-            connection.execute(
-                "UPDATE releases SET status = 'committed', state = 'committed', "
-                "published_at = ?, finished_at = ?, manifest = ?, engine = ? "
-                "WHERE release_id = ?",
-                (now_text(), now_text(), canonical_json(manifest), engine, reservation.release_id),
-            )
-
-        self._write(
-            work,
-            action=f"committing {reservation.release_id!r}",
-            population=reservation.population,
-            release_id=reservation.release_id,
-        )
-
-    def _held(self, connection, reservation: Reservation, action: str, committed_ok=False):
-        """The row of ``reservation``, if the run holding it still holds it; else refuse."""
-        release_id = reservation.release_id
-        row = connection.execute(
-            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-        ).fetchone()
-        if row is None:
-            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.location}")
-        recorded = json.loads(row["identity"]).get("digest") if row["identity"] else None
-        open_states = ("reserved", "committed") if committed_ok else ("reserved",)
-        if row["status"] not in open_states:
-            problem = f"it is {row_state(row)}"
-        elif reservation.token is None or row["token"] != reservation.token:
-            problem = (
-                "another run holds it now (it was aborted and reserved again, or resumed "
-                "by a later run of the same release id)"
-            )
-        elif recorded != reservation.digest:
-            problem = "the ledger records another identity (spec, input or key) for it"
-        else:
-            return row
-        raise LedgerError(
-            f"release id {release_id!r}: {action} refused, because this run no longer holds "
-            f"its reservation: {problem}. This run publishes nothing; check the ledger "
-            "(dp-release ledger) before running it again"
-        )
-
-    # ------------------------------------------------------------------ abort
-
-    def abort(self, release_id: str) -> None:
-        """Mark a reserved release aborted: nothing was read, its spend is returned.
-
-        Refused while a run of it may be alive (its `lease` is held), once its
-        run started reading data (state past ``reserved``: once data is read,
-        the run is charged), once its publication started or while its output
-        folder exists (a published release may have been read, and aborting it
-        would let the same id run again on other data), and while a hidden
-        folder of its output exists (what an interrupted run wrote).
-        """
-        with self.lease(release_id, "aborting it"):
-            entry = self.entry(release_id)  # a release id's population never changes
-            self._write(
-                lambda connection: self._abort(connection, release_id),
-                action=f"aborting {release_id!r}",
-                population=None if entry is None else entry.population,
-                release_id=release_id,
-            )
-
-    def _abort(self, connection, release_id: str) -> None:
-        row = connection.execute(
-            "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-        ).fetchone()
-        if row is None:
-            raise LedgerError(f"release id {release_id!r} is not in the ledger {self.location}")
-        if row["status"] == "aborted":
-            return
-        if row["status"] != "reserved":
-            raise LedgerError(
-                f"release id {release_id!r} is {row['status']}; only a reserved release "
-                "can become aborted"
-            )
-        state = row_state(row)
-        output = None if row["output"] is None else Path(row["output"])
-        finish = (
-            " Finish it instead: run the same spec again on the same input with the same "
-            "key (dp-release run SPEC); the run resumes the reservation with the same "
-            "noise, re-emits the identical release and commits it, with no new spend"
-        )
-        if state == "publishing" or (output is not None and output.exists()):
-            raise LedgerError(
-                f"release id {release_id!r} cannot be aborted: its output "
-                f"{row['output']!r} was published"
-                + (f" at {row['published_at']}" if row["published_at"] else "")
-                + " and may have been read, so its spend stands."
-                + finish
-            )
-        if state != "reserved":
-            raise LedgerError(
-                f"release id {release_id!r} cannot be aborted: its run reached state "
-                f"{state!r}, so it may have read the input data, and once data is read "
-                "the run is charged; its spend stands." + finish
-            )
-        hidden = [] if output is None else hidden_folders(output)
-        if hidden:
-            raise LedgerError(
-                f"release id {release_id!r} cannot be aborted: hidden folder(s) "
-                f"{', '.join(repr(str(path)) for path in hidden)} of its output exist, "
-                "written by a run that may have read the input data; its spend "
-                "stands." + finish + " (the run removes them)"
-            )
-        connection.execute(
-            "UPDATE releases SET status = 'aborted', state = 'aborted', token = NULL, "
-            "finished_at = ? WHERE release_id = ?",
-            (now_text(), release_id),
-        )
-
-    # ------------------------------------------------------------------ read
-
-    def entry(self, release_id: str) -> LedgerEntry | None:
-        row = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT * FROM releases WHERE release_id = ?", (release_id,)
-            ).fetchone(),
-            action="reading the ledger",
-        )
-        return None if row is None else entry_from_row(row)
-
-    def history(self, population: str | None = None) -> list[LedgerEntry]:
-        """Every release (optionally of one population), oldest first."""
-        query = "SELECT * FROM releases"
-        parameters: tuple = ()
-        if population is not None:
-            query += " WHERE population = ?"
-            parameters = (population,)
-        query += f" ORDER BY {self._backend.order}"
-        rows = self._backend.read(
-            lambda connection: connection.execute(query, parameters).fetchall(),
-            action="reading the ledger",
-        )
-        return [entry_from_row(row) for row in rows]
-
-    def populations(self) -> dict[str, dict]:
-        """Each population's cap (exact strings)."""
-        rows = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT name, cap FROM populations ORDER BY name"
-            ).fetchall(),
-            action="reading the ledger",
-        )
-        return {row["name"]: json.loads(row["cap"]) for row in rows}
-
-    def key_fingerprint(self) -> str | None:
-        """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
-        return self.meta("key_fingerprint")
-
     def record_move(self, name: str, move: dict, key_fingerprint: str | None = None) -> None:
         """Append ``move`` to the JSON list ``ledger_meta[name]`` ("moved_to", "moved_from"),
         binding ``key_fingerprint`` first if given (`dp_pipeline.release.key_binding`)."""
 
         def work(connection) -> None:
             if key_fingerprint is not None:
-                self._bind_key(connection, key_fingerprint)
+                bind_key_fingerprint(connection, key_fingerprint, self.location.shown)
             row = connection.execute(
                 "SELECT value FROM ledger_meta WHERE name = ?", (name,)
             ).fetchone()
@@ -793,16 +435,6 @@ class Ledger:
 
         self._backend.write(work, action=f"recording {name}")
 
-    def meta(self, name: str) -> str | None:
-        """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
-        row = self._backend.read(
-            lambda connection: connection.execute(
-                "SELECT value FROM ledger_meta WHERE name = ?", (name,)
-            ).fetchone(),
-            action="reading the ledger",
-        )
-        return None if row is None else row["value"]
-
     def seal_now(self) -> None:
         """Record this ledger's key (if it records none) and authenticate its rows now, in
         one write under the key (`integrity.seal`; adopts rows only if never sealed)."""
@@ -811,7 +443,7 @@ class Ledger:
         key = self.key
 
         def work(connection) -> None:
-            self._bind_key(connection, key.fingerprint)
+            bind_key_fingerprint(connection, key.fingerprint, self.location.shown)
 
         self._write(work, action="authenticating the ledger", population=None, release_id=None)
 
@@ -821,20 +453,6 @@ class Ledger:
             lambda c: check_rows(c, self.key, populations, self.location.shown),
             action="checking the ledger",
         )
-
-    def spent(self, population: str) -> tuple[Spend | None, str]:
-        """The population's composed spend (committed + reserved) and what is left of its cap."""
-        cap = self.populations().get(population)
-        if cap is None:
-            raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
-        if self.key is not None:  # summed only once its rows are checked under the key
-            self._backend.read(
-                lambda c: verify_population(c, self.key, population, self.location.shown),
-                action="checking the ledger",
-            )
-        states = [e.accountant for e in self.history(population) if e.status != "aborted"]
-        spend = measure_spend(compose_accountants(states), cap) if states else None
-        return spend, left_text(spend, cap)
 
 
 class _HeldLease:
@@ -853,9 +471,3 @@ class _HeldLease:
     def __exit__(self, kind, value, traceback) -> None:
         self._ledger._leases.pop(self._release_id, None)
         self._lease.__exit__(kind, value, traceback)
-
-
-def _checkpoint(name: str) -> None:
-    """A named point inside a ledger write ("mid_reserve": the row is written, not yet
-    committed); does nothing. The crash tests' launcher replaces it to kill the process
-    there (tests/protocol_launcher.py), as it does `dp_pipeline.release.run._checkpoint`."""

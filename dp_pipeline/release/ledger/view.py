@@ -1,4 +1,6 @@
-"""Reading a ledger without writing: what `dp-release plan` checks a release against.
+"""Reading a ledger: a `Ledger`'s reads (`LedgerReading`), and a ledger read without writing.
+
+`read_ledger` is what `dp-release plan` checks a release against.
 
 A SQLite file is opened read-only (``mode=ro``), a server ledger in a READ ONLY
 transaction: no schema is created or migrated, no lease is taken, and a missing
@@ -15,12 +17,20 @@ from dataclasses import dataclass
 
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.ledger import postgres_backend, sqlite_backend
-from dp_pipeline.release.ledger.budget import LedgerError
-from dp_pipeline.release.ledger.location import LedgerLocation, ledger_location
+from dp_pipeline.release.ledger.budget import (
+    LedgerError,
+    Spend,
+    compose_accountants,
+    left_text,
+    measure_spend,
+)
+from dp_pipeline.release.ledger.integrity import verify_population
+from dp_pipeline.release.ledger.records import LedgerEntry, entry_from_row
 from dp_pipeline.release.ledger.schema import ADDED_COLUMNS
 from dp_pipeline.release.ledger.verification import RowsCheck, check_rows
+from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
 
-__all__ = ["LedgerView", "read_ledger"]
+__all__ = ["LedgerReading", "LedgerView", "read_ledger"]
 
 
 @dataclass(frozen=True)
@@ -116,3 +126,59 @@ def _population_of(connection, release_id: str) -> str | None:
         "SELECT population FROM releases WHERE release_id = ?", (release_id,)
     ).fetchone()
     return None if row is None else row["population"]
+
+
+class LedgerReading:
+    """The reads of `dp_pipeline.release.ledger.store.Ledger` (a mixin: it uses the
+    ledger's ``_backend``, ``key`` and ``location``). Reads change nothing."""
+
+    def _read(self, query: str, parameters: tuple = (), *, one: bool = False):
+        """The rows of ``query`` (``one``: the first, or None), in a read transaction."""
+
+        def read(connection):
+            cursor = connection.execute(query, parameters)
+            return cursor.fetchone() if one else cursor.fetchall()
+
+        return self._backend.read(read, action="reading the ledger")
+
+    def entry(self, release_id: str) -> LedgerEntry | None:
+        row = self._read("SELECT * FROM releases WHERE release_id = ?", (release_id,), one=True)
+        return None if row is None else entry_from_row(row)
+
+    def history(self, population: str | None = None) -> list[LedgerEntry]:
+        """Every release (optionally of one population), oldest first."""
+        query = "SELECT * FROM releases"
+        parameters: tuple = ()
+        if population is not None:
+            query += " WHERE population = ?"
+            parameters = (population,)
+        query += f" ORDER BY {self._backend.order}"
+        return [entry_from_row(row) for row in self._read(query, parameters)]
+
+    def populations(self) -> dict[str, dict]:
+        """Each population's cap (exact strings)."""
+        rows = self._read("SELECT name, cap FROM populations ORDER BY name")
+        return {row["name"]: json.loads(row["cap"]) for row in rows}
+
+    def key_fingerprint(self) -> str | None:
+        """The public fingerprint of the master key the ledger is bound to (None: not yet)."""
+        return self.meta("key_fingerprint")
+
+    def meta(self, name: str) -> str | None:
+        """A ``ledger_meta`` value ("key_fingerprint", "ledger_id", ...), None if absent."""
+        row = self._read("SELECT value FROM ledger_meta WHERE name = ?", (name,), one=True)
+        return None if row is None else row["value"]
+
+    def spent(self, population: str) -> tuple[Spend | None, str]:
+        """The population's composed spend (committed + reserved) and what is left of its cap."""
+        cap = self.populations().get(population)
+        if cap is None:
+            raise LedgerError(f"population {population!r} is not in the ledger {self.location}")
+        if self.key is not None:  # summed only once its rows are checked under the key
+            self._backend.read(
+                lambda c: verify_population(c, self.key, population, self.location.shown),
+                action="checking the ledger",
+            )
+        states = [e.accountant for e in self.history(population) if e.status != "aborted"]
+        spend = measure_spend(compose_accountants(states), cap) if states else None
+        return spend, left_text(spend, cap)

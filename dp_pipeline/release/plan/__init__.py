@@ -9,8 +9,8 @@ from dp_pipeline.release.plan.release_plan import (
     PlanError,
     ReleasePlan,
     TablePlan,
-    format_plan,
     plan_release,
 )
+from dp_pipeline.release.plan.text import format_plan
 
 __all__ = ["PlanError", "ReleasePlan", "TablePlan", "format_plan", "plan_release"]

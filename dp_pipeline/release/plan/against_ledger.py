@@ -6,7 +6,7 @@ population's cap? The answer is computed as `Ledger.reserve` computes it: the
 same composition (`dp_pipeline.release.ledger.budget.compose_accountants`), the same
 upper-bound check (`within_cap`), the same release-id rules
 (`dp_pipeline.release.ledger.records.check_reuse`), on a read-only view of the
-ledger (`dp_pipeline.release.ledger.store.read_ledger`), so the file is never changed.
+ledger (`dp_pipeline.release.ledger.view.read_ledger`), so the file is never changed.
 The run's input fingerprint is not known to a plan: a release id already recorded is
 compared on every other part of its identity, and counted as the same release if those
 match (``run`` also checks the input and key). The rows summed are verified under the
@@ -34,8 +34,8 @@ from dp_pipeline.release.ledger.budget import (
 )
 from dp_pipeline.release.ledger.identity import ReleaseIdentity, release_identity
 from dp_pipeline.release.ledger.records import ReleaseIdReuseError, canonical_json, check_reuse
-from dp_pipeline.release.ledger.store import read_ledger
 from dp_pipeline.release.ledger.verification import RowsCheck
+from dp_pipeline.release.ledger.view import read_ledger
 from dp_pipeline.release.plan.release_plan import ReleasePlan, fitting_budget_text
 from dp_pipeline.release.spec.model import ReleaseSpec
 

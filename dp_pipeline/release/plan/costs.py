@@ -10,7 +10,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyEvent
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import PlanError
 from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.query.budget import sqrt_down as query_sqrt_down
 from dp_pipeline.release.plan.queries import table_sensitivity
@@ -29,10 +29,6 @@ __all__ = [
     "sensitivity_vector",
     "sqrt_down",
 ]
-
-
-class PlanError(DPError, ValueError):
-    """The spec's noise parameters do not meet its budget (nothing was read or spent)."""
 
 
 def sensitivity_vector(spec: ReleaseSpec, table: TableSpec) -> tuple[int, ...]:

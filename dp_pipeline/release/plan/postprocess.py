@@ -21,6 +21,7 @@ from dp_pipeline.postprocess.groups import coupling_table
 from dp_pipeline.postprocess.inputs import variance_refusal
 from dp_pipeline.postprocess.plan import plan
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.release.spec.outputs import RAW_COLUMN
 
 __all__ = [
     "DRIVER_POSTPROCESS_CELLS",
@@ -33,8 +34,7 @@ __all__ = [
 ]
 
 # The columns of a post-processed table beside its consistent ``value``: the noisy count
-# (unbiased, with the plan's margin) and the margin of ``value``.
-RAW_COLUMN = "raw_value"
+# (``RAW_COLUMN``, unbiased, with the plan's margin) and the margin of ``value``.
 VALUE_MARGIN = "value_margin_of_error"
 
 # Above this many combined cells (all post-processed tables together) a Spark release

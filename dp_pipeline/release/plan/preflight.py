@@ -11,8 +11,9 @@ so ``dp-release plan`` refuses what ``run`` would, except the input, which may
 not exist yet when a release is planned: `input_problems` lists its problems
 for the plan's notes) and raises one `SpecError`.
 
-An output URI is probed by `check_output` once the engine's session runs (its
-Hadoop configuration is the session's), still before the reservation.
+An output URI is probed by `dp_pipeline.release.publish.probe.check_output` once the
+engine's session runs (its Hadoop configuration is the session's), still before the
+reservation.
 
 An input that is no data file or folder (a device, a FIFO, a socket, a file of
 ``/proc``, ``/sys`` or ``/dev``, the dp_pipeline home, the master key file:
@@ -33,22 +34,15 @@ import tempfile
 from pathlib import Path
 
 from dp_pipeline.release.input_kinds import special_location_problem
-from dp_pipeline.release.publish.filesystems import (
-    OutputLocationError,
-    ReleaseFileSystem,
-    is_uri,
-    open_filesystem,
-    probe_write,
-)
 from dp_pipeline.release.spec.hierarchy import mapping_input_problem, mapping_is_input
 from dp_pipeline.release.spec.limits import MAX_SYNTHETIC_PERSONS
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, format_of_path
+from dp_pipeline.release.uris import is_uri
 
 __all__ = [
     "PARQUET_MAGIC",
     "check_engine",
     "check_machine",
-    "check_output",
     "engine_problems",
     "input_problems",
 ]
@@ -141,23 +135,6 @@ def _local_output_problems(spec: ReleaseSpec) -> list[str]:
             "this job write access there or name another folder"
         ]
     return []
-
-
-def check_output(spec: ReleaseSpec, spark=None) -> ReleaseFileSystem | None:
-    """The file system of an output URI, probed by writing and deleting a small file there.
-
-    None for a local output folder (`check_machine` probed it). Called before the
-    reservation: raises `SpecError` (one line naming ``output.dir`` and the fix, no
-    credential) when the session cannot write the output.
-    """
-    if not is_uri(spec.output_dir):
-        return None
-    try:
-        filesystem = open_filesystem(spec.output_dir, spark)
-        probe_write(filesystem)
-    except OutputLocationError as error:
-        raise SpecError([str(error)], spec.source) from None
-    return filesystem
 
 
 def _file_on_the_way(folder: Path) -> Path | None:

@@ -36,11 +36,11 @@ from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.domain import build_cell_domain
-from dp_pipeline.query.quantile_grid import quantile_candidates
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan.release_plan import TablePlan
-from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.spec.outputs import output_columns, position_column, quantile_grid
 from dp_pipeline.selection.algorithms import quantile_losses, select_quantile
 from dp_pipeline.selection.parameters import TopKSelection
 from dp_pipeline.selection.query import TopKQuery
@@ -53,26 +53,6 @@ __all__ = [
     "quantile_grid",
     "release_selection",
 ]
-
-_POSITION_PREFIX = "_dp_position_"
-
-
-def position_column(index: int) -> str:
-    """The derived grid-position column of table ``index`` of the spec (quantile / median)."""
-    return f"{_POSITION_PREFIX}{index}"
-
-
-def quantile_grid(table: TableSpec) -> list[Fraction]:
-    """The public candidates ``lower + i·granularity <= upper`` of a quantile table."""
-    return quantile_candidates((table.lower, table.upper), table.granularity)
-
-
-def output_columns(table: TableSpec) -> list[str]:
-    """Columns of the table's released Parquet file."""
-    if table.statistic == "top_k":
-        columns = ["rank", table.keys[0]]
-        return [*columns, "count"] if table.method == "one_shot" else columns
-    return [*table.keys, "value"]
 
 
 def _top_k_query(

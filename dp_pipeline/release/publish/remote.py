@@ -52,6 +52,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from dp_pipeline.release.protocol import Checkpoint
 from dp_pipeline.release.publish.filesystems import OutputLocationError, ReleaseFileSystem
 from dp_pipeline.release.publish.manifest import (
     MANIFEST_FORMAT,
@@ -199,7 +200,9 @@ class RemoteReleaseDirectory:
     def check_replaceable(self, files: dict | None = None) -> None:
         check_remote_replaceable(self.filesystem, self.release_id, self.digest, files)
 
-    def publish(self, manifest: dict, checkpoint: Callable[[str], None] = lambda name: None):
+    def publish(
+        self, manifest: dict, checkpoint: Callable[[Checkpoint], None] = lambda point: None
+    ):
         """Publish the staged files (see the module doc); return the release's URI.
 
         ``checkpoint`` is called at each step (the crash tests stop there):
@@ -228,17 +231,17 @@ class RemoteReleaseDirectory:
         hidden = self.hidden
         self._hidden_made = True
         fs.mkdirs(hidden, owner_only=True)
-        checkpoint("before_upload")
+        checkpoint(Checkpoint.BEFORE_UPLOAD)
         for name in sorted(files):
             fs.write_bytes(f"{hidden}/{name}", _file_chunks(self.temporary / name))
-            checkpoint("mid_upload")
+            checkpoint(Checkpoint.MID_UPLOAD)
         fs.write_bytes(f"{hidden}/{MANIFEST_NAME}", (self.temporary / MANIFEST_NAME).read_bytes())
-        checkpoint("after_hidden_manifest")
+        checkpoint(Checkpoint.AFTER_HIDDEN_MANIFEST)
         if fs.renames_atomically():
             fs.make_plain(hidden)
             if fs.exists(folder):  # a killed copy or repair of this release (its marker)
                 fs.delete(folder)
-            checkpoint("before_final")
+            checkpoint(Checkpoint.BEFORE_FINAL)
             fs.rename(hidden, folder)
         else:
             self._write_marker()
@@ -246,10 +249,10 @@ class RemoteReleaseDirectory:
             for name in fs.list(folder):
                 if name not in files:  # a killed run's partial files or its manifest
                     fs.delete(f"{folder}/{name}")
-            checkpoint("before_final")
+            checkpoint(Checkpoint.BEFORE_FINAL)
             for name in sorted(files):
                 fs.copy(f"{hidden}/{name}", f"{folder}/{name}")
-                checkpoint("mid_copy")
+                checkpoint(Checkpoint.MID_COPY)
             fs.copy(f"{hidden}/{MANIFEST_NAME}", f"{folder}/{MANIFEST_NAME}")
         if read_remote_manifest(fs, folder) != manifest:
             raise PublicationError(
@@ -258,7 +261,7 @@ class RemoteReleaseDirectory:
                 "meanwhile by someone else); it is not committed. Run the same release id "
                 "again once nothing else writes there"
             )
-        checkpoint("after_manifest")
+        checkpoint(Checkpoint.AFTER_MANIFEST)
         fs.make_plain(folder)
         fs.delete(hidden)
         self._hidden_made = False

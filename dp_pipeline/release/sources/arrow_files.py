@@ -34,6 +34,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
+from dp_pipeline.errors import ProblemListError
 from dp_pipeline.release.sources.failures import failure_rule
 from dp_pipeline.release.sources.fingerprint import (
     FileDigest,
@@ -77,8 +78,8 @@ def arrow_errors(location: str) -> Iterator[None]:
     """pyarrow's errors on ``location`` as one `SpecError` line (the module's rules)."""
     try:
         yield
-    except SpecError:
-        raise  # already one line naming the input and the rule
+    except ProblemListError:
+        raise  # already one line naming the input and the rule (a spec's or a read's)
     except (OSError, pa.ArrowException, ValueError) as error:
         rule = _rule(error, urlparse(location).scheme)
         raise SpecError([rule], source=f"input {shown_location(location)!r}") from None

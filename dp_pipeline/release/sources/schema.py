@@ -40,8 +40,6 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from dp_pipeline.query.domain import Domain
-from dp_pipeline.release.plan.postprocess import RAW_COLUMN
-from dp_pipeline.release.plan.selections import output_columns, quantile_grid
 from dp_pipeline.release.sources.csv_text import (
     as_text,
     csv_rule,
@@ -60,6 +58,7 @@ from dp_pipeline.release.sources.shown_schema import (
 )
 from dp_pipeline.release.sources.source import InputReadError
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, TableSpec
+from dp_pipeline.release.spec.outputs import RAW_COLUMN, output_columns, quantile_grid
 
 __all__ = [
     "DECIMAL_PATTERN",

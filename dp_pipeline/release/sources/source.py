@@ -16,7 +16,7 @@ from urllib.parse import urlparse, urlunparse
 
 from dp_pipeline.engines.spark.failures import session_failure, stop_session
 from dp_pipeline.engines.spark.quiet import discard_log
-from dp_pipeline.errors import DPError
+from dp_pipeline.errors import EngineStoppedError, InputChangedError, InputReadError
 from dp_pipeline.release.input_kinds import special_inputs_problem
 from dp_pipeline.release.sources.fingerprint import (
     FileDigest,
@@ -54,38 +54,6 @@ def shown_location(location: str) -> str:
     if parsed.query or parsed.params or parsed.fragment:
         parsed = parsed._replace(query="<query>" if parsed.query else "", params="", fragment="")
     return urlunparse(parsed)
-
-
-class InputChangedError(DPError, RuntimeError):
-    """The input's files or bytes changed between the start and the end of a run."""
-
-
-class EngineStoppedError(DPError, RuntimeError):
-    """The engine's session stopped under the run (its JVM killed or out of memory).
-
-    One line: what happened, the fix, and whether the budget was reserved (then the
-    same release id resumes it, charged once). Raised ``from None``: py4j's traceback
-    says nothing of what happened.
-    """
-
-
-class InputReadError(SpecError):
-    """A reader or engine failed on the input's contents: the file and the rule, nothing more.
-
-    The readers' own errors quote the data (a ragged CSV row's whole record, the value
-    a cast refused, line numbers); they are replaced by this one-line message and
-    raised ``from None``, so neither the message nor the traceback the command line
-    prints carries any of it. Raised after the reservation, the run stays charged.
-    """
-
-    def __init__(self, path, rule: str) -> None:
-        super().__init__(
-            [
-                f"{rule}; the reader's own message is not shown because it can quote the "
-                f"data; check the file with a tool the data's owner may use"
-            ],
-            source=f"input {str(path)!r}",
-        )
 
 
 @dataclass

@@ -23,17 +23,14 @@ from pathlib import Path
 from typing import Any
 
 from dp_pipeline.release.locations import default_key_file, default_ledger
+from dp_pipeline.release.spec.budget_fields import check_gaussian_delta, read_budget
 from dp_pipeline.release.spec.fields import (
     BUDGET_FIELDS,
     check_column,
     check_token,
-    large_delta_refused,
-    read_allow_large_delta,
     read_choice,
     read_domains,
     read_integer,
-    read_positive,
-    read_rational,
     read_string,
     show_value,
 )
@@ -47,12 +44,8 @@ from dp_pipeline.release.spec.hierarchy import (
 )
 from dp_pipeline.release.spec.invalid import INVALID_FIELDS, read_invalid_rows
 from dp_pipeline.release.spec.limits import (
-    DELTA_MIN,
-    EPSILON_RANGE,
     MAX_DOMAIN_VALUES,
     MAX_SYNTHETIC_PERSONS,
-    RHO_RANGE,
-    check_range,
 )
 from dp_pipeline.release.spec.model import (
     DEFAULT_RELEASE_CELL_LIMIT,
@@ -62,7 +55,6 @@ from dp_pipeline.release.spec.model import (
     NEIGHBOURING_RELATIONS,
     NOISE_FAMILIES,
     ON_INVALID_RULES,
-    Budget,
     ReleaseSpec,
     SpecError,
     format_of_path,
@@ -72,7 +64,8 @@ from dp_pipeline.release.spec.run_locations import operator_location
 from dp_pipeline.release.spec.spark_conf import read_spark_conf
 from dp_pipeline.release.spec.tables import read_tables
 
-__all__ = ["load_spec", "parse_spec"]
+# read_budget: also imported from here by the session layer.
+__all__ = ["load_spec", "parse_spec", "read_budget"]
 
 
 def load_spec(
@@ -383,9 +376,9 @@ def parse_spec(
         problems.append("tables: every table needs a share of the budget or an explicit sigma2")
     if noise == "discrete_gaussian":
         if isinstance(sections["budget"], dict):
-            _gaussian_delta(budget, sections["budget"], "budget", problems)
+            check_gaussian_delta(budget, sections["budget"], "budget", problems)
         if cap is not None:
-            _gaussian_delta(cap, population_section["cap"], "population.cap", problems)
+            check_gaussian_delta(cap, population_section["cap"], "population.cap", problems)
     if noise == "discrete_laplace" and budget is not None and budget.rho is not None:
         problems.append(
             f"budget.rho = {budget.rho}: discrete_laplace noise needs an epsilon budget "
@@ -490,80 +483,3 @@ def _read_table_name(name: str, input_path: str, inputs: dict, problems: list[st
             "format; remove input.format"
         )
     return name
-
-
-# ----------------------------------------------------------------------------- fields
-
-
-def read_budget(
-    section: dict,
-    path: str,
-    problems: list[str],
-    *,
-    check_fields: bool = True,
-    opt_in: str | None = None,
-) -> Budget | None:
-    """``[budget]`` or ``population.cap``: ρ, or ε with an optional δ, each in its range.
-
-    ``check_fields``: report unknown fields here (``[budget]``'s are reported with the
-    other sections' by `parse_spec`, once). A δ above the large-δ limit is a problem
-    unless ``allow_large_delta = true``; ``opt_in`` says how the caller writes that.
-    """
-    if check_fields:
-        for key in section:
-            if key not in BUDGET_FIELDS:
-                problems.append(
-                    f"{path}.{key}: unknown field; allowed fields are {', '.join(BUDGET_FIELDS)}"
-                )
-    allow = read_allow_large_delta(section, path, problems)
-    has_rho = "rho" in section
-    has_eps = "epsilon" in section
-    if has_rho and (has_eps or "delta" in section):
-        problems.append(f"{path}: give rho, or epsilon with delta, not both")
-        return None
-    if has_rho:
-        rho = _in_range(section["rho"], f"{path}.rho", RHO_RANGE, "zCDP rho", problems)
-        return None if rho is None else Budget(rho=rho)
-    if not has_eps:
-        problems.append(f"{path}: needs rho, or epsilon with delta")
-        return None
-    epsilon = _in_range(section["epsilon"], f"{path}.epsilon", EPSILON_RANGE, "epsilon", problems)
-    delta = Fraction(0)
-    if "delta" in section:
-        delta = read_rational(section["delta"], f"{path}.delta", problems)
-        if delta is not None and not (delta == 0 or DELTA_MIN <= delta < 1):
-            problems.append(
-                f"{path}.delta = {show_value(section['delta'])}: must be 0 or lie in [1e-100, 1)"
-            )
-            return None
-        if delta is not None and not allow and large_delta_refused(delta, path, opt_in, problems):
-            return None
-    if epsilon is None or delta is None:
-        return None
-    return Budget(epsilon=epsilon, delta=delta, allow_large_delta=allow)
-
-
-def _in_range(value, path, bounds, what, problems) -> Fraction | None:
-    exact = read_positive(value, path, problems)
-    if exact is None:
-        return None
-    problem = check_range(
-        exact, show_value(value), path, bounds, f"the range of {what} a release is planned in"
-    )
-    if problem:
-        problems.append(problem)
-        return None
-    return exact
-
-
-def _gaussian_delta(budget: Budget | None, section: dict, path: str, problems: list[str]) -> None:
-    """A discrete Gaussian release is never pure ε-DP: an ε budget or cap needs δ > 0."""
-    if budget is None or budget.epsilon is None or budget.delta:
-        return
-    written = f" = {show_value(section['delta'])}" if "delta" in section else ""
-    problems.append(
-        f"{path}.delta{written}: discrete_gaussian noise (release.noise, the default) is "
-        f"never pure epsilon-DP, so an epsilon {'cap' if 'cap' in path else 'budget'} needs "
-        f"a delta > 0; add {path}.delta (e.g. 1e-9), give rho instead, or set "
-        'release.noise = "discrete_laplace"'
-    )

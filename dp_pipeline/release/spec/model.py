@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
-from dp_pipeline.errors import DPError, DPKeyError
+from dp_pipeline.errors import DPKeyError, SpecError
 from dp_pipeline.query.quantile_grid import TOP_K_METHODS, quantile_candidate_count
 from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec.fields import check_token
@@ -102,16 +102,6 @@ def format_of_path(path: str) -> str | None:
 # spec is almost certainly a mistake (a key with a continuous domain).
 DEFAULT_RELEASE_CELL_LIMIT = 20_000_000
 MAX_NOISE_PARTITIONS = 4096
-
-
-class SpecError(DPError, ValueError):
-    """A release spec broke one or more rules; ``problems`` lists each one."""
-
-    def __init__(self, problems: list[str], source: str = "spec") -> None:
-        self.problems = list(problems)
-        self.source = source
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        super().__init__(f"{source}: {len(self.problems)} problem(s):\n{lines}")
 
 
 @dataclass(frozen=True)

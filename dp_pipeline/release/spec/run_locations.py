@@ -27,8 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from dp_pipeline.release.ledger.budget import LedgerError
-from dp_pipeline.release.ledger.location import LedgerLocation, conninfo_pairs, ledger_location
+from dp_pipeline.errors import LedgerError
+from dp_pipeline.release.ledger_location import LedgerLocation, conninfo_pairs, ledger_location
 from dp_pipeline.release.locations import HOME_VARIABLE, spec_relative
 from dp_pipeline.release.spec.fields import read_string
 

@@ -28,12 +28,13 @@ Exact invalid-row counts stay in the non-private diagnostics, never printed.
 
 from __future__ import annotations
 
+from dp_pipeline.errors import InvalidRowsRefusedError
 from dp_pipeline.query.domain import Domain
 from dp_pipeline.query.hierarchy import HIERARCHY_MISMATCH, HIERARCHY_RULE, HierarchyRule
 from dp_pipeline.randomness import MasterKey, derive_stream
 from dp_pipeline.release.plan.queries import hierarchy_rule
 from dp_pipeline.release.plan.release_plan import ReleasePlan
-from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.release.spec.model import ReleaseSpec
 
 __all__ = ["REASONS", "InvalidRowsRefusedError", "decide", "noisy_invalid_count", "row_checks"]
 
@@ -48,10 +49,6 @@ REASONS = {
 }
 
 STREAM_LABEL = "invalid-row-count"
-
-
-class InvalidRowsRefusedError(SpecError):
-    """``on_invalid = "error"``: the noisy invalid-row count is above the threshold."""
 
 
 def row_checks(spec: ReleaseSpec) -> list[tuple[str, str, Domain | HierarchyRule | None]]:

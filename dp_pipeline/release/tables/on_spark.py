@@ -79,9 +79,8 @@ from dp_pipeline.release.sources.source import (
     kept_log,
     shown_location,
 )
-from dp_pipeline.release.sources.spark_files import (
-    executor_digests,
-    file_sizes,
+from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
+from dp_pipeline.release.sources.spark_listing import (
     first_lines,
     listed_frame,
     listed_input,

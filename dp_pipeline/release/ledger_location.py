@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qsl, quote, urlsplit
 
-from dp_pipeline.release.ledger.budget import LedgerError
+from dp_pipeline.errors import LedgerError
 
 __all__ = [
     "LedgerLocation",
