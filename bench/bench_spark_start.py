@@ -4,7 +4,7 @@
 
 Each round starts two fresh Python processes, one after the other, alternating which
 goes first: `local_session(2)` and a first job (``spark.range(1000).count()``), with
-the class-data-sharing archive (`dp_pipeline.engines.spark.class_archive`) and with
+the class-data-sharing archive (`dp_pipeline.platform.class_archive`) and with
 ``DP_PIPELINE_CLASS_ARCHIVE=off``. The archive is written first (one process, then
 waiting for the JVM to finish writing it as it exits; not timed) in a cache folder of
 its own. Prints each round, the medians and their ratio (the time to the session, and
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dp_pipeline.engines.spark.class_archive import MAGIC  # noqa: E402
+from dp_pipeline.platform.class_archive import MAGIC  # noqa: E402
 
 CHILD = """
 import time

@@ -46,7 +46,8 @@ from dp_pipeline.engines.spark.noise import (
     noisy_cells,
     noisy_table,
 )
-from dp_pipeline.engines.spark.runtime import ensure_java, local_session
+from dp_pipeline.engines.spark.session.start import local_session
+from dp_pipeline.platform.java import ensure_java
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics

@@ -13,14 +13,14 @@ from driver_process import run_driver
 
 pytest.importorskip("pyspark")
 
-from dp_pipeline.engines.spark.class_archive import (
+from dp_pipeline.platform.class_archive import (
     KEPT,
     OPTION,
     SWITCH,
     WRITING_SECONDS,
     driver_java_options,
 )
-from dp_pipeline.engines.spark.runtime import ensure_java
+from dp_pipeline.platform.java import ensure_java
 
 HEADER = (0xF00BABA8).to_bytes(4, "little")
 

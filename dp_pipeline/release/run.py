@@ -58,7 +58,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
+from dp_pipeline.engines.spark.session.failures import lost_jvm_unlogged
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder

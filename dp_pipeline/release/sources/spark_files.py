@@ -66,11 +66,11 @@ import pyarrow as pa
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
-from dp_pipeline.engines.spark.failures import (
+from dp_pipeline.engines.spark.session.failures import (
     java_out_of_memory,
     session_failure,
 )
-from dp_pipeline.engines.spark.runtime import is_connect
+from dp_pipeline.engines.spark.session.kinds import is_connect
 from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.binary_memory import (
     BINARY_FILE_BYTES,

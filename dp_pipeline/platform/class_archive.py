@@ -30,7 +30,7 @@ import os
 import time
 from pathlib import Path
 
-from dp_pipeline.engines.spark.cache import private_cache_folder
+from dp_pipeline.platform.java import private_cache_folder
 
 __all__ = ["MAGIC", "driver_java_options"]
 
