@@ -37,6 +37,9 @@ _CONNECT_FIX = (
 )
 # Tasks of the job on a Spark Connect session, whose default parallelism is the server's.
 _CONNECT_TASKS = 2
+# Classic applications whose executors answered with the version asked: a SparkContext's
+# worker Python is fixed when it starts, so one answer holds for the application's life.
+_CONFIRMED: set[tuple[str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -123,10 +126,16 @@ def executors_problem(spark, version: str) -> str | None:
 
 def check_executors(spark, version: str) -> None:
     """Raise a one-line `SparkExecutorsError` unless the executors' Pythons import
-    dp_pipeline ``version`` (`executors_problem`); one job, no data read."""
+    dp_pipeline ``version`` (`executors_problem`); one job, no data read, asked once per
+    classic application (a Spark Connect server's answer is not kept: it may restart)."""
+    application = None if is_connect(spark) else (spark.sparkContext.applicationId, version)
+    if application in _CONFIRMED:
+        return
     problem = executors_problem(spark, version)
     if problem is not None:
         raise SparkExecutorsError(problem)
+    if application is not None:
+        _CONFIRMED.add(application)
 
 
 def _configured_python(spark) -> str:
