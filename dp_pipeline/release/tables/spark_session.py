@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from dp_pipeline import __version__
 from dp_pipeline.engines.spark.session.executors import check_executors as check_workers
+from dp_pipeline.engines.spark.session.failures import quiet_lost_accumulators
 from dp_pipeline.engines.spark.session.kinds import session_master
 from dp_pipeline.engines.spark.session.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.session.start import release_session
@@ -74,6 +75,9 @@ def open_release_session(
                     raise
             progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
             session = ReleaseSession(started, True, log)
+        # The executors check runs a Python task; if the JVM then dies, the run's own line
+        # says so, without PySpark's accumulator server's traceback.
+        quiet_lost_accumulators(session.spark)
     return session
 
 
