@@ -14,13 +14,16 @@ import subprocess
 import sys
 import venv
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from release_specs import SMALL_SPEC, operator_home
 
 pytest.importorskip("pyspark")
 
-from dp_pipeline.engines.spark.session.executors import WorkerPython, probe
+import dp_pipeline.engines.spark.session.executors as executors
+from dp_pipeline.engines.spark.session.executors import WorkerPython, check_executors, probe
+from dp_pipeline.errors import SparkExecutorsError
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.spec.load import load_spec
 
@@ -40,6 +43,29 @@ def test_the_probe_answers_with_this_python_and_its_version():
 
     assert probe(iter(())) == [(sys.executable, dp_pipeline.__version__, "")]
     assert WorkerPython("/p", None, "ModuleNotFoundError").version is None
+
+
+def _session() -> SimpleNamespace:
+    """Stands for a classic session with a fixed application id (the job is replaced)."""
+    return SimpleNamespace(sparkContext=SimpleNamespace(applicationId="local-test"))
+
+
+def test_another_version_on_the_executors_is_named_with_the_fix(monkeypatch):
+    answers = {WorkerPython("/opt/old/bin/python", "0.0.9"), WorkerPython("/w/python", "0.1.0")}
+    monkeypatch.setattr(executors, "executor_pythons", lambda spark: answers)
+    with pytest.raises(SparkExecutorsError) as raised:
+        check_executors(_session(), "0.1.0")
+    assert str(raised.value) == (
+        "the Spark executors' Python /opt/old/bin/python has dp_pipeline 0.0.9, this driver "
+        "0.1.0: install dp_pipeline 0.1.0 in that Python, or set PYSPARK_PYTHON (or "
+        "spark.pyspark.python) to a Python that has it, on every executor host"
+    )
+    asked = []
+    good = {WorkerPython("/w/python", "0.1.0")}
+    monkeypatch.setattr(executors, "executor_pythons", lambda spark: asked.append(1) or good)
+    check_executors(_session(), "0.1.0")
+    check_executors(_session(), "0.1.0")  # one application: asked once
+    assert asked == [1]
 
 
 @pytest.mark.spark
