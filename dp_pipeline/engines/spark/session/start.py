@@ -61,8 +61,9 @@ def local_session(
 
 
 def with_class_archive(settings: dict[str, str], java_home: str) -> dict[str, str]:
-    """``settings`` with the driver JVM started from Spark's class archive where it can be
-    (`dp_pipeline.platform.class_archive`): start-up time only, no other effect."""
+    """``settings`` with the driver JVM started from Spark's class archive when it is
+    switched on (``DP_PIPELINE_CLASS_ARCHIVE=1``, `dp_pipeline.platform.class_archive`):
+    start-up time only, no other effect; ``settings`` unchanged otherwise."""
     options = driver_java_options(settings, java_home)
     return settings if options is None else {**settings, OPTION: options}
 
