@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from dp_pipeline.engines.spark.failures import session_failure
-from dp_pipeline.engines.spark.runtime import local_session
+from dp_pipeline.engines.spark.session.failures import session_failure
+from dp_pipeline.engines.spark.session.start import local_session
 from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes, listed_files
 from dp_pipeline.release.spec.model import SpecError
 

@@ -21,9 +21,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from dp_pipeline.engines.spark.session.start import release_session as spark_session
 from dp_pipeline.release.sources.fingerprint import local_digests
 from dp_pipeline.release.sources.spark_files import executor_digests, file_sizes
-from dp_pipeline.release.tables.on_spark import spark_session
 
 
 def write_input(folder: Path, gigabytes: float, file_mb: int) -> list[Path]:

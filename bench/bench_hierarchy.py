@@ -63,7 +63,7 @@ def main(argv=None) -> int:
         inputs["pandas"] = pq.read_table(path).to_pandas()
     if {"parquet_pass", "spark_sql"} & set(paths):
         from dp_pipeline.engines.spark import parquet_plan
-        from dp_pipeline.release.tables.on_spark import spark_session
+        from dp_pipeline.engines.spark.session.start import release_session as spark_session
 
         spark = spark_session(arguments.master)
         one_pass = parquet_plan.ONE_PASS_CELLS

@@ -147,7 +147,7 @@ def main(argv=None) -> int:
     if arguments.sql_path:
         parquet_plan.ONE_PASS_CELLS = 0  # both one-pass paths decline: the Spark SQL jobs
 
-    from dp_pipeline.release.tables.on_spark import spark_session
+    from dp_pipeline.engines.spark.session.start import release_session as spark_session
 
     progress = Progress()
     input_path = cached_census_sample(arguments.cache, arguments.persons, 2026, progress)

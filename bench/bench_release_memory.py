@@ -128,7 +128,7 @@ def main(argv=None) -> int:
         return 0
 
     from dp_pipeline.datasets.synthetic import cached_census_sample
-    from dp_pipeline.engines.spark.runtime import local_session
+    from dp_pipeline.engines.spark.session.start import local_session
     from dp_pipeline.release.run import Progress
 
     input_path = cached_census_sample(arguments.cache, arguments.persons, 2026, Progress())

@@ -164,8 +164,8 @@ def child(arguments) -> None:
     else:
         from bench_release import plain_pipeline
 
+        from dp_pipeline.engines.spark.session.start import release_session as spark_session
         from dp_pipeline.release.spec.spark_conf import parse_conf_arguments
-        from dp_pipeline.release.tables.on_spark import spark_session
 
         problems: list[str] = []
         conf = parse_conf_arguments(settings, problems).as_dict()

@@ -67,7 +67,7 @@ def timed(command: list[str], env: dict) -> float:
 
 
 def spark_figures(data: Path, folder: Path, repeats: int) -> tuple[list[float], list[float]]:
-    from dp_pipeline.engines.spark.runtime import ensure_java
+    from dp_pipeline.platform.java import ensure_java
 
     ensure_java()  # the same Java for both scripts
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)

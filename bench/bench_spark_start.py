@@ -4,12 +4,12 @@
 
 Each round starts two fresh Python processes, one after the other, alternating which
 goes first: `local_session(2)` and a first job (``spark.range(1000).count()``), with
-the class-data-sharing archive (`dp_pipeline.engines.spark.class_archive`) and with
-``DP_PIPELINE_CLASS_ARCHIVE=off``. The archive is written first (one process, then
-waiting for the JVM to finish writing it as it exits; not timed) in a cache folder of
-its own. Prints each round, the medians and their ratio (the time to the session, and
-to the first job's answer; the process's own import of PySpark and dp_pipeline
-included).
+the opt-in class-data-sharing archive (`dp_pipeline.platform.class_archive`,
+``DP_PIPELINE_CLASS_ARCHIVE=1``) and without it (the default). The archive is
+written first (one process, then waiting for the JVM to finish writing it as it
+exits; not timed) in a cache folder of its own. Prints each round, the medians and
+their ratio (the time to the session, and to the first job's answer; the process's
+own import of PySpark and dp_pipeline included).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from dp_pipeline.engines.spark.class_archive import MAGIC  # noqa: E402
+from dp_pipeline.platform.class_archive import MAGIC  # noqa: E402
 
 CHILD = """
 import time
@@ -54,9 +54,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     arguments = parser.parse_args()
     with tempfile.TemporaryDirectory() as cache:
-        on = {**os.environ, "XDG_CACHE_HOME": cache, "PYTHONPATH": str(ROOT)}
-        on.pop("DP_PIPELINE_CLASS_ARCHIVE", None)
-        off = {**on, "DP_PIPELINE_CLASS_ARCHIVE": "off"}
+        off = {**os.environ, "XDG_CACHE_HOME": cache, "PYTHONPATH": str(ROOT)}
+        off.pop("DP_PIPELINE_CLASS_ARCHIVE", None)  # the default: no archive
+        on = {**off, "DP_PIPELINE_CLASS_ARCHIVE": "1"}
         run(on)  # writes the archive as its JVM exits
         deadline = time.monotonic() + 300
         archives: list[Path] = []

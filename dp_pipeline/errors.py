@@ -59,6 +59,11 @@ class DPRuntimeError(DPError, RuntimeError):
     what to install or set."""
 
 
+class SparkExecutorsError(DPRuntimeError):
+    """The Spark executors' Python cannot run this dp_pipeline (without the package, or
+    another version); raised before anything is reserved, the message names the fix."""
+
+
 class DPFileNotFoundError(DPError, FileNotFoundError):
     """An input path does not exist or holds no data files (the message names the path)."""
 

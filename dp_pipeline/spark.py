@@ -45,9 +45,9 @@ from dp_pipeline.engines.spark.noise import DRIVER_NOISE_CELLS as DRIVER_NOISE_C
 from dp_pipeline.engines.spark.noise import collect_noisy_cells as collect_noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
-from dp_pipeline.engines.spark.runtime import ensure_java as ensure_java
-from dp_pipeline.engines.spark.runtime import local_session
+from dp_pipeline.engines.spark.session.start import local_session
 from dp_pipeline.engines.spark_sql.variance import SparkDPVariance
+from dp_pipeline.platform.java import ensure_java as ensure_java
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec

@@ -17,9 +17,9 @@ DRIVER_NOISE_CELLS: int
 from dp_pipeline.engines.spark.noise import collect_noisy_cells as collect_noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
-from dp_pipeline.engines.spark.runtime import ensure_java as ensure_java
-from dp_pipeline.engines.spark.runtime import local_session as local_session
+from dp_pipeline.engines.spark.session.start import local_session as local_session
 from dp_pipeline.engines.spark_sql.variance import SparkDPVariance as SparkDPVariance
+from dp_pipeline.platform.java import ensure_java as ensure_java
 
 __all__ = [
     "SparkDPQuery",

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 SERVER = """
 import sys
-from dp_pipeline.engines.spark.runtime import local_session
+from dp_pipeline.engines.spark.session.start import local_session
 cores, partitions = int(sys.argv[1]), int(sys.argv[2])
 session = local_session(cores, shuffle_partitions=partitions, driver_memory="1g", conf={
     "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",

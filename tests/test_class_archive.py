@@ -1,6 +1,6 @@
-"""The driver JVM's class-data-sharing archive: where it lives, when it is written, used
-or left alone, and real driver JVMs that write it, start from it, and start without it
-when it is damaged."""
+"""The driver JVM's opt-in class-data-sharing archive: off unless switched on; then where
+it lives, when it is written, used or left alone, and real driver JVMs that write it
+and start from it."""
 
 from __future__ import annotations
 
@@ -13,14 +13,14 @@ from driver_process import run_driver
 
 pytest.importorskip("pyspark")
 
-from dp_pipeline.engines.spark.class_archive import (
+from dp_pipeline.platform.class_archive import (
     KEPT,
     OPTION,
     SWITCH,
     WRITING_SECONDS,
     driver_java_options,
 )
-from dp_pipeline.engines.spark.runtime import ensure_java
+from dp_pipeline.platform.java import ensure_java
 
 HEADER = (0xF00BABA8).to_bytes(4, "little")
 
@@ -29,8 +29,18 @@ HEADER = (0xF00BABA8).to_bytes(4, "little")
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("SPARK_CONF_DIR", str(tmp_path / "spark-conf"))
-    monkeypatch.delenv(SWITCH, raising=False)
+    monkeypatch.setenv(SWITCH, "1")
     return tmp_path / "cache" / "dp_pipeline"
+
+
+@pytest.mark.parametrize("value", [None, "", "0", "off", "no", "2"])
+def test_the_archive_is_off_unless_switched_on(cache, monkeypatch, value):
+    if value is None:
+        monkeypatch.delenv(SWITCH)
+    else:
+        monkeypatch.setenv(SWITCH, value)
+    assert driver_java_options({}, ensure_java()) is None
+    assert not cache.exists() or not list(cache.iterdir())  # nothing written to the cache
 
 
 def _archive(options: str) -> Path:
@@ -92,14 +102,12 @@ def test_another_class_path_is_another_archive(cache):
 
 @pytest.mark.parametrize(
     "case",
-    ["switched off", "the caller's class sharing", "a defaults file", "a shared folder", "link"],
+    ["the caller's class sharing", "a defaults file", "a shared folder", "link"],
 )
 def test_the_archive_is_not_used(cache, tmp_path, monkeypatch, case):
     java = ensure_java()
     settings: dict[str, str] = {}
-    if case == "switched off":
-        monkeypatch.setenv(SWITCH, "off")
-    elif case == "the caller's class sharing":
+    if case == "the caller's class sharing":
         settings = {OPTION: "-Xshare:off"}
     elif case == "a defaults file":
         folder = tmp_path / "spark-conf"
@@ -132,9 +140,8 @@ def _driver(environment) -> str:
 
 
 @pytest.mark.spark
-def test_real_driver_jvms_write_use_and_survive_a_damaged_archive(tmp_path):
-    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
-    environment.pop(SWITCH, None)
+def test_real_driver_jvms_switched_on_write_the_archive_then_start_from_it(tmp_path):
+    environment = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache"), SWITCH: "1"}
     first = _driver(environment)
     assert "-XX:ArchiveClassesAtExit=" in first and first.endswith(" 1000")
     archive = Path(first.split("=", 1)[1].split("'")[0])
@@ -147,10 +154,3 @@ def test_real_driver_jvms_write_use_and_survive_a_damaged_archive(tmp_path):
     assert archive.stat().st_size > 10_000_000
     second = _driver(environment)
     assert f"-XX:SharedArchiveFile={archive}" in second and second.endswith(" 1000")
-    # A damaged archive (its header kept): the JVM refuses it and starts without it.
-    data = bytearray(archive.read_bytes())
-    data[4096:8192] = bytes(4096)
-    archive.chmod(0o600)
-    archive.write_bytes(bytes(data))
-    third = _driver(environment)
-    assert f"-XX:SharedArchiveFile={archive}" in third and third.endswith(" 1000")

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from driver_process import run_driver
 
-from dp_pipeline.engines.spark.java_launcher import MODULE, spark_java_home
+from dp_pipeline.platform.java import MODULE, spark_java_home
 
 
 def _runtime(folder: Path, modules: str | None) -> Path:

@@ -22,7 +22,7 @@ import pandas as pd
 import pytest
 from release_specs import SMALL_SPEC, operator_home
 
-from dp_pipeline.engines.spark.failures import session_failure
+from dp_pipeline.engines.spark.session.failures import session_failure
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.run import Progress, apply_overrides, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec

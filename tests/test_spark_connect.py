@@ -98,7 +98,7 @@ def paths(monkeypatch):
 
 
 def test_the_session_is_spark_connect(connect):
-    from dp_pipeline.engines.spark.runtime import is_connect, session_master
+    from dp_pipeline.engines.spark.session.kinds import is_connect, session_master
 
     frame = connect.range(3)
     assert is_connect(connect) and is_connect(frame)
@@ -299,7 +299,7 @@ def test_dp_release_run_remote_local_publishes_the_classic_sessions_bytes(tmp_pa
 LOCAL_SERVER_TOKEN = """
 import os
 from pyspark.sql.connect.session import SparkSession as Connect
-from dp_pipeline.engines.spark.runtime import connect_session
+from dp_pipeline.engines.spark.session.start import connect_session
 session = connect_session("local[1]")
 assert session.range(3).count() == 3
 port = int(session.client._builder.endpoint.rsplit(":", 1)[1])

@@ -16,7 +16,7 @@ import pytest
 from connect_server import connect_server
 from release_specs import SMALL_SPEC
 
-from dp_pipeline.engines.spark.failures import connect_server_lost, session_failure
+from dp_pipeline.engines.spark.session.failures import connect_server_lost, session_failure
 
 pytestmark = pytest.mark.spark
 grpc = pytest.importorskip("grpc", reason="Spark Connect needs pyspark[connect]")

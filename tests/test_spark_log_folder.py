@@ -7,7 +7,7 @@ import os
 import stat
 import tempfile
 
-from dp_pipeline.engines.spark.quiet import KEPT_LOGS, jvm_output_to_file, log_folder
+from dp_pipeline.engines.spark.session.quiet import KEPT_LOGS, jvm_output_to_file, log_folder
 
 
 def test_kept_logs_stay_in_one_private_folder_and_only_the_newest_are_kept(tmp_path, monkeypatch):

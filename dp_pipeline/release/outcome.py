@@ -22,7 +22,7 @@ from enum import IntEnum
 from fractions import Fraction
 from urllib.parse import urlsplit, urlunsplit
 
-from dp_pipeline.errors import DPError, ProblemListError
+from dp_pipeline.errors import DPError, ProblemListError, SparkExecutorsError
 from dp_pipeline.release.keys import KeyFileError
 from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.lease import LeaseHeldError
@@ -81,7 +81,8 @@ EXIT_CODES: dict[ExitCode, tuple[str, str, str]] = {
         "alert a person",
     ),
     ExitCode.SPEC_ERROR: (
-        "the spec, the command line, the key, the ledger's location or the output folder is wrong",
+        "the spec, the command line, the key, the ledger's location, the output folder or "
+        "the Spark executors' Python is wrong",
         "nothing: nothing was read or written",
         "fix what the message names",
     ),
@@ -169,7 +170,10 @@ def error_code(error: BaseException, reservation=None) -> ExitCode:
         return ExitCode.REFUSED_CHANGED
     if reservation is not None:
         return ExitCode.FAILED_RESUMABLE
-    if isinstance(error, SpecError | PlanError | KeyFileError | LedgerError | PublicationError):
+    if isinstance(
+        error,
+        SpecError | PlanError | KeyFileError | LedgerError | PublicationError | SparkExecutorsError,
+    ):
         return ExitCode.SPEC_ERROR
     return ExitCode.ERROR
 

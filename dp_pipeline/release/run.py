@@ -40,7 +40,7 @@ from contextlib import ExitStack, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dp_pipeline.engines.spark.failures import lost_jvm_unlogged
+from dp_pipeline.engines.spark.session.failures import lost_jvm_unlogged
 from dp_pipeline.errors import ProblemListError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import protocol

@@ -16,7 +16,7 @@ from dp_pipeline.engines.spark.parquet_pass import (
     parquet_ids_function,
     parquet_partials_function,
 )
-from dp_pipeline.engines.spark.runtime import is_connect
+from dp_pipeline.engines.spark.session.kinds import is_connect
 from dp_pipeline.engines.spark.units import runs_prove_unique
 from dp_pipeline.engines.spark_sql.coding import DEFERRED_COLUMN
 from dp_pipeline.engines.spark_sql.diagnostics import query_diagnostics

@@ -49,7 +49,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from dp_pipeline.engines.spark.runtime import is_connect
+from dp_pipeline.engines.spark.session.kinds import is_connect
 from dp_pipeline.errors import InternalError
 from dp_pipeline.udfs.noise import CELL_COLUMN, TABLE_COLUMN
 

@@ -35,7 +35,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from urllib.parse import urlsplit
 
-from dp_pipeline.engines.spark.failures import Py4JError, Py4JJavaError
+from dp_pipeline.engines.spark.session.failures import Py4JError, Py4JJavaError
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.release.sources.failures import output_failure_rule
 from dp_pipeline.release.uris import display_uri, is_uri, join_uri, split_uri

@@ -18,7 +18,7 @@ import contextlib
 import errno
 import re
 
-from dp_pipeline.engines.spark.failures import java_causes
+from dp_pipeline.engines.spark.session.failures import java_causes
 
 __all__ = ["error_kind", "error_text", "failure_kind", "failure_rule", "output_failure_rule"]
 

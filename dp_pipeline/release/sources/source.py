@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse, urlunparse
 
-from dp_pipeline.engines.spark.failures import session_failure, stop_session
-from dp_pipeline.engines.spark.quiet import discard_log
+from dp_pipeline.engines.spark.session.failures import session_failure, stop_session
+from dp_pipeline.engines.spark.session.quiet import discard_log
 from dp_pipeline.errors import EngineStoppedError, InputChangedError, InputReadError
 from dp_pipeline.release.input_kinds import special_inputs_problem
 from dp_pipeline.release.sources.fingerprint import (

@@ -66,7 +66,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 from pyspark.sql import functions as sf
 
-from dp_pipeline.engines.spark.runtime import is_connect
+from dp_pipeline.engines.spark.session.kinds import is_connect
 from dp_pipeline.release.sources import fingerprint
 from dp_pipeline.release.sources.binary_memory import (
     BINARY_FILE_BYTES,

