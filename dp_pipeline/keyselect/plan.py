@@ -1,0 +1,377 @@
+"""Thresholds and δ of private key selection, exact: the plan a selection runs with.
+
+Mechanism. Each privacy unit holds at most m = ``max_cells`` keys (keyed bounding);
+c_k is the number of distinct units of key k; key k is released iff c_k + Z_k >= τ,
+with Z_k independent exact discrete noise. Only keys present in the data are
+candidates, so a key no unit holds is never released.
+
+Theorem (the selection's privacy profile). Let s = m (add/remove neighbours) or 2m
+(replace), δ_c(ε) the profile of the count noise on counts moved by at most s units of
+L1 (Laplace) or L2² (Gaussian) (`noise_profiles`), p = P[1 + Z >= τ] the chance that
+a key held by one unit only is released, and q = 1 - (1-p)^m. Then for every ε,
+
+    δ_sel(ε) <= 1 - (1 - δ_c(ε))·(1 - q).
+
+Proof. Neighbours D, D' share the keys held in both; on D at most m keys exist that D'
+lacks (its unit's own keys, c = 1) and, for replace, at most m the other way. Write
+each output law as P ⊗ V, Q ⊗ N (shared keys ⊗ the keys only one side has); V is
+"nothing released" with probability 1 - q_V >= 1 - q, N likewise. For any event S
+let T be the shared-key outputs x with (x, nothing else) in S. Then
+P⊗V(S) <= (1-q_V)·P(T) + q_V and Q⊗N(S) >= (1-q_N)·Q(T), and with
+P(T) <= e^ε·Q(T) + δ_c(ε) (post-processing) the difference P⊗V(S) - e^ε·Q⊗N(S) is
+at most (1-q)·δ_c(ε) + q in each direction. (In the add direction q_N = 0 and the
+bound holds with q_V <= q; in the remove direction q_V = 0 and P(T) - e^ε(1-q)Q(T)
+<= (1-q)(P(T) - e^ε Q(T)) + q·P(T).)
+
+For the accountant the selection is one event: the count noise (scale or σ², with
+sensitivity s) together with an infinite-loss atom of mass q; `SelectionPlan.delta_at`
+is its profile, every value an upper bound.
+
+m = 1, add/remove, Laplace: the optimal mechanism (Desfontaines, Voss, Gipson,
+Mandayam 2022, "Differentially private partition selection", PoPETs). Its release
+probability π(n) = min(e^ε π(n-1) + δ, 1 - e^{-ε}(1 - π(n-1) - δ), 1) is exactly
+thresholding with noise Lap_Z(1/ε) conditioned on |Z| <= K at τ = K + 1 (derived here,
+the paper not being at hand: with P(z) ∝ α^|z|, α = e^{-ε}, and e^ε·P(z) = P(z-1)
+for z >= 1, π(n) - e^ε·π(n-1) = P(K) = π(1) while n <= K + 1, the first branch of the
+recursion with δ = P(K); the upper branch follows by the symmetry z -> -z). Its
+profile is computed from π exactly (a single key changes: a pair of Bernoullis).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+
+from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.keyselect.exact_exp import DEFAULT_BITS, exp_bounds, exp_neg_multiples
+from dp_pipeline.keyselect.noise_profiles import (
+    gaussian_count_delta,
+    laplace_count_delta,
+    log_zcdp_delta_estimate,
+)
+from dp_pipeline.keyselect.tails import GaussianTails, laplace_tail, truncated_laplace_top_mass
+from dp_pipeline.rational import exact_rational, positive_rational
+
+__all__ = [
+    "MAX_CELLS_LIMIT",
+    "MAX_EPSILON",
+    "MAX_SIGMA2",
+    "MAX_THRESHOLD",
+    "MIN_DELTA",
+    "SelectionPlan",
+    "any_release_upper",
+    "budget_too_small",
+    "check_selection_inputs",
+    "combined_delta",
+    "gaussian_sigma2",
+    "least_passing",
+    "plan_selection",
+]
+
+NOISES = ("laplace", "gaussian")
+NEIGHBOURINGS = ("add_remove", "replace")
+# The largest max_cells whose δ is certified: the Gaussian's weight table grows with
+# σ ~ sqrt(max_cells)/ε and the profile's exact powers with max_cells.
+MAX_CELLS_LIMIT = 1000
+MIN_DELTA = Fraction(1, 2**100)
+# exp(2·ε) must stay certifiable at 256 bits (replace doubles the counts' ε).
+MAX_EPSILON = 50
+# A key needs more distinct units than this to pass: "no key can pass" in practice
+# (counts are int32 on Spark's side too).
+MAX_THRESHOLD = 2**31 - 1
+MAX_SIGMA2 = Fraction(2**20)
+# The truncated geometric's profile is summed over its 2K + 1 atoms.
+MAX_TRUNCATION = 100_000
+_POWER_BITS = 320
+
+
+@dataclass(frozen=True)
+class SelectionPlan:
+    """A key selection's noise, threshold and privacy figures (every δ an upper bound).
+
+    ``policy`` is ``"truncated_geometric"`` (m = 1, add/remove, Laplace: optimal) or
+    ``"threshold"`` (untruncated noise). ``single_unit_release`` bounds p, the chance
+    that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m;
+    ``noise_delta`` bounds the count noise's δ_c(ε); ``delta_upper`` bounds
+    δ_sel(ε) = 1 - (1-δ_c(ε))(1-q) and is at most ``delta``.
+    """
+
+    noise: str
+    policy: str
+    neighbouring: str
+    epsilon: Fraction
+    delta: Fraction
+    max_cells: int
+    scale: Fraction | None
+    sigma2: Fraction | None
+    truncation: int | None
+    threshold: int
+    single_unit_release: Fraction
+    new_keys_delta: Fraction
+    noise_delta: Fraction
+    delta_upper: Fraction
+
+    @property
+    def count_sensitivity(self) -> int:
+        """Counts one unit moves (each by one): m for add/remove, 2m for replace."""
+        return self.max_cells * (2 if self.neighbouring == "replace" else 1)
+
+    def delta_at(self, epsilon: object) -> Fraction:
+        """Upper bound of the selection's δ_sel(ε) at any ε >= 0 (the module's theorem)."""
+        eps = exact_rational(epsilon, "epsilon")
+        if eps < 0:
+            raise DPValueError(f"epsilon must be >= 0, got {epsilon!r}")
+        if self.policy == "truncated_geometric":
+            return _truncated_profile(self.scale, self.truncation, eps)
+        if self.noise == "laplace":
+            noise = laplace_count_delta(self.count_sensitivity / self.scale, eps)
+        else:
+            noise = gaussian_count_delta(self.sigma2, self.count_sensitivity, eps)
+        return combined_delta(noise, self.new_keys_delta)
+
+
+def combined_delta(noise_delta: Fraction, new_keys: Fraction) -> Fraction:
+    return min(Fraction(1), 1 - (1 - noise_delta) * (1 - new_keys))
+
+
+def any_release_upper(p: Fraction, m: int) -> Fraction:
+    """Upper bound of 1 - (1-p)^m: a lower bound of (1-p)^m by binary powering, every
+    product rounded down at 320 bits."""
+    if m == 1:
+        return p
+    scale = 1 << _POWER_BITS
+    base = ((1 - p) * scale).__floor__()
+    result = scale
+    while m:
+        if m & 1:
+            result = (result * base) >> _POWER_BITS
+        m >>= 1
+        if m:
+            base = (base * base) >> _POWER_BITS
+    return 1 - Fraction(result, scale)
+
+
+def check_selection_inputs(
+    noise: str, epsilon: object, delta: object, max_cells: int, neighbouring: str
+) -> tuple[Fraction, Fraction]:
+    """(ε, δ) as exact rationals, after every parameter rule (one-line `DPError`s)."""
+    if noise not in NOISES:
+        raise DPValueError(f"noise={noise!r}: must be one of {', '.join(map(repr, NOISES))}")
+    if neighbouring not in NEIGHBOURINGS:
+        raise DPValueError(
+            f"neighbouring={neighbouring!r}: must be one of {', '.join(map(repr, NEIGHBOURINGS))}"
+        )
+    if isinstance(max_cells, bool) or not isinstance(max_cells, numbers.Integral):
+        raise DPTypeError(f"max_cells must be an int, got {type(max_cells).__name__}")
+    if not 1 <= max_cells <= MAX_CELLS_LIMIT:
+        raise DPValueError(
+            f"max_cells={max_cells}: must be between 1 and {MAX_CELLS_LIMIT}, the largest "
+            f"for which the selection's delta is certified; lower max_cells (the keyed "
+            f"bounding keeps each unit's first max_cells keys)"
+        )
+    eps = positive_rational(epsilon, "epsilon")
+    if eps > MAX_EPSILON:
+        raise DPValueError(
+            f"epsilon={epsilon!r}: must be at most {MAX_EPSILON} for key selection (its "
+            f"certified exponentials stop there, and larger budgets protect nothing)"
+        )
+    dlt = exact_rational(delta, "delta")
+    if not MIN_DELTA <= dlt < 1:
+        raise DPValueError(
+            f"delta={delta!r}: must be at least 2**-100 (the smallest the selection "
+            f"certifies) and below 1"
+        )
+    return eps, dlt
+
+
+def budget_too_small(epsilon: Fraction, delta: Fraction, max_cells: int, what: str) -> DPValueError:
+    return DPValueError(
+        f"epsilon={epsilon}, delta={float(delta):.3g}, max_cells={max_cells}: budget too "
+        f"small for key selection ({what}), so no key could be released; raise epsilon or "
+        f"delta, or lower max_cells"
+    )
+
+
+def least_passing(passes, low: int, high: int) -> int | None:
+    """The least integer t in [low, high] with passes(t), for a monotone ``passes``."""
+    if not passes(high):
+        return None
+    step = 1
+    while low + step < high and not passes(low + step):
+        low, step = low + step, step * 2
+    high = min(high, low + step)
+    while low < high:
+        middle = (low + high) // 2
+        if passes(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low
+
+
+def plan_selection(
+    *,
+    noise: str,
+    epsilon: object,
+    delta: object,
+    max_cells: int,
+    neighbouring: str = "add_remove",
+    noise_delta_share: object = Fraction(1, 2),
+    sigma2: object = None,
+) -> SelectionPlan:
+    """The smallest integer threshold whose selection δ (an upper bound) is <= ``delta``.
+
+    Laplace: scale s/ε (s = m or 2m), pure ε for the counts, so all of ``delta`` is
+    left to the keys only one neighbour has (m = 1 with add/remove uses the optimal
+    truncated geometric). Gaussian: σ² is ``sigma2`` if given, else the least σ² on a
+    grid of 1/1024 whose count-noise δ_c(ε) is at most ``noise_delta_share``·``delta``;
+    the threshold then takes what is left. Raises `DPValueError` naming the parameter
+    and the rule, before anything is read.
+    """
+    eps, dlt = check_selection_inputs(noise, epsilon, delta, max_cells, neighbouring)
+    if sigma2 is not None and noise != "gaussian":
+        raise DPValueError(
+            f"sigma2={sigma2!r}: applies to noise='gaussian' only; leave it out for {noise!r}"
+        )
+    sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
+    common = dict(noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt)
+    if noise == "laplace" and max_cells == 1 and neighbouring == "add_remove":
+        plan = _truncated_plan(eps, dlt, common)
+        if plan is not None:
+            return plan
+    if noise == "laplace":
+        scale = Fraction(sensitivity) / eps
+        noise_delta = Fraction(0)
+
+        def tail(k: int) -> Fraction:
+            return laplace_tail(scale, k)[1]
+
+        sigma = None
+    else:
+        sigma, noise_delta = gaussian_sigma2(
+            eps, dlt, max_cells, sensitivity, noise_delta_share, sigma2
+        )
+        tails = GaussianTails(sigma)
+
+        def tail(k: int) -> Fraction:
+            return tails.tail(k)[1]
+
+        scale = None
+
+    def passes(threshold: int) -> bool:
+        return combined_delta(noise_delta, any_release_upper(tail(threshold - 1), max_cells)) <= dlt
+
+    threshold = least_passing(passes, 1, MAX_THRESHOLD)
+    if threshold is None:
+        raise budget_too_small(eps, dlt, max_cells, f"the threshold would exceed {MAX_THRESHOLD}")
+    p = tail(threshold - 1)
+    q = any_release_upper(p, max_cells)
+    return SelectionPlan(
+        **common,
+        policy="threshold",
+        max_cells=max_cells,
+        scale=scale,
+        sigma2=sigma,
+        truncation=None,
+        threshold=threshold,
+        single_unit_release=p,
+        new_keys_delta=q,
+        noise_delta=noise_delta,
+        delta_upper=combined_delta(noise_delta, q),
+    )
+
+
+def _truncated_plan(eps: Fraction, dlt: Fraction, common: dict) -> SelectionPlan | None:
+    """The optimal m = 1 plan: least K with P[Z = K | |Z| <= K] <= δ, threshold K + 1."""
+    scale = 1 / eps
+
+    def passes(bound: int) -> bool:
+        return truncated_laplace_top_mass(scale, bound)[1] <= dlt
+
+    bound = least_passing(passes, 1, MAX_TRUNCATION)
+    if bound is None:
+        return None  # too wide to sum its profile: the untruncated plan takes over
+    top = truncated_laplace_top_mass(scale, bound)[1]
+    return SelectionPlan(
+        **common,
+        policy="truncated_geometric",
+        max_cells=1,
+        scale=scale,
+        sigma2=None,
+        truncation=bound,
+        threshold=bound + 1,
+        single_unit_release=top,
+        new_keys_delta=top,
+        noise_delta=Fraction(0),
+        delta_upper=top,
+    )
+
+
+def gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2) -> tuple[Fraction, Fraction]:
+    """(σ², δ_c(ε) upper bound): ``sigma2`` checked, or the least σ² on a 1/1024 grid
+    whose count noise (L2² sensitivity ``sensitivity``) has δ_c(ε) <= share·δ."""
+    if sigma2 is not None:
+        chosen = positive_rational(sigma2, "sigma2")
+        if chosen > MAX_SIGMA2:
+            raise DPValueError(f"sigma2={sigma2!r}: must be at most 2**20 to be certified")
+        noise_delta = gaussian_count_delta(chosen, sensitivity, eps)
+        if noise_delta >= dlt:
+            raise DPValueError(
+                f"sigma2={sigma2!r}: the count noise alone has delta {float(noise_delta):.3g} "
+                f">= delta={float(dlt):.3g} at epsilon={eps}; raise sigma2 or leave it out"
+            )
+        return chosen, noise_delta
+    part = exact_rational(share, "noise_delta_share")
+    if not 0 < part < 1:
+        raise DPValueError(f"noise_delta_share={share!r}: must be strictly between 0 and 1")
+    target = part * dlt
+    # A float guess of ρ (bisection on the log of the bound), then certified exactly.
+    low, high, log_target = 1e-12, 1e6, math.log(target)
+    for _ in range(200):
+        middle = math.sqrt(low * high)
+        if log_zcdp_delta_estimate(middle, float(eps)) <= log_target:
+            low = middle
+        else:
+            high = middle
+    chosen = Fraction(math.ceil(sensitivity / (2 * low) * 1024), 1024)
+    for _ in range(64):
+        if chosen > MAX_SIGMA2:
+            raise budget_too_small(
+                eps, dlt, max_cells, "the Gaussian noise would need sigma2 above 2**20"
+            )
+        noise_delta = gaussian_count_delta(chosen, sensitivity, eps)
+        if noise_delta <= target:
+            return chosen, noise_delta
+        chosen = Fraction(math.ceil(chosen * 1025), 1024)
+    raise budget_too_small(eps, dlt, max_cells, "no certifiable sigma2 found")
+
+
+def _truncated_profile(scale: Fraction, bound: int, eps: Fraction) -> Fraction:
+    """Upper bound of the truncated geometric's δ(ε): max over n of both Bernoulli
+    hockey-sticks, π(n+1) - e^ε π(n) and (1-π(n)) - e^ε (1-π(n+1)), for n = 0..2K+1.
+
+    π(n) = c·Σ_{z=K+1-n}^{K} α^|z| with c = (1-α)/(1+α-2α^{K+1}), bracketed with every
+    weight's bracket (`exp_neg_multiples`), so each π(n) has a lower and upper end.
+    """
+    weights = exp_neg_multiples(1 / scale, list(range(bound + 2)), DEFAULT_BITS)
+    unit = 1 << DEFAULT_BITS
+    a_lo, a_hi = Fraction(weights[1][0], unit), Fraction(weights[1][1], unit)
+    top_lo, top_hi = Fraction(weights[-1][0], unit), Fraction(weights[-1][1], unit)
+    c_lo = (1 - a_hi) / (1 + a_hi - 2 * top_lo)
+    c_hi = (1 - a_lo) / (1 + a_lo - 2 * top_hi)
+    pis = [(Fraction(0), Fraction(0))]
+    sum_lo = sum_hi = 0
+    for n in range(1, 2 * bound + 2):
+        z = abs(bound + 1 - n)
+        sum_lo += weights[z][0]
+        sum_hi += weights[z][1]
+        pis.append((min(Fraction(1), c_lo * sum_lo / unit), min(Fraction(1), c_hi * sum_hi / unit)))
+    pis.append((Fraction(1), Fraction(1)))
+    growth = exp_bounds(eps)[0] if eps <= DEFAULT_BITS // 2 else Fraction(2) ** (DEFAULT_BITS // 2)
+    worst = Fraction(0)
+    for (lo0, _), (_, hi1) in itertools.pairwise(pis):
+        worst = max(worst, hi1 - growth * lo0, (1 - lo0) - growth * (1 - hi1))
+    return min(Fraction(1), worst)
