@@ -82,7 +82,7 @@ class KeySelection:
 def key_selection(
     noise: DiscreteGaussian | DiscreteLaplace,
     sensitivity: int | tuple[int, ...],
-    release_probability: object,
+    release_probability: Fraction | int | float | str,
 ) -> KeySelection:
     """The `KeySelection` of a selection's count noise, count sensitivity and q."""
     return KeySelection(noise, sensitivity_tuple(sensitivity), release_probability)
