@@ -51,6 +51,13 @@ the runs of each ε enter together, in blocks of up to 128 runs, by the pair of 
 optimal adaptive composition (`bounded_range_adaptive`); the zCDP cap counts them at
 ρ = ε²/8.
 
+Key selections (`KeySelection`: count noise plus a mass q at infinite loss, a key held
+only by the neighbour released) are split by the strategy (`atoms`): their count noise
+is composed with everything else by the paths above, their atoms compose to
+q = 1 - ∏(1 - q_i) (rounded up) and δ(ε) = 1 - (1 - q)(1 - δ_finite(ε)); ε(δ) is then
+searched on that bound (no ε reaches δ <= q: `DPValueError`), ρ and the pure ε are
+infinite (`rho()` and `pure_epsilon()` raise `DPValueError`, `report()` gives ρ None).
+
 Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
 own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
 ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible

@@ -85,7 +85,8 @@ def key_selection(
     release_probability: Fraction | int | float | str,
 ) -> KeySelection:
     """The `KeySelection` of a selection's count noise, count sensitivity and q."""
-    return KeySelection(noise, sensitivity_tuple(sensitivity), release_probability)
+    q = exact_rational(release_probability, "release_probability")
+    return KeySelection(noise, sensitivity_tuple(sensitivity), q)
 
 
 class PureEpsilonMechanism(Protocol):

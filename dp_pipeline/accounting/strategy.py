@@ -26,6 +26,10 @@ valid), and with selections the lower end comes from the ε-bounded-range mechan
 themselves (`selection_lower`). Every path is a rigorous bracket, so is every
 intersection (`DeltaBound.intersect`) and every cap: the reported upper end is a
 guarantee whichever row answers.
+
+Key selections are split before any row sees them (`atoms.split_atoms`): their count
+noise is one more event, their infinite-loss atoms compose with the rows' bound at the
+end (`Method.KEY_SELECTION`, named by `explain`).
 """
 
 from __future__ import annotations

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting.events import KeySelection, PrivacyEvent
-from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.keyselect.exact_exp import DEFAULT_BITS, exp_bounds, exp_neg_multiples
 from dp_pipeline.keyselect.noise_profiles import (
     gaussian_count_delta,
@@ -148,10 +148,13 @@ class SelectionPlan:
                 "noise is not a discrete Laplace); plan the selection with "
                 "policy='threshold' to compose it with other events"
             )
-        if self.noise == "laplace":
+        noise: DiscreteGaussian | DiscreteLaplace
+        if self.scale is not None:  # a Laplace plan has a scale, a Gaussian one σ²
             noise = DiscreteLaplace(self.scale)
-        else:
+        elif self.sigma2 is not None:
             noise = DiscreteGaussian(self.sigma2)
+        else:
+            raise InternalError("a selection plan has neither a scale nor a σ²")
         return PrivacyEvent(
             KeySelection(noise, (1,) * self.count_sensitivity, self.new_keys_delta), (1,), 1
         )
