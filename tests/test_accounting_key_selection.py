@@ -198,3 +198,19 @@ def test_truncated_geometric_plan_has_no_event_yet():
     assert plan.policy == "truncated_geometric"
     with pytest.raises(DPValueError, match="policy='threshold'"):
         plan.event()
+
+
+def test_two_selections_compose_their_atoms_in_the_accountant():
+    q = Fraction(1, 10**4)
+    selection = KeySelection(DiscreteLaplace(4), (1,), q)
+    accountant = PrivacyAccountant().add(selection, count=2)
+    total = 1 - (1 - q) ** 2
+    for eps in (0.1, 1.0):
+        bound = accountant.delta(eps)
+        assert Fraction(bound.upper) >= total
+        assert bound.lower <= bound.upper
+    # past the count noise's pure ε (2 · 1/4) only the atoms are left
+    assert accountant.delta(1.0).upper == pytest.approx(float(total), rel=1e-12)
+    with pytest.raises(DPValueError, match=r"release probability q = 0\.00019999"):
+        accountant.epsilon(1.5e-4)
+    assert accountant.epsilon(3e-4).upper <= 0.5 * (1 + 1e-6)
