@@ -5,7 +5,9 @@ strategy's paths like any other) and an atom of mass q at +∞. Independent atom
 to q_total = 1 - ∏(1 - q_i) (the chance that some loss is infinite), rounded UP, and for
 any ε the privacy-loss tail gives δ(ε) = 1 - (1 - q_total)(1 - δ_finite(ε)): both ends of
 δ_finite's bracket map through this increasing function, the upper end rounded up and the
-lower end rounded down, so the bracket stays rigorous.
+lower end rounded down, so the bracket stays rigorous. The lower end is that of the
+event as stated (an atom of mass exactly q); a plan whose q is itself an upper bound of
+the release chance may lie below it.
 """
 
 from __future__ import annotations
