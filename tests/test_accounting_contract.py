@@ -156,6 +156,7 @@ APART = {
     Method.PURE_DP_ZCDP,
     Method.PURE_DP,
     Method.TRIVIAL,
+    Method.KEY_SELECTION,  # atoms composed with a finite part: test_accounting_key_selection
 }
 
 

@@ -8,7 +8,8 @@ calibration of σ² / Laplace scales, continuous Gaussian calibration (Balle–W
 and exact margins of error. The persistent budget ledger is `dp_pipeline.release.ledger.store`.
 
 What a user needs is exported here: the `PrivacyAccountant` (compose mechanisms and
-events, read δ(ε) and ε(δ) as two-sided bounds), one mechanism's δ, ε, ρ (and a discrete
+events, read δ(ε) and ε(δ) as two-sided bounds; a key selection is one `KeySelection`
+event), one mechanism's δ, ε, ρ (and a discrete
 Laplace's pure ε), the calibrations, margins of error and exact noise variances.
 """
 
@@ -31,7 +32,7 @@ from dp_pipeline.accounting.discrete_laplace import (
     discrete_laplace_pure_epsilon,
     discrete_laplace_rho,
 )
-from dp_pipeline.accounting.events import PrivacyEvent
+from dp_pipeline.accounting.events import KeySelection, PrivacyEvent, key_selection
 from dp_pipeline.accounting.gaussian import (
     gaussian_sigma_analytic,
     gaussian_sigma_classic,
@@ -45,6 +46,7 @@ from dp_pipeline.accounting.zcdp import standard_zcdp_epsilon, zcdp_to_delta, zc
 __all__ = [
     "DeltaBound",
     "EpsilonBound",
+    "KeySelection",
     "PrivacyAccountant",
     "PrivacyEvent",
     "PrivacyLossDistribution",
@@ -61,6 +63,7 @@ __all__ = [
     "gaussian_sigma_analytic",
     "gaussian_sigma_classic",
     "gaussian_sigma_vinterbo",
+    "key_selection",
     "margin_of_error",
     "multivariate_delta",
     "multivariate_epsilon",

@@ -51,6 +51,13 @@ the runs of each ε enter together, in blocks of up to 128 runs, by the pair of 
 optimal adaptive composition (`bounded_range_adaptive`); the zCDP cap counts them at
 ρ = ε²/8.
 
+Key selections (`KeySelection`: count noise plus a mass q at infinite loss, a key held
+only by the neighbour released) are split by the strategy (`atoms`): their count noise
+is composed with everything else by the paths above, their atoms compose to
+q = 1 - ∏(1 - q_i) (rounded up) and δ(ε) = 1 - (1 - q)(1 - δ_finite(ε)); ε(δ) is then
+searched on that bound (no ε reaches δ <= q: `DPValueError`), ρ and the pure ε are
+infinite (`rho()` and `pure_epsilon()` raise `DPValueError`, `report()` gives ρ None).
+
 Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
 own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
 ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible
@@ -76,6 +83,7 @@ from collections.abc import Sequence
 from fractions import Fraction
 
 from dp_pipeline.accounting._checks import Real, check_delta, check_epsilon
+from dp_pipeline.accounting.atoms import finite_target
 from dp_pipeline.accounting.bounds import DeltaBound, EpsilonBound, Method
 from dp_pipeline.accounting.epsilon_search import epsilon_from_delta_function
 from dp_pipeline.accounting.event_totals import pure_dp_split, total_pure_epsilon, total_rho
@@ -84,9 +92,9 @@ from dp_pipeline.accounting.events import (
     PrivacyEvent,
     event_mechanism_from_dict,
     event_mechanism_to_dict,
-    pure_epsilon_of,
     sensitivity_tuple,
 )
+from dp_pipeline.accounting.families import family_of
 from dp_pipeline.accounting.strategy import Built, Strategy
 from dp_pipeline.accounting.zcdp import zcdp_to_epsilon
 from dp_pipeline.errors import DPTypeError, DPValueError
@@ -138,15 +146,17 @@ class PrivacyAccountant:
             raise DPValueError(f"count must be an integer >= 1, got {count!r}")
         shifts = sensitivity_tuple(sensitivity)
         if not isinstance(mechanism, (DiscreteGaussian, DiscreteLaplace)):
-            if not hasattr(mechanism, "privacy_loss_pmfs") and pure_epsilon_of(mechanism) is None:
+            if family_of(mechanism) is None:
                 raise DPTypeError(
-                    f"mechanism must be a DiscreteGaussian, a DiscreteLaplace, or have "
-                    f"privacy_loss_pmfs() or pure_epsilon; got {type(mechanism).__name__}"
+                    f"mechanism must be a DiscreteGaussian, a DiscreteLaplace, a "
+                    f"KeySelection, or have privacy_loss_pmfs() or pure_epsilon; got "
+                    f"{type(mechanism).__name__}"
                 )
             if shifts != (1,):
                 raise DPValueError(
                     f"sensitivity must be 1 for {type(mechanism).__name__}: its "
-                    f"privacy_loss_pmfs()/pure_epsilon already describe one run, "
+                    f"privacy_loss_pmfs()/pure_epsilon (a KeySelection: its own "
+                    f"sensitivity) already describe one run, "
                     f"got {sensitivity!r}"
                 )
         self._events.append(PrivacyEvent(mechanism, shifts, int(count)))
@@ -165,15 +175,20 @@ class PrivacyAccountant:
 
     # ----------------------------------------------------------------- zCDP / pure
     def rho(self) -> Fraction:
-        """Exact zCDP ρ of the composition (sum over events and coordinates)."""
+        """Exact zCDP ρ of the composition (sum over events and coordinates).
+
+        A key selection with q > 0 has no finite ρ (an infinite-loss atom): `DPValueError`.
+        """
         self._require_events()
         return total_rho(self._events)
 
     def _rho_or_none(self) -> float | None:
-        return self._strategy().rho()
+        strategy = self._strategy()
+        return None if strategy.atom else strategy.rho()
 
     def pure_epsilon(self) -> Fraction:
-        """Exact total pure ε (basic composition); errors if any event is not pure DP."""
+        """Exact total pure ε (basic composition); errors if any event is not pure DP (a
+        key selection's pure ε is infinite)."""
         self._require_events()
         return total_pure_epsilon(self._events)
 
@@ -198,11 +213,26 @@ class PrivacyAccountant:
         delta = check_delta(delta)
         self._require_events()
         delta_of, name, decides = self._composition()
-        rho = self._rho_or_none()
-        high = zcdp_to_epsilon(rho, delta) if rho is not None else 1.0
-        split = pure_dp_split(self._events)
-        if split is not None:
-            high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), delta))
+        strategy = self._strategy()
+        # with key selections the finite part must reach δ' = (δ - q)/(1 - q) (`atoms`);
+        # the closed forms of that part at δ' (rounded down) give the starting ε
+        target = delta
+        if strategy.atom:
+            exact = finite_target(delta, strategy.atom)
+            if exact <= 0:
+                raise DPValueError(
+                    f"delta={delta!r} is at most the key selections' release probability "
+                    f"q = {float(strategy.atom):.6g}: no ε reaches it (ε = ∞); ask for a "
+                    f"delta above q or plan the selection with a smaller delta"
+                )
+            target = float(exact)
+            if target > exact:
+                target = math.nextafter(target, 0.0)
+        rho = strategy.rho()
+        high = zcdp_to_epsilon(rho, target) if rho is not None and target > 0 else 1.0
+        split = pure_dp_split(strategy.events)
+        if split is not None and target > 0:
+            high = min(high, float(split[0]) + zcdp_to_epsilon(float(split[1]), target))
         # the start is the closed-form cap's ε: where the cap gives the bound there, the
         # answer is usually the start itself (`epsilon_search`)
         # the loss's standard deviation sqrt(2ρ) sets how far below the start to look first

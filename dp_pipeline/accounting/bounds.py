@@ -40,6 +40,7 @@ class Method(StrEnum):
     PURE_DP_ZCDP = "pure_dp + zcdp"
     PURE_DP = "pure_dp"
     TRIVIAL = "trivial"
+    KEY_SELECTION = "key_selection"  # infinite-loss atoms composed with the finite part
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dp_pipeline.accounting.events import PrivacyEvent, pure_epsilon_of
+from dp_pipeline.accounting.events import KeySelection, PrivacyEvent, pure_epsilon_of
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
@@ -24,6 +24,14 @@ def event_rho(event: PrivacyEvent) -> Fraction:
     Raises ValueError for a mechanism described only by ``privacy_loss_pmfs()``.
     """
     mechanism = event.mechanism
+    if isinstance(mechanism, KeySelection):
+        if mechanism.release_probability:
+            # an atom of loss +∞ has E[e^{(α-1)L}] = ∞ for every α > 1: no finite ρ
+            raise DPValueError(
+                "a key selection has no finite zCDP ρ (a key held only by the neighbour "
+                "is released with probability q > 0); use delta()/epsilon()"
+            )
+        return event_rho(PrivacyEvent(mechanism.noise, mechanism.sensitivity, 1))
     if isinstance(mechanism, DiscreteGaussian):
         return sum((Fraction(m * m) for m in event.sensitivity), Fraction(0)) / (
             2 * mechanism.sigma2
@@ -79,6 +87,12 @@ def total_pure_epsilon(events) -> Fraction:
     total = Fraction(0)
     for event in events:
         mechanism = event.mechanism
+        if isinstance(mechanism, KeySelection):
+            raise DPValueError(
+                "a key selection's pure ε is infinite (a key held only by the neighbour is "
+                "released with probability q > 0, an infinite privacy loss); use "
+                "delta()/epsilon()"
+            )
         if isinstance(mechanism, DiscreteLaplace):
             total += event.count * sum(Fraction(m) for m in event.sensitivity) / mechanism.scale
             continue

@@ -23,6 +23,7 @@ from dp_pipeline.rational import exact_rational
 
 __all__ = [
     "AccountedMechanism",
+    "KeySelection",
     "LossPmfMechanism",
     "PmfPair",
     "PrivacyEvent",
@@ -31,10 +32,61 @@ __all__ = [
     "event_mechanism_from_dict",
     "event_mechanism_to_dict",
     "fraction_string",
+    "key_selection",
     "pure_epsilon_of",
     "randomized_response_masses",
     "sensitivity_tuple",
 ]
+
+
+# A private key selection as one event: its count noise plus an infinite-loss atom.
+#
+# A selection releases key k iff c_k + Z_k >= τ (`dp_pipeline.keyselect.plan`). Between
+# neighbours, the keys both hold see counts shifted by at most the plan's count
+# sensitivity s (the count noise's privacy loss), and a key held only by the neighbour's
+# unit(s) is released with probability at most q: on that outcome the privacy loss is
+# +∞. `KeySelection` is that dominating pair: the loss of ``noise`` with shifts
+# ``sensitivity``, plus a mass ``release_probability`` = q at +∞, so that
+# δ(ε) <= 1 - (1 - q)(1 - δ_noise(ε)) (the plan's theorem), composed with every other
+# event by the accountant (`atoms`), not added on the side.
+
+
+@dataclass(frozen=True)
+class KeySelection:
+    """One key selection: count noise ``noise`` with per-coordinate ``sensitivity`` and
+    an infinite-loss atom of mass ``release_probability`` (an upper bound of q).
+
+    Guarantee: its privacy loss is dominated by the noise's loss plus the atom; it has
+    no finite zCDP ρ and no finite pure ε when q > 0."""
+
+    noise: DiscreteGaussian | DiscreteLaplace
+    sensitivity: tuple[int, ...]
+    release_probability: Fraction
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.noise, (DiscreteGaussian, DiscreteLaplace)):
+            raise DPTypeError(
+                f"KeySelection.noise must be a DiscreteGaussian or a DiscreteLaplace, "
+                f"got {type(self.noise).__name__}"
+            )
+        object.__setattr__(self, "sensitivity", sensitivity_tuple(self.sensitivity))
+        q = exact_rational(self.release_probability, "release_probability")
+        if not 0 <= q < 1:
+            raise DPValueError(
+                f"KeySelection.release_probability must be in [0, 1) (the chance a key "
+                f"held only by the neighbour is released), got {q}"
+            )
+        object.__setattr__(self, "release_probability", q)
+
+
+def key_selection(
+    noise: DiscreteGaussian | DiscreteLaplace,
+    sensitivity: int | tuple[int, ...],
+    release_probability: Fraction | int | float | str,
+) -> KeySelection:
+    """The `KeySelection` of a selection's count noise, count sensitivity and q."""
+    q = exact_rational(release_probability, "release_probability")
+    return KeySelection(noise, sensitivity_tuple(sensitivity), q)
 
 
 class PureEpsilonMechanism(Protocol):
@@ -52,7 +104,9 @@ class LossPmfMechanism(Protocol):
 
 # What the accountant composes: the additive mechanisms (with a sensitivity), or one whose
 # privacy loss does not depend on a sensitivity.
-AccountedMechanism = DiscreteGaussian | DiscreteLaplace | PureEpsilonMechanism | LossPmfMechanism
+AccountedMechanism = (
+    DiscreteGaussian | DiscreteLaplace | KeySelection | PureEpsilonMechanism | LossPmfMechanism
+)
 
 
 @dataclass(frozen=True)
@@ -119,6 +173,13 @@ def fraction_string(value: Fraction) -> str:
 
 
 def event_mechanism_to_dict(mechanism) -> dict:
+    if isinstance(mechanism, KeySelection):
+        return {
+            "type": "key_selection",
+            "noise": mechanism_to_dict(mechanism.noise),
+            "sensitivity": list(mechanism.sensitivity),
+            "release_probability": fraction_string(mechanism.release_probability),
+        }
     registered = mechanism_to_dict(mechanism)
     if registered is not None:
         return registered
@@ -161,6 +222,12 @@ def event_mechanism_from_dict(data: dict):
     kind = data["type"]
     if kind == "pmf_pair":
         return PmfPair(tuple(data["p"]), tuple(data["q"]))
+    if kind == "key_selection":
+        return KeySelection(
+            mechanism_from_dict(data["noise"]),
+            tuple(data["sensitivity"]),
+            exact_rational(data["release_probability"], "release_probability"),
+        )
     if kind == "pure_dp":
         return PureDP(exact_rational(data["epsilon"], "epsilon"))
     return mechanism_from_dict(data)

@@ -26,6 +26,10 @@ valid), and with selections the lower end comes from the ε-bounded-range mechan
 themselves (`selection_lower`). Every path is a rigorous bracket, so is every
 intersection (`DeltaBound.intersect`) and every cap: the reported upper end is a
 guarantee whichever row answers.
+
+Key selections are split before any row sees them (`atoms.split_atoms`): their count
+noise is one more event, their infinite-loss atoms compose with the rows' bound at the
+end (`Method.KEY_SELECTION`, named by `explain`).
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from dp_pipeline.accounting._checks import check_epsilon
+from dp_pipeline.accounting.atoms import atom_path, split_atoms
 from dp_pipeline.accounting.bounds import DeltaBound, DeltaPath, Method, ignoring_decide
 from dp_pipeline.accounting.brackets import fft_refined, intersect_brackets, inversion_delta
 from dp_pipeline.accounting.conditioning import (
@@ -92,7 +97,8 @@ class Strategy:
     """
 
     def __init__(self, events: Sequence[PrivacyEvent], refine: bool = True) -> None:
-        self.events = list(events)
+        # key selections: their count noise joins the finite events, their atoms q_total
+        self.events, self.atom = split_atoms(events)
         self.refine = refine
         self._cache: dict = {}
         self._skipped: list[tuple[Method, str]] = []  # rows before the one that answers
@@ -100,7 +106,8 @@ class Strategy:
 
     # ----------------------------------------------------------------- values
     def rho(self) -> float | None:
-        """ρ as a float, None when not finite (computed once)."""
+        """ρ of the finite events (a key selection's count noise included, its atom not:
+        the caps apply to that part) as a float, None when not finite (computed once)."""
         if "rho" not in self._cache:  # an exact sum over every coordinate: once per plan
             try:
                 self._cache["rho"] = float(total_rho(self.events))
@@ -124,6 +131,9 @@ class Strategy:
             built = self._first_row()
             if self._row is not Method.NEGLIGIBLE_GAUSSIANS:
                 built = self._capped(built)
+            if self.atom:
+                name = f"{built.name} + {Method.KEY_SELECTION}"
+                built = Built(atom_path(built.delta_of, self.atom), name)
             self._cache["composition"] = built
         return self._cache["composition"]
 
@@ -152,7 +162,15 @@ class Strategy:
         """(method, why it was skipped) of every row before the one that answers, then
         (its name, "used")."""
         name = self.composition().name
-        return [(str(method), reason) for method, reason in self._skipped] + [(name, "used")]
+        skipped = [(str(method), reason) for method, reason in self._skipped]
+        if self.atom:
+            atom = (
+                str(Method.KEY_SELECTION),
+                f"key selections' infinite-loss atoms q_total = {float(self.atom):.6g} "
+                f"composed as 1 - (1 - q_total)(1 - δ) with the finite part's δ",
+            )
+            return [*skipped, atom, (name, "used")]
+        return [*skipped, (name, "used")]
 
     def paths(self) -> Built:
         """The direct paths (rows 2, 4-6), uncapped: (δ path, name); built once (by

@@ -45,7 +45,8 @@ import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
-from dp_pipeline.errors import DPTypeError, DPValueError
+from dp_pipeline.accounting.events import KeySelection, PrivacyEvent
+from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.keyselect.exact_exp import DEFAULT_BITS, exp_bounds, exp_neg_multiples
 from dp_pipeline.keyselect.noise_profiles import (
     gaussian_count_delta,
@@ -53,6 +54,7 @@ from dp_pipeline.keyselect.noise_profiles import (
     log_zcdp_delta_estimate,
 )
 from dp_pipeline.keyselect.tails import GaussianTails, laplace_tail, truncated_laplace_top_mass
+from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.rational import exact_rational, positive_rational
 
 __all__ = [
@@ -131,6 +133,31 @@ class SelectionPlan:
         else:
             noise = gaussian_count_delta(self.sigma2, self.count_sensitivity, eps)
         return combined_delta(noise, self.new_keys_delta)
+
+    def event(self) -> PrivacyEvent:
+        """The selection as one accountant event: its count noise on ``count_sensitivity``
+        keys, each count moved by one (one unit holds at most m keys), plus an
+        infinite-loss atom of mass ``new_keys_delta`` (q), so that its δ(ε) is the
+        module's theorem composed with everything else.
+
+        The truncated geometric's noise is not an untruncated discrete Laplace: that policy
+        is refused (its profile is ``delta_at``)."""
+        if self.policy == "truncated_geometric":
+            raise DPValueError(
+                "policy 'truncated_geometric' has no accountant event yet (its truncated "
+                "noise is not a discrete Laplace); plan the selection with "
+                "policy='threshold' to compose it with other events"
+            )
+        noise: DiscreteGaussian | DiscreteLaplace
+        if self.scale is not None:  # a Laplace plan has a scale, a Gaussian one σ²
+            noise = DiscreteLaplace(self.scale)
+        elif self.sigma2 is not None:
+            noise = DiscreteGaussian(self.sigma2)
+        else:
+            raise InternalError("a selection plan has neither a scale nor a σ²")
+        return PrivacyEvent(
+            KeySelection(noise, (1,) * self.count_sensitivity, self.new_keys_delta), (1,), 1
+        )
 
 
 def combined_delta(noise_delta: Fraction, new_keys: Fraction) -> Fraction:
