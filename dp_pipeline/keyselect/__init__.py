@@ -4,7 +4,8 @@ an exact threshold (for grouping keys nobody declared a domain for).
 - `plan`: the threshold and the selection's δ for a target (ε, δ), ``max_cells`` and
   the neighbouring relation, every δ an upper bound computed in exact rationals
   (`exact_exp`, `tails`, `noise_profiles`), and the selection's privacy profile.
-- `key_streams`: per-key ChaCha20 streams and 64-bit hashes from each key's value.
+- `key_streams`: per-key uniforms (one keyed BLAKE2b call, then ChaCha20) and 64-bit
+  hashes from each key's value.
 - `counts`: keyed bounding (at most ``max_cells`` keys per unit) and the distinct units
   per key, with the validity rules for key columns.
 - `decisions`: each key's release as an exact Bernoulli draw of its threshold event.
@@ -12,6 +13,8 @@ an exact threshold (for grouping keys nobody declared a domain for).
   ``mapInPandas`` (`select_partition`, `PartitionSelector`).
 - `weighted`: the weighted policy for ``max_cells > 1`` (per-unit weights within a norm).
 - `partitions`: bounding per partition of whole units (`PairBounder`), for Spark.
+- `spark`: the streamed selection on a Spark DataFrame (`select_keys_spark`; imports
+  PySpark, so it is not re-exported here).
 
 One job per module; nothing here reads a spec or touches the ledger.
 """

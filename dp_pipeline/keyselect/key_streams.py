@@ -1,20 +1,27 @@
-"""Per-key randomness of a key selection: a keyed ChaCha20 stream from each key's VALUE.
+"""Per-key randomness of a key selection: a keyed uniform u in [0, 1) from each key's VALUE.
 
 The noise of key k must not depend on which other keys exist (else adding a unit that
 creates a new key would move the draws of every key after it, and the analysis of
 `dp_pipeline.keyselect.plan` would not hold), nor on a file's order. So each key gets
-its own stream, keyed by its value:
+its own randomness, keyed by its value, in one keyed PRF call per key:
 
-    stream key of k = HMAC-SHA256(noise secret, "dp_pipeline/key-selection/stream/v1" || enc(k))
+    D_k = BLAKE2b-512(key = noise secret, person = "dpkeysel/u/v2", data = enc(k))
+    u_k = D_k[0:32] || ChaCha20(key = D_k[32:64], nonce 0) keystream, read as the
+          binary expansion of u_k
 
-read as a ChaCha20 keystream (`dp_pipeline.randomness.SecureStream`), where enc is the
-injective label encoding of `dp_pipeline.randomness.encode_labels` (a string and an
-integer never share an encoding). HMAC-SHA256 is a PRF, so distinct keys get
-independent-looking 32-byte stream keys (collision below 2^-128 per pair).
+where enc is the injective label encoding of `dp_pipeline.randomness.encode_labels` (a
+string and an integer never share an encoding). Keyed BLAKE2b is a PRF, so distinct
+keys get independent-looking 64-byte outputs (a collision below 2^-256 per pair); the
+first 256 bits of u_k come straight from it (a decision almost always needs fewer than
+64: `dp_pipeline.keyselect.decisions`), and the rare key that needs more reads a
+ChaCha20 keystream under its own derived key (`cryptography`), created only then.
+One C call per key instead of an HMAC plus a ChaCha20 context: the per-key cost of a
+selection is the hash.
 
 The bounding rank of a (unit, key) pair needs a 64-bit hash of the key's value (not of
-its position among the data's keys, which depends on the other keys): the first 8 bytes
-of HMAC-SHA256(hash secret, enc(k)), as a signed int64.
+its position among the data's keys, which depends on the other keys): the 8 bytes of
+BLAKE2b-64(key = hash secret, person = "dpkeysel/h/v2", data = enc(k)), as a signed
+int64.
 
 Both secrets are derived on the driver from the master key and the (release, table)
 labels; a `SelectionKey` pickles (it travels to the tasks that select, like a
@@ -24,19 +31,25 @@ labels; a `SelectionKey` pickles (it travels to the tasks that select, like a
 from __future__ import annotations
 
 import hashlib
-import hmac
+import struct
 from collections.abc import Iterable
 
 import numpy as np
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms
 
 from dp_pipeline.errors import DPTypeError, DPValueError
-from dp_pipeline.randomness import MasterKey, SecureStream, encode_labels
+from dp_pipeline.randomness import MasterKey, encode_labels
 
-__all__ = ["SelectionKey", "key_label"]
+__all__ = ["SelectionKey", "UniformBits", "key_label", "key_labels"]
 
-_STREAM_LABEL = b"dp_pipeline/key-selection/stream/v1"
-_HASH_LABEL = b"dp_pipeline/key-selection/hash/v1"
+_UNIFORM_PERSON = b"dpkeysel/u/v2"
+_HASH_PERSON = b"dpkeysel/h/v2"
+# The bytes of u_k that come straight from the PRF; the rest is the ChaCha20 keystream.
+PRF_BYTES = 32
+# encode_labels((value,)) is this header, a type tag, the payload's length and the payload.
+_ONE_LABEL = struct.pack(">Q", 1)
+_STR_TAG = encode_labels(("",))[8:9]
+_INT_TAG = encode_labels((0,))[8:9]
 
 
 def key_label(value: object) -> bytes:
@@ -46,6 +59,50 @@ def key_label(value: object) -> bytes:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise DPTypeError(f"a selected key must be a str or an int, got {type(value).__name__}")
     return encode_labels((value,))
+
+
+def key_labels(values: Iterable[object]) -> list[bytes]:
+    """`key_label` of each value (the same bytes), with the common types encoded inline:
+    the encoding is most of a key's cost once the hash is one C call."""
+    out = []
+    for value in values:
+        kind = type(value)
+        if kind is str:
+            payload, tag = value.encode("utf-8"), _STR_TAG
+        elif kind is int:
+            payload, tag = str(value).encode("ascii"), _INT_TAG
+        else:
+            out.append(key_label(value))
+            continue
+        out.append(_ONE_LABEL + tag + len(payload).to_bytes(8, "big") + payload)
+    return out
+
+
+class UniformBits:
+    """The binary expansion of one key's u, read in order (module docstring): the PRF's
+    first 32 bytes, then the ChaCha20 keystream under the key's derived stream key."""
+
+    __slots__ = ("_encryptor", "_head", "_stream_key")
+
+    def __init__(self, digest: bytes) -> None:
+        self._head = digest[:PRF_BYTES]
+        self._stream_key = digest[PRF_BYTES:]
+        self._encryptor = None
+
+    def read(self, size: int) -> bytes:
+        """The next ``size`` bytes of u's expansion."""
+        head, self._head = self._head[:size], self._head[size:]
+        if len(head) == size:
+            return head
+        if self._encryptor is None:
+            # A fresh key per key makes the fixed nonce safe (cryptography's 16-byte
+            # nonce is the 32-bit counter plus the 96-bit nonce).
+            cipher = Cipher(algorithms.ChaCha20(self._stream_key, bytes(16)), mode=None)
+            self._encryptor = cipher.encryptor()
+        return head + self._encryptor.update(bytes(size - len(head)))
+
+    def __repr__(self) -> str:
+        return "UniformBits(<keyed>)"
 
 
 class SelectionKey:
@@ -71,25 +128,21 @@ class SelectionKey:
             master.hmac_sha256(b"key selection hash", message),
         )
 
-    def _stream_key(self, value: object) -> bytes:
-        return hmac.new(self._noise, _STREAM_LABEL + key_label(value), hashlib.sha256).digest()
+    def digests(self, values: Iterable[object]) -> list[bytes]:
+        """D_k (64 bytes) of each key value: one keyed BLAKE2b call per key."""
+        key, person, blake = self._noise, _UNIFORM_PERSON, hashlib.blake2b
+        return [blake(label, key=key, person=person).digest() for label in key_labels(values)]
 
-    def stream(self, value: object) -> SecureStream:
-        """The ChaCha20 stream of the key ``value`` (a function of the value alone)."""
-        return SecureStream(self._stream_key(value))
-
-    def prefix(self, value: object, size: int) -> bytes:
-        """The first ``size`` bytes of `stream` (value) without its 64 KiB read-ahead: the
-        same ChaCha20 keystream (same key, the all-zero nonce and counter of
-        `SecureStream`), cheaper when a key needs only a few bytes."""
-        cipher = Cipher(algorithms.ChaCha20(self._stream_key(value), bytes(16)), mode=None)
-        return cipher.encryptor().update(bytes(size))
+    def uniform(self, value: object) -> UniformBits:
+        """The bits of u for the key ``value`` (a function of the value alone)."""
+        return UniformBits(self.digests((value,))[0])
 
     def value_hashes(self, values: Iterable[object]) -> np.ndarray:
         """64-bit keyed hashes of key values (int64), for ranking a unit's keys."""
+        key, person, blake = self._hash, _HASH_PERSON, hashlib.blake2b
         digests = b"".join(
-            hmac.new(self._hash, _HASH_LABEL + key_label(v), hashlib.sha256).digest()[:8]
-            for v in values
+            blake(label, key=key, person=person, digest_size=8).digest()
+            for label in key_labels(values)
         )
         return np.frombuffer(digests, dtype=">i8").astype(np.int64)
 
