@@ -137,4 +137,4 @@ __all__ = [
     "run_release",
 ]
 
-__version__ = "0.1.0"
+from dp_pipeline.version import __version__ as __version__  # noqa: E402

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from dp_pipeline import __version__
 from dp_pipeline.engines.spark.session.executors import check_executors as check_workers
 from dp_pipeline.engines.spark.session.failures import quiet_lost_accumulators
 from dp_pipeline.engines.spark.session.kinds import session_master
@@ -23,6 +22,7 @@ from dp_pipeline.engines.spark.session.quiet import jvm_output_to_file
 from dp_pipeline.engines.spark.session.start import release_session
 from dp_pipeline.release.sources.source import kept_log
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
+from dp_pipeline.version import __version__
 
 __all__ = ["ReleaseSession", "check_executors", "open_release_session", "running_session_settings"]
 

@@ -59,14 +59,15 @@ def probe(_rows) -> list[tuple[str, str, str]]:
     `executor_pythons`): a worker without the package answers instead of failing.
     """
     try:
-        # Imported in the worker on purpose: whether it can be is the question asked.
-        import dp_pipeline
+        # Imported in the worker on purpose: whether it can be is the question asked
+        # (importing the version module runs the package's own __init__ first).
+        from dp_pipeline.version import __version__
     except Exception as error:
         # The class and the missing module's name only: never the message's text.
         missing = getattr(error, "name", None)
         named = type(error).__name__ + (f": no module {missing!r}" if missing else "")
         return [(sys.executable, "", named)]
-    return [(sys.executable, str(getattr(dp_pipeline, "__version__", "unknown")), "")]
+    return [(sys.executable, str(__version__), "")]
 
 
 # The probe travels by value: cloudpickle sends a function whose module it cannot find in
