@@ -1,5 +1,5 @@
-"""Key selection at scale: each key's uniform u from one keyed PRF call (BLAKE2b, then
-ChaCha20 past its first 256 bits), decided against π(c) in a vectorized first round;
+"""Key selection at scale: each key's uniform u from its own ChaCha20 keystream, keyed by
+a keyed BLAKE2b of the key's value, decided against π(c) in a vectorized first round;
 the decisions must be exactly [u < π(c)] for the documented u."""
 
 from __future__ import annotations
@@ -31,12 +31,11 @@ U_BITS = 512
 
 def documented_u(value) -> int:
     """The first U_BITS bits of u for ``value``, computed from the documented formula."""
-    digest = hashlib.blake2b(
-        encode_labels((value,)), key=NOISE_SECRET, person=b"dpkeysel/u/v2"
+    stream_key = hashlib.blake2b(
+        encode_labels((value,)), key=NOISE_SECRET, person=b"dpkeysel/u/v3", digest_size=32
     ).digest()
-    cipher = Cipher(algorithms.ChaCha20(digest[32:], bytes(16)), mode=None)
-    tail = cipher.encryptor().update(bytes(U_BITS // 8 - 32))
-    return int.from_bytes(digest[:32] + tail, "big")
+    cipher = Cipher(algorithms.ChaCha20(stream_key, bytes(16)), mode=None)
+    return int.from_bytes(cipher.encryptor().update(bytes(U_BITS // 8)), "big")
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))

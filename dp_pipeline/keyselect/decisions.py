@@ -11,7 +11,7 @@ uniform u in [0, 1) and release iff u < π(c), compared lazily and exactly:
   integers lo <= 2^b·π(c) <= hi from certified brackets (`dp_pipeline.keyselect.tails`,
   one per distinct count): U + 1 <= lo proves u < π(c); U >= hi proves u >= π(c). This
   round runs for all keys at once in numpy (uint64 compares), after one keyed PRF call
-  per key (`SelectionKey.digests`);
+  and one ChaCha20 context per key (`SelectionKey.digests`);
 - otherwise (probability about 2^-(b-2)) more bits of the same u are read and π(c)
   bracketed finer, until decided, one key at a time. π(c) is not a dyadic rational
   (it involves e^{-1/b} or sums of e^{-y²/(2σ²)}), so the comparison ends with probability 1; past

@@ -3,20 +3,20 @@
 The noise of key k must not depend on which other keys exist (else adding a unit that
 creates a new key would move the draws of every key after it, and the analysis of
 `dp_pipeline.keyselect.plan` would not hold), nor on a file's order. So each key gets
-its own randomness, keyed by its value, in one keyed PRF call per key:
+its own randomness, keyed by its value: a keyed PRF derives the key's own ChaCha20 key,
+and u is read from that ChaCha20 keystream (`cryptography`), as every noise draw of the
+package is:
 
-    D_k = BLAKE2b-512(key = noise secret, person = "dpkeysel/u/v2", data = enc(k))
-    u_k = D_k[0:32] || ChaCha20(key = D_k[32:64], nonce 0) keystream, read as the
-          binary expansion of u_k
+    D_k = BLAKE2b-256(key = noise secret, person = "dpkeysel/u/v3", data = enc(k))
+    u_k = ChaCha20(key = D_k, nonce 0) keystream, read as the binary expansion of u_k
 
 where enc is the injective label encoding of `dp_pipeline.randomness.encode_labels` (a
 string and an integer never share an encoding). Keyed BLAKE2b is a PRF, so distinct
-keys get independent-looking 64-byte outputs (a collision below 2^-256 per pair); the
-first 256 bits of u_k come straight from it (a decision almost always needs fewer than
-64: `dp_pipeline.keyselect.decisions`), and the rare key that needs more reads a
-ChaCha20 keystream under its own derived key (`cryptography`), created only then.
-One C call per key instead of an HMAC plus a ChaCha20 context: the per-key cost of a
-selection is the hash.
+keys get independent-looking stream keys (a collision below 2^-256 per pair), and a
+fresh key per stream makes the fixed nonce safe. The first 256 bits of every key's
+keystream are produced at once (`SelectionKey.digests`; a decision almost always needs
+fewer than 64: `dp_pipeline.keyselect.decisions`); the rare key that needs more reads on
+in the same keystream.
 
 The bounding rank of a (unit, key) pair needs a 64-bit hash of the key's value (not of
 its position among the data's keys, which depends on the other keys): the 8 bytes of
@@ -42,9 +42,9 @@ from dp_pipeline.randomness import MasterKey, encode_labels
 
 __all__ = ["SelectionKey", "UniformBits", "key_label", "key_labels"]
 
-_UNIFORM_PERSON = b"dpkeysel/u/v2"
+_UNIFORM_PERSON = b"dpkeysel/u/v3"
 _HASH_PERSON = b"dpkeysel/h/v2"
-# The bytes of u_k that come straight from the PRF; the rest is the ChaCha20 keystream.
+# The bytes of u_k's keystream produced for every key at once (the rest on demand).
 PRF_BYTES = 32
 # encode_labels((value,)) is this header, a type tag, the payload's length and the payload.
 _ONE_LABEL = struct.pack(">Q", 1)
@@ -78,9 +78,20 @@ def key_labels(values: Iterable[object]) -> list[bytes]:
     return out
 
 
+def _keystream(stream_key: bytes, size: int, skip: int = 0):
+    """An encryptor of the ChaCha20 keystream under ``stream_key`` (nonce 0), ``skip``
+    bytes in, and its next ``size`` bytes."""
+    # A fresh key per key makes the fixed nonce safe (cryptography's 16-byte nonce is the
+    # 32-bit counter plus the 96-bit nonce).
+    encryptor = Cipher(algorithms.ChaCha20(stream_key, bytes(16)), mode=None).encryptor()
+    if skip:
+        encryptor.update(bytes(skip))
+    return encryptor, encryptor.update(bytes(size))
+
+
 class UniformBits:
-    """The binary expansion of one key's u, read in order (module docstring): the PRF's
-    first 32 bytes, then the ChaCha20 keystream under the key's derived stream key."""
+    """The binary expansion of one key's u, read in order (module docstring): the first
+    32 bytes of its ChaCha20 keystream (already produced), then the same keystream on."""
 
     __slots__ = ("_encryptor", "_head", "_stream_key")
 
@@ -95,10 +106,8 @@ class UniformBits:
         if len(head) == size:
             return head
         if self._encryptor is None:
-            # A fresh key per key makes the fixed nonce safe (cryptography's 16-byte
-            # nonce is the 32-bit counter plus the 96-bit nonce).
-            cipher = Cipher(algorithms.ChaCha20(self._stream_key, bytes(16)), mode=None)
-            self._encryptor = cipher.encryptor()
+            self._encryptor, more = _keystream(self._stream_key, size - len(head), PRF_BYTES)
+            return head + more
         return head + self._encryptor.update(bytes(size - len(head)))
 
     def __repr__(self) -> str:
@@ -129,9 +138,14 @@ class SelectionKey:
         )
 
     def digests(self, values: Iterable[object]) -> list[bytes]:
-        """D_k (64 bytes) of each key value: one keyed BLAKE2b call per key."""
+        """Per key value, 64 bytes: the first 32 bytes of u_k's ChaCha20 keystream, then the
+        stream key D_k (one keyed BLAKE2b call and one ChaCha20 context per key)."""
         key, person, blake = self._noise, _UNIFORM_PERSON, hashlib.blake2b
-        return [blake(label, key=key, person=person).digest() for label in key_labels(values)]
+        out = []
+        for label in key_labels(values):
+            stream_key = blake(label, key=key, person=person, digest_size=32).digest()
+            out.append(_keystream(stream_key, PRF_BYTES)[1] + stream_key)
+        return out
 
     def uniform(self, value: object) -> UniformBits:
         """The bits of u for the key ``value`` (a function of the value alone)."""
