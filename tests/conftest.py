@@ -35,7 +35,15 @@ from tiers import is_system, needs_spark_extra
 # Without the spark extra (the core install, tested on the newest pandas), the modules
 # that need PySpark to import are not collected; everything else runs.
 SPARK_ONLY_MODULES = ["test_spark_engine.py", "test_selection_spark.py", "test_spark_cluster.py"]
-collect_ignore = [] if importlib.util.find_spec("pyspark") else SPARK_ONLY_MODULES
+_HAS_PYSPARK = importlib.util.find_spec("pyspark") is not None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Without PySpark, the modules that need it to import are not collected (by name,
+    wherever they sit under tests/)."""
+    if not _HAS_PYSPARK and collection_path.name in SPARK_ONLY_MODULES:
+        return True
+    return None
 
 
 # A module that defines a fixture wider than one test (a release, a server, a cluster).

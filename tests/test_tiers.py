@@ -8,9 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import ftp_server
+import postgres_cluster
+import tiers
 from tiers import is_system, needs_spark_extra
 
-TESTS = Path(__file__).resolve().parent
+# The top conftest.py of tests/, and the helpers wherever their folder is.
+CONFTEST = next(p for p in Path(__file__).resolve().parents if p.name == "tests") / "conftest.py"
+HELPERS = [Path(module.__file__) for module in (tiers, ftp_server, postgres_cluster)]
 
 HELPER = """
 import subprocess
@@ -108,8 +113,8 @@ def test_skipped_for_pyspark():
 def _run_pytest(tmp_path: Path, *args: str) -> str:
     folder = tmp_path / "tests"
     folder.mkdir()
-    for helper in ("conftest.py", "tiers.py", "ftp_server.py", "postgres_cluster.py"):
-        shutil.copy(TESTS / helper, folder / helper)
+    for helper in (CONFTEST, *HELPERS):
+        shutil.copy(helper, folder / helper.name)
     (folder / "test_hidden.py").write_text(HIDDEN)
     (tmp_path / "pytest.ini").write_text("[pytest]\naddopts = -p no:cacheprovider\n")
     done = subprocess.run(

@@ -58,11 +58,16 @@ def _spawning_names(definitions: dict[str, str], known: frozenset[str]) -> froze
     return frozenset(spawning)
 
 
+# The helper modules (servers, launchers) sit beside this one.
+HELPERS = Path(__file__).resolve().parent
+
+
 @functools.cache
 def _helper_spawning_names(folder: Path) -> frozenset[str]:
-    """Spawning functions and classes of the helper modules beside the tests."""
+    """Spawning functions and classes of the helper modules: those beside this module
+    and those beside the test module (``folder``)."""
     definitions: dict[str, str] = {}
-    for path in sorted(folder.glob("*.py")):
+    for path in sorted({*HELPERS.glob("*.py"), *folder.glob("*.py")}):
         # conftest's own fixtures are known (SYSTEM_FIXTURES): its autouse guards name
         # what they refuse, and would otherwise mark every test.
         if path.name.startswith("test_") or path.name in {"conftest.py", "tiers.py"}:
