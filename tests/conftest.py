@@ -88,8 +88,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _deselects(config, mark: str) -> bool:
-    expression = (config.option.markexpr or "").replace(" ", "")
-    return f"not{mark}" in expression
+    """True if the ``-m`` expression says ``not <mark>`` (``not spark_extra`` is not it)."""
+    return re.search(rf"\bnot\s+{mark}\b", config.option.markexpr or "") is not None
 
 
 def _fast_tier(config) -> bool:
