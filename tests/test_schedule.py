@@ -9,6 +9,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "examples"))
 
@@ -17,6 +19,8 @@ import monthly_schedule  # noqa: E402
 from dp_pipeline.release.ledger.store import Ledger  # noqa: E402
 
 
+# The example starts every month's release as a CLI process.
+@pytest.mark.system
 def test_two_hosts_a_year_one_ledger_and_the_annual_cap_holds(tmp_path, capsys, ledger_at):
     ledger = ledger_at()
     arguments = ["--work", str(tmp_path / "work"), "--ledger", ledger]
