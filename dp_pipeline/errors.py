@@ -110,7 +110,7 @@ class InputReadError(ChargedRunError):
     prints carries any of it. Raised after the reservation, the run stays charged.
     """
 
-    def __init__(self, path, rule: str) -> None:
+    def __init__(self, path: object, rule: str) -> None:
         super().__init__(
             [
                 f"{rule}; the reader's own message is not shown because it can quote the "
