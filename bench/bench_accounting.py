@@ -16,7 +16,7 @@ demo plan timed in the same run (a fixed workload: the ratio is what load does n
 and the slowest.
 
 With ``--mixtures FIRST-LAST`` it prints the time of every seeded mixture of the exact
-reference suite (tests/accounting_reference.py: up to 20 discrete Gaussians, discrete
+reference suite (tests/support/accounting_reference.py: up to 20 discrete Gaussians, discrete
 Laplaces and pure-DP events with rational parameters, shifts up to 20): δ(ε) at the ε
 where the exact δ is 1e-6 and 1e-30, and ε(1e-100), each on a fresh accountant (so each
 time includes building its path), the slowest of the three, with the same census ratio.
@@ -48,7 +48,7 @@ from dp_pipeline.accounting import (
 from dp_pipeline.accounting.paths import pld_of
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 
-# the seeded plans are the tests' own (tests/accounting_plans.py), importable by name
+# the seeded plans are the tests' own (tests/support/accounting_plans.py), importable by name
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from accounting_plans import random_release_plan as _random_plan
 
@@ -463,7 +463,7 @@ def _random_plans_table(first: int, last: int) -> None:
 
 def _mixtures_table(first: int, last: int) -> None:
     """Time of δ(ε) at δ = 1e-6 and 1e-30 and of ε(1e-100) on the reference mixtures."""
-    from tests.accounting_reference import ReferenceComposition, describe, random_plan
+    from tests.support.accounting_reference import ReferenceComposition, describe, random_plan
 
     _, reference, _ = _best(_census_plan)
     print(f"census demo plan (reference): {reference:.3f} s\n")
@@ -508,7 +508,7 @@ def _wide_plans_table(first: int, last: int) -> None:
     validity, the upper δ within 1% and the lower within 10% for δ >= 1e-30, ε(δ)
     within 1% (queries at the ε where the accountant puts δ = 1e-2 ... 1e-150); and the
     first ε(δ) queries whose bracket is wider than 1% (upper > 1.01 lower)."""
-    from tests.accounting_reference import (
+    from tests.support.accounting_reference import (
         ReferenceComposition,
         _split_wide,
         _support_size,

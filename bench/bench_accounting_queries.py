@@ -2,7 +2,7 @@
 
 Run: PYTHONPATH=. python bench/bench_accounting_queries.py   (from the repository root)
 
-For every named plan of the tests (tests/accounting_plans.py: single mechanisms,
+For every named plan of the tests (tests/support/accounting_plans.py: single mechanisms,
 selections beside other families, the audited plans, reference mixtures, seeded release
 plans) and the release plans of seeds 0-15: the CPU seconds of the first query, ε(1e-6),
 on a fresh accountant (it builds the composition's paths), and the slowest of the later

@@ -16,7 +16,7 @@
 The cap is in rho, so a reservation's accounting is a sum of fractions: the figures
 are the ledger's own cost (an (epsilon, delta) cap adds the accountant's composition,
 the same on both backends). PostgreSQL: a throw-away cluster on 127.0.0.1 with fsync
-on (tests/postgres_cluster.py), or ``--url postgresql://...`` for an existing database
+on (tests/support/postgres_cluster.py), or ``--url postgresql://...`` for an existing database
 (its ledger tables are created there). Usage:
 
     PYTHONPATH=. python bench/bench_ledger.py [--reservations 200] [--processes 16] [--each 10]

@@ -41,7 +41,7 @@ from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 
 __all__ = ["DPAccessor", "dp"]
 
-# Each verb's runnable example (tests/test_docstring_examples.py runs them); the noise is
+# Each verb's runnable example (tests/unit/api/test_docstring_examples.py runs them); the noise is
 # fresh under a new key, so they show what does not depend on it.
 _SETUP = """
 Example:

@@ -148,7 +148,7 @@ class SparkDPQuery:
         )
 
 
-# Each function's runnable example (tests/test_docstring_examples.py runs them): a query
+# Each function's runnable example (tests/unit/api/test_docstring_examples.py runs them): a query
 # is built, and its cost known, before any Spark session or data.
 _SETUP = """
 Example:

@@ -5,7 +5,7 @@ ledger tests (``ledger_at`` runs a test on both ledger backends).
 Workers: the test command runs the suite on every core (pytest-xdist, ``-n auto``);
 tests sharing a module- or class-scoped fixture stay on one worker.
 
-Tiers (marks applied here, from the tests' source: tests/tiers.py):
+Tiers (marks applied here, from the tests' source: tests/support/tiers.py):
 - ``spark``: uses the ``spark`` fixture (a JVM). ``pytest -m "not spark"`` starts no
   JVM: under it, starting a SparkContext fails the test that tried, naming the fix.
 - ``system``: starts a process or a server (a JVM, a PostgreSQL cluster, an S3 or FTP
@@ -235,7 +235,7 @@ def spark_releases_take_the_spark_paths(request, monkeypatch):
 
     Test inputs are small, and a Spark release aggregates a small input on the driver
     (`dp_pipeline.release.tables.on_spark.DRIVER_INPUT_BYTES`); tests marked
-    ``driver_aggregation`` keep that rule (tests/test_release_inputs.py).
+    ``driver_aggregation`` keep that rule (tests/unit/release/sources/test_release_inputs.py).
     """
     if "spark" not in request.keywords or "driver_aggregation" in request.keywords:
         return  # the fast tier never imports PySpark

@@ -41,7 +41,7 @@ the tolerance (iterated regularisation converges on consistent systems). The
 K right-hand sides of Σ_b M_b^T are one multi-column solve with that factor,
 not K conjugate gradient runs. All steps are sparse products and SuperLU
 solves in a fixed order, the same functions on every engine: equal inputs give
-equal bits with the same libraries (tests/test_postprocess_spark.py checks the
+equal bits with the same libraries (tests/unit/postprocess/test_postprocess_spark.py checks the
 Spark path's floats against the driver's).
 
 Pure post-processing of noisy values and public facts; deterministic.

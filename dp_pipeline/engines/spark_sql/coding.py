@@ -1,7 +1,7 @@
 """Spark SQL rules of a query: schema checks, invalid-row reason codes, cell index, clamping.
 
 The Spark SQL dialect of the rules `dp_pipeline.engines.numpy_rules` applies with
-numpy; `tests/test_spark_engine.py` and the contract tests demand the same cells,
+numpy; `tests/unit/engines/test_spark_engine.py` and the contract tests demand the same cells,
 reason codes and clamped value units. No Python runs per row.
 """
 

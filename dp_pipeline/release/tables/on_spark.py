@@ -350,7 +350,7 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
     if size <= DRIVER_INPUT_BYTES:
         # A small input: Spark reads it (its readers, the schema above) in one job and
         # the driver aggregates it with the numpy rules every engine path shares
-        # (tests/test_engine_contract.py), which gives the same tables bit for bit,
+        # (tests/contract/test_engine_contract.py), which gives the same tables bit for bit,
         # without the dozens of small jobs the Spark SQL path costs on a few MB.
         if flagged is None:
             local, malformed = _driver_rows(frame, spec, None)
