@@ -16,6 +16,7 @@ from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent, margin_of_er
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.info_repr import info_details, info_line
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VarianceSpec
 
@@ -52,7 +53,7 @@ class MeasureInfo:
         return self.event.sensitivity
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class ReleaseInfo:
     """Mechanisms, privacy cost (upper bounds) and margins of one DP aggregation.
 
@@ -74,6 +75,13 @@ class ReleaseInfo:
     diagnostics: Diagnostics | None = None
     privacy_unit: str | None = None
     contribution_bounds: dict[str, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # one line for notebooks and logs; no diagnostics
+        return info_line(self)
+
+    def details(self) -> str:
+        """Every field, one per line (diagnostics included: never publish them)."""
+        return info_details(self)
 
     @property
     def mechanism(self) -> str:

@@ -15,11 +15,12 @@ from dp_pipeline.accounting import PrivacyAccountant, PrivacyEvent
 from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.info_repr import info_details, info_line
 
 __all__ = ["SelectionInfo"]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class SelectionInfo:
     """What a DP selection spent and how precise it is (attached as ``result.attrs["dp"]``).
 
@@ -45,6 +46,13 @@ class SelectionInfo:
     diagnostics: Diagnostics | None = None
     privacy_unit: str | None = None
     contribution_bounds: dict[str, int] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # one line for notebooks and logs; no diagnostics
+        return info_line(self)
+
+    def details(self) -> str:
+        """Every field, one per line (diagnostics included: never publish them)."""
+        return info_details(self)
 
     @property
     def mechanism(self) -> BaseTwoExponential | DiscreteLaplace:

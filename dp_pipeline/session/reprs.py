@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dp_pipeline.release.ledger.phrases import delta_text, rounded
+from dp_pipeline.figures import delta_text, rounded
 
 __all__ = ["bounds_text", "cost_repr", "details_text", "measures_text", "record_repr"]
 
@@ -82,5 +82,11 @@ def details_text(value) -> str:
     """Every field of the dataclass ``value``, one per line (the full reprs)."""
     fields = getattr(value, "__dataclass_fields__", {})
     lines = [type(value).__name__ + ":"]
-    lines += [f"  {name} = {getattr(value, name)!r}" for name in fields]
+    for name in fields:
+        field_value = getattr(value, name)
+        nested = getattr(field_value, "details", None)
+        if callable(nested):  # a result's info: its own fields, not its one-line repr
+            lines.append(f"  {name} = " + nested().replace("\n", "\n  "))
+        else:
+            lines.append(f"  {name} = {field_value!r}")
     return "\n".join(lines)
