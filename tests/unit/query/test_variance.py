@@ -272,7 +272,7 @@ def test_a_call_without_bounds_names_the_missing_parameter():
 def test_a_non_numeric_or_missing_value_column_is_refused_naming_it():
     df = people().assign(name="x")
     with pytest.raises(
-        DPTypeError, match="value column 'name' has dtype (object|str); var needs a numeric"
+        DPTypeError, match=r"value column 'name' has dtype (object|str); var needs a numeric"
     ):
         df.dp.var("name", bounds=(0, 1), noise=QUIET, privacy_unit=None, **SEX, **LABELS)
     with pytest.raises(DPValueError, match="value column 'weight' is not in the DataFrame"):
