@@ -35,6 +35,30 @@ the paper not being at hand: with P(z) ∝ α^|z|, α = e^{-ε}, and e^ε·P(z) 
 for z >= 1, π(n) - e^ε·π(n-1) = P(K) = π(1) while n <= K + 1, the first branch of the
 recursion with δ = P(K); the upper branch follows by the symmetry z -> -z). Its
 profile is computed from π exactly (a single key changes: a pair of Bernoullis).
+
+Any m, either neighbouring, Laplace: the same truncated geometric per key (PipelineDP's
+per-key policy), scale s/ε and truncation K, threshold K + 1. For every count n,
+π(n) <= e^{ε/s}·π(n-1) + P(K) and 1 - π(n-1) <= e^{ε/s}·(1 - π(n)) + P(K) (above;
+π(0) = 0 covers a key only one neighbour has), so each key's binary output is
+(ε/s, P(K))-DP in the count, and one unit moves at most s counts by one.
+
+Theorem (the accountant event of a truncated plan). Every (ε₀, δ₀)-DP binary output is a
+post-processing of the canonical pair "loss +∞ with mass δ₀, else randomized response
+with ε₀" (Kairouz, Oh, Viswanath 2015, "The composition theorem for differential
+privacy", ICML, Section 2: its operational interpretation of (ε, δ)-DP), and dominating
+pairs compose (independent keys, each key's
+draw from its own stream). The s keys a unit moves are therefore dominated by s such
+pairs: an infinite-loss atom of mass q = 1 - (1 - P(K))^s and, given no atom, s
+randomized responses with ε/s, which is the loss pair of a discrete Laplace of scale s/ε
+moved by one (P[loss = ε/s] = P[Z <= 0] = e^{ε/s}/(1 + e^{ε/s})). `SelectionPlan.event`
+is exactly that `KeySelection`; at the plan's ε its δ is q <= ``delta`` (s randomized
+responses with ε/s are pure ε-DP). Keys no unit moves add nothing.
+
+Which policy (``policy=None``, Laplace): both plans have noise of the same scale s/ε
+and a symmetric noise, so a key with count c is released with probability at least 1/2
+exactly when c >= threshold; the plan with the smaller threshold releases every count
+at or above it with probability >= 1/2 where the other does not, and is the default
+(the truncated geometric on a tie: its π reaches 1 at 2K + 1).
 """
 
 from __future__ import annotations
@@ -63,6 +87,7 @@ __all__ = [
     "MAX_SIGMA2",
     "MAX_THRESHOLD",
     "MIN_DELTA",
+    "POLICIES",
     "SelectionPlan",
     "any_release_upper",
     "budget_too_small",
@@ -94,9 +119,11 @@ _POWER_BITS = 320
 class SelectionPlan:
     """A key selection's noise, threshold and privacy figures (every δ an upper bound).
 
-    ``policy`` is ``"truncated_geometric"`` (m = 1, add/remove, Laplace: optimal) or
-    ``"threshold"`` (untruncated noise). ``single_unit_release`` bounds p, the chance
-    that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m;
+    ``policy`` is ``"truncated_geometric"`` (Laplace truncated at ±K per key: optimal for
+    m = 1 with add/remove, PipelineDP's per-key policy otherwise) or ``"threshold"``
+    (untruncated noise). ``single_unit_release`` bounds p, the chance
+    that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m
+    (truncated geometric: 1-(1-p)^s, every key a unit moves has an atom);
     ``noise_delta`` bounds the count noise's δ_c(ε); ``delta_upper`` bounds
     δ_sel(ε) = 1 - (1-δ_c(ε))(1-q) and is at most ``delta``.
     """
@@ -126,28 +153,24 @@ class SelectionPlan:
         eps = exact_rational(epsilon, "epsilon")
         if eps < 0:
             raise DPValueError(f"epsilon must be >= 0, got {epsilon!r}")
-        if self.policy == "truncated_geometric":
+        if self.policy == "truncated_geometric" and self.count_sensitivity == 1:
             return _truncated_profile(self.scale, self.truncation, eps)
-        if self.noise == "laplace":
+        if self.noise == "laplace":  # truncated with s > 1: s pairs (ε/s, P(K)), pure ε
             noise = laplace_count_delta(self.count_sensitivity / self.scale, eps)
         else:
             noise = gaussian_count_delta(self.sigma2, self.count_sensitivity, eps)
         return combined_delta(noise, self.new_keys_delta)
 
     def event(self) -> PrivacyEvent:
-        """The selection as one accountant event: its count noise on ``count_sensitivity``
-        keys, each count moved by one (one unit holds at most m keys), plus an
-        infinite-loss atom of mass ``new_keys_delta`` (q), so that its δ(ε) is the
-        module's theorem composed with everything else.
+        """The selection as one accountant event (`KeySelection`), every δ(ε) it gives an
+        upper bound of the selection's.
 
-        The truncated geometric's noise is not an untruncated discrete Laplace: that policy
-        is refused (its profile is ``delta_at``)."""
-        if self.policy == "truncated_geometric":
-            raise DPValueError(
-                "policy 'truncated_geometric' has no accountant event yet (its truncated "
-                "noise is not a discrete Laplace); plan the selection with "
-                "policy='threshold' to compose it with other events"
-            )
+        Threshold policy: its count noise on ``count_sensitivity`` keys, each count moved
+        by one (one unit holds at most m keys), plus an infinite-loss atom of mass
+        ``new_keys_delta`` (q): the module's first theorem. Truncated geometric: s keys,
+        each the canonical (ε/s, P(K)) pair, i.e. a discrete Laplace of scale s/ε moved by
+        one on each and an atom of mass ``new_keys_delta`` = 1 - (1 - P(K))^s (the module's
+        theorem on the truncated plan's event; Kairouz, Oh, Viswanath 2015)."""
         noise: DiscreteGaussian | DiscreteLaplace
         if self.scale is not None:  # a Laplace plan has a scale, a Gaussian one σ²
             noise = DiscreteLaplace(self.scale)
@@ -239,6 +262,9 @@ def least_passing(passes, low: int, high: int) -> int | None:
     return low
 
 
+POLICIES = ("threshold", "truncated_geometric")
+
+
 def plan_selection(
     *,
     noise: str,
@@ -248,28 +274,62 @@ def plan_selection(
     neighbouring: str = "add_remove",
     noise_delta_share: object = Fraction(1, 2),
     sigma2: object = None,
+    policy: str | None = None,
 ) -> SelectionPlan:
     """The smallest integer threshold whose selection δ (an upper bound) is <= ``delta``.
 
     Laplace: scale s/ε (s = m or 2m), pure ε for the counts, so all of ``delta`` is
-    left to the keys only one neighbour has (m = 1 with add/remove uses the optimal
-    truncated geometric). Gaussian: σ² is ``sigma2`` if given, else the least σ² on a
-    grid of 1/1024 whose count-noise δ_c(ε) is at most ``noise_delta_share``·``delta``;
-    the threshold then takes what is left. Raises `DPValueError` naming the parameter
-    and the rule, before anything is read.
+    left to the keys only one neighbour has (``policy="threshold"``), or the truncated
+    geometric per key (``policy="truncated_geometric"``: least K with
+    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1; for m = 1 with add/remove
+    the optimal mechanism). ``policy=None`` plans both and keeps the one with the smaller
+    threshold (module docstring). Gaussian (threshold policy only): σ² is ``sigma2`` if
+    given, else the least σ² on a grid of 1/1024 whose count-noise δ_c(ε) is at most
+    ``noise_delta_share``·``delta``; the threshold then takes what is left. Raises
+    `DPValueError` naming the parameter and the rule, before anything is read.
     """
     eps, dlt = check_selection_inputs(noise, epsilon, delta, max_cells, neighbouring)
     if sigma2 is not None and noise != "gaussian":
         raise DPValueError(
             f"sigma2={sigma2!r}: applies to noise='gaussian' only; leave it out for {noise!r}"
         )
+    if policy is not None and policy not in POLICIES:
+        raise DPValueError(
+            f"policy={policy!r}: must be one of {', '.join(map(repr, POLICIES))} or None "
+            f"(the one with the smaller threshold)"
+        )
+    if policy == "truncated_geometric" and noise != "laplace":
+        raise DPValueError(
+            "policy='truncated_geometric': applies to noise='laplace' only (a truncated "
+            "discrete Laplace per key); use policy='threshold' with noise='gaussian'"
+        )
     sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
-    common = dict(noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt)
-    if noise == "laplace" and max_cells == 1 and neighbouring == "add_remove":
-        plan = _truncated_plan(eps, dlt, common)
-        if plan is not None:
-            return plan
-    if noise == "laplace":
+    common = dict(
+        noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt, max_cells=max_cells
+    )
+    truncated = None
+    if noise == "laplace" and policy != "threshold":
+        truncated = _truncated_plan(eps, dlt, sensitivity, common)
+        if truncated is not None and (policy is not None or sensitivity == 1):
+            return truncated  # for s = 1 it never has the larger threshold
+        if policy is not None:
+            limit = MAX_TRUNCATION if sensitivity == 1 else MAX_THRESHOLD - 1
+            raise budget_too_small(eps, dlt, max_cells, f"the truncation would exceed {limit}")
+    try:
+        threshold = _threshold_plan(eps, dlt, sensitivity, noise_delta_share, sigma2, common)
+    except DPValueError:
+        if truncated is None:
+            raise
+        return truncated
+    if truncated is not None and truncated.threshold <= threshold.threshold:
+        return truncated
+    return threshold
+
+
+def _threshold_plan(eps, dlt, sensitivity, share, sigma2, common: dict) -> SelectionPlan:
+    """The untruncated policy: least τ with 1 - (1-δ_c)(1 - q(τ)) <= δ."""
+    max_cells = common["max_cells"]
+    if common["noise"] == "laplace":
         scale = Fraction(sensitivity) / eps
         noise_delta = Fraction(0)
 
@@ -278,9 +338,7 @@ def plan_selection(
 
         sigma = None
     else:
-        sigma, noise_delta = gaussian_sigma2(
-            eps, dlt, max_cells, sensitivity, noise_delta_share, sigma2
-        )
+        sigma, noise_delta = gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2)
         tails = GaussianTails(sigma)
 
         def tail(k: int) -> Fraction:
@@ -299,7 +357,6 @@ def plan_selection(
     return SelectionPlan(
         **common,
         policy="threshold",
-        max_cells=max_cells,
         scale=scale,
         sigma2=sigma,
         truncation=None,
@@ -311,29 +368,33 @@ def plan_selection(
     )
 
 
-def _truncated_plan(eps: Fraction, dlt: Fraction, common: dict) -> SelectionPlan | None:
-    """The optimal m = 1 plan: least K with P[Z = K | |Z| <= K] <= δ, threshold K + 1."""
-    scale = 1 / eps
+def _truncated_plan(
+    eps: Fraction, dlt: Fraction, sensitivity: int, common: dict
+) -> SelectionPlan | None:
+    """The truncated geometric per key, scale s/ε: least K with
+    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1 (None past `MAX_TRUNCATION`)."""
+    scale = Fraction(sensitivity) / eps
 
     def passes(bound: int) -> bool:
-        return truncated_laplace_top_mass(scale, bound)[1] <= dlt
+        return any_release_upper(truncated_laplace_top_mass(scale, bound)[1], sensitivity) <= dlt
 
-    bound = least_passing(passes, 1, MAX_TRUNCATION)
+    # s = 1 sums its exact profile over the 2K + 1 atoms (`_truncated_profile`)
+    bound = least_passing(passes, 1, MAX_TRUNCATION if sensitivity == 1 else MAX_THRESHOLD - 1)
     if bound is None:
-        return None  # too wide to sum its profile: the untruncated plan takes over
+        return None  # too wide: the untruncated plan takes over
     top = truncated_laplace_top_mass(scale, bound)[1]
+    q = any_release_upper(top, sensitivity)
     return SelectionPlan(
         **common,
         policy="truncated_geometric",
-        max_cells=1,
         scale=scale,
         sigma2=None,
         truncation=bound,
         threshold=bound + 1,
         single_unit_release=top,
-        new_keys_delta=top,
+        new_keys_delta=q,
         noise_delta=Fraction(0),
-        delta_upper=top,
+        delta_upper=q,
     )
 
 
