@@ -106,7 +106,9 @@ def test_the_accountant_certifies_a_selection_at_the_max_cells_limit(noise):
 
 
 def test_describe_is_one_line_with_the_threshold_and_bounds_rounded_up():
-    plan = plan_selection(noise="laplace", epsilon=1, delta=DELTA, max_cells=1)
+    plan = plan_selection(
+        noise="laplace", epsilon=1, delta=DELTA, max_cells=1, policy="truncated_geometric"
+    )
     line = plan.describe()
     assert "\n" not in line
     assert line.startswith(f"key selection: threshold {plan.threshold} distinct units (")
