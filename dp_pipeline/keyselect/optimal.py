@@ -26,6 +26,7 @@ branch amplifies errors by e^{ε₀} a step, at most about 1/δ₀ before the br
 
 from __future__ import annotations
 
+import math
 from fractions import Fraction
 from functools import lru_cache
 
@@ -64,7 +65,8 @@ class OptimalTable:
         return next(n for n, low in enumerate(self.lows) if low >= half)
 
 
-@lru_cache(maxsize=32)
+# few plans at a time; a table at 2048 bits of 10^5 counts weighs tens of MB
+@lru_cache(maxsize=8)
 def optimal_table(epsilon_key: Fraction, delta_key: Fraction, bits: int) -> OptimalTable:
     """The brackets of π(n) at (``epsilon_key``, ``delta_key``), ``bits`` bits wide.
 
@@ -108,6 +110,10 @@ def optimal_fields(epsilon: Fraction, delta: Fraction, sensitivity: int) -> dict
     # a hair (2^-32 relative) below δ/s: the accountant's float δ, rounded outward, then
     # stays at most δ at the plan's ε even for s = 1, where q would be δ exactly
     per_key = delta / sensitivity * (1 - Fraction(1, 2**32))
+    # π climbs from δ₀ to 1/2 by e^{ε₀} a step, then falls toward 1 as fast: about
+    # 2·ln(1/δ₀)/ε₀ counts. A float gate on speed only (the table itself is exact).
+    if 2 * (math.log(1 / float(per_key)) + 2) * float(sensitivity / epsilon) > MAX_TABLE:
+        return None
     try:
         table = optimal_table(epsilon / sensitivity, per_key, 64)
     except DPValueError:
