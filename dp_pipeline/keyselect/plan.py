@@ -45,9 +45,9 @@ per-key policy), scale s/ε and truncation K, threshold K + 1. For every count n
 Theorem (the accountant event of a truncated plan). Every (ε₀, δ₀)-DP binary output is a
 post-processing of the canonical pair "loss +∞ with mass δ₀, else randomized response
 with ε₀" (Kairouz, Oh, Viswanath 2015, "The composition theorem for differential
-privacy", ICML, Section 2: its operational interpretation of (ε, δ)-DP), and dominating
-pairs compose (independent keys, each key's
-draw from its own stream). The s keys a unit moves are therefore dominated by s such
+privacy", ICML: the four-outcome (ε, δ) mechanism that dominates every (ε, δ)-DP one,
+in the proof of their Theorem 3.3), and dominating pairs compose (independent keys,
+each key's draw from its own stream). The s keys a unit moves are therefore dominated by s such
 pairs: an infinite-loss atom of mass q = 1 - (1 - P(K))^s and, given no atom, s
 randomized responses with ε/s, which is the loss pair of a discrete Laplace of scale s/ε
 moved by one (P[loss = ε/s] = P[Z <= 0] = e^{ε/s}/(1 + e^{ε/s})). `SelectionPlan.event`
