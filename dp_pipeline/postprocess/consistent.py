@@ -152,6 +152,33 @@ def _least_squares(p: Plan, estimates: list | None) -> dict[str, np.ndarray] | N
     return {s.name: e for s, e in zip(p.structures, estimates, strict=True)}
 
 
+def _alone(p: Plan) -> bool:
+    """One table without a geography key: no margin to agree with anything."""
+    return len(p.structures) == 1 and p.structures[0].geo_axis is None
+
+
+def _cell_by_cell(p: Plan, values, nonnegative: bool, integer: bool) -> ConsistentTables:
+    """A table alone: each cell its own closest non-negative (integer) value.
+
+    With no margin to keep, the closest non-negative table (least squares metric) is
+    max(x, 0) cell by cell, and the closest integers are each cell's nearest. Fixing
+    the table's own total first instead (the top-down step's national total) would
+    take the mass raised at the cells below 0 from every positive cell, large ones
+    included (a bias of about one noise standard deviation on the large cells of a
+    table with many empty ones). For a true count >= 0 no cell moves away from it.
+    """
+    (s,) = p.structures
+    x = np.asarray(values[0], dtype=np.float64)
+    out = np.maximum(x, 0.0) if nonnegative else x.copy()
+    if integer:
+        out = np.rint(out).astype(np.int64)
+    return ConsistentTables(
+        {s.name: out},
+        method_name(nonnegative, integer),
+        least_squares={s.name: x.copy()} if (nonnegative or integer) else None,
+    )
+
+
 def make_consistent(
     tables: Sequence[NoisyCounts],
     hierarchy: Hierarchy | None,
@@ -170,7 +197,9 @@ def make_consistent(
     input, or variances too far apart for the solver (:func:`.inputs.variance_refusal`),
     before any work, and ``InternalError`` if a margin check fails.
 
-    Solved one top-level group at a time when every table has a hierarchy key;
+    A table alone without a geography key shares no margin: each cell is made
+    non-negative and/or integer on its own (:func:`_cell_by_cell`). Solved one
+    top-level group at a time when every table has a hierarchy key;
     with national tables too, as one more block combined exactly over their
     shared margins (:mod:`.coupled`), unless :func:`.coupled.coupled_refusal`
     says it cannot be (then, as without a hierarchy, one global solve).
@@ -183,6 +212,8 @@ def make_consistent(
     reason = variance_refusal(p, variances, coupled)
     if reason is not None:
         raise PostprocessError(reason)
+    if _alone(p):
+        return _cell_by_cell(p, values, nonnegative, integer)
     if grouped:
         return _by_group(p, values, variances, hierarchy, nonnegative, integer)
     if coupled:

@@ -56,6 +56,10 @@ __all__ = ["MAX_PATH_SHAPES", "least_squares_variances", "path_shapes"]
 # Most solves per table: one per path shape of its level (a two-level hierarchy has one
 # per distinct number of children of a top-level position).
 MAX_PATH_SHAPES = 64
+# Relative to the Gram matrix's largest eigenvalue: below it an eigenvalue is 0 (float
+# error in a 0 eigenvalue is about 1e-15 of the largest; a nonzero one of these integer
+# constraint matrices is far above 1e-10 of it).
+GRAM_TOLERANCE = 1e-10
 
 
 def path_shapes(hierarchy: Hierarchy) -> list[np.ndarray]:
@@ -181,7 +185,7 @@ def _orbit_solve(
     system = systems[key]
     cells = orbit.size
     members = sp.csr_matrix((np.ones(cells), (np.arange(cells), orbit)), shape=(cells, orbits))
-    constrained = (system.C @ members).toarray()
+    constrained = system.C @ members  # sparse: its Gram matrix is formed sparse
     weights = np.bincount(orbit, weights=1.0 / system.v, minlength=orbits)
     own = int(orbit[offsets[t] + cell_i])
     rhs = np.zeros(orbits)
@@ -197,18 +201,25 @@ def _variance(noise_variance: Fraction, own: float) -> float:
     return float(noise_variance) * min(max(float(own), 0.0), 1.0)
 
 
-def _null_space(matrix: np.ndarray) -> np.ndarray:
-    """An orthonormal basis of {w : matrix @ w = 0} (columns), by a thin SVD.
+def _null_space(matrix) -> np.ndarray:
+    """An orthonormal basis of {w : matrix @ w = 0} (columns), from the Gram matrix.
 
-    Thin: the constraints have many rows and few orbit columns, and only the right
-    singular vectors are needed (rows padded with zeros up to the columns).
+    The constraints have many rows and few orbit columns: the null space of ``matrix``
+    is that of its small Gram matrix (matrix^T matrix, orbits x orbits, formed sparse),
+    whose eigenvectors (``eigh``) of eigenvalue 0 span it. A thin SVD of the tall
+    matrix gives the same space but runs multi-threaded BLAS on thousands of rows,
+    whose threads wait for cores on a loaded machine (the wall time of a release's
+    margins was mostly that wait). Eigenvalues are squared singular values: one below
+    :data:`GRAM_TOLERANCE` of the largest is 0 (the constraint matrix holds small
+    integer counts, so a nonzero one sits far above it).
     """
-    rows, columns = matrix.shape
-    if rows < columns:
-        matrix = np.vstack([matrix, np.zeros((columns - rows, columns))])
-    _, singular, right = np.linalg.svd(matrix, full_matrices=False)
-    tolerance = max(matrix.shape) * np.finfo(np.float64).eps * (singular[0] if singular.size else 0)
-    return right[int(np.sum(singular > tolerance)) :].T
+    gram = matrix.T @ matrix
+    gram = gram.toarray() if sp.issparse(gram) else np.asarray(gram)
+    if gram.size == 0:
+        return np.eye(gram.shape[0])
+    values, vectors = np.linalg.eigh(gram)
+    top = max(float(values[-1]), 0.0)
+    return vectors[:, values <= GRAM_TOLERANCE * top] if top > 0 else np.eye(gram.shape[0])
 
 
 def _by_group(tables, hierarchy: Hierarchy, variances, bound) -> dict[str, float]:

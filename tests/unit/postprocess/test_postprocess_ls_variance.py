@@ -121,3 +121,21 @@ def test_two_levels_solve_on_the_orbits_exactly():
     dense = dense_variances(pair, None, weights)
     solved = least_squares_variances(pair, None, weights)
     assert solved == pytest.approx({n: cells.max() for n, cells in dense.items()}, rel=1e-9)
+
+
+def test_a_skewed_geography_solves_exactly_on_tall_constraint_systems():
+    # A dominant state of many counties (a tall constraint matrix over few orbits),
+    # single-county and empty states, a near-exact table beside a very noisy one: the
+    # null spaces from the orbits' Gram matrices give the dense projection's variances.
+    from tests.support.postprocess_cases import SKEWED_AGES, SKEWED_TABLES, skewed_geography
+
+    hierarchy, _ = skewed_geography(states=8, empty=1, counties=120, seed=3)
+    sizes = {"county": 120, "state": 8, "age": SKEWED_AGES, "sex": 2}
+    tables = [
+        TableShape(n, keys, tuple(sizes[k] for k in keys)) for n, (keys, _) in SKEWED_TABLES.items()
+    ]
+    variances = [sigma2 for _, sigma2 in SKEWED_TABLES.values()]
+    dense = dense_variances(tables, hierarchy, variances)
+    solved = least_squares_variances(tables, hierarchy, variances)
+    for name, cells in dense.items():
+        assert solved[name] == pytest.approx(cells.max(), rel=1e-9), name
