@@ -14,6 +14,7 @@ import html
 from fractions import Fraction
 
 from dp_pipeline.release.ledger.phrases import delta_text
+from dp_pipeline.release.plan.moments import margin_text, statistic_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.report.figures import report_figures
 from dp_pipeline.release.report.postprocess import (
@@ -160,7 +161,9 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
     parts.append(
         "<p>The margin of error is the half-width m such that each cell's noise lies in "
         "[−m, m] with probability at least 95% (exact, rounded up). Every declared cell is "
-        "released, zero counts included.</p>"
+        "released, zero counts included. A mean, variance or standard deviation is a ratio "
+        "of noisy aggregates: the margins shown are those of its noisy count and sums (in "
+        "units of the value, or of its square), not of the ratio.</p>"
     )
     parts.append(
         "<table><tr><th>table</th><th>keys</th><th>statistic</th><th>cells</th>"
@@ -171,14 +174,14 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
             continue
         share = "–" if not plan.rho or table.rho is None else f"{float(table.rho / plan.rho):.1%}"
         statistic = table.table.statistic
-        if statistic == "sum":
-            statistic += f" of {table.table.value} in [{table.table.lower}, {table.table.upper}]"
+        if table.table.value is not None:
+            statistic = statistic_text(table.table)
         parts.append(
             f"<tr><td>{esc(table.table.name)}</td><td>{esc(' × '.join(table.table.keys))}</td>"
             f"<td>{esc(statistic)}</td><td>{table.table.cells:,}</td>"
             f"<td>{_number(float(table.parameter))}</td>"
             f"<td>{_number(table.noise_sd)}</td><td>{share}</td>"
-            f"<td>±{table.margin_of_error:,}</td></tr>"
+            f"<td>{esc(margin_text(table))}</td></tr>"
         )
     parts.append("</table>")
     parts.extend(_selection_section(plan))
