@@ -269,7 +269,7 @@ def margin_text(table_plan) -> str:
 def _figure(margin: int | Fraction) -> str:
     if isinstance(margin, int) or margin.denominator == 1:
         return f"{int(margin):,}"
-    return f"{float(margin):.6g}"
+    return f"{float(margin):,.6f}".rstrip("0").rstrip(".")
 
 
 def statistic_text(table: TableSpec) -> str:

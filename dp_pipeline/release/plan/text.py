@@ -79,7 +79,8 @@ def format_plan(plan: ReleasePlan) -> str:
         f"{'margin (95%)':>14}",
     ]
     for name, cells, shown, share, margin in rows:
-        lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}{margin:>14}")
+        # Two spaces before the margin even when it is long (a mean's aggregates).
+        lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}  {margin:>12}")
     if invalid_note:
         lines.append(invalid_note)
     lines.append("")

@@ -129,7 +129,7 @@ CASES = [
     ("tables.1.lower", Decimal("0.5"), "tables[1].lower = 0.5: must be an integer"),
     ("tables.1.lower", 100, "tables[1]: lower = 100 must be < upper = 100"),
     ("tables.1.value", DELETE, "tables[1].value: required field is missing"),
-    ("tables.0.upper", 3, "tables[0].upper = 3: only sum, quantile and median tables take upper"),
+    ("tables.0.upper", 3, "tables[0].upper = 3: only sum, mean, var, std, quantile and median tables take upper"),
     ("tables.0.max_cells", 21, "tables[0].max_cells = 21: larger than the table's 20 cells"),
     ("tables.0.sigma2", 4, "tables[0]: give share or sigma2, not both"),
     ("tables", [], "tables: a release needs at least one [[tables]] entry"),
