@@ -80,7 +80,7 @@ class MeasurePlan:
                 mechanism.sigma2 if gaussian else mechanism.scale
             ),
             "sensitivity": list(self.event.sensitivity),
-            "margin_of_error": str(self.margin_of_error),
+            "margin_of_error": exact_margin(self.margin_of_error),
         }
 
 

@@ -21,6 +21,7 @@ from dp_pipeline.release.report.postprocess import (
     postprocessing_description,
     postprocessing_section,
 )
+from dp_pipeline.release.report.statistics_accuracy import statistic_paragraphs
 
 __all__ = ["html_report", "privacy_report"]
 
@@ -193,7 +194,8 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
             parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,")
             parts.append(figures[key] + "'>")
     cell_rows = [row for row in accuracy if "cells" in row]
-    selection_rows = [row for row in accuracy if "cells" not in row]
+    statistic_rows = [row for row in accuracy if "margins_of_error" in row]  # mean, var, std
+    selection_rows = [row for row in accuracy if "cells" not in row and row not in statistic_rows]
     if accuracy:
         parts.append("<h2>Accuracy against the truth (synthetic input only)</h2>")
     if cell_rows:
@@ -227,6 +229,7 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
                 f"{row['within_margin']:.0%} within the planned ±{row['margin_of_error']:,}."
                 "</p>"
             )
+    parts.extend(statistic_paragraphs(plan, statistic_rows))
     parts.append(
         "<h2>Files</h2><ul>"
         + "".join(f"<li><code>{esc(name)}</code></li>" for name in sorted(report["files"]))

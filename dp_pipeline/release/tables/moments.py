@@ -11,9 +11,11 @@ its noisy aggregates are accounted in the plan and never published.
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
-from dp_pipeline.engines.pandas.aggregate import run_pandas
+from dp_pipeline.engines.backend import aggregate
+from dp_pipeline.engines.pandas.aggregate import release_frame
 from dp_pipeline.engines.variance import (
     aggregate_variance,
     cell_keys,
@@ -22,14 +24,17 @@ from dp_pipeline.engines.variance import (
 )
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
+from dp_pipeline.query.variance import variance_columns
 from dp_pipeline.release.plan.moments import MOMENT_STATISTICS, mean_query, variance_spec
 from dp_pipeline.release.plan.queries import run_context, table_spec
 from dp_pipeline.release.plan.release_plan import TablePlan
 from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.udfs.noise import release_columns
 
 __all__ = [
     "MOMENT_STATISTICS",
     "VARIANCES",
+    "add_spark_truth",
     "mean_spec",
     "moment_table_pandas",
     "noised_spec",
@@ -66,17 +71,40 @@ def _released(table_plan: TablePlan, frame: pd.DataFrame, column: str) -> pd.Dat
 
 
 def moment_table_pandas(
-    spec: ReleaseSpec, table_plan: TablePlan, master, frame: pd.DataFrame, release_digest: str
+    spec: ReleaseSpec,
+    table_plan: TablePlan,
+    master,
+    frame: pd.DataFrame,
+    release_digest: str,
+    with_truth: bool = False,
 ) -> tuple[pd.DataFrame, Diagnostics]:
-    """A mean, var or std table of the pandas ``frame``: (keys and value, diagnostics)."""
+    """A mean, var or std table of the pandas ``frame``: (keys and value, diagnostics).
+
+    ``with_truth`` (synthetic input only): also ``true_value``, the statistic of the
+    bounded true aggregates (what the noise is added to), never published.
+    """
     table = table_plan.table
     if table.statistic == "mean":
-        released, found = run_pandas(frame, mean_spec(spec, table_plan, master, release_digest))
-        return _released(table_plan, released, "mean"), found
+        query = mean_spec(spec, table_plan, master, release_digest)
+        (true,) = aggregate(frame, [query])
+        released = _released(table_plan, release_frame(frame, query, true), "mean")
+        if with_truth:
+            released["true_value"] = release_columns(query, true.vectors())["mean"]
+        return released, true.diagnostics
     variance = variance_spec(spec, table, _mechanisms(table_plan), master, release_digest)
     centered, squares = aggregate_variance(with_variance_columns(frame, variance), variance)
-    released = variance_frame(cell_keys(frame, variance), variance, centered, squares)
-    return _released(table_plan, released, table.statistic), centered.diagnostics
+    keys = cell_keys(frame, variance)
+    return _variance_table(table_plan, variance, keys, centered, squares, with_truth)
+
+
+def _variance_table(table_plan, variance, keys, centered, squares, with_truth) -> tuple:
+    statistic = table_plan.table.statistic
+    released = variance_frame(keys, variance, centered, squares)
+    released = _released(table_plan, released, statistic)
+    if with_truth:
+        true = variance_columns(variance, centered.vectors(), squares.vectors())
+        released["true_value"] = true[statistic]
+    return released, centered.diagnostics
 
 
 def spark_variances(
@@ -87,23 +115,44 @@ def spark_variances(
     release_digest: str,
     results: dict,
     found: dict,
+    with_truth: bool = False,
 ) -> None:
     """The var and std tables of the Spark DataFrame ``frame`` into ``results`` (keys and
-    value, on the driver) and their diagnostics into ``found``: one aggregation job each."""
-    from dp_pipeline.engines.spark_sql.variance import spark_variance
+    value, on the driver) and their diagnostics into ``found``: one aggregation job each
+    (`dp_pipeline.engines.spark_sql.variance`; ``with_truth`` as `moment_table_pandas`)."""
+    from dp_pipeline.engines.spark_sql.variance import spark_variance_columns
 
     for table_plan in table_plans:
         table = table_plan.table
         variance = variance_spec(spec, table, _mechanisms(table_plan), master, release_digest)
-        released, found[table.name] = spark_variance(frame, variance)
-        released.attrs = {}
-        results[table.name] = _released(table_plan, released, table.statistic)
+        centered, squares = aggregate_variance(spark_variance_columns(frame, variance), variance)
+        cells = variance.cells
+        decoded = cells.decode(np.arange(cells.total, dtype=np.int64))
+        keys = pd.DataFrame(dict(zip(cells.columns, decoded, strict=True)))
+        results[table.name], found[table.name] = _variance_table(
+            table_plan, variance, keys, centered, squares, with_truth
+        )
+
+
+def add_spark_truth(table: pd.DataFrame, table_plan: TablePlan, released, cells, position):
+    """``table``'s ``true_value`` from a Spark pass (synthetic input only, for the report).
+
+    A count's or sum's (granularity 1) values before bounding, as the pass collects them;
+    a mean's statistic of its bounded true aggregates, as `moment_table_pandas` computes it.
+    """
+    statistic = table_plan.table.statistic
+    if statistic == "mean":
+        index = position[table_plan.table.name]
+        true = cells.true_aggregates(index).vectors()
+        table["true_value"] = release_columns(cells.queries[index], true)["mean"]
+    elif with_truth_column(table_plan.table):
+        table["true_value"] = released.true_count if statistic == "count" else released.true_sum
 
 
 def with_truth_column(table) -> bool:
-    """Whether the report compares this table's cells with integer truths (synthetic input).
+    """Whether a count or sum table's cells get an integer truth (synthetic input only).
 
-    Counts and sums of granularity 1 only: a mean, a variance or a sum in fractional
-    units has no integer truth, and its accuracy is given by its margins alone.
+    Counts and sums of granularity 1 only (a sum in other units has no integer truth);
+    a mean's, var's or std's truth is its statistic of the bounded true aggregates.
     """
     return table.statistic == "count" or (table.statistic == "sum" and table.granularity is None)

@@ -213,7 +213,7 @@ def numpy_tables(
             continue
         if table.statistic in MOMENT_STATISTICS:
             released, found[table.name] = moment_table_pandas(
-                spec, table_plan, master, frame, release_digest
+                spec, table_plan, master, frame, release_digest, with_truth
             )
         else:
             query = table_spec(spec, table, table_plan.mechanism, master, release_digest)

@@ -433,10 +433,8 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
         for table_plan, released in zip(collected, released_cells, strict=True):
             table = released.table.rename(columns={statistic_column(table_plan): "value"})
             table = table[[*table_plan.table.keys, "value"]]
-            if with_truth and moments.with_truth_column(table_plan.table):
-                # Non-private values before bounding (synthetic data only).
-                count = table_plan.table.statistic == "count"
-                table["true_value"] = released.true_count if count else released.true_sum
+            if with_truth:  # non-private values (synthetic data only)
+                moments.add_spark_truth(table, table_plan, released, cells, position)
             results[table_plan.table.name] = table
             progress(f"spark: table {table_plan.table.name} ({len(table):,} cells)")
         # The selections' bounded counts are small (groups x grid, or the candidates):
@@ -455,7 +453,9 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
                 release_digest=release_digest,
             )
             progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
-        moments.spark_variances(spec, variances, master, frame, release_digest, results, found)
+        moments.spark_variances(
+            spec, variances, master, frame, release_digest, results, found, with_truth
+        )
         timings["noise"] = time.perf_counter() - started
     except BaseException:
         cells.close()

@@ -97,8 +97,17 @@ def test_pandas_publishes_every_statistic_with_its_margins(pandas_release):
     html = (output / "report.html").read_text()
     assert "centred squares ±" in html and "mean of income in [0, 250000] step 100" in html
     accuracy = json.loads((output / "accuracy.json").read_text())["accuracy_vs_truth"]
-    # The truth is compared for the count only (a ratio has no integer truth).
-    assert [row["table"] for row in accuracy] == ["state_sex"]
+    # The count against its truth; each ratio against the ratio of its bounded true
+    # aggregates, beside its aggregates' margins; the sum in thousands has no integer truth.
+    rows = {row["table"]: row for row in accuracy}
+    assert list(rows) == ["state_sex", *STATISTICS]
+    variance = rows["age_variance_by_sex"]
+    assert variance["released_cells"] == 2 and variance["max_abs_error"] <= 50**2
+    assert variance["margins_of_error"] == {
+        m["value"]: m["margin_of_error"] for m in tables["age_variance_by_sex"]["measures"]
+    }
+    assert rows["mean_income_by_state"]["released_cells"] == 51
+    assert "aggregates' margins: sum ±" in html
 
     entries = Ledger(pandas_release / "ledger.sqlite").history()
     assert [(e.release_id, e.status) for e in entries] == [("census-statistics-2026", "committed")]
