@@ -180,8 +180,8 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
         parts.append(
             f"<tr><td>{esc(table.table.name)}</td><td>{esc(' × '.join(table.table.keys))}</td>"
             f"<td>{esc(statistic)}</td><td>{table.table.cells:,}</td>"
-            f"<td>{_number(float(table.parameter))}</td>"
-            f"<td>{_number(table.noise_sd)}</td><td>{share}</td>"
+            f"<td>{_parameters(table)}</td>"
+            f"<td>{_number(None if table.measures else table.noise_sd)}</td><td>{share}</td>"
             f"<td>{esc(margin_text(table))}</td></tr>"
         )
     parts.append("</table>")
@@ -237,6 +237,14 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
     )
     parts.append("</body></html>")
     return "\n".join(part for part in parts if part)
+
+
+def _parameters(table) -> str:
+    """A noised table's σ² or scale; a mean's, var's or std's, one per noisy aggregate."""
+    if not table.measures:
+        return _number(float(table.parameter))
+    mechanisms = [m.event.mechanism for m in table.measures]
+    return ", ".join(_number(float(getattr(m, "sigma2", None) or m.scale)) for m in mechanisms)
 
 
 def _selection_section(plan: ReleasePlan) -> list[str]:
