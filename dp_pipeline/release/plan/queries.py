@@ -19,6 +19,7 @@ from dp_pipeline.query.hierarchy import HierarchyRule
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec
+from dp_pipeline.release.spec.statistics import value_granularity
 from dp_pipeline.selection.parameters import top_k_counts
 
 __all__ = [
@@ -61,7 +62,12 @@ def table_query(spec: ReleaseSpec, table: TableSpec) -> Aggregation:
         **common,
     )
     if table.statistic == "sum":
-        query = SumQuery.build(table.value, bounds=(table.lower, table.upper), **cells)
+        query = SumQuery.build(
+            table.value,
+            bounds=(table.lower, table.upper),
+            granularity=value_granularity(table),
+            **cells,
+        )
     elif table.statistic == "count":
         query = CountQuery.build(**cells)
     else:

@@ -34,6 +34,7 @@ from dp_pipeline.accounting.noise_variance import noise_variance
 from dp_pipeline.errors import DPKeyError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger.budget import accountant_type, largest_fitting, largest_fitting_text
+from dp_pipeline.release.plan import moments
 from dp_pipeline.release.plan.costs import (
     PlanError,
     selection_epsilon_for_rho,
@@ -83,14 +84,24 @@ class TablePlan:
     """
 
     table: TableSpec
-    event: PrivacyEvent  # what the table costs: the one record the accountant and ledger take
-    margin_of_error: int | None
+    event: PrivacyEvent  # what the table costs: the record the accountant and ledger take
+    margin_of_error: int | Fraction | None
+    # mean / var / std: every noisy aggregate (`event` is the first's); margin_of_error None.
+    measures: tuple[moments.MeasurePlan, ...] = ()
+
+    @property
+    def events(self) -> tuple[PrivacyEvent, ...]:
+        """Every event of the table: one, or one per aggregate of a mean, var or std."""
+        return tuple(m.event for m in self.measures) if self.measures else (self.event,)
 
     @property
     def rho(self) -> Fraction:
-        """This table's exact zCDP ρ, the accountant's reading of `event` (a release
+        """This table's exact zCDP ρ, the accountant's reading of `events` (a release
         accounted in pure ε reports none: `ReleasePlan.rho` is None)."""
-        return Fraction(PrivacyAccountant().add_event(self.event).rho())
+        accountant = PrivacyAccountant()
+        for event in self.events:
+            accountant.add_event(event)
+        return Fraction(accountant.rho())
 
     @property
     def epsilon(self) -> Fraction | None:
@@ -250,8 +261,9 @@ def _table_dict(plan: TablePlan, *, zcdp: bool) -> dict:
         "sensitivity": list(plan.sensitivity),
         "share": None if table.share is None else str(table.share),
         "rho": str(plan.rho) if zcdp else None,
-        "margin_of_error": plan.margin_of_error,
+        "margin_of_error": moments.exact_margin(plan.margin_of_error),
     }
+    entry.update(moments.value_fields(table, plan.measures))
     if table.is_selection:
         entry["runs"] = plan.runs
         if isinstance(plan.mechanism, DiscreteLaplace):
@@ -307,12 +319,25 @@ def plan_release(
 
     vectors = {t.name: sensitivity_vector(spec, t) for t in spec.tables if t.statistic in NOISED}
     noised = [t for t in spec.tables if not t.is_selection]
+    # Each noised table's vectors: one, or one per aggregate of a mean / var / std, which
+    # share the table's budget equally (`dp_pipeline.release.plan.moments`).
+    parts = {
+        t.name: moments.measure_vectors(spec, t)
+        if t.statistic in moments.MOMENT_STATISTICS
+        else (vectors[t.name],)
+        for t in noised
+    }
+    measured: dict[str, tuple[moments.MeasurePlan, ...]] = {}
     selections = [t for t in spec.tables if t.is_selection]
     budget = spec.budget
     # One PrivacyEvent per table: the record the accountant, the report and the ledger read.
     events: dict[str, PrivacyEvent] = {}
 
-    def noised_event(table, mechanism) -> PrivacyEvent:
+    def noised_event(table, mechanisms) -> PrivacyEvent:
+        if table.statistic in moments.MOMENT_STATISTICS:
+            measured[table.name] = moments.measure_plans(spec, table, mechanisms, confidence)
+            return measured[table.name][0].event
+        (mechanism,) = mechanisms
         (event,) = table_query(spec, table).with_noise(mechanism).events()
         return event
 
@@ -327,7 +352,8 @@ def plan_release(
     invalid_event = None
     if spec.noise == "discrete_gaussian" and noised and noised[0].sigma2 is not None:
         for table in noised:
-            events[table.name] = noised_event(table, DiscreteGaussian(table.sigma2))
+            count = len(parts[table.name])
+            events[table.name] = noised_event(table, [DiscreteGaussian(table.sigma2)] * count)
         if invalid is not None:
             invalid_event = PrivacyEvent(DiscreteGaussian(invalid.sigma2), (1,), 1)
     elif spec.noise == "discrete_gaussian":
@@ -344,13 +370,13 @@ def plan_release(
             epsilon=budget.epsilon,
             delta=budget.delta,
             rho=budget.rho,
-            queries=[(t.share, vectors[t.name]) for t in noised] + invalid_queries,
+            queries=moments.shared_queries(noised, parts) + invalid_queries,
             others=[(t.share, builder(t)) for t in selections],
         )
         if invalid_queries:
             invalid_event = PrivacyEvent(DiscreteGaussian(sigma2s.pop()), (1,), 1)
-        for table, sigma2 in zip(noised, sigma2s, strict=True):
-            events[table.name] = noised_event(table, DiscreteGaussian(sigma2))
+        for table, chosen in moments.split_by_table(noised, parts, sigma2s):
+            events[table.name] = noised_event(table, [DiscreteGaussian(v) for v in chosen])
         for table, (mechanism, sensitivity, runs) in zip(selections, built, strict=True):
             events[table.name] = PrivacyEvent(mechanism, tuple(sensitivity), runs)
     else:
@@ -360,13 +386,13 @@ def plan_release(
         if shares:
             scales = calibrate_laplace(
                 epsilon=budget.epsilon * noised_share,
-                queries=[(t.share / noised_share, vectors[t.name]) for t in noised]
+                queries=moments.shared_queries(noised, parts, noised_share)
                 + [(share / noised_share, vector) for share, vector in invalid_queries],
             )
             if invalid_queries:
                 invalid_event = PrivacyEvent(DiscreteLaplace(scales.pop()), (1,), 1)
-            for table, scale in zip(noised, scales, strict=True):
-                events[table.name] = noised_event(table, DiscreteLaplace(scale))
+            for table, chosen in moments.split_by_table(noised, parts, scales):
+                events[table.name] = noised_event(table, [DiscreteLaplace(v) for v in chosen])
         for table in selections:
             events[table.name] = selection_event(spec, table, table.share * budget.epsilon)
 
@@ -374,12 +400,16 @@ def plan_release(
     tables = []
     for table in spec.tables:
         event = events[table.name]
+        if table.name in measured:
+            for measure in measured[table.name]:
+                accountant.add_event(measure.event)
+            tables.append(TablePlan(table, event, None, measured[table.name]))
+            continue
         accountant.add_event(event)
         if table.is_selection:
             tables.append(_selection_plan(table, event, confidence))
-        else:
-            margin = int(margin_of_error(event.mechanism, confidence))
-            tables.append(TablePlan(table, event, margin))
+        else:  # in units of the value (a sum's noise is in granularity units)
+            tables.append(TablePlan(table, event, moments.value_margin(table, event, confidence)))
     invalid_count = None
     if invalid_event is not None:
         accountant.add_event(invalid_event)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant
+from dp_pipeline.release.plan.moments import margin_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 
 __all__ = ["exact_and_decimal", "format_plan"]
@@ -38,6 +39,8 @@ def format_plan(plan: ReleasePlan) -> str:
         parameter = table.parameter
         shown = exact_and_decimal(parameter)
         margin = "" if table.margin_of_error is None else f"±{table.margin_of_error}"
+        if table.measures or isinstance(table.margin_of_error, Fraction):
+            margin = margin_text(table)  # a mean's, var's, std's aggregates; a fractional sum
         if table.table.is_selection:
             shown = f"eps {float(parameter):.6g}"
             if table.table.statistic in ("quantile", "median"):
@@ -76,7 +79,8 @@ def format_plan(plan: ReleasePlan) -> str:
         f"{'margin (95%)':>14}",
     ]
     for name, cells, shown, share, margin in rows:
-        lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}{margin:>14}")
+        # Two spaces before the margin even when it is long (a mean's aggregates).
+        lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}  {margin:>12}")
     if invalid_note:
         lines.append(invalid_note)
     lines.append("")

@@ -19,6 +19,7 @@ import pandas as pd
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.release.plan.release_plan import ReleasePlan, TablePlan
 from dp_pipeline.release.report.exact_errors import ErrorTally, histogram_counts
+from dp_pipeline.release.report.statistics_accuracy import StatisticAccuracy
 from dp_pipeline.release.tables.consistency import RAW_COLUMN, value_margin_of
 
 __all__ = ["HISTOGRAM_BINS", "TableAccuracy", "accuracy_summary", "table_accuracies"]
@@ -318,8 +319,9 @@ def table_accuracies(plan: ReleasePlan, results: dict) -> dict[str, TableAccurac
     for table_plan in plan.tables:
         name = table_plan.table.name
         value = results[name]
-        if not isinstance(value, TableAccuracy):
-            accuracy = TableAccuracy(plan, table_plan)
+        if not isinstance(value, TableAccuracy | StatisticAccuracy):
+            kind = StatisticAccuracy if table_plan.measures else TableAccuracy  # mean, var, std
+            accuracy = kind(plan, table_plan)
             accuracy.add(value)
             value = accuracy
         accuracies[name] = value
@@ -334,7 +336,8 @@ def accuracy_summary(plan: ReleasePlan, accuracies: dict[str, TableAccuracy]) ->
     and the top-level geography and national errors, raw and consistent. quantile /
     median: the rank error per group (values between the released value and the best
     candidate, beyond the best's own loss) and the share within the planned rank
-    error. top_k: the share of reported candidates in the true top k. Means are exact
+    error. top_k: the share of reported candidates in the true top k. mean / var / std:
+    errors of the ratio and the aggregates' margins (`StatisticAccuracy`). Means are exact
     sums divided once; RMSEs the square root of that exactly computed mean.
     """
     rows = []

@@ -44,7 +44,8 @@ def report_figures(plan: ReleasePlan, accuracies, accuracy) -> dict[str, str]:
     import matplotlib.pyplot as plt
 
     names = [t.table.name for t in plan.tables]
-    noised = [t for t in plan.tables if not t.table.is_selection]
+    # A mean's, var's or std's margins are its aggregates' (the report's table lists them).
+    noised = [t for t in plan.tables if not t.table.is_selection and t.margin_of_error is not None]
     accuracy = [row for row in accuracy if "cells" in row]  # selections have no histogram
     figures = {}
     if plan.rho:
@@ -57,7 +58,9 @@ def report_figures(plan: ReleasePlan, accuracies, accuracy) -> dict[str, str]:
     if noised:
         figure, axis = plt.subplots(figsize=(7, 0.45 * len(noised) + 1))
         axis.barh(
-            [t.table.name for t in noised], [t.margin_of_error for t in noised], color="#ee7733"
+            [t.table.name for t in noised],
+            [float(t.margin_of_error) for t in noised],
+            color="#ee7733",
         )
         axis.set_xscale("log")
         axis.set_xlabel("95% margin of error per cell (log scale)")

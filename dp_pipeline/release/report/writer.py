@@ -14,12 +14,14 @@ import html
 from fractions import Fraction
 
 from dp_pipeline.release.ledger.phrases import delta_text
+from dp_pipeline.release.plan.moments import margin_text, statistic_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.report.figures import report_figures
 from dp_pipeline.release.report.postprocess import (
     postprocessing_description,
     postprocessing_section,
 )
+from dp_pipeline.release.report.statistics_accuracy import statistic_paragraphs
 
 __all__ = ["html_report", "privacy_report"]
 
@@ -160,7 +162,9 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
     parts.append(
         "<p>The margin of error is the half-width m such that each cell's noise lies in "
         "[−m, m] with probability at least 95% (exact, rounded up). Every declared cell is "
-        "released, zero counts included.</p>"
+        "released, zero counts included. A mean, variance or standard deviation is a ratio "
+        "of noisy aggregates: the margins shown are those of its noisy count and sums (in "
+        "units of the value, or of its square), not of the ratio.</p>"
     )
     parts.append(
         "<table><tr><th>table</th><th>keys</th><th>statistic</th><th>cells</th>"
@@ -171,14 +175,14 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
             continue
         share = "–" if not plan.rho or table.rho is None else f"{float(table.rho / plan.rho):.1%}"
         statistic = table.table.statistic
-        if statistic == "sum":
-            statistic += f" of {table.table.value} in [{table.table.lower}, {table.table.upper}]"
+        if table.table.value is not None:
+            statistic = statistic_text(table.table)
         parts.append(
             f"<tr><td>{esc(table.table.name)}</td><td>{esc(' × '.join(table.table.keys))}</td>"
             f"<td>{esc(statistic)}</td><td>{table.table.cells:,}</td>"
-            f"<td>{_number(float(table.parameter))}</td>"
-            f"<td>{_number(table.noise_sd)}</td><td>{share}</td>"
-            f"<td>±{table.margin_of_error:,}</td></tr>"
+            f"<td>{_parameters(table)}</td>"
+            f"<td>{_number(None if table.measures else table.noise_sd)}</td><td>{share}</td>"
+            f"<td>{esc(margin_text(table))}</td></tr>"
         )
     parts.append("</table>")
     parts.extend(_selection_section(plan))
@@ -190,7 +194,8 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
             parts.append(f"<h3>{title}</h3><img alt='{title}' src='data:image/png;base64,")
             parts.append(figures[key] + "'>")
     cell_rows = [row for row in accuracy if "cells" in row]
-    selection_rows = [row for row in accuracy if "cells" not in row]
+    statistic_rows = [row for row in accuracy if "margins_of_error" in row]  # mean, var, std
+    selection_rows = [row for row in accuracy if "cells" not in row and row not in statistic_rows]
     if accuracy:
         parts.append("<h2>Accuracy against the truth (synthetic input only)</h2>")
     if cell_rows:
@@ -224,6 +229,7 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
                 f"{row['within_margin']:.0%} within the planned ±{row['margin_of_error']:,}."
                 "</p>"
             )
+    parts.extend(statistic_paragraphs(plan, statistic_rows))
     parts.append(
         "<h2>Files</h2><ul>"
         + "".join(f"<li><code>{esc(name)}</code></li>" for name in sorted(report["files"]))
@@ -231,6 +237,14 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
     )
     parts.append("</body></html>")
     return "\n".join(part for part in parts if part)
+
+
+def _parameters(table) -> str:
+    """A noised table's σ² or scale; a mean's, var's or std's, one per noisy aggregate."""
+    if not table.measures:
+        return _number(float(table.parameter))
+    mechanisms = [m.event.mechanism for m in table.measures]
+    return ", ".join(_number(float(getattr(m, "sigma2", None) or m.scale)) for m in mechanisms)
 
 
 def _selection_section(plan: ReleasePlan) -> list[str]:

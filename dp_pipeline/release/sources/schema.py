@@ -59,6 +59,7 @@ from dp_pipeline.release.sources.shown_schema import (
 from dp_pipeline.release.sources.source import InputReadError
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError, TableSpec
 from dp_pipeline.release.spec.outputs import RAW_COLUMN, output_columns, quantile_grid
+from dp_pipeline.release.spec.statistics import released_as_float
 
 __all__ = [
     "DECIMAL_PATTERN",
@@ -455,7 +456,9 @@ def table_schema(spec: ReleaseSpec, table: TableSpec, raw: bool = False) -> pa.S
         elif column == "value" and table.statistic in ("quantile", "median"):
             integer_grid = all(value.denominator == 1 for value in quantile_grid(table)[:2])
             fields.append(pa.field(column, pa.int64() if integer_grid else pa.float64()))
-        elif column == "value" and raw and not spec.postprocess.integer:
+        elif column == "value" and (
+            released_as_float(table) or (raw and not spec.postprocess.integer)
+        ):
             fields.append(pa.field(column, pa.float64()))
         else:
             fields.append(pa.field(column, pa.int64()))

@@ -376,6 +376,17 @@ def check_combined_tables(
         else:
             continue
         path = f"tables[{index}]"
+        if kind == "sum" and table.granularity is not None:
+            # The solver weighs each table by its noise variance in noised units and
+            # publishes raw_value as integers: both hold for whole units of the value only.
+            problems.append(
+                f"{path}.granularity = {table.granularity}: post-processing combines the sum "
+                f"tables in whole units of the value (weighed by their noise variances in "
+                f"those units, raw_value an integer column), and table {table.name!r} is "
+                "noised in units of its granularity; remove its granularity or set "
+                "[postprocess] sums = false"
+            )
+            continue
         if privacy_unit is not None:
             for name in ("max_cells", "max_per_cell"):
                 if getattr(table, name) != 1:

@@ -41,7 +41,7 @@ __all__ = [
 
 NOISE_FAMILIES = ("discrete_gaussian", "discrete_laplace")
 NEIGHBOURING_RELATIONS = ("add_remove", "replace")
-STATISTICS = ("count", "sum", "quantile", "median", "top_k")
+STATISTICS = ("count", "sum", "mean", "var", "std", "quantile", "median", "top_k")
 # Statistics released by DP selection (the exponential mechanism or one-shot noisy top-k):
 # they take a share of the budget, never an explicit sigma2.
 SELECTIONS = ("quantile", "median", "top_k")
@@ -59,6 +59,9 @@ ON_INVALID_RULES = ("drop", "error")
 RESERVED_COLUMNS = {
     "count": ("value", "raw_value", "true_value", "true_n"),
     "sum": ("value", "raw_value", "true_value", "true_n"),
+    "mean": ("value", "true_value"),
+    "var": ("value", "true_value"),
+    "std": ("value", "true_value"),
     "quantile": ("value", "true_value", "rank_error"),
     "median": ("value", "true_value", "rank_error"),
     "top_k": ("rank", "count", "true_count", "in_true_top_k"),
@@ -132,7 +135,11 @@ class Budget:
 class TableSpec:
     """One released table: its key columns (with their full domains) and its statistic.
 
-    count / sum: one noisy value per cell of ``keys``. quantile / median: one
+    count / sum: one noisy value per cell of ``keys``. mean / var / std: one value per
+    cell post-processed from a noisy count and noisy clamped sums (of the values, or of
+    the centred values and their squares; `dp_pipeline.release.plan.moments`). Sums, means,
+    variances: values clamped into ``[lower, upper]`` and rounded to ``granularity``
+    (None for a sum: 1). quantile / median: one
     selected value of ``value`` per cell of ``keys`` (the groups; none = one
     row), chosen from the grid ``lower, lower + granularity, ... <= upper``.
     top_k: the ``k`` most frequent values of the single key column among its
@@ -143,7 +150,7 @@ class TableSpec:
     keys: tuple[str, ...]
     statistic: str  # one of STATISTICS
     value: str | None  # summed column (sum) or the column of a quantile / median
-    lower: int | Fraction | None  # sum: clamping bounds (integers); quantile: grid bounds
+    lower: int | Fraction | None  # sum, mean, var, std: clamping bounds; quantile: grid bounds
     upper: int | Fraction | None
     share: Fraction | None  # share of the release budget (all tables, or none)
     sigma2: Fraction | None  # explicit noise parameter instead of a share
@@ -151,7 +158,7 @@ class TableSpec:
     max_per_cell: int  # L∞: rows one privacy unit may contribute to one cell
     cells: int  # product of the key domains' sizes (released rows; top_k: candidates)
     q: Fraction | None = None  # quantile level (median: 1/2)
-    granularity: Fraction | None = None  # quantile grid step
+    granularity: Fraction | None = None  # quantile grid step; a sum's, mean's, var's rounding
     k: int | None = None  # top_k
     method: str | None = None  # top_k: "peeling" or "one_shot"
 
@@ -174,14 +181,16 @@ class TableSpec:
         (the rule is written once there).
         """
         statistic = "sum" if self.statistic == "sum" else "count"
+        # A sum's bounds in granularity units (the noised integers' unit).
+        step = Fraction(1) if self.granularity is None else self.granularity
         return sensitivity_vector(
             statistic,
             max_cells=1,
             max_per_cell=self.max_per_cell,
             neighbouring="add_remove",
             cells=1,
-            lower=self.lower if statistic == "sum" else None,
-            upper=self.upper if statistic == "sum" else None,
+            lower=int(self.lower / step) if statistic == "sum" else None,
+            upper=int(self.upper / step) if statistic == "sum" else None,
         )[0]
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from fractions import Fraction
 
-from dp_pipeline.query.bounds import sum_units_problem
 from dp_pipeline.query.quantile_grid import MAX_QUANTILE_CANDIDATES, quantile_candidate_count
 from dp_pipeline.release.spec.fields import (
     check_column,
@@ -21,6 +20,11 @@ from dp_pipeline.release.spec.fields import (
 )
 from dp_pipeline.release.spec.limits import SHARE_MIN, SIGMA2_RANGE, check_range
 from dp_pipeline.release.spec.model import SELECTIONS, STATISTICS, TOP_K_METHODS, TableSpec
+from dp_pipeline.release.spec.statistics import (
+    VALUE_STATISTICS,
+    check_value_units,
+    read_value_fields,
+)
 
 __all__ = ["TABLE_FIELDS", "read_quantile_fields", "read_tables"]
 
@@ -113,24 +117,10 @@ def read_tables(
                 "coarsen a key or raise the limit"
             )
         value = lower = upper = q = granularity = k = method = None
-        if statistic == "sum":
-            value = read_string(raw, "value", path, problems, required=True)
-            if value is not None:
-                check_column(value, f"{path}.value", problems)
-            for bound in ("lower", "upper"):
-                if bound not in raw:
-                    problems.append(
-                        f"{path}.{bound}: required for a sum (values are clamped into "
-                        "[lower, upper]; bounds never come from the data)"
-                    )
-                elif isinstance(raw[bound], bool) or not isinstance(raw[bound], int):
-                    problems.append(
-                        f"{path}.{bound} = {show_value(raw[bound])}: must be an integer "
-                        "(integer noise needs integer sums)"
-                    )
-            lower, upper = raw.get("lower"), raw.get("upper")
-            if isinstance(lower, int) and isinstance(upper, int) and not lower < upper:
-                problems.append(f"{path}: lower = {lower} must be < upper = {upper}")
+        if statistic in VALUE_STATISTICS:
+            value, lower, upper, granularity = read_value_fields(
+                raw, path, statistic, keys, problems
+            )
         elif grouped_selection:
             value, lower, upper, q, granularity = read_quantile_fields(
                 raw, path, statistic, cells, cell_limit, problems
@@ -139,15 +129,16 @@ def read_tables(
             for key in ("value", "lower", "upper"):
                 if key in raw:
                     problems.append(
-                        f"{path}.{key} = {show_value(raw[key])}: only sum, quantile and median "
-                        f"tables take {key}"
+                        f"{path}.{key} = {show_value(raw[key])}: only sum, mean, var, std, "
+                        f"quantile and median tables take {key}"
                     )
         if not grouped_selection:
             for key in ("q", "granularity"):
-                if key in raw:
+                if key in raw and not (key == "granularity" and statistic in VALUE_STATISTICS):
+                    takers = "quantile and median" if key == "q" else "sum, mean, var, std, "
+                    takers += "" if key == "q" else "quantile and median"
                     problems.append(
-                        f"{path}.{key} = {show_value(raw[key])}: only quantile and median tables "
-                        f"take {key}"
+                        f"{path}.{key} = {show_value(raw[key])}: only {takers} tables take {key}"
                     )
         if statistic == "top_k":
             k = read_integer(raw, "k", path, problems)
@@ -213,19 +204,9 @@ def read_tables(
                 problems.append(f"{path}.{key} = {bound}: must be >= 1")
         if l0 is not None and not unread_domain and l0 > cells and not grouped_selection:
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
-        if statistic == "sum" and isinstance(lower, int) and isinstance(upper, int):
-            # The sum limits of dp_pipeline.query.exact_sums (granularity 1), as engines apply them.
-            side, largest = max(("lower", abs(lower)), ("upper", abs(upper)), key=lambda p: p[1])
-            if sum_units_problem(largest, None):
-                problems.append(
-                    f"{path}.{side} = {raw[side]}: {sum_units_problem(largest, None)}; use "
-                    "tighter bounds or sum the column in coarser units (e.g. thousands)"
-                )
-            elif isinstance(linf, int) and sum_units_problem(largest, linf):
-                problems.append(
-                    f"{path}.max_per_cell = {linf} with |{side}| = {largest}: "
-                    f"{sum_units_problem(largest, linf)}; lower max_per_cell or use tighter bounds"
-                )
+        if statistic in VALUE_STATISTICS and None not in (lower, upper):
+            bounds = (lower, upper, granularity or Fraction(1))
+            check_value_units(raw, path, statistic, bounds, linf, problems)
         if len(problems) == before and not unread_domain:
             tables.append(
                 TableSpec(

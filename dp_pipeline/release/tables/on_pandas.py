@@ -32,6 +32,11 @@ from dp_pipeline.release.sources.schema import arrow_frame, read_csv_rows
 from dp_pipeline.release.sources.source import InputReadError, OpenedInput
 from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec
 from dp_pipeline.release.tables.invalid_rows import decide, row_checks
+from dp_pipeline.release.tables.moments import (
+    MOMENT_STATISTICS,
+    moment_table_pandas,
+    with_truth_column,
+)
 
 __all__ = [
     "full_index",
@@ -206,11 +211,16 @@ def numpy_tables(
             )
             progress(f"{engine}: table {index}/{len(plan.tables)} {table.name} ({table.statistic})")
             continue
-        query = table_spec(spec, table, table_plan.mechanism, master, release_digest)
-        released, found[table.name] = run_pandas(frame, query)
-        released = released.rename(columns={statistic_column(table_plan): "value"})
-        released = released[[*table_plan.table.keys, "value"]]
-        if with_truth:
+        if table.statistic in MOMENT_STATISTICS:
+            released, found[table.name] = moment_table_pandas(
+                spec, table_plan, master, frame, release_digest, with_truth
+            )
+        else:
+            query = table_spec(spec, table, table_plan.mechanism, master, release_digest)
+            released, found[table.name] = run_pandas(frame, query)
+            released = released.rename(columns={statistic_column(table_plan): "value"})
+            released = released[[*table_plan.table.keys, "value"]]
+        if with_truth and with_truth_column(table):
             released["true_value"] = true_values_pandas(frame, spec, table_plan.table)
         results[table_plan.table.name] = released
         progress(

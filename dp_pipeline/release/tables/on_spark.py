@@ -38,7 +38,6 @@ from dp_pipeline.engines.spark.session.failures import session_failure
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.query.quantile_grid import GridPosition
 from dp_pipeline.release.plan.postprocess import postprocess_on_spark
-from dp_pipeline.release.plan.queries import table_spec
 from dp_pipeline.release.plan.selections import (
     aggregation_spec,
     position_column,
@@ -76,6 +75,7 @@ from dp_pipeline.release.sources.spark_listing import (
     source_label,
 )
 from dp_pipeline.release.spec.model import ReleaseSpec
+from dp_pipeline.release.tables import moments
 from dp_pipeline.release.tables.invalid_rows import decide, row_checks
 from dp_pipeline.release.tables.on_pandas import numpy_tables, statistic_column
 from dp_pipeline.release.tables.spark_session import check_executors, open_release_session
@@ -386,7 +386,8 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
         decide(plan, master, release_digest, exact)
     timings["read"] = time.perf_counter() - started
     started = time.perf_counter()
-    noised = [p for p in plan.tables if not p.table.is_selection]
+    variances = [p for p in plan.tables if p.table.statistic in moments.VARIANCES]  # own job
+    noised = [p for p in plan.tables if not p.table.is_selection and p not in variances]
     selections = [(i, p) for i, p in enumerate(plan.tables) if p.table.is_selection]
     # Quantile tables group by the grid position of their value, a key both
     # aggregation paths derive from the input (the Parquet pass included).
@@ -396,7 +397,7 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
         if table_plan.table.statistic != "top_k"
     }
     # Noised tables first: they are the first queries of the one noise step.
-    specs = [table_spec(spec, p.table, p.mechanism, master, release_digest) for p in noised]
+    specs = [moments.noised_spec(spec, p, master, release_digest) for p in noised]
     specs += [aggregation_spec(spec, p, master, index, release_digest) for index, p in selections]
     # Combined tables post-processed on Spark stay there: noised by the Spark noise
     # job, their cells never collected (`dp_pipeline.release.tables.streamed`).
@@ -432,10 +433,8 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
         for table_plan, released in zip(collected, released_cells, strict=True):
             table = released.table.rename(columns={statistic_column(table_plan): "value"})
             table = table[[*table_plan.table.keys, "value"]]
-            if with_truth:
-                # Non-private values before bounding (synthetic data only).
-                count = table_plan.table.statistic == "count"
-                table["true_value"] = released.true_count if count else released.true_sum
+            if with_truth:  # non-private values (synthetic data only)
+                moments.add_spark_truth(table, table_plan, released, cells, position)
             results[table_plan.table.name] = table
             progress(f"spark: table {table_plan.table.name} ({len(table):,} cells)")
         # The selections' bounded counts are small (groups x grid, or the candidates):
@@ -454,6 +453,9 @@ def _spark_tables(spec, plan, master, source, release_digest, with_truth, progre
                 release_digest=release_digest,
             )
             progress(f"spark: table {table_plan.table.name} ({table_plan.table.statistic})")
+        moments.spark_variances(
+            spec, variances, master, frame, release_digest, results, found, with_truth
+        )
         timings["noise"] = time.perf_counter() - started
     except BaseException:
         cells.close()

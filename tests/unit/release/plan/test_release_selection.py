@@ -104,7 +104,7 @@ CASES = [
     (1, "keys", ["race", "state"], "a top_k table has exactly one key column"),
     (1, "method", "greedy", "tables[1].method = 'greedy': must be one of peeling, one_shot"),
     (1, "q", Decimal("0.9"), "tables[1].q = 0.9: only quantile and median tables take q"),
-    (1, "upper", 3, "tables[1].upper = 3: only sum, quantile and median tables take upper"),
+    (1, "upper", 3, "tables[1].upper = 3: only sum, mean, var, std, quantile and median tables"),
 ]
 
 
