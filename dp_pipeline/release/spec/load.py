@@ -61,6 +61,12 @@ from dp_pipeline.release.spec.model import (
     output_name_clash,
 )
 from dp_pipeline.release.spec.run_locations import operator_location
+from dp_pipeline.release.spec.selection import (
+    check_selected_tables,
+    from_data_columns,
+    read_key_selections,
+    selection_budget_problems,
+)
 from dp_pipeline.release.spec.spark_conf import read_spark_conf
 from dp_pipeline.release.spec.tables import read_tables
 
@@ -113,6 +119,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "output": ("dir",),
     "run": ("engine", "master", "ledger", "key_file", "spark_conf"),
     "domains": (),  # free-form: one entry per key column
+    "key_selection": (),  # one sub-table per "from_data" column (spec.selection)
     "hierarchy": HIERARCHY_FIELDS,
     "postprocess": POSTPROCESS_FIELDS,
     "tables": (),  # array of tables, checked below
@@ -275,7 +282,12 @@ def parse_spec(
     # A [budget] that is present but wrong has its own problem: no "budget: required" too.
     budget_written = "budget" in document
 
-    domains = read_domains(sections["domains"], problems)
+    # Columns written "from_data" have no declared values (`spec.selection`).
+    selected = from_data_columns(sections["domains"])
+    domains = read_domains(
+        {k: v for k, v in sections["domains"].items() if k not in selected}, problems
+    )
+    key_selections = read_key_selections(sections["key_selection"], selected, noise, problems)
     tables = read_tables(
         sections["tables"],
         domains,
@@ -284,6 +296,7 @@ def parse_spec(
         cell_limit,
         problems,
         declared=set(sections["domains"]),
+        selected=selected,
     )
     for index, table in enumerate(tables):
         if unit_column is not None and unit_column in (*table.keys, table.value):
@@ -315,6 +328,17 @@ def parse_spec(
         input_path=raw_input if isinstance(raw_input, str) else "",
     )
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
+    raw_levels = sections["hierarchy"].get("levels", [])
+    check_selected_tables(
+        sections["tables"],
+        selected,
+        hierarchy_levels=tuple(raw_levels) if isinstance(raw_levels, list) else (),
+        postprocess=postprocess_flags is not None or bool(sections["postprocess"]),
+        on_invalid=sections["input"].get("on_invalid", "drop"),
+        budget=budget,
+        cap=cap,
+        problems=problems,
+    )
     postprocess = None
     if sections["hierarchy"] and postprocess_flags is None:
         problems.append(
@@ -348,6 +372,11 @@ def parse_spec(
         sections["input"], on_invalid, not with_sigma2 or bool(with_share), problems
     )
     invalid_share = [] if invalid_rows is None or invalid_rows.share is None else [invalid_rows]
+    # Selections with a share take it beside the tables' (their own epsilon and delta
+    # come off the budget first: `selection_budget_problems`).
+    shared_selections = [s for s in key_selections.values() if s.share is not None]
+    invalid_share += shared_selections
+    problems += selection_budget_problems(key_selections, budget, bool(with_sigma2))
     if tables and with_share and with_sigma2:
         problems.append(
             f"tables: {len(with_share)} table(s) give a share and {len(with_sigma2)} give "
@@ -363,7 +392,8 @@ def parse_spec(
                 f"tables[*].share: shares sum to {total} "
                 f"({' + '.join(str(t.share) for t in [*with_share, *invalid_share])}); "
                 "the shares of all tables"
-                + (" and input.invalid_share" if invalid_share else "")
+                + (" and input.invalid_share" if invalid_rows and invalid_rows.share else "")
+                + (" and key_selection shares" if shared_selections else "")
                 + " must sum to exactly 1"
             )
         if not budget_written:
@@ -458,6 +488,7 @@ def parse_spec(
         shares_input_with=tuple(shares_input_with),
         input_table=input_table,
         spark_conf=spark_conf,
+        key_selections=key_selections,
     )
 
 
