@@ -345,7 +345,12 @@ def parse_spec(
             "hierarchy: only post-processing uses the hierarchy; add a [postprocess] section "
             "(consistent = true) or remove [hierarchy]"
         )
-    if postprocess_flags is not None and tables and len(tables) == len(sections["tables"]):
+    if (
+        postprocess_flags is not None
+        and tables
+        and len(tables) == len(sections["tables"])
+        and not any(set(t.keys) & selected for t in tables)  # refused above
+    ):
         combined, sum_sets = check_combined_tables(
             tables, domains, hierarchy, unit_column, problems, sums=postprocess_flags["sums"]
         )
@@ -387,7 +392,8 @@ def parse_spec(
         problems.append(f"tables {missing}: share is missing (every table needs a share)")
     elif with_share and len(tables) == len(sections["tables"]):
         total = sum((t.share for t in [*with_share, *invalid_share]), Fraction(0))
-        if total != 1:
+        # A selection with its own problem is left out: its share is not judged.
+        if total != 1 and len(key_selections) == len(selected):
             problems.append(
                 f"tables[*].share: shares sum to {total} "
                 f"({' + '.join(str(t.share) for t in [*with_share, *invalid_share])}); "
