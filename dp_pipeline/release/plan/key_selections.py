@@ -95,7 +95,9 @@ def _own_rest(spec: ReleaseSpec) -> tuple[Fraction, Fraction] | None:
 
 def plan_key_selections(spec: ReleaseSpec) -> tuple[KeySelectionPlan, ...]:
     """Each selection's exact plan (threshold, noise, δ); `PlanError` naming the field
-    when its budget is too small for any key to be released, before anything is read."""
+    when its budget is too small for any key to be released (its threshold above the
+    most units a key can have: ``max_units``, or a synthetic input's persons), with the
+    threshold and the least epsilon that would release one, before anything is read."""
     rest = _own_rest(spec)
     plans = []
     for column, selection in sorted(spec.key_selections.items()):
@@ -115,12 +117,23 @@ def plan_key_selections(spec: ReleaseSpec) -> tuple[KeySelectionPlan, ...]:
                 delta=delta,
                 max_cells=selection.max_cells,
                 neighbouring=spec.neighbouring,
+                max_units=_max_units(spec, selection),
             )
             plan.event()  # a plan the accountant cannot compose is refused here
         except DPValueError as error:
             raise PlanError(f"key_selection.{column}: {error}") from None
         plans.append(KeySelectionPlan(selection, plan))
     return tuple(plans)
+
+
+def _max_units(spec: ReleaseSpec, selection: KeySelectionSpec) -> int | None:
+    """The most distinct units a key can have, if public: the spec's ``max_units``, else
+    a synthetic input's number of persons (a key held by more units cannot exist)."""
+    if selection.max_units is not None:
+        return selection.max_units
+    if not spec.input_path and spec.input_table is None:
+        return spec.synthetic_persons
+    return None
 
 
 def _stand_in(spec: ReleaseSpec, column: str):

@@ -17,6 +17,9 @@ accountant with every table. Its settings, one sub-table per column::
     # epsilon = 0.5        # its own (epsilon, delta), taken off [budget]
     # delta = 1e-10
     noise = "laplace"      # or "gaussian"; default: the release's noise family
+    max_units = 50000      # optional, public: the most distinct units a key can have
+                           # (default for synthetic input: its persons); a plan whose
+                           # threshold is above it could release no key and is refused
 
 Rules checked here, before anything is read: a selected key is a key of count or sum
 tables only (the other statistics need their candidates declared), never a level of
@@ -55,7 +58,7 @@ __all__ = [
 ]
 
 FROM_DATA = "from_data"
-KEY_SELECTION_FIELDS = ("type", "max_cells", "share", "epsilon", "delta", "noise")
+KEY_SELECTION_FIELDS = ("type", "max_cells", "share", "epsilon", "delta", "noise", "max_units")
 KEY_TYPES = ("string", "integer")
 SELECTION_NOISES = ("laplace", "gaussian")
 # The release's noise family -> the selection's default noise.
@@ -79,6 +82,7 @@ class KeySelectionSpec:
     share: Fraction | None
     epsilon: Fraction | None
     delta: Fraction | None
+    max_units: int | None = None
 
     def to_dict(self) -> dict:
         return {
@@ -89,6 +93,7 @@ class KeySelectionSpec:
             "share": None if self.share is None else str(self.share),
             "epsilon": None if self.epsilon is None else str(self.epsilon),
             "delta": None if self.delta is None else str(self.delta),
+            "max_units": self.max_units,
         }
 
 
@@ -194,7 +199,13 @@ def _read_one(raw: dict, column: str, path: str, release_noise: str, problems: l
                 f"{path}.delta = {show_value(raw['delta'])}: must be at least 2**-100 and below "
                 "1 (a key held by one unit is released with probability about delta)"
             )
-    return KeySelectionSpec(column, kind, max_cells, noise, share, epsilon, delta)
+    max_units = read_integer(raw, "max_units", path, problems)
+    if max_units is not None and max_units < 1:
+        problems.append(
+            f"{path}.max_units = {max_units}: must be >= 1 (the most distinct units a key "
+            "can have, e.g. the population's size)"
+        )
+    return KeySelectionSpec(column, kind, max_cells, noise, share, epsilon, delta, max_units)
 
 
 def check_selected_tables(

@@ -109,7 +109,7 @@ def test_unknown_selection_field_is_refused():
     raw = spec_of(key_selection={"merchant": {"share": "1/4", "threshold": 5}})
     assert problems_of(raw) == [
         "key_selection.merchant.threshold: unknown field; allowed fields are type, max_cells, "
-        "share, epsilon, delta, noise"
+        "share, epsilon, delta, noise, max_units"
     ]
 
 
@@ -270,6 +270,29 @@ def test_budget_too_small_is_refused_at_plan_time():
     )
 
 
+def test_threshold_above_max_units_is_refused_at_plan_time():
+    raw = spec_of(key_selection={"merchant": {"share": "1/4", "max_cells": 2, "max_units": 40}})
+    threshold = plan_release(parse_spec(spec_of()), input_present=False).key_selections[0]
+    threshold = threshold.selection.threshold
+    with pytest.raises(PlanError) as caught:
+        plan_release(parse_spec(raw), input_present=False)
+    least = str(caught.value).split("epsilon >= ")[1].split(" ")[0]
+    assert str(caught.value) == (
+        "key_selection.merchant: epsilon=1/2, delta=2.5e-09, max_cells=2: budget too small for "
+        f"key selection: its threshold is {threshold} distinct units, above max_units=40, so no "
+        f"key could be released; epsilon >= {least} would release a key held by 40 units with "
+        "probability at least 1/2 (or raise delta, or lower max_cells)"
+    )
+    assert float(least) > 0.5
+
+
+def test_synthetic_input_bounds_the_units_a_key_can_have():
+    raw = spec_of()
+    raw["input"] = {"synthetic_persons": 50}  # no key can be held by more than 50 persons
+    with pytest.raises(PlanError, match="above max_units=50, so no key could be released"):
+        plan_release(parse_spec(raw), input_present=False)
+
+
 def test_cli_plan_prints_the_threshold_and_refuses_a_too_small_budget(tmp_path, capsys):
     spec = ROOT / "conf" / "merchant_payments.toml"
     assert main(["plan", str(spec)]) == 0
@@ -277,12 +300,9 @@ def test_cli_plan_prints_the_threshold_and_refuses_a_too_small_budget(tmp_path, 
     threshold = plan_release(load_spec(spec), input_present=False).key_selections[0]
     assert f"distinct units reaches {threshold.selection.threshold} (gaussian" in shown
     small = tmp_path / "small.toml"
-    small.write_text(
-        spec.read_text()
-        .replace('share = "1/4"', "epsilon = 1e-6\ndelta = 1e-9", 1)
-        .replace('share = "3/8"', 'share = "1/2"')
-    )
+    small.write_text(spec.read_text().replace('share = "1/4"', 'share = "1/4"\nmax_units = 60', 1))
     assert main(["plan", str(small)]) != 0
     refused = capsys.readouterr()
-    assert "key_selection.merchant: epsilon=1/1000000" in refused.err + refused.out
-    assert "budget too small for key selection" in refused.err + refused.out
+    shown = refused.err + refused.out
+    assert "key_selection.merchant: epsilon=1/2, delta=2.5e-09, max_cells=2: budget too" in shown
+    assert "above max_units=60, so no key could be released; epsilon >= " in shown
