@@ -242,3 +242,65 @@ def test_spark_publishes_the_same_bytes_as_pandas(tmp_path, spark, monkeypatch, 
         published = (result.output / f"{name}.parquet").read_bytes()
         assert published == (expected.output / f"{name}.parquet").read_bytes()
     assert len(read_release(result.output)["payments_by_merchant"]) >= 3
+
+
+CENSUS = """
+[release]
+id = "counties-1"
+noise_partitions = 2
+
+[population]
+name = "people"
+cap = {{ epsilon = 8, delta = 1e-7 }}
+
+[privacy_unit]
+column = "person_id"
+
+[budget]
+epsilon = 4
+delta = 1e-8
+
+[input]
+synthetic_persons = 20000
+
+[output]
+dir = "{tmp}/out"
+
+[run]
+engine = "pandas"
+ledger = "{tmp}/ledger.sqlite"
+key_file = "{tmp}/master.key"
+
+[domains]
+county = "from_data"
+sex = ["F", "M"]
+
+[key_selection.county]
+type = "integer"
+share = "1/2"
+
+[[tables]]
+name = "county_sex"
+keys = ["county", "sex"]
+share = "1/2"
+"""
+
+
+def test_synthetic_release_reports_kept_keys_with_its_accuracy(tmp_path):
+    """Synthetic input: the truth is compared on the kept counties only, and accuracy.json
+    carries the threshold and the keys kept (the persons bound the units per key)."""
+    path = tmp_path / "spec.toml"
+    path.write_text(CENSUS.format(tmp=tmp_path))
+    spec = load_spec(path, **operator_paths(tmp_path))
+    result = run_release(spec, progress=QUIET)
+    table = read_release(result.output)["county_sex"]
+    kept = result.plan.key_selections[0].kept
+    assert kept >= 3 and len(table) == 2 * kept
+    assert table["county"].dtype == np.int64 and table["county"].is_monotonic_increasing
+    accuracy = json.loads((result.output / "accuracy.json").read_text())
+    (row,) = accuracy["accuracy_vs_truth"]
+    assert row["table"] == "county_sex" and row["cells"] == 2 * kept
+    assert row["within_margin"] >= 0.8
+    (entry,) = accuracy["key_selections"]
+    assert entry["keys_kept"] == kept
+    assert entry["threshold"] == result.plan.key_selections[0].selection.threshold
