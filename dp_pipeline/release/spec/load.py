@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dp_pipeline.release.locations import default_key_file, default_ledger
+from dp_pipeline.release.spec import selection
 from dp_pipeline.release.spec.budget_fields import check_gaussian_delta, read_budget
 from dp_pipeline.release.spec.fields import (
     BUDGET_FIELDS,
@@ -61,12 +62,6 @@ from dp_pipeline.release.spec.model import (
     output_name_clash,
 )
 from dp_pipeline.release.spec.run_locations import operator_location
-from dp_pipeline.release.spec.selection import (
-    check_selected_tables,
-    from_data_columns,
-    read_key_selections,
-    selection_budget_problems,
-)
 from dp_pipeline.release.spec.spark_conf import read_spark_conf
 from dp_pipeline.release.spec.tables import read_tables
 
@@ -283,11 +278,8 @@ def parse_spec(
     budget_written = "budget" in document
 
     # Columns written "from_data" have no declared values (`spec.selection`).
-    selected = from_data_columns(sections["domains"])
-    domains = read_domains(
-        {k: v for k, v in sections["domains"].items() if k not in selected}, problems
-    )
-    key_selections = read_key_selections(sections["key_selection"], selected, noise, problems)
+    declared_domains, selected, key_selections = selection.read(sections, noise, problems)
+    domains = read_domains(declared_domains, problems)
     tables = read_tables(
         sections["tables"],
         domains,
@@ -328,29 +320,16 @@ def parse_spec(
         input_path=raw_input if isinstance(raw_input, str) else "",
     )
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
-    raw_levels = sections["hierarchy"].get("levels", [])
-    check_selected_tables(
-        sections["tables"],
-        selected,
-        hierarchy_levels=tuple(raw_levels) if isinstance(raw_levels, list) else (),
-        postprocess=postprocess_flags is not None or bool(sections["postprocess"]),
-        on_invalid=sections["input"].get("on_invalid", "drop"),
-        budget=budget,
-        cap=cap,
-        problems=problems,
-    )
+    grouped = selection.check_tables(sections, selected, budget, cap, problems)
     postprocess = None
     if sections["hierarchy"] and postprocess_flags is None:
         problems.append(
             "hierarchy: only post-processing uses the hierarchy; add a [postprocess] section "
             "(consistent = true) or remove [hierarchy]"
         )
-    if (
-        postprocess_flags is not None
-        and tables
-        and len(tables) == len(sections["tables"])
-        and not any(set(t.keys) & selected for t in tables)  # refused above
-    ):
+    # Tables grouped by selected keys: [postprocess] was refused above.
+    whole = len(tables) == len(sections["tables"]) and not grouped
+    if postprocess_flags is not None and tables and whole:
         combined, sum_sets = check_combined_tables(
             tables, domains, hierarchy, unit_column, problems, sums=postprocess_flags["sums"]
         )
@@ -377,11 +356,9 @@ def parse_spec(
         sections["input"], on_invalid, not with_sigma2 or bool(with_share), problems
     )
     invalid_share = [] if invalid_rows is None or invalid_rows.share is None else [invalid_rows]
-    # Selections with a share take it beside the tables' (their own epsilon and delta
-    # come off the budget first: `selection_budget_problems`).
-    shared_selections = [s for s in key_selections.values() if s.share is not None]
+    # Selections' shares sum with the tables' (their own epsilon and delta come first).
+    shared_selections = selection.shares(key_selections, budget, bool(with_sigma2), problems)
     invalid_share += shared_selections
-    problems += selection_budget_problems(key_selections, budget, bool(with_sigma2))
     if tables and with_share and with_sigma2:
         problems.append(
             f"tables: {len(with_share)} table(s) give a share and {len(with_sigma2)} give "

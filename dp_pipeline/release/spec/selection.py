@@ -52,9 +52,12 @@ __all__ = [
     "SELECTION_NOISES",
     "KeySelectionSpec",
     "check_selected_tables",
+    "check_tables",
     "from_data_columns",
+    "read",
     "read_key_selections",
     "selection_budget_problems",
+    "shares",
 ]
 
 FROM_DATA = "from_data"
@@ -296,3 +299,40 @@ def selection_budget_problems(selections: dict, budget, explicit_sigma2: bool) -
                 f"{budget.delta} for the tables; lower them or use shares"
             )
     return problems
+
+
+def read(sections: dict, release_noise: str, problems: list[str]):
+    """(the ``[domains]`` entries with declared values, the ``"from_data"`` columns, their
+    `KeySelectionSpec` by column) of a spec's sections."""
+    selected = from_data_columns(sections["domains"])
+    declared = {k: v for k, v in sections["domains"].items() if k not in selected}
+    selections = read_key_selections(sections["key_selection"], selected, release_noise, problems)
+    return declared, selected, selections
+
+
+def check_tables(sections: dict, selected: set[str], budget, cap, problems: list[str]) -> bool:
+    """`check_selected_tables` on a spec's sections; whether a table groups by a selected key."""
+    levels = sections["hierarchy"].get("levels", [])
+    check_selected_tables(
+        sections["tables"],
+        selected,
+        hierarchy_levels=tuple(levels) if isinstance(levels, list) else (),
+        postprocess=bool(sections["postprocess"]),
+        on_invalid=sections["input"].get("on_invalid", "drop"),
+        budget=budget,
+        cap=cap,
+        problems=problems,
+    )
+    tables = sections["tables"] if isinstance(sections["tables"], list) else []
+    return any(
+        isinstance(t, dict) and isinstance(t.get("keys"), list) and set(t["keys"]) & selected
+        for t in tables
+        if all(isinstance(k, str) for k in t.get("keys") or [])
+    )
+
+
+def shares(selections: dict, budget, explicit_sigma2: bool, problems: list[str]) -> list:
+    """The selections with a share (they sum with the tables'), after
+    `selection_budget_problems`."""
+    problems += selection_budget_problems(selections, budget, explicit_sigma2)
+    return [s for s in selections.values() if s.share is not None]
