@@ -304,3 +304,30 @@ def test_synthetic_release_reports_kept_keys_with_its_accuracy(tmp_path):
     (entry,) = accuracy["key_selections"]
     assert entry["keys_kept"] == kept
     assert entry["threshold"] == result.plan.key_selections[0].selection.threshold
+
+
+def test_each_row_its_own_unit_selects_by_rows(tmp_path):
+    """privacy_unit.each_row: a key's count is its rows (each row one unit, one key)."""
+    frame = payments_frame(3000, seed=7).drop(columns="payer_id")
+    path = payments(tmp_path / "data", frame)
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    text = SPEC.format(
+        input=path, tmp=folder, engine="pandas", kind="string", noise="discrete_gaussian"
+    )
+    text = text.replace(
+        'column = "payer_id"\nmax_cells_per_table = 2\nmax_per_cell = 2', "each_row = true"
+    ).replace("max_cells = 2\nshare", "share")
+    (folder / "spec.toml").write_text(text)
+    spec = load_spec(folder / "spec.toml", **operator_paths(folder))
+    result = run_release(spec, progress=QUIET)
+    released = read_release(result.output)["payments_by_merchant"]
+    master = MasterKey(bytes.fromhex(KEY_HEX))
+    key, salt = selection_materials(spec, master, result.report["release_digest"], "merchant")
+    rows = frame.assign(row=np.arange(len(frame)))
+    plan = result.plan.key_selections[0].selection
+    expected = select_keys(
+        rows, key="merchant", privacy_unit="row", plan=plan, selection_key=key, salt=salt
+    )
+    assert released["merchant"].tolist() == sorted(expected.keys.tolist())
+    assert len(released) >= 3
