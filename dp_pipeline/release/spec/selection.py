@@ -31,6 +31,7 @@ invalid rows: dropped, never a key of their own.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -106,9 +107,14 @@ def from_data_columns(domains_section: dict) -> set[str]:
 
 
 def read_key_selections(
-    section: object, selected: set[str], release_noise: str, problems: list[str]
+    section: object,
+    selected: set[str],
+    release_noise: str,
+    problems: list[str],
+    declared: Collection[str] = (),
 ) -> dict[str, KeySelectionSpec]:
-    """``[key_selection.<column>]`` of every ``"from_data"`` column (problems appended)."""
+    """``[key_selection.<column>]`` of every ``"from_data"`` column (problems appended);
+    ``declared``: the columns with declared values (settings for one are refused)."""
     if not isinstance(section, dict):
         problems.append(
             f"key_selection = {show_value(section)}: must be a table of one sub-table per "
@@ -116,7 +122,13 @@ def read_key_selections(
         )
         return {}
     for column in section:
-        if column not in selected:
+        if column in declared:
+            problems.append(
+                f"key_selection.{column}: column {column!r} has a declared domain under "
+                "[domains]; a key's values are declared or selected from the data, not both: "
+                f'remove [key_selection.{column}] or write {column} = "from_data"'
+            )
+        elif column not in selected:
             problems.append(
                 f"key_selection.{column}: column {column!r} is not selected from the data; "
                 f'write {column} = "from_data" under [domains], or remove this section'
@@ -306,7 +318,9 @@ def read(sections: dict, release_noise: str, problems: list[str]):
     `KeySelectionSpec` by column) of a spec's sections."""
     selected = from_data_columns(sections["domains"])
     declared = {k: v for k, v in sections["domains"].items() if k not in selected}
-    selections = read_key_selections(sections["key_selection"], selected, release_noise, problems)
+    selections = read_key_selections(
+        sections["key_selection"], selected, release_noise, problems, declared
+    )
     return declared, selected, selections
 
 

@@ -73,7 +73,13 @@ def test_selection_without_settings_is_refused():
 def test_settings_for_a_declared_column_are_refused():
     raw = spec_of(key_selection={"merchant": {"share": "1/4"}, "channel": {"share": "1/4"}})
     assert (
-        "key_selection.channel: column 'channel' is not selected from the data; write channel = "
+        "key_selection.channel: column 'channel' has a declared domain under [domains]; a key's "
+        "values are declared or selected from the data, not both: remove "
+        '[key_selection.channel] or write channel = "from_data"'
+    ) in problems_of(raw)
+    raw["key_selection"] = {"merchant": {"share": "1/4"}, "shop": {"share": "1/4"}}
+    assert (
+        "key_selection.shop: column 'shop' is not selected from the data; write shop = "
         '"from_data" under [domains], or remove this section'
     ) in problems_of(raw)
 
