@@ -162,7 +162,9 @@ def compute_release_tables(spec, plan, master, source, release_digest, *, with_t
             f"{len(released[entry.column]):,} key(s) (threshold {entry.selection.threshold})"
         )
     compute, publish = resolved_plans(plan, released)
-    if source.engine == "pandas":
+    if not compute.tables:  # no key released: every table is empty, nothing to aggregate
+        results, timings, found = {}, {"select_keys": seconds}, {}
+    elif source.engine == "pandas":
         results, timings, found = numpy_tables(
             compute.spec,
             compute,

@@ -331,3 +331,25 @@ def test_each_row_its_own_unit_selects_by_rows(tmp_path):
     )
     assert released["merchant"].tolist() == sorted(expected.keys.tolist())
     assert len(released) >= 3
+
+
+def test_spark_csv_input_and_an_empty_selection_publish_pandas_bytes(tmp_path, spark, monkeypatch):
+    """A CSV input typed by Spark SQL, where no merchant clears the threshold: the same
+    empty tables, byte for byte."""
+    rows = 400
+    frame = pd.DataFrame(
+        {
+            "payer_id": [f"p{i}" for i in range(rows)],
+            "merchant": [f"m{i % 200}" for i in range(rows)],
+            "channel": ["web", "app"] * (rows // 2),
+            "amount": np.arange(rows),
+        }
+    )
+    path = payments(tmp_path / "data", frame)
+    _, expected = release(tmp_path, path)
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
+    _, result = release(tmp_path, path, engine="spark", spark=spark)
+    assert result.plan.key_selections[0].kept == 0
+    for name in ("payments_by_merchant", "amount_by_merchant_channel"):
+        published = (result.output / f"{name}.parquet").read_bytes()
+        assert published == (expected.output / f"{name}.parquet").read_bytes()
