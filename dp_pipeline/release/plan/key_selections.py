@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from fractions import Fraction
+from functools import lru_cache
 
 from dp_pipeline.errors import DPValueError, PlanError
 from dp_pipeline.keyselect import SelectionPlan, plan_selection
@@ -31,8 +32,10 @@ __all__ = [
     "KeySelectionPlan",
     "plan_key_selections",
     "plan_selected_release",
+    "report_entry",
     "selected_keys_of",
-    "unresolved_selections",
+    "selection_plans",
+    "unresolved",
 ]
 
 
@@ -71,7 +74,7 @@ class KeySelectionPlan:
         return entry
 
 
-def unresolved_selections(spec: ReleaseSpec) -> bool:
+def unresolved(spec: ReleaseSpec) -> bool:
     """Whether ``spec`` has selected keys whose domain is not known yet (plan time)."""
     return any(column not in spec.domains for column in spec.key_selections)
 
@@ -83,14 +86,44 @@ def selected_keys_of(spec: ReleaseSpec, table) -> tuple[str, ...]:
 
 def _own_rest(spec: ReleaseSpec) -> tuple[Fraction, Fraction] | None:
     """(ε', δ'): the budget once the selections' own (ε, δ) are taken off, or None."""
-    budget = spec.budget
+    return _rest_of(spec.key_selections, spec.budget)
+
+
+def _rest_of(selections: dict, budget) -> tuple[Fraction, Fraction] | None:
     if budget is None or budget.epsilon is None:
         return None
-    own = [s for s in spec.key_selections.values() if s.share is None]
+    own = [s for s in selections.values() if s.share is None]
     return (
         budget.epsilon - sum((s.epsilon for s in own), Fraction(0)),
         budget.delta - sum((s.delta for s in own), Fraction(0)),
     )
+
+
+def selection_plans(plan) -> tuple[KeySelectionPlan, ...]:
+    """The selections of a `ReleasePlan`, each with, after a run (its spec's domain of the
+    column then holds the released keys), how many keys were kept. Planned again from
+    the spec (`plan_key_selections`, deterministic and cached): the plan the run used."""
+    spec = plan.spec
+    domains = spec.domains
+    return tuple(
+        replace(entry, kept=len(domains[entry.column]) if entry.column in domains else None)
+        for entry in selection_plans_of(spec)
+    )
+
+
+def report_entry(plan) -> dict:
+    """``{"key_selections": [...]}`` for a plan's ``to_dict`` (each selection's figures and
+    keys kept); empty without selections, so other reports keep their bytes."""
+    selections = selection_plans(plan)
+    return {"key_selections": [s.to_dict() for s in selections]} if selections else {}
+
+
+@lru_cache(maxsize=32)
+def _planned(selections, budget, neighbouring, synthetic, persons) -> tuple:
+    # Only what a selection's plan depends on (all hashable): see `plan_key_selections`.
+    rest = _rest_of(dict(selections), budget)
+    units = persons if synthetic else None
+    return tuple(_plan_one(selection, rest, neighbouring, units) for _, selection in selections)
 
 
 def plan_key_selections(spec: ReleaseSpec) -> tuple[KeySelectionPlan, ...]:
@@ -98,42 +131,43 @@ def plan_key_selections(spec: ReleaseSpec) -> tuple[KeySelectionPlan, ...]:
     when its budget is too small for any key to be released (its threshold above the
     most units a key can have: ``max_units``, or a synthetic input's persons), with the
     threshold and the least epsilon that would release one, before anything is read."""
-    rest = _own_rest(spec)
-    plans = []
-    for column, selection in sorted(spec.key_selections.items()):
-        if selection.share is not None:
-            if rest is None:
-                raise PlanError(
-                    f"key_selection.{column}.share: the release has no (epsilon, delta) budget "
-                    "to share; give the selection its own epsilon and delta"
-                )
-            epsilon, delta = selection.share * rest[0], selection.share * rest[1]
-        else:
-            epsilon, delta = selection.epsilon, selection.delta
-        try:
-            plan = plan_selection(
-                noise=selection.noise,
-                epsilon=epsilon,
-                delta=delta,
-                max_cells=selection.max_cells,
-                neighbouring=spec.neighbouring,
-                max_units=_max_units(spec, selection),
+    return tuple(replace(entry, kept=None) for entry in selection_plans_of(spec))
+
+
+def selection_plans_of(spec: ReleaseSpec) -> tuple[KeySelectionPlan, ...]:
+    return _planned(
+        tuple(sorted(spec.key_selections.items())),
+        spec.budget,
+        spec.neighbouring,
+        not spec.input_path and spec.input_table is None,
+        spec.synthetic_persons,
+    )
+
+
+def _plan_one(selection: KeySelectionSpec, rest, neighbouring: str, persons) -> KeySelectionPlan:
+    column = selection.column
+    if selection.share is not None:
+        if rest is None:
+            raise PlanError(
+                f"key_selection.{column}.share: the release has no (epsilon, delta) budget "
+                "to share; give the selection its own epsilon and delta"
             )
-            plan.event()  # a plan the accountant cannot compose is refused here
-        except DPValueError as error:
-            raise PlanError(f"key_selection.{column}: {error}") from None
-        plans.append(KeySelectionPlan(selection, plan))
-    return tuple(plans)
-
-
-def _max_units(spec: ReleaseSpec, selection: KeySelectionSpec) -> int | None:
-    """The most distinct units a key can have, if public: the spec's ``max_units``, else
-    a synthetic input's number of persons (a key held by more units cannot exist)."""
-    if selection.max_units is not None:
-        return selection.max_units
-    if not spec.input_path and spec.input_table is None:
-        return spec.synthetic_persons
-    return None
+        epsilon, delta = selection.share * rest[0], selection.share * rest[1]
+    else:
+        epsilon, delta = selection.epsilon, selection.delta
+    try:
+        plan = plan_selection(
+            noise=selection.noise,
+            epsilon=epsilon,
+            delta=delta,
+            max_cells=selection.max_cells,
+            neighbouring=neighbouring,
+            max_units=selection.max_units if selection.max_units is not None else persons,
+        )
+        plan.event()  # a plan the accountant cannot compose is refused here
+    except DPValueError as error:
+        raise PlanError(f"key_selection.{column}: {error}") from None
+    return KeySelectionPlan(selection, plan)
 
 
 def _stand_in(spec: ReleaseSpec, column: str):
@@ -166,7 +200,7 @@ def _tables_spec(spec: ReleaseSpec) -> ReleaseSpec:
     return replaced(spec, **changes)
 
 
-def plan_selected_release(spec: ReleaseSpec, plan_tables, confidence, *, input_present: bool):
+def plan_selected_release(spec: ReleaseSpec, plan_tables, confidence, input_present: bool):
     """The `ReleasePlan` of a spec with selected keys: ``plan_tables`` (`plan_release`)
     plans the tables on `_tables_spec`, then every selection's event joins the
     accountant and the whole release is proven against ``[budget]``."""
@@ -210,5 +244,4 @@ def plan_selected_release(spec: ReleaseSpec, plan_tables, confidence, *, input_p
         epsilon_tight=epsilon_tight,
         delta_tight=delta_tight,
         epsilon_zcdp=None,
-        key_selections=selections,
     )

@@ -34,15 +34,12 @@ from dp_pipeline.accounting.noise_variance import noise_variance
 from dp_pipeline.errors import DPKeyError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger.budget import accountant_type, largest_fitting, largest_fitting_text
+from dp_pipeline.release.plan import key_selections
 from dp_pipeline.release.plan.costs import (
     PlanError,
     selection_epsilon_for_rho,
     selection_event,
     sensitivity_vector,
-)
-from dp_pipeline.release.plan.key_selections import (
-    plan_selected_release,
-    unresolved_selections,
 )
 from dp_pipeline.release.plan.postprocess import (
     check_postprocess_engine,
@@ -200,8 +197,6 @@ class ReleasePlan:
     seconds: float
     # on_invalid = "error": the noisy invalid-row count (part of `accountant`), else None.
     invalid_count: InvalidCountPlan | None = None
-    # [domains] column = "from_data": each selection's plan (and, after a run, keys kept).
-    key_selections: tuple = ()
 
     def table(self, name: str) -> TablePlan:
         for table in self.tables:
@@ -241,12 +236,7 @@ class ReleasePlan:
                 if self.invalid_count is None
                 else self.invalid_count.to_dict(zcdp=self.rho is not None)
             ),
-        } | (
-            # Only a release with selected keys has the entry: others' reports keep their bytes.
-            {"key_selections": [s.to_dict() for s in self.key_selections]}
-            if self.key_selections
-            else {}
-        )
+        } | key_selections.report_entry(self)
 
 
 def _table_dict(plan: TablePlan, *, zcdp: bool) -> dict:
@@ -310,8 +300,8 @@ def plan_release(
     ``input_present=False`` plans a release whose input may not exist yet (the input
     is not checked; ``dp-release plan`` reports its problems as notes).
     """
-    if unresolved_selections(spec):  # keys selected from the data: their own module
-        return plan_selected_release(spec, plan_release, confidence, input_present=input_present)
+    if key_selections.unresolved(spec):  # keys selected from the data: `key_selections`
+        return key_selections.plan_selected_release(spec, plan_release, confidence, input_present)
     started = time.perf_counter()
     # `dp-release plan` refuses what `run` would, with the same error, before any budget.
     check_machine(spec, input_present=input_present)

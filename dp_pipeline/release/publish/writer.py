@@ -81,7 +81,7 @@ def write_outputs(
         accuracy = accuracy_summary(plan, accuracies)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
-            if plan.key_selections:  # which keys a table may lack: threshold, keys kept
+            if plan.spec.key_selections:  # which keys a table may lack: threshold, keys kept
                 report_accuracy["key_selections"] = key_selection_rows(plan)
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import html
 
+from dp_pipeline.release.plan.key_selections import selection_plans
+
 __all__ = ["key_selection_rows", "key_selection_section"]
 
 
@@ -16,7 +18,7 @@ def key_selection_rows(plan) -> list[dict]:
     """One entry per selected column: threshold, keys kept, noise and budget (for
     ``accuracy.json``: what a reader needs to judge which keys could be missing)."""
     rows = []
-    for entry in plan.key_selections:
+    for entry in selection_plans(plan):
         selection = entry.selection
         rows.append(
             {
@@ -36,7 +38,7 @@ def key_selection_rows(plan) -> list[dict]:
 
 def key_selection_section(plan) -> list[str]:
     """The report.html section on keys selected from the data (empty without any)."""
-    if not plan.key_selections:
+    if not selection_plans(plan):
         return []
     esc = html.escape
     parts = [
@@ -51,7 +53,7 @@ def key_selection_section(plan) -> list[str]:
         "<th>noise</th><th>max_cells</th><th>ε</th><th>δ</th>"
         "<th>P[release] of a key held by one unit</th></tr>",
     ]
-    for entry in plan.key_selections:
+    for entry in selection_plans(plan):
         selection = entry.selection
         noise = (
             f"Laplace, scale {float(selection.scale):.4g}"

@@ -32,6 +32,7 @@ import pandas as pd
 
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.keyselect import SelectionKey, select_keys
+from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.spec.model import replaced
 
 # Called through its module: the crash tests replace `engines.compute_tables`.
@@ -66,7 +67,7 @@ def selected_keys_pandas(spec, plan, master, frame: pd.DataFrame, release_digest
         frame = frame.assign(**{_ROW_UNIT: np.arange(len(frame), dtype=np.int64)})
         unit = _ROW_UNIT
     released = {}
-    for entry in plan.key_selections:
+    for entry in selection_plans(plan):
         key, salt = selection_materials(spec, master, release_digest, entry.column)
         chosen = select_keys(
             frame,
@@ -91,7 +92,7 @@ def selected_keys_spark(spec, plan, master, frame, release_digest: str) -> dict:
         frame = frame.withColumn(_ROW_UNIT, functions.monotonically_increasing_id())
         unit = _ROW_UNIT
     released = {}
-    for entry in plan.key_selections:
+    for entry in selection_plans(plan):
         key, salt = selection_materials(spec, master, release_digest, entry.column)
         chosen = spark_selection.select_keys_spark(
             frame,
@@ -116,9 +117,8 @@ def resolved_plans(plan, released: dict):
         cells = math.prod(len(domains[key]) for key in table.keys)
         tables[table.name] = replace(table, cells=cells)
     resolved_spec = replaced(spec, domains=domains, tables=tuple(tables.values()))
-    selections = tuple(replace(s, kept=len(released[s.column])) for s in plan.key_selections)
     every = tuple(replace(t, table=tables[t.table.name]) for t in plan.tables)
-    publish = replace(plan, spec=resolved_spec, tables=every, key_selections=selections)
+    publish = replace(plan, spec=resolved_spec, tables=every)
     compute = replace(publish, tables=tuple(t for t in every if t.table.cells > 0))
     return compute, publish
 
@@ -139,7 +139,7 @@ def empty_table(spec, table, with_truth: bool) -> pd.DataFrame:
 def compute_release_tables(spec, plan, master, source, release_digest, *, with_truth, progress):
     """(the plan to publish, tables, timings, diagnostics): `compute_tables`, after the
     key selections when the plan has any (module docstring)."""
-    if not plan.key_selections:
+    if not plan.spec.key_selections:
         return (
             plan,
             *engines.compute_tables(
@@ -156,7 +156,7 @@ def compute_release_tables(spec, plan, master, source, release_digest, *, with_t
             frame = spark_half.spark_input_frame(spec, source)
             released = selected_keys_spark(spec, plan, master, frame, release_digest)
     seconds = time.perf_counter() - started
-    for entry in plan.key_selections:
+    for entry in selection_plans(plan):
         progress(
             f"{source.engine}: key selection of {entry.column!r} released "
             f"{len(released[entry.column]):,} key(s) (threshold {entry.selection.threshold})"

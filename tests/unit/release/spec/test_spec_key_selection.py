@@ -16,6 +16,7 @@ from dp_pipeline.accounting.events import KeySelection
 from dp_pipeline.errors import PlanError
 from dp_pipeline.keyselect import plan_selection
 from dp_pipeline.release.cli import main
+from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.plan.release_plan import plan_release
 from dp_pipeline.release.plan.text import format_plan
 from dp_pipeline.release.spec.load import load_spec, parse_spec
@@ -200,7 +201,7 @@ def test_laplace_release_keeps_laplace_selection():
 
 def test_plan_composes_the_selection_with_the_tables():
     plan = plan_release(parse_spec(spec_of()), input_present=False)
-    (selection,) = plan.key_selections
+    (selection,) = selection_plans(plan)
     # Its share of the budget: (2/4, 1e-8/4), planned by the selection core itself.
     expected = plan_selection(
         noise="gaussian",
@@ -232,7 +233,7 @@ def test_tables_spend_what_the_selection_leaves():
     by_merchant = plan.table("by_merchant")
     # max_cells_per_table 1, one row: sensitivity 1, ε = 1/2 · 2 = 1, scale 1.
     assert by_merchant.mechanism.scale == 1
-    assert plan.key_selections[0].selection.epsilon == Fraction(1, 2)
+    assert selection_plans(plan)[0].selection.epsilon == Fraction(1, 2)
     assert plan.table("by_merchant").table.share == Fraction(1, 2)  # as written
 
 
@@ -246,13 +247,13 @@ def test_own_budget_is_taken_off_the_top():
     plan = plan_release(parse_spec(raw), input_present=False)
     # The tables share ε - 1 = 1: 3/4 and 1/4 of it.
     assert plan.table("by_merchant").mechanism.scale == Fraction(4, 3)
-    assert plan.key_selections[0].selection.delta == Fraction(5, 10**9)
+    assert selection_plans(plan)[0].selection.delta == Fraction(5, 10**9)
 
 
 def test_plan_text_prints_the_threshold():
     plan = plan_release(parse_spec(spec_of()), input_present=False)
     text = format_plan(plan)
-    threshold = plan.key_selections[0].selection.threshold
+    threshold = selection_plans(plan)[0].selection.threshold
     assert (
         f"key selection of 'merchant': a key is released when its noisy count of distinct "
         f"units reaches {threshold} (gaussian sigma2"
@@ -278,7 +279,7 @@ def test_budget_too_small_is_refused_at_plan_time():
 
 def test_threshold_above_max_units_is_refused_at_plan_time():
     raw = spec_of(key_selection={"merchant": {"share": "1/4", "max_cells": 2, "max_units": 40}})
-    threshold = plan_release(parse_spec(spec_of()), input_present=False).key_selections[0]
+    threshold = selection_plans(plan_release(parse_spec(spec_of()), input_present=False))[0]
     threshold = threshold.selection.threshold
     with pytest.raises(PlanError) as caught:
         plan_release(parse_spec(raw), input_present=False)
@@ -303,7 +304,7 @@ def test_cli_plan_prints_the_threshold_and_refuses_a_too_small_budget(tmp_path, 
     spec = ROOT / "conf" / "merchant_payments.toml"
     assert main(["plan", str(spec)]) == 0
     shown = capsys.readouterr().out
-    threshold = plan_release(load_spec(spec), input_present=False).key_selections[0]
+    threshold = selection_plans(plan_release(load_spec(spec), input_present=False))[0]
     assert f"distinct units reaches {threshold.selection.threshold} (gaussian" in shown
     small = tmp_path / "small.toml"
     small.write_text(spec.read_text().replace('share = "1/4"', 'share = "1/4"\nmax_units = 60', 1))

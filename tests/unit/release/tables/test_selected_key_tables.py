@@ -21,6 +21,7 @@ from dp_pipeline.datasets.payments import payments_frame
 from dp_pipeline.keyselect import select_keys
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.run import Progress, read_release, run_release
 from dp_pipeline.release.spec.load import load_spec
 from dp_pipeline.release.spec.model import SpecError
@@ -116,7 +117,7 @@ def expected_keys(spec, result, frame: pd.DataFrame) -> list:
     master = MasterKey(bytes.fromhex(KEY_HEX))
     digest = result.report["release_digest"]
     key, salt = selection_materials(spec, master, digest, "merchant")
-    plan = result.plan.key_selections[0].selection
+    plan = selection_plans(result.plan)[0].selection
     chosen = select_keys(
         frame, key="merchant", privacy_unit="payer_id", plan=plan, selection_key=key, salt=salt
     )
@@ -144,7 +145,7 @@ def test_tables_hold_exactly_the_released_keys(tmp_path):
 
     report = json.loads((result.output / "privacy_report.json").read_text())
     (entry,) = report["key_selections"]
-    threshold = result.plan.key_selections[0].selection.threshold
+    threshold = selection_plans(result.plan)[0].selection.threshold
     assert entry["keys_kept"] == len(keys) and entry["threshold"] == threshold
     assert {t["name"]: t["cells"] for t in report["tables"]} == {
         "payments_by_merchant": len(keys),
@@ -294,7 +295,7 @@ def test_synthetic_release_reports_kept_keys_with_its_accuracy(tmp_path):
     spec = load_spec(path, **operator_paths(tmp_path))
     result = run_release(spec, progress=QUIET)
     table = read_release(result.output)["county_sex"]
-    kept = result.plan.key_selections[0].kept
+    kept = selection_plans(result.plan)[0].kept
     assert kept >= 3 and len(table) == 2 * kept
     assert table["county"].dtype == np.int64 and table["county"].is_monotonic_increasing
     accuracy = json.loads((result.output / "accuracy.json").read_text())
@@ -303,7 +304,7 @@ def test_synthetic_release_reports_kept_keys_with_its_accuracy(tmp_path):
     assert row["within_margin"] >= 0.8
     (entry,) = accuracy["key_selections"]
     assert entry["keys_kept"] == kept
-    assert entry["threshold"] == result.plan.key_selections[0].selection.threshold
+    assert entry["threshold"] == selection_plans(result.plan)[0].selection.threshold
 
 
 def test_each_row_its_own_unit_selects_by_rows(tmp_path):
@@ -325,7 +326,7 @@ def test_each_row_its_own_unit_selects_by_rows(tmp_path):
     master = MasterKey(bytes.fromhex(KEY_HEX))
     key, salt = selection_materials(spec, master, result.report["release_digest"], "merchant")
     rows = frame.assign(row=np.arange(len(frame)))
-    plan = result.plan.key_selections[0].selection
+    plan = selection_plans(result.plan)[0].selection
     expected = select_keys(
         rows, key="merchant", privacy_unit="row", plan=plan, selection_key=key, salt=salt
     )
@@ -349,7 +350,7 @@ def test_spark_csv_input_and_an_empty_selection_publish_pandas_bytes(tmp_path, s
     _, expected = release(tmp_path, path)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
     _, result = release(tmp_path, path, engine="spark", spark=spark)
-    assert result.plan.key_selections[0].kept == 0
+    assert selection_plans(result.plan)[0].kept == 0
     for name in ("payments_by_merchant", "amount_by_merchant_channel"):
         published = (result.output / f"{name}.parquet").read_bytes()
         assert published == (expected.output / f"{name}.parquet").read_bytes()
