@@ -76,9 +76,9 @@ from dp_pipeline.release.sources.source import check_listed_kinds, kept_log
 from dp_pipeline.release.sources.synthetic import check_sample, sealed_census_sample
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
 from dp_pipeline.release.spec.overrides import apply_overrides
+from dp_pipeline.release.tables import engines
 from dp_pipeline.release.tables.consistency import consistent_results, postprocess_on_spark
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
-from dp_pipeline.release.tables.selected_keys import compute_release_tables
 from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
 
 # Progress, apply_overrides and read_release are imported from here by callers of the
@@ -282,9 +282,8 @@ def _run_opened(
         results: dict = {}
         try:
             _advance(ledger, reservation, State.READING)
-            # Keys selected from the data first (`selected_keys`): the plan published
-            # carries the released keys as domains and the count of keys kept.
-            plan, results, engine_timings, diagnostics = compute_release_tables(
+            # Keys selected from the data first: the plan then holds the released keys.
+            plan, results, engine_timings, diagnostics = engines.compute_release_tables(
                 spec,
                 plan,
                 master,

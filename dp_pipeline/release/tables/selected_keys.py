@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import importlib
 import math
-import time
 from dataclasses import replace
 
 import numpy as np
@@ -35,13 +34,8 @@ from dp_pipeline.keyselect import SelectionKey, select_keys
 from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.spec.model import replaced
 
-# Called through its module: the crash tests replace `engines.compute_tables`.
-from dp_pipeline.release.tables import engines
-from dp_pipeline.release.tables.on_pandas import numpy_tables, read_pandas_rows
-
 __all__ = [
     "SELECTION_LABEL",
-    "compute_release_tables",
     "empty_table",
     "resolved_plans",
     "selected_keys_pandas",
@@ -134,62 +128,3 @@ def empty_table(spec, table, with_truth: bool) -> pd.DataFrame:
     if with_truth:
         columns["true_value"] = pd.Series([], dtype=np.int64)
     return pd.DataFrame(columns)
-
-
-def compute_release_tables(spec, plan, master, source, release_digest, *, with_truth, progress):
-    """(the plan to publish, tables, timings, diagnostics): `compute_tables`, after the
-    key selections when the plan has any (module docstring)."""
-    if not plan.spec.key_selections:
-        return (
-            plan,
-            *engines.compute_tables(
-                spec, plan, master, source, release_digest, with_truth=with_truth, progress=progress
-            ),
-        )
-    started = time.perf_counter()
-    if source.engine == "pandas":
-        frame, malformed = read_pandas_rows(spec, source)
-        released = selected_keys_pandas(spec, plan, master, frame, release_digest)
-    else:
-        spark_half = importlib.import_module("dp_pipeline.release.tables.on_spark")
-        with spark_half.spark_read_errors(source.where, source.spark):
-            frame = spark_half.spark_input_frame(spec, source)
-            released = selected_keys_spark(spec, plan, master, frame, release_digest)
-    seconds = time.perf_counter() - started
-    for entry in selection_plans(plan):
-        progress(
-            f"{source.engine}: key selection of {entry.column!r} released "
-            f"{len(released[entry.column]):,} key(s) (threshold {entry.selection.threshold})"
-        )
-    compute, publish = resolved_plans(plan, released)
-    if not compute.tables:  # no key released: every table is empty, nothing to aggregate
-        results, timings, found = {}, {"select_keys": seconds}, {}
-    elif source.engine == "pandas":
-        results, timings, found = numpy_tables(
-            compute.spec,
-            compute,
-            master,
-            frame,
-            release_digest,
-            with_truth,
-            progress,
-            {"read_select": seconds},
-            "pandas",
-            malformed_rows=malformed,
-        )
-    else:
-        results, timings, found = engines.compute_tables(
-            compute.spec,
-            compute,
-            master,
-            source,
-            release_digest,
-            with_truth=with_truth,
-            progress=progress,
-        )
-        timings["select_keys"] = seconds
-    for table_plan in publish.tables:
-        name = table_plan.table.name
-        if name not in results:
-            results[name] = empty_table(publish.spec, table_plan.table, with_truth)
-    return publish, {t.table.name: results[t.table.name] for t in publish.tables}, timings, found
