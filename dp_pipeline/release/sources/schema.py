@@ -110,9 +110,7 @@ def csv_columns(spec: ReleaseSpec) -> dict[str, str]:
 
 def key_kind(spec: ReleaseSpec, column: str) -> str:
     """`INTEGER_KEY` or `STRING_KEY`: the kind of the key column's declared domain."""
-    if column in spec.key_selections:  # selected from the data: its key_selection type
-        return INTEGER_KEY if spec.key_selections[column].type == "integer" else STRING_KEY
-    values = spec.domains[column]
+    values = spec.typed_domain(column)
     if isinstance(values, range) or Domain(column, values).kind == "int":
         return INTEGER_KEY
     return STRING_KEY

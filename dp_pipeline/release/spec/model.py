@@ -236,6 +236,13 @@ class ReleaseSpec:
             raise SpecError(problems, self.source)
         return replaced(self, release_id=release_id)
 
+    def typed_domain(self, column: str) -> range | tuple[Any, ...]:
+        """The key column's declared domain, or for a key selected from the data a
+        one-value stand-in of its ``key_selection`` type (what its kind is read from)."""
+        if column in self.key_selections:
+            return range(1) if self.key_selections[column].type == "integer" else ("",)
+        return self.domains[column]
+
     def table(self, name: str) -> TableSpec:
         for table in self.tables:
             if table.name == name:
