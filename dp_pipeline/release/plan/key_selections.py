@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from fractions import Fraction
 from functools import lru_cache
+from typing import TYPE_CHECKING, Any
 
 from dp_pipeline.errors import DPValueError, PlanError
 from dp_pipeline.keyselect import SelectionPlan, plan_selection
@@ -28,12 +29,14 @@ from dp_pipeline.release.ledger.budget import accountant_type
 from dp_pipeline.release.spec.model import Budget, ReleaseSpec, replaced
 from dp_pipeline.release.spec.selection import KeySelectionSpec
 
+if TYPE_CHECKING:  # the plan module calls this one: its type only
+    from dp_pipeline.release.plan.release_plan import ReleasePlan
+
 __all__ = [
     "KeySelectionPlan",
     "plan_key_selections",
     "plan_selected_release",
     "report_entry",
-    "selected_keys_of",
     "selection_plans",
     "unresolved",
 ]
@@ -79,11 +82,6 @@ def unresolved(spec: ReleaseSpec) -> bool:
     return any(column not in spec.domains for column in spec.key_selections)
 
 
-def selected_keys_of(spec: ReleaseSpec, table) -> tuple[str, ...]:
-    """The keys of ``table`` that are selected from the data."""
-    return tuple(key for key in table.keys if key in spec.key_selections)
-
-
 def _own_rest(spec: ReleaseSpec) -> tuple[Fraction, Fraction] | None:
     """(ε', δ'): the budget once the selections' own (ε, δ) are taken off, or None."""
     return _rest_of(spec.key_selections, spec.budget)
@@ -99,7 +97,7 @@ def _rest_of(selections: dict, budget) -> tuple[Fraction, Fraction] | None:
     )
 
 
-def selection_plans(plan) -> tuple[KeySelectionPlan, ...]:
+def selection_plans(plan: ReleasePlan) -> tuple[KeySelectionPlan, ...]:
     """The selections of a `ReleasePlan`, each with, after a run (its spec's domain of the
     column then holds the released keys), how many keys were kept. Planned again from
     the spec (`plan_key_selections`, deterministic and cached): the plan the run used."""
@@ -111,7 +109,7 @@ def selection_plans(plan) -> tuple[KeySelectionPlan, ...]:
     )
 
 
-def report_entry(plan) -> dict:
+def report_entry(plan: ReleasePlan) -> dict:
     """``{"key_selections": [...]}`` for a plan's ``to_dict`` (each selection's figures and
     keys kept); empty without selections, so other reports keep their bytes."""
     selections = selection_plans(plan)
@@ -200,7 +198,9 @@ def _tables_spec(spec: ReleaseSpec) -> ReleaseSpec:
     return replaced(spec, **changes)
 
 
-def plan_selected_release(spec: ReleaseSpec, plan_tables, confidence, input_present: bool):
+def plan_selected_release(
+    spec: ReleaseSpec, plan_tables: Any, confidence: Fraction, input_present: bool
+) -> ReleasePlan:
     """The `ReleasePlan` of a spec with selected keys: ``plan_tables`` (`plan_release`)
     plans the tables on `_tables_spec`, then every selection's event joins the
     accountant and the whole release is proven against ``[budget]``."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 __all__ = ["selection_lines"]
 
 
-def selection_lines(selections) -> list[str]:
+def selection_lines(selections: Sequence) -> list[str]:
     """One line per selected key column (`KeySelectionPlan`): its threshold, noise and
     budget, and the chance a key held by a single unit is released (an upper bound)."""
     lines = []

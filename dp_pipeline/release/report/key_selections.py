@@ -10,11 +10,12 @@ from __future__ import annotations
 import html
 
 from dp_pipeline.release.plan.key_selections import selection_plans
+from dp_pipeline.release.plan.release_plan import ReleasePlan
 
 __all__ = ["key_selection_rows", "key_selection_section"]
 
 
-def key_selection_rows(plan) -> list[dict]:
+def key_selection_rows(plan: ReleasePlan) -> list[dict]:
     """One entry per selected column: threshold, keys kept, noise and budget (for
     ``accuracy.json``: what a reader needs to judge which keys could be missing)."""
     rows = []
@@ -36,7 +37,7 @@ def key_selection_rows(plan) -> list[dict]:
     return rows
 
 
-def key_selection_section(plan) -> list[str]:
+def key_selection_section(plan: ReleasePlan) -> list[str]:
     """The report.html section on keys selected from the data (empty without any)."""
     if not selection_plans(plan):
         return []

@@ -31,8 +31,10 @@ import pandas as pd
 
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.keyselect import SelectionKey, select_keys
+from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.plan.key_selections import selection_plans
-from dp_pipeline.release.spec.model import replaced
+from dp_pipeline.release.plan.release_plan import ReleasePlan
+from dp_pipeline.release.spec.model import ReleaseSpec, TableSpec, replaced
 
 __all__ = [
     "SELECTION_LABEL",
@@ -47,14 +49,22 @@ SELECTION_LABEL = "key selection"
 _ROW_UNIT = "_dp_row_unit"
 
 
-def selection_materials(spec, master, release_digest: str, column: str):
+def selection_materials(
+    spec: ReleaseSpec, master: MasterKey, release_digest: str, column: str
+) -> tuple[SelectionKey, BoundingSalt]:
     """(selection key, bounding salt) of ``column``'s selection in this release."""
     key = SelectionKey.derive(master, SELECTION_LABEL, spec.release_id, release_digest, column)
     salt = BoundingSalt.derive(master, spec.release_id, f"{SELECTION_LABEL} {column}")
     return key, salt
 
 
-def selected_keys_pandas(spec, plan, master, frame: pd.DataFrame, release_digest: str) -> dict:
+def selected_keys_pandas(
+    spec: ReleaseSpec,
+    plan: ReleasePlan,
+    master: MasterKey,
+    frame: pd.DataFrame,
+    release_digest: str,
+) -> dict[str, tuple]:
     """Each selected column -> its released keys (sorted), selected on a pandas frame."""
     unit = spec.privacy_unit
     if unit is None:  # every row its own unit: one key per unit, nothing to bound
@@ -76,7 +86,9 @@ def selected_keys_pandas(spec, plan, master, frame: pd.DataFrame, release_digest
     return released
 
 
-def selected_keys_spark(spec, plan, master, frame, release_digest: str) -> dict:
+def selected_keys_spark(
+    spec: ReleaseSpec, plan: ReleasePlan, master: MasterKey, frame, release_digest: str
+) -> dict[str, tuple]:
     """`selected_keys_pandas` on a Spark DataFrame: streamed selection, released keys
     collected (they are the selection's output)."""
     spark_selection = importlib.import_module("dp_pipeline.keyselect.spark")
@@ -101,7 +113,9 @@ def selected_keys_spark(spec, plan, master, frame, release_digest: str) -> dict:
     return released
 
 
-def resolved_plans(plan, released: dict):
+def resolved_plans(
+    plan: ReleasePlan, released: dict[str, tuple]
+) -> tuple[ReleasePlan, ReleasePlan]:
     """(the plan to compute: tables with at least one cell, the plan to publish: every
     table), both over the spec whose selected columns' domains are the released keys."""
     spec = plan.spec
@@ -117,7 +131,7 @@ def resolved_plans(plan, released: dict):
     return compute, publish
 
 
-def empty_table(spec, table, with_truth: bool) -> pd.DataFrame:
+def empty_table(spec: ReleaseSpec, table: TableSpec, with_truth: bool) -> pd.DataFrame:
     """A table with no cell (a selected key released no key): its columns, no row."""
     columns = {}
     for key in table.keys:

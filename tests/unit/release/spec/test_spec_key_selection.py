@@ -313,3 +313,12 @@ def test_cli_plan_prints_the_threshold_and_refuses_a_too_small_budget(tmp_path, 
     shown = refused.err + refused.out
     assert "key_selection.merchant: epsilon=1/2, delta=2.5e-09, max_cells=2: budget too" in shown
     assert "above max_units=60, so no key could be released; epsilon >= " in shown
+
+
+def test_a_release_without_selected_keys_reports_as_before():
+    raw = spec_of(key_selection=None)
+    raw["domains"]["merchant"] = ["a", "b"]
+    raw["tables"][0]["share"] = "3/4"
+    plan = plan_release(parse_spec(raw), input_present=False)
+    assert "key_selections" not in plan.to_dict()
+    assert selection_plans(plan) == () and "key selection" not in format_plan(plan)
