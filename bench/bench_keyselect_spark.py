@@ -2,7 +2,7 @@
 ours (`dp_pipeline.keyselect.spark.select_keys_spark`) and PipelineDP 0.3 on Spark.
 
 Run (repository root; PipelineDP in its own virtualenv, e.g.
-``python3 -m venv PDP && PDP/bin/pip install pipeline-dp==0.3.0 pyspark``):
+``python3 -m venv PDP && PDP/bin/pip install pipeline-dp==0.3.1 pyspark``):
 
     PYTHONPATH=. python bench/bench_keyselect_spark.py --rows 10000000 --keys 1000000 \
         --pipelinedp-python PDP/bin/python
@@ -11,18 +11,24 @@ Data (numpy, test data only): ROWS rows of (unit, key) integers; every one of KE
 appears at least once and the other rows draw keys from a Zipf(1.1) law over 1..KEYS;
 units are uniform over ROWS/10 values (about 10 rows per unit). Spark local mode on
 CORES cores; each pipeline reads the same Parquet file, cached before timing, and is
-materialized (``noop`` sink or ``count``):
+materialized by a ``count`` of its released keys:
 
 (a) plain: the distinct (unit, key) pairs, each unit's MAX_CELLS pairs of smallest
     xxhash64 (a window by unit), the distinct units per key, keys with at least the
     same threshold as ours (a fixed threshold, no noise);
-(b) ours: `select_keys_spark` with a Laplace plan at (ε, δ) and MAX_CELLS (the optimal
-    truncated geometric when MAX_CELLS = 1);
+(b) ours: `select_keys_spark` with the default Laplace plan at (ε, δ) and MAX_CELLS (the
+    policy with the smaller threshold: the truncated geometric per key or the threshold);
 (c) PipelineDP: ``select_partitions`` (truncated geometric) at the same (ε, δ) and
     ``max_partitions_contributed = MAX_CELLS`` (`bench/pipelinedp_select.py`).
 
-Prints the wall times, the keys kept, the ratios ours/(a) and PipelineDP/ours, and the
-load average of the machine before and after.
+What each figure times: the query alone, from the cached input to the count of released
+keys. Not timed: generating and writing the data, starting the JVM (each process starts
+its session first and warms it with the cache), planning. Each pipeline runs REPEATS
+times, (a) and (b) alternating in one session, (c) in its own process and session; the
+best wall time and the least CPU time of each are kept. CPU is that of the driver, its
+JVM and its Python workers together (`bench/bench_keyselect_cpu.py`, from /proc): on a
+loaded machine the CPU ratio is the figure to trust. Prints the times, the keys kept,
+the ratios and the load average before and after.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from bench_keyselect_cpu import tree_cpu_seconds
 from pyspark.sql import Window
 from pyspark.sql import functions as sf
 
@@ -68,10 +75,11 @@ def plain(frame, max_cells: int, threshold: int):
     return counts.where(sf.col("units") >= threshold).select("key")
 
 
-def timed(job) -> float:
-    start = time.perf_counter()
+def timed(job) -> tuple[float, float]:
+    """(wall seconds, CPU seconds of this process tree) of one run of ``job``."""
+    cpu, start = tree_cpu_seconds(), time.perf_counter()
     job()
-    return time.perf_counter() - start
+    return time.perf_counter() - start, tree_cpu_seconds() - cpu
 
 
 def main() -> int:
@@ -83,6 +91,7 @@ def main() -> int:
     parser.add_argument("--delta", default="1/1000000")
     parser.add_argument("--max-cells", type=int, default=4)
     parser.add_argument("--seed", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--pipelinedp-python", help="python of a venv with pipeline-dp 0.3")
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -101,28 +110,28 @@ def main() -> int:
         spark.sparkContext.setLogLevel("ERROR")
         frame = spark.read.parquet(path).cache()
         frame.count()
-        kept = {}
-
-        def run(name, result):
-            def job():
-                kept[name] = result.count()
-
-            return timed(job)
-
-        seconds = {
-            "plain": run("plain", plain(frame, args.max_cells, plan.threshold)),
-            "ours": run(
-                "ours",
-                select_keys_spark(
-                    frame,
-                    key="key",
-                    privacy_unit="unit",
-                    plan=plan,
-                    selection_key=selection,
-                    salt=salt,
-                ),
+        kept: dict[str, int] = {}
+        pipelines = {
+            "plain": lambda: plain(frame, args.max_cells, plan.threshold),
+            "ours": lambda: select_keys_spark(
+                frame,
+                key="key",
+                privacy_unit="unit",
+                plan=plan,
+                selection_key=selection,
+                salt=salt,
             ),
         }
+        runs: dict[str, list[tuple[float, float]]] = {name: [] for name in pipelines}
+        for _ in range(args.repeats):
+            for name, build in pipelines.items():
+
+                def job(name=name, build=build):
+                    kept[name] = build().count()
+
+                runs[name].append(timed(job))
+        seconds = {name: min(wall for wall, _ in done) for name, done in runs.items()}
+        cpu = {name: min(used for _, used in done) for name, done in runs.items()}
         spark.stop()
         for name in seconds:
             print(f"{name:>10}: {seconds[name]:8.1f} s  keys kept {kept[name]}", flush=True)
@@ -138,6 +147,7 @@ def main() -> int:
                     args.epsilon,
                     repr(delta),
                     str(args.max_cells),
+                    str(args.repeats),
                 ],
                 capture_output=True,
                 text=True,
@@ -147,16 +157,26 @@ def main() -> int:
                 raise SystemExit(f"PipelineDP failed:\n{out.stderr[-3000:]}")
             line = json.loads(out.stdout.strip().splitlines()[-1])
             seconds["pipelinedp"], kept["pipelinedp"] = line["seconds"], line["kept"]
+            cpu["pipelinedp"] = line["cpu"]
     print(
         f"rows={args.rows} keys={args.keys} cores={args.cores} epsilon={args.epsilon} "
         f"delta={args.delta} max_cells={args.max_cells} threshold={plan.threshold} "
         f"policy={plan.policy}"
     )
     for name in seconds:
-        print(f"{name:>10}: {seconds[name]:8.1f} s  keys kept {kept[name]}")
-    print(f"ours/plain = {seconds['ours'] / seconds['plain']:.2f}")
+        print(
+            f"{name:>10}: wall {seconds[name]:8.1f} s  cpu {cpu[name]:8.1f} s  "
+            f"keys kept {kept[name]}"
+        )
+    print(
+        f"ours/plain = {seconds['ours'] / seconds['plain']:.2f} wall, "
+        f"{cpu['ours'] / cpu['plain']:.2f} cpu"
+    )
     if "pipelinedp" in seconds:
-        print(f"pipelinedp/ours = {seconds['pipelinedp'] / seconds['ours']:.2f}")
+        print(
+            f"pipelinedp/ours = {seconds['pipelinedp'] / seconds['ours']:.2f} wall, "
+            f"{cpu['pipelinedp'] / cpu['ours']:.2f} cpu"
+        )
         print(f"keys kept ours/pipelinedp = {kept['ours'] / max(kept['pipelinedp'], 1):.3f}")
     print(f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
     return 0

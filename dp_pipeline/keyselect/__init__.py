@@ -14,6 +14,8 @@ an exact threshold (for grouping keys nobody declared a domain for).
 - `decisions`: each key's release as an exact Bernoulli draw of its threshold event.
 - `mechanism`: the selection on pandas (`select_keys`) and per batch for a Spark
   ``mapInPandas`` (`select_partition`, `PartitionSelector`).
+- `optimal`: the optimal release probability per key at any (ε₀, δ₀), bracketed exactly
+  (the ``optimal_per_key`` policy).
 - `weighted`: the weighted policy for ``max_cells > 1`` (per-unit weights within a norm).
 - `partitions`: bounding per partition of whole units (`PairBounder`), for Spark.
 - `spark`: the streamed selection on a Spark DataFrame (`select_keys_spark`; imports

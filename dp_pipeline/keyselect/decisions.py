@@ -1,7 +1,8 @@
 """Release decisions as exact Bernoulli draws, one per key, from the key's own stream.
 
 Key k with count c is released iff c + Z_k >= τ, an event of probability
-π(c) = P[Z >= τ - c]. Only the event is output (never c + Z_k), so drawing the event
+π(c) = P[Z >= τ - c] (the optimal per-key policy gives π(c) directly, by its
+recursion). Only the event is output (never c + Z_k), so drawing the event
 itself with probability exactly π(c) is the same mechanism (the same law of the
 released set) as drawing Z_k and comparing; it needs a few bytes per key instead of a
 full noise draw. The draw: read the key's keystream as the binary expansion of a
@@ -31,6 +32,7 @@ import numpy as np
 
 from dp_pipeline.errors import DPValueError, InternalError
 from dp_pipeline.keyselect.key_streams import SelectionKey, UniformBits
+from dp_pipeline.keyselect.optimal import optimal_table
 from dp_pipeline.keyselect.tails import GaussianTails, laplace_tail, truncated_laplace_tail
 
 __all__ = ["FIRST_BITS", "MAX_BITS", "NoisePlan", "release_decisions", "release_probability"]
@@ -62,7 +64,11 @@ def _gaussian(sigma2: Fraction, bits: int) -> GaussianTails:
 
 
 def release_probability(plan: NoisePlan, count: int, bits: int) -> tuple[Fraction, Fraction]:
-    """Bracket of π(count) = P[count + Z >= τ], about 2^-bits wide or finer."""
+    """Bracket of π(count) = P[count + Z >= τ], about 2^-bits wide or finer (the optimal
+    per-key policy: π(count) of its recursion, `dp_pipeline.keyselect.optimal`)."""
+    if getattr(plan, "policy", None) == "optimal_per_key":
+        per_key = getattr(plan, "single_unit_release")  # noqa: B009 (not in NoisePlan)
+        return optimal_table(1 / plan.scale, per_key, max(bits, 64)).bracket(count)
     k = plan.threshold - count
     if plan.noise == "gaussian":
         return _gaussian(plan.sigma2, max(bits, 192)).tail(k)

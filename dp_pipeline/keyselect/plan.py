@@ -45,20 +45,25 @@ per-key policy), scale s/ε and truncation K, threshold K + 1. For every count n
 Theorem (the accountant event of a truncated plan). Every (ε₀, δ₀)-DP binary output is a
 post-processing of the canonical pair "loss +∞ with mass δ₀, else randomized response
 with ε₀" (Kairouz, Oh, Viswanath 2015, "The composition theorem for differential
-privacy", ICML, Section 2: its operational interpretation of (ε, δ)-DP), and dominating
-pairs compose (independent keys, each key's
-draw from its own stream). The s keys a unit moves are therefore dominated by s such
+privacy", ICML: the four-outcome (ε, δ) mechanism that dominates every (ε, δ)-DP one,
+in the proof of their Theorem 3.3), and dominating pairs compose (independent keys,
+each key's draw from its own stream). The s keys a unit moves are therefore dominated by s such
 pairs: an infinite-loss atom of mass q = 1 - (1 - P(K))^s and, given no atom, s
 randomized responses with ε/s, which is the loss pair of a discrete Laplace of scale s/ε
 moved by one (P[loss = ε/s] = P[Z <= 0] = e^{ε/s}/(1 + e^{ε/s})). `SelectionPlan.event`
 is exactly that `KeySelection`; at the plan's ε its δ is q <= ``delta`` (s randomized
 responses with ε/s are pure ε-DP). Keys no unit moves add nothing.
 
-Which policy (``policy=None``, Laplace): both plans have noise of the same scale s/ε
-and a symmetric noise, so a key with count c is released with probability at least 1/2
-exactly when c >= threshold; the plan with the smaller threshold releases every count
-at or above it with probability >= 1/2 where the other does not, and is the default
-(the truncated geometric on a tie: its π reaches 1 at 2K + 1).
+Optimal per key, any m, Laplace (``policy="optimal_per_key"``): each key released with
+the probability π(c) of the optimal (ε/s, δ₀)-DP mechanism, δ₀ = δ/s·(1 - 2^-32)
+(`dp_pipeline.keyselect.optimal`: Desfontaines et al.'s recursion at any δ₀, PipelineDP's
+per-key strategy); its event is the truncated plan's with P(K) replaced by δ₀.
+
+Which policy (``policy=None``, Laplace): all three have per-key losses of the same
+ε/s and symmetric release curves, so a key with count c is released with probability at
+least 1/2 exactly when c >= threshold; the plan with the smallest threshold releases
+every count at or above it with probability >= 1/2 where the others do not, and is the
+default (on a tie: the optimal, then the truncated geometric, whose π reach 1 first).
 """
 
 from __future__ import annotations
@@ -77,6 +82,7 @@ from dp_pipeline.keyselect.noise_profiles import (
     laplace_count_delta,
     log_zcdp_delta_estimate,
 )
+from dp_pipeline.keyselect.optimal import optimal_fields
 from dp_pipeline.keyselect.rules import (
     MAX_CELLS_LIMIT,
     MAX_EPSILON,
@@ -121,9 +127,9 @@ MAX_TRUNCATION = 100_000
 class SelectionPlan:
     """A key selection's noise, threshold and privacy figures (every δ an upper bound).
 
-    ``policy`` is ``"truncated_geometric"`` (Laplace truncated at ±K per key: optimal for
-    m = 1 with add/remove, PipelineDP's per-key policy otherwise) or ``"threshold"``
-    (untruncated noise). ``single_unit_release`` bounds p, the chance
+    ``policy`` is ``"optimal_per_key"`` (the optimal release probability per key at
+    (ε/s, δ/s)), ``"truncated_geometric"`` (Laplace truncated at ±K per key) or
+    ``"threshold"`` (untruncated noise). ``single_unit_release`` bounds p, the chance
     that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m
     (truncated geometric: 1-(1-p)^s, every key a unit moves has an atom);
     ``noise_delta`` bounds the count noise's δ_c(ε); ``delta_upper`` bounds
@@ -216,11 +222,12 @@ def plan_selection(
     Laplace: scale s/ε (s = m or 2m), pure ε for the counts, so all of ``delta`` is
     left to the keys only one neighbour has (``policy="threshold"``), or the truncated
     geometric per key (``policy="truncated_geometric"``: least K with
-    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1; for m = 1 with add/remove
-    the optimal mechanism). ``policy=None`` plans both and keeps the one with the smaller
-    threshold (module docstring). Gaussian (threshold policy only): σ² is ``sigma2`` if
-    given, else the least σ² on a grid of 1/1024 whose count-noise δ_c(ε) is at most
-    ``noise_delta_share``·``delta``; the threshold then takes what is left.
+    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1), or the optimal release
+    probability per key at (ε/s, δ/s) (``policy="optimal_per_key"``). ``policy=None``
+    plans all three and keeps the one with the smallest threshold (module docstring).
+    Gaussian (threshold policy only): σ² is ``sigma2`` if given, else the least σ² on a
+    grid of 1/1024 whose count-noise δ_c(ε) is at most ``noise_delta_share``·``delta``;
+    the threshold then takes what is left.
     ``max_units`` (public knowledge, e.g. the population's size): the most distinct units
     a key can have; a plan whose threshold exceeds it could release no key and is
     refused, the message giving the threshold and `minimum_epsilon` for ``max_units``.
@@ -272,32 +279,34 @@ def _plan(noise, epsilon, delta, max_cells, neighbouring, noise_delta_share, sig
             f"policy={policy!r}: must be one of {', '.join(map(repr, POLICIES))} or None "
             f"(the one with the smaller threshold)"
         )
-    if policy == "truncated_geometric" and noise != "laplace":
+    if policy not in (None, "threshold") and noise != "laplace":
         raise DPValueError(
-            "policy='truncated_geometric': applies to noise='laplace' only (a truncated "
-            "discrete Laplace per key); use policy='threshold' with noise='gaussian'"
+            f"policy={policy!r}: applies to noise='laplace' only (a release probability of "
+            f"each key's count); use policy='threshold' with noise='gaussian'"
         )
     sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
     common = dict(
         noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt, max_cells=max_cells
     )
-    truncated = None
-    if noise == "laplace" and policy != "threshold":
-        truncated = _truncated_plan(eps, dlt, sensitivity, common)
-        if truncated is not None and (policy is not None or sensitivity == 1):
-            return truncated  # for s = 1 it never has the larger threshold
-        if policy is not None:
-            limit = MAX_TRUNCATION if sensitivity == 1 else MAX_THRESHOLD - 1
-            raise budget_too_small(eps, dlt, max_cells, f"the truncation would exceed {limit}")
+    if noise == "gaussian" or policy == "threshold":
+        return _threshold_plan(eps, dlt, sensitivity, noise_delta_share, sigma2, common)
+    optimal = optimal_fields(eps, dlt, sensitivity)
+    plans = [
+        None if optimal is None else SelectionPlan(**common, **optimal),
+        _truncated_plan(eps, dlt, sensitivity, common),
+    ]
+    if policy is not None:
+        chosen = plans[POLICIES.index(policy) - 1]
+        if chosen is None:
+            raise budget_too_small(eps, dlt, max_cells, f"policy {policy!r} cannot be certified")
+        return chosen
     try:
-        threshold = _threshold_plan(eps, dlt, sensitivity, noise_delta_share, sigma2, common)
+        plans.append(_threshold_plan(eps, dlt, sensitivity, noise_delta_share, sigma2, common))
     except DPValueError:
-        if truncated is None:
+        if plans == [None, None]:
             raise
-        return truncated
-    if truncated is not None and truncated.threshold <= threshold.threshold:
-        return truncated
-    return threshold
+    # the smaller threshold; on a tie the first (the optimal, then the truncated geometric)
+    return min((plan for plan in plans if plan is not None), key=lambda plan: plan.threshold)
 
 
 def minimum_epsilon(

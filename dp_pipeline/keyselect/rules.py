@@ -44,7 +44,7 @@ MAX_EPSILON = 50
 # (counts are int32 on Spark's side too).
 MAX_THRESHOLD = 2**31 - 1
 MAX_SIGMA2 = Fraction(2**20)
-POLICIES = ("threshold", "truncated_geometric")
+POLICIES = ("threshold", "optimal_per_key", "truncated_geometric")
 _POWER_BITS = 320
 
 

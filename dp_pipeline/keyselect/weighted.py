@@ -27,7 +27,8 @@ grows with k), so q is a maximum over the distinct weights.
 Accountant event (Laplace). The totals' noise is pure ε_c-DP with ε_c = s/b (L1
 sensitivity s, scale b), and every pure ε_c-DP pair is a post-processing of randomized
 response with ε_c (Kairouz, Oh, Viswanath 2015, "The composition theorem for
-differential privacy", ICML, Section 2), whose loss pair is that of a discrete Laplace of
+differential privacy", ICML, the dominating mechanism of their Theorem 3.3's proof
+at δ = 0), whose loss pair is that of a discrete Laplace of
 scale 1/ε_c moved by one. So `WeightedPlan.event` is that count noise plus the atom q,
 the dominating pair of the proof above (the shared keys' totals, then the new keys).
 The Gaussian policy has no such event: a unit with k keys moves k totals by w(k) each,

@@ -194,8 +194,13 @@ def test_bad_selections_are_refused_with_the_rule():
 
 
 def test_truncated_geometric_plan_is_an_event_with_its_atom():
-    plan = plan_selection(noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=1)
-    assert plan.policy == "truncated_geometric"
+    plan = plan_selection(
+        noise="laplace",
+        epsilon=1,
+        delta=Fraction(1, 10**6),
+        max_cells=1,
+        policy="truncated_geometric",
+    )
     event = plan.event()
     assert event.mechanism == KeySelection(DiscreteLaplace(1), (1,), plan.new_keys_delta)
     assert PrivacyAccountant().add_event(event).delta(1.0).upper <= float(plan.delta)

@@ -106,7 +106,9 @@ def test_the_accountant_certifies_a_selection_at_the_max_cells_limit(noise):
 
 
 def test_describe_is_one_line_with_the_threshold_and_bounds_rounded_up():
-    plan = plan_selection(noise="laplace", epsilon=1, delta=DELTA, max_cells=1)
+    plan = plan_selection(
+        noise="laplace", epsilon=1, delta=DELTA, max_cells=1, policy="truncated_geometric"
+    )
     line = plan.describe()
     assert "\n" not in line
     assert line.startswith(f"key selection: threshold {plan.threshold} distinct units (")
@@ -134,3 +136,16 @@ def test_describe_is_one_line_with_the_threshold_and_bounds_rounded_up():
 def test_decimals_shown_are_rounded_up(value, shown):
     assert decimal_up(value) == shown
     assert Fraction(shown) >= value
+
+
+def test_an_optimal_table_too_long_falls_back_or_is_refused_by_name():
+    arguments = dict(noise="laplace", epsilon=Fraction(1, 1000), delta=DELTA, max_cells=100)
+    # ε/m = 10^-5 per key: about 3·10^6 counts before π reaches 1, past the table's limit
+    assert plan_selection(**arguments).policy == "truncated_geometric"
+    with pytest.raises(
+        DPValueError,
+        match=r"^epsilon=1/1000, delta=1e-06, max_cells=100: budget too small for key "
+        r"selection \(policy 'optimal_per_key' cannot be certified\), so no key could be "
+        r"released; raise epsilon or delta, or lower max_cells$",
+    ):
+        plan_selection(**arguments, policy="optimal_per_key")

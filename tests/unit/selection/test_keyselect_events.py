@@ -18,6 +18,7 @@ from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.accounting.events import KeySelection
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.keyselect import plan_selection
+from dp_pipeline.keyselect.optimal import optimal_table
 from dp_pipeline.keyselect.weighted import plan_weighted_selection
 
 
@@ -119,8 +120,13 @@ def test_a_truncated_plans_event_is_the_canonical_pair_of_each_key(epsilon, delt
 
 def test_a_truncated_selection_composes_with_another_event_against_mpmath():
     """The m = 1 optimal selection at ε = 1 and a discrete Laplace of scale 2 moved by one."""
-    plan = plan_selection(noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=1)
-    assert plan.policy == "truncated_geometric"
+    plan = plan_selection(
+        noise="laplace",
+        epsilon=1,
+        delta=Fraction(1, 10**6),
+        max_cells=1,
+        policy="truncated_geometric",
+    )
     accountant = PrivacyAccountant().add_event(plan.event()).add(DiscreteLaplace(2), 1)
     top = truncated_pmf(plan.scale, plan.truncation)[plan.truncation]
     # randomized response (ε = 1) x randomized response (ε = 1/2): losses ±1 ± 1/2
@@ -168,6 +174,27 @@ def test_the_weighted_gaussian_plan_says_it_has_no_event_and_what_to_use():
         plan.event()
 
 
+def optimal_reference(epsilon_key, delta_key, largest: int) -> list[mp.mpf]:
+    """π(0..largest) of the optimal per-key mechanism (Desfontaines et al. 2022)."""
+    growth, per_key, pis = mp.exp(mpf(epsilon_key)), mpf(delta_key), [mp.mpf(0)]
+    for _ in range(largest):
+        pi = pis[-1]
+        pis.append(min(growth * pi + per_key, 1 - (1 - pi - per_key) / growth, mp.mpf(1)))
+    return pis
+
+
+def laplace_release(plan, count: int) -> mp.mpf:
+    """π(count) of a threshold or truncated plan, from its noise pmf."""
+    if plan.policy == "truncated_geometric":
+        pmf = truncated_pmf(plan.scale, plan.truncation)
+    else:
+        alpha = mp.exp(-1 / mpf(plan.scale))
+        span = int(plan.threshold) * 3 + 50
+        norm = (1 - alpha) / (1 + alpha)
+        pmf = {z: norm * alpha ** abs(z) for z in range(-span, span + 1)}
+    return mp.fsum(w for z, w in pmf.items() if count + z >= plan.threshold)
+
+
 @pytest.mark.parametrize(
     ("m", "neighbouring", "epsilon", "delta"),
     [
@@ -185,39 +212,76 @@ def test_the_default_laplace_policy_is_the_plan_with_the_smaller_threshold(
         noise="laplace", epsilon=epsilon, delta=delta, max_cells=m, neighbouring=neighbouring
     )
     chosen = plan_selection(**arguments)
-    plans = [plan_selection(**arguments, policy=p) for p in ("threshold", "truncated_geometric")]
-    assert chosen.threshold == min(p.threshold for p in plans)
-    if plans[1].threshold <= plans[0].threshold:
-        assert chosen == plans[1]
-    else:
-        assert chosen == plans[0]
-    # a key at the threshold is released with probability at least 1/2, one below it not
-    for plan in plans:
-        if plan.policy == "truncated_geometric":
-            pmf = truncated_pmf(plan.scale, plan.truncation)
-        else:
-            alpha = mp.exp(-1 / mpf(plan.scale))
-            span = int(plan.threshold) * 3 + 50
-            norm = (1 - alpha) / (1 + alpha)
-            pmf = {z: norm * alpha ** abs(z) for z in range(-span, span + 1)}
-        at = mp.fsum(w for z, w in pmf.items() if z >= 0)
-        below = mp.fsum(w for z, w in pmf.items() if z >= 1)
-        assert at >= mp.mpf(1) / 2 > below
+    order = ("optimal_per_key", "truncated_geometric", "threshold")
+    plans = [plan_selection(**arguments, policy=p) for p in order]
+    least = min(p.threshold for p in plans)
+    assert chosen == next(p for p in plans if p.threshold == least)
+    # every threshold is the least count released with probability >= 1/2
+    s = m * (2 if neighbouring == "replace" else 1)
+    optimal = optimal_reference(epsilon / s, plans[0].single_unit_release, plans[0].threshold)
+    assert optimal[-1] >= mp.mpf(1) / 2 > optimal[-2]
+    for plan in plans[1:]:
+        assert laplace_release(plan, plan.threshold) >= mp.mpf(1) / 2
+        assert laplace_release(plan, plan.threshold - 1) < mp.mpf(1) / 2
+    # the optimal per-key policy at δ/s releases every count at least as often as the
+    # truncated geometric (the same ε/s per key, and P(K) <= δ/s up to 2^-32)
+    for count in range(1, plans[1].threshold + 2, max(1, plans[1].threshold // 7)):
+        assert optimal_reference(epsilon / s, plans[0].single_unit_release, count)[-1] >= (
+            laplace_release(plans[1], count) * (1 - mp.mpf(2) ** -31)
+        )
     assert PrivacyAccountant().add_event(chosen.event()).delta(float(epsilon)).upper <= float(delta)
+
+
+@pytest.mark.parametrize(
+    ("m", "neighbouring"), [(1, "add_remove"), (3, "add_remove"), (2, "replace")]
+)
+def test_an_optimal_plans_brackets_hold_its_recursion_and_its_event_is_the_canonical_pair(
+    m, neighbouring
+):
+    epsilon, delta = Fraction(1), Fraction(1, 10**6)
+    plan = plan_selection(
+        noise="laplace",
+        epsilon=epsilon,
+        delta=delta,
+        max_cells=m,
+        neighbouring=neighbouring,
+        policy="optimal_per_key",
+    )
+    s = m * (2 if neighbouring == "replace" else 1)
+    assert plan.scale == s / epsilon
+    assert plan.single_unit_release == delta / s * (1 - Fraction(1, 2**32))
+    table = optimal_table(epsilon / s, plan.single_unit_release, 128)
+    reference = optimal_reference(epsilon / s, plan.single_unit_release, table.ones + 2)
+    assert reference[table.ones - 1] < 1 and reference[table.ones] == 1
+    for count, exact in enumerate(reference):
+        low, high = table.bracket(count)
+        assert mpf(low) <= exact <= mpf(high)
+        assert high - low <= Fraction(1, 2**120)
+    # each key is (ε/s, δ/s)-DP in its count: the binary profile from the reference
+    assert binary_profile(reference, epsilon / s) <= mpf(plan.single_unit_release) * (
+        1 + mp.mpf("1e-40")
+    )
+    accountant = PrivacyAccountant().add_event(plan.event())
+    for eps in (epsilon / 2, epsilon, 2 * epsilon):
+        exact = composed_response(epsilon / s, s, plan.new_keys_delta, eps)
+        assert_bracket(accountant.delta(float(eps)), exact)
+        assert accountant.delta(float(eps)).upper <= float(plan.delta_at(eps)) * (1 + 1e-12)
+    assert accountant.delta(float(epsilon)).upper <= float(delta)
 
 
 def test_gaussian_plans_keep_the_threshold_policy_and_bad_policies_are_refused():
     arguments = dict(noise="gaussian", epsilon=1, delta=Fraction(1, 10**6), max_cells=3)
     assert plan_selection(**arguments).policy == "threshold"
+    for policy in ("truncated_geometric", "optimal_per_key"):
+        with pytest.raises(
+            DPValueError,
+            match=rf"^policy='{policy}': applies to noise='laplace' only \(a release "
+            r"probability of each key's count\); use policy='threshold' with noise='gaussian'$",
+        ):
+            plan_selection(**arguments, policy=policy)
     with pytest.raises(
         DPValueError,
-        match=r"^policy='truncated_geometric': applies to noise='laplace' only \(a truncated "
-        r"discrete Laplace per key\); use policy='threshold' with noise='gaussian'$",
-    ):
-        plan_selection(**arguments, policy="truncated_geometric")
-    with pytest.raises(
-        DPValueError,
-        match=r"^policy='weighted': must be one of 'threshold', 'truncated_geometric' or None "
-        r"\(the one with the smaller threshold\)$",
+        match=r"^policy='weighted': must be one of 'threshold', 'optimal_per_key', "
+        r"'truncated_geometric' or None \(the one with the smaller threshold\)$",
     ):
         plan_selection(**arguments, policy="weighted")

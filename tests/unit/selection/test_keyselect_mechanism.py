@@ -40,6 +40,11 @@ def mpf(value) -> mp.mpf:
 def release_probability(plan, count: int) -> mp.mpf:
     """P[count + Z >= τ] from the noise pmf, written from the definitions (mpmath, at the
     caller's precision)."""
+    if plan.policy == "optimal_per_key":  # the recursion of Desfontaines et al. (2022)
+        growth, per_key, pi = mp.exp(1 / mpf(plan.scale)), mpf(plan.single_unit_release), 0
+        for _ in range(count):
+            pi = min(growth * pi + per_key, 1 - (1 - pi - per_key) / growth, mp.mpf(1))
+        return pi
     if plan.noise == "gaussian":
         s = mpf(plan.sigma2)
         width = int(mp.sqrt(s) * 30) + 10
@@ -56,9 +61,14 @@ def release_probability(plan, count: int) -> mp.mpf:
 # that a wrong scale or threshold fails.
 PLANS = {
     "truncated_geometric": plan_selection(
-        noise="laplace", epsilon="1/2", delta="1/100", max_cells=1
+        noise="laplace", epsilon="1/2", delta="1/100", max_cells=1, policy="truncated_geometric"
     ),
-    "laplace": plan_selection(noise="laplace", epsilon=1, delta="1/5", max_cells=2),
+    "laplace": plan_selection(
+        noise="laplace", epsilon=1, delta="1/5", max_cells=2, policy="threshold"
+    ),
+    "optimal_per_key": plan_selection(
+        noise="laplace", epsilon=2, delta="1/50", max_cells=2, policy="optimal_per_key"
+    ),
     "gaussian": plan_selection(noise="gaussian", epsilon=1, delta="1/100", max_cells=1),
 }
 KEYS_PER_COUNT = 3000
@@ -75,6 +85,13 @@ def test_release_frequency_for_counts_one_to_five_matches_the_exact_pmf(name):
     wrong = {
         shift: dataclasses.replace(plan, threshold=plan.threshold + shift) for shift in (-1, 1)
     }
+    if plan.policy == "optimal_per_key":  # its π reads δ/m, not the threshold
+        wrong = {
+            shift: dataclasses.replace(
+                plan, single_unit_release=plan.single_unit_release * Fraction(2) ** shift
+            )
+            for shift in (-1, 1)
+        }
     rejected = {shift: False for shift in wrong}
     for count in range(1, 6):
         keys = np.array([f"{name}-{count}-{i}" for i in range(KEYS_PER_COUNT)], dtype=object)

@@ -173,7 +173,9 @@ def test_laplace_threshold_and_delta_match_the_reference(epsilon, delta, m, neig
     ],
 )
 def test_truncated_geometric_is_the_least_truncation_and_its_delta_is_tight(epsilon, delta):
-    plan = plan_selection(noise="laplace", epsilon=epsilon, delta=delta, max_cells=1)
+    plan = plan_selection(
+        noise="laplace", epsilon=epsilon, delta=delta, max_cells=1, policy="truncated_geometric"
+    )
     assert plan.policy == "truncated_geometric"
     bound = plan.truncation
     assert plan.threshold == bound + 1
