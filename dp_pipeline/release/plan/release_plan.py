@@ -34,13 +34,13 @@ from dp_pipeline.accounting.noise_variance import noise_variance
 from dp_pipeline.errors import DPKeyError
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.release.ledger.budget import accountant_type, largest_fitting, largest_fitting_text
-from dp_pipeline.release.plan import key_selections
 from dp_pipeline.release.plan.costs import (
     PlanError,
     selection_epsilon_for_rho,
     selection_event,
     sensitivity_vector,
 )
+from dp_pipeline.release.plan.key_selections import plan_selected_release, report_entry, unresolved
 from dp_pipeline.release.plan.postprocess import (
     check_postprocess_engine,
     check_postprocess_variances,
@@ -236,7 +236,7 @@ class ReleasePlan:
                 if self.invalid_count is None
                 else self.invalid_count.to_dict(zcdp=self.rho is not None)
             ),
-        } | key_selections.report_entry(self)
+        } | report_entry(self)
 
 
 def _table_dict(plan: TablePlan, *, zcdp: bool) -> dict:
@@ -300,8 +300,8 @@ def plan_release(
     ``input_present=False`` plans a release whose input may not exist yet (the input
     is not checked; ``dp-release plan`` reports its problems as notes).
     """
-    if key_selections.unresolved(spec):  # keys selected from the data: `key_selections`
-        return key_selections.plan_selected_release(spec, plan_release, confidence, input_present)
+    if unresolved(spec):  # keys selected from the data: planned by `key_selections`
+        return plan_selected_release(spec, plan_release, confidence, input_present)
     started = time.perf_counter()
     # `dp-release plan` refuses what `run` would, with the same error, before any budget.
     check_machine(spec, input_present=input_present)

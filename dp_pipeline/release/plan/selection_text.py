@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from dp_pipeline.release.plan.key_selections import selection_plans
+from dp_pipeline.release.plan.release_plan import ReleasePlan
 
 __all__ = ["selection_lines"]
 
 
-def selection_lines(selections: Sequence) -> list[str]:
-    """One line per selected key column (`KeySelectionPlan`): its threshold, noise and
-    budget, and the chance a key held by a single unit is released (an upper bound)."""
+def selection_lines(plan: ReleasePlan) -> list[str]:
+    """One line per selected key column of ``plan``: its threshold, noise and budget,
+    and the chance a key held by a single unit is released (an upper bound)."""
     lines = []
-    for entry in selections:
+    for entry in selection_plans(plan):
         plan = entry.selection
         noise = (
             f"laplace scale {float(plan.scale):.6g}"

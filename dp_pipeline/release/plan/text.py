@@ -6,7 +6,6 @@ from __future__ import annotations
 from fractions import Fraction
 
 from dp_pipeline.accounting import PrivacyAccountant
-from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.plan.selection_text import selection_lines
 
@@ -84,7 +83,7 @@ def format_plan(plan: ReleasePlan) -> str:
         lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}{margin:>14}")
     if invalid_note:
         lines.append(invalid_note)
-    lines += selection_lines(selection_plans(plan))
+    lines += selection_lines(plan)
     lines.append("")
     delta = float(plan.report_delta)
     tight = plan.epsilon_tight
