@@ -354,3 +354,19 @@ def test_spark_csv_input_and_an_empty_selection_publish_pandas_bytes(tmp_path, s
     for name in ("payments_by_merchant", "amount_by_merchant_channel"):
         published = (result.output / f"{name}.parquet").read_bytes()
         assert published == (expected.output / f"{name}.parquet").read_bytes()
+
+
+def test_spark_synthetic_release_equals_pandas_with_its_truth(tmp_path, spark, monkeypatch):
+    """Synthetic input on the Spark pass: the same table bytes and accuracy.json."""
+    outputs = {}
+    for engine in ("pandas", "spark"):
+        folder = tmp_path / engine
+        folder.mkdir()
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one ledger per home
+        (folder / "spec.toml").write_text(
+            CENSUS.format(tmp=folder).replace('engine = "pandas"', f'engine = "{engine}"')
+        )
+        spec = load_spec(folder / "spec.toml", **operator_paths(folder))
+        outputs[engine] = run_release(spec, progress=QUIET, spark=spark).output
+    for name in ("county_sex.parquet", "accuracy.json"):
+        assert (outputs["spark"] / name).read_bytes() == (outputs["pandas"] / name).read_bytes()
