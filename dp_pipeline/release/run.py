@@ -282,7 +282,8 @@ def _run_opened(
         results: dict = {}
         try:
             _advance(ledger, reservation, State.READING)
-            results, engine_timings, diagnostics = engines.compute_tables(
+            # Keys selected from the data first: the plan then holds the released keys.
+            plan, results, engine_timings, diagnostics = engines.compute_release_tables(
                 spec,
                 plan,
                 master,

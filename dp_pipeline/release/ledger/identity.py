@@ -75,7 +75,10 @@ def _table_parts(position: int, table: TableSpec, spec: ReleaseSpec) -> dict[str
     for label, names in _TABLE_FIELDS.items():
         parts[f"{name} {label}"] = {field: _exact(getattr(table, field)) for field in names}
     for key in table.keys:
-        parts[f"{name} domain of {key!r}"] = _domain(spec.domains[key])
+        if key in spec.key_selections:  # its released keys are the selection's output
+            parts[f"{name} key selection of {key!r}"] = spec.key_selections[key].to_dict()
+        else:
+            parts[f"{name} domain of {key!r}"] = _domain(spec.domains[key])
     return parts
 
 

@@ -41,6 +41,7 @@ from dp_pipeline.release.plan.costs import (
     selection_event,
     sensitivity_vector,
 )
+from dp_pipeline.release.plan.key_selections import plan_selected_release, report_entry, unresolved
 from dp_pipeline.release.plan.postprocess import (
     check_postprocess_engine,
     check_postprocess_variances,
@@ -246,7 +247,7 @@ class ReleasePlan:
                 if self.invalid_count is None
                 else self.invalid_count.to_dict(zcdp=self.rho is not None)
             ),
-        }
+        } | report_entry(self)
 
 
 def _table_dict(plan: TablePlan, *, zcdp: bool) -> dict:
@@ -311,6 +312,8 @@ def plan_release(
     ``input_present=False`` plans a release whose input may not exist yet (the input
     is not checked; ``dp-release plan`` reports its problems as notes).
     """
+    if unresolved(spec):  # keys selected from the data: planned by `key_selections`
+        return plan_selected_release(spec, plan_release, confidence, input_present)
     started = time.perf_counter()
     # `dp-release plan` refuses what `run` would, with the same error, before any budget.
     check_machine(spec, input_present=input_present)

@@ -8,6 +8,7 @@ from fractions import Fraction
 from dp_pipeline.accounting import PrivacyAccountant
 from dp_pipeline.release.plan.moments import margin_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
+from dp_pipeline.release.plan.selection_text import selection_lines
 
 __all__ = ["exact_and_decimal", "format_plan"]
 
@@ -45,7 +46,10 @@ def format_plan(plan: ReleasePlan) -> str:
             shown = f"eps {float(parameter):.6g}"
             if table.table.statistic in ("quantile", "median"):
                 margin = f"rank ±{table.margin_of_error}"
-        rows.append((table.table.name, table.table.cells, shown, share, margin))
+        cells = table.table.cells
+        if any(key in spec.key_selections for key in table.table.keys):
+            cells = f"{cells} x kept"  # its selected keys are known after the selection
+        rows.append((table.table.name, cells, shown, share, margin))
     invalid_note = None
     if plan.invalid_count is not None:
         count = plan.invalid_count
@@ -83,6 +87,7 @@ def format_plan(plan: ReleasePlan) -> str:
         lines.append(f"{name:<26}{cells:>10}  {shown:>{width}}{share:>12}  {margin:>12}")
     if invalid_note:
         lines.append(invalid_note)
+    lines += selection_lines(plan)
     lines.append("")
     delta = float(plan.report_delta)
     tight = plan.epsilon_tight

@@ -29,6 +29,7 @@ from dp_pipeline.release.report.accuracy import (
     accuracy_summary,
     table_accuracies,
 )
+from dp_pipeline.release.report.key_selections import key_selection_rows
 from dp_pipeline.release.report.writer import html_report, privacy_report
 from dp_pipeline.release.sources.schema import published_table, table_schema
 from dp_pipeline.release.tables.streamed import StreamedTable
@@ -80,6 +81,8 @@ def write_outputs(
         accuracy = accuracy_summary(plan, accuracies)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
+            if plan.spec.key_selections:  # which keys a table may lack: threshold, keys kept
+                report_accuracy["key_selections"] = key_selection_rows(plan)
             write_json(report_accuracy, folder / "accuracy.json")
         (folder / "report.html").write_text(html_report(plan, report, accuracies, accuracy))
         manifest = write_manifest(folder, spec.release_id, identity.digest, made)  # last

@@ -17,6 +17,7 @@ from dp_pipeline.release.ledger.phrases import delta_text
 from dp_pipeline.release.plan.moments import margin_text, statistic_text
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.report.figures import report_figures
+from dp_pipeline.release.report.key_selections import key_selection_section
 from dp_pipeline.release.report.postprocess import (
     postprocessing_description,
     postprocessing_section,
@@ -186,6 +187,7 @@ def html_report(plan: ReleasePlan, report: dict, accuracies, accuracy: list[dict
         )
     parts.append("</table>")
     parts.extend(_selection_section(plan))
+    parts.extend(key_selection_section(plan))
     parts.extend(
         postprocessing_description(report, {t.table.name: t.margin_of_error for t in plan.tables})
     )

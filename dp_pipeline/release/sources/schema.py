@@ -111,7 +111,7 @@ def csv_columns(spec: ReleaseSpec) -> dict[str, str]:
 
 def key_kind(spec: ReleaseSpec, column: str) -> str:
     """`INTEGER_KEY` or `STRING_KEY`: the kind of the key column's declared domain."""
-    values = spec.domains[column]
+    values = spec.typed_domain(column)
     if isinstance(values, range) or Domain(column, values).kind == "int":
         return INTEGER_KEY
     return STRING_KEY

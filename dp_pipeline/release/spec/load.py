@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dp_pipeline.release.locations import default_key_file, default_ledger
+from dp_pipeline.release.spec import selection
 from dp_pipeline.release.spec.budget_fields import check_gaussian_delta, read_budget
 from dp_pipeline.release.spec.fields import (
     BUDGET_FIELDS,
@@ -113,6 +114,7 @@ _SECTIONS: dict[str, tuple[str, ...]] = {
     "output": ("dir",),
     "run": ("engine", "master", "ledger", "key_file", "spark_conf"),
     "domains": (),  # free-form: one entry per key column
+    "key_selection": (),  # one sub-table per "from_data" column (spec.selection)
     "hierarchy": HIERARCHY_FIELDS,
     "postprocess": POSTPROCESS_FIELDS,
     "tables": (),  # array of tables, checked below
@@ -275,7 +277,9 @@ def parse_spec(
     # A [budget] that is present but wrong has its own problem: no "budget: required" too.
     budget_written = "budget" in document
 
-    domains = read_domains(sections["domains"], problems)
+    # Columns written "from_data" have no declared values (`spec.selection`).
+    declared_domains, selected, key_selections = selection.read(sections, noise, problems)
+    domains = read_domains(declared_domains, problems)
     tables = read_tables(
         sections["tables"],
         domains,
@@ -284,6 +288,7 @@ def parse_spec(
         cell_limit,
         problems,
         declared=set(sections["domains"]),
+        selected=selected,
     )
     for index, table in enumerate(tables):
         if unit_column is not None and unit_column in (*table.keys, table.value):
@@ -315,13 +320,16 @@ def parse_spec(
         input_path=raw_input if isinstance(raw_input, str) else "",
     )
     postprocess_flags = read_postprocess(sections["postprocess"], problems)
+    grouped = selection.check_tables(sections, selected, budget, cap, problems)
     postprocess = None
     if sections["hierarchy"] and postprocess_flags is None:
         problems.append(
             "hierarchy: only post-processing uses the hierarchy; add a [postprocess] section "
             "(consistent = true) or remove [hierarchy]"
         )
-    if postprocess_flags is not None and tables and len(tables) == len(sections["tables"]):
+    # Tables grouped by selected keys: [postprocess] was refused above.
+    whole = len(tables) == len(sections["tables"]) and not grouped
+    if postprocess_flags is not None and tables and whole:
         combined, sum_sets = check_combined_tables(
             tables, domains, hierarchy, unit_column, problems, sums=postprocess_flags["sums"]
         )
@@ -348,6 +356,9 @@ def parse_spec(
         sections["input"], on_invalid, not with_sigma2 or bool(with_share), problems
     )
     invalid_share = [] if invalid_rows is None or invalid_rows.share is None else [invalid_rows]
+    # Selections' shares sum with the tables' (their own epsilon and delta come first).
+    shared_selections = selection.shares(key_selections, budget, bool(with_sigma2), problems)
+    invalid_share += shared_selections
     if tables and with_share and with_sigma2:
         problems.append(
             f"tables: {len(with_share)} table(s) give a share and {len(with_sigma2)} give "
@@ -358,12 +369,14 @@ def parse_spec(
         problems.append(f"tables {missing}: share is missing (every table needs a share)")
     elif with_share and len(tables) == len(sections["tables"]):
         total = sum((t.share for t in [*with_share, *invalid_share]), Fraction(0))
-        if total != 1:
+        # A selection with its own problem is left out: its share is not judged.
+        if total != 1 and len(key_selections) == len(selected):
             problems.append(
                 f"tables[*].share: shares sum to {total} "
                 f"({' + '.join(str(t.share) for t in [*with_share, *invalid_share])}); "
                 "the shares of all tables"
-                + (" and input.invalid_share" if invalid_share else "")
+                + (" and input.invalid_share" if invalid_rows and invalid_rows.share else "")
+                + (" and key_selection shares" if shared_selections else "")
                 + " must sum to exactly 1"
             )
         if not budget_written:
@@ -458,6 +471,7 @@ def parse_spec(
         shares_input_with=tuple(shares_input_with),
         input_table=input_table,
         spark_conf=spark_conf,
+        key_selections=key_selections,
     )
 
 

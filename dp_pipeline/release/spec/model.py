@@ -16,6 +16,7 @@ from dp_pipeline.query.sensitivity import sensitivity_vector
 from dp_pipeline.release.spec.fields import check_token
 from dp_pipeline.release.spec.hierarchy import HierarchySpec, PostprocessSpec
 from dp_pipeline.release.spec.invalid import InvalidRowsSpec
+from dp_pipeline.release.spec.selection import KeySelectionSpec
 from dp_pipeline.release.spec.spark_conf import SparkConf
 
 __all__ = [
@@ -232,6 +233,9 @@ class ReleaseSpec:
     input_table: str | None = None
     # [run.spark_conf] (and --conf): settings of the Spark session; repr hides secrets.
     spark_conf: SparkConf = field(default_factory=SparkConf)
+    # [domains] column = "from_data": each such column's selection settings
+    # (`dp_pipeline.release.spec.selection`); its released keys replace a declared domain.
+    key_selections: dict[str, KeySelectionSpec] = field(default_factory=dict, hash=False)
 
     def with_release_id(self, release_id: str) -> ReleaseSpec:
         """The same spec under another release id (scheduled releases reuse one spec)."""
@@ -240,6 +244,13 @@ class ReleaseSpec:
         if problems:
             raise SpecError(problems, self.source)
         return replaced(self, release_id=release_id)
+
+    def typed_domain(self, column: str) -> range | tuple[Any, ...]:
+        """The key column's declared domain, or for a key selected from the data a
+        one-value stand-in of its ``key_selection`` type (what its kind is read from)."""
+        if column in self.key_selections:
+            return range(1) if self.key_selections[column].type == "integer" else ("",)
+        return self.domains[column]
 
     def table(self, name: str) -> TableSpec:
         for table in self.tables:

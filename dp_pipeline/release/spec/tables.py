@@ -47,12 +47,14 @@ TABLE_FIELDS = (
 
 
 def read_tables(
-    raw_tables, domains, default_l0, default_linf, cell_limit, problems, declared=()
+    raw_tables, domains, default_l0, default_linf, cell_limit, problems, declared=(), selected=()
 ) -> list[TableSpec]:
     """The sound tables (a table with a problem is reported and left out).
 
     ``declared``: every column written under ``[domains]``, including those whose
     domain had its own problem (a key naming one is not reported a second time).
+    ``selected``: the columns whose domain is ``"from_data"``; a table's ``cells`` then
+    counts the cells of its declared keys only (its selected keys' values are unknown).
     """
     if not isinstance(raw_tables, list) or not all(isinstance(t, dict) for t in raw_tables):
         problems.append("tables: must be an array of tables ([[tables]] entries)")
@@ -102,6 +104,8 @@ def read_tables(
         cells = 1
         unread_domain = False  # a key whose domain has its own problem: no cell count
         for key in keys:
+            if key in selected:
+                continue  # released keys only: the table's size is known after selection
             if key not in domains and key in declared:
                 unread_domain = True
             elif key not in domains:
@@ -202,7 +206,13 @@ def read_tables(
         for key, bound in (("max_cells", l0), ("max_per_cell", linf)):
             if bound is not None and bound < 1:
                 problems.append(f"{path}.{key} = {bound}: must be >= 1")
-        if l0 is not None and not unread_domain and l0 > cells and not grouped_selection:
+        if (
+            l0 is not None
+            and not unread_domain
+            and l0 > cells
+            and not grouped_selection
+            and not set(keys) & set(selected)
+        ):
             problems.append(f"{path}.max_cells = {l0}: larger than the table's {cells} cells")
         if statistic in VALUE_STATISTICS and None not in (lower, upper):
             bounds = (lower, upper, granularity or Fraction(1))

@@ -19,21 +19,35 @@ PySpark is an optional dependency.
 from __future__ import annotations
 
 import importlib
+import time
 
 import pandas as pd
 import pyarrow as pa
 
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.release.plan.key_selections import selection_plans
 from dp_pipeline.release.plan.release_plan import ReleasePlan
 from dp_pipeline.release.sources.arrow_files import open_arrow_input
 from dp_pipeline.release.sources.fingerprint import input_files, local_path
 from dp_pipeline.release.sources.source import InputChangedError, OpenedInput
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
-from dp_pipeline.release.tables.on_pandas import pandas_tables, true_values_pandas
+from dp_pipeline.release.tables.on_pandas import (
+    numpy_tables,
+    pandas_tables,
+    read_pandas_rows,
+    true_values_pandas,
+)
+from dp_pipeline.release.tables.selected_keys import (
+    empty_table,
+    resolved_plans,
+    selected_keys_pandas,
+    selected_keys_spark,
+)
 
 __all__ = [
     "InputChangedError",
     "OpenedInput",
+    "compute_release_tables",
     "compute_tables",
     "open_input",
     "true_values_pandas",
@@ -106,3 +120,64 @@ def compute_tables(
     return _spark_half().spark_tables(
         spec, plan, master, source, release_digest, with_truth, progress
     )
+
+
+def compute_release_tables(spec, plan, master, source, release_digest, *, with_truth, progress):
+    """(the plan to publish, tables, timings, diagnostics): `compute_tables`, after the
+    key selections of ``[domains] column = "from_data"`` when the plan has any
+    (`dp_pipeline.release.tables.selected_keys`: the keys selected on this engine, then
+    every table computed on exactly the released keys; its plan and spec carry them)."""
+    if not plan.spec.key_selections:
+        return (
+            plan,
+            *compute_tables(
+                spec, plan, master, source, release_digest, with_truth=with_truth, progress=progress
+            ),
+        )
+    started = time.perf_counter()
+    if source.engine == "pandas":
+        frame, malformed = read_pandas_rows(spec, source)
+        released = selected_keys_pandas(spec, plan, master, frame, release_digest)
+    else:
+        spark_half = _spark_half()
+        with spark_half.spark_read_errors(source.where, source.spark):
+            frame = spark_half.spark_input_frame(spec, source)
+            released = selected_keys_spark(spec, plan, master, frame, release_digest)
+    seconds = time.perf_counter() - started
+    for entry in selection_plans(plan):
+        progress(
+            f"{source.engine}: key selection of {entry.column!r} released "
+            f"{len(released[entry.column]):,} key(s) (threshold {entry.selection.threshold})"
+        )
+    compute, publish = resolved_plans(plan, released)
+    if not compute.tables:  # no key released: every table is empty, nothing to aggregate
+        results, timings, found = {}, {"select_keys": seconds}, {}
+    elif source.engine == "pandas":
+        results, timings, found = numpy_tables(
+            compute.spec,
+            compute,
+            master,
+            frame,
+            release_digest,
+            with_truth,
+            progress,
+            {"read_select": seconds},
+            "pandas",
+            malformed_rows=malformed,
+        )
+    else:
+        results, timings, found = compute_tables(
+            compute.spec,
+            compute,
+            master,
+            source,
+            release_digest,
+            with_truth=with_truth,
+            progress=progress,
+        )
+        timings["select_keys"] = seconds
+    for table_plan in publish.tables:
+        name = table_plan.table.name
+        if name not in results:
+            results[name] = empty_table(publish.spec, table_plan.table, with_truth)
+    return publish, {t.table.name: results[t.table.name] for t in publish.tables}, timings, found
