@@ -4,7 +4,7 @@
 on Spark; the retries run with ``JAVA_HOME`` pointing at a stand-in ``java`` that only
 records that it was started (and fails), so a retry that starts Spark is seen, not timed.
 An intact copy is re-emitted (exit 3) without it; a damaged file sends the retry down the
-engine's path, which starts Java to recompute it.
+engine's path, which starts Java to recompute it. Both ledger backends.
 """
 
 from __future__ import annotations
@@ -46,11 +46,21 @@ def _stand_in_java(folder: Path) -> tuple[dict[str, str], Path]:
     return {"JAVA_HOME": str(java.parent.parent)}, marker
 
 
-def _run(spec: Path, folder: Path, extra: dict[str, str] | None = None):
+def _run(spec: Path, folder: Path, ledger: str, extra: dict[str, str] | None = None):
+    """``dp-release run SPEC --ledger LEDGER --json`` in a child process."""
     environment = dict(os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX)
     environment.update(extra or {})
     return subprocess.run(
-        [sys.executable, "-m", "dp_pipeline.release", "run", str(spec), "--json"],
+        [
+            sys.executable,
+            "-m",
+            "dp_pipeline.release",
+            "run",
+            str(spec),
+            "--ledger",
+            ledger,
+            "--json",
+        ],
         env=environment,
         cwd=folder,
         capture_output=True,
@@ -59,15 +69,17 @@ def _run(spec: Path, folder: Path, extra: dict[str, str] | None = None):
     )
 
 
-def test_a_committed_retry_on_spark_reemits_an_intact_copy_without_starting_java(tmp_path):
-    spec = _spark_spec(tmp_path / "job")
-    first = _run(spec, tmp_path)
+def test_a_committed_retry_on_spark_reemits_an_intact_copy_without_starting_java(
+    tmp_path, ledger_at
+):
+    spec, ledger = _spark_spec(tmp_path / "job"), ledger_at()
+    first = _run(spec, tmp_path, ledger)
     assert first.returncode == ExitCode.PUBLISHED, first.stderr[-3000:]
     folder = tmp_path / "job" / "out" / "small-1"
     published = {path.name: path.read_bytes() for path in sorted(folder.iterdir())}
     java, marker = _stand_in_java(tmp_path)
 
-    retry = _run(spec, tmp_path, java)
+    retry = _run(spec, tmp_path, ledger, java)
     assert retry.returncode == ExitCode.ALREADY_COMMITTED == 3, retry.stderr[-3000:]
     line = json.loads(retry.stdout)
     assert line["status"] == "already_committed" and line["output"] == str(folder)
@@ -75,13 +87,13 @@ def test_a_committed_retry_on_spark_reemits_an_intact_copy_without_starting_java
     assert "spark: starting" not in retry.stderr
     assert "the published copy is intact" in retry.stderr
     assert {path.name: path.read_bytes() for path in sorted(folder.iterdir())} == published
-    entry = Ledger(tmp_path / "job" / "ledger.sqlite").entry("small-1")
+    entry = Ledger(ledger).entry("small-1")
     assert (entry.status, entry.cumulative) == ("committed", line["cumulative"])
 
     # A damaged published file: the retry takes the engine's path, which starts Java.
     table = folder / "tenure.parquet"
     table.write_bytes(table.read_bytes()[:-1] + b"!")
-    damaged = _run(spec, tmp_path, java)
+    damaged = _run(spec, tmp_path, ledger, java)
     assert marker.exists(), damaged.stderr[-3000:]
     assert "spark: starting a session" in damaged.stderr
     assert damaged.returncode != ExitCode.ALREADY_COMMITTED
