@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.outcome import ExitCode
 from tests.system.cli.test_cli_exit_codes import KEY_HEX, write_spec
 
@@ -118,3 +119,37 @@ def test_an_unexpected_error_is_1_with_its_traceback_when_teardown_aborts(tmp_pa
     assert done.returncode == ExitCode.ERROR == 1, done.stderr[-2000:]
     assert "Traceback" in done.stderr and "RuntimeError: a bug" in done.stderr
     assert json.loads(done.stdout)["status"] == "error"
+
+
+def test_resumable_and_busy_keep_their_codes_when_teardown_aborts(tmp_path):
+    spec, ledger = write_spec(tmp_path), str(tmp_path / "ledger.sqlite")
+    disk_full = ABORTING.replace(
+        "from dp_pipeline.release.cli import main\n",
+        "from dp_pipeline.release import protocol\n"
+        "def checkpoint(name):\n"
+        "    if name == 'after_noise':\n"
+        "        raise OSError(28, 'No space left on device')\n"
+        "protocol.checkpoint = checkpoint\n"
+        "from dp_pipeline.release.cli import main\n",
+    )
+    environment = dict(
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DP_PIPELINE_MASTER_KEY=KEY_HEX,
+        DP_PIPELINE_HOME=str(tmp_path),
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", disk_full, "run", spec, "--ledger", ledger, "--json", "--quiet"],
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == ExitCode.FAILED_RESUMABLE == 6, done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "failed_resumable"
+    with Ledger(ledger) as holder, holder.lease("small-1"):
+        done = _dp_release("run", spec, "--ledger", ledger, "--json", "--quiet", home=tmp_path)
+    assert done.returncode == ExitCode.BUSY == 8, done.stderr[-2000:]
+    assert json.loads(done.stdout)["status"] == "busy"
+    done = _dp_release("run", spec, "--ledger", ledger, "--json", "--quiet", home=tmp_path)
+    assert done.returncode == ExitCode.PUBLISHED, done.stderr[-2000:]  # resumed, no new spend
