@@ -5,7 +5,8 @@ copy and computes nothing (`dp_pipeline.release.reemit.intact_copy`). On the Spa
 engine the input is listed and fingerprinted by Spark, so the retry would start a
 JVM (tens of seconds) only to find it has nothing to do. `committed_identity`
 answers first, on the driver alone, for a local input and a local output folder:
-the input's files are listed as Spark lists a local path (`spark_local_files`),
+the input's files are listed as Spark lists a local path (`spark_local_files`: a
+file, a flat folder or a partitioned one),
 fingerprinted with the same keyed fingerprint (`OpenedInput.fingerprints`: names
 relative to the input, sizes, content digests), and the release's identity made
 from it is compared with the identity and fingerprint the ledger records for the
@@ -49,9 +50,16 @@ def _hidden(name: str) -> bool:
 
 
 def spark_local_files(location: str) -> tuple[Path, ...] | None:
-    """The files Spark lists for the local input ``location`` (a file, or a folder walked
-    with its links followed and Spark's hidden names skipped), sorted; None when it is no
-    local path, holds no file, or its folders' links loop (left to Spark to answer)."""
+    """The files Spark lists for the local input ``location``, sorted, or None when only
+    Spark can say (left to the engine's path).
+
+    A file is itself. A folder, its links followed and Spark's hidden names skipped:
+    its own files when it has no subfolder, or every file of a partitioned tree (each
+    subfolder ``name=value``, files only in the deepest ones), as Spark's file index
+    lists them. None: no local path, no data file, a subfolder that is no partition
+    (Spark reads only the top folder's files then), files beside partitions, or links
+    that loop.
+    """
     path = local_path(location)
     if path is None or not path.exists():
         return None
@@ -65,7 +73,12 @@ def spark_local_files(location: str) -> tuple[Path, ...] | None:
             return None  # a link back up the tree: Spark's listing decides what it means
         seen.add((status.st_dev, status.st_ino))
         folders[:] = sorted(name for name in folders if not _hidden(name))
-        found.extend(Path(folder) / name for name in files if not _hidden(name))
+        if any("=" not in name for name in folders):
+            return None  # not a partition: Spark's partition discovery decides
+        data = [Path(folder) / name for name in files if not _hidden(name)]
+        if data and folders:
+            return None  # files beside partitions: Spark's partition discovery decides
+        found.extend(data)
     return tuple(sorted(found)) or None
 
 
