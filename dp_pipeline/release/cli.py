@@ -61,6 +61,7 @@ from dp_pipeline.release.plan.preflight import engine_problems, input_problems
 from dp_pipeline.release.plan.release_plan import PlanError, plan_release
 from dp_pipeline.release.plan.text import format_plan
 from dp_pipeline.release.plan_verdict import plan_verdict
+from dp_pipeline.release.process_exit import end_process, exit_status
 from dp_pipeline.release.progress import Progress
 from dp_pipeline.release.release_ids import (
     is_template,
@@ -438,7 +439,27 @@ def _print_error(command: str, error: BaseException) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``dp-release`` console script."""
+    """Entry point of the ``dp-release`` console script; returns the exit code.
+
+    Without ``argv`` (the console script, ``python -m dp_pipeline.release``) it is the
+    process's own command: the process ends here with exactly the documented code,
+    whatever the interpreter's teardown would do (`end_process`); an unexpected error
+    prints its traceback and ends it with 1, as Python would. With ``argv`` (a caller in
+    Python) the code is returned and exceptions propagate.
+    """
+    if argv is not None:
+        return _command(argv)
+    try:
+        code = _command(None)
+    except SystemExit as leaving:  # argparse: --help, --version (0), a usage error (2)
+        code = exit_status(leaving.code)
+    except Exception:
+        traceback.print_exc()
+        code = int(ExitCode.ERROR)
+    end_process(code)
+
+
+def _command(argv: list[str] | None) -> int:
     arguments = _parser().parse_args(argv)
     handlers = {"plan": _plan, "run": _run, "ledger": ledger_command, "key": key_command}
     try:

@@ -36,14 +36,14 @@ Order matters for privacy and for crashes:
 from __future__ import annotations
 
 import time
-from contextlib import ExitStack, suppress
+from contextlib import ExitStack, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dp_pipeline.engines.spark.session.failures import lost_jvm_unlogged
-from dp_pipeline.errors import ProblemListError
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.release import protocol
+from dp_pipeline.release.early_reemit import committed_identity
 from dp_pipeline.release.key_binding import bind_key, check_key_place
 from dp_pipeline.release.keys import load_or_create_master_key, private_folder
 from dp_pipeline.release.ledger.budget import LedgerError
@@ -70,16 +70,15 @@ from dp_pipeline.release.publish.writer import write_outputs
 from dp_pipeline.release.read import read_release
 from dp_pipeline.release.reemit import check_earlier_copy, check_maker, intact_copy, made_by
 from dp_pipeline.release.run_lease import held_lease
-from dp_pipeline.release.sources.fingerprint import FileRangeError
+from dp_pipeline.release.run_steps import check_input_unchanged, postprocess_results
 from dp_pipeline.release.sources.schema import check_input_columns
 from dp_pipeline.release.sources.source import check_listed_kinds, kept_log
 from dp_pipeline.release.sources.synthetic import check_sample, sealed_census_sample
 from dp_pipeline.release.spec.model import ReleaseSpec, SpecError
 from dp_pipeline.release.spec.overrides import apply_overrides
 from dp_pipeline.release.tables import engines
-from dp_pipeline.release.tables.consistency import consistent_results, postprocess_on_spark
 from dp_pipeline.release.tables.engines import InputChangedError, open_input
-from dp_pipeline.release.tables.streamed import StreamedTable, close_tables
+from dp_pipeline.release.tables.streamed import close_tables
 
 # Progress, apply_overrides and read_release are imported from here by callers of the
 # run (the CLI imports them from their own modules).
@@ -172,8 +171,20 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     # the release's identity (spec + fingerprint + key) is checked by the ledger before
     # any of their rows is read. A live run of the release id answers busy before that.
     held.enter_context(held_lease(spec.release_id, spec.ledger_path, server))
-    source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     trace = trace if trace is not None else RunTrace()
+    # A retry of a committed release whose copy is intact starts no engine (Spark: no JVM).
+    early = _reemitted_before_engine(
+        spec, plan, master, server, (input_path, input_format), progress
+    )
+    if early is not None:
+        reservation, report, where = early
+        if server is not None:
+            server.close()  # the lease keeps its own connection until it ends
+        trace.reservation = reservation
+        _say_reserved(reservation, progress)
+        progress("the published copy is intact (every file as recorded): not recomputed")
+        return _reemitted(plan, reservation, report, where.final, where)
+    source = open_input(spec, input_path, input_format, progress, spark, verbose=verbose)
     try:
         if not synthetic:  # the sample cache is in the home: only a named input is checked
             check_listed_kinds(spec.key_file, source, spec.ledger_path)
@@ -244,6 +255,30 @@ def _master_key(spec: ReleaseSpec, progress, server: Ledger | None = None):
     )
 
 
+def _reemitted_before_engine(spec, plan, master, server, inputs, progress):
+    """(reservation, published report, where) when this run is a retry of a committed
+    release whose copy is intact, decided before the engine starts
+    (`dp_pipeline.release.early_reemit`); None: the engine's path decides."""
+    local = ledger_location(spec.ledger_path).path
+    if spec.engine != "spark" or (server is None and (local is None or not local.is_file())):
+        return None
+    location = None if inputs[0] is None else str(inputs[0])
+    opened = nullcontext(server) if server is not None else Ledger(spec.ledger_path, key=master)
+    with opened as ledger:
+        entry = ledger.entry(spec.release_id)
+        found = committed_identity(
+            spec, plan.accountant.to_dict(), master, location, inputs[1], entry
+        )
+        if found is None:
+            return None
+        where = _where(spec, None)  # a local output folder (`committed_identity`)
+        if intact_copy(entry.manifest, where.final, None, spec.release_id) is None:
+            return None  # missing or altered: recomputed by the engine that made it
+        reservation = _reserve(ledger, spec, plan, master, *found, where, progress)
+        report = intact_copy(reservation.manifest, where.final, None, spec.release_id)
+    return None if report is None else (reservation, report, where)
+
+
 def _run_opened(
     spec,
     plan,
@@ -293,10 +328,12 @@ def _run_opened(
                 progress=progress,
             )
             timings.update(engine_timings)
-            _check_input_unchanged(spec, master, source, fingerprint)
+            check_input_unchanged(spec, master, source, fingerprint)
             _advance(ledger, reservation, State.NOISED)
             protocol.checkpoint(Checkpoint.AFTER_NOISE)
-            results, postprocessing = _postprocess(spec, plan, results, source, progress, timings)
+            results, postprocessing = postprocess_results(
+                spec, plan, results, source, progress, timings
+            )
             started = time.perf_counter()
             report = write_outputs(
                 _directory(spec, identity, where),
@@ -442,48 +479,3 @@ def _advance(ledger: Ledger, reservation: Reservation, state: str) -> None:
     """Record the run's state (a re-emission of a committed release holds no reservation)."""
     if reservation.outcome != "already_committed":
         ledger.advance(reservation, state)
-
-
-def _check_input_unchanged(spec, master, source, fingerprint) -> None:
-    # The engines read the input more than once (Spark: the unit check, then the
-    # tables). A file changed or added in between could let a unit counted as having
-    # one row contribute more, so the input must be the files and bytes fingerprinted.
-    # The list first, then the bytes, hashed again where they are (executors for Spark):
-    # sizes and modification times alone can be kept by a rewrite, so only the content
-    # digest shows that no byte changed.
-    source.check_unchanged(source.list_files(), spec.release_id)
-    try:
-        again = source.fingerprint(master)
-    except (ProblemListError, FileRangeError, OSError):
-        # A file vanished or shrank while it was hashed again: changed, like any other
-        # difference (charged, nothing published), never a bare error of the reader.
-        again = None
-    if again != fingerprint:
-        raise InputChangedError(
-            f"input {source.where!r} changed while release {spec.release_id!r} was "
-            f"running (its keyed fingerprint differs from the one taken before reading); "
-            f"nothing was published, and the reservation stays spent (the data was read); "
-            f"run a new release id on an input that is not being written to"
-        )
-
-
-def _postprocess(spec, plan, results, source, progress, timings):
-    started = time.perf_counter()
-    results, postprocessing = consistent_results(spec, plan, results, source.spark)
-    if postprocessing:
-        timings["postprocess"] = time.perf_counter() - started
-        where = "on Spark, one task per top-level group" if postprocess_on_spark(spec) else ""
-        sets = bool(spec.postprocess.tables) + len(spec.postprocess.sum_sets)
-        progress(
-            f"post-processed {len(postprocessing['tables'])} "
-            f"{'' if spec.postprocess.sums else 'count '}table(s) into "
-            f"{'one consistent set' if sets == 1 else f'{sets} consistent sets'} "
-            f"({postprocessing['method']}) {where + ' ' if where else ''}"
-            f"in {timings['postprocess']:.2f} s"
-            + (
-                " (its second pass runs as the tables are written)"
-                if any(isinstance(v, StreamedTable) for v in results.values())
-                else ""
-            )
-        )
-    return results, postprocessing

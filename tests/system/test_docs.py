@@ -31,7 +31,6 @@ import os
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tomllib
@@ -187,18 +186,6 @@ def readers_job(folder: Path, environment: dict[str, str]) -> None:
     assert (folder / "reader" / ".dp_pipeline" / "master.key").is_file()
 
 
-def _arrow_teardown_abort(done: subprocess.CompletedProcess) -> bool:
-    """Whether a block finished its work and then aborted in the interpreter's teardown
-    with Arrow's known shutdown race (apache/arrow#34314: a Parquet reader thread still
-    alive when the C++ runtime exits; stderr is exactly libstdc++'s one line). The block's
-    own output is complete; anything else on stderr is a failure as usual."""
-    return (
-        done.returncode == -signal.SIGABRT
-        and done.stderr.strip() == "terminate called without an active exception"
-        and bool(done.stdout.strip())
-    )
-
-
 def run_in_order(
     path: Path, folder: Path, *, with_spark: bool = True, after_job: bool = False
 ) -> int:
@@ -232,9 +219,7 @@ def run_in_order(
                 text=True,
                 timeout=900,
             )
-            assert done.returncode == 0 or _arrow_teardown_abort(done), (
-                f"{context}:\n{block.code}\n{done.stderr}"
-            )
+            assert done.returncode == 0, f"{context}:\n{block.code}\n{done.stderr}"
             continue
         lines = _commands(block)
         assert lines, f"{block.name}: an empty bash block"

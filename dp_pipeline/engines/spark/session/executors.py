@@ -83,7 +83,8 @@ def executor_pythons(spark) -> set[WorkerPython]:
         # its client needs grpc, which a classic install may lack.
         from pyspark.sql.connect.functions import udf
 
-        answer = udf(lambda row: "\t".join(probe([row])[0]), "string")
+        # Not Arrow-optimized: a worker Python with PySpark but no pyarrow still answers.
+        answer = udf(lambda row: "\t".join(probe([row])[0]), "string", useArrow=False)
         rows = spark.range(0, _CONNECT_TASKS, 1, _CONNECT_TASKS).select(answer("id")).collect()
         answers = [tuple(row[0].split("\t")) for row in rows]
     else:
@@ -99,7 +100,10 @@ def executor_pythons(spark) -> set[WorkerPython]:
 def executors_problem(spark, version: str) -> str | None:
     """None when every executor Python asked imports dp_pipeline ``version``; else one line
     naming the first that does not (its executable, what it lacks or has) and the fix."""
-    fix = (_CONNECT_FIX if is_connect(spark) else _CLASSIC_FIX).format(version=version)
+    connect = is_connect(spark)
+    fix = (_CONNECT_FIX if connect else _CLASSIC_FIX).format(version=version)
+    # Whose Python it is: a Connect client's executors are its server's.
+    whose = "the Spark Connect server's executors'" if connect else "the Spark executors'"
     try:
         workers = executor_pythons(spark)
     except (Py4JJavaError, PySparkException) as error:
@@ -114,12 +118,12 @@ def executors_problem(spark, version: str) -> str | None:
     for worker in sorted(workers, key=lambda w: (w.executable, str(w.version))):
         if worker.version is None:
             return (
-                f"the Spark executors' Python {worker.executable} cannot import dp_pipeline "
+                f"{whose} Python {worker.executable} cannot import dp_pipeline "
                 f"({worker.error}): {fix}"
             )
         if worker.version != version:
             return (
-                f"the Spark executors' Python {worker.executable} has dp_pipeline "
+                f"{whose} Python {worker.executable} has dp_pipeline "
                 f"{worker.version}, this driver {version}: {fix}"
             )
     return None
