@@ -36,6 +36,7 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
+from pyspark.sql.types import StringType
 
 from dp_pipeline.engines.backend import noisy_tables
 
@@ -46,10 +47,14 @@ from dp_pipeline.engines.spark.noise import collect_noisy_cells as collect_noisy
 from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
 from dp_pipeline.engines.spark.session.start import local_session
-from dp_pipeline.engines.spark_sql.variance import SparkDPVariance
+from dp_pipeline.engines.spark_sql.variance import SparkDPVariance, spark_variance
+from dp_pipeline.errors import InternalError
+from dp_pipeline.from_data.plan import PlannedStatistic, plan_statistic
+from dp_pipeline.from_data.spark import select_rows
 from dp_pipeline.platform.java import ensure_java as ensure_java
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
 from dp_pipeline.query.verbs import VERBS, Surface, method_of
@@ -119,10 +124,11 @@ class SparkDPQuery:
     ρ, ε at δ, margins of error), known before any data is read.
     """
 
-    def __init__(self, spec: QuerySpec) -> None:
+    def __init__(self, spec: QuerySpec, planned: PlannedStatistic | None = None) -> None:
         self.spec = spec
         self.diagnostics: Diagnostics | None = None
-        self._info: ReleaseInfo | None = None
+        self._planned = planned
+        self._info: ReleaseInfo | None = None if planned is None else planned.info
 
     @property
     def info(self) -> ReleaseInfo:
@@ -133,10 +139,17 @@ class SparkDPQuery:
         return self._info
 
     def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
-        """(noisy DataFrame, diagnostics)."""
-        noisy, diagnostics = run_spark(df, self.spec)
-        self.diagnostics = diagnostics
-        return noisy, diagnostics
+        """(noisy DataFrame, diagnostics). With a key selected from the data, its released
+        keys first (streamed), then the statistic on their rows; ``info`` then shows the
+        keys kept."""
+        if self._planned is None or self._planned.selection is None:
+            noisy, diagnostics = run_spark(df, self.spec)
+            self.diagnostics = diagnostics
+            return noisy, diagnostics
+        selected = select_rows(df, self._planned)
+        noisy, diagnostics = run_spark(selected.rows, selected.spec)  # type: ignore[arg-type]
+        self._info, self.diagnostics = selected.info, diagnostics
+        return selected.finish(noisy), diagnostics
 
     def __call__(self, df: DataFrame) -> DataFrame:
         return self.run(df)[0]
@@ -258,6 +271,42 @@ class SparkDPSelection:
         )
 
 
+class _SelectedVariance(SparkDPVariance):
+    """A variance or std whose key is selected from the data: the released keys first
+    (streamed), then the variance on their rows over exactly those keys."""
+
+    def __init__(self, planned: PlannedStatistic) -> None:
+        super().__init__(planned.spec)  # type: ignore[arg-type]
+        self._planned = planned
+        self._info = planned.info
+
+    @property
+    def info(self) -> ReleaseInfo:
+        return (
+            self._info
+            if self.diagnostics is None
+            else self._info.with_diagnostics(self.diagnostics)
+        )
+
+    def collect(self, df: DataFrame) -> pd.DataFrame:
+        selected = select_rows(df, self._planned)
+        result, self.diagnostics = spark_variance(selected.rows, selected.spec)  # type: ignore[arg-type]
+        self._info = selected.info
+        if selected.empty_type is not None:
+            column = selected.column
+            result = result.iloc[0:0].copy()
+            text = isinstance(selected.empty_type, StringType)
+            result[column] = result[column].astype(object if text else "int64")
+        attach_info(result, self._info.with_diagnostics(self.diagnostics))
+        return result
+
+    def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
+        result = self.collect(df)
+        rows = pd.DataFrame(result)
+        rows.attrs = {}  # the info stays with this query
+        return df.sparkSession.createDataFrame(rows), result.attrs["dp"].info.diagnostics
+
+
 SURFACE = Surface(
     name="dp_{}",
     call="df.transform(dp_{verb}({{}}))",
@@ -292,15 +341,20 @@ def _query(
     statistic: str, arguments: dict[str, Any]
 ) -> SparkDPQuery | SparkDPSelection | SparkDPVariance:
     """The query ``dp_<statistic>(**arguments)`` returns (nothing read yet)."""
-    if statistic in VARIANCE_STATISTICS:
-        return SparkDPVariance(VarianceSpec.build(statistic, **arguments))
+    if statistic in VARIANCE_STATISTICS or statistic in ("count", "sum", "mean"):
+        planned = plan_statistic(statistic, arguments)
+        if isinstance(planned.spec, VarianceSpec):
+            if planned.selection is None:
+                return SparkDPVariance(planned.spec)
+            return _SelectedVariance(planned)
+        return SparkDPQuery(planned.spec, planned)
     if statistic == "top_k":
         return SparkDPSelection(TopKQuery.build(**arguments))
     if statistic in ("quantile", "median"):
         if statistic == "median":
             arguments["q"] = Fraction(1, 2)
         return SparkDPSelection(QuantileQuery.build(statistic, **arguments))
-    return SparkDPQuery(QuerySpec.build(statistic, **arguments))
+    raise InternalError(f"no Spark verb {statistic!r}")
 
 
 def _function(statistic: str) -> Callable[..., Any]:

@@ -115,13 +115,13 @@ def plan_statistic(statistic: str, arguments: Mapping[str, object]) -> PlannedSt
         else []
     )
     if not opened:
+        spec = _build(statistic, arguments)  # a missing domain is refused first
         if parameters.given:
             raise DPValueError(
                 f"{parameters.given[0]}= applies to a key selected from the data; give "
                 f"domains={{column: dp_pipeline.FROM_DATA}} for it, or leave "
                 f"{parameters.given[0]}= out"
             )
-        spec = _build(statistic, arguments)
         return PlannedStatistic(spec, None, release_info(spec))
     if len(opened) > 1:
         raise DPValueError(

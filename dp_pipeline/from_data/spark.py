@@ -1,0 +1,100 @@
+"""A key selected from a Spark DataFrame, streamed, then the rows of the released keys.
+
+`select_rows` is step 2 of `dp_pipeline.from_data.plan` on Spark: the released keys come
+from `dp_pipeline.keyselect.spark.select_keys_spark` (bounding per unit, distinct units per
+key and each key's decision on the executors: no key set reaches the driver before the
+selection); only the released keys are collected (they are the query's public output)
+and the rows of those keys are kept by a broadcast semi-join. The same key material as
+the pandas path, so both engines release the same keys and values, byte for byte.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as sf
+from pyspark.sql.types import DataType, StructField, StructType
+
+from dp_pipeline.errors import DPValueError
+from dp_pipeline.from_data.pandas import ROW_UNIT
+from dp_pipeline.from_data.plan import PlannedStatistic, SelectedKey, Statistic, bind_keys
+from dp_pipeline.keyselect.spark import select_keys_spark
+from dp_pipeline.query.cost import ReleaseInfo
+from dp_pipeline.query.diagnostics import invalid_rows_error
+
+__all__ = ["SelectedRows", "released_keys_spark", "select_rows"]
+
+
+def _refuse_nulls(df: DataFrame, selection: SelectedKey) -> None:
+    """``on_invalid="error"``: a null key (or unit) is refused as the pandas path does."""
+    column, unit = selection.column, selection.privacy_unit
+    flags = [sf.max(sf.col(column).isNull().cast("int")).alias("key")]
+    if unit is not None:
+        flags.append(sf.max(sf.col(unit).isNull().cast("int")).alias("unit"))
+    row = df.select(*flags).first()
+    if row is not None and row["key"]:
+        raise invalid_rows_error(column, "have a null key")
+    if unit is not None and row is not None and row["unit"]:
+        raise invalid_rows_error(unit, "have a null privacy unit")
+
+
+def released_keys_spark(df: DataFrame, selection: SelectedKey) -> tuple[list[object], DataType]:
+    """The released keys of ``selection.column`` sorted by value (Python str or int), and
+    their Spark type."""
+    column, unit = selection.column, selection.privacy_unit
+    if column not in df.columns:
+        raise DPValueError(f"key column {column!r} is not in the DataFrame")
+    if selection.on_invalid == "error":
+        _refuse_nulls(df, selection)
+    frame = df
+    if unit is None:  # each row its own unit
+        frame = df.select(column).withColumn(ROW_UNIT, sf.monotonically_increasing_id())
+        unit = ROW_UNIT
+    keys = select_keys_spark(
+        frame,
+        key=column,
+        privacy_unit=unit,
+        plan=selection.plan,
+        selection_key=selection.selection_key(),
+        salt=selection.salt(),
+    )
+    values = sorted(row[0] for row in keys.collect())
+    return values, keys.schema[column].dataType
+
+
+@dataclass(frozen=True)
+class SelectedRows:
+    """The rows the statistic reads (those of the released keys), its spec over exactly
+    those keys (the stand-in when none was released: ``empty_type`` is then the key
+    column's input type) and the info with the keys kept."""
+
+    rows: DataFrame
+    spec: Statistic
+    info: ReleaseInfo
+    column: str
+    empty_type: DataType | None
+
+    def finish(self, result: DataFrame) -> DataFrame:
+        """The statistic's result: no row and the input's key type when no key was released."""
+        if self.empty_type is None:
+            return result
+        return result.limit(0).withColumn(self.column, sf.col(self.column).cast(self.empty_type))
+
+
+def select_rows(df: DataFrame, planned: PlannedStatistic) -> SelectedRows:
+    """Select ``planned``'s key on ``df`` and keep the rows of the released keys."""
+    selection = planned.selection
+    if selection is None:
+        return SelectedRows(df, planned.spec, planned.info, "", None)
+    keys, key_type = released_keys_spark(df, selection)
+    column = selection.column
+    info = replace(planned.info, key_selection=selection.info.with_keys_kept(len(keys)))
+    if not keys:
+        stand_in = df.limit(0).withColumn(column, sf.lit(0).cast("long"))
+        return SelectedRows(stand_in, planned.spec, info, column, df.schema[column].dataType)
+    released = df.sparkSession.createDataFrame(
+        [(key,) for key in keys], StructType([StructField(column, key_type)])
+    )
+    rows = df.join(sf.broadcast(released), on=column, how="left_semi")
+    return SelectedRows(rows, bind_keys(planned.spec, column, keys), info, column, None)
