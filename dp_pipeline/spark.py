@@ -36,7 +36,6 @@ from typing import Any
 
 import pandas as pd
 from pyspark.sql import DataFrame
-from pyspark.sql.types import StringType
 
 from dp_pipeline.engines.backend import noisy_tables
 
@@ -47,14 +46,13 @@ from dp_pipeline.engines.spark.noise import collect_noisy_cells as collect_noisy
 from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
 from dp_pipeline.engines.spark.session.start import local_session
-from dp_pipeline.engines.spark_sql.variance import SparkDPVariance, spark_variance
+from dp_pipeline.engines.spark_sql.variance import SparkDPVariance
 from dp_pipeline.errors import InternalError
 from dp_pipeline.from_data.plan import PlannedStatistic, plan_statistic
-from dp_pipeline.from_data.spark import select_rows
+from dp_pipeline.from_data.spark import SelectedVariance, select_rows
 from dp_pipeline.platform.java import ensure_java as ensure_java
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
-from dp_pipeline.query.result_info import attach_info
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
 from dp_pipeline.query.verbs import VERBS, Surface, method_of
@@ -271,42 +269,6 @@ class SparkDPSelection:
         )
 
 
-class _SelectedVariance(SparkDPVariance):
-    """A variance or std whose key is selected from the data: the released keys first
-    (streamed), then the variance on their rows over exactly those keys."""
-
-    def __init__(self, planned: PlannedStatistic) -> None:
-        super().__init__(planned.spec)  # type: ignore[arg-type]
-        self._planned = planned
-        self._info = planned.info
-
-    @property
-    def info(self) -> ReleaseInfo:
-        return (
-            self._info
-            if self.diagnostics is None
-            else self._info.with_diagnostics(self.diagnostics)
-        )
-
-    def collect(self, df: DataFrame) -> pd.DataFrame:
-        selected = select_rows(df, self._planned)
-        result, self.diagnostics = spark_variance(selected.rows, selected.spec)  # type: ignore[arg-type]
-        self._info = selected.info
-        if selected.empty_type is not None:
-            column = selected.column
-            result = result.iloc[0:0].copy()
-            text = isinstance(selected.empty_type, StringType)
-            result[column] = result[column].astype(object if text else "int64")
-        attach_info(result, self._info.with_diagnostics(self.diagnostics))
-        return result
-
-    def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
-        result = self.collect(df)
-        rows = pd.DataFrame(result)
-        rows.attrs = {}  # the info stays with this query
-        return df.sparkSession.createDataFrame(rows), result.attrs["dp"].info.diagnostics
-
-
 SURFACE = Surface(
     name="dp_{}",
     call="df.transform(dp_{verb}({{}}))",
@@ -346,7 +308,7 @@ def _query(
         if isinstance(planned.spec, VarianceSpec):
             if planned.selection is None:
                 return SparkDPVariance(planned.spec)
-            return _SelectedVariance(planned)
+            return SelectedVariance(planned)
         return SparkDPQuery(planned.spec, planned)
     if statistic == "top_k":
         return SparkDPSelection(TopKQuery.build(**arguments))

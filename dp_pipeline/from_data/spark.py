@@ -12,18 +12,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+import pandas as pd
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as sf
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import DataType, StringType, StructField, StructType
 
+from dp_pipeline.engines.spark_sql.variance import SparkDPVariance, spark_variance
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.from_data.pandas import ROW_UNIT
 from dp_pipeline.from_data.plan import PlannedStatistic, SelectedKey, Statistic, bind_keys
 from dp_pipeline.keyselect.spark import select_keys_spark
 from dp_pipeline.query.cost import ReleaseInfo
-from dp_pipeline.query.diagnostics import invalid_rows_error
+from dp_pipeline.query.diagnostics import Diagnostics, invalid_rows_error
+from dp_pipeline.query.result_info import attach_info
 
-__all__ = ["SelectedRows", "released_keys_spark", "select_rows"]
+__all__ = ["SelectedRows", "SelectedVariance", "released_keys_spark", "select_rows"]
 
 
 def _refuse_nulls(df: DataFrame, selection: SelectedKey) -> None:
@@ -98,3 +101,39 @@ def select_rows(df: DataFrame, planned: PlannedStatistic) -> SelectedRows:
     )
     rows = df.join(sf.broadcast(released), on=column, how="left_semi")
     return SelectedRows(rows, bind_keys(planned.spec, column, keys), info, column, None)
+
+
+class SelectedVariance(SparkDPVariance):
+    """A variance or std whose key is selected from the data: the released keys first
+    (streamed), then the variance on their rows over exactly those keys."""
+
+    def __init__(self, planned: PlannedStatistic) -> None:
+        super().__init__(planned.spec)  # type: ignore[arg-type]
+        self._planned = planned
+        self._info = planned.info
+
+    @property
+    def info(self) -> ReleaseInfo:
+        return (
+            self._info
+            if self.diagnostics is None
+            else self._info.with_diagnostics(self.diagnostics)
+        )
+
+    def collect(self, df: DataFrame) -> pd.DataFrame:
+        selected = select_rows(df, self._planned)
+        result, self.diagnostics = spark_variance(selected.rows, selected.spec)  # type: ignore[arg-type]
+        self._info = selected.info
+        if selected.empty_type is not None:
+            column = selected.column
+            result = result.iloc[0:0].copy()
+            text = isinstance(selected.empty_type, StringType)
+            result[column] = result[column].astype(object if text else "int64")
+        attach_info(result, self._info.with_diagnostics(self.diagnostics))
+        return result
+
+    def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
+        result = self.collect(df)
+        rows = pd.DataFrame(result)
+        rows.attrs = {}  # the info stays with this query
+        return df.sparkSession.createDataFrame(rows), result.attrs["dp"].info.diagnostics

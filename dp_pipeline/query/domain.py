@@ -55,8 +55,8 @@ FROM_DATA = FromData.FROM_DATA
 # values (an integer range, or a list of distinct integers or distinct strings), or
 # FROM_DATA for a key selected from the data.
 KeyColumns = str | Sequence[str]
-DomainValues = range | Sequence[int] | Sequence[str] | FromData
-Domains = Mapping[str, DomainValues]
+DomainValues = range | Sequence[int] | Sequence[str]
+Domains = Mapping[str, DomainValues | FromData]
 
 DEFAULT_CELL_LIMIT = 10_000_000
 # Cell indexes are int64 in both engines; keep well clear of overflow.
