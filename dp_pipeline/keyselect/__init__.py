@@ -3,7 +3,10 @@ an exact threshold (for grouping keys nobody declared a domain for).
 
 - `plan`: the threshold and the selection's δ for a target (ε, δ), ``max_cells`` and
   the neighbouring relation, every δ an upper bound computed in exact rationals
-  (`exact_exp`, `tails`, `noise_profiles`), and the selection's privacy profile.
+  (`exact_exp`, `tails`, `noise_profiles`), the selection's privacy profile and its
+  accountant event, and the least ε that releases a key held by N units
+  (`minimum_epsilon`); `rules`: the parameters' rules and limits shared by every
+  policy; `budget`: the decimal grid of that least ε.
 - `key_streams`: per-key uniforms (one keyed BLAKE2b call, then ChaCha20) and 64-bit
   hashes from each key's value.
 - `counts`: keyed bounding (at most ``max_cells`` keys per unit) and the distinct units
@@ -28,13 +31,14 @@ from dp_pipeline.keyselect.mechanism import (
     select_keys,
     select_partition,
 )
-from dp_pipeline.keyselect.plan import SelectionPlan, plan_selection
+from dp_pipeline.keyselect.plan import SelectionPlan, minimum_epsilon, plan_selection
 
 __all__ = [
     "PartitionSelector",
     "SelectedKeys",
     "SelectionKey",
     "SelectionPlan",
+    "minimum_epsilon",
     "plan_selection",
     "select_keys",
     "select_partition",

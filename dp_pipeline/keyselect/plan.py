@@ -35,23 +35,60 @@ the paper not being at hand: with P(z) ∝ α^|z|, α = e^{-ε}, and e^ε·P(z) 
 for z >= 1, π(n) - e^ε·π(n-1) = P(K) = π(1) while n <= K + 1, the first branch of the
 recursion with δ = P(K); the upper branch follows by the symmetry z -> -z). Its
 profile is computed from π exactly (a single key changes: a pair of Bernoullis).
+
+Any m, either neighbouring, Laplace: the same truncated geometric per key (PipelineDP's
+per-key policy), scale s/ε and truncation K, threshold K + 1. For every count n,
+π(n) <= e^{ε/s}·π(n-1) + P(K) and 1 - π(n-1) <= e^{ε/s}·(1 - π(n)) + P(K) (above;
+π(0) = 0 covers a key only one neighbour has), so each key's binary output is
+(ε/s, P(K))-DP in the count, and one unit moves at most s counts by one.
+
+Theorem (the accountant event of a truncated plan). Every (ε₀, δ₀)-DP binary output is a
+post-processing of the canonical pair "loss +∞ with mass δ₀, else randomized response
+with ε₀" (Kairouz, Oh, Viswanath 2015, "The composition theorem for differential
+privacy", ICML, Section 2: its operational interpretation of (ε, δ)-DP), and dominating
+pairs compose (independent keys, each key's
+draw from its own stream). The s keys a unit moves are therefore dominated by s such
+pairs: an infinite-loss atom of mass q = 1 - (1 - P(K))^s and, given no atom, s
+randomized responses with ε/s, which is the loss pair of a discrete Laplace of scale s/ε
+moved by one (P[loss = ε/s] = P[Z <= 0] = e^{ε/s}/(1 + e^{ε/s})). `SelectionPlan.event`
+is exactly that `KeySelection`; at the plan's ε its δ is q <= ``delta`` (s randomized
+responses with ε/s are pure ε-DP). Keys no unit moves add nothing.
+
+Which policy (``policy=None``, Laplace): both plans have noise of the same scale s/ε
+and a symmetric noise, so a key with count c is released with probability at least 1/2
+exactly when c >= threshold; the plan with the smaller threshold releases every count
+at or above it with probability >= 1/2 where the other does not, and is the default
+(the truncated geometric on a tie: its π reaches 1 at 2K + 1).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
-import numbers
 from dataclasses import dataclass
 from fractions import Fraction
 
 from dp_pipeline.accounting.events import KeySelection, PrivacyEvent
-from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
+from dp_pipeline.errors import DPValueError, InternalError
+from dp_pipeline.keyselect.budget import decimal_up, least_epsilon
 from dp_pipeline.keyselect.exact_exp import DEFAULT_BITS, exp_bounds, exp_neg_multiples
 from dp_pipeline.keyselect.noise_profiles import (
     gaussian_count_delta,
     laplace_count_delta,
     log_zcdp_delta_estimate,
+)
+from dp_pipeline.keyselect.rules import (
+    MAX_CELLS_LIMIT,
+    MAX_EPSILON,
+    MAX_SIGMA2,
+    MAX_THRESHOLD,
+    MIN_DELTA,
+    POLICIES,
+    any_release_upper,
+    budget_too_small,
+    check_selection_inputs,
+    combined_delta,
+    least_passing,
 )
 from dp_pipeline.keyselect.tails import GaussianTails, laplace_tail, truncated_laplace_top_mass
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
@@ -63,40 +100,32 @@ __all__ = [
     "MAX_SIGMA2",
     "MAX_THRESHOLD",
     "MIN_DELTA",
+    "POLICIES",
     "SelectionPlan",
     "any_release_upper",
     "budget_too_small",
     "check_selection_inputs",
     "combined_delta",
+    "decimal_up",
     "gaussian_sigma2",
     "least_passing",
+    "minimum_epsilon",
     "plan_selection",
 ]
 
-NOISES = ("laplace", "gaussian")
-NEIGHBOURINGS = ("add_remove", "replace")
-# The largest max_cells whose δ is certified: the Gaussian's weight table grows with
-# σ ~ sqrt(max_cells)/ε and the profile's exact powers with max_cells.
-MAX_CELLS_LIMIT = 1000
-MIN_DELTA = Fraction(1, 2**100)
-# exp(2·ε) must stay certifiable at 256 bits (replace doubles the counts' ε).
-MAX_EPSILON = 50
-# A key needs more distinct units than this to pass: "no key can pass" in practice
-# (counts are int32 on Spark's side too).
-MAX_THRESHOLD = 2**31 - 1
-MAX_SIGMA2 = Fraction(2**20)
-# The truncated geometric's profile is summed over its 2K + 1 atoms.
+# The truncated geometric's profile (s = 1) is summed over its 2K + 1 atoms.
 MAX_TRUNCATION = 100_000
-_POWER_BITS = 320
 
 
 @dataclass(frozen=True)
 class SelectionPlan:
     """A key selection's noise, threshold and privacy figures (every δ an upper bound).
 
-    ``policy`` is ``"truncated_geometric"`` (m = 1, add/remove, Laplace: optimal) or
-    ``"threshold"`` (untruncated noise). ``single_unit_release`` bounds p, the chance
-    that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m;
+    ``policy`` is ``"truncated_geometric"`` (Laplace truncated at ±K per key: optimal for
+    m = 1 with add/remove, PipelineDP's per-key policy otherwise) or ``"threshold"``
+    (untruncated noise). ``single_unit_release`` bounds p, the chance
+    that a key held by one unit is released; ``new_keys_delta`` bounds q = 1-(1-p)^m
+    (truncated geometric: 1-(1-p)^s, every key a unit moves has an atom);
     ``noise_delta`` bounds the count noise's δ_c(ε); ``delta_upper`` bounds
     δ_sel(ε) = 1 - (1-δ_c(ε))(1-q) and is at most ``delta``.
     """
@@ -126,28 +155,38 @@ class SelectionPlan:
         eps = exact_rational(epsilon, "epsilon")
         if eps < 0:
             raise DPValueError(f"epsilon must be >= 0, got {epsilon!r}")
-        if self.policy == "truncated_geometric":
+        if self.policy == "truncated_geometric" and self.count_sensitivity == 1:
             return _truncated_profile(self.scale, self.truncation, eps)
-        if self.noise == "laplace":
+        if self.noise == "laplace":  # truncated with s > 1: s pairs (ε/s, P(K)), pure ε
             noise = laplace_count_delta(self.count_sensitivity / self.scale, eps)
         else:
             noise = gaussian_count_delta(self.sigma2, self.count_sensitivity, eps)
         return combined_delta(noise, self.new_keys_delta)
 
-    def event(self) -> PrivacyEvent:
-        """The selection as one accountant event: its count noise on ``count_sensitivity``
-        keys, each count moved by one (one unit holds at most m keys), plus an
-        infinite-loss atom of mass ``new_keys_delta`` (q), so that its δ(ε) is the
-        module's theorem composed with everything else.
+    def describe(self) -> str:
+        """One line for a user at plan time (nothing of the data): the threshold, what a
+        key needs to pass it, the policy and its certified figures, δ rounded up."""
+        noise = f"scale {self.scale}" if self.scale is not None else f"sigma2 {self.sigma2}"
+        truncation = f", truncated at ±{self.truncation}" if self.truncation is not None else ""
+        return (
+            f"key selection: threshold {self.threshold} distinct units (a key held by that "
+            f"many or more is released with probability at least 1/2, a key held by one unit "
+            f"with probability at most {decimal_up(self.single_unit_release)}); policy "
+            f"{self.policy}, {self.noise} noise {noise}{truncation}; delta <= "
+            f"{decimal_up(self.delta_upper)} at epsilon {self.epsilon}; max_cells "
+            f"{self.max_cells}, {self.neighbouring}"
+        )
 
-        The truncated geometric's noise is not an untruncated discrete Laplace: that policy
-        is refused (its profile is ``delta_at``)."""
-        if self.policy == "truncated_geometric":
-            raise DPValueError(
-                "policy 'truncated_geometric' has no accountant event yet (its truncated "
-                "noise is not a discrete Laplace); plan the selection with "
-                "policy='threshold' to compose it with other events"
-            )
+    def event(self) -> PrivacyEvent:
+        """The selection as one accountant event (`KeySelection`), every δ(ε) it gives an
+        upper bound of the selection's.
+
+        Threshold policy: its count noise on ``count_sensitivity`` keys, each count moved
+        by one (one unit holds at most m keys), plus an infinite-loss atom of mass
+        ``new_keys_delta`` (q): the module's first theorem. Truncated geometric: s keys,
+        each the canonical (ε/s, P(K)) pair, i.e. a discrete Laplace of scale s/ε moved by
+        one on each and an atom of mass ``new_keys_delta`` = 1 - (1 - P(K))^s (the module's
+        theorem on the truncated plan's event; Kairouz, Oh, Viswanath 2015)."""
         noise: DiscreteGaussian | DiscreteLaplace
         if self.scale is not None:  # a Laplace plan has a scale, a Gaussian one σ²
             noise = DiscreteLaplace(self.scale)
@@ -160,85 +199,6 @@ class SelectionPlan:
         )
 
 
-def combined_delta(noise_delta: Fraction, new_keys: Fraction) -> Fraction:
-    return min(Fraction(1), 1 - (1 - noise_delta) * (1 - new_keys))
-
-
-def any_release_upper(p: Fraction, m: int) -> Fraction:
-    """Upper bound of 1 - (1-p)^m: a lower bound of (1-p)^m by binary powering, every
-    product rounded down at 320 bits."""
-    if m == 1:
-        return p
-    scale = 1 << _POWER_BITS
-    base = ((1 - p) * scale).__floor__()
-    result = scale
-    while m:
-        if m & 1:
-            result = (result * base) >> _POWER_BITS
-        m >>= 1
-        if m:
-            base = (base * base) >> _POWER_BITS
-    return 1 - Fraction(result, scale)
-
-
-def check_selection_inputs(
-    noise: str, epsilon: object, delta: object, max_cells: int, neighbouring: str
-) -> tuple[Fraction, Fraction]:
-    """(ε, δ) as exact rationals, after every parameter rule (one-line `DPError`s)."""
-    if noise not in NOISES:
-        raise DPValueError(f"noise={noise!r}: must be one of {', '.join(map(repr, NOISES))}")
-    if neighbouring not in NEIGHBOURINGS:
-        raise DPValueError(
-            f"neighbouring={neighbouring!r}: must be one of {', '.join(map(repr, NEIGHBOURINGS))}"
-        )
-    if isinstance(max_cells, bool) or not isinstance(max_cells, numbers.Integral):
-        raise DPTypeError(f"max_cells must be an int, got {type(max_cells).__name__}")
-    if not 1 <= max_cells <= MAX_CELLS_LIMIT:
-        raise DPValueError(
-            f"max_cells={max_cells}: must be between 1 and {MAX_CELLS_LIMIT}, the largest "
-            f"for which the selection's delta is certified; lower max_cells (the keyed "
-            f"bounding keeps each unit's first max_cells keys)"
-        )
-    eps = positive_rational(epsilon, "epsilon")
-    if eps > MAX_EPSILON:
-        raise DPValueError(
-            f"epsilon={epsilon!r}: must be at most {MAX_EPSILON} for key selection (its "
-            f"certified exponentials stop there, and larger budgets protect nothing)"
-        )
-    dlt = exact_rational(delta, "delta")
-    if not MIN_DELTA <= dlt < 1:
-        raise DPValueError(
-            f"delta={delta!r}: must be at least 2**-100 (the smallest the selection "
-            f"certifies) and below 1"
-        )
-    return eps, dlt
-
-
-def budget_too_small(epsilon: Fraction, delta: Fraction, max_cells: int, what: str) -> DPValueError:
-    return DPValueError(
-        f"epsilon={epsilon}, delta={float(delta):.3g}, max_cells={max_cells}: budget too "
-        f"small for key selection ({what}), so no key could be released; raise epsilon or "
-        f"delta, or lower max_cells"
-    )
-
-
-def least_passing(passes, low: int, high: int) -> int | None:
-    """The least integer t in [low, high] with passes(t), for a monotone ``passes``."""
-    if not passes(high):
-        return None
-    step = 1
-    while low + step < high and not passes(low + step):
-        low, step = low + step, step * 2
-    high = min(high, low + step)
-    while low < high:
-        middle = (low + high) // 2
-        if passes(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
 def plan_selection(
     *,
     noise: str,
@@ -248,28 +208,150 @@ def plan_selection(
     neighbouring: str = "add_remove",
     noise_delta_share: object = Fraction(1, 2),
     sigma2: object = None,
+    policy: str | None = None,
+    max_units: int | None = None,
 ) -> SelectionPlan:
     """The smallest integer threshold whose selection δ (an upper bound) is <= ``delta``.
 
     Laplace: scale s/ε (s = m or 2m), pure ε for the counts, so all of ``delta`` is
-    left to the keys only one neighbour has (m = 1 with add/remove uses the optimal
-    truncated geometric). Gaussian: σ² is ``sigma2`` if given, else the least σ² on a
-    grid of 1/1024 whose count-noise δ_c(ε) is at most ``noise_delta_share``·``delta``;
-    the threshold then takes what is left. Raises `DPValueError` naming the parameter
-    and the rule, before anything is read.
+    left to the keys only one neighbour has (``policy="threshold"``), or the truncated
+    geometric per key (``policy="truncated_geometric"``: least K with
+    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1; for m = 1 with add/remove
+    the optimal mechanism). ``policy=None`` plans both and keeps the one with the smaller
+    threshold (module docstring). Gaussian (threshold policy only): σ² is ``sigma2`` if
+    given, else the least σ² on a grid of 1/1024 whose count-noise δ_c(ε) is at most
+    ``noise_delta_share``·``delta``; the threshold then takes what is left.
+    ``max_units`` (public knowledge, e.g. the population's size): the most distinct units
+    a key can have; a plan whose threshold exceeds it could release no key and is
+    refused, the message giving the threshold and `minimum_epsilon` for ``max_units``.
+    Raises `DPValueError` naming the parameter and the rule, before anything is read.
     """
+    plan = _plan(noise, epsilon, delta, max_cells, neighbouring, noise_delta_share, sigma2, policy)
+    if max_units is None:
+        return plan
+    if isinstance(max_units, bool) or not isinstance(max_units, int) or max_units < 1:
+        raise DPValueError(
+            f"max_units={max_units!r}: must be a positive int (the most distinct units a key "
+            f"can have) or None"
+        )
+    if plan.threshold <= max_units:
+        return plan
+    try:
+        least = minimum_epsilon(
+            max_units,
+            noise=noise,
+            delta=delta,
+            max_cells=max_cells,
+            neighbouring=neighbouring,
+            noise_delta_share=noise_delta_share,
+            sigma2=sigma2,
+            policy=policy,
+        )
+        fix = (
+            f"epsilon >= {decimal_up(least)} would release a key held by {max_units} units "
+            f"with probability at least 1/2 (or raise delta, or lower max_cells)"
+        )
+    except DPValueError:
+        fix = f"no epsilon up to {MAX_EPSILON} would; raise delta or lower max_cells"
+    raise DPValueError(
+        f"epsilon={plan.epsilon}, delta={float(plan.delta):.3g}, max_cells={max_cells}: budget "
+        f"too small for key selection: its threshold is {plan.threshold} distinct units, above "
+        f"max_units={max_units}, so no key could be released; {fix}"
+    )
+
+
+def _plan(noise, epsilon, delta, max_cells, neighbouring, noise_delta_share, sigma2, policy):
+    """`plan_selection` without ``max_units``: the policies planned, the better kept."""
     eps, dlt = check_selection_inputs(noise, epsilon, delta, max_cells, neighbouring)
     if sigma2 is not None and noise != "gaussian":
         raise DPValueError(
             f"sigma2={sigma2!r}: applies to noise='gaussian' only; leave it out for {noise!r}"
         )
+    if policy is not None and policy not in POLICIES:
+        raise DPValueError(
+            f"policy={policy!r}: must be one of {', '.join(map(repr, POLICIES))} or None "
+            f"(the one with the smaller threshold)"
+        )
+    if policy == "truncated_geometric" and noise != "laplace":
+        raise DPValueError(
+            "policy='truncated_geometric': applies to noise='laplace' only (a truncated "
+            "discrete Laplace per key); use policy='threshold' with noise='gaussian'"
+        )
     sensitivity = max_cells * (2 if neighbouring == "replace" else 1)
-    common = dict(noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt)
-    if noise == "laplace" and max_cells == 1 and neighbouring == "add_remove":
-        plan = _truncated_plan(eps, dlt, common)
-        if plan is not None:
-            return plan
-    if noise == "laplace":
+    common = dict(
+        noise=noise, neighbouring=neighbouring, epsilon=eps, delta=dlt, max_cells=max_cells
+    )
+    truncated = None
+    if noise == "laplace" and policy != "threshold":
+        truncated = _truncated_plan(eps, dlt, sensitivity, common)
+        if truncated is not None and (policy is not None or sensitivity == 1):
+            return truncated  # for s = 1 it never has the larger threshold
+        if policy is not None:
+            limit = MAX_TRUNCATION if sensitivity == 1 else MAX_THRESHOLD - 1
+            raise budget_too_small(eps, dlt, max_cells, f"the truncation would exceed {limit}")
+    try:
+        threshold = _threshold_plan(eps, dlt, sensitivity, noise_delta_share, sigma2, common)
+    except DPValueError:
+        if truncated is None:
+            raise
+        return truncated
+    if truncated is not None and truncated.threshold <= threshold.threshold:
+        return truncated
+    return threshold
+
+
+def minimum_epsilon(
+    units: int,
+    *,
+    noise: str,
+    delta: object,
+    max_cells: int,
+    neighbouring: str = "add_remove",
+    noise_delta_share: object = Fraction(1, 2),
+    sigma2: object = None,
+    policy: str | None = None,
+) -> Fraction:
+    """The least ε, on the grid of three significant decimal digits, whose plan (the other
+    arguments those of `plan_selection`) has a threshold of at most ``units``: a key held
+    by ``units`` distinct units is then released with probability at least 1/2 (both
+    noises are symmetric, so π(threshold) = P[Z >= 0] >= 1/2). Plans only, no data.
+
+    Raises `DPValueError` naming ``units`` when no ε up to `MAX_EPSILON` reaches it.
+    """
+    if isinstance(units, bool) or not isinstance(units, int) or units < 1:
+        raise DPValueError(f"units={units!r}: must be a positive int (distinct units per key)")
+    arguments = dict(
+        noise=noise,
+        delta=delta,
+        max_cells=max_cells,
+        neighbouring=neighbouring,
+        noise_delta_share=noise_delta_share,
+        sigma2=sigma2,
+        policy=policy,
+    )
+
+    def passes(eps: Fraction) -> bool:
+        try:
+            return plan_selection(epsilon=eps, **arguments).threshold <= units
+        except DPValueError as error:  # a budget too small is a "no"; any other rule is not
+            if "budget too small" not in str(error):
+                raise
+            return False
+
+    least = least_epsilon(passes, Fraction(MAX_EPSILON))
+    if least is None:
+        raise DPValueError(
+            f"units={units}: no epsilon up to {MAX_EPSILON} gives a threshold of at most "
+            f"{units} distinct units at delta={float(Fraction(delta)):.3g}, "
+            f"max_cells={max_cells}; raise delta or lower max_cells"
+        )
+    return least
+
+
+def _threshold_plan(eps, dlt, sensitivity, share, sigma2, common: dict) -> SelectionPlan:
+    """The untruncated policy: least τ with 1 - (1-δ_c)(1 - q(τ)) <= δ."""
+    max_cells = common["max_cells"]
+    if common["noise"] == "laplace":
         scale = Fraction(sensitivity) / eps
         noise_delta = Fraction(0)
 
@@ -278,9 +360,7 @@ def plan_selection(
 
         sigma = None
     else:
-        sigma, noise_delta = gaussian_sigma2(
-            eps, dlt, max_cells, sensitivity, noise_delta_share, sigma2
-        )
+        sigma, noise_delta = gaussian_sigma2(eps, dlt, max_cells, sensitivity, share, sigma2)
         tails = GaussianTails(sigma)
 
         def tail(k: int) -> Fraction:
@@ -299,7 +379,6 @@ def plan_selection(
     return SelectionPlan(
         **common,
         policy="threshold",
-        max_cells=max_cells,
         scale=scale,
         sigma2=sigma,
         truncation=None,
@@ -311,29 +390,33 @@ def plan_selection(
     )
 
 
-def _truncated_plan(eps: Fraction, dlt: Fraction, common: dict) -> SelectionPlan | None:
-    """The optimal m = 1 plan: least K with P[Z = K | |Z| <= K] <= δ, threshold K + 1."""
-    scale = 1 / eps
+def _truncated_plan(
+    eps: Fraction, dlt: Fraction, sensitivity: int, common: dict
+) -> SelectionPlan | None:
+    """The truncated geometric per key, scale s/ε: least K with
+    1 - (1 - P[Z = K | |Z| <= K])^s <= δ, threshold K + 1 (None past `MAX_TRUNCATION`)."""
+    scale = Fraction(sensitivity) / eps
 
     def passes(bound: int) -> bool:
-        return truncated_laplace_top_mass(scale, bound)[1] <= dlt
+        return any_release_upper(truncated_laplace_top_mass(scale, bound)[1], sensitivity) <= dlt
 
-    bound = least_passing(passes, 1, MAX_TRUNCATION)
+    # s = 1 sums its exact profile over the 2K + 1 atoms (`_truncated_profile`)
+    bound = least_passing(passes, 1, MAX_TRUNCATION if sensitivity == 1 else MAX_THRESHOLD - 1)
     if bound is None:
-        return None  # too wide to sum its profile: the untruncated plan takes over
+        return None  # too wide: the untruncated plan takes over
     top = truncated_laplace_top_mass(scale, bound)[1]
+    q = any_release_upper(top, sensitivity)
     return SelectionPlan(
         **common,
         policy="truncated_geometric",
-        max_cells=1,
         scale=scale,
         sigma2=None,
         truncation=bound,
         threshold=bound + 1,
         single_unit_release=top,
-        new_keys_delta=top,
+        new_keys_delta=q,
         noise_delta=Fraction(0),
-        delta_upper=top,
+        delta_upper=q,
     )
 
 

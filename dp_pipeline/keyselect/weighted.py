@@ -23,6 +23,16 @@ creates at most k keys of total w(k)). Then δ_sel(ε) <= 1 - (1 - δ_c(ε))(1 -
 proof of `dp_pipeline.keyselect.plan` verbatim, since adding or removing a unit changes
 no other unit's weights. For each weight value only its largest k matters (1 - (1-p)^k
 grows with k), so q is a maximum over the distinct weights.
+
+Accountant event (Laplace). The totals' noise is pure ε_c-DP with ε_c = s/b (L1
+sensitivity s, scale b), and every pure ε_c-DP pair is a post-processing of randomized
+response with ε_c (Kairouz, Oh, Viswanath 2015, "The composition theorem for
+differential privacy", ICML, Section 2), whose loss pair is that of a discrete Laplace of
+scale 1/ε_c moved by one. So `WeightedPlan.event` is that count noise plus the atom q,
+the dominating pair of the proof above (the shared keys' totals, then the new keys).
+The Gaussian policy has no such event: a unit with k keys moves k totals by w(k) each,
+and the discrete Gaussian's loss pairs for different k are not dominated by one
+coordinate vector the accountant composes (its δ stays the zCDP bound of `delta_at`).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ from math import isqrt
 import numpy as np
 import pandas as pd
 
+from dp_pipeline.accounting.events import KeySelection, PrivacyEvent
 from dp_pipeline.engines.bounding import BoundingSalt
 from dp_pipeline.errors import DPValueError
 from dp_pipeline.keyselect.counts import bounded_pairs, sorted_candidates
@@ -50,6 +61,7 @@ from dp_pipeline.keyselect.plan import (
     least_passing,
 )
 from dp_pipeline.keyselect.tails import GaussianTails, laplace_tail
+from dp_pipeline.mechanisms import DiscreteLaplace
 from dp_pipeline.rational import exact_rational
 
 __all__ = [
@@ -112,6 +124,20 @@ class WeightedPlan:
         else:
             noise = gaussian_count_delta(self.sigma2, self.sensitivity, eps)
         return combined_delta(noise, self.new_keys_delta)
+
+    def event(self) -> PrivacyEvent:
+        """The weighted Laplace selection as one accountant event: randomized response with
+        ε_c = ``sensitivity``/``scale`` (a discrete Laplace of scale 1/ε_c moved by one) plus
+        an infinite-loss atom of mass ``new_keys_delta`` (module docstring); its δ(ε) is at
+        most `delta_at`'s. Raises `DPValueError` for the Gaussian policy (no event)."""
+        if self.scale is None:
+            raise DPValueError(
+                "the weighted Gaussian selection has no accountant event (a unit's k keys move "
+                "k totals by w(k) each, which no single shift vector dominates); plan it "
+                "with noise='laplace', or use plan_selection to compose it with other events"
+            )
+        noise = DiscreteLaplace(self.scale / self.sensitivity)
+        return PrivacyEvent(KeySelection(noise, (1,), self.new_keys_delta), (1,), 1)
 
 
 def _new_keys_upper(weights: tuple[int, ...], tail, threshold: int) -> Fraction:

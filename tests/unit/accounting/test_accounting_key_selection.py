@@ -193,24 +193,9 @@ def test_bad_selections_are_refused_with_the_rule():
         PrivacyAccountant().add(KeySelection(DiscreteLaplace(2), (1,), Fraction(0)), 2)
 
 
-def test_truncated_geometric_plan_has_no_event_yet():
+def test_truncated_geometric_plan_is_an_event_with_its_atom():
     plan = plan_selection(noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=1)
     assert plan.policy == "truncated_geometric"
-    with pytest.raises(DPValueError, match="policy='threshold'"):
-        plan.event()
-
-
-def test_two_selections_compose_their_atoms_in_the_accountant():
-    q = Fraction(1, 10**4)
-    selection = KeySelection(DiscreteLaplace(4), (1,), q)
-    accountant = PrivacyAccountant().add(selection, count=2)
-    total = 1 - (1 - q) ** 2
-    for eps in (0.1, 1.0):
-        bound = accountant.delta(eps)
-        assert Fraction(bound.upper) >= total
-        assert bound.lower <= bound.upper
-    # past the count noise's pure ε (2 · 1/4) only the atoms are left
-    assert accountant.delta(1.0).upper == pytest.approx(float(total), rel=1e-12)
-    with pytest.raises(DPValueError, match=r"release probability q = 0\.00019999"):
-        accountant.epsilon(1.5e-4)
-    assert accountant.epsilon(3e-4).upper <= 0.5 * (1 + 1e-6)
+    event = plan.event()
+    assert event.mechanism == KeySelection(DiscreteLaplace(1), (1,), plan.new_keys_delta)
+    assert PrivacyAccountant().add_event(event).delta(1.0).upper <= float(plan.delta)

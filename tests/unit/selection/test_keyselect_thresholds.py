@@ -144,7 +144,12 @@ LAPLACE_CASES = [
 @pytest.mark.parametrize(("epsilon", "delta", "m", "neighbouring"), LAPLACE_CASES)
 def test_laplace_threshold_and_delta_match_the_reference(epsilon, delta, m, neighbouring):
     plan = plan_selection(
-        noise="laplace", epsilon=epsilon, delta=delta, max_cells=m, neighbouring=neighbouring
+        noise="laplace",
+        epsilon=epsilon,
+        delta=delta,
+        max_cells=m,
+        neighbouring=neighbouring,
+        policy="threshold",
     )
     s = m * (2 if neighbouring == "replace" else 1)
     assert plan.policy == "threshold"
@@ -195,7 +200,9 @@ def test_truncated_geometric_is_the_least_truncation_and_its_delta_is_tight(epsi
 
 
 def test_laplace_profile_below_the_counts_epsilon_adds_randomized_response():
-    plan = plan_selection(noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=5)
+    plan = plan_selection(
+        noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=5, policy="threshold"
+    )
     q = any_release(laplace_tail(plan.scale, plan.threshold - 1), 5)
     half = Fraction(1, 2)
     rr = (mp.e - mp.exp(mpf(half))) / (1 + mp.e)  # randomized response at ε_c = 1
@@ -283,7 +290,7 @@ BAD = [
         r"^neighbouring='swap': must be one of 'add_remove', 'replace'",
     ),
     (
-        dict(epsilon=Fraction(1, 10**9), max_cells=1000),
+        dict(epsilon=Fraction(1, 10**9), max_cells=1000, policy="threshold"),
         DPValueError,
         r"^epsilon=1/1000000000, delta=1e-06, max_cells=1000: budget too small for key "
         r"selection \(the threshold would exceed 2147483647\), so no key could be released; "
