@@ -45,6 +45,7 @@ class DPAccessor:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def sum(
@@ -73,6 +74,7 @@ class DPAccessor:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def mean(
@@ -102,6 +104,7 @@ class DPAccessor:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def var(
@@ -131,6 +134,7 @@ class DPAccessor:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def std(
@@ -160,6 +164,7 @@ class DPAccessor:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def quantile(

@@ -90,6 +90,7 @@ def dp_count(
     selection_epsilon: Fraction | int | str | Decimal | float | None = None,
     selection_delta: Fraction | int | str | Decimal | float | None = None,
     selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -118,6 +119,7 @@ def dp_sum(
     selection_epsilon: Fraction | int | str | Decimal | float | None = None,
     selection_delta: Fraction | int | str | Decimal | float | None = None,
     selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -147,6 +149,7 @@ def dp_mean(
     selection_epsilon: Fraction | int | str | Decimal | float | None = None,
     selection_delta: Fraction | int | str | Decimal | float | None = None,
     selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -176,6 +179,7 @@ def dp_var(
     selection_epsilon: Fraction | int | str | Decimal | float | None = None,
     selection_delta: Fraction | int | str | Decimal | float | None = None,
     selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPVariance: ...
 
@@ -205,6 +209,7 @@ def dp_std(
     selection_epsilon: Fraction | int | str | Decimal | float | None = None,
     selection_delta: Fraction | int | str | Decimal | float | None = None,
     selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPVariance: ...
 

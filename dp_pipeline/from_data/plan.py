@@ -149,14 +149,20 @@ def plan_statistic(statistic: str, arguments: Mapping[str, object]) -> PlannedSt
     on_invalid = arguments.get("on_invalid", "drop")
     plan = None
     if _plannable(max_cells, neighbouring):
-        plan = plan_selection(
-            noise=parameters.noise,
-            epsilon=parameters.epsilon,
-            delta=parameters.delta,
-            # Without a privacy unit each row is its own unit, holding one key.
-            max_cells=1 if privacy_unit is None else int(max_cells),  # type: ignore[call-overload]
-            neighbouring=str(neighbouring),
-        )
+        try:
+            plan = plan_selection(
+                noise=parameters.noise,
+                epsilon=parameters.epsilon,
+                delta=parameters.delta,
+                # Without a privacy unit each row is its own unit, holding one key.
+                max_cells=1 if privacy_unit is None else int(max_cells),  # type: ignore[call-overload]
+                neighbouring=str(neighbouring),
+                max_units=parameters.max_units,
+            )
+        except DPValueError as error:  # the plan's epsilon and delta are the selection's
+            raise DPValueError(
+                f"key selection of {column!r} (selection_epsilon, selection_delta): {error}"
+            ) from None
     stand_in = 2 * (plan.max_cells if plan is not None else 1)
     spec = _build(statistic, {**arguments, "domains": {**domains, column: range(stand_in)}})
     if plan is None:

@@ -36,7 +36,12 @@ __all__ = [
 
 SELECTION_NOISES = ("laplace", "gaussian")
 # The public arguments `KeySelectionParameters.build` takes (popped before a statistic's build).
-SELECTION_ARGUMENTS = ("selection_epsilon", "selection_delta", "selection_noise")
+SELECTION_ARGUMENTS = (
+    "selection_epsilon",
+    "selection_delta",
+    "selection_noise",
+    "selection_max_units",
+)
 
 
 @dataclass(frozen=True)
@@ -46,6 +51,7 @@ class KeySelectionParameters:
     epsilon: Fraction | None
     delta: Fraction | None
     noise: str
+    max_units: int | None = None
 
     @classmethod
     def build(
@@ -54,13 +60,16 @@ class KeySelectionParameters:
         selection_epsilon: RationalLike | None = None,
         selection_delta: RationalLike | None = None,
         selection_noise: str = "laplace",
+        selection_max_units: int | None = None,
         allow_large_delta: bool = False,
     ) -> KeySelectionParameters:
         """Validate the selection's budget and noise, naming the argument, before any work.
 
         ``selection_delta`` above the large-δ limit (1e-4) is refused unless
-        ``allow_large_delta``; whether they are needed (a key given as FROM_DATA) is
-        checked with the domains."""
+        ``allow_large_delta``; ``selection_max_units`` (public, e.g. the population's size)
+        is the most distinct units a key can have: a plan whose threshold exceeds it could
+        release no key and is refused. Whether they are needed (a key given as FROM_DATA)
+        is checked with the domains."""
         allow = check_allow_flag(allow_large_delta, "allow_large_delta")
         if not isinstance(selection_noise, str) or selection_noise not in SELECTION_NOISES:
             raise DPValueError(
@@ -80,7 +89,18 @@ class KeySelectionParameters:
             check_delta_limit(
                 delta, "selection_delta", allow=allow, opt_in="allow_large_delta=True"
             )
-        return cls(epsilon=epsilon, delta=delta, noise=selection_noise)
+        if selection_max_units is not None and (
+            isinstance(selection_max_units, bool)
+            or not isinstance(selection_max_units, int)
+            or selection_max_units < 1
+        ):
+            raise DPValueError(
+                f"selection_max_units={selection_max_units!r}: must be a positive int (the "
+                f"most distinct units a key can have, e.g. the population's size) or None"
+            )
+        return cls(
+            epsilon=epsilon, delta=delta, noise=selection_noise, max_units=selection_max_units
+        )
 
     @property
     def given(self) -> tuple[str, ...]:
@@ -92,6 +112,8 @@ class KeySelectionParameters:
             names.append("selection_delta")
         if self.noise != "laplace":
             names.append("selection_noise")
+        if self.max_units is not None:
+            names.append("selection_max_units")
         return tuple(names)
 
 

@@ -52,9 +52,12 @@ PARAMETER_DOCS = {
     "selection_delta": "with a FROM_DATA key: the δ of its key selection (an upper bound on "
     "the chance a key held by max_cells units or fewer is released, and its noise's δ); at "
     "most 1e-4 unless allow_large_delta",
-    "selection_noise": 'with a FROM_DATA key: "laplace" (one key per unit: the optimal '
-    'truncated geometric; else Laplace thresholding) or "gaussian" (Gaussian thresholding, '
-    "better for large max_cells)",
+    "selection_noise": 'with a FROM_DATA key: "laplace" (the truncated geometric per key, '
+    "optimal for one key per unit, or Laplace thresholding, whichever has the smaller "
+    'threshold) or "gaussian" (Gaussian thresholding, better for large max_cells)',
+    "selection_max_units": "with a FROM_DATA key: the most distinct units a key can have "
+    "(public, e.g. the population's size); a budget whose threshold exceeds it is refused "
+    "before reading, naming the threshold and the least selection_epsilon that would do",
     "bounds": "(lower, upper) of the values; values are clamped into them, never taken "
     "from the data",
     "granularity": "values are rounded to integer multiples of it (an exact rational)",

@@ -75,6 +75,7 @@ class Session:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def sum(
@@ -100,6 +101,7 @@ class Session:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def mean(
@@ -126,6 +128,7 @@ class Session:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def var(
@@ -152,6 +155,7 @@ class Session:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def std(
@@ -178,6 +182,7 @@ class Session:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def quantile(
@@ -258,6 +263,7 @@ class QueryCosts:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def sum(
@@ -282,6 +288,7 @@ class QueryCosts:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def mean(
@@ -307,6 +314,7 @@ class QueryCosts:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def var(
@@ -332,6 +340,7 @@ class QueryCosts:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def std(
@@ -357,6 +366,7 @@ class QueryCosts:
         selection_epsilon: Fraction | int | str | Decimal | float | None = None,
         selection_delta: Fraction | int | str | Decimal | float | None = None,
         selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def quantile(

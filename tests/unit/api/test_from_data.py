@@ -194,7 +194,8 @@ BAD = [
     ),
     (
         dict(domains={"url": FROM_DATA}, max_cells=1001),
-        r"^max_cells=1001: must be between 1 and 1000, the largest for which the selection",
+        r"^key selection of 'url' \(selection_epsilon, selection_delta\): max_cells=1001: "
+        r"must be between 1 and 1000",
     ),
     (
         dict(domains={"url": FROM_DATA}, selection_epsilon=Fraction(1, 10**9)),
@@ -242,3 +243,29 @@ def test_quantiles_and_top_k_refuse_from_data_with_a_reason():
             epsilon=1,
             **LABELS,
         )
+
+
+def test_the_default_laplace_selection_is_an_accountant_event():
+    df = web_log()
+    select = dict(selection_epsilon=1, selection_delta=Fraction(1, 10**6))
+    result = df.dp.count(by="url", domains={"url": FROM_DATA}, epsilon=1, **select, **LABELS)
+    selection = result.dp.info.key_selection
+    plan = plan_selection(noise="laplace", epsilon=1, delta=Fraction(1, 10**6), max_cells=1)
+    assert (selection.policy, selection.threshold) == (plan.policy, plan.threshold)
+    assert selection.policy == "truncated_geometric"
+    assert result.dp.info.events[-1] == plan.event()
+    assert selection.keys_kept == len(result) > 0
+
+
+def test_a_budget_that_cannot_release_a_key_held_by_every_unit_is_refused_with_the_threshold():
+    arguments = dict(by="url", domains={"url": FROM_DATA}, epsilon=1, max_cells=2, **LABELS)
+    with pytest.raises(DPValueError, match=r"threshold") as refused:
+        web_log(rows=10).dp.count(
+            **arguments,
+            selection_epsilon=Fraction(1, 100),
+            selection_delta=Fraction(1, 10**6),
+            selection_max_units=50,
+        )
+    assert "\n" not in str(refused.value)
+    with pytest.raises(DPValueError, match=r"^selection_max_units=0: must be a positive int"):
+        web_log(rows=10).dp.count(**arguments, **SELECT, selection_max_units=0)
