@@ -103,3 +103,16 @@ def test_bad_selection_parameters_are_refused_before_anything_is_spent(tmp_path)
             **{**SELECT, "selection_epsilon": Fraction(1, 10**9)},
         )
     assert s.queries == () and Ledger(tmp_path / "ledger.sqlite").history() == []
+
+
+@pytest.mark.spark
+def test_a_spark_session_selects_the_keys_streamed_and_charges_once(tmp_path, spark):
+    s = session(tmp_path, Budget(epsilon=6, delta=Fraction(1, 10**5)))
+    cost = s.cost.count(epsilon=1, **URLS, **SELECT)
+    released = s.count(spark.createDataFrame(web_log()), epsilon=1, **URLS, **SELECT)
+    (record,) = s.queries
+    assert record.state == "committed" and record.engine == "spark"
+    assert s.spent == cost.spent_after
+    urls = [row["url"] for row in released.collect()]
+    assert urls and len(urls) == len(set(urls))
+    assert set(urls) <= set(web_log()["url"])
