@@ -120,10 +120,16 @@ class SelectedVariance(SparkDPVariance):
             else self._info.with_diagnostics(self.diagnostics)
         )
 
-    def collect(self, df: DataFrame) -> pd.DataFrame:
+    def _release(self, df: DataFrame) -> tuple[pd.DataFrame, SelectedRows]:
         selected = select_rows(df, self._planned)
         result, self.diagnostics = spark_variance(selected.rows, selected.spec)  # type: ignore[arg-type]
         self._info = selected.info
+        return result, selected
+
+    def collect(self, df: DataFrame) -> pd.DataFrame:
+        """The release as a pandas DataFrame on the driver, ``attrs["dp"]`` as ``df.dp``'s
+        (no row when no key was released)."""
+        result, selected = self._release(df)
         if selected.empty_type is not None:
             column = selected.column
             result = result.iloc[0:0].copy()
@@ -133,7 +139,10 @@ class SelectedVariance(SparkDPVariance):
         return result
 
     def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
-        result = self.collect(df)
+        """(the release as a Spark DataFrame, diagnostics)."""
+        result, selected = self._release(df)
         rows = pd.DataFrame(result)
         rows.attrs = {}  # the info stays with this query
-        return df.sparkSession.createDataFrame(rows), result.attrs["dp"].info.diagnostics
+        # With no key released, the stand-in's cells give the schema and are dropped.
+        released = selected.finish(df.sparkSession.createDataFrame(rows))
+        return released, self.diagnostics  # type: ignore[return-value]

@@ -107,3 +107,19 @@ def test_spark_refuses_null_keys_under_error(spark):
     )
     with pytest.raises(DPValueError, match=r"^column 'url': some rows have a null key"):
         spark.createDataFrame(df).transform(query)
+
+
+def test_spark_per_record_selection_and_an_empty_variance_match_pandas(spark):
+    from dp_pipeline.spark import dp_count, dp_var
+
+    df = web_log()
+    labels = {**LABELS, "privacy_unit": None}
+    arguments = dict(by="url", domains={"url": FROM_DATA}, epsilon=1, **SELECT, **labels)
+    expected = df.dp.count(**arguments)
+    released = spark.createDataFrame(df).transform(dp_count(**arguments)).toPandas()
+    _same(expected, released, "url")
+    tiny = web_log(rows=20)
+    variance = dp_var("ms", bounds=(0, 1000), **arguments)
+    empty = spark.createDataFrame(tiny).transform(variance)
+    assert empty.count() == 0 and empty.columns == ["url", "count", "var"]
+    assert variance.info.key_selection.keys_kept == 0
