@@ -137,7 +137,7 @@ EXPECTED_COUNT = (
     "max_cells=1, max_per_cell=1, neighbouring='add_remove', on_invalid='drop', "
     "cell_limit=10000000, confidence=Fraction(19, 20), delta=None, epsilon=None, rho=None, "
     "allow_large_delta=False, selection_epsilon=None, selection_delta=None, "
-    "selection_noise='laplace', noise_partitions=16)"
+    "selection_noise='laplace', selection_max_units=None, noise_partitions=16)"
 )
 
 
