@@ -116,3 +116,12 @@ def test_a_spark_session_selects_the_keys_streamed_and_charges_once(tmp_path, sp
     urls = [row["url"] for row in released.collect()]
     assert urls and len(urls) == len(set(urls))
     assert set(urls) <= set(web_log()["url"])
+
+
+@pytest.mark.parametrize("budget", [Budget(rho=1), Budget(epsilon=5)])
+def test_a_session_without_a_delta_refuses_a_selection_before_spending(tmp_path, budget):
+    s = session(tmp_path, budget)
+    for ask in (s.cost.count, lambda **a: s.count(Unreadable(web_log()), **a)):
+        with pytest.raises(DPValueError, match=r"has no finite zCDP ρ and no pure ε .*cannot"):
+            ask(epsilon=1, **URLS, **SELECT)
+    assert s.queries == () and Ledger(tmp_path / "ledger.sqlite").history() == []
