@@ -120,6 +120,11 @@ class SparkDPQuery:
     ``query.diagnostics`` holds that run's `Diagnostics` (not private: never
     publish). ``query.info`` is the `ReleaseInfo` (mechanisms, sensitivity,
     ρ, ε at δ, margins of error), known before any data is read.
+
+    With a key selected from the data (``domains={key: FROM_DATA}``), ``planned`` holds
+    the selection (`dp_pipeline.from_data.plan`) and ``spec`` is the statistic over its
+    stand-in domain (what is costed); a call first selects the keys (streamed), then
+    releases one row per released cell, and ``info`` then shows the keys kept.
     """
 
     def __init__(self, spec: QuerySpec, planned: PlannedStatistic | None = None) -> None:
@@ -153,9 +158,15 @@ class SparkDPQuery:
         return self.run(df)[0]
 
     def __repr__(self) -> str:
+        selection = None if self._planned is None else self._planned.selection
+        cells = (
+            f"{self.spec.cells.total} cells"
+            if selection is None
+            else f"keys of {selection.column!r} selected from the data"
+        )
         return (
             f"SparkDPQuery({self.spec.statistic} by {list(self.spec.cells.columns)}, "
-            f"{self.spec.cells.total} cells, table={self.spec.table!r})"
+            f"{cells}, table={self.spec.table!r})"
         )
 
 

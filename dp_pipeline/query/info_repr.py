@@ -37,8 +37,11 @@ def _keys(info) -> str:
     selection = getattr(info, "key_selection", None)
     if selection is None:
         return ""
-    kept = "" if selection.keys_kept is None else f"{selection.keys_kept} "
-    return f"; {kept}{selection.column} keys kept at threshold {selection.threshold}"
+    if selection.keys_kept is None:  # before a run: what a key needs to be released
+        return f"; {selection.column} keys selected at threshold {selection.threshold}"
+    return (
+        f"; {selection.keys_kept} {selection.column} keys kept at threshold {selection.threshold}"
+    )
 
 
 def info_line(info) -> str:

@@ -269,3 +269,19 @@ def test_a_budget_that_cannot_release_a_key_held_by_every_unit_is_refused_with_t
     assert "\n" not in str(refused.value)
     with pytest.raises(DPValueError, match=r"^selection_max_units=0: must be a positive int"):
         web_log(rows=10).dp.count(**arguments, **SELECT, selection_max_units=0)
+
+
+def test_a_spark_query_is_planned_and_described_before_any_session():
+    pytest.importorskip("pyspark")
+    from dp_pipeline.spark import dp_count
+
+    query = dp_count(
+        by="url", domains={"url": FROM_DATA}, epsilon=1, max_cells=2, **SELECT, **LABELS
+    )
+    assert repr(query) == (
+        "SparkDPQuery(count by ['url'], keys of 'url' selected from the data, table='urls')"
+    )
+    assert query.info.key_selection.keys_kept is None
+    assert "keys kept" not in repr(query.info)
+    threshold = query.info.key_selection.threshold
+    assert f"; url keys selected at threshold {threshold};" in repr(query.info)
