@@ -96,4 +96,5 @@ def run_selected(df: pd.DataFrame, planned: PlannedStatistic) -> pd.DataFrame:
         attach_info(result, info)
         return result
     rows = df[df[column].isin(keys)]
-    return run_statistic(rows, bind_keys(planned.spec, column, keys), info)
+    spec = bind_keys(planned.spec, column, keys, selection.cell_limit)
+    return run_statistic(rows, spec, info)

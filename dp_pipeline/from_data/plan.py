@@ -30,6 +30,7 @@ is its own unit (one key each).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
@@ -39,7 +40,15 @@ from dp_pipeline.errors import DPValueError, InternalError
 from dp_pipeline.keyselect import SelectionKey, SelectionPlan, plan_selection
 from dp_pipeline.query.context import RunContext
 from dp_pipeline.query.cost import ReleaseInfo, release_info, with_key_selection
-from dp_pipeline.query.domain import FROM_DATA, CellDomain, Domain, is_integer_value
+from dp_pipeline.query.domain import (
+    DEFAULT_CELL_LIMIT,
+    FROM_DATA,
+    MAX_CELL_LIMIT,
+    CellDomain,
+    Domain,
+    is_integer_value,
+    positive_int,
+)
 from dp_pipeline.query.key_selection import KeySelectionInfo, pop_selection_arguments
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
@@ -62,6 +71,8 @@ class SelectedKey:
     context: RunContext
     labels: tuple[str, ...]
     info: KeySelectionInfo
+    # The most cells the statistic may have over the released keys (the call's cell_limit).
+    cell_limit: int = DEFAULT_CELL_LIMIT
 
     def selection_key(self) -> SelectionKey:
         """The per-key streams of this selection (driver only: from the master key)."""
@@ -163,10 +174,27 @@ def plan_statistic(statistic: str, arguments: Mapping[str, object]) -> PlannedSt
             raise DPValueError(
                 f"key selection of {column!r} (selection_epsilon, selection_delta): {error}"
             ) from None
+    cell_limit = positive_int(arguments.get("cell_limit", DEFAULT_CELL_LIMIT), "cell_limit")
     stand_in = 2 * (plan.max_cells if plan is not None else 1)
-    spec = _build(statistic, {**arguments, "domains": {**domains, column: range(stand_in)}})
+    # The stand-in's cells are not released: the cell limit applies to the released keys'
+    # (`bind_keys`), and here to the declared keys' product, which one key multiplies.
+    spec = _build(
+        statistic,
+        {
+            **arguments,
+            "domains": {**domains, column: range(stand_in)},
+            "cell_limit": max(cell_limit, MAX_CELL_LIMIT),
+        },
+    )
     if plan is None:
         raise InternalError("a query with bad max_cells or neighbouring was built")
+    declared = math.prod(d.size for d in spec.cells.domains if d.column != column)
+    if declared > cell_limit:
+        raise DPValueError(
+            f"the declared keys beside {column!r} have {declared:,} cells, above the cell "
+            f"limit {cell_limit:,} before any key is selected; coarsen a domain or raise "
+            f"cell_limit"
+        )
     context = _context(spec)
     labels = (
         "key selection/v1",
@@ -195,14 +223,26 @@ def plan_statistic(statistic: str, arguments: Mapping[str, object]) -> PlannedSt
         context=context,
         labels=tuple(str(label) for label in labels),
         info=selection_info,
+        cell_limit=cell_limit,
     )
     return PlannedStatistic(spec, selected, with_key_selection(release_info(spec), selection_info))
 
 
-def bind_keys(spec: Statistic, column: str, keys: Sequence[object]) -> Statistic:
+def bind_keys(
+    spec: Statistic, column: str, keys: Sequence[object], cell_limit: int = DEFAULT_CELL_LIMIT
+) -> Statistic:
     """``spec`` over exactly the released ``keys`` of ``column`` (its stand-in domain
-    replaced), with the noise calibrated before reading. ``keys`` is not empty."""
+    replaced), with the noise calibrated before reading. ``keys`` is not empty; a product
+    of cells above ``cell_limit`` is refused (the number of keys kept is the selection's
+    private output, so saying it discloses nothing more)."""
     domain = Domain(column, list(keys))
+    others = math.prod(d.size for d in spec.cells.domains if d.column != column)
+    if len(keys) * others > cell_limit:
+        raise DPValueError(
+            f"the selection of {column!r} kept at least {len(keys):,} keys: at least "
+            f"{len(keys) * others:,} cells, above the cell limit {cell_limit:,}; raise "
+            f"cell_limit, or the threshold (a smaller selection_epsilon or selection_delta)"
+        )
 
     def rebound(query: QuerySpec) -> QuerySpec:
         cells = CellDomain(tuple(domain if d.column == column else d for d in query.cells.domains))

@@ -62,7 +62,9 @@ def released_keys_spark(df: DataFrame, selection: SelectedKey) -> tuple[list[obj
         selection_key=selection.selection_key(),
         salt=selection.salt(),
     )
-    values = sorted(row[0] for row in keys.collect())
+    # The released keys reach the driver (the statistic's domain): at most cell_limit + 1
+    # of them, so a selection that keeps too many is refused without collecting them all.
+    values = sorted(row[0] for row in keys.limit(selection.cell_limit + 1).collect())
     return values, keys.schema[column].dataType
 
 
@@ -96,11 +98,12 @@ def select_rows(df: DataFrame, planned: PlannedStatistic) -> SelectedRows:
     if not keys:
         stand_in = df.limit(0).withColumn(column, sf.lit(0).cast("long"))
         return SelectedRows(stand_in, planned.spec, info, column, df.schema[column].dataType)
+    spec = bind_keys(planned.spec, column, keys, selection.cell_limit)
     released = df.sparkSession.createDataFrame(
         [(key,) for key in keys], StructType([StructField(column, key_type)])
     )
     rows = df.join(sf.broadcast(released), on=column, how="left_semi")
-    return SelectedRows(rows, bind_keys(planned.spec, column, keys), info, column, None)
+    return SelectedRows(rows, spec, info, column, None)
 
 
 class SelectedVariance(SparkDPVariance):

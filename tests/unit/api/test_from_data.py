@@ -214,6 +214,10 @@ BAD = [
         r"^selection_epsilon= applies to a key selected from the data",
     ),
     (
+        dict(by=["url", "url_id"], domains={"url": FROM_DATA, "url_id": range(100)}, cell_limit=50),
+        r"^the declared keys beside 'url' have 100 cells, above the cell limit 50 before any key",
+    ),
+    (
         dict(by=["url", "url_id"], domains={"url": FROM_DATA, "url_id": FROM_DATA}),
         r"one key per query can be selected from the data",
     ),
@@ -285,3 +289,21 @@ def test_a_spark_query_is_planned_and_described_before_any_session():
     assert "keys kept" not in repr(query.info)
     threshold = query.info.key_selection.threshold
     assert f"; url keys selected at threshold {threshold};" in repr(query.info)
+
+
+def test_more_released_cells_than_the_cell_limit_are_refused_naming_the_limit():
+    df = web_log().assign(hour=lambda d: d["ms"] % 3)
+    with pytest.raises(
+        DPValueError,
+        match=r"^the selection of 'url' kept at least \d+ keys: at least \d+ cells, above the "
+        r"cell limit 6; raise cell_limit",
+    ):
+        df.dp.count(
+            by=["url", "hour"],
+            domains={"url": FROM_DATA, "hour": [0, 1, 2]},
+            epsilon=1,
+            max_cells=2,
+            cell_limit=6,
+            **SELECT,
+            **LABELS,
+        )
