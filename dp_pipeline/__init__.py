@@ -35,6 +35,7 @@ from dp_pipeline.errors import (
     LedgerError,
 )
 from dp_pipeline.mechanisms import BaseTwoExponential, DiscreteGaussian, DiscreteLaplace
+from dp_pipeline.query.domain import FROM_DATA, FromData
 from dp_pipeline.randomness import MasterKey
 
 # Loaded on first use: name -> the modules that may define it, tried in order. An exception
@@ -102,6 +103,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "FROM_DATA",
     "BaseTwoExponential",
     "Budget",
     "BudgetExceededError",
@@ -114,6 +116,7 @@ __all__ = [
     "DiscreteGaussian",
     "DiscreteLaplace",
     "EngineStoppedError",
+    "FromData",
     "GridTooLargeError",
     "InputChangedError",
     "InputReadError",

@@ -26,14 +26,11 @@ from typing import Any
 
 import pandas as pd
 
-from dp_pipeline.engines.backend import aggregate
-from dp_pipeline.engines.pandas.aggregate import release_frame
-from dp_pipeline.engines.variance import run_variance
 from dp_pipeline.errors import DPTypeError, DPValueError
-from dp_pipeline.query.cost import ReleaseInfo, release_info
-from dp_pipeline.query.result_info import ResultInfo, attach_info
-from dp_pipeline.query.spec import QuerySpec
-from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
+from dp_pipeline.from_data.pandas import run_selected
+from dp_pipeline.from_data.plan import plan_statistic
+from dp_pipeline.query.cost import ReleaseInfo
+from dp_pipeline.query.result_info import ResultInfo
 from dp_pipeline.query.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
@@ -162,14 +159,8 @@ class DPAccessor:
             return run_quantile_pandas(self._df, QuantileQuery.build(statistic, **arguments))
         if statistic == "top_k":
             return run_top_k_pandas(self._df, TopKQuery.build(**arguments))
-        if statistic in VARIANCE_STATISTICS:
-            return run_variance(self._df, VarianceSpec.build(statistic, **arguments))
-        spec = QuerySpec.build(statistic, **arguments)
-        info = release_info(spec)  # the cost is known before the data is touched
-        (true,) = aggregate(self._df, [spec])
-        result = release_frame(self._df, spec, true)
-        attach_info(result, info.with_diagnostics(true.diagnostics))
-        return result
+        # The cost (a key selection's included) is known before the data is touched.
+        return run_selected(self._df, plan_statistic(statistic, arguments))
 
 
 def _verb(statistic: str) -> Any:

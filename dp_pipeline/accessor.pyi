@@ -5,6 +5,7 @@ from decimal import Decimal
 from dp_pipeline.mechanisms.additive import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.query.cost import ReleaseInfo
+from dp_pipeline.query.domain import FromData
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.selection.info import SelectionInfo
 from fractions import Fraction
@@ -25,7 +26,7 @@ class DPAccessor:
         self,
         *,
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         privacy_unit: str | None,
         key: MasterKey,
         release_id: str,
@@ -41,6 +42,10 @@ class DPAccessor:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def sum(
@@ -49,7 +54,7 @@ class DPAccessor:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         privacy_unit: str | None,
         key: MasterKey,
         release_id: str,
@@ -66,6 +71,10 @@ class DPAccessor:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def mean(
@@ -74,7 +83,7 @@ class DPAccessor:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         privacy_unit: str | None,
         key: MasterKey,
         release_id: str,
@@ -92,6 +101,10 @@ class DPAccessor:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def var(
@@ -100,7 +113,7 @@ class DPAccessor:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         privacy_unit: str | None,
         key: MasterKey,
         release_id: str,
@@ -118,6 +131,10 @@ class DPAccessor:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def std(
@@ -126,7 +143,7 @@ class DPAccessor:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         privacy_unit: str | None,
         key: MasterKey,
         release_id: str,
@@ -144,6 +161,10 @@ class DPAccessor:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> DataFrame: ...
     def quantile(
@@ -158,7 +179,7 @@ class DPAccessor:
         release_id: str,
         table: str,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -179,7 +200,7 @@ class DPAccessor:
         release_id: str,
         table: str,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -203,7 +224,7 @@ class DPAccessor:
         rho: Fraction | int | str | Decimal | float | None = None,
         method: str = 'peeling',
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         max_candidates: int = 1,
         max_per_candidate: int = 1,
         neighbouring: str = 'add_remove',

@@ -47,6 +47,9 @@ from dp_pipeline.engines.spark.noise import noisy_cells as noisy_cells
 from dp_pipeline.engines.spark.noise import noisy_table as noisy_table
 from dp_pipeline.engines.spark.session.start import local_session
 from dp_pipeline.engines.spark_sql.variance import SparkDPVariance
+from dp_pipeline.errors import InternalError
+from dp_pipeline.from_data.plan import PlannedStatistic, plan_statistic
+from dp_pipeline.from_data.spark import SelectedVariance, select_rows
 from dp_pipeline.platform.java import ensure_java as ensure_java
 from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
@@ -117,12 +120,18 @@ class SparkDPQuery:
     ``query.diagnostics`` holds that run's `Diagnostics` (not private: never
     publish). ``query.info`` is the `ReleaseInfo` (mechanisms, sensitivity,
     ρ, ε at δ, margins of error), known before any data is read.
+
+    With a key selected from the data (``domains={key: FROM_DATA}``), ``planned`` holds
+    the selection (`dp_pipeline.from_data.plan`) and ``spec`` is the statistic over its
+    stand-in domain (what is costed); a call first selects the keys (streamed), then
+    releases one row per released cell, and ``info`` then shows the keys kept.
     """
 
-    def __init__(self, spec: QuerySpec) -> None:
+    def __init__(self, spec: QuerySpec, planned: PlannedStatistic | None = None) -> None:
         self.spec = spec
         self.diagnostics: Diagnostics | None = None
-        self._info: ReleaseInfo | None = None
+        self._planned = planned
+        self._info: ReleaseInfo | None = None if planned is None else planned.info
 
     @property
     def info(self) -> ReleaseInfo:
@@ -133,18 +142,31 @@ class SparkDPQuery:
         return self._info
 
     def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]:
-        """(noisy DataFrame, diagnostics)."""
-        noisy, diagnostics = run_spark(df, self.spec)
-        self.diagnostics = diagnostics
-        return noisy, diagnostics
+        """(noisy DataFrame, diagnostics). With a key selected from the data, its released
+        keys first (streamed), then the statistic on their rows; ``info`` then shows the
+        keys kept."""
+        if self._planned is None or self._planned.selection is None:
+            noisy, diagnostics = run_spark(df, self.spec)
+            self.diagnostics = diagnostics
+            return noisy, diagnostics
+        selected = select_rows(df, self._planned)
+        noisy, diagnostics = run_spark(selected.rows, selected.spec)  # type: ignore[arg-type]
+        self._info, self.diagnostics = selected.info, diagnostics
+        return selected.finish(noisy), diagnostics
 
     def __call__(self, df: DataFrame) -> DataFrame:
         return self.run(df)[0]
 
     def __repr__(self) -> str:
+        selection = None if self._planned is None else self._planned.selection
+        cells = (
+            f"{self.spec.cells.total} cells"
+            if selection is None
+            else f"keys of {selection.column!r} selected from the data"
+        )
         return (
             f"SparkDPQuery({self.spec.statistic} by {list(self.spec.cells.columns)}, "
-            f"{self.spec.cells.total} cells, table={self.spec.table!r})"
+            f"{cells}, table={self.spec.table!r})"
         )
 
 
@@ -292,15 +314,20 @@ def _query(
     statistic: str, arguments: dict[str, Any]
 ) -> SparkDPQuery | SparkDPSelection | SparkDPVariance:
     """The query ``dp_<statistic>(**arguments)`` returns (nothing read yet)."""
-    if statistic in VARIANCE_STATISTICS:
-        return SparkDPVariance(VarianceSpec.build(statistic, **arguments))
+    if statistic in VARIANCE_STATISTICS or statistic in ("count", "sum", "mean"):
+        planned = plan_statistic(statistic, arguments)
+        if isinstance(planned.spec, VarianceSpec):
+            if planned.selection is None:
+                return SparkDPVariance(planned.spec)
+            return SelectedVariance(planned)
+        return SparkDPQuery(planned.spec, planned)
     if statistic == "top_k":
         return SparkDPSelection(TopKQuery.build(**arguments))
     if statistic in ("quantile", "median"):
         if statistic == "median":
             arguments["q"] = Fraction(1, 2)
         return SparkDPSelection(QuantileQuery.build(statistic, **arguments))
-    return SparkDPQuery(QuerySpec.build(statistic, **arguments))
+    raise InternalError(f"no Spark verb {statistic!r}")
 
 
 def _function(statistic: str) -> Callable[..., Any]:

@@ -3,10 +3,12 @@
 import pandas
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
+from dp_pipeline.from_data.plan import PlannedStatistic
 from dp_pipeline.mechanisms.additive import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
 from dp_pipeline.query.cost import ReleaseInfo
 from dp_pipeline.query.diagnostics import Diagnostics
+from dp_pipeline.query.domain import FromData
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.selection.info import SelectionInfo
@@ -52,7 +54,7 @@ def run_spark(
 ) -> tuple[DataFrame, Diagnostics]: ...
 
 class SparkDPQuery:
-    def __init__(self, spec: QuerySpec) -> None: ...
+    def __init__(self, spec: QuerySpec, planned: PlannedStatistic | None = None) -> None: ...
     @property
     def info(self) -> ReleaseInfo: ...
     def run(self, df: DataFrame) -> tuple[DataFrame, Diagnostics]: ...
@@ -69,7 +71,7 @@ class SparkDPSelection:
 def dp_count(
     *,
     by: str | Sequence[str],
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
     privacy_unit: str | None,
     key: MasterKey,
     release_id: str,
@@ -85,6 +87,10 @@ def dp_count(
     epsilon: Fraction | int | str | Decimal | float | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     allow_large_delta: bool = False,
+    selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+    selection_delta: Fraction | int | str | Decimal | float | None = None,
+    selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -93,7 +99,7 @@ def dp_sum(
     *,
     bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
     by: str | Sequence[str],
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
     privacy_unit: str | None,
     key: MasterKey,
     release_id: str,
@@ -110,6 +116,10 @@ def dp_sum(
     epsilon: Fraction | int | str | Decimal | float | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     allow_large_delta: bool = False,
+    selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+    selection_delta: Fraction | int | str | Decimal | float | None = None,
+    selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -118,7 +128,7 @@ def dp_mean(
     *,
     bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
     by: str | Sequence[str],
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
     privacy_unit: str | None,
     key: MasterKey,
     release_id: str,
@@ -136,6 +146,10 @@ def dp_mean(
     epsilon: Fraction | int | str | Decimal | float | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     allow_large_delta: bool = False,
+    selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+    selection_delta: Fraction | int | str | Decimal | float | None = None,
+    selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPQuery: ...
 
@@ -144,7 +158,7 @@ def dp_var(
     *,
     bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
     by: str | Sequence[str],
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
     privacy_unit: str | None,
     key: MasterKey,
     release_id: str,
@@ -162,6 +176,10 @@ def dp_var(
     epsilon: Fraction | int | str | Decimal | float | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     allow_large_delta: bool = False,
+    selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+    selection_delta: Fraction | int | str | Decimal | float | None = None,
+    selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPVariance: ...
 
@@ -170,7 +188,7 @@ def dp_std(
     *,
     bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
     by: str | Sequence[str],
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
     privacy_unit: str | None,
     key: MasterKey,
     release_id: str,
@@ -188,6 +206,10 @@ def dp_std(
     epsilon: Fraction | int | str | Decimal | float | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     allow_large_delta: bool = False,
+    selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+    selection_delta: Fraction | int | str | Decimal | float | None = None,
+    selection_noise: str = 'laplace',
+    selection_max_units: int | None = None,
     noise_partitions: int = 16,
 ) -> SparkDPVariance: ...
 
@@ -202,7 +224,7 @@ def dp_quantile(
     release_id: str,
     table: str,
     by: str | Sequence[str] | None = None,
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
     epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     max_cells: int = 1,
@@ -223,7 +245,7 @@ def dp_median(
     release_id: str,
     table: str,
     by: str | Sequence[str] | None = None,
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
     epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
     rho: Fraction | int | str | Decimal | float | None = None,
     max_cells: int = 1,
@@ -247,7 +269,7 @@ def dp_top_k(
     rho: Fraction | int | str | Decimal | float | None = None,
     method: str = 'peeling',
     by: str | Sequence[str] | None = None,
-    domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+    domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
     max_candidates: int = 1,
     max_per_candidate: int = 1,
     neighbouring: str = 'add_remove',

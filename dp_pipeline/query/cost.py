@@ -17,10 +17,11 @@ from dp_pipeline.errors import InternalError
 from dp_pipeline.mechanisms import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.info_repr import info_details, info_line
+from dp_pipeline.query.key_selection import KeySelectionInfo
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VarianceSpec
 
-__all__ = ["MeasureInfo", "ReleaseInfo", "release_info"]
+__all__ = ["MeasureInfo", "ReleaseInfo", "release_info", "with_key_selection"]
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,12 @@ class ReleaseInfo:
     rows a unit may keep (``max_cells``, ``max_per_cell``; 1 and 1 per record).
     ``diagnostics`` describe the input rows and are NOT differentially private:
     never publish them.
+
+    With a key selected from the data (``key_selection``, a `KeySelectionInfo`: its
+    threshold, its own (ε, δ) and, after a run, the keys kept), ``events`` include the
+    selection's, ``epsilon`` is the accountant's bound of the whole query at ``delta``
+    (the statistic's δ plus the selection's), and ``rho`` and ``budget_split`` are those of
+    the noised statistics alone (the selection has no finite ρ).
     """
 
     statistic: str
@@ -75,6 +82,7 @@ class ReleaseInfo:
     diagnostics: Diagnostics | None = None
     privacy_unit: str | None = None
     contribution_bounds: dict[str, int] = field(default_factory=dict)
+    key_selection: KeySelectionInfo | None = None
 
     def __repr__(self) -> str:  # one line for notebooks and logs; no diagnostics
         return info_line(self)
@@ -89,8 +97,12 @@ class ReleaseInfo:
 
     @property
     def events(self) -> tuple[PrivacyEvent, ...]:
-        """What this aggregation costs, one `PrivacyEvent` per noised vector."""
-        return tuple(m.event for m in self.measures)
+        """What this aggregation costs, one `PrivacyEvent` per noised vector (and the key
+        selection's, when a key is selected from the data)."""
+        noised = tuple(m.event for m in self.measures)
+        if self.key_selection is None:
+            return noised
+        return (*noised, self.key_selection.event)
 
     @property
     def margin_of_error(self) -> dict[str, int | Fraction]:
@@ -131,6 +143,11 @@ class ReleaseInfo:
             "budget_split": {k: str(v) for k, v in self.budget_split.items()},
             "privacy_unit": self.privacy_unit,
             "contribution_bounds": dict(self.contribution_bounds),
+            **(
+                {}
+                if self.key_selection is None
+                else {"key_selection": self.key_selection.public_summary()}
+            ),
         }
 
 
@@ -170,4 +187,17 @@ def release_info(spec: QuerySpec | VarianceSpec) -> ReleaseInfo:
             "max_cells": spec.effective_max_cells,
             "max_per_cell": spec.effective_max_per_cell,
         },
+    )
+
+
+def with_key_selection(info: ReleaseInfo, selection: KeySelectionInfo) -> ReleaseInfo:
+    """``info`` with a key selection composed in: the accountant's ε upper bound of the
+    statistic's events and the selection's event (`SelectionPlan.event`: its count noise
+    and its infinite-loss atom) at δ = the statistic's δ + the selection's δ."""
+    accountant = PrivacyAccountant()
+    for event in (*(m.event for m in info.measures), selection.event):
+        accountant.add_event(event)
+    delta = info.delta + selection.delta
+    return replace(
+        info, key_selection=selection, delta=delta, epsilon=accountant.epsilon(delta).upper
     )

@@ -10,6 +10,7 @@ on the engine.
 
 from __future__ import annotations
 
+import enum
 import math
 import numbers
 from collections.abc import Mapping, Sequence
@@ -22,20 +23,40 @@ from dp_pipeline.errors import DPTypeError, DPValueError
 
 __all__ = [
     "DEFAULT_CELL_LIMIT",
+    "FROM_DATA",
     "CellDomain",
     "Domain",
     "DomainValues",
     "Domains",
+    "FromData",
     "KeyColumns",
     "build_cell_domain",
     "positive_int",
 ]
 
+
+class FromData(enum.Enum):
+    """The type of `FROM_DATA`, the marker of a key whose released values are selected
+    privately from the data (an enum of one member: a singleton type checkers know)."""
+
+    FROM_DATA = "from_data"
+
+    def __repr__(self) -> str:
+        return "FROM_DATA"
+
+    __str__ = __repr__
+
+
+# ``domains={"merchant": FROM_DATA}``: the released merchants are those whose noisy count
+# of distinct privacy units clears an exact threshold (`dp_pipeline.keyselect`).
+FROM_DATA = FromData.FROM_DATA
+
 # What a public call takes: key columns (one name or several), and each one's declared
-# values (an integer range, or a list of distinct integers or distinct strings).
+# values (an integer range, or a list of distinct integers or distinct strings), or
+# FROM_DATA for a key selected from the data.
 KeyColumns = str | Sequence[str]
 DomainValues = range | Sequence[int] | Sequence[str]
-Domains = Mapping[str, DomainValues]
+Domains = Mapping[str, DomainValues | FromData]
 
 DEFAULT_CELL_LIMIT = 10_000_000
 # Cell indexes are int64 in both engines; keep well clear of overflow.
@@ -88,6 +109,12 @@ class Domain:
                     f"domain of column {column!r}: value {value!r} is not hashable "
                     f"({type(value).__name__}); use integers or strings"
                 ) from None
+            if value is FROM_DATA:
+                raise DPValueError(
+                    f"domain of column {column!r} lists FROM_DATA beside declared values; a "
+                    f"key is either declared (a range or a list) or selected from the data "
+                    f"(FROM_DATA alone)"
+                )
             if value is None or (isinstance(value, float) and math.isnan(value)):
                 raise DPValueError(
                     f"domain of column {column!r} contains the null value {value!r}; "
@@ -293,11 +320,19 @@ def build_cell_domain(
         if column not in domains:
             raise DPValueError(
                 f"key column {column!r} has no declared domain; every key column needs one "
-                f"(a range or a list of values) in domains"
+                f"in domains: a range or a list of values, or dp_pipeline.FROM_DATA to "
+                f"select its released keys privately from the data"
             )
     extra = [c for c in domains if c not in columns]
     if extra:
         raise DPValueError(f"domains declares column {extra[0]!r}, which is not in by={columns}")
+    for column in columns:
+        if domains[column] is FROM_DATA:
+            raise DPValueError(
+                f"domains[{column!r}] = FROM_DATA: keys are selected from the data for "
+                f"count, sum, mean, var and std only; declare this key's domain (a range or "
+                f"a list of values)"
+            )
     cell_limit = positive_int(cell_limit, "cell_limit")
     if cell_limit > MAX_CELL_LIMIT:
         raise DPValueError(f"cell_limit must be <= 2**40, got {cell_limit}")

@@ -33,13 +33,25 @@ def _measures(info) -> str:
     return f"{mechanism}" + ("" if margins is None else f"; margin ±{margins}")
 
 
+def _keys(info) -> str:
+    selection = getattr(info, "key_selection", None)
+    if selection is None:
+        return ""
+    if selection.keys_kept is None:  # before a run: what a key needs to be released
+        return f"; {selection.column} keys selected at threshold {selection.threshold}"
+    return (
+        f"; {selection.keys_kept} {selection.column} keys kept at threshold {selection.threshold}"
+    )
+
+
 def info_line(info) -> str:
     """``<ReleaseInfo count: count: discrete_gaussian; margin count ±4; ε ≤ 2.28 at δ = 1e-6;
     unit person_id; .details() for all>``: one line, no diagnostics."""
     unit = getattr(info, "privacy_unit", None)
     who = f"; unit {unit}" if unit else "; each row its own unit"
     return (
-        f"<{type(info).__name__} {info.statistic}: {_measures(info)}{_spend(info)}{who}; "
+        f"<{type(info).__name__} {info.statistic}: {_measures(info)}{_keys(info)}"
+        f"{_spend(info)}{who}; "
         ".details() for all>"
     )
 

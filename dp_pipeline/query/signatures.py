@@ -43,7 +43,21 @@ PARAMETER_DOCS = {
     "q": "the quantile level in [0, 1] (an exact rational or a string such as '1/4')",
     "k": "how many candidates are selected",
     "by": "key columns (a name or a list of names)",
-    "domains": "{column: range or list}: the declared cells, every one released",
+    "domains": "{column: range or list}: the declared cells, every one released; or "
+    "{column: dp_pipeline.FROM_DATA} for one key whose released values are selected "
+    "privately from the data (those whose noisy count of distinct units clears an exact "
+    "threshold; needs selection_epsilon and selection_delta)",
+    "selection_epsilon": "with a FROM_DATA key: the ε of its private key selection (composed "
+    "with the statistic's by the accountant; each unit counts in at most max_cells keys)",
+    "selection_delta": "with a FROM_DATA key: the δ of its key selection (an upper bound on "
+    "the chance a key held by max_cells units or fewer is released, and its noise's δ); at "
+    "most 1e-4 unless allow_large_delta",
+    "selection_noise": 'with a FROM_DATA key: "laplace" (the truncated geometric per key, '
+    "optimal for one key per unit, or Laplace thresholding, whichever has the smaller "
+    'threshold) or "gaussian" (Gaussian thresholding, better for large max_cells)',
+    "selection_max_units": "with a FROM_DATA key: the most distinct units a key can have "
+    "(public, e.g. the population's size); a budget whose threshold exceeds it is refused "
+    "before reading, naming the threshold and the least selection_epsilon that would do",
     "bounds": "(lower, upper) of the values; values are clamped into them, never taken "
     "from the data",
     "granularity": "values are rounded to integer multiples of it (an exact rational)",

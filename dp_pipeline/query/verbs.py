@@ -21,6 +21,7 @@ from dp_pipeline.errors import DPTypeError
 from dp_pipeline.query.aggregations import AGGREGATIONS
 from dp_pipeline.query.budget import QueryBudget
 from dp_pipeline.query.context import RunContext
+from dp_pipeline.query.key_selection import KeySelectionParameters
 from dp_pipeline.query.signatures import PARAMETER_DOCS, public_doc, public_signature, shim
 from dp_pipeline.query.variance import VARIANCE_SUMMARIES
 from dp_pipeline.selection.parameters import QuantileSelection, TopKSelection
@@ -29,6 +30,8 @@ __all__ = ["VERBS", "Surface", "Verb", "method_of", "signature_of"]
 
 # Selections draw from one stream: their run context has no noise partitions.
 _ONE_STREAM = ("noise_partitions",)
+# A count, sum, mean, variance or std may select a key from the data (FROM_DATA).
+_SELECTED_KEYS = KeySelectionParameters.build
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ def _aggregation(statistic: str) -> Verb:
     query = AGGREGATIONS[statistic]
     return Verb(
         statistic,
-        (*query.parameter_sources(), QueryBudget.build, RunContext.build),
+        (*query.parameter_sources(), QueryBudget.build, _SELECTED_KEYS, RunContext.build),
         # The value column is the one positional argument; a count has none.
         () if statistic == "count" else ("column",),
         (),
@@ -62,7 +65,12 @@ def _variance(statistic: str) -> Verb:
     # A mean's parameters: the estimator (`dp_pipeline.query.variance`) reads the same ones.
     return Verb(
         statistic,
-        (*AGGREGATIONS["mean"].parameter_sources(), QueryBudget.build, RunContext.build),
+        (
+            *AGGREGATIONS["mean"].parameter_sources(),
+            QueryBudget.build,
+            _SELECTED_KEYS,
+            RunContext.build,
+        ),
         ("column",),
         (),
         False,

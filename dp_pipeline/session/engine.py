@@ -15,11 +15,9 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from dp_pipeline.engines.backend import aggregate, noisy_tables
-from dp_pipeline.engines.pandas.aggregate import release_frame
-from dp_pipeline.engines.variance import run_variance
+from dp_pipeline.engines.backend import noisy_tables
 from dp_pipeline.errors import DPTypeError, DPValueError
-from dp_pipeline.query.result_info import attach_info
+from dp_pipeline.from_data.pandas import run_selected
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VarianceSpec
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
@@ -64,9 +62,31 @@ def _spark_selection():
     return importlib.import_module("dp_pipeline.selection.spark")
 
 
+def _spark_from_data():
+    # The Spark key selection imports PySpark, an optional dependency.
+    return importlib.import_module("dp_pipeline.from_data.spark")
+
+
 def _spark_variance():
     # The Spark variance module imports PySpark, an optional dependency.
     return importlib.import_module("dp_pipeline.engines.spark_sql.variance")
+
+
+def _run_spark(planned: PlannedQuery, df):
+    """A count, sum, mean, var or std on Spark (its key perhaps selected from the data,
+    streamed), computed now and kept as a local checkpoint."""
+    spark = _spark_from_data()
+    statistic = planned.statistic_plan()
+    if isinstance(statistic.spec, VarianceSpec):
+        variance = (
+            _spark_variance().SparkDPVariance(statistic.spec)
+            if statistic.selection is None
+            else spark.SelectedVariance(statistic)
+        )
+        return variance(df).localCheckpoint(eager=True)
+    selected = spark.select_rows(df, statistic)
+    ((noisy, _diagnostics),) = noisy_tables(selected.rows, [selected.spec])
+    return selected.finish(noisy).localCheckpoint(eager=True)
 
 
 def run_planned(planned: PlannedQuery, df, engine: str):
@@ -79,18 +99,10 @@ def run_planned(planned: PlannedQuery, df, engine: str):
     DataFrame of ``dp_pipeline.selection.spark``.
     """
     query = planned.query
-    if isinstance(query, VarianceSpec):
+    if isinstance(query, VarianceSpec | QuerySpec):
         if engine == "spark":
-            return _spark_variance().SparkDPVariance(query)(df).localCheckpoint(eager=True)
-        return run_variance(df, query)
-    if isinstance(query, QuerySpec):
-        if engine == "spark":
-            ((noisy, _diagnostics),) = noisy_tables(df, [query])
-            return noisy.localCheckpoint(eager=True)
-        (true,) = aggregate(df, [query])
-        result = release_frame(df, query, true)
-        attach_info(result, planned.info.with_diagnostics(true.diagnostics))
-        return result
+            return _run_spark(planned, df)
+        return run_selected(df, planned.statistic_plan())
     if isinstance(query, QuantileQuery):
         if engine == "spark":
             return _spark_selection().run_quantile_spark(df, query)

@@ -19,9 +19,10 @@ from fractions import Fraction
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.digest import digest_of
 from dp_pipeline.errors import DPValueError, InternalError
+from dp_pipeline.from_data.plan import PlannedStatistic, SelectedKey, plan_statistic
 from dp_pipeline.mechanisms.registry import mechanism_to_dict
 from dp_pipeline.query.context import RunContext
-from dp_pipeline.query.cost import ReleaseInfo, release_info
+from dp_pipeline.query.cost import ReleaseInfo
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
 from dp_pipeline.randomness import MasterKey
@@ -61,8 +62,9 @@ class PlannedQuery:
     ``query`` is what the engines run (a `QuerySpec`, `VarianceSpec`, `QuantileQuery` or
     `TopKQuery`);
     ``info`` its `ReleaseInfo` / `SelectionInfo` without diagnostics; ``events`` what it
-    spends; ``budget_figure`` the name and value of the budget argument it was given
-    ("epsilon" or "rho"), None when it named its mechanism.
+    spends (a key selection's event included); ``selection`` the key selected from the
+    data (None: every key declared); ``budget_figure`` the name and value of the budget
+    argument it was given ("epsilon" or "rho"), None when it named its mechanism.
     """
 
     statistic: str
@@ -71,6 +73,7 @@ class PlannedQuery:
     columns: tuple[str, ...]
     budget_figure: tuple[str, Fraction] | None
     rebuild: Callable[[Fraction], PlannedQuery]
+    selection: SelectedKey | None = None
 
     @property
     def events(self) -> tuple[PrivacyEvent, ...]:
@@ -79,6 +82,14 @@ class PlannedQuery:
     @property
     def margin_of_error(self):
         return self.info.margin_of_error
+
+    def statistic_plan(self) -> PlannedStatistic:
+        """A count, sum, mean, var or std as `dp_pipeline.from_data` runs it."""
+        if not isinstance(self.query, QuerySpec | VarianceSpec) or not isinstance(
+            self.info, ReleaseInfo
+        ):
+            raise InternalError(f"session query {self.statistic!r} is not an aggregation")
+        return PlannedStatistic(self.query, self.selection, self.info)
 
     def canonical(self) -> dict:
         """Every parameter that can change what the query releases (JSON values)."""
@@ -132,32 +143,26 @@ def plan_query(
     )
     query: SessionQuery
     info: ReleaseInfo | SelectionInfo
-    if statistic in VARIANCE_STATISTICS:
-        variance = VarianceSpec.build(
+    selected_key: SelectedKey | None = None
+    if statistic in AGGREGATION_VERBS:
+        # A count, sum, mean, var or std, its key perhaps selected from the data (FROM_DATA):
+        # the selection's event is in the cost, charged with the query.
+        planned = plan_statistic(
             statistic,
-            key=key,
-            release_id=release_id,
-            table=context.table,
-            release_digest=context.release_digest,
-            privacy_unit=privacy_unit,
-            **arguments,
+            {
+                **arguments,
+                "key": key,
+                "release_id": release_id,
+                "table": context.table,
+                "release_digest": context.release_digest,
+                "privacy_unit": privacy_unit,
+            },
         )
-        query = variance
-        info = release_info(variance)
-        columns = (*variance.cells.columns, variance.column)
-    elif statistic in AGGREGATION_VERBS:
-        spec = QuerySpec.build(
-            statistic,
-            key=key,
-            release_id=release_id,
-            table=context.table,
-            release_digest=context.release_digest,
-            privacy_unit=privacy_unit,
-            **arguments,
-        )
-        query = spec
-        info = release_info(spec)
-        columns = (*spec.cells.columns, *((spec.column,) if spec.column else ()))
+        query, info, selected_key = planned.spec, planned.info, planned.selection
+        if isinstance(query, VarianceSpec):
+            columns = (*query.cells.columns, query.column)
+        else:
+            columns = (*query.cells.columns, *((query.column,) if query.column else ()))
     elif statistic in ("quantile", "median"):
         selection = QuantileSelection.build(statistic, privacy_unit=privacy_unit, **arguments)
         query = QuantileQuery(selection, context)
@@ -197,4 +202,5 @@ def plan_query(
         columns=tuple(dict.fromkeys(columns)),
         budget_figure=figure,
         rebuild=rebuild,
+        selection=selected_key,
     )

@@ -69,7 +69,7 @@ class QueryCost:
     before.lower; tight composition is not additive). ``fits_budget`` and ``fits_cap``
     say whether the session's budget and the population's cap (every release of the
     population in the ledger) would accept it; ``margin_of_error`` and ``info`` are the
-    result's, as the query would report them.
+    result's, as the query would report them; ``threshold`` a key selection's (FROM_DATA).
     """
 
     statistic: str
@@ -86,6 +86,13 @@ class QueryCost:
     def fits(self) -> bool:
         """Whether the session would run the query now (its budget and the cap)."""
         return self.fits_budget and self.fits_cap
+
+    @property
+    def threshold(self) -> int | None:
+        """With a key selected from the data (FROM_DATA): the least noisy count of distinct
+        units a key needs to be released (None: every key declared)."""
+        selection = getattr(self.info, "key_selection", None)
+        return None if selection is None else selection.threshold
 
     def __repr__(self) -> str:
         return cost_repr(self)
@@ -115,7 +122,8 @@ _QUERY_RETURNS = (
 )
 _COST_RETURNS = (
     "a QueryCost: the query alone, the session's spend before and after it, the increment, "
-    "whether the budget and the population's cap accept it, and its margin of error."
+    "whether the budget and the population's cap accept it, its margin of error and, with a "
+    "FROM_DATA key, the threshold a key's noisy count must reach."
 )
 _MODULE = "dp_pipeline.session.session"
 

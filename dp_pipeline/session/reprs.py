@@ -56,10 +56,12 @@ def cost_repr(cost) -> str:
         (False, True): "does NOT fit the session's budget",
         (False, False): "fits neither the budget nor the cap",
     }[(bool(cost.fits_budget), bool(cost.fits_cap))]
+    threshold = getattr(cost, "threshold", None)
+    keys = "" if threshold is None else f"; keys released at threshold {threshold}"
     return (
         f"<QueryCost {measures_text(cost.info)}: alone {bounds_text(cost.alone)}; session "
         f"{bounds_text(cost.spent_before)} -> {bounds_text(cost.spent_after)}; {fits}; "
-        f"margin {_margins(cost.margin_of_error)}; .details() for all>"
+        f"margin {_margins(cost.margin_of_error)}{keys}; .details() for all>"
     )
 
 

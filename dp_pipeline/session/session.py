@@ -32,7 +32,7 @@ from __future__ import annotations
 import os
 import secrets
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from fractions import Fraction
@@ -40,6 +40,7 @@ from typing import Any
 
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
+from dp_pipeline.query.domain import FROM_DATA
 from dp_pipeline.query.signatures import REQUIRED, explicit_argument_error
 from dp_pipeline.query.verbs import VERBS, method_of
 from dp_pipeline.randomness import MasterKey
@@ -87,6 +88,11 @@ def _token(value: object, name: str) -> str:
             f"starting with a letter or digit"
         )
     return value
+
+
+def _selects_keys(arguments: dict) -> bool:
+    domains = arguments.get("domains")
+    return isinstance(domains, Mapping) and any(v is FROM_DATA for v in domains.values())
 
 
 def _fresh_release_id() -> str:
@@ -296,6 +302,14 @@ class Session:
             )
         if statistic == "median":
             arguments = {**arguments, "q": Fraction(1, 2)}
+        if _selects_keys(arguments) and (self._budget.measure == "rho" or not self._budget.delta):
+            raise DPValueError(
+                f"session.{statistic}(...): a key selected from the data (FROM_DATA) has no "
+                f"finite zCDP ρ and no pure ε (a key held by one unit is released with a small "
+                f"probability), so a session whose budget is {self._budget.describe()} cannot "
+                f"charge it; use a session with Budget(epsilon=..., delta=...), or declare the "
+                f"key's domain"
+            )
         return plan_query(
             statistic,
             arguments,

@@ -4,6 +4,7 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from dp_pipeline.mechanisms.additive import DiscreteGaussian, DiscreteLaplace
 from dp_pipeline.mechanisms.exponential import BaseTwoExponential
+from dp_pipeline.query.domain import FromData
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.session.budget import Budget, SpendBounds
@@ -59,7 +60,7 @@ class Session:
         df: DataFrame | SparkDataFrame,
         *,
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
         max_cells: int = 1,
         max_per_cell: int = 1,
@@ -71,6 +72,10 @@ class Session:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def sum(
@@ -80,7 +85,7 @@ class Session:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
         max_cells: int = 1,
@@ -93,6 +98,10 @@ class Session:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def mean(
@@ -102,7 +111,7 @@ class Session:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -116,6 +125,10 @@ class Session:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def var(
@@ -125,7 +138,7 @@ class Session:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -139,6 +152,10 @@ class Session:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def std(
@@ -148,7 +165,7 @@ class Session:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -162,6 +179,10 @@ class Session:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> Any: ...
     def quantile(
@@ -173,7 +194,7 @@ class Session:
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         granularity: Fraction | int | str | Decimal | float,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -191,7 +212,7 @@ class Session:
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         granularity: Fraction | int | str | Decimal | float,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -212,7 +233,7 @@ class Session:
         rho: Fraction | int | str | Decimal | float | None = None,
         method: str = 'peeling',
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         max_candidates: int = 1,
         max_per_candidate: int = 1,
         neighbouring: str = 'add_remove',
@@ -227,7 +248,7 @@ class QueryCosts:
         self,
         *,
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
         max_cells: int = 1,
         max_per_cell: int = 1,
@@ -239,6 +260,10 @@ class QueryCosts:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def sum(
@@ -247,7 +272,7 @@ class QueryCosts:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
         max_cells: int = 1,
@@ -260,6 +285,10 @@ class QueryCosts:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def mean(
@@ -268,7 +297,7 @@ class QueryCosts:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -282,6 +311,10 @@ class QueryCosts:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def var(
@@ -290,7 +323,7 @@ class QueryCosts:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -304,6 +337,10 @@ class QueryCosts:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def std(
@@ -312,7 +349,7 @@ class QueryCosts:
         *,
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         by: str | Sequence[str],
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]],
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData],
         count_noise: DiscreteGaussian | DiscreteLaplace | None = None,
         granularity: Fraction | int | str | Decimal | float = 1,
         noise: DiscreteGaussian | DiscreteLaplace | None = None,
@@ -326,6 +363,10 @@ class QueryCosts:
         epsilon: Fraction | int | str | Decimal | float | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         allow_large_delta: bool = False,
+        selection_epsilon: Fraction | int | str | Decimal | float | None = None,
+        selection_delta: Fraction | int | str | Decimal | float | None = None,
+        selection_noise: str = 'laplace',
+        selection_max_units: int | None = None,
         noise_partitions: int = 16,
     ) -> QueryCost: ...
     def quantile(
@@ -336,7 +377,7 @@ class QueryCosts:
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         granularity: Fraction | int | str | Decimal | float,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -353,7 +394,7 @@ class QueryCosts:
         bounds: tuple[Fraction | int | str | Decimal | float, Fraction | int | str | Decimal | float],
         granularity: Fraction | int | str | Decimal | float,
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         epsilon: Fraction | int | str | Decimal | float | BaseTwoExponential | None = None,
         rho: Fraction | int | str | Decimal | float | None = None,
         max_cells: int = 1,
@@ -373,7 +414,7 @@ class QueryCosts:
         rho: Fraction | int | str | Decimal | float | None = None,
         method: str = 'peeling',
         by: str | Sequence[str] | None = None,
-        domains: Mapping[str, range | Sequence[int] | Sequence[str]] | None = None,
+        domains: Mapping[str, range | Sequence[int] | Sequence[str] | FromData] | None = None,
         max_candidates: int = 1,
         max_per_candidate: int = 1,
         neighbouring: str = 'add_remove',

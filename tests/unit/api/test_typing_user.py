@@ -72,6 +72,16 @@ split = variance_query.info.budget_split
 deviation = dp_std("age", bounds=(0, 100), by="age", domains=ages, epsilon=1,
                    key=key, release_id="r", table="d", privacy_unit=None)
 old_spelling = people.dp  # still there (a column to pandas-stubs, the accessor at run time)
+from_data = {"sex": dp_pipeline.FROM_DATA}
+selected: pd.DataFrame = dp_pipeline.dp(people).count(
+    by="sex", domains=from_data, epsilon=1, selection_epsilon=1, selection_delta=1e-6,
+    key=key, release_id="r", table="k", privacy_unit="person_id",
+)
+selected_query = dp_count(by="sex", domains={"sex": dp_pipeline.FROM_DATA}, epsilon=1,
+                          selection_epsilon=1, selection_delta=1e-6, selection_noise="gaussian",
+                          key=key, release_id="r", table="k", privacy_unit="person_id")
+threshold = session.cost.count(by="sex", domains=from_data, epsilon=1, selection_epsilon=1,
+                               selection_delta=1e-6).threshold
 """
 )
 
@@ -115,6 +125,10 @@ MISTAKES = {
         'release_id="r", table="t", privacy_unit=None, cell_limit="9")'
     ),
     "dp(df): no such verb": 'dp_pipeline.dp(people).variance("age")',
+    "dp(df): a number for selection_noise": (
+        'dp_pipeline.dp(people).count(by="age", domains=ages, epsilon=1, key=key, '
+        'release_id="r", table="t", privacy_unit=None, selection_noise=2)'
+    ),
 }
 
 

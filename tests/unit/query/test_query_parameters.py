@@ -136,7 +136,8 @@ EXPECTED_COUNT = (
     "(*, by, domains, privacy_unit, key, release_id, table, noise=None, "
     "max_cells=1, max_per_cell=1, neighbouring='add_remove', on_invalid='drop', "
     "cell_limit=10000000, confidence=Fraction(19, 20), delta=None, epsilon=None, rho=None, "
-    "allow_large_delta=False, noise_partitions=16)"
+    "allow_large_delta=False, selection_epsilon=None, selection_delta=None, "
+    "selection_noise='laplace', selection_max_units=None, noise_partitions=16)"
 )
 
 
