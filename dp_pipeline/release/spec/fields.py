@@ -20,6 +20,8 @@ from dp_pipeline.release.spec.limits import (
     MAX_DIGITS,
     MAX_DOMAIN_VALUES,
     MAX_EXPONENT,
+    SHARE_MIN,
+    check_range,
     written_too_long,
 )
 
@@ -37,6 +39,7 @@ __all__ = [
     "read_integer",
     "read_positive",
     "read_rational",
+    "read_share",
     "read_string",
     "show_value",
 ]
@@ -153,6 +156,21 @@ def read_positive(value: Any, path: str, problems: list[str]) -> Fraction | None
         problems.append(f"{path} = {show_value(value)}: must be > 0")
         return None
     return exact
+
+
+def read_share(value: Any, path: str, problems: list[str]) -> Fraction | None:
+    """A ``share`` of the release's budget: an exact rational in [SHARE_MIN, 1]."""
+    share = read_positive(value, path, problems)
+    problem = share and check_range(
+        share,
+        show_value(value),
+        path,
+        (SHARE_MIN, Fraction(1)),
+        "a fraction of the release's budget",
+    )
+    if problem:
+        problems.append(problem)
+    return share
 
 
 def check_token(value: str, path: str, problems: list[str]) -> None:

@@ -42,9 +42,9 @@ from dp_pipeline.release.spec.fields import (
     read_integer,
     read_positive,
     read_rational,
+    read_share,
     show_value,
 )
-from dp_pipeline.release.spec.limits import SHARE_MIN, check_range
 
 __all__ = [
     "FROM_DATA",
@@ -181,16 +181,7 @@ def _read_one(raw: dict, column: str, path: str, release_noise: str, problems: l
         )
     share = epsilon = delta = None
     if "share" in raw:
-        share = read_positive(raw["share"], f"{path}.share", problems)
-        problem = share and check_range(
-            share,
-            show_value(raw["share"]),
-            f"{path}.share",
-            (SHARE_MIN, Fraction(1)),
-            "a fraction of the release's budget",
-        )
-        if problem:
-            problems.append(problem)
+        share = read_share(raw["share"], f"{path}.share", problems)
     own = [name for name in ("epsilon", "delta") if name in raw]
     if "share" in raw and own:
         problems.append(

@@ -15,10 +15,11 @@ from dp_pipeline.release.spec.fields import (
     read_integer,
     read_positive,
     read_rational,
+    read_share,
     read_string,
     show_value,
 )
-from dp_pipeline.release.spec.limits import SHARE_MIN, SIGMA2_RANGE, check_range
+from dp_pipeline.release.spec.limits import SIGMA2_RANGE, check_range
 from dp_pipeline.release.spec.model import SELECTIONS, STATISTICS, TOP_K_METHODS, TableSpec
 from dp_pipeline.release.spec.statistics import (
     VALUE_STATISTICS,
@@ -161,16 +162,7 @@ def read_tables(
                     )
         share = sigma2 = None
         if "share" in raw:
-            share = read_positive(raw["share"], f"{path}.share", problems)
-            problem = share and check_range(
-                share,
-                show_value(raw["share"]),
-                f"{path}.share",
-                (SHARE_MIN, Fraction(1)),
-                "a fraction of the release's budget",
-            )
-            if problem:
-                problems.append(problem)
+            share = read_share(raw["share"], f"{path}.share", problems)
         if "sigma2" in raw:
             if statistic in SELECTIONS:
                 problems.append(
