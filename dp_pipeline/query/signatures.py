@@ -1,7 +1,7 @@
 """Public call signatures and docstrings generated from the parameter objects' ``build``.
 
 ``df.dp.*``, ``dp_pipeline.spark.dp_*``, ``Session.*`` and ``Session.cost.*`` are thin
-shims made from one table (`dp_pipeline.query.verbs`): their parameters are those of a
+shims made from one table (`dp_pipeline.surface.verbs`): their parameters are those of a
 parameter object's ``build`` (`dp_pipeline.query.aggregations`,
 `dp_pipeline.selection.parameters`) and of `dp_pipeline.query.context.RunContext.build`,
 merged by `public_signature`; each parameter is described once, in `PARAMETER_DOCS`. A

@@ -1,7 +1,7 @@
 """What a session reports of its queries (`QueryRecord`, `QueryCost`) and how its verbs look.
 
 `QUERY_SURFACE` (``session.count(df, ...)``) and `COST_SURFACE` (``session.cost.count(...)``)
-are ``df.dp``'s verbs (`dp_pipeline.query.verbs`) without what the session holds: the key,
+are ``df.dp``'s verbs (`dp_pipeline.surface.verbs`) without what the session holds: the key,
 the release id, the table label and the privacy unit, refused in a call with an error
 saying where they are given.
 """
@@ -15,7 +15,7 @@ import pandas as pd
 
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.query.cost import ReleaseInfo
-from dp_pipeline.query.verbs import Surface
+from dp_pipeline.surface.verbs import Surface
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import SpendBounds
 from dp_pipeline.session.reprs import cost_repr, details_text, record_repr

@@ -21,7 +21,7 @@ import pytest
 import dp_pipeline
 import dp_pipeline.accounting as accounting
 from dp_pipeline.accessor import SURFACE as DF_DP
-from dp_pipeline.query.verbs import VERBS, signature_of
+from dp_pipeline.surface.verbs import VERBS, signature_of
 from dp_pipeline.session.records import COST_SURFACE, QUERY_SURFACE
 
 # Still untyped in release/, whose modules are being moved: each gets its annotations there.

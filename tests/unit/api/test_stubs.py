@@ -2,7 +2,7 @@
 
 ``df.dp``, `dp_pipeline.spark`, `Session` and ``Session.cost`` are generated at import
 time from the verb table; checkers read the committed stubs instead. Two checks: each
-stub is what ``python -m dp_pipeline.query.stubs`` writes now, and, read back as source,
+stub is what ``python -m dp_pipeline.surface.stubs`` writes now, and, read back as source,
 each verb in it has the runtime's parameters (names, kinds, which are required and their
 annotations), so a stub edited by hand or a verb changed without rewriting the stubs fails.
 """
@@ -16,9 +16,9 @@ import pandas as pd
 import pytest
 
 import dp_pipeline.session.session as session_module
-from dp_pipeline.query import stubs
+from dp_pipeline.surface import stubs
 from dp_pipeline.query.signatures import Required
-from dp_pipeline.query.verbs import VERBS
+from dp_pipeline.surface.verbs import VERBS
 
 CORE = ("dp_pipeline.accessor", "dp_pipeline.session.session")
 
@@ -107,7 +107,7 @@ def test_each_stub_is_what_the_generator_writes_now(module_name):
         pytest.importorskip("pyspark")
     assert stubs.stub_path(module_name).read_text(encoding="utf-8") == stubs.stub_text(
         module_name
-    ), f"rewrite the stubs: python -m dp_pipeline.query.stubs ({module_name})"
+    ), f"rewrite the stubs: python -m dp_pipeline.surface.stubs ({module_name})"
 
 
 @pytest.mark.parametrize("module_name", _modules())
@@ -137,6 +137,6 @@ def test_the_check_command_names_a_stale_stub(tmp_path, monkeypatch, capsys):
     assert stubs.main(["--check"]) == 1
     assert capsys.readouterr().err == (
         f"{stale}: differs from the runtime signatures; rewrite it with "
-        f"python -m dp_pipeline.query.stubs\n"
+        f"python -m dp_pipeline.surface.stubs\n"
     )
     assert stubs.main([]) == 0 and stubs.main(["--check"]) == 0

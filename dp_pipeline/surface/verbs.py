@@ -7,7 +7,7 @@ parameters it takes, its positional parameters, what it leaves out and its summa
 text, and how a call is written in its errors. `signature_of` and `method_of` are the
 one generator: every surface's signature and docstring come from the table and
 `dp_pipeline.query.signatures.PARAMETER_DOCS`, so the four surfaces cannot drift, and the
-stubs type checkers read (`dp_pipeline.query.stubs`) are written from the same functions.
+stubs type checkers read (`dp_pipeline.surface.stubs`) are written from the same functions.
 """
 
 from __future__ import annotations
