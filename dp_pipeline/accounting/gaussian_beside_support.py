@@ -27,11 +27,20 @@ import numpy as np
 
 from dp_pipeline.accounting.bounds import DeltaBound
 from dp_pipeline.accounting.discrete_gaussian import discrete_gaussian_delta_bounds
+from dp_pipeline.accounting.event_totals import event_rho
 from dp_pipeline.accounting.families import Family, family_of
 from dp_pipeline.accounting.outward import exp_down, exp_up, round_down, round_up
 from dp_pipeline.accounting.support_composition import SupportLoss, support_loss
+from dp_pipeline.accounting.zcdp import zcdp_to_delta
 
-__all__ = ["EXACT_NEGLIGIBLE", "MAX_ATOMS", "exact_negligible", "gaussian_beside_support"]
+__all__ = [
+    "EXACT_NEGLIGIBLE",
+    "MAX_ATOMS",
+    "exact_negligible",
+    "gaussian_beside_support",
+    "gaussians_of",
+    "negligible_gaussians",
+]
 
 EXACT_NEGLIGIBLE = "support_exact + negligible gaussian, composed exactly"
 _MAX_SHIFT = 64  # Theorem 7 maximised over the shifts 1..Δ (as `paths.single_coordinate`)
@@ -113,18 +122,19 @@ def gaussian_beside_support(
     return delta_of
 
 
-def exact_negligible(events, reach: float) -> Callable[[float], DeltaBound] | None:
-    """The exact composition (`gaussian_beside_support`) of ``events`` when they are one
-    discrete Gaussian coordinate (count 1, Δ <= 64) beside events of an exact finite
-    support of at most `MAX_ATOMS` atoms; None otherwise. ``reach``: an ε where the
-    Gaussian's δ is <= 2^-1074."""
-    gaussians = [e for e in events if family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN]
-    if len(gaussians) != 1:
+def exact_negligible(gaussians, others, reach: float) -> Callable[[float], DeltaBound] | None:
+    """The exact composition (`gaussian_beside_support`) of the events ``gaussians`` and
+    ``others`` when ``gaussians`` is one discrete Gaussian coordinate (count 1, Δ <= 64)
+    and ``others`` have an exact finite support of at most `MAX_ATOMS` atoms; None
+    otherwise. ``reach``: an ε where the Gaussian's δ is <= 2^-1074."""
+    if len(gaussians) != 1 or not others:
         return None
     (event,) = gaussians
+    if family_of(event.mechanism) is not Family.DISCRETE_GAUSSIAN:
+        return None
     if event.count != 1 or len(event.sensitivity) != 1 or event.sensitivity[0] > _MAX_SHIFT:
         return None
-    rest = support_loss([e for e in events if e is not event])
+    rest = support_loss(list(others))
     if rest is None:
         return None
     sigma2, shift = event.mechanism.sigma2, event.sensitivity[0]
@@ -133,3 +143,28 @@ def exact_negligible(events, reach: float) -> Callable[[float], DeltaBound] | No
         return discrete_gaussian_delta_bounds(sigma2, x, shift)
 
     return gaussian_beside_support(rest, gaussian, reach, EXACT_NEGLIGIBLE)
+
+
+def negligible_gaussians(events, most: float) -> tuple[list, float, float]:
+    """The discrete Gaussian events of smallest ρ whose total ρ moves ε by at most
+    ``most`` (their zCDP δ at that shift t is below the float range, CKS Cor. 13), with
+    that ρ rounded up and t: the longest such run, smallest ρ first; ([], 0, 0) if none."""
+    gaussians = gaussians_of(events)
+    chosen: list = []
+    found, total = (0.0, 0.0), Fraction(0)
+    for event in sorted(gaussians, key=event_rho):
+        total += event.count * event_rho(event)
+        # ρ rounded up: the zCDP conversions are then upper bounds for the exact ρ
+        rho = math.nextafter(float(total), 1.0)
+        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
+        shift = 2 * rho + 2 * math.sqrt(800 * rho)
+        if not 0 < shift <= most or zcdp_to_delta(rho, shift) > 5e-324:
+            break
+        chosen.append(event)
+        found = (rho, shift)
+    return chosen, *found
+
+
+def gaussians_of(events) -> list:
+    """The discrete Gaussian events of ``events``, in order."""
+    return [e for e in events if family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN]

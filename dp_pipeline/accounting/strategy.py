@@ -49,10 +49,15 @@ from dp_pipeline.accounting.conditioning import (
     conditioned_composition,
     conditioning_coordinate,
 )
-from dp_pipeline.accounting.event_totals import event_rho, pure_dp_split, total_rho
+from dp_pipeline.accounting.event_totals import pure_dp_split, total_rho
 from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.accounting.families import Family, family_of
-from dp_pipeline.accounting.gaussian_beside_support import EXACT_NEGLIGIBLE, exact_negligible
+from dp_pipeline.accounting.gaussian_beside_support import (
+    EXACT_NEGLIGIBLE,
+    exact_negligible,
+    gaussians_of,
+    negligible_gaussians,
+)
 from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
 from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
 from dp_pipeline.accounting.outward import round_up
@@ -255,28 +260,23 @@ class Strategy:
 
 # --------------------------------------------------------------------- the rows
 class _NegligibleGaussians:
-    """The composition without its discrete Gaussians when their total ρ is so small that
-    they move ε by at most t <= `_NEGLIGIBLE_SHIFT` (their zCDP δ at that ε is below the
-    float range). Without them the inversion would have no decay to work with; with them
-    the bound is, by basic composition and post-processing,
-    δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t), and below t
-    δ(ε) <= δ_rest(0) + δ_zCDP(ρ_G, ε); one Gaussian coordinate beside a finite support is
-    composed exactly as well (`gaussian_beside_support`), and the brackets intersected."""
+    """Discrete Gaussians of total ρ so small they move ε by at most t <= `_NEGLIGIBLE_SHIFT`
+    (zCDP δ at t below the float range; the inversion would have no decay): by basic
+    composition δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t), below t
+    δ_rest(0) + δ_zCDP(ρ_G, ε); one such coordinate beside a finite support composed exactly
+    (`gaussian_beside_support`), intersected. Beside other Gaussians only exactly."""
 
     method = Method.NEGLIGIBLE_GAUSSIANS
-    unbuilt = ""  # `supports` decides: it always builds
+    unbuilt = "the other discrete Gaussians leave no exact composition"
 
     def _shift(self, events) -> tuple[float, float, str | None]:
-        gaussians = [e for e in events if family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN]
-        if not gaussians or len(gaussians) == len(events):
-            reason = "nothing but discrete Gaussians" if gaussians else "no discrete Gaussian"
-            return 0.0, 0.0, reason
-        # ρ rounded up: the zCDP conversions are then upper bounds for the exact ρ too
-        rho = math.nextafter(float(sum(e.count * event_rho(e) for e in gaussians)), 1.0)
-        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
-        shift = 2 * rho + 2 * math.sqrt(800 * rho)
-        if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho, shift) > 5e-324:
-            return 0.0, 0.0, f"the discrete Gaussians move ε by more than {_NEGLIGIBLE_SHIFT:g}"
+        gaussians = gaussians_of(events)
+        chosen, rho, shift = negligible_gaussians(events, _NEGLIGIBLE_SHIFT)
+        if gaussians and len(gaussians) == len(events) and len(chosen) in (0, len(events)):
+            return 0.0, 0.0, "nothing but discrete Gaussians"
+        if not chosen:
+            more = f"the discrete Gaussians move ε by more than {_NEGLIGIBLE_SHIFT:g}"
+            return 0.0, 0.0, more if gaussians else "no discrete Gaussian"
         return shift, rho, None
 
     def supports(self, events) -> str | None:
@@ -284,10 +284,11 @@ class _NegligibleGaussians:
 
     def build(self, strategy: Strategy) -> Built | None:
         shift, rho = self._shift(strategy.events)[:2]
-        rest = Strategy(
-            [e for e in strategy.events if family_of(e.mechanism) is not Family.DISCRETE_GAUSSIAN]
-        )
-        exact = exact_negligible(strategy.events, shift)
+        negligible = negligible_gaussians(strategy.events, _NEGLIGIBLE_SHIFT)[0]
+        rest = Strategy([e for e in strategy.events if not any(e is n for n in negligible)])
+        exact = exact_negligible(negligible, rest.events, shift)
+        if exact is None and len(negligible) < len(gaussians_of(rest.events) + negligible):
+            return None
         name = EXACT_NEGLIGIBLE if exact else f"{rest.method} + negligible discrete gaussians"
         strategy._cache["methods"] = (name,)
 
