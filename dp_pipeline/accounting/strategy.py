@@ -7,7 +7,8 @@ FFT grid is capped in memory). The first row that supports the events and builds
 the composition; `Strategy.explain` says why each earlier row was skipped.
 
 1. `Method.NEGLIGIBLE_GAUSSIANS`: discrete Gaussians whose total ρ moves ε by at most
-   1e-6 beside other mechanisms, bounded by basic composition around the rest;
+   1e-6 beside other mechanisms, bounded by basic composition around the rest (one
+   coordinate beside a finite support composed exactly, `gaussian_beside_support`);
 2. `Method.THEOREM7` / `Method.DISCRETE_LAPLACE_EXACT`: one coordinate (Δ <= 64);
 3. `Method.LATTICE_CONDITIONING`: a discrete Gaussian coordinate whose loss lattice
    step exceeds the loss range of the rest, intersected with rows 4-6 where loose;
