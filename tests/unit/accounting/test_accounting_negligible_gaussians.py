@@ -119,3 +119,17 @@ def test_a_negligible_gaussian_beside_a_gaussian_is_exact():
         assert _two_gaussians_delta(10**20, 100, bound.upper) <= delta * (1 + 1e-9), bound
         assert _two_gaussians_delta(10**20, 100, bound.lower) >= delta * (1 - 1e-9), bound
         assert _two_gaussians_delta(10**20, 100, bound.upper) >= delta * 0.99, bound
+
+
+def test_beside_a_gaussian_without_an_exact_composition_the_row_steps_aside():
+    # the rest (σ² = 10^6) has no finite support here: the shifted bound would lose the
+    # inversion's own refinements, so the row says why it is skipped
+    accountant = PrivacyAccountant().add(DiscreteGaussian(10**20)).add(DiscreteGaussian(10**6))
+    reasons = dict(accountant.explain())
+    assert (
+        reasons["negligible gaussians"] == "the other discrete Gaussians leave no exact composition"
+    )
+    assert accountant.method == "mgf_inversion"
+    exact = PrivacyAccountant().add(DiscreteGaussian(10**20)).add(DiscreteGaussian(100))
+    assert exact.explain()[-1] == ("support_exact + negligible gaussian, composed exactly", "used")
+    assert exact.method == "support_exact + negligible gaussian, composed exactly"
