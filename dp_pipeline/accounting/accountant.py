@@ -61,7 +61,8 @@ infinite (`rho()` and `pure_epsilon()` raise `DPValueError`, `report()` gives ρ
 Edges: finite supports over 4096 points are rounded up and down onto kept losses of their
 own support (`rounded_support`, a rigorous bracket); discrete Gaussians whose total ρ moves
 ε by at most 1e-6 beside other mechanisms are bounded by basic composition ("+ negligible
-gaussians": δ_rest(ε) <= δ <= δ_rest(ε - t) + 5e-324); every FFT grid is capped in memory
+gaussians": δ_rest(ε) <= δ <= δ_rest(ε - t) + 5e-324), one such coordinate beside a finite
+support exactly (`gaussian_beside_support`); every FFT grid is capped in memory
 and a path that does not fit is skipped, and if none fits the bound is the zCDP conversion
 with lower bound 0, labelled "zcdp" (or "trivial" without a finite ρ).
 

@@ -7,7 +7,8 @@ FFT grid is capped in memory). The first row that supports the events and builds
 the composition; `Strategy.explain` says why each earlier row was skipped.
 
 1. `Method.NEGLIGIBLE_GAUSSIANS`: discrete Gaussians whose total ρ moves ε by at most
-   1e-6 beside other mechanisms, bounded by basic composition around the rest;
+   1e-6 beside other mechanisms, bounded by basic composition around the rest (one
+   coordinate beside a finite support composed exactly, `gaussian_beside_support`);
 2. `Method.THEOREM7` / `Method.DISCRETE_LAPLACE_EXACT`: one coordinate (Δ <= 64);
 3. `Method.LATTICE_CONDITIONING`: a discrete Gaussian coordinate whose loss lattice
    step exceeds the loss range of the rest, intersected with rows 4-6 where loose;
@@ -49,11 +50,18 @@ from dp_pipeline.accounting.conditioning import (
     conditioned_composition,
     conditioning_coordinate,
 )
-from dp_pipeline.accounting.event_totals import event_rho, pure_dp_split, total_rho
+from dp_pipeline.accounting.event_totals import pure_dp_split, total_rho
 from dp_pipeline.accounting.events import PrivacyEvent
 from dp_pipeline.accounting.families import Family, family_of
+from dp_pipeline.accounting.gaussian_beside_support import (
+    EXACT_NEGLIGIBLE,
+    exact_negligible,
+    gaussians_of,
+    negligible_gaussians,
+)
 from dp_pipeline.accounting.inversion import SMOOTH_SIGMA2
 from dp_pipeline.accounting.laplace_conditioning import laplace_bracket, laplace_conditionings
+from dp_pipeline.accounting.outward import round_up
 from dp_pipeline.accounting.paths import (
     fft_composition,
     inversion_of,
@@ -253,48 +261,50 @@ class Strategy:
 
 # --------------------------------------------------------------------- the rows
 class _NegligibleGaussians:
-    """The composition without its discrete Gaussians when their total ρ is so small that
-    they move ε by at most t <= `_NEGLIGIBLE_SHIFT` (their zCDP δ at that ε is below the
-    float range). Without them the inversion would have no decay to work with; with them
-    the bound is, by basic composition and post-processing,
-    δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t)."""
+    """Discrete Gaussians of total ρ so small they move ε by at most t <= `_NEGLIGIBLE_SHIFT`
+    (zCDP δ at t below the float range; the inversion would have no decay): by basic
+    composition δ_rest(ε) <= δ(ε) <= δ_rest(ε - t) + δ_zCDP(ρ_G, t), below t
+    δ_rest(0) + δ_zCDP(ρ_G, ε); one such coordinate beside a finite support composed exactly
+    (`gaussian_beside_support`), intersected. Beside other Gaussians only exactly."""
 
     method = Method.NEGLIGIBLE_GAUSSIANS
-    unbuilt = ""  # `supports` decides: it always builds
+    unbuilt = "the other discrete Gaussians leave no exact composition"
 
-    def _shift(self, events) -> tuple[float | None, str | None]:
-        gaussians = [e for e in events if family_of(e.mechanism) is Family.DISCRETE_GAUSSIAN]
-        if not gaussians:
-            return None, "no discrete Gaussian"
-        if len(gaussians) == len(events):
-            return None, "nothing but discrete Gaussians"
-        rho_gaussians = float(sum(e.count * event_rho(e) for e in gaussians))
-        # δ_zCDP(ρ, t) <= e^{-(t-ρ)²/(4ρ)} < 5e-324 once t >= ρ + 2·sqrt(800ρ)
-        shift = 2 * rho_gaussians + 2 * math.sqrt(800 * rho_gaussians)
-        if not 0 < shift <= _NEGLIGIBLE_SHIFT or zcdp_to_delta(rho_gaussians, shift) > 5e-324:
-            return None, f"the discrete Gaussians move ε by more than {_NEGLIGIBLE_SHIFT:g}"
-        return shift, None
+    def _shift(self, events) -> tuple[float, float, str | None]:
+        gaussians = gaussians_of(events)
+        chosen, rho, shift = negligible_gaussians(events, _NEGLIGIBLE_SHIFT)
+        if gaussians and len(gaussians) == len(events) and len(chosen) in (0, len(events)):
+            return 0.0, 0.0, "nothing but discrete Gaussians"
+        if not chosen:
+            more = f"the discrete Gaussians move ε by more than {_NEGLIGIBLE_SHIFT:g}"
+            return 0.0, 0.0, more if gaussians else "no discrete Gaussian"
+        return shift, rho, None
 
     def supports(self, events) -> str | None:
-        return self._shift(events)[1]
+        return self._shift(events)[2]
 
     def build(self, strategy: Strategy) -> Built | None:
-        shift = self._shift(strategy.events)[0]
-        rest = Strategy(
-            [e for e in strategy.events if family_of(e.mechanism) is not Family.DISCRETE_GAUSSIAN]
-        )
-        name = f"{rest.method} + negligible discrete gaussians"
+        shift, rho = self._shift(strategy.events)[:2]
+        negligible = negligible_gaussians(strategy.events, _NEGLIGIBLE_SHIFT)[0]
+        rest = Strategy([e for e in strategy.events if not any(e is n for n in negligible)])
+        exact = exact_negligible(negligible, rest.events, shift)
+        if exact is None and len(negligible) < len(gaussians_of(rest.events) + negligible):
+            return None
+        name = EXACT_NEGLIGIBLE if exact else f"{rest.method} + negligible discrete gaussians"
         strategy._cache["methods"] = (name,)
 
         def delta_of(eps: float) -> DeltaBound:
             lower = rest.delta(eps).lower
             if eps <= shift:
-                return DeltaBound(lower, 1.0, name)
-            # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
-            inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
-            upper = min(1.0, math.nextafter(inner.upper, 2.0))  # + at least 5e-324 >= δ_G(t)
-            label = f"{inner.method} + negligible gaussians"
-            return DeltaBound.clipped(lower, upper, label, inner.capped)
+                upper = min(1.0, round_up(rest.delta(0.0).upper + zcdp_to_delta(rho, eps)))
+                bound = DeltaBound.clipped(lower, upper, f"{rest.method} + basic composition")
+            else:
+                # ε - t rounded down (a smaller ε only raises the rest's δ), plus δ_G(t) <= 5e-324
+                inner = rest.delta(max(0.0, (eps - shift) * (1 - 2.0**-52)))
+                upper = min(1.0, math.nextafter(inner.upper, 2.0))  # + >= 5e-324 >= δ_G(t)
+                label = f"{inner.method} + negligible gaussians"
+                bound = DeltaBound.clipped(lower, upper, label, inner.capped)
+            return bound if exact is None else bound.intersect(exact(eps))
 
         return Built(ignoring_decide(delta_of), name)
 

@@ -260,7 +260,7 @@ def test_negligible_gaussians_bracket_the_exact_delta(epsilon):
         (PureDP(Fraction(1, 3)), (1,), 1),
     ]
     bound = accountant_of(plan).delta(epsilon)
-    assert bound.method == "support_exact + negligible gaussians"
+    assert bound.method == "support_exact + negligible gaussian, composed exactly"
     low, high = wide_gaussian_delta(10**16, [Fraction(1, 10), Fraction(1, 3)], epsilon)
     assert bound.lower <= float(high) and float(low) <= bound.upper, (bound, low, high)
 
