@@ -3,7 +3,8 @@ recorder of which Spark aggregation path ran, and a real PostgreSQL server for t
 ledger tests (``ledger_at`` runs a test on both ledger backends).
 
 Workers: the test command runs the suite on every core (pytest-xdist, ``-n auto``);
-tests sharing a module- or class-scoped fixture stay on one worker.
+tests sharing a module- or class-scoped fixture stay on one worker, and the slowest
+modules start first (tests/support/work_order.py), so no worker ends the run alone.
 
 Tiers (marks applied here, from the tests' source: tests/support/tiers.py):
 - ``spark``: uses the ``spark`` fixture (a JVM). ``pytest -m "not spark"`` starts no
