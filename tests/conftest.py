@@ -3,7 +3,8 @@ recorder of which Spark aggregation path ran, and a real PostgreSQL server for t
 ledger tests (``ledger_at`` runs a test on both ledger backends).
 
 Workers: the test command runs the suite on every core (pytest-xdist, ``-n auto``);
-tests sharing a module- or class-scoped fixture stay on one worker.
+tests sharing a module- or class-scoped fixture stay on one worker, and the slowest
+modules start first (tests/support/work_order.py), so no worker ends the run alone.
 
 Tiers (marks applied here, from the tests' source: tests/support/tiers.py):
 - ``spark``: uses the ``spark`` fixture (a JVM). ``pytest -m "not spark"`` starts no
@@ -31,6 +32,7 @@ import pytest
 from ftp_server import ftp_store  # noqa: F401 (the fixture, for every test)
 from postgres_cluster import PostgresCluster, postgres_binaries
 from tiers import is_system, needs_spark_extra
+from work_order import in_start_order, work_unit
 
 # Without the spark extra (the core install, tested on the newest pandas), the modules
 # that need PySpark to import are not collected; everything else runs.
@@ -59,15 +61,18 @@ def _shares_fixtures(module: str) -> bool:
 def pytest_xdist_make_scheduler(config, log):
     """Under ``-n`` (pytest-xdist's default ``--dist load``): each test is scheduled on
     its own, except that the tests of a module sharing a module- or class-scoped fixture
-    run on one worker, so that fixture is built once."""
+    run on one worker, so that fixture is built once (tests/support/work_order.py: the
+    few exceptions). The work goes out in collection order, which the workers' collection
+    sorts slowest first (`pytest_collection_modifyitems`), not by the size of each unit."""
     if config.getvalue("dist") != "load":
         return None
     from xdist.scheduler import LoadScopeScheduling
 
+    config.option.loadscopereorder = False
+
     class SharedFixtureScheduling(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0]
-            return module if _shares_fixtures(module) else nodeid
+            return work_unit(nodeid, _shares_fixtures)
 
     return SharedFixtureScheduling(config, log)
 
@@ -85,6 +90,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.spark_extra)
         if is_system(path, function, owner, marks, fixtures):
             item.add_marker(pytest.mark.system)
+    if hasattr(config, "workerinput"):  # an xdist worker: the scheduler hands out this order
+        order = in_start_order(
+            [item.nodeid for item in items],
+            [item.get_closest_marker("system") is not None for item in items],
+        )
+        items[:] = [items[i] for i in order]
 
 
 def _deselects(config, mark: str) -> bool:

@@ -11,11 +11,12 @@ from pathlib import Path
 import ftp_server
 import postgres_cluster
 import tiers
+import work_order
 from tiers import is_system, needs_spark_extra
 
 # The top conftest.py of tests/, and the helpers wherever their folder is.
 CONFTEST = next(p for p in Path(__file__).resolve().parents if p.name == "tests") / "conftest.py"
-HELPERS = [Path(module.__file__) for module in (tiers, ftp_server, postgres_cluster)]
+HELPERS = [Path(module.__file__) for module in (tiers, work_order, ftp_server, postgres_cluster)]
 
 HELPER = """
 import subprocess
