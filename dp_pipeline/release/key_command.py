@@ -132,7 +132,7 @@ def key_command(arguments) -> int:
             "give the key to bind (--key-file PATH)"
         )
     with Ledger(arguments.bind, key=key) as target:
-        previous = move_binding(key, target)
+        previous = move_binding(key, target, key_file=path)
         shown = target.location.shown
     was = "bound to no ledger" if previous is None else f"bound to {previous['place']!r}"
     _say(
