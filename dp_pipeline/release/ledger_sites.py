@@ -26,13 +26,18 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.key_records import KeyBindingError
+from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.integrity import LedgerTamperedError
 from dp_pipeline.release.ledger.records import canonical_json
 from dp_pipeline.release.ledger.store import Ledger
+from dp_pipeline.release.ledger_location import ledger_location
 
 __all__ = ["SITES", "SITE_LABEL", "check_site", "ledger_site", "move_site", "record_site"]
 
@@ -104,20 +109,55 @@ def check_site(ledger: Ledger, key: MasterKey | None) -> str:
 
 def record_site(ledger: Ledger, key: MasterKey, site: str, **recorded) -> None:
     """Append ``site`` (with ``recorded`` facts) as the ledger's current site, under ``key``."""
-    entry = {"site": site, "at": datetime.now(UTC).isoformat(timespec="seconds"), **recorded}
+    entry = {"site": site, "at": _now(), **recorded}
     entry["mac"] = _code(key, entry, ledger.meta("ledger_id"))
     ledger.record_move(SITES, entry, key_fingerprint=key.fingerprint)
 
 
 def move_site(key: MasterKey, target: Ledger, old: Ledger | None) -> str:
-    """Record ``target``'s site as its own on purpose, and in ``old`` (the ledger the key
-    was bound to, or a copy of ``target`` left at its former place; if reachable) that
-    it moved away: from then on ``old`` is refused where it is."""
+    """Record ``target``'s site as its own on purpose, and in the ledgers it replaces that
+    they moved away, so each is refused where it is from then on: ``old`` (the ledger the
+    key was bound to, if reachable) and the original of a copy (the ledger with
+    ``target``'s id at the site ``target`` recorded, when reachable from here: a SQLite
+    file, or a database of the same server; one that cannot be reached is the operator's
+    to retire). Returns the new site."""
     site = ledger_site(target)
     entry = _recorded(target, key)
     if entry is None or entry["site"] != site:
         record_site(target, key, site, moved_from=None if entry is None else entry["site"])
-    if old is not None and ledger_site(old) != site:
-        # Retired at its old place: a key file or home that still names it is refused there.
-        record_site(old, key, site, moved_away=datetime.now(UTC).isoformat(timespec="seconds"))
+    replaced = [] if old is None else [old]
+    original = None if entry is None or entry["site"] == site else _original(target, entry)
+    try:
+        if original is not None and original.meta("ledger_id") == target.meta("ledger_id"):
+            replaced.append(original)
+        for ledger in replaced:
+            if ledger_site(ledger) != site:
+                # Retired at its old place: a key file or home that still names it is
+                # refused there.
+                record_site(ledger, key, site, moved_away=_now())
+    finally:
+        if original is not None:
+            original.close()
     return site
+
+
+def _original(target: Ledger, entry: dict) -> Ledger | None:
+    """The ledger at the site ``entry`` names, if it can be reached from ``target``'s."""
+    if target.location.path is not None:
+        path = Path(entry["site"])
+        return Ledger(path, key=target.key) if path.is_file() else None
+    named = re.fullmatch(r"postgresql cluster (\S+) database (.+)", entry["site"])
+    conninfo = target.location.conninfo or ""
+    if named is None or not conninfo.startswith(("postgresql://", "postgres://")):
+        return None
+    if not str(target.server_identity()).startswith(f"cluster {named[1]} "):
+        return None  # another server: not reachable through this URL
+    url = urlsplit(conninfo)._replace(path="/" + quote(named[2], safe=""))
+    try:
+        return Ledger(ledger_location(urlunsplit(url)), key=target.key)
+    except LedgerError:
+        return None  # dropped meanwhile, or not ours to open
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
