@@ -57,6 +57,7 @@ from dp_pipeline.release.key_records import (
     key_file_binding,
 )
 from dp_pipeline.release.keys import ENVIRONMENT_VARIABLE
+from dp_pipeline.release.ledger.budget import LedgerError
 from dp_pipeline.release.ledger.integrity import SEALED, LedgerTamperedError
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.ledger_location import LedgerLocation, ledger_location
@@ -320,7 +321,9 @@ def move_binding(
     refused at its old place from then on), the new one ``moved_from`` (and the key: a
     ledger bound to another key is refused) and its site; every known home's entry for
     the key and the key file (``key_file``) name the new ledger, the current home's
-    keeping the list of its moves. Returns the previous binding (None: bound to none).
+    keeping the list of its moves. Returns the previous binding (None: bound to none),
+    with ``"unreached": True`` when the old ledger could not be opened to record the move
+    (a server whose credentials this run lacks: its operator retires it).
     """
     place = ledger_place(target.location)
     recorded = target.key_fingerprint()
@@ -341,7 +344,10 @@ def move_binding(
             move["from"] = previous["place"]
             location = ledger_location(previous["place"])
             if location.path is None or location.path.is_file():
-                old = Ledger(location, key=key)
+                try:
+                    old = Ledger(location, key=key)
+                except LedgerError:  # a server that needs credentials this run lacks
+                    move["from_unreached"] = True
         try:
             move["site"] = move_site(key, target, old)
             if old is not None:
@@ -361,6 +367,8 @@ def move_binding(
     if source is not None:
         append_key_file_binding(source, key, {**entry, "bound_at": move["at"], "moved": True})
     register_home(path.parent)  # a home bound by a move is one of the user's homes too
+    if previous is not None and move.get("from_unreached"):
+        previous = {**previous, "unreached": True}
     return previous
 
 
