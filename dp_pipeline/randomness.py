@@ -125,7 +125,8 @@ class MasterKey:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> MasterKey:
-        """Read a key file: 64 hex digits, or exactly 32 raw bytes."""
+        """Read a key file: 64 hex digits (lines starting with ``#`` ignored), or exactly
+        32 raw bytes."""
         data = Path(path).read_bytes()
         if len(data) == KEY_BYTES:
             return cls(data)
@@ -136,6 +137,8 @@ class MasterKey:
                 f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
                 f"nor {2 * KEY_BYTES} hex digits"
             ) from None
+        # Lines starting with "#" are notes: dp-release records the key's ledger there.
+        text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
         try:
             return cls.from_hex(text)
         except ValueError:

@@ -47,6 +47,8 @@ __all__ = [
     "REGISTRY_NAME",
     "FreshHomeError",
     "check_new_key",
+    "home_bindings",
+    "known_homes",
     "register_home",
     "used_homes",
     "user_home",
@@ -72,7 +74,8 @@ def _registry() -> Path:
 
 def _read_json(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        text = path.read_text()
+        data = json.loads(text) if text.strip() else {}  # created, not yet written
     except FileNotFoundError:
         return {}
     except (OSError, ValueError):
@@ -147,16 +150,28 @@ def _records_releases(place: str) -> bool:
         return True  # unreadable: it may record releases
 
 
+def known_homes() -> list[Path]:
+    """Every home this user's runs can know of, resolved, each once: the user's default
+    home, the homes its registry lists, and the current one."""
+    homes = [user_home(), *map(Path, _read_json(_registry()).get("homes", {})), dp_pipeline_home()]
+    return list(dict.fromkeys(home.expanduser().resolve() for home in homes))
+
+
+def home_bindings(fingerprint: str) -> list[tuple[Path, dict]]:
+    """(bindings file, entry) of the key with ``fingerprint`` in every known home."""
+    found = []
+    for home in known_homes():
+        entry = _read_json(home / _BINDINGS).get(fingerprint)
+        if isinstance(entry, dict) and "place" in entry:
+            found.append((home / _BINDINGS, entry))
+    return found
+
+
 def used_homes() -> list[tuple[str, str, str]]:
     """(home, key fingerprint, ledger place) for every known home's key bound to a ledger
     that records releases: the user's default home, its registry's homes, the current one."""
-    homes = [user_home(), *map(Path, _read_json(_registry()).get("homes", {})), dp_pipeline_home()]
-    found, seen = [], set()
-    for home in homes:
-        home = home.expanduser().resolve()
-        if home in seen:
-            continue
-        seen.add(home)
+    found = []
+    for home in known_homes():
         for fingerprint, bound in sorted(_read_json(home / _BINDINGS).items()):
             if isinstance(bound, dict) and _records_releases(str(bound.get("place", ""))):
                 found.append((str(home), fingerprint, str(bound["place"])))

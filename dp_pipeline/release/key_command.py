@@ -132,7 +132,7 @@ def key_command(arguments) -> int:
             "give the key to bind (--key-file PATH)"
         )
     with Ledger(arguments.bind, key=key) as target:
-        previous = move_binding(key, target)
+        previous = move_binding(key, target, key_file=path)
         shown = target.location.shown
     was = "bound to no ledger" if previous is None else f"bound to {previous['place']!r}"
     _say(
@@ -143,7 +143,15 @@ def key_command(arguments) -> int:
             "previous": None if previous is None else previous["place"],
         },
         f"master key {key.fingerprint} ({was}) is now bound to the ledger {shown!r}; the "
-        "move is recorded in both ledgers and the dp_pipeline home",
+        "move is recorded in both ledgers and the dp_pipeline home"
+        + (
+            " (the old ledger could not be opened to record it: this run has no "
+            "credentials for it, e.g. PGPASSWORD or the password file; until the move is "
+            "recorded there it still takes runs from a key file or home that names it, "
+            "so drop it or keep its credentials from those runs)"
+            if previous is not None and previous.get("unreached")
+            else ""
+        ),
     )
     return 0
 

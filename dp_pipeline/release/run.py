@@ -161,7 +161,7 @@ def _run_release(spec, progress, spark, *, verbose, trace, held) -> RunResult:
     server = Ledger(location) if location.kind == "postgresql" else None
     master = _master_key(spec, progress, server)
     # The key's bound ledger, before any engine starts (a server's by its ledger id).
-    check_key_place(master, location, ledger_id=server and server.meta("ledger_id"))
+    check_key_place(master, location, key_file=spec.key_file, ledger=server)
     if server is not None:
         server.key = master  # its rows are checked and sealed under the run's key
 
@@ -420,7 +420,7 @@ def _reserve(ledger, spec, plan, master, identity, inputs, where, progress) -> R
         check_replaceable(where.final, spec.release_id)
     else:
         check_remote_replaceable(where.target, spec.release_id, identity.digest)
-    bind_key(master, ledger)  # this ledger's own id, then recorded in the home
+    bind_key(master, ledger, key_file=spec.key_file)  # its id and site, recorded
     hidden = where.final or where.staging / spec.release_id
     leftovers = [str(path) for path in clean_stale(hidden)]
     if where.target is not None:

@@ -169,6 +169,19 @@ class LedgerReading:
         row = self._read("SELECT value FROM ledger_meta WHERE name = ?", (name,), one=True)
         return None if row is None else row["value"]
 
+    def server_identity(self) -> str | None:
+        """Where a server ledger is, as the server itself says: its cluster's system
+        identifier (drawn by ``initdb``) and the database's name; None for SQLite. A
+        dump restored into another cluster or database has another."""
+        if self.location.kind != "postgresql":
+            return None
+        row = self._read(
+            "SELECT system_identifier::text AS cluster, current_database() AS name "
+            "FROM pg_control_system()",
+            one=True,
+        )
+        return f"cluster {row['cluster']} database {row['name']}"
+
     def spent(self, population: str) -> tuple[Spend | None, str]:
         """The population's composed spend (committed + reserved) and what is left of its cap."""
         cap = self.populations().get(population)

@@ -33,6 +33,7 @@ __all__ = [
     "InputChangedError",
     "InputReadError",
     "OpenedInput",
+    "check_hadoop_kinds",
     "check_listed_kinds",
     "kept_log",
     "shown_location",
@@ -204,6 +205,26 @@ def check_listed_kinds(
     problem = special_inputs_problem(source.files, key_file, ledger_file)
     if problem is not None:
         raise SpecError([problem], source=f"input {source.where!r}")
+
+
+def check_hadoop_kinds(
+    key_file: str | None, source: OpenedInput, ledger_file: str | None = None
+) -> None:
+    """Refuse an input whose files on a Hadoop file system (listed by the Spark engine,
+    before any is read) are symbolic links, no files, or map onto a local file that is
+    no input (`dp_pipeline.release.sources.hadoop_kinds`). Raises `SpecError` naming the
+    input, the file and the rule; a status Hadoop cannot give is one line too."""
+    if source.spark is None or not source.uris:
+        return
+    from dp_pipeline.release.sources.hadoop_kinds import hadoop_kinds_problem
+    from dp_pipeline.release.sources.spark_listing import listing_errors
+
+    where = f"input {source.where!r}"
+    location = source.location or str(source.path)
+    with listing_errors(where, urlparse(location).scheme, source.spark):
+        found = hadoop_kinds_problem(source.spark, source.uris, key_file, ledger_file)
+    if found is not None:
+        raise SpecError([f"its file {shown_location(found[0])!r}: {found[1]}"], source=where)
 
 
 def kept_log(error: BaseException, log: str | None) -> None:

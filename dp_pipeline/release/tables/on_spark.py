@@ -63,6 +63,7 @@ from dp_pipeline.release.sources.schema import (
 from dp_pipeline.release.sources.source import (
     InputReadError,
     OpenedInput,
+    check_hadoop_kinds,
     kept_log,
     shown_location,
 )
@@ -142,6 +143,7 @@ def _list_input(spec: ReleaseSpec, opened: OpenedInput) -> None:
     if all(file is not None for file in local):
         opened.files = tuple(local)
     opened.uris = uris
+    check_hadoop_kinds(spec.key_file, opened, spec.ledger_path)  # before a file is read
     opened.frame = frame
     sizes = None
     # The DataFrame whose file index listed the files last: their sizes without a job

@@ -148,7 +148,8 @@ def test_a_committed_release_id_refuses_any_spec_edit(tmp_path, capsys, edit, pa
 def test_two_specs_never_share_noise_even_in_separate_ledgers(tmp_path, monkeypatch):
     """Same key, same data, same id and table name, domain reordered: independent noise.
 
-    Separate ledgers of one key are separate homes (hosts): a home binds the key to one."""
+    Separate ledgers of one key are separate hosts (a user home and a dp_pipeline home
+    each): the key binds to one ledger wherever its runs can see."""
     data = write_census_sample(tmp_path / "persons.parquet", 3000, seed=7)
     truth = pd.read_parquet(data)["tenure"].value_counts()
     noise = []
@@ -156,6 +157,7 @@ def test_two_specs_never_share_noise_even_in_separate_ledgers(tmp_path, monkeypa
         ("a", ["owned", "rented", "group_quarters"]),
         ("b", ["rented", "owned", "group_quarters"]),
     ):
+        monkeypatch.setenv("HOME", str(tmp_path / folder / "user"))  # another host's user
         monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / folder / "home"))
         text = SMALL_SPEC.format(tmp=tmp_path / folder).replace(
             'tenure = ["owned", "rented", "group_quarters"]', f"tenure = {json.dumps(order)}"
@@ -588,7 +590,8 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
     outcomes = {}
     for max_age in (50, 90):
         folder = tmp_path / f"max{max_age}"
-        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one home per ledger
+        monkeypatch.setenv("HOME", str(folder / "user"))  # one host per ledger
+        monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))
         data = census_csv(folder / "people.csv", max_age=max_age)
         spec_file = probe_spec(folder, data, stop=60, threshold=5)
         capsys.readouterr()
@@ -606,6 +609,7 @@ def test_the_invalid_row_rule_is_no_free_oracle_of_the_datas_maximum(tmp_path, c
     refused = outcomes[90][1]
     assert "the noisy count of privacy units with an invalid row is" in refused
     folder = tmp_path / "tenure"
+    monkeypatch.setenv("HOME", str(folder / "user"))
     monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))
     data = census_csv(folder / "people.csv", max_age=50)
     frame = pd.read_csv(data)

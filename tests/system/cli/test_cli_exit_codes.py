@@ -182,7 +182,8 @@ def test_the_console_script_exits_with_the_codes(tmp_path):
     over = write_spec(tmp_path / "over", cap="{ epsilon = 1, delta = 1e-8 }")
     done = subprocess.run(
         [*command[:4], over, *command[5:]],
-        env=dict(environment, DP_PIPELINE_HOME=str(tmp_path / "over")),
+        # Another operator (own user home and dp_pipeline home): the key binds to one ledger.
+        env=dict(environment, HOME=str(tmp_path / "over"), DP_PIPELINE_HOME=str(tmp_path / "over")),
         capture_output=True,
         text=True,
     )

@@ -99,8 +99,10 @@ def test_a_key_moves_to_another_ledger_only_on_purpose_recorded_in_three_places(
         assert moved.key_fingerprint() == MasterKey.from_hex(KEY_HEX).fingerprint
     args = ["run", spec_file, "--quiet", "--release-id", "small-2"]
     assert main([*args, "--ledger", str(new)]) == 0
-    assert main([*args, "--release-id", "small-3"]) == 2  # the old ledger: no longer bound
-    assert "is bound to the ledger" in capsys.readouterr().err
+    assert main([*args, "--release-id", "small-3"]) == 2  # the old ledger: retired
+    error = capsys.readouterr().err
+    assert "is not where its releases were recorded: it was moved to" in error
+    assert "this copy stayed behind" in error and "Nothing was read or reserved" in error
 
 
 def test_a_session_with_a_bound_key_on_another_ledger_is_refused(tmp_path):
@@ -234,8 +236,10 @@ def test_a_release_id_reused_in_another_ledger_on_changed_data_draws_other_noise
     arguments = dict(key=key, population="p", privacy_unit="person_id", budget=Budget(rho=1))
     first = Session(**arguments, cap=Budget(rho=1), ledger=tmp_path / "a.sqlite", release_id="r")
     before = first.count(people(), **query)["count"].to_numpy()
-    # Another home (another host), another ledger, the same release id; one person changed.
-    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "home2"))
+    # Another host (its own user home and dp_pipeline home), another ledger, the same
+    # release id; one person changed.
+    monkeypatch.setenv("HOME", str(tmp_path / "host2"))
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "host2" / ".dp_pipeline"))
     changed = people()
     changed.loc[0, "age"] = (changed.loc[0, "age"] + 1) % 100
     second = Session(**arguments, cap=Budget(rho=1), ledger=tmp_path / "b.sqlite", release_id="r")

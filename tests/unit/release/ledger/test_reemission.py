@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
-from release_specs import operator_home
 
 from dp_pipeline.release import reemit
+from dp_pipeline.release.cli import main
 from dp_pipeline.release.ledger.store import Ledger
 from dp_pipeline.release.outcome import ExitCode
 from dp_pipeline.release.reemit import EngineChangedError, check_maker, made_by
@@ -102,12 +102,13 @@ def test_a_recompute_on_another_engine_names_the_engine_it_was_published_with():
     check_maker("small-1", {"files": {}, "made_by": made_by("pandas")}, "pandas", "pandas")
 
 
-def under_second_home(tmp_path: Path, second: str) -> list[str]:
-    """The operator of ``second``: the same key (the first home's) with another ledger
-    from another home, so the key binding (one ledger per key and home) lets the run
-    reach the check of the output's earlier copy."""
-    operator_home(tmp_path / "second-home")
-    return ["--ledger", second, "--key-file", str(tmp_path / "master.key")]
+def under_second_ledger(tmp_path: Path, second: str, capsys) -> list[str]:
+    """The same key moved on purpose to another ledger (``dp-release key --bind``, the one
+    way a key changes ledgers): the output folder still holds the copy published under
+    the first."""
+    assert main(["key", "--bind", second, "--key-file", str(tmp_path / "master.key")]) == 0
+    capsys.readouterr()
+    return ["--ledger", second]
 
 
 def test_a_copy_made_under_another_ledger_is_refused_before_the_reservation(
@@ -118,7 +119,7 @@ def test_a_copy_made_under_another_ledger_is_refused_before_the_reservation(
     assert run_json(capsys, spec_file, "--ledger", first)[0] == ExitCode.PUBLISHED
     folder = tmp_path / "out" / "small-1"
     published = contents(folder)
-    status, line, _ = run_json(capsys, spec_file, *under_second_home(tmp_path, second))
+    status, line, _ = run_json(capsys, spec_file, *under_second_ledger(tmp_path, second, capsys))
     assert status == ExitCode.SPEC_ERROR == 2, line
     assert (
         "that this ledger does not record: it was published under another ledger"
@@ -135,7 +136,7 @@ def test_a_copy_of_the_id_with_another_identity_is_refused_as_changed_before_the
     spec_file = write_spec(tmp_path)
     first, second = ledger_at("first"), ledger_at("second")
     assert run_json(capsys, spec_file, "--ledger", first)[0] == ExitCode.PUBLISHED
-    arguments = under_second_home(tmp_path, second)
+    arguments = under_second_ledger(tmp_path, second, capsys)
     status, line, _ = run_json(capsys, spec_file, *arguments, "--persons", "2000")
     assert status == ExitCode.REFUSED_CHANGED == 5, line
     assert "is already published at" in line["message"]
