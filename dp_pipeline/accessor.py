@@ -31,10 +31,10 @@ from dp_pipeline.from_data.pandas import run_selected
 from dp_pipeline.from_data.plan import plan_statistic
 from dp_pipeline.query.cost import ReleaseInfo
 from dp_pipeline.query.result_info import ResultInfo
-from dp_pipeline.surface.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.pandas import run_quantile_pandas, run_top_k_pandas
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
+from dp_pipeline.surface.verbs import VERBS, Surface, method_of
 
 __all__ = ["DPAccessor", "dp"]
 

@@ -55,10 +55,10 @@ from dp_pipeline.query.cost import ReleaseInfo, release_info
 from dp_pipeline.query.diagnostics import Diagnostics
 from dp_pipeline.query.spec import QuerySpec
 from dp_pipeline.query.variance import VARIANCE_STATISTICS, VarianceSpec
-from dp_pipeline.surface.verbs import VERBS, Surface, method_of
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.selection.query import QuantileQuery, TopKQuery
 from dp_pipeline.selection.spark import run_quantile_spark, run_top_k_spark
+from dp_pipeline.surface.verbs import VERBS, Surface, method_of
 
 # The public functions; the engine's lower-level steps imported above (DRIVER_NOISE_CELLS,
 # collect_noisy_cells, noisy_cells, noisy_table, ensure_java) and run_spark stay importable

@@ -15,10 +15,10 @@ import pandas as pd
 
 from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.query.cost import ReleaseInfo
-from dp_pipeline.surface.verbs import Surface
 from dp_pipeline.selection.info import SelectionInfo
 from dp_pipeline.session.budget import SpendBounds
 from dp_pipeline.session.reprs import cost_repr, details_text, record_repr
+from dp_pipeline.surface.verbs import Surface
 
 __all__ = ["COST_SURFACE", "QUERY_SURFACE", "QueryCost", "QueryRecord", "SparkDataFrame"]
 

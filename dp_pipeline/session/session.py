@@ -42,7 +42,6 @@ from dp_pipeline.accounting import PrivacyEvent
 from dp_pipeline.errors import DPTypeError, DPValueError, InternalError
 from dp_pipeline.query.domain import FROM_DATA
 from dp_pipeline.query.signatures import REQUIRED, explicit_argument_error
-from dp_pipeline.surface.verbs import VERBS, method_of
 from dp_pipeline.randomness import MasterKey
 from dp_pipeline.release.key_binding import bind_key
 from dp_pipeline.release.ledger.budget import (
@@ -65,6 +64,7 @@ from dp_pipeline.session.fingerprint import frame_fingerprint
 from dp_pipeline.session.plan import PlannedQuery, plan_query
 from dp_pipeline.session.records import COST_SURFACE, QUERY_SURFACE, QueryCost, QueryRecord
 from dp_pipeline.session.reprs import bounds_text
+from dp_pipeline.surface.verbs import VERBS, method_of
 
 __all__ = ["QueryCost", "QueryCosts", "QueryRecord", "Session"]
 

@@ -21,8 +21,8 @@ import pytest
 import dp_pipeline
 import dp_pipeline.accounting as accounting
 from dp_pipeline.accessor import SURFACE as DF_DP
-from dp_pipeline.surface.verbs import VERBS, signature_of
 from dp_pipeline.session.records import COST_SURFACE, QUERY_SURFACE
+from dp_pipeline.surface.verbs import VERBS, signature_of
 
 # Still untyped in release/, whose modules are being moved: each gets its annotations there.
 # A run's Spark session: PySpark is an optional dependency of the release job, so the

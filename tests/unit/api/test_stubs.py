@@ -16,8 +16,8 @@ import pandas as pd
 import pytest
 
 import dp_pipeline.session.session as session_module
-from dp_pipeline.surface import stubs
 from dp_pipeline.query.signatures import Required
+from dp_pipeline.surface import stubs
 from dp_pipeline.surface.verbs import VERBS
 
 CORE = ("dp_pipeline.accessor", "dp_pipeline.session.session")
