@@ -45,17 +45,17 @@ def collect(seed: int):
     """The demo's two-way rounding problems, as the top-down step hands them over."""
     hierarchy, tables, _ = demo_tables(DEMO_COUNTIES, seed)
     seen = []
-    solver = topdown.controlled_round_many
+    solver = topdown.controlled_round_widened
 
     def recording(problems, *, nonnegative):
         seen.extend(problems)
         return solver(problems, nonnegative=nonnegative)
 
-    topdown.controlled_round_many = recording  # the bench's own hook, restored below
+    topdown.controlled_round_widened = recording  # the bench's own hook, restored below
     try:
         make_consistent(tables, hierarchy)
     finally:
-        topdown.controlled_round_many = solver
+        topdown.controlled_round_widened = solver
     return seen
 
 

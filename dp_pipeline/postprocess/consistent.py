@@ -38,7 +38,7 @@ from .structure import (
     margin_index,
     margin_size,
 )
-from .topdown import FitOptions, Problem, fit_groups, group_level, run_topdown
+from .topdown import FitOptions, Problem, add_widened, fit_groups, group_level, run_topdown
 from .wls import solve_wls
 
 __all__ = ["ConsistentTables", "checked_values", "make_consistent", "solve_by_blocks"]
@@ -56,7 +56,10 @@ class ConsistentTables:
     ``least_squares``: after a top-down step, the least squares estimates it started
     from (per table, float64; with national tables solved as one more block, each
     block's estimates with its coupling fixed, as the engines take each cell's move
-    from); None otherwise.
+    from); None otherwise. ``widened``: per table (by name, every table), how many of
+    its cells a controlled rounding took outside the floor/ceil box because no rounding
+    inside it meets the fixed margins (:attr:`.rounding.Rounded.widened`); 0 without
+    an integer step.
     """
 
     values: dict[str, np.ndarray]
@@ -67,6 +70,11 @@ class ConsistentTables:
     groups: int = 1
     seconds: dict[str, float] = field(default_factory=dict)
     least_squares: dict[str, np.ndarray] | None = None
+    widened: dict[str, int] = field(default_factory=dict)
+
+
+def _widened_by_name(p: Plan, widened: dict[int, int]) -> dict[str, int]:
+    return {s.name: int(widened.get(t, 0)) for t, s in enumerate(p.structures)}
 
 
 def _verify(p: Plan, out: list[np.ndarray], hierarchy: Hierarchy | None, nonnegative: bool):
@@ -119,6 +127,7 @@ def _by_group(p, values, variances, hierarchy, nonnegative, integer) -> Consiste
         None
         if solved.least_squares is None
         else dict(zip(names, solved.least_squares, strict=True)),
+        _widened_by_name(p, solved.widened),
     )
 
 
@@ -142,6 +151,7 @@ def _coupled(p, values, variances, hierarchy, nonnegative, integer) -> Consisten
         hierarchy.sizes[0],
         seconds,
         _least_squares(p, diagnostics.get("least_squares")),
+        _widened_by_name(p, diagnostics["widened"]),
     )
 
 
@@ -176,6 +186,7 @@ def _cell_by_cell(p: Plan, values, nonnegative: bool, integer: bool) -> Consiste
         {s.name: out},
         method_name(nonnegative, integer),
         least_squares={s.name: x.copy()} if (nonnegative or integer) else None,
+        widened={s.name: 0},
     )
 
 
@@ -228,6 +239,7 @@ def make_consistent(
             wls.iterations,
             wls.max_residual,
             seconds=seconds,
+            widened=_widened_by_name(p, {}),
         )
     t0 = time.perf_counter()
     problem = Problem(p.structures, p.order, hierarchy, wls.estimates)
@@ -248,6 +260,7 @@ def make_consistent(
         1 if level < 0 else hierarchy.sizes[level],
         seconds,
         dict(zip(names, wls.estimates, strict=True)),
+        _widened_by_name(p, problem.widened),
     )
 
 
@@ -270,7 +283,7 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
     ]
     systems: dict = {}
     top = None
-    diagnostics = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0}
+    diagnostics: dict = {"iterations": 0, "max_residual": 0.0, "raking_steps": 0, "widened": {}}
     if solver.two_pass:
         parts = [solver.part(b, *rows[b], systems=systems) for b in range(solver.blocks)]
         merged = {k: np.concatenate([part[k] for part in parts]) for k in parts[0]}
@@ -278,6 +291,7 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
         diagnostics["iterations"] = int(np.max(merged["iterations"]))
         diagnostics["max_residual"] = float(np.max(merged["residual"]))
         diagnostics["raking_steps"] = int(top.raking_steps)
+        diagnostics["widened"] = dict(top.widened)
     fitted = [solver.fitted(b, *rows[b], top, systems) for b in range(solver.blocks)]
     problems = [fixed for _, fixed in fitted if isinstance(fixed, Problem)]
     fit_groups(problems, solver.options)
@@ -289,6 +303,7 @@ def solve_by_blocks(solver: GroupSolver, values: Sequence[np.ndarray]) -> tuple[
         estimates = [None] * len(expected)
         if isinstance(fixed, Problem):
             diagnostics["raking_steps"] = max(diagnostics["raking_steps"], fixed.raking_steps)
+            add_widened(diagnostics["widened"], fixed.widened)
             estimates = list(fixed.estimates)
             fixed = solver.fitted_values(fixed, check=False)  # the caller checks every margin
         elif top is not None and top.least_squares is not None:  # the national block

@@ -58,9 +58,12 @@ from .plan import Plan, plan
 from .structure import Hierarchy, NoisyCounts, PostprocessError, TableShape
 from .topdown import FitOptions, Problem, fit_group
 
-__all__ = ["GroupSolver", "group_solver"]
+__all__ = ["WIDENED_COLUMN", "GroupSolver", "group_solver", "widened_column"]
 
 Columns = dict[str, np.ndarray]
+# Per fitted cell: the cells its table's controlled roundings in the group took outside
+# the floor/ceil box, on the table's first cell of the group (`widened_column`).
+WIDENED_COLUMN = "widened"
 
 
 @dataclass(frozen=True)
@@ -311,13 +314,16 @@ class GroupSolver:
         the most the top-down step can have added to each cell's error, in
         `.margins.MOVE_UNITS`-ths of a count (:func:`.margins.moves`; the truth taken
         as non-negative when the step is), for the margin of error of ``value``, and
-        ``size_class``: each cell's class by its noisy value (`.margins.size_classes`).
+        ``size_class``: each cell's class by its noisy value (`.margins.size_classes`),
+        and ``widened`` (`widened_column`).
         """
         expected, fixed = self.fitted(group, table, cell, value, top)
         least_squares = None
+        widened: dict[int, int] = {}
         if isinstance(fixed, Problem):
             least_squares = list(fixed.estimates)
             fit_group(fixed, self.options)
+            widened = fixed.widened
             fixed = self.fitted_values(fixed)
         elif self.options is not None:  # the national block: its tables as the top fixed them
             least_squares = [top.least_squares.get(t) for t in range(len(expected))]
@@ -334,6 +340,7 @@ class GroupSolver:
                     for f, ls in zip(fixed, least_squares, strict=True)
                 ]
             )
+            columns[WIDENED_COLUMN] = widened_column(expected, widened)
         return columns
 
     def fitted(self, group, table, cell, value, top, systems: dict | None = None):
@@ -381,6 +388,17 @@ class GroupSolver:
             "cell": np.concatenate(expected),
             "value": np.concatenate([np.asarray(f) for f in fixed]),
         }
+
+
+def widened_column(expected: Sequence[np.ndarray], widened: dict[int, int]) -> np.ndarray:
+    """Per fitted cell (table order), the group's widened cells of its table on the table's
+    first cell, 0 elsewhere: summed over a table's cells, the table's widened count."""
+    out = np.zeros(sum(c.size for c in expected), dtype=np.int64)
+    starts = np.cumsum([0, *(c.size for c in expected)])
+    for t, n in widened.items():
+        if expected[t].size:
+            out[starts[t]] = n
+    return out
 
 
 def group_solver(

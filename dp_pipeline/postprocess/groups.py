@@ -31,14 +31,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from ..errors import InternalError
 from .plan import Plan
 from .structure import TOP, Hierarchy, NoisyCounts, TableStructure, margin_index, margin_size
-from .topdown import FitOptions, Problem, fit_groups, fit_top
+from .topdown import FitOptions, Problem, add_widened, fit_groups, fit_top
 from .wls import solve_wls
 
 __all__ = [
@@ -127,6 +127,7 @@ class TopFixed:
     raking_steps: int
     multiplier: np.ndarray | None = None  # national tables: μ of :mod:`.coupled`
     least_squares: dict[int, np.ndarray] | None = None  # national tables: before this step
+    widened: dict[int, int] = field(default_factory=dict)  # per table: cells outside the box
 
 
 def solve_group_wls(
@@ -211,7 +212,8 @@ def fit_top_from_summaries(
     fit_top(problem, TOP, options)
     fixed = {t: v for t, v in problem.fixed.items() if t not in finer}
     geo = {lv: v for lv, v in problem.geo_totals.items() if lv <= TOP}
-    return TopFixed(geo, fixed, problem.raking_steps, multiplier, national)
+    widened = {t: n for t, n in problem.widened.items() if t not in finer}
+    return TopFixed(geo, fixed, problem.raking_steps, multiplier, national, widened)
 
 
 def group_problem(
@@ -263,6 +265,7 @@ class ByGroupResult:
     raking_steps: int
     seconds: dict[str, float]
     least_squares: list[np.ndarray] | None = None  # with options: the estimates before top-down
+    widened: dict[int, int] = field(default_factory=dict)  # per table: cells outside the box
 
 
 def consistent_by_group(
@@ -306,10 +309,13 @@ def consistent_by_group(
     ]
     fit_groups(subs, options)  # all states in lockstep: what each gets alone, faster
     steps = max([top.raking_steps, *(sub.raking_steps for sub in subs)])
+    widened = dict(top.widened)
+    for sub in subs:
+        add_widened(widened, sub.widened)
     estimates = [np.empty(s.cells, dtype=np.float64) for s in p.structures]
     for sub, (*_, cells, wls) in zip(subs, groups, strict=True):
         for t, c in enumerate(cells):
             out[t][c] = sub.fixed[t]
             estimates[t][c] = wls.estimates[t]
     seconds["topdown"] = time.perf_counter() - started
-    return ByGroupResult(out, iterations, residual, steps, seconds, estimates)
+    return ByGroupResult(out, iterations, residual, steps, seconds, estimates, widened)

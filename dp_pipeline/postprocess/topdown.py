@@ -37,7 +37,7 @@ import numpy as np
 from ..errors import InternalError
 from .children import ChildrenProblem, fit_children_many, round_children_many
 from .plan import FixedMargin, Plan, TablePlan
-from .rounding import batches
+from .rounding import batches, controlled_round_widened
 from .structure import (
     NATIONAL,
     Hierarchy,
@@ -46,11 +46,12 @@ from .structure import (
     margin_index,
     margin_size,
 )
-from .two_way import TwoWayTable, controlled_round_many, fit_two_way_many
+from .two_way import TwoWayTable, fit_two_way_many
 
 __all__ = [
     "FitOptions",
     "Problem",
+    "add_widened",
     "fit_group",
     "fit_groups",
     "fit_top",
@@ -80,6 +81,9 @@ class Problem:
     raking_steps: int = 0
     # A table's own margins (TablePlan.own) once fitted, by (table, margin).
     own: dict[tuple[int, Margin], np.ndarray] = field(default_factory=dict)
+    # Per table, how many cells its controlled roundings took outside the floor/ceil box
+    # (:attr:`.rounding.Rounded.widened`; its own margins' roundings included).
+    widened: dict[int, int] = field(default_factory=dict)
 
 
 def group_level(plan: Plan) -> int:
@@ -219,7 +223,11 @@ def _fit_cells(
         p.raking_steps = max(p.raking_steps, steps)
     tables = [replace(w.cells, values=x) for w, (x, _) in zip(two_ways, fitted, strict=True)]
     if options.integer:
-        rounded = controlled_round_many(tables, nonnegative=options.nonnegative)
+        solved = controlled_round_widened(tables, nonnegative=options.nonnegative)
+        rounded = [r.values for r in solved]
+        for p, r in zip(problems, solved, strict=True):
+            if r.widened:
+                p.widened[table] = p.widened.get(table, 0) + r.widened
     else:
         rounded = [t.values for t in tables]
     out: list[np.ndarray | None] = [None] * len(two_ways)
@@ -369,6 +377,13 @@ def merge_group(problem: Problem, sub: Problem, taken: Sequence[np.ndarray | Non
         index[s.geo_axis] = pos
         target[tuple(index)] = block
     problem.raking_steps = max(problem.raking_steps, sub.raking_steps)
+    add_widened(problem.widened, sub.widened)
+
+
+def add_widened(total: dict[int, int], more: dict[int, int]) -> None:
+    """Add ``more``'s widened cells per table into ``total`` (in place)."""
+    for t, n in more.items():
+        total[t] = total.get(t, 0) + n
 
 
 def run_topdown(problem: Problem, options: FitOptions, level: int) -> None:

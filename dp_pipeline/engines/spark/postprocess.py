@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from pyspark import StorageLevel
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as sf
 from pyspark.sql.types import (
     ArrayType,
     DoubleType,
@@ -57,6 +58,7 @@ __all__ = [
     "CELLS_SCHEMA",
     "MOVED_COLUMN",
     "SIZE_CLASS_COLUMN",
+    "WIDENED_COLUMN",
     "FittedCells",
     "GroupSolverLike",
     "TopLayout",
@@ -64,6 +66,7 @@ __all__ = [
     "consistent_cells",
     "consistent_tables",
     "move_counts",
+    "moves_and_widened",
     "table_values",
     "top_cells",
 ]
@@ -78,6 +81,9 @@ CELLS_SCHEMA = StructType(
 )
 MOVED_COLUMN = "moved"
 SIZE_CLASS_COLUMN = "size_class"  # each cell's class by its noisy value
+# GroupSolver.fit's per-cell count of its table's cells rounded outside the floor/ceil box
+# (on the table's first cell of each group): summed per table, the table's count.
+WIDENED_COLUMN = "widened"
 _PART_SCHEMA = StructType(
     [
         StructField("top", IntegerType(), False),
@@ -144,11 +150,23 @@ def _fitted_schema(solver: GroupSolverLike) -> StructType:
     if solver.options is not None:  # the top-down step's move of each cell (move units)
         fields.append(StructField(MOVED_COLUMN, LongType(), False))
         fields.append(StructField(SIZE_CLASS_COLUMN, LongType(), False))
+        fields.append(StructField(WIDENED_COLUMN, LongType(), False))
     return StructType(fields)
 
 
 def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
-    """Per table, how many of its cells of each noisy-value class the top-down step moved
+    """`moves_and_widened`'s move counts."""
+    return moves_and_widened(fitted, tables)[0]
+
+
+def moves_and_widened(
+    fitted: DataFrame, tables: int, top: Mapping[int, int] | None = None
+) -> tuple[list[np.ndarray], list[int]]:
+    """Per table, the move counts below and how many of its cells the controlled
+    roundings took outside the floor/ceil box (the groups' ``widened`` column summed,
+    plus ``top``: the top step's, run on the driver).
+
+    Move counts: per table, how many of its cells of each noisy-value class the top-down step moved
     by 0, 1, 2, ... move units (row k: class k; the driver's
     `dp_pipeline.postprocess.margins.class_move_counts` of each whole table, up to rows
     of classes without cells).
@@ -156,7 +174,11 @@ def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
     One small aggregation of the fitted cells' ``moved`` and ``size_class`` columns (a
     few rows per table come back).
     """
-    rows = fitted.groupBy("table", SIZE_CLASS_COLUMN, MOVED_COLUMN).count().toArrow()
+    rows = (
+        fitted.groupBy("table", SIZE_CLASS_COLUMN, MOVED_COLUMN)
+        .agg(sf.count(sf.lit(1)).alias("count"), sf.sum(WIDENED_COLUMN).alias(WIDENED_COLUMN))
+        .toArrow()
+    )
     table = rows.column("table").to_numpy()
     size_class = rows.column(SIZE_CLASS_COLUMN).to_numpy()
     moved = rows.column(MOVED_COLUMN).to_numpy()
@@ -168,7 +190,9 @@ def move_counts(fitted: DataFrame, tables: int) -> list[np.ndarray]:
         counts = np.zeros((classes, int(moved[mine].max(initial=0)) + 1), np.int64)
         counts[size_class[mine], moved[mine]] = count[mine]
         out.append(counts)
-    return out
+    summed = np.bincount(table, rows.column(WIDENED_COLUMN).to_numpy(), tables)
+    widened = [int(n) + int((top or {}).get(t, 0)) for t, n in enumerate(summed)]
+    return out, widened
 
 
 @contextmanager
@@ -222,6 +246,7 @@ def consistent_cells(
         diagnostics["iterations"] = int(np.max(parts.column("iterations").to_numpy()))
         diagnostics["max_residual"] = float(np.max(parts.column("residual").to_numpy()))
         diagnostics["raking_steps"] = int(top.raking_steps)
+        diagnostics["widened"] = dict(getattr(top, "widened", {}))
     schema = _fitted_schema(solver)
     types = {f.name: f.dataType for f in cells.schema.fields}
     schema = StructType(
@@ -251,33 +276,46 @@ def consistent_tables(
     solver: GroupSolverLike,
     values: list[np.ndarray],
     moved: list | None = None,
+    widened: list | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Each table's consistent values (position, cell order), solved on Spark per group.
 
-    ``moved``: a list that receives each table's `move_counts` first (with options).
+    ``moved``: a list that receives each table's `move_counts` first (with options);
+    ``widened``: one that receives each table's widened cells (`moves_and_widened`).
     """
     with cells_frame(spark, solver.cells(values)) as frame:
         try:
-            fitted, _ = consistent_cells(frame, solver)
-            yield from table_values(fitted, [v.size for v in values], moved)
+            fitted, diagnostics = consistent_cells(frame, solver)
+            top = diagnostics.get("widened")
+            yield from table_values(fitted, [v.size for v in values], moved, widened, top)
         finally:
             frame.unpersist()
 
 
 def table_values(
-    fitted: DataFrame, cells: list[int], moved: list | None = None
+    fitted: DataFrame,
+    cells: list[int],
+    moved: list | None = None,
+    widened: list | None = None,
+    top_widened: Mapping[int, int] | None = None,
 ) -> Iterator[tuple[int, np.ndarray]]:
     """Each table's consistent values in cell order, one table at a time.
 
     ``cells`` gives each table's cell count. The fitted cells are persisted on the
     executors (the second pass runs once); the driver holds one table at a time,
     never the whole set, each read as Arrow batches and placed by cell index.
-    ``moved``, when the fitted cells have the column: extended with `move_counts`.
+    ``moved``, when the fitted cells have the column: extended with `move_counts`;
+    ``widened``: with the widened cells per table (`moves_and_widened`, ``top_widened``
+    the top step's).
     """
     fitted = fitted.persist(StorageLevel.MEMORY_AND_DISK)
     try:
-        if moved is not None and MOVED_COLUMN in fitted.columns:
-            moved.extend(move_counts(fitted, len(cells)))
+        if (moved is not None or widened is not None) and MOVED_COLUMN in fitted.columns:
+            counts, widened_cells = moves_and_widened(fitted, len(cells), top_widened)
+            if moved is not None:
+                moved.extend(counts)
+            if widened is not None:
+                widened.extend(widened_cells)
         for t, n in enumerate(cells):
             rows = fitted.filter(fitted.table == t).select("cell", "value").toArrow()
             cell = rows.column("cell").to_numpy()
@@ -355,6 +393,7 @@ class FittedCells:
 
     def __init__(self, cells: DataFrame, solver: GroupSolverLike, carry=None) -> None:
         self.cells = cells
+        self.widened: list[int] = []
         fitted, self.diagnostics = consistent_cells(cells, solver, carry)
         # Each group's output is in (table, cell) order, so the cached column batches'
         # statistics let a range's filter skip most of them.
@@ -373,11 +412,15 @@ class FittedCells:
     def move_counts(self, tables: int) -> list[np.ndarray] | None:
         """Per table, `move_counts` of the fitted cells (None without a top-down step).
 
-        Runs the second pass now; the fitted cells stay persisted for `batches`.
+        Runs the second pass now; the fitted cells stay persisted for `batches`. Sets
+        ``widened``: per table, its cells rounded outside the box (`moves_and_widened`).
         """
         if MOVED_COLUMN not in self.fitted.columns:
             return None
-        return move_counts(self.fitted, tables)
+        counts, self.widened = moves_and_widened(
+            self.fitted, tables, self.diagnostics.get("widened")
+        )
+        return counts
 
     def batches(self, table: int, cells: int, rows: int) -> Iterator[pa.Table]:
         """Table ``table``'s fitted cells (``cells`` of them) in ranges of ``rows``, cell order.
@@ -385,7 +428,7 @@ class FittedCells:
         Columns: ``cell``, ``value`` and the carried columns. Every cell comes once
         (checked: a missing or repeated cell is an internal error, never a gap).
         """
-        skip = ("top", "table", MOVED_COLUMN, SIZE_CLASS_COLUMN)
+        skip = ("top", "table", MOVED_COLUMN, SIZE_CLASS_COLUMN, WIDENED_COLUMN)
         names = [n for n in self.fitted.columns if n not in skip]
         for start in range(0, cells, rows):
             stop = min(start + rows, cells)

@@ -30,6 +30,7 @@ from dp_pipeline.release.report.accuracy import (
     table_accuracies,
 )
 from dp_pipeline.release.report.key_selections import key_selection_rows
+from dp_pipeline.release.report.postprocess import with_widened
 from dp_pipeline.release.report.writer import html_report, privacy_report
 from dp_pipeline.release.sources.schema import published_table, table_schema
 from dp_pipeline.release.tables.streamed import StreamedTable
@@ -78,7 +79,7 @@ def write_outputs(
             report["postprocessing"] = postprocessing
         write_json(report, folder / "privacy_report.json")
         accuracies = table_accuracies(plan, seen)
-        accuracy = accuracy_summary(plan, accuracies)
+        accuracy = with_widened(accuracy_summary(plan, accuracies), postprocessing)
         if accuracy:
             report_accuracy = {"accuracy_vs_truth": accuracy}
             if plan.spec.key_selections:  # which keys a table may lack: threshold, keys kept

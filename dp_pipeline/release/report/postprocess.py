@@ -16,7 +16,15 @@ import html
 
 import numpy as np
 
-__all__ = ["WIDER_NOTE", "postprocessing_description", "postprocessing_section", "rmse_figure"]
+from dp_pipeline.release.tables.consistency import WIDENED
+
+__all__ = [
+    "WIDER_NOTE",
+    "postprocessing_description",
+    "postprocessing_section",
+    "rmse_figure",
+    "with_widened",
+]
 
 
 def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> list[str]:
@@ -68,7 +76,37 @@ def postprocessing_description(report: dict, raw_margins: dict[str, int]) -> lis
                 )
         parts.append("</table>")
     parts.extend(_by_noisy_count(settings))
+    parts.extend(_widened(settings))
     return parts
+
+
+def _widened(settings: dict) -> list[str]:
+    """Which tables' controlled rounding had to leave the floor/ceil box, and by how many cells."""
+    widened = settings.get(WIDENED)
+    if widened is None:
+        return []
+    outside = {name: n for name, n in widened.items() if n}
+    if not outside:
+        return [
+            "<p>Controlled rounding: every cell of every table is the floor or the ceiling "
+            "of its real estimate (no rounding had to leave that box to meet the margins).</p>"
+        ]
+    listed = ", ".join(f"{html.escape(name)}: {n:,}" for name, n in outside.items())
+    return [
+        "<p>Controlled rounding left the floor/ceiling box (a cell a count or more "
+        "from its real estimate, because no rounding inside the box met the margins "
+        f"already fixed) in these tables, cells per table: {listed}.</p>"
+    ]
+
+
+def with_widened(accuracy: list[dict], postprocessing: dict) -> list[dict]:
+    """``accuracy``'s rows, each post-processed table's with its cells rounded outside
+    their floor/ceil box (``rounding_widened_cells``, from the privacy report's summary)."""
+    widened = (postprocessing or {}).get(WIDENED, {})
+    return [
+        {**row, WIDENED: widened[row["table"]]} if row.get("table") in widened else row
+        for row in accuracy
+    ]
 
 
 def _by_noisy_count(settings: dict) -> list[str]:

@@ -63,6 +63,7 @@ from dp_pipeline.release.tables.streamed import OnSpark, StreamedTable
 __all__ = [
     "RAW_COLUMN",
     "VALUE_MARGIN",
+    "WIDENED",
     "class_margins",
     "consistent_results",
     "least_squares_margins",
@@ -112,6 +113,13 @@ BY_CLASS_MEANING = (
     "margin and a large one's can be read apart"
 )
 
+WIDENED = "rounding_widened_cells"
+WIDENED_MEANING = (
+    "per table, how many cells the controlled rounding set outside their floor/ceil box "
+    "(more than one count from the real estimate) because no rounding inside the box met "
+    "the margins already fixed; 0 when every cell is its estimate's floor or ceiling"
+)
+
 # The normal law's two-sided 95% point, and the Laplace law's in standard deviations
 # (P(|X| > x) = exp(-x sqrt(2)) for unit variance): the z of a margin from a variance.
 NORMAL_95 = 1.959963984540054
@@ -151,7 +159,7 @@ def consistent_results(
         return results, {}
     plans = {p.table.name: p for p in plan.tables}
     method, estimates, streamed, least_squares = "", {}, {}, {}
-    margins, counts = {}, {}
+    margins, counts, widened = {}, {}, {}
     # The least squares part of each table's value margin: public facts only.
     ls_margins = least_squares_margins(spec, plans, settings.tables)
     for names in settings.sum_sets:
@@ -159,14 +167,18 @@ def consistent_results(
     if settings.tables and any(isinstance(results[n], OnSpark) for n in settings.tables):
         # The noisy cells never left Spark: they are made consistent there and read
         # back by the writer (`dp_pipeline.release.tables.streamed.StreamedTable`).
-        method, streamed, margins, counts = _streamed_on_spark(spec, plans, results, ls_margins)
+        method, streamed, margins, counts, widened = _streamed_on_spark(
+            spec, plans, results, ls_margins
+        )
     elif settings.tables:
         options = {"nonnegative": settings.nonnegative, "integer": settings.integer}
         noisy = _noisy_counts(spec, plans, results, settings.tables)
         if spark is not None and postprocess_on_spark(spec):
-            method, estimates, counts = _on_spark(spark, noisy, hierarchy_of(spec), options)
+            method, estimates, counts, widened = _on_spark(
+                spark, noisy, hierarchy_of(spec), options
+            )
         else:
-            method, estimates, least_squares = _on_driver(spec, noisy, options)
+            method, estimates, least_squares, widened = _on_driver(spec, noisy, options)
     sum_sets = []
     # Per table, whether the top-down step made it non-negative (its truth is then >= 0).
     nonnegative_of = dict.fromkeys(settings.tables, settings.nonnegative)
@@ -174,12 +186,13 @@ def consistent_results(
         nonnegative = settings.nonnegative and plans[names[0]].table.lower >= 0
         nonnegative_of.update(dict.fromkeys(names, nonnegative))
         options = {"nonnegative": nonnegative, "integer": settings.integer}
-        solved_method, solved, solved_ls = _on_driver(
+        solved_method, solved, solved_ls, solved_widened = _on_driver(
             spec, _noisy_counts(spec, plans, results, names), options
         )
         method = method or solved_method
         estimates.update(solved)
         least_squares.update(solved_ls)
+        widened.update(solved_widened)
         sum_sets.append({"tables": list(names), "nonnegative": nonnegative})
     updated = {**results, **streamed}
     by_class: dict[str, dict[str, int]] = {}
@@ -218,6 +231,9 @@ def consistent_results(
     if by_class:
         summary[VALUE_MARGIN_BY_CLASS] = by_class
         summary[VALUE_MARGIN_BY_CLASS + "_meaning"] = BY_CLASS_MEANING
+    if settings.integer:
+        summary[WIDENED] = {name: int(widened.get(name, 0)) for name in settings.combined}
+        summary[WIDENED + "_meaning"] = WIDENED_MEANING
     return updated, summary
 
 
@@ -240,11 +256,12 @@ def _noisy_counts(spec, plans, results, names):
     return noisy
 
 
-def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
+def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict, dict]:
     """`make_consistent` on one set; without ``consistent``, each table on its own.
 
     Also returns each table's least squares estimate before the top-down step (none
-    without one), for the margin of error of ``value``.
+    without one), for the margin of error of ``value``, and its cells rounded outside
+    their floor/ceil box (`dp_pipeline.postprocess.ConsistentTables.widened`).
     """
     from dp_pipeline.postprocess import make_consistent
 
@@ -255,13 +272,14 @@ def _on_driver(spec, noisy, options) -> tuple[str, dict[str, np.ndarray], dict]:
         estimates = solved.least_squares
         if topdown and estimates is None:  # a solve that kept no estimates: solve again
             estimates = make_consistent(noisy, hierarchy, nonnegative=False, integer=False).values
-        return solved.method, solved.values, (estimates if topdown else {})
+        return solved.method, solved.values, (estimates if topdown else {}), solved.widened
     # Each table on its own: non-negative integers with the table's own total.
     each = [make_consistent([table], None, **options) for table in noisy]
     values = {name: values for one in each for name, values in one.values.items()}
     # One table alone: its least squares estimate is its noisy count.
     estimates = {t.name: t.values.astype(np.float64) for t in noisy} if topdown else {}
-    return each[0].method, values, estimates
+    widened = {name: n for one in each for name, n in one.widened.items()}
+    return each[0].method, values, estimates, widened
 
 
 def least_squares_margins(
@@ -351,33 +369,38 @@ def class_margins(ls_margin: float, counts: np.ndarray, integer: bool) -> dict[s
     }
 
 
-def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray], dict]:
+def _on_spark(spark, noisy, hierarchy, options) -> tuple[str, dict[str, np.ndarray], dict, dict]:
     """The same estimates as `make_consistent`, one Spark task per top-level group.
 
     Also returns each table's `dp_pipeline.postprocess.margins.class_move_counts`
-    (none without a top-down step), for the margins of error of ``value``.
+    (none without a top-down step), for the margins of error of ``value``, and its
+    cells rounded outside their floor/ceil box.
     """
     from dp_pipeline.engines.spark.postprocess import consistent_tables
     from dp_pipeline.postprocess.group_solver import group_solver
 
     solver = group_solver(noisy, hierarchy, [t.variance for t in noisy], **options)
     moved: list[np.ndarray] = []
-    values = consistent_tables(spark, solver, [t.values for t in noisy], moved)
+    widened: list[int] = []
+    values = consistent_tables(spark, solver, [t.values for t in noisy], moved, widened)
     estimates = {noisy[t].name: v for t, v in values}
-    return solver.method, estimates, {t.name: c for t, c in zip(noisy, moved, strict=True)}
+    counts = {t.name: c for t, c in zip(noisy, moved, strict=True)}
+    # No widened counts without a top-down step.
+    widened_by_name = {t.name: n for t, n in zip(noisy, widened, strict=False)}
+    return solver.method, estimates, counts, widened_by_name
 
 
 def _streamed_on_spark(
     spec, plans, results, ls_margins
-) -> tuple[str, dict[str, StreamedTable], dict, dict]:
+) -> tuple[str, dict[str, StreamedTable], dict, dict, dict]:
     """The same estimates as `make_consistent` from noisy cells that stay on Spark.
 
     The cells DataFrame is built on the executors from the noise job's output
     (each cell's top-level group from its index and the public hierarchy); the
     consistent tables are read back by the writer one range of cells at a time.
     Also returns each table's value margin (`value_margin_of_counts`; none without
-    a top-down step) and its move counts per noisy-value class, from one small
-    aggregation of the fitted cells.
+    a top-down step), its move counts per noisy-value class and its cells rounded
+    outside their floor/ceil box, from one small aggregation of the fitted cells.
     """
     from dp_pipeline.engines.spark.postprocess import FittedCells, TopLayout, top_cells
     from dp_pipeline.postprocess.group_solver import group_solver
@@ -423,9 +446,10 @@ def _streamed_on_spark(
     except BaseException:
         fitted.close()
         raise
-    margins, by_name = {}, {}
+    margins, by_name, widened = {}, {}, {}
     if counts is not None:
         by_name = {s.name: c for s, c in zip(solver.plan.structures, counts, strict=True)}
+        widened = {s.name: n for s, n in zip(solver.plan.structures, fitted.widened, strict=True)}
         margins = {
             name: value_margin_of_counts(ls_margins[name], c.sum(axis=0), settings.integer)
             for name, c in by_name.items()
@@ -456,4 +480,4 @@ def _streamed_on_spark(
             (s.name, s.cells) for s in solver.plan.structures
         )
     }
-    return solver.method, streamed, margins, by_name
+    return solver.method, streamed, margins, by_name, widened
