@@ -56,7 +56,7 @@ class MasterKey:
     other constructors exist for deliberate reproducibility (audits, tests).
     """
 
-    __slots__ = ("_key",)
+    __slots__ = ("_key", "source")
 
     def __init__(self, key: bytes | None = None) -> None:
         if key is None:
@@ -69,6 +69,9 @@ class MasterKey:
                 f"master key must be exactly {KEY_BYTES} bytes, got {len(key)} bytes"
             )
         self._key = bytes(key)
+        # The file the key was read from (`from_file`), so that whoever binds the key to a
+        # ledger records the binding in that file too (release.key_binding); not secret.
+        self.source: Path | None = None
 
     @classmethod
     def generate(cls) -> MasterKey:
@@ -129,7 +132,9 @@ class MasterKey:
         32 raw bytes."""
         data = Path(path).read_bytes()
         if len(data) == KEY_BYTES:
-            return cls(data)
+            key = cls(data)
+            key.source = Path(path)
+            return key
         try:
             text = data.decode("ascii")
         except UnicodeDecodeError:
@@ -140,12 +145,14 @@ class MasterKey:
         # Lines starting with "#" are notes: dp-release records the key's ledger there.
         text = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
         try:
-            return cls.from_hex(text)
+            key = cls.from_hex(text)
         except ValueError:
             raise DPValueError(
                 f"master key file {str(path)!r} is neither {KEY_BYTES} raw bytes "
                 f"nor {2 * KEY_BYTES} hex digits"
             ) from None
+        key.source = Path(path)
+        return key
 
     @classmethod
     def from_env(cls, name: str) -> MasterKey:

@@ -174,7 +174,9 @@ class Session:
         elif ledger.key is None:  # its rows are checked and sealed under the session's key
             ledger.key = key
         self._ledger = ledger
-        bind_key(key, ledger)  # a key's budget lives in one ledger (key_binding)
+        # A key's budget lives in one ledger (key_binding); a key read from a file carries
+        # its binding there too, so a copy of that file elsewhere is held to the same ledger.
+        bind_key(key, ledger, key_file=key.source)
         self._ledger_id = ledger.meta("ledger_id")  # salts the noise (session.plan)
         self._cap = self._population_cap(cap)
         self._check_unused()

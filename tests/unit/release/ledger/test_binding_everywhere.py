@@ -269,3 +269,23 @@ def test_a_template_copy_of_a_server_ledger_is_refused_and_moves_on_purpose(
     assert "it was moved to 'postgresql cluster" in str(retired.value)
     assert f"database {copied}' on purpose" in str(retired.value)
     assert os.environ["DP_PIPELINE_MASTER_KEY"] not in str(retired.value)
+
+
+def test_a_session_on_a_copied_key_file_is_refused_with_a_new_ledger(tmp_path, monkeypatch):
+    """A key file that a Session bound carries its ledger: another user's Session with a
+    copy of it and a new ledger is refused (a Session reads the binding from the file)."""
+    monkeypatch.delenv("DP_PIPELINE_MASTER_KEY", raising=False)
+    operator(monkeypatch, tmp_path / "a")
+    key_file = tmp_path / "a" / "session.key"
+    key_file.write_text(KEY_HEX + "\n")
+    first = session(str(tmp_path / "a" / "ledger.sqlite"), MasterKey.from_file(key_file))
+    first.count(people(), by="sex", domains={"sex": ["F", "M"]}, rho=Fraction(1, 10))
+    assert RECORD_PREFIX in key_file.read_text()  # the Session wrote the binding there
+    operator(monkeypatch, tmp_path / "b")  # another user: no registry, no bindings
+    copy = tmp_path / "b" / "session.key"
+    shutil.copy2(key_file, copy)
+    with pytest.raises(KeyBindingError, match="is bound to the ledger") as refused:
+        session(str(tmp_path / "b" / "ledger.sqlite"), MasterKey.from_file(copy))
+    assert "dp-release key --bind" in str(refused.value) and KEY_HEX not in str(refused.value)
+    # A key given as bytes (no file) is held by the homes only, as before.
+    assert MasterKey.from_hex(KEY_HEX).source is None
