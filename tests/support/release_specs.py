@@ -1,6 +1,7 @@
 """Release specs shared by the release tests (format with ``tmp=<folder>``)."""
 
 import os
+from pathlib import Path
 
 SMALL_SPEC = """
 [release]
@@ -58,15 +59,19 @@ share = "1/4"
 
 
 def operator_home(folder) -> None:
-    """Make ``folder`` the operator's dp_pipeline home for the rest of the test.
+    """Make ``folder`` the operator's dp_pipeline home for the rest of the test, and the
+    operator a user of their own (``$HOME`` inside it).
 
     The operator decides the ledger and the key (a spec's ``run.ledger`` and
     ``run.key_file`` must name the operator's), so a test running a spec formatted
-    with ``tmp=folder`` is an operator whose home is ``folder``. The variable is
-    restored after the test by the conftest's monkeypatch of it; module fixtures
-    set it through a ``pytest.MonkeyPatch`` of their own instead.
+    with ``tmp=folder`` is an operator whose home is ``folder``. Two operators of one
+    test are two users: a key bound to one ledger is refused with another in every home
+    its user's runs know of (dp_pipeline.release.key_binding). Both variables are
+    restored after the test by the conftest's monkeypatch of them; module fixtures
+    set them through a ``pytest.MonkeyPatch`` of their own instead.
     """
     os.environ["DP_PIPELINE_HOME"] = str(folder)
+    os.environ["HOME"] = str(Path(folder) / "user")
 
 
 def operator_paths(folder) -> dict[str, str]:

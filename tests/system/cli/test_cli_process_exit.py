@@ -35,7 +35,11 @@ ABORTING = (
 
 def _dp_release(*arguments: str, home: Path) -> subprocess.CompletedProcess:
     environment = dict(
-        os.environ, PYTHONPATH=str(ROOT), DP_PIPELINE_MASTER_KEY=KEY_HEX, DP_PIPELINE_HOME=str(home)
+        os.environ,
+        PYTHONPATH=str(ROOT),
+        DP_PIPELINE_MASTER_KEY=KEY_HEX,
+        DP_PIPELINE_HOME=str(home),
+        HOME=str(home / "user"),  # each home an operator of its own (one key, one ledger)
     )
     return subprocess.run(
         [sys.executable, "-c", ABORTING, *arguments],

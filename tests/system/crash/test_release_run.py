@@ -155,6 +155,10 @@ def reference_tables(tmp_path_factory):
     folder = tmp_path_factory.mktemp("reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        # An operator of its own: the fixture may be made again when the module's tests are
+        # spread over workers, and one key with a second ledger of one user is refused.
+        patch.setenv("DP_PIPELINE_HOME", str(folder))
+        patch.setenv("HOME", str(folder / "user"))
         return read_release(run_release(small_spec(folder), progress=QUIET).output)
 
 
