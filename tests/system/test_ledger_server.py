@@ -338,6 +338,10 @@ def reference_tables(tmp_path_factory):
     folder = tmp_path_factory.mktemp("reference")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
+        # An operator of its own: the tests run the same key on server ledgers as other
+        # users (one key, one ledger per user), and the fixture may be made again.
+        patch.setenv("DP_PIPELINE_HOME", str(folder))
+        patch.setenv("HOME", str(folder / "user"))
         _, spec = small_spec(folder, str(folder / "ledger.sqlite"))
         return read_release(run_release(spec, progress=QUIET).output)
 

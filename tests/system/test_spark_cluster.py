@@ -143,7 +143,11 @@ def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_
             *("--conf", "spark.sql.shuffle.partitions=3"),
             *(str(ROOT / "jobs" / "census_release.py"), *job, str(cluster_spec)),
         ],
-        env=dict(environment, DP_PIPELINE_HOME=str(cluster_spec.parent)),
+        env=dict(
+            environment,
+            DP_PIPELINE_HOME=str(cluster_spec.parent),
+            HOME=str(cluster_spec.parent / "user"),  # each run an operator of its own
+        ),
         capture_output=True,
         text=True,
         timeout=600,
@@ -166,7 +170,11 @@ def test_release_submitted_to_a_standalone_cluster_equals_local_mode(standalone_
             "--master",
             "local[1]",
         ],
-        env=dict(environment, DP_PIPELINE_HOME=str(local_spec.parent)),
+        env=dict(
+            environment,
+            DP_PIPELINE_HOME=str(local_spec.parent),
+            HOME=str(local_spec.parent / "user"),
+        ),
         capture_output=True,
         text=True,
         timeout=600,

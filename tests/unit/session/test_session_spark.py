@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 from fractions import Fraction
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -69,6 +70,7 @@ def test_a_session_releases_the_same_on_spark_as_on_pandas(spark, tmp_path, monk
     shutil.copy(tmp_path / "pandas" / "ledger.sqlite", tmp_path / "spark" / "ledger.sqlite")
     on_pandas = queries(session(tmp_path / "pandas"), local)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))
+    monkeypatch.setenv("HOME", str(Path(tmp_path / "spark-home") / "user"))  # a user of its own
     spark_session = session(tmp_path / "spark")
     on_spark = queries(spark_session, spark.createDataFrame(local))
     for a, b in zip(on_pandas, on_spark, strict=True):

@@ -207,6 +207,7 @@ def test_selection_release_is_identical_on_both_engines(tmp_path, spark, monkeyp
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     pandas_result = run_release(spec, progress=QUIET)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
+    monkeypatch.setenv("HOME", str(Path(tmp_path / "spark-home") / "user"))  # a user of its own
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     spark_result = run_release(spark_spec, progress=QUIET, spark=spark)
     released = read_release(pandas_result.output)
@@ -411,6 +412,7 @@ def test_selection_release_takes_the_parquet_pass_and_equals_pandas(
     spec = selections_spec(tmp_path / "pandas", engine="pandas")
     expected = read_release(run_release(spec, progress=QUIET).output)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
+    monkeypatch.setenv("HOME", str(Path(tmp_path / "spark-home") / "user"))  # a user of its own
     spark_spec = selections_spec(tmp_path / "spark", engine="spark")
     released = read_release(run_release(spark_spec, progress=QUIET, spark=spark).output)
     assert parquet_pass_calls == [True]
@@ -436,6 +438,7 @@ def test_parquet_pass_drops_invalid_quantile_values_like_pandas(
         folder = tmp_path / engine
         folder.mkdir()
         monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one ledger per home
+        monkeypatch.setenv("HOME", str(Path(folder / "home") / "user"))  # a user of its own
         path = folder / "spec.toml"
         path.write_text(
             QUANTILE_SPEC.format(input=tmp_path / "ages.parquet", tmp=folder, engine=engine)

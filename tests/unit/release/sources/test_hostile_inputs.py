@@ -368,6 +368,7 @@ def test_malformed_records_are_the_same_invalid_rows_on_both_engines(tmp_path, s
         folder = tmp_path / f"{engine}-{driver_bytes}"
         folder.mkdir()
         monkeypatch.setenv("DP_PIPELINE_HOME", str(folder))  # its ledger's home: one key each
+        monkeypatch.setenv("HOME", str(Path(folder) / "user"))  # a user of its own
         text = SPEC.format(tmp=folder, input=csv_path, format="csv", engine=engine)
         write_key(folder)  # one key: the same release identity and noise
         # The noisy count of invalid units decides, as the spec's rule says: published

@@ -304,6 +304,7 @@ def test_a_csv_release_on_spark_publishes_the_pandas_engines_files(tmp_path, spa
             shutil.copy2(tmp_path / "pandas" / "master.key", root / "master.key")
         # each engine's ledger and key are its own home's (the key binds to one ledger)
         monkeypatch.setenv("DP_PIPELINE_HOME", str(root))
+        monkeypatch.setenv("HOME", str(Path(root) / "user"))  # a user of its own
         lines = io.StringIO()
         spec = make_spec(root, csv_path, engine)
         result = run_release(spec, progress=Progress(stream=lines), spark=spark)

@@ -222,6 +222,7 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
         folder = tmp_path / f"{engine}-{driver_bytes}"
         folder.mkdir()
         monkeypatch.setenv("DP_PIPELINE_HOME", str(folder))  # its ledger's home: one key each
+        monkeypatch.setenv("HOME", str(Path(folder) / "user"))  # a user of its own
         key = folder / "master.key"
         if messages:  # the same master key: the same release identity and noise
             key.write_bytes((tmp_path / "pandas-0" / "master.key").read_bytes())

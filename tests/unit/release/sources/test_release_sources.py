@@ -654,9 +654,13 @@ def test_a_csv_folder_on_viewfs_is_read_by_its_header_checked_before_the_reserva
     # A header without a column the spec uses: refused, nothing reserved.
     (data / "part-0.csv").write_text("pid,year,sex,note\n1,2001,F,x\n")
     other = apply_overrides(spec, release_id="people-2", ledger_path=str(tmp_path / "l2.sqlite"))
-    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "l2-home"))  # the key binds per home
-    # The same key: a new one beside the first home (with a release) is refused.
-    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", (tmp_path / "master.key").read_text().strip())
+    # Another operator (a user of its own: the key binds per user) with the same key: a new
+    # one beside the first home (with a release) is refused. The key file's first line is
+    # the key; the lines after it record its ledger.
+    monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "l2-home"))
+    monkeypatch.setenv("HOME", str(tmp_path / "l2-home" / "user"))
+    key_line = (tmp_path / "master.key").read_text().splitlines()[0]
+    monkeypatch.setenv("DP_PIPELINE_MASTER_KEY", key_line.strip())
     with pytest.raises(SpecError) as caught:
         run_release(other, progress=Progress(quiet=True), spark=spark)
     assert "its CSV header has 4 field(s) and lacks the declared column 'spend'" in str(

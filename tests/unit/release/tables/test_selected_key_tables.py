@@ -238,6 +238,7 @@ def test_spark_publishes_the_same_bytes_as_pandas(tmp_path, spark, monkeypatch, 
     path = payments(tmp_path / "data", frame, name="payments.parquet")
     _, expected = release(tmp_path, path, kind=kind)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
+    monkeypatch.setenv("HOME", str(Path(tmp_path / "spark-home") / "user"))  # a user of its own
     _, result = release(tmp_path, path, engine="spark", spark=spark, kind=kind)
     for name in ("payments_by_merchant", "amount_by_merchant_channel"):
         published = (result.output / f"{name}.parquet").read_bytes()
@@ -349,6 +350,7 @@ def test_spark_csv_input_and_an_empty_selection_publish_pandas_bytes(tmp_path, s
     path = payments(tmp_path / "data", frame)
     _, expected = release(tmp_path, path)
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path / "spark-home"))  # its own ledger's
+    monkeypatch.setenv("HOME", str(Path(tmp_path / "spark-home") / "user"))  # a user of its own
     _, result = release(tmp_path, path, engine="spark", spark=spark)
     assert selection_plans(result.plan)[0].kept == 0
     for name in ("payments_by_merchant", "amount_by_merchant_channel"):
@@ -363,6 +365,7 @@ def test_spark_synthetic_release_equals_pandas_with_its_truth(tmp_path, spark, m
         folder = tmp_path / engine
         folder.mkdir()
         monkeypatch.setenv("DP_PIPELINE_HOME", str(folder / "home"))  # one ledger per home
+        monkeypatch.setenv("HOME", str(Path(folder / "home") / "user"))  # a user of its own
         (folder / "spec.toml").write_text(
             CENSUS.format(tmp=folder).replace('engine = "pandas"', f'engine = "{engine}"')
         )
