@@ -224,8 +224,9 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
         monkeypatch.setenv("DP_PIPELINE_HOME", str(folder))  # its ledger's home: one key each
         monkeypatch.setenv("HOME", str(Path(folder) / "user"))  # a user of its own
         key = folder / "master.key"
-        if messages:  # the same master key: the same release identity and noise
-            key.write_bytes((tmp_path / "pandas-0" / "master.key").read_bytes())
+        if messages:  # the same master key (its value; the file's binding lines are the
+            # first operator's): the same release identity and noise
+            key.write_text((tmp_path / "pandas-0" / "master.key").read_text().splitlines()[0])
             key.chmod(0o600)
         spec = spec_with(folder, csv_path, engine=engine)
         with pytest.raises(InvalidRowsRefusedError) as info:
@@ -235,8 +236,9 @@ def test_spark_counts_the_same_units_and_draws_the_same_noise(tmp_path, spark, m
     assert len(set(messages.values())) == 1, messages
     # Parquet on Spark: the same units (its float year's NaN is the CSV's empty year).
     monkeypatch.setenv("DP_PIPELINE_HOME", str(tmp_path))
-    # The same key again: a new one beside the homes above (with releases) is refused.
-    (tmp_path / "master.key").write_bytes((tmp_path / "pandas-0" / "master.key").read_bytes())
+    monkeypatch.setenv("HOME", str(tmp_path / "user"))  # a fourth operator, the same key
+    key_line = (tmp_path / "pandas-0" / "master.key").read_text().splitlines()[0]
+    (tmp_path / "master.key").write_text(key_line)
     (tmp_path / "master.key").chmod(0o600)
     spec = spec_with(tmp_path, parquet_path, engine="spark", threshold=10_000)
     result = run_release(spec, QUIET, spark)
