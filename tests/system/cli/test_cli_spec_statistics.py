@@ -57,6 +57,7 @@ def pandas_release(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
         patch.setenv("DP_PIPELINE_HOME", str(folder / "home"))
+        patch.setenv("HOME", str(folder / "home" / "user"))  # a user of its own
         (folder / "home").mkdir()
         arguments = ["run", str(SPEC), "--engine", "pandas", "--persons", "4000", "--quiet"]
         arguments += ["--output", str(folder / "out"), "--ledger", str(folder / "ledger.sqlite")]

@@ -458,6 +458,7 @@ def reference_release(tmp_path_factory, spark):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
         patch.setenv("DP_PIPELINE_HOME", str(folder))  # its own key binding
+        patch.setenv("HOME", str(folder / "user"))  # a user of its own (made again per worker)
         spec = small_spec(folder, engine="spark")
         return run_release(spec, progress=QUIET, spark=spark).output
 

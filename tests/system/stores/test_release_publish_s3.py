@@ -64,6 +64,7 @@ def reference_release(tmp_path_factory):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DP_PIPELINE_MASTER_KEY", KEY_HEX)
         patch.setenv("DP_PIPELINE_HOME", str(folder))  # its own key binding
+        patch.setenv("HOME", str(folder / "user"))  # a user of its own (made again per worker)
         return run_release(small_spec(folder), progress=QUIET).output
 
 
